@@ -1,0 +1,60 @@
+#!/usr/bin/env python
+"""Tokenize Pile-format text into packed training blocks (see docs/data.md).
+
+    python scripts/tokenize_pile.py --input 'data/train-*.jsonl.zst' --val-input data/val.jsonl.zst \
+        --tokenizer data/tokenizers/gpt2 --seq-len 1024 --out runs/data/gpt2-1024 --num-proc 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--input", nargs="+", help="train inputs: .jsonl/.jsonl.zst/.parquet files, globs, folders or a Hub dataset id")
+    p.add_argument("--blend", help="blend JSON: {\"sources\": [{\"paths\": [...], \"epochs\": 1.5}, ...]}")
+    p.add_argument("--val-input", nargs="+", help="validation inputs (default: the first --val-docs documents of --input)")
+    p.add_argument("--val-docs", type=int, default=10000, help="validation = the first N documents (default 10000)")
+    p.add_argument("--tokenizer", required=True, help="tokenizer folder or Hub id")
+    p.add_argument("--seq-len", type=int, required=True, help="tokens per block")
+    p.add_argument("--out", required=True, help="output folder (train/, validation/, tokenizer/, manifest.json)")
+    p.add_argument("--num-proc", type=int, default=1, help="processes for reading and tokenizing")
+    p.add_argument("--max-docs", type=int, default=None, help="limit train documents (for testing)")
+    p.add_argument("--eos-token", default=None, help="end-of-text token (default: <|endoftext|>/<|end_of_text|> if present, else eos)")
+    p.add_argument("--on-bad", choices=["skip", "fail"], default="skip", help="bad input records: skip and count (default) or fail")
+    p.add_argument("--max-bad-fraction", type=float, default=0.01, help="with --on-bad skip, fail above this fraction of bad records")
+    p.add_argument("--force", action="store_true", help="rebuild even if a finished output with the same fingerprint exists")
+    p.add_argument("-q", "--quiet", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.quiet:
+        import datasets
+
+        datasets.disable_progress_bars()
+    from hfpretrain.data import DataError, tokenize_corpus
+
+    try:
+        out = tokenize_corpus(
+            inputs=args.input, out=args.out, tokenizer=args.tokenizer, seq_len=args.seq_len,
+            val_inputs=args.val_input, val_docs=args.val_docs, num_proc=args.num_proc,
+            max_docs=args.max_docs, force=args.force, on_bad=args.on_bad,
+            max_bad_fraction=args.max_bad_fraction, eos_token=args.eos_token, blend=args.blend,
+        )
+    except DataError as e:
+        sys.exit(f"error: {e}")
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

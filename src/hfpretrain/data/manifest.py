@@ -1,0 +1,95 @@
+"""The fingerprint that decides reuse, input checksums, and reading/writing ``manifest.json``.
+
+The fingerprint is a sha256 over: the input sources (path, size and mtime for local files;
+the id for Hub datasets; fraction/pass for blends), the tokenizer hash, the end-of-text id,
+seq_len, val_docs, max_docs and :data:`PIPELINE_VERSION`. It is cheap (no file reads), so
+checking whether a finished output can be reused is instant; the manifest also records each
+input's sha256, computed while building.
+
+Manifest keys (top level): ``format``, ``pipeline_version``, ``created``, ``fingerprint``,
+``layout``, ``seq_len``, ``dtype``, ``tokenizer`` {name_or_path, vocab_size, eos_token,
+eos_token_id, sha256, class}, ``inputs`` / ``val_inputs`` [{path, kind, size, sha256}], ``val_docs``,
+``max_docs``, ``on_bad``, ``max_bad_fraction``, ``sets`` (index -> name for ``set_ids``),
+``train`` / ``validation`` {records_read, documents, skipped {reason: n}, bad_examples
+[{where, reason}], tokens, text_tokens, eos_tokens, blocks, block_tokens, dropped_tail_tokens,
+tokens_per_set, bytes, bare_id_bytes, bytes_overhead}, ``wall_time_s``, ``tokens_per_s``, ``num_proc``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+PIPELINE_VERSION = "1"
+MANIFEST = "manifest.json"
+
+
+def _source_key(src: dict) -> list:
+    key = [src["kind"], src["path"], src.get("pass", 0), src.get("fraction", 1.0)]
+    if src["kind"] in ("jsonl", "zst", "parquet") and os.path.exists(src["path"]):
+        st = os.stat(src["path"])
+        key += [st.st_size, st.st_mtime_ns]
+    return key
+
+
+def fingerprint(train_sources, val_sources, tokenizer_sha: str, eos_id: int, seq_len: int,
+                val_docs: int, max_docs: int | None) -> str:
+    payload = {
+        "train": [_source_key(s) for s in train_sources],
+        "val": [_source_key(s) for s in val_sources] if val_sources is not None else None,
+        "tokenizer": tokenizer_sha,
+        "eos_id": int(eos_id),
+        "seq_len": int(seq_len),
+        "val_docs": int(val_docs),
+        "max_docs": max_docs,
+        "version": PIPELINE_VERSION,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def file_sha256(path: str, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            b = fh.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def describe_inputs(sources) -> list[dict]:
+    """One entry per distinct source path (repeats of a blend are listed once, with passes)."""
+    out: dict[str, dict] = {}
+    for s in sources or []:
+        e = out.get(s["path"])
+        if e is None:
+            e = {"path": s["path"], "kind": s["kind"]}
+            if s["kind"] in ("jsonl", "zst", "parquet") and os.path.exists(s["path"]):
+                e["size"] = os.path.getsize(s["path"])
+                e["sha256"] = file_sha256(s["path"])
+            out[s["path"]] = e
+            e["epochs"] = 0.0
+        e["epochs"] = round(e["epochs"] + s.get("fraction", 1.0), 6)
+    return list(out.values())
+
+
+def read_manifest(out: Path) -> dict | None:
+    p = Path(out) / MANIFEST
+    if not p.is_file():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except ValueError:
+        return None
+
+
+def write_manifest(out: Path, manifest: dict) -> None:
+    p = Path(out) / MANIFEST
+    p.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+
+
+def dir_bytes(path: Path, suffix: str = ".arrow") -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob(f"*{suffix}"))

@@ -1,0 +1,306 @@
+"""``tokenize_corpus``: Pile-format text -> packed training blocks on disk (Arrow).
+
+Steps (all through ``datasets``, whose cache lives in a temporary folder beside the output):
+
+1. ``Dataset.from_generator`` streams records from the inputs (sharded over files with
+   ``num_proc``), writing text to Arrow on disk: memory stays bounded on any input size.
+2. Bad records are counted (by reason, with file:line examples) and the policy applied.
+3. ``Dataset.map(batched=True, num_proc=...)`` tokenizes (fast tokenizer, end-of-text appended).
+4. One sequential ``map`` packs documents into ``seq_len`` blocks with a carried remainder
+   (see :mod:`.pack` for the layout and why it is not shifted).
+5. ``save_to_disk`` for ``train`` and ``validation``, tokenizer copy, ``manifest.json``; all in
+   ``OUT.tmp-<pid>`` first, then renamed into place, so a half-written output never looks finished.
+
+The validation split is the first ``val_docs`` good documents of ``val_inputs``; without
+``val_inputs`` it is the first ``val_docs`` documents of ``inputs`` and train gets the rest.
+``max_docs`` limits the number of train documents (for tests and quick runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+
+from .manifest import (MANIFEST, PIPELINE_VERSION, describe_inputs, dir_bytes, fingerprint,
+                       read_manifest, write_manifest)
+from .pack import Packer
+from .read import POLICIES, RAW_COLUMNS, DataError, expand_blend, expand_inputs, generate_records
+from .tokenizer import BatchTokenizer, ids_dtype, load_tokenizer, pick_eos, tokenizer_sha256
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_BAD_FRACTION = 0.01
+TOKENIZE_BATCH = 1000
+PACK_BATCH = 4000
+MAX_BAD_EXAMPLES = 20
+
+
+def tokenize_corpus(
+    inputs=None,
+    out=None,
+    tokenizer=None,
+    seq_len: int = 1024,
+    val_inputs=None,
+    val_docs: int = 10000,
+    num_proc: int = 1,
+    max_docs: int | None = None,
+    force: bool = False,
+    on_bad: str = "skip",
+    max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION,
+    eos_token: str | None = None,
+    blend=None,
+) -> Path:
+    """Tokenize and pack ``inputs`` (paths/globs/Hub ids, or ``blend`` file) into ``out``.
+
+    Returns ``out``. A finished output whose fingerprint matches is reused unless ``force``.
+    Raises :class:`DataError` (one-line message) for user-facing problems.
+    """
+    import datasets
+
+    t0 = time.time()
+    if out is None or tokenizer is None:
+        raise DataError("out and tokenizer are required")
+    if inputs is None and blend is None:
+        raise DataError("no input: pass inputs (paths, globs, Hub ids) or a blend file")
+    if on_bad not in POLICIES:
+        raise DataError(f"on_bad must be one of {POLICIES}, got {on_bad!r}")
+    if seq_len < 2:
+        raise DataError(f"seq_len must be >= 2, got {seq_len}")
+    if val_docs < 1:
+        raise DataError(f"val_docs must be >= 1, got {val_docs}")
+    if max_docs is not None and max_docs < 1:
+        raise DataError(f"max_docs must be >= 1, got {max_docs}")
+    out = Path(out).expanduser().resolve()
+    num_proc = max(1, int(num_proc or 1))
+
+    train_sources = expand_inputs(inputs) if inputs is not None else []
+    if blend is not None:
+        train_sources += expand_blend(blend)
+    val_sources = expand_inputs(val_inputs) if val_inputs is not None else None
+
+    tok = load_tokenizer(tokenizer)
+    eos_name, eos_id = pick_eos(tok, eos_token)
+    tok_sha = tokenizer_sha256(tok)
+    fp = fingerprint(train_sources, val_sources, tok_sha, eos_id, seq_len, val_docs, max_docs)
+
+    old = read_manifest(out)
+    if out.exists():
+        if old is not None and old.get("fingerprint") == fp and not force and _complete(out):
+            logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
+            return out
+        if old is None and any(out.iterdir()) and not force:
+            raise DataError(f"{out} exists and is not a tokenize_corpus output; pass --force to replace it")
+
+    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        manifest = _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_len,
+                          val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets)
+        manifest["fingerprint"] = fp
+        wall = time.time() - t0
+        total = manifest["train"]["tokens"] + manifest["validation"]["tokens"]
+        manifest["wall_time_s"] = round(wall, 3)
+        manifest["tokens_per_s"] = round(total / wall, 1) if wall > 0 else None
+        write_manifest(tmp, manifest)
+        _swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("wrote %s: %d train / %d validation blocks of %d tokens, %.0f tokens/s",
+                out, manifest["train"]["blocks"], manifest["validation"]["blocks"], seq_len,
+                manifest["tokens_per_s"] or 0)
+    return out
+
+
+def _complete(out: Path) -> bool:
+    return all((out / p).exists() for p in ("train/dataset_info.json", "validation/dataset_info.json",
+                                            "tokenizer", MANIFEST))
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    if out.exists():
+        old = out.parent / f"{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+def _generate(sources, on_bad, limit, num_proc, cache_dir, datasets, name):
+    if not sources:
+        raise DataError(f"no {name} input")
+    features = datasets.Features({c: datasets.Value("string") for c in RAW_COLUMNS})
+    try:
+        return datasets.Dataset.from_generator(
+            generate_records,
+            features=features,
+            cache_dir=str(cache_dir),
+            gen_kwargs={"files": sources, "on_bad": on_bad, "limit": limit},
+            num_proc=min(num_proc, len(sources)) if len(sources) > 1 else None,
+            split=datasets.Split.TRAIN,
+        )
+    except DataError:
+        raise
+    except Exception as e:  # datasets wraps generator errors; surface ours as one line
+        cause = e
+        while cause is not None:
+            if isinstance(cause, DataError):
+                raise DataError(str(cause)) from None
+            cause = cause.__cause__ or cause.__context__
+        if "DataError" in str(e) or "[on_bad=fail]" in str(e):
+            raise DataError(str(e).strip().splitlines()[-1]) from None
+        raise
+
+
+def _cut(skip: np.ndarray, n_good: int | None) -> int:
+    """Number of raw rows that hold the first ``n_good`` good rows (all rows if None/too few)."""
+    if n_good is None:
+        return len(skip)
+    good = np.cumsum(skip == "")
+    idx = np.searchsorted(good, n_good)  # first row where the count reaches n_good
+    return int(min(idx + 1, len(skip)))
+
+
+def _bad_stats(raw, lo: int, hi: int) -> dict:
+    sub = raw.data.table.slice(lo, hi - lo) if hasattr(raw.data, "table") else raw.data.slice(lo, hi - lo)
+    skip = sub.column("skip")
+    bad_mask = pc.not_equal(skip, "")
+    bad = sub.filter(bad_mask)
+    counts = {}
+    for item in pc.value_counts(bad.column("skip")).to_pylist():
+        counts[item["values"]] = item["counts"]
+    examples = [{"where": w, "reason": r} for w, r in
+                zip(bad.column("where").to_pylist()[:MAX_BAD_EXAMPLES], bad.column("skip").to_pylist())]
+    return {"records_read": hi - lo, "skipped": counts, "bad_examples": examples}
+
+
+def _check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
+    n_bad = sum(stats["skipped"].values())
+    if stats["records_read"] and n_bad / stats["records_read"] > max_bad_fraction:
+        first = stats["bad_examples"][0] if stats["bad_examples"] else {"where": "?", "reason": "?"}
+        raise DataError(
+            f"{split}: {n_bad} of {stats['records_read']} records are bad "
+            f"({n_bad / stats['records_read']:.1%} > max_bad_fraction {max_bad_fraction:.1%}); "
+            f"first: {first['where']}: {first['reason']}; counts: {stats['skipped']}")
+
+
+def _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_len, val_docs,
+           num_proc, max_docs, on_bad, max_bad_fraction, datasets):
+    cache = tmp / "_cache"
+    dtype = ids_dtype(len(tok))
+    tokfn = BatchTokenizer(tok.backend_tokenizer.to_str(), eos_id, dtype)
+
+    # 1-2: read, count bad records, cut to the requested number of documents
+    if val_sources is None:
+        limit = None if max_docs is None else val_docs + max_docs
+        raw = _generate(train_sources, on_bad, limit, num_proc, cache / "train", datasets, "train")
+        skip = np.asarray(raw.data.column("skip").to_numpy(zero_copy_only=False))
+        split_at = _cut(skip, val_docs)
+        end = _cut(skip, limit)
+        parts = {"validation": (raw, 0, split_at), "train": (raw, split_at, end)}
+    else:
+        raw_tr = _generate(train_sources, on_bad, max_docs, num_proc, cache / "train", datasets, "train")
+        raw_va = _generate(val_sources, on_bad, val_docs, num_proc, cache / "validation", datasets, "validation")
+        skip_tr = np.asarray(raw_tr.data.column("skip").to_numpy(zero_copy_only=False))
+        skip_va = np.asarray(raw_va.data.column("skip").to_numpy(zero_copy_only=False))
+        parts = {"train": (raw_tr, 0, _cut(skip_tr, max_docs)),
+                 "validation": (raw_va, 0, _cut(skip_va, val_docs))}
+
+    stats = {}
+    for split in ("train", "validation"):
+        raw, lo, hi = parts[split]
+        stats[split] = _bad_stats(raw, lo, hi)
+        _check_bad(stats[split], max_bad_fraction, split)
+
+    # 3-4: tokenize (parallel), pack (sequential, carried remainder)
+    set_index: dict[str, int] = {}
+    result = {}
+    for split in ("train", "validation"):
+        raw, lo, hi = parts[split]
+        sub = raw.select(range(lo, hi)) if (lo, hi) != (0, len(raw)) else raw
+        if hi - lo == 0 or stats[split]["records_read"] == sum(stats[split]["skipped"].values()):
+            raise DataError(f"{split}: no documents left to tokenize (read {hi - lo} records; skipped {stats[split]['skipped']})")
+        toks = sub.with_format("arrow").map(
+            tokfn, batched=True, batch_size=TOKENIZE_BATCH, num_proc=num_proc if len(sub) >= 2 * TOKENIZE_BATCH else None,
+            remove_columns=list(RAW_COLUMNS), desc=f"tokenize {split}",
+            new_fingerprint=f"tok-{split}-{os.getpid()}-{time.time_ns()}",
+        )
+        packer = Packer(seq_len, eos_id, dtype, set_index)
+        blocks = toks.with_format("arrow").map(
+            packer, batched=True, batch_size=PACK_BATCH, num_proc=None,
+            remove_columns=["input_ids", "set"], desc=f"pack {split}",
+            features=datasets.Features({
+                "input_ids": datasets.List(datasets.Value(np.dtype(dtype).name), length=seq_len),
+                "set_ids": datasets.List(datasets.Value("uint8")),
+            }),
+            new_fingerprint=f"pack-{split}-{os.getpid()}-{time.time_ns()}",
+        )
+        blocks = blocks.with_format(None)
+        blocks.save_to_disk(str(tmp / split))
+        if packer.blocks == 0:
+            raise DataError(f"{split}: {packer.tokens} tokens is fewer than one block of seq_len={seq_len}")
+        # token conservation, checked not assumed
+        if packer.tokens != packer.blocks * seq_len + packer.dropped_tail_tokens or len(blocks) != packer.blocks:
+            raise RuntimeError(f"{split}: token conservation failed: {packer.tokens} != "
+                               f"{packer.blocks} * {seq_len} + {packer.dropped_tail_tokens}")
+        nbytes = dir_bytes(tmp / split)
+        bare = packer.blocks * seq_len * np.dtype(dtype).itemsize
+        result[split] = {
+            **stats[split],
+            "documents": packer.documents,
+            "tokens": packer.tokens,
+            "text_tokens": packer.tokens - packer.documents,
+            "eos_tokens": packer.documents,
+            "blocks": packer.blocks,
+            "block_tokens": packer.blocks * seq_len,
+            "dropped_tail_tokens": packer.dropped_tail_tokens,
+            "tokens_per_set": dict(sorted(packer.tokens_per_set.items())),
+            "bytes": nbytes,
+            "bare_id_bytes": bare,
+            "bytes_overhead": round(nbytes / bare - 1, 5) if bare else None,
+        }
+        del toks, blocks
+
+    shutil.rmtree(cache, ignore_errors=True)
+    tok.save_pretrained(str(tmp / "tokenizer"))
+    sets = [None] * len(set_index)
+    for name, i in set_index.items():
+        sets[i] = name
+    return {
+        "format": "hfpretrain.tokenized",
+        "pipeline_version": PIPELINE_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "fingerprint": None,
+        "layout": "non-shifted blocks of seq_len tokens; labels = input_ids (the model shifts); "
+                  "documents end with eos; boundaries = eos positions",
+        "seq_len": int(seq_len),
+        "dtype": np.dtype(dtype).name,
+        "tokenizer": {
+            "name_or_path": str(tok.name_or_path),
+            "class": type(tok).__name__,
+            "vocab_size": len(tok),
+            "eos_token": eos_name,
+            "eos_token_id": int(eos_id),
+            "sha256": tok_sha,
+        },
+        "inputs": describe_inputs(train_sources),
+        "val_inputs": describe_inputs(val_sources) if val_sources is not None else "first val_docs documents of inputs",
+        "val_docs": int(val_docs),
+        "max_docs": max_docs,
+        "on_bad": on_bad,
+        "max_bad_fraction": max_bad_fraction,
+        "num_proc": num_proc,
+        "sets": sets + (["other"] if len(sets) == 255 else []),
+        "train": result["train"],
+        "validation": result["validation"],
+    }

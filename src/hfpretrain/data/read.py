@@ -1,0 +1,331 @@
+"""Streaming readers for Pile-format input, and the bad-input policy.
+
+Inputs are expanded into *sources* (plain dicts, so they pickle into ``datasets`` worker
+processes): local ``.jsonl`` / ``.jsonl.zst`` / ``.parquet`` files or globs, a Hub dataset id,
+or the sources of a blend file. :func:`generate_records` reads them one record at a time with
+bounded memory (a zstd frame is decompressed chunk by chunk; only one line is held at a time)
+and yields one row per record: good rows carry ``text`` and ``set``; bad rows carry ``skip``
+(the reason) and ``where`` (``file:line``) so the caller can count and report them after the
+fact, even when the generator ran in several processes.
+
+Bad input, each reported with file and line:
+
+==================  ===========================================================
+reason              what
+==================  ===========================================================
+``missing_file``    a path or glob that matches nothing (line 0)
+``malformed_json``  a line that is not a JSON object
+``missing_text``    a record without a string ``text`` field
+``non_utf8``        bytes that are not UTF-8 (or lone surrogates in the JSON)
+``empty_document``  ``text`` is empty or only whitespace
+``truncated_zst``   the zstd frame ends early or is corrupt (line = first lost line)
+==================  ===========================================================
+
+Policy ``skip`` (default) drops the record, logs a warning and counts it; ``fail`` raises
+:class:`DataError` at the first bad record. Blank lines are not records and are ignored.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+from ..paths import MissingDataError, resolve
+
+logger = logging.getLogger(__name__)
+
+REASONS = ("missing_file", "malformed_json", "missing_text", "non_utf8", "empty_document", "truncated_zst")
+POLICIES = ("skip", "fail")
+RAW_COLUMNS = ("text", "set", "skip", "where")
+UNKNOWN_SET = "unknown"
+_CHUNK = 1 << 20
+_MAX_WARNINGS_PER_FILE = 20
+
+
+class DataError(Exception):
+    """A user-facing data problem; the message is one line naming the file (and line or key)."""
+
+
+def _has_glob(s: str) -> bool:
+    return any(c in s for c in "*?[")
+
+
+def _kind(path: str) -> str:
+    p = path.lower()
+    if p.endswith(".zst") or p.endswith(".zstd"):
+        return "zst"
+    if p.endswith(".parquet"):
+        return "parquet"
+    return "jsonl"
+
+
+def expand_inputs(specs, epochs: float = 1.0) -> list[dict]:
+    """Turn input specs (paths, globs, Hub ids) into a list of source dicts, in order.
+
+    A spec that matches nothing becomes a ``missing`` source, which the reader reports as a
+    ``missing_file`` bad record (so the policy decides, not this function).
+    ``epochs`` > 1 repeats the sources; a fractional part keeps a deterministic sample.
+    """
+    if isinstance(specs, (str, os.PathLike)):
+        specs = [specs]
+    files: list[dict] = []
+    for spec in specs:
+        spec = str(spec)
+        if _has_glob(spec):
+            matches = sorted(glob.glob(os.path.expanduser(spec), recursive=True))
+            if not matches:
+                files.append({"kind": "missing", "path": spec, "error": f"glob matches no file"})
+            for m in matches:
+                files.append({"kind": _kind(m), "path": str(Path(m).resolve())})
+            continue
+        try:
+            resolved = resolve(spec)
+        except MissingDataError as e:
+            files.append({"kind": "missing", "path": spec, "error": str(e)})
+            continue
+        if Path(resolved).is_dir():
+            inner = sorted(
+                str(p) for p in Path(resolved).rglob("*")
+                if p.is_file() and p.name.lower().endswith((".jsonl", ".jsonl.zst", ".json.zst", ".parquet"))
+            )
+            if not inner:
+                files.append({"kind": "missing", "path": spec, "error": "folder holds no .jsonl/.jsonl.zst/.parquet file"})
+            files.extend({"kind": _kind(p), "path": p} for p in inner)
+        elif Path(resolved).exists():
+            files.append({"kind": _kind(resolved), "path": str(Path(resolved).resolve())})
+        else:
+            files.append({"kind": "hub", "path": resolved})
+    return _apply_epochs(files, epochs)
+
+
+def _apply_epochs(files: list[dict], epochs: float) -> list[dict]:
+    if epochs <= 0:
+        raise DataError(f"epochs/weight must be > 0, got {epochs}")
+    whole, frac = int(epochs), epochs - int(epochs)
+    out = []
+    for p in range(whole):
+        out.extend({**f, "pass": p, "fraction": 1.0} for f in files)
+    if frac > 1e-9:
+        out.extend({**f, "pass": whole, "fraction": frac} for f in files if f["kind"] != "missing")
+    return out
+
+
+def expand_blend(blend_path) -> list[dict]:
+    """Read a blend file and return its sources.
+
+    Format (JSON)::
+
+        {"sources": [
+            {"name": "code", "paths": ["data/code-*.jsonl.zst"], "epochs": 2},
+            {"name": "web",  "paths": ["data/web.parquet"],      "weight": 0.5}
+        ]}
+
+    ``epochs`` (alias ``weight``, default 1) is how many times a source is used: the whole part
+    repeats it, the fractional part keeps a deterministic pseudo-random subset of its documents
+    (hash of file, line and pass). Sources are read in the order listed; training shuffles blocks.
+    """
+    path = Path(blend_path)
+    if not path.is_file():
+        raise DataError(f"{path}: blend file does not exist")
+    try:
+        blend = json.loads(path.read_text())
+    except ValueError as e:
+        raise DataError(f"{path}: blend file is not valid JSON ({e})") from None
+    sources = blend.get("sources") if isinstance(blend, dict) else None
+    if not isinstance(sources, list) or not sources:
+        raise DataError(f"{path}: blend file needs a non-empty 'sources' list")
+    files = []
+    for i, src in enumerate(sources):
+        paths = src.get("paths", src.get("path"))
+        if isinstance(paths, str):
+            paths = [paths]
+        if not paths:
+            raise DataError(f"{path}: sources[{i}] has no 'paths'")
+        # relative paths are relative to the blend file
+        paths = [p if (Path(p).is_absolute() or ":" in p.split("/")[0]) else str(path.parent / p) for p in paths]
+        epochs = float(src.get("epochs", src.get("weight", 1.0)))
+        files.extend(expand_inputs(paths, epochs=epochs))
+    return files
+
+
+# ----------------------------------------------------------------------------- line readers
+def _iter_lines_plain(path: str) -> Iterator[tuple[int, bytes | None, str | None]]:
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            yield n, raw, None
+
+
+def _iter_lines_zst(path: str) -> Iterator[tuple[int, bytes | None, str | None]]:
+    """Decompress chunk by chunk; a frame that never ends (or corrupt data) is reported."""
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor(max_window_size=1 << 31)
+    n = 0
+    buf = b""
+    with open(path, "rb") as fh:
+        dobj = dctx.decompressobj()
+        in_frame = False
+        error = None
+        while error is None:
+            chunk = fh.read(_CHUNK)
+            if not chunk:
+                break
+            while chunk:
+                try:
+                    data = dobj.decompress(chunk)
+                except zstandard.ZstdError as e:
+                    error = f"corrupt zstd data ({e})"
+                    break
+                in_frame = True
+                chunk = b""
+                if dobj.eof:  # frame complete; another frame may follow
+                    chunk = dobj.unused_data
+                    dobj = dctx.decompressobj()
+                    in_frame = False
+                if data:
+                    buf += data
+                    lines = buf.split(b"\n")
+                    buf = lines.pop()
+                    for line in lines:
+                        n += 1
+                        yield n, line, None
+        if error is None and in_frame:
+            error = "zstd frame ends early (truncated file)"
+    if error is not None:
+        # the partial last line is lost with the rest of the file
+        yield n + 1, None, error
+    elif buf:
+        yield n + 1, buf, None
+
+
+def _iter_parquet(path: str) -> Iterator[tuple[int, dict]]:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    names = set(pf.schema_arrow.names)
+    cols = [c for c in ("text", "meta", "pile_set_name") if c in names]
+    n = 0
+    for batch in pf.iter_batches(batch_size=1024, columns=cols or None):
+        for row in batch.to_pylist():
+            n += 1
+            yield n, row
+
+
+def _iter_hub(name: str) -> Iterator[tuple[int, dict]]:
+    import datasets
+
+    ds = datasets.load_dataset(name, split="train", streaming=True)
+    for n, row in enumerate(ds, 1):
+        yield n, row
+
+
+# ----------------------------------------------------------------------------- records
+def _set_name(obj: dict) -> str:
+    meta = obj.get("meta")
+    if isinstance(meta, str):  # some Pile mirrors store meta as a JSON string
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            meta = None
+    name = meta.get("pile_set_name") if isinstance(meta, dict) else obj.get("pile_set_name")
+    return str(name) if name else UNKNOWN_SET
+
+
+def _check(obj) -> tuple[str | None, str | None, str]:
+    """-> (text, set, reason); reason is "" for a good record."""
+    if not isinstance(obj, dict):
+        return None, None, "malformed_json"
+    text = obj.get("text")
+    if not isinstance(text, str):
+        return None, None, "missing_text"
+    if not text.strip():
+        return None, None, "empty_document"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None, None, "non_utf8"
+    return text, _set_name(obj), ""
+
+
+def _records(src: dict) -> Iterator[tuple[int, str | None, str | None, str, str]]:
+    """-> (line, text, set, reason, detail) for one source."""
+    kind, path = src["kind"], src["path"]
+    if kind == "missing":
+        yield 0, None, None, "missing_file", src.get("error", "does not exist")
+        return
+    if kind in ("jsonl", "zst"):
+        if not os.path.exists(path):
+            yield 0, None, None, "missing_file", "does not exist"
+            return
+        lines = _iter_lines_zst(path) if kind == "zst" else _iter_lines_plain(path)
+        for n, raw, error in lines:
+            if error is not None:
+                yield n, None, None, "truncated_zst", error
+                return
+            if not raw.strip():
+                continue
+            try:
+                s = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield n, None, None, "non_utf8", f"invalid byte at offset {e.start}"
+                continue
+            try:
+                obj = json.loads(s)
+            except ValueError as e:
+                yield n, None, None, "malformed_json", str(e)
+                continue
+            text, set_name, reason = _check(obj)
+            yield n, text, set_name, reason, ""
+    else:
+        rows = _iter_parquet(path) if kind == "parquet" else _iter_hub(path)
+        for n, row in rows:
+            text, set_name, reason = _check(row)
+            yield n, text, set_name, reason, ""
+
+
+def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None = None):
+    """``datasets.Dataset.from_generator`` generator: one row per record of ``files``.
+
+    Stops after ``limit`` good documents (per worker; the caller cuts the concatenation).
+    """
+    if on_bad not in POLICIES:
+        raise DataError(f"on_bad must be one of {POLICIES}, got {on_bad!r}")
+    good = 0
+    for src in files:
+        frac = src.get("fraction", 1.0)
+        warned = 0
+        for line, text, set_name, reason, detail in _records(src):
+            where = f"{src['path']}:{line}"
+            if reason:
+                msg = f"{where}: {reason}" + (f" ({detail})" if detail else "")
+                if on_bad == "fail":
+                    raise DataError(msg + " [on_bad=fail]")
+                if warned < _MAX_WARNINGS_PER_FILE:
+                    logger.warning("skipped %s", msg)
+                elif warned == _MAX_WARNINGS_PER_FILE:
+                    logger.warning("%s: more bad records; see manifest.json for counts", src["path"])
+                warned += 1
+                yield {"text": None, "set": None, "skip": reason, "where": where}
+                continue
+            if frac < 1.0:
+                key = f"{src['path']}:{line}:{src.get('pass', 0)}".encode()
+                if zlib.crc32(key) / 2**32 >= frac:
+                    continue
+            yield {"text": text, "set": set_name, "skip": "", "where": ""}
+            good += 1
+            if limit is not None and good >= limit:
+                return
+
+
+def source_label(src: dict) -> str:
+    return src["path"]
+
+
+__all__ = [
+    "DataError", "REASONS", "POLICIES", "expand_inputs", "expand_blend", "generate_records",
+]
