@@ -1,0 +1,132 @@
+"""Text generation from a checkpoint through ``transformers.pipeline("text-generation")``.
+
+Conditional (one or many prompts) and unconditional (start from the tokenizer's BOS token, or
+its end-of-text/EOS token when there is no BOS, as for GPT-2) sampling with max new tokens,
+temperature, top-p, top-k, repetition penalty and a seed.  ``temperature=0`` means greedy.
+For a fixed seed the outputs are reproducible (same machine / library versions).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class CheckpointNotFoundError(FileNotFoundError):
+    """One-line error for a missing / incomplete checkpoint directory."""
+
+
+def _load(model, device=None):
+    """-> (model, tokenizer) from a path, a (model, tokenizer) pair or a pipeline."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Pipeline
+
+    if isinstance(model, Pipeline):
+        return model.model, model.tokenizer
+    if isinstance(model, (tuple, list)) and len(model) == 2:
+        return model[0], model[1]
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        raise CheckpointNotFoundError(f"checkpoint not found: {path} (expected a save_pretrained directory)")
+    if not (path / "config.json").is_file():
+        raise CheckpointNotFoundError(f"not a checkpoint: {path} has no config.json")
+    tok = AutoTokenizer.from_pretrained(str(path))
+    lm = AutoModelForCausalLM.from_pretrained(str(path))
+    return lm, tok
+
+
+def start_token(tokenizer) -> str:
+    """Text that starts an unconditional sample: BOS if the tokenizer has one, else EOS."""
+    token = tokenizer.bos_token or tokenizer.eos_token
+    if token is None:
+        raise ValueError("tokenizer has neither a BOS nor an EOS token: cannot sample unconditionally")
+    return token
+
+
+def generate(
+    model,
+    prompts=None,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 50,
+    repetition_penalty: float = 1.0,
+    seed: int = 0,
+    device=None,
+    num_samples: int = 1,
+) -> list[dict]:
+    """Generate continuations.
+
+    ``model``: checkpoint dir, ``(model, tokenizer)`` pair or a text-generation pipeline.
+    ``prompts``: a string, a list of strings, or ``None`` / ``[]`` for unconditional sampling
+    (``num_samples`` samples from the start token).  Returns one dict per sample:
+    ``{"prompt", "completion", "text", "unconditional", "seed", "settings"}``.
+    """
+    import torch
+    from transformers import pipeline, set_seed
+
+    lm, tok = _load(model, device)
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    prompts = list(prompts or [])
+    unconditional = not prompts
+    if device is None:
+        device = lm.device if getattr(lm, "device", None) is not None and lm.device.type != "meta" else "cpu"
+    lm.eval()
+    pipe = pipeline("text-generation", model=lm, tokenizer=tok, device=device)
+
+    do_sample = temperature is not None and temperature > 0
+    gen_kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        do_sample=do_sample,
+        repetition_penalty=repetition_penalty,
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+        return_full_text=False,
+    )
+    if do_sample:
+        gen_kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
+    settings = {
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k,
+        "repetition_penalty": repetition_penalty,
+        "do_sample": do_sample,
+        "seed": seed,
+    }
+
+    inputs = [start_token(tok)] * max(num_samples, 1) if unconditional else prompts
+    results = []
+    set_seed(seed)
+    with torch.no_grad():
+        for i, text in enumerate(inputs):
+            if unconditional:
+                # ask the tokenizer not to add anything: the start token is the whole prompt
+                out = pipe(text, add_special_tokens=False, **gen_kwargs)
+            else:
+                out = pipe(text, **gen_kwargs)
+            completion = out[0]["generated_text"]
+            prompt = "" if unconditional else text
+            results.append(
+                {
+                    "prompt": prompt,
+                    "completion": completion,
+                    "text": prompt + completion,
+                    "unconditional": unconditional,
+                    "index": i,
+                    "seed": seed,
+                    "settings": settings,
+                }
+            )
+    return results
+
+
+def format_results(results: list[dict]) -> str:
+    """Human-readable: each prompt and its completion, clearly delimited."""
+    blocks = []
+    for r in results:
+        head = f"=== sample {r['index']} (unconditional) ===" if r["unconditional"] else f"=== prompt {r['index']} ==="
+        body = [head]
+        if not r["unconditional"]:
+            body += [r["prompt"], "--- completion ---"]
+        body.append(r["completion"])
+        blocks.append("\n".join(body))
+    return "\n\n".join(blocks) + "\n"

@@ -1,0 +1,186 @@
+"""Score a checkpoint with lm-evaluation-harness on the local ARC / OpenBookQA files.
+
+``evaluate_checkpoint`` = ``lm_eval.simple_evaluate(model=HFLM(...), tasks=...,
+task_manager=TaskManager(include_path=<hfpretrain task dir>))``, 0-shot, full test sets unless
+``limit``; writes lm-eval's own results JSON plus a one-table ``summary.md``.
+``scoring="avg_logprob"`` (or ``"both"``) adds the reference report's per-token rule
+(see ``hfpretrain.eval.scoring``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+from importlib import metadata as _md
+from pathlib import Path
+
+from hfpretrain.eval.local_tasks import DEFAULT_TASKS, load_tasks, task_manager
+
+SCORINGS = ("lm_eval", "avg_logprob", "both")
+
+
+class CheckpointNotFoundError(FileNotFoundError):
+    """One-line error for a missing / incomplete checkpoint directory."""
+
+
+def check_checkpoint(checkpoint) -> Path:
+    path = Path(checkpoint).expanduser()
+    if not path.is_dir():
+        raise CheckpointNotFoundError(f"checkpoint not found: {path} (expected a save_pretrained directory)")
+    if not (path / "config.json").is_file():
+        raise CheckpointNotFoundError(f"not a checkpoint: {path} has no config.json")
+    return path
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _version(pkg: str) -> str:
+    try:
+        return _md.version(pkg)
+    except _md.PackageNotFoundError:
+        return "unknown"
+
+
+def make_lm(checkpoint, batch_size=8, dtype="auto", device=None):
+    """``HFLM`` for a checkpoint dir (tokenizer from the same dir; pad = eos when missing)."""
+    from lm_eval.models.huggingface import HFLM
+
+    path = check_checkpoint(checkpoint)
+    return HFLM(
+        pretrained=str(path),
+        tokenizer=str(path),
+        batch_size=batch_size,
+        dtype=dtype,
+        device=device or _default_device(),
+    )
+
+
+def evaluate_checkpoint(
+    checkpoint,
+    tasks=DEFAULT_TASKS,
+    limit=None,
+    batch_size=8,
+    dtype="auto",
+    device=None,
+    out_dir=None,
+    data_root=None,
+    scoring: str = "lm_eval",
+) -> dict:
+    """Evaluate ``checkpoint`` 0-shot on ``tasks``; return lm-eval's results dict (+ run info).
+
+    The returned dict is ``lm_eval.simple_evaluate``'s (``results``, ``configs``, ``n-samples``,
+    ...), with ``hfpretrain`` (lm-eval version, batch size, dtype, device, limit, data root,
+    scoring) and, for ``scoring`` in ("avg_logprob", "both"), ``avg_logprob``
+    (``{task: {acc, acc_norm, acc_avg_logprob, *_stderr, n}}``) added.  With ``out_dir`` it writes
+    ``results.json`` and ``summary.md`` there.
+    """
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
+    if isinstance(tasks, str):
+        tasks = [t for t in tasks.split(",") if t]
+    tasks = list(tasks)
+    check_checkpoint(checkpoint)
+    task_objs = load_tasks(tasks, data_root)  # checks data files (one-line error)
+    lm = make_lm(checkpoint, batch_size=batch_size, dtype=dtype, device=device)
+
+    results: dict = {}
+    if scoring in ("lm_eval", "both"):
+        import lm_eval
+
+        results = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=tasks,
+            num_fewshot=0,
+            limit=limit,
+            task_manager=task_manager(data_root),
+            log_samples=False,
+        )
+    if scoring in ("avg_logprob", "both"):
+        from hfpretrain.eval.scoring import apply_limit, score_docs
+
+        results["avg_logprob"] = {
+            name: score_docs(lm, task, apply_limit(task.test_docs(), limit), prompt="reference")
+            for name, task in task_objs.items()
+        }
+    results["hfpretrain"] = {
+        "checkpoint": str(Path(checkpoint).expanduser().resolve()),
+        "tasks": tasks,
+        "lm_eval_version": _version("lm_eval"),
+        "transformers_version": _version("transformers"),
+        "torch_version": _version("torch"),
+        "batch_size": batch_size,
+        "dtype": str(getattr(lm.model, "dtype", dtype)).replace("torch.", ""),
+        "requested_dtype": str(dtype),
+        "device": str(lm.device),
+        "num_fewshot": 0,
+        "limit": limit,
+        "data_root": str(Path(data_root or os.environ.get("DATA_ROOT", "")).expanduser()),
+        "scoring": scoring,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if out_dir is not None:
+        write_outputs(results, out_dir)
+    return results
+
+
+def _fmt(value, stderr) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if stderr is None or (isinstance(stderr, float) and math.isnan(stderr)) or stderr == "N/A":
+        return f"{value:.4f}"
+    return f"{value:.4f} ± {stderr:.4f}"
+
+
+def summary_markdown(results: dict) -> str:
+    """One markdown table: task, docs, lm-eval acc / acc_norm, reference-rule acc (if computed)."""
+    info = results.get("hfpretrain", {})
+    lm_res = results.get("results", {})
+    avg = results.get("avg_logprob", {})
+    tasks = info.get("tasks") or sorted(set(lm_res) | set(avg))
+    lines = [
+        f"# Evaluation: `{info.get('checkpoint', '?')}`",
+        "",
+        f"lm-eval {info.get('lm_eval_version')}, 0-shot, batch size {info.get('batch_size')}, "
+        f"dtype {info.get('dtype')}, device {info.get('device')}, limit {info.get('limit')}, "
+        f"scoring {info.get('scoring')}, {info.get('date')}.",
+        "",
+        "| task | docs | acc | acc_norm | acc (avg log-prob/token, reference prompt) |",
+        "|---|---:|---|---|---|",
+    ]
+    n_samples = results.get("n-samples", {})
+    for t in tasks:
+        r = lm_res.get(t, {})
+        a = avg.get(t, {})
+        n = n_samples.get(t, {}).get("effective") or a.get("n", "")
+        lines.append(
+            f"| {t} | {n} | {_fmt(r.get('acc,none'), r.get('acc_stderr,none'))} | "
+            f"{_fmt(r.get('acc_norm,none'), r.get('acc_norm_stderr,none'))} | "
+            f"{_fmt(a.get('acc_avg_logprob'), a.get('acc_avg_logprob_stderr'))} |"
+        )
+    lines += [
+        "",
+        "acc / acc_norm: lm-eval's metrics (sum of log-probs; sum divided by choice length in characters). "
+        "The last column is the reference report's rule (mean log-prob per answer token after "
+        "\"Question: X\\nAnswer:\"), computed by hfpretrain.eval.scoring.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_outputs(results: dict, out_dir) -> tuple[Path, Path]:
+    from lm_eval.utils import handle_non_serializable
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dump = {k: v for k, v in results.items() if k != "samples"}
+    json_path = out / "results.json"
+    json_path.write_text(json.dumps(dump, indent=2, default=handle_non_serializable, ensure_ascii=False))
+    md_path = out / "summary.md"
+    md_path.write_text(summary_markdown(results))
+    return json_path, md_path
