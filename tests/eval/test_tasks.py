@@ -1,0 +1,166 @@
+"""The local task twins: same prompts/choices/targets as lm-eval's built-ins, full sizes, quirks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hfpretrain.eval.ai2 import FULL_SIZES, MissingEvalDataError, gold_index, load_dataset_dict, read_split
+from hfpretrain.eval.local_tasks import TASK_DIR, load_tasks
+
+TASKS = ("arc_easy", "arc_challenge", "openbookqa")
+TEMPLATE_KEYS = (
+    "output_type", "test_split", "validation_split", "training_split", "doc_to_text", "doc_to_target",
+    "doc_to_choice", "should_decontaminate", "doc_to_decontamination_query", "metric_list", "metadata",
+)
+
+
+@pytest.fixture(scope="module")
+def local_tasks(data_root):
+    return load_tasks(TASKS, data_root, splits=("train", "validation", "test"))
+
+
+def _builtin_cfg(name: str) -> dict:
+    import lm_eval
+
+    base = Path(lm_eval.__file__).parent / "tasks"
+    if name == "openbookqa":
+        return yaml.safe_load((base / "openbookqa" / "openbookqa.yaml").read_text())
+    cfg = yaml.safe_load((base / "arc" / "arc_easy.yaml").read_text())
+    if name == "arc_challenge":
+        extra = yaml.safe_load((base / "arc" / "arc_challenge.yaml").read_text())
+        extra.pop("include")
+        cfg.update(extra)
+    return cfg
+
+
+def _builtin_task_on_local_data(name: str, data_root):
+    """lm-eval's built-in config, verbatim, with only the data source replaced."""
+    from lm_eval.api.task import ConfigurableTask
+
+    cfg = _builtin_cfg(name)
+    cfg.pop("tag", None)
+    cfg.pop("dataset_path"), cfg.pop("dataset_name", None)
+    cfg["custom_dataset"] = lambda **_: load_dataset_dict(name, data_root)
+    return ConfigurableTask(config=cfg)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_yaml_fields_equal_builtin(name, local_tasks):
+    builtin = _builtin_cfg(name)
+    ours = local_tasks[name].config
+    assert ours.task == builtin["task"] == name
+    for key in TEMPLATE_KEYS:
+        mine = getattr(ours, key)
+        if key == "metadata":
+            assert mine["version"] == builtin["metadata"]["version"]
+        else:
+            assert mine == builtin[key], key
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_documents_render_identically(name, data_root, local_tasks):
+    ours = local_tasks[name]
+    theirs = _builtin_task_on_local_data(name, data_root)
+    docs_o, docs_t = ours.test_docs(), theirs.test_docs()
+    rows = list(range(5)) + [i for i, d in enumerate(docs_o) if d["choices"]["label"][0] == "1"][:3]
+    rows += [i for i, d in enumerate(docs_o) if len(d["choices"]["text"]) != 4][:3]
+    for i in rows:
+        a, b = docs_o[i], docs_t[i]
+        assert ours.doc_to_text(a) == theirs.doc_to_text(b)
+        assert ours.doc_to_choice(a) == theirs.doc_to_choice(b)
+        assert ours.doc_to_target(a) == theirs.doc_to_target(b) == gold_index(a)
+    ours.build_all_requests(limit=6, rank=0, world_size=1)
+    theirs.build_all_requests(limit=6, rank=0, world_size=1)
+    assert [x.args for x in ours.instances] == [x.args for x in theirs.instances]
+    assert len(ours.instances) >= 6 * 3
+    ctx, cont = ours.instances[0].args
+    if name == "openbookqa":
+        assert ctx == docs_o[0]["question_stem"]
+    else:
+        assert ctx == f"Question: {docs_o[0]['question']}\nAnswer:"
+    assert cont == " " + docs_o[0]["choices"]["text"][0]
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_full_document_counts(name, local_tasks):
+    task = local_tasks[name]
+    assert len(task.test_docs()) == FULL_SIZES[name]["test"]
+    assert len(task.validation_docs()) == FULL_SIZES[name]["validation"]
+    assert len(task.training_docs()) == FULL_SIZES[name]["train"]
+
+
+def test_full_sizes_are_the_published_ones():
+    assert {k: v["test"] for k, v in FULL_SIZES.items()} == {
+        "arc_easy": 2376, "arc_challenge": 1172, "openbookqa": 500
+    }
+
+
+def test_ai2_to_hf_layout(data_root):
+    arc = {d["id"]: d for d in read_split("arc_easy", "test", data_root)}
+    assert arc["NYSEDREGENTS_2015_8_28"] == {
+        "id": "NYSEDREGENTS_2015_8_28",
+        "question": "All living and nonliving material is composed of",
+        "choices": {"text": ["air", "elements", "water", "soil"], "label": ["1", "2", "3", "4"]},
+        "answerKey": "2",
+    }
+    obqa = read_split("openbookqa", "test", data_root)[1]
+    assert obqa == {
+        "id": "1129",
+        "question_stem": "There is most likely going to be fog around:",
+        "choices": {"text": ["a marsh", "a tundra", "the plains", "a desert"], "label": ["A", "B", "C", "D"]},
+        "answerKey": "A",
+    }
+
+
+@pytest.mark.parametrize(
+    "name,numeric,three,five", [("arc_easy", 97, 7, 4), ("arc_challenge", 22, 4, 3)]
+)
+def test_label_quirks_counted_and_targets_in_range(name, numeric, three, five, local_tasks, data_root):
+    task = local_tasks[name]
+    docs = task.test_docs()
+    assert sum(d["choices"]["label"][0] == "1" for d in docs) == numeric
+    assert sum(len(d["choices"]["text"]) == 3 for d in docs) == three
+    assert sum(len(d["choices"]["text"]) == 5 for d in docs) == five
+    # the gold text is the choice whose label is the answerKey in the raw AI2 row
+    raw = {}
+    sub = {"arc_easy": "ARC-Easy-Test.jsonl", "arc_challenge": "ARC-Challenge-Test.jsonl"}[name]
+    with open(data_root / "eval" / name / sub, encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            raw[r["id"]] = next(c["text"] for c in r["question"]["choices"] if c["label"] == r["answerKey"])
+    for d in docs:
+        t = task.doc_to_target(d)
+        assert 0 <= t < len(d["choices"]["text"])
+        assert task.doc_to_choice(d)[t] == raw[d["id"]]
+
+
+def test_label_quirk_rows_score_correctly(local_tasks):
+    """lm-eval's own process_results on quirk rows: gold chosen -> acc 1, other -> acc 0."""
+    task = local_tasks["arc_easy"]
+    quirky = [d for d in task.test_docs() if d["choices"]["label"][0] == "1" or len(d["choices"]["text"]) != 4]
+    assert len(quirky) > 90
+    for d in quirky[:30]:
+        n, gold = len(d["choices"]["text"]), task.doc_to_target(d)
+        lls = [(-10.0, False)] * n
+        lls[gold] = (-1.0, True)
+        assert task.process_results(d, lls)["acc"] == 1.0
+        wrong = [(-10.0, False)] * n
+        wrong[(gold + 1) % n] = (-1.0, True)
+        assert task.process_results(d, wrong)["acc"] == 0.0
+
+
+def test_missing_data_file_is_one_clear_line(tmp_path):
+    (tmp_path / "eval").mkdir()
+    with pytest.raises(MissingEvalDataError) as err:
+        load_tasks(["arc_easy"], tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg and "ARC-Easy-Test.jsonl" in msg
+
+
+def test_task_dir_is_package_data():
+    names = sorted(p.name for p in TASK_DIR.iterdir() if p.suffix in (".yaml", ".py"))
+    assert names == ["arc_challenge.yaml", "arc_easy.yaml", "local_data.py", "openbookqa.yaml"]
