@@ -1,0 +1,50 @@
+"""Models and accounting: the config zoo, attention backend choice, parameter/FLOP counts,
+peak-FLOPs table, memory estimator and the compute planner.
+
+Each piece lives in a small module; this package re-exports the public API.
+"""
+
+from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS, choose_attn_implementation
+from hfpretrain.models.flops import FORMULA, FlopsPerToken, flops_per_token, matmul_params, mfu
+from hfpretrain.models.hardware import GPU_PEAK_FLOPS, canonical_gpu, detect_peak_flops, peak_flops
+from hfpretrain.models.memory import MemoryEstimate, estimate_memory
+from hfpretrain.models.params import ParamCounts, count_params, meta_model
+from hfpretrain.models.planner import Plan, chinchilla_optimal, plan
+from hfpretrain.models.zoo import (
+    CONFIG_DIR,
+    build_model,
+    load_config,
+    pad_vocab,
+    scaling_config_dict,
+    scaling_name,
+    zoo_names,
+)
+
+__all__ = [
+    "CONFIG_DIR",
+    "FORMULA",
+    "GPU_PEAK_FLOPS",
+    "KNOWN_IMPLEMENTATIONS",
+    "FlopsPerToken",
+    "MemoryEstimate",
+    "ParamCounts",
+    "Plan",
+    "build_model",
+    "canonical_gpu",
+    "chinchilla_optimal",
+    "choose_attn_implementation",
+    "count_params",
+    "detect_peak_flops",
+    "estimate_memory",
+    "flops_per_token",
+    "load_config",
+    "matmul_params",
+    "meta_model",
+    "mfu",
+    "pad_vocab",
+    "peak_flops",
+    "plan",
+    "scaling_config_dict",
+    "scaling_name",
+    "zoo_names",
+]

@@ -1,0 +1,177 @@
+"""Training memory estimator for HF Trainer-style mixed precision (``bf16=True``).
+
+Model of the run (what ``Trainer(bf16=True)`` does): the model stays fp32 (master weights), the
+forward runs under ``torch.autocast(bfloat16)``, gradients are fp32, AdamW keeps two fp32 states.
+
+Per parameter: weights 4 B, grads 4 B, AdamW 8 B (+4 B of foreach temporaries during ``step``).
+ZeRO stage ≥1 shards optimizer states over ``n_gpus``, ≥2 also grads, 3 also weights.
+
+Activations are the tensors autograd saves, counted per token per layer from the HF
+implementations under autocast (a = bytes of the autocast dtype, 2 for bf16; fp32 items are 4):
+
+* RMSNorm (Llama/Qwen3) saves its fp32 input and fp32 normalised output: 8·d, twice per layer.
+* Each projection saves its autocast-cast input: q,k,v → 3·a·d; gate,up → 2·a·d; o → a·d_attn;
+  down → a·d_ff. SwiGLU also saves gate, silu(gate), up: 3·a·d_ff.
+* Qwen3 QK-norm saves q,k in fp32 and the normalised bf16 copy: (4+a)·(d_attn + d_kv).
+* sdpa/flash keep q, k, v, out (a·(2·d_attn + 2·d_kv)) and the fp32 log-sum-exp (4·heads).
+  eager keeps q, k, v (k, v repeated to d_attn for GQA) and the probabilities, fp32 and bf16:
+  (4+a)·heads·S — the S² term that flash/sdpa avoid.
+* GPT-2: LayerNorm saves its fp32 input (4·d, twice), c_attn's cast input and the fused qkv
+  output (3·a·d, shared with sdpa), MLP: cast input, fc output, gelu output (2·a·d_ff).
+* Outside the layers: the final norm, the LM head's cast input, and cross-entropy over
+  B·S·V logits in fp32 — its peak (saved log-probs + their gradient + the input gradient,
+  12·V bytes per token) dominates at a 151k vocab. Autocast also caches a bf16 copy of
+  every matmul weight for the backward: 2·N_matmul bytes.
+
+With activation checkpointing (per decoder layer) only each layer's fp32 input (4·d) is kept,
+plus one layer's activations recomputed during its backward.
+
+``total`` is the modelled peak: the larger of (a) start of backward — weights, optimizer
+states, all activations, the cross-entropy peak and (with gradient accumulation) the gradients
+— and (b) the optimizer step — weights, gradients, states and AdamW's foreach temporaries.
+Compare it with ``torch.cuda.max_memory_allocated()`` (not ``nvidia-smi``: the CUDA context and
+allocator cache come on top).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from transformers import PretrainedConfig
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights: int
+    grads: int
+    optimizer: int
+    activations: int
+    total: int
+    activations_per_layer: int = 0
+    logits: int = 0
+    optimizer_step_peak: int = 0
+    backward_start_peak: int = 0
+
+    def gib(self) -> dict[str, float]:
+        return {k: round(v / GIB, 3) for k, v in asdict(self).items()}
+
+    def __str__(self) -> str:
+        g = self.gib()
+        return (f"weights {g['weights']:.2f} GiB, grads {g['grads']:.2f} GiB, optimizer {g['optimizer']:.2f} GiB, "
+                f"activations {g['activations']:.2f} GiB (logits {g['logits']:.2f}), total {g['total']:.2f} GiB")
+
+
+def _dims(config: PretrainedConfig) -> dict[str, int]:
+    d = config.hidden_size
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or d // heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    ff = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * d
+    return {"d": d, "h": heads, "da": heads * head_dim, "dkv": kv * head_dim, "ff": ff,
+            "L": config.num_hidden_layers, "V": config.vocab_size}
+
+
+def activation_bytes_per_token_per_layer(config: PretrainedConfig, seq_len: int, attn_implementation: str = "sdpa",
+                                         dtype: str = "bf16") -> int:
+    """Bytes autograd keeps per token for one decoder layer (no checkpointing)."""
+    a = 4 if dtype in ("fp32", "float32") else 2
+    x = _dims(config)
+    d, h, da, dkv, ff, S = x["d"], x["h"], x["da"], x["dkv"], x["ff"], seq_len
+    eager = attn_implementation == "eager"
+    if config.model_type == "gpt2":
+        total = 4 * d + a * d + 3 * a * d  # ln_1 input, c_attn cast input, fused qkv (kept by attention)
+        total += (a * da + 4 * h) if not eager else (4 + a) * h * S  # sdpa out + lse | probabilities
+        total += a * da  # merged heads, c_proj input
+        total += 4 * d + a * d + 2 * a * ff  # ln_2 input, c_fc cast input, fc out, gelu out
+        return int(total)
+    total = 2 * 8 * d  # two RMSNorms: fp32 input + fp32 normalised
+    total += 3 * a * d  # q, k, v cast inputs
+    if config.model_type == "qwen3":
+        total += (4 + a) * (da + dkv) + 4 * h  # q_norm / k_norm
+    if eager:
+        total += 3 * a * da + (4 + a) * h * S  # q, k, v (repeated for GQA), probabilities fp32 + cast
+    else:
+        total += a * (2 * da + 2 * dkv) + 4 * h  # q, k, v, out, lse
+    total += a * da  # o_proj input
+    total += 2 * a * d + 4 * a * ff  # gate/up cast inputs, gate, silu(gate), up, product (down input)
+    return int(total)
+
+
+def estimate_memory(
+    config: PretrainedConfig,
+    micro_batch: int,
+    seq_len: int,
+    n_gpus: int = 1,
+    zero_stage: int = 0,
+    grad_checkpointing: bool = False,
+    attn_implementation: str = "sdpa",
+    dtype: str = "bf16",
+    grad_accum: int = 1,
+) -> MemoryEstimate:
+    """Estimated peak memory of one GPU training ``config`` on ``micro_batch × seq_len`` tokens."""
+    from hfpretrain.models.flops import matmul_params
+    from hfpretrain.models.params import count_params
+
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0..3, got {zero_stage}")
+    if attn_implementation not in ("sdpa", "eager", "flash_attention_2"):
+        raise ValueError(f"unknown attn_implementation {attn_implementation!r}")
+    n = count_params(config).total
+    shard = max(1, int(n_gpus))
+    weights = 4 * n // (shard if zero_stage >= 3 else 1)
+    grads = 4 * n // (shard if zero_stage >= 2 else 1)
+    optimizer = 8 * n // (shard if zero_stage >= 1 else 1)
+    opt_temp = 4 * n // (shard if zero_stage >= 1 else 1)
+
+    x = _dims(config)
+    tokens = micro_batch * seq_len
+    mixed = dtype not in ("fp32", "float32")
+    a = 2 if mixed else 4
+    per_layer = activation_bytes_per_token_per_layer(config, seq_len, attn_implementation, dtype)
+    outside = 8 + 8 * x["d"] + a * x["d"]  # input ids, final norm (in + out), LM-head cast input
+    if attn_implementation == "eager":
+        outside += 4 * seq_len  # the materialised causal mask (shared by all layers)
+    if grad_checkpointing:
+        layers_bytes = tokens * (x["L"] * 4 * x["d"] + per_layer)
+    else:
+        layers_bytes = tokens * x["L"] * per_layer
+    logits = tokens * 12 * x["V"]
+    weight_cache = 2 * matmul_params(config) if mixed else 0
+    activations = layers_bytes + tokens * outside + logits + weight_cache
+
+    backward_start = weights + optimizer + activations + (grads if grad_accum > 1 else 4 * x["V"] * x["d"])
+    step = weights + grads + optimizer + opt_temp
+    total = max(backward_start, step)
+    return MemoryEstimate(weights=weights, grads=grads, optimizer=optimizer, activations=activations, total=total,
+                          activations_per_layer=per_layer * tokens, logits=logits, optimizer_step_peak=step,
+                          backward_start_peak=backward_start)
+
+
+def measure_saved_activations(model, input_ids, autocast_dtype=None) -> int:
+    """Bytes of the distinct tensors autograd saves during one forward with labels (parameters excluded).
+
+    Used to check :func:`estimate_memory`'s activation model on CPU; on a GPU compare
+    ``torch.cuda.max_memory_allocated()`` with ``estimate_memory(...).total`` instead.
+    """
+    import torch
+
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            storages[s.data_ptr()] = s.nbytes()
+        return t
+
+    device = input_ids.device.type
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        if autocast_dtype is not None:
+            with torch.autocast(device, dtype=autocast_dtype):
+                out = model(input_ids=input_ids, labels=input_ids)
+        else:
+            out = model(input_ids=input_ids, labels=input_ids)
+    del out
+    return sum(storages.values())

@@ -1,0 +1,198 @@
+"""The model zoo: config JSONs under ``configs/``, loading them with overrides, building models.
+
+A zoo entry is a plain Hugging Face config JSON (``model_type`` picks the family), so every
+architecture choice is a config field and an ablation is a config diff. ``load_config`` adds three
+things on top of ``AutoConfig``: zoo names, checked overrides, and vocab sizing from the tokenizer
+(padded up to a multiple of 128, refusing a model vocab that does not fit the tokenizer).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+
+from hfpretrain.models.backend import choose_attn_implementation
+
+logger = logging.getLogger(__name__)
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+DEFAULT_PAD_VOCAB_MULTIPLE = 128
+# Keys a zoo JSON or a saved config.json may carry that are not architecture fields.
+_IGNORED_KEYS = {"architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype"}
+# load_config options that are not config fields.
+_EXTRA_OVERRIDES = {"pad_vocab_multiple"}
+
+
+def zoo_names() -> list[str]:
+    """Names of the config JSONs shipped with the package."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+def zoo_path(name: str) -> Path:
+    path = CONFIG_DIR / f"{name}.json"
+    if not path.is_file():
+        close = difflib.get_close_matches(name, zoo_names(), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(zoo_names())}"
+        raise ValueError(f"no model config named {name!r} in the zoo{hint}")
+    return path
+
+
+def _read_spec(spec: str | Path) -> tuple[dict[str, Any], str]:
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise ValueError(f"{spec} is a directory without config.json")
+    elif not path.is_file():
+        if isinstance(spec, Path) or str(spec).endswith(".json") or "/" in str(spec):
+            raise ValueError(f"model config {spec} does not exist")
+        path = zoo_path(str(spec))
+    with open(path) as fh:
+        raw = json.load(fh)
+    if "model_type" not in raw:
+        raise ValueError(f"{path} has no 'model_type'; cannot tell the architecture family")
+    return raw, str(path)
+
+
+def pad_vocab(n: int, multiple: int = DEFAULT_PAD_VOCAB_MULTIPLE) -> int:
+    """``n`` rounded up to a multiple of ``multiple`` (tensor-core friendly embedding/LM-head shapes)."""
+    if multiple <= 1:
+        return int(n)
+    return int(math.ceil(n / multiple) * multiple)
+
+
+def _valid_keys(model_type: str) -> set[str]:
+    cfg = AutoConfig.for_model(model_type)
+    keys = set(cfg.to_dict()) | set(vars(cfg))
+    return {k for k in keys if not k.startswith("_")} | {"attn_implementation"}
+
+
+def load_config(
+    spec: str | Path,
+    overrides: dict | None = None,
+    vocab_size: int | None = None,
+) -> PretrainedConfig:
+    """Load a config from a zoo name, a JSON file or a directory holding ``config.json``.
+
+    ``overrides`` are config field names (an unknown name is a ValueError naming the nearest valid
+    one), plus ``pad_vocab_multiple`` (default 128). ``vocab_size`` is the tokenizer's ``len()``:
+    a config without an explicit ``vocab_size`` gets it padded up to the multiple; a config with
+    one must be able to hold the tokenizer (and be no more than the padding larger).
+    """
+    raw, source = _read_spec(spec)
+    raw = {k: v for k, v in raw.items() if k not in _IGNORED_KEYS}
+    overrides = dict(overrides or {})
+    multiple = int(overrides.pop("pad_vocab_multiple", DEFAULT_PAD_VOCAB_MULTIPLE))
+    model_type = overrides.pop("model_type", raw["model_type"])
+    valid = _valid_keys(model_type)
+    for key in overrides:
+        if key not in valid:
+            close = difflib.get_close_matches(key, sorted(valid | _EXTRA_OVERRIDES), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"unknown config field {key!r} for model_type {model_type!r}{hint}")
+    fields = {**raw, **overrides}
+    fields.pop("model_type", None)
+    explicit_vocab = fields.get("vocab_size")
+    if vocab_size is not None:
+        vocab_size = int(vocab_size)
+        if explicit_vocab is None:
+            fields["vocab_size"] = pad_vocab(vocab_size, multiple)
+        else:
+            explicit_vocab = int(explicit_vocab)
+            if explicit_vocab < vocab_size:
+                raise ValueError(
+                    f"tokenizer has {vocab_size} tokens but model vocab_size is {explicit_vocab} "
+                    f"(config {source}); use a config made for this tokenizer or override vocab_size"
+                )
+            if explicit_vocab > pad_vocab(vocab_size, multiple):
+                raise ValueError(
+                    f"tokenizer has {vocab_size} tokens but model vocab_size is {explicit_vocab}, more than "
+                    f"the tokenizer padded to a multiple of {multiple} ({pad_vocab(vocab_size, multiple)}): "
+                    f"config {source} was made for another tokenizer; override vocab_size to use it anyway"
+                )
+    attn = fields.pop("attn_implementation", None)
+    config = AutoConfig.for_model(model_type, **fields)
+    if attn is not None:
+        config.hfpretrain_attn_implementation = attn
+    return config
+
+
+def build_model(
+    config: PretrainedConfig,
+    attn_implementation: str = "auto",
+    dtype=None,
+) -> PreTrainedModel:
+    """Build a randomly initialised causal LM for ``config`` with the chosen attention backend.
+
+    ``attn_implementation="auto"`` defers to a backend forced by the config (``attn_implementation``
+    in its JSON/overrides), else picks flash_attention_2 > sdpa > eager; one line is logged.
+    """
+    requested = attn_implementation
+    if requested in (None, "auto"):
+        requested = getattr(config, "hfpretrain_attn_implementation", None) or "auto"
+    impl, reason = choose_attn_implementation(requested)
+    logger.info("attention backend: %s (%s)", impl, reason)
+    kwargs: dict[str, Any] = {"attn_implementation": impl}
+    if dtype is not None:
+        kwargs["dtype"] = _torch_dtype(dtype)
+    return AutoModelForCausalLM.from_config(config, **kwargs)
+
+
+def _torch_dtype(dtype):
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+             "fp32": torch.float32, "float32": torch.float32}
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(names)}")
+    return names[dtype]
+
+
+# ---------------------------------------------------------------------------------------------
+# The scaling family: one rule for depth and width.
+# ---------------------------------------------------------------------------------------------
+SCALING_DEPTHS = (5, 6, 8, 10, 12, 14, 16, 18)
+SCALING_ASPECT = 64  # d_model = 64 * n_layers
+SCALING_HEAD_DIM = 64  # so n_heads = n_layers
+SCALING_FFN_MULT = 3  # SwiGLU d_ff = 3 * d_model, as in the Qwen3 1.8B reference shape
+
+
+def scaling_config_dict(n_layers: int) -> dict[str, Any]:
+    """The rule behind ``scale_*``: Qwen3 blocks, d_model = 64·L, head_dim 64 (MHA), d_ff = 3·d_model.
+
+    Non-embedding parameters are then 13·L·d² (+ norms) = 53248·L³: L=5 → 6.7M, L=18 → 310M.
+    The vocab is left to the tokenizer (set by ``load_config(..., vocab_size=len(tokenizer))``).
+    """
+    d = SCALING_ASPECT * n_layers
+    heads = d // SCALING_HEAD_DIM
+    return {
+        "model_type": "qwen3",
+        "num_hidden_layers": n_layers,
+        "hidden_size": d,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "head_dim": SCALING_HEAD_DIM,
+        "intermediate_size": SCALING_FFN_MULT * d,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-06,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "initializer_range": 0.02,
+        "use_cache": False,
+    }
+
+
+def scaling_name(n_layers: int) -> str:
+    d = SCALING_ASPECT * n_layers
+    n = n_layers * (4 * d * d + 3 * d * SCALING_FFN_MULT * d)
+    return f"scale_{round(n / 1e6)}m"
