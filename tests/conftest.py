@@ -41,3 +41,18 @@ def mini_train(data_root) -> Path:
 @pytest.fixture(scope="session")
 def mini_val(data_root) -> Path:
     return data_root / "pretrain" / "mix" / "mini_val.jsonl.zst"
+
+
+@pytest.fixture(scope="session")
+def mini_blocks(tmp_path_factory, mini_train, mini_val, gpt2_tokenizer) -> Path:
+    """Output dir of the real data pipeline: 300 mini_train docs / 100 mini_val docs, gpt2, seq_len 128.
+
+    Layout: train/ and validation/ (datasets.save_to_disk; column input_ids = 128 uint16 ids per row,
+    set_ids), tokenizer/, manifest.json. See docs/data.md.
+    """
+    from hfpretrain.data import tokenize_corpus
+
+    return tokenize_corpus(
+        inputs=[mini_train], val_inputs=[mini_val], out=tmp_path_factory.mktemp("data") / "mini_blocks",
+        tokenizer=gpt2_tokenizer, seq_len=128, max_docs=300, val_docs=100,
+    )
