@@ -1,3 +1,139 @@
-class Plan: pass
-def plan(): pass
-def chinchilla_optimal(): pass
+"""Compute planner: budget (GPU × count × hours × MFU) → Chinchilla-optimal (N, D) → zoo shapes.
+
+    C      = n_gpus · hours · 3600 · peak_flops(gpu, dtype) · mfu            (model FLOPs)
+    N*, D* = Chinchilla-optimal split of C (``fit``):
+             "hoffmann": Hoffmann et al. 2022, approach 3 (L = E + A/N^α + B/D^β, A=406.4,
+                         B=410.7, α=0.34, β=0.28): N* = G·(C/6)^(β/(α+β)), D* = (C/6)/N*
+             "rule20":   D* = 20·N*, C = 6·N*·D*
+    For each of the zoo shapes nearest N* (in log N), tokens = C / flops_per_token(shape).total,
+    i.e. the whole budget spent at the formula of ``hfpretrain.models.flops``; the memory estimate
+    at the given micro-batch says whether it fits; steps = tokens / global batch tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from hfpretrain.models.flops import flops_per_token
+from hfpretrain.models.hardware import canonical_gpu, gpu_memory_bytes, peak_flops
+from hfpretrain.models.memory import GIB, estimate_memory
+from hfpretrain.models.params import count_params
+from hfpretrain.models.zoo import load_config, zoo_names
+
+HOFFMANN = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+DEFAULT_VOCAB = 151669  # the Qwen3 tokenizer, for zoo shapes whose vocab comes from the tokenizer
+MEMORY_HEADROOM = 0.92  # CUDA context, allocator fragmentation, NCCL buffers
+
+
+def chinchilla_optimal(compute_flops: float, fit: str = "hoffmann") -> tuple[float, float]:
+    """(N*, D*) for a budget of ``compute_flops`` with C = 6·N·D."""
+    if fit == "rule20":
+        n = math.sqrt(compute_flops / (6 * 20))
+        return n, 20 * n
+    if fit != "hoffmann":
+        raise ValueError(f"unknown fit {fit!r}; use 'hoffmann' or 'rule20'")
+    a, b = HOFFMANN["alpha"], HOFFMANN["beta"]
+    g = (a * HOFFMANN["A"] / (b * HOFFMANN["B"])) ** (1 / (a + b))
+    n = g * (compute_flops / 6) ** (b / (a + b))
+    return n, compute_flops / 6 / n
+
+
+@dataclass
+class Candidate:
+    name: str
+    params: int
+    non_embedding: int
+    flops_per_token: float
+    tokens: float
+    tokens_per_param: float
+    memory_gib: float
+    fits: bool
+    grad_accum: int
+    global_batch_tokens: int
+    steps: int
+    wall_hours: float
+
+
+@dataclass
+class Plan:
+    gpu: str
+    num_gpus: int
+    hours: float
+    mfu: float
+    seq_len: int
+    micro_batch: int
+    compute_flops: float
+    fit: str
+    optimal_params: float
+    optimal_tokens: float
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def table(self) -> str:
+        lines = [
+            f"budget: {self.num_gpus}x{self.gpu} x {self.hours:g} h at MFU {self.mfu:g} = {self.compute_flops:.3e} FLOPs",
+            f"Chinchilla-optimal ({self.fit}): N* = {self.optimal_params / 1e9:.2f}B params, "
+            f"D* = {self.optimal_tokens / 1e9:.1f}B tokens",
+            f"{'shape':<14}{'params':>9}{'tokens':>10}{'tok/param':>10}{'mem GiB':>9}{'fits':>6}"
+            f"{'accum':>6}{'steps':>9}{'hours':>8}",
+        ]
+        for c in self.candidates:
+            lines.append(
+                f"{c.name:<14}{c.params / 1e9:>8.2f}B{c.tokens / 1e9:>9.1f}B{c.tokens_per_param:>10.1f}"
+                f"{c.memory_gib:>9.1f}{'yes' if c.fits else 'NO':>6}{c.grad_accum:>6}{c.steps:>9,}{c.wall_hours:>8.1f}"
+            )
+        return "\n".join(lines)
+
+
+def plan(
+    gpu: str,
+    num_gpus: int,
+    hours: float,
+    mfu: float = 0.4,
+    seq_len: int = 2048,
+    micro_batch: int = 8,
+    global_batch_tokens: int = 2**20,
+    dtype: str = "bf16",
+    zero_stage: int = 1,
+    grad_checkpointing: bool = False,
+    attn_implementation: str = "flash_attention_2",
+    fit: str = "hoffmann",
+    n_nearest: int = 3,
+    vocab_size: int = DEFAULT_VOCAB,
+    shapes: list[str] | None = None,
+) -> Plan:
+    gpu_key = canonical_gpu(gpu)
+    peak = peak_flops(gpu_key, dtype)
+    compute = num_gpus * hours * 3600 * peak * mfu
+    n_opt, d_opt = chinchilla_optimal(compute, fit)
+    configs = {}
+    for name in shapes or [s for s in zoo_names() if s != "tiny"]:
+        try:
+            configs[name] = load_config(name, vocab_size=vocab_size)
+        except ValueError:  # a reference shape made for another tokenizer: take it as it is
+            configs[name] = load_config(name)
+    counts = {name: count_params(cfg) for name, cfg in configs.items()}
+    nearest = sorted(configs, key=lambda s: abs(math.log(counts[s].total / n_opt)))[:n_nearest]
+    result = Plan(gpu=gpu_key, num_gpus=num_gpus, hours=hours, mfu=mfu, seq_len=seq_len, micro_batch=micro_batch,
+                  compute_flops=compute, fit=fit, optimal_params=n_opt, optimal_tokens=d_opt)
+    per_step = micro_batch * seq_len * num_gpus
+    accum = max(1, math.ceil(global_batch_tokens / per_step))
+    for name in nearest:
+        cfg = configs[name]
+        fpt = flops_per_token(cfg, seq_len).total
+        tokens = compute / fpt
+        mem = estimate_memory(cfg, micro_batch, seq_len, n_gpus=num_gpus, zero_stage=zero_stage,
+                              grad_checkpointing=grad_checkpointing, attn_implementation=attn_implementation,
+                              dtype=dtype, grad_accum=accum)
+        batch_tokens = per_step * accum
+        result.candidates.append(Candidate(
+            name=name, params=counts[name].total, non_embedding=counts[name].non_embedding, flops_per_token=fpt,
+            tokens=tokens, tokens_per_param=tokens / counts[name].total, memory_gib=mem.total / GIB,
+            fits=mem.total <= MEMORY_HEADROOM * gpu_memory_bytes(gpu_key), grad_accum=accum,
+            global_batch_tokens=batch_tokens, steps=math.ceil(tokens / batch_tokens),
+            wall_hours=tokens * fpt / (num_gpus * peak * mfu) / 3600,
+        ))
+    return result
