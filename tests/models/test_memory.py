@@ -1,0 +1,51 @@
+import pytest
+import torch
+
+from hfpretrain.models import build_model, count_params, estimate_memory, load_config
+from hfpretrain.models.memory import GIB, measure_saved_activations
+
+B, S, V = 2, 256, 512
+SHAPES = {
+    "tiny": {"num_hidden_layers": 3, "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "head_dim": 32, "intermediate_size": 384, "vocab_size": V},
+    "llama3_2p2b": {"num_hidden_layers": 3, "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+                    "head_dim": 32, "intermediate_size": 384, "vocab_size": V},
+    "gpt2_1p29b": {"n_layer": 3, "n_embd": 128, "n_head": 4, "n_inner": 512, "vocab_size": V},
+}
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_activation_model_matches_saved_tensors_under_autocast(name, attn):
+    cfg = load_config(name, SHAPES[name])
+    torch.manual_seed(0)
+    model = build_model(cfg, attn_implementation=attn)
+    measured = measure_saved_activations(model, torch.randint(0, V, (B, S)), torch.bfloat16)
+    est = estimate_memory(cfg, B, S, attn_implementation=attn)
+    saved = est.activations - est.logits + B * S * 4 * V  # autograd keeps fp32 log-probs; 12V is the peak
+    assert abs(saved - measured) / measured < 0.10, (saved, measured)
+
+
+def test_eager_costs_more_and_checkpointing_less():
+    cfg = load_config("qwen3_1p8b")
+    sdpa = estimate_memory(cfg, 4, 2048, attn_implementation="sdpa")
+    eager = estimate_memory(cfg, 4, 2048, attn_implementation="eager")
+    ckpt = estimate_memory(cfg, 4, 2048, attn_implementation="sdpa", grad_checkpointing=True)
+    assert eager.activations > sdpa.activations > ckpt.activations
+    assert sdpa.logits == 4 * 2048 * 12 * 151680
+
+
+def test_states_and_zero1_sharding():
+    cfg = load_config("qwen3_1p8b")
+    one = estimate_memory(cfg, 1, 2048)
+    n = count_params(cfg).total
+    assert abs(n - 1.83e9) / 1.83e9 < 0.01
+    assert one.weights == 4 * n and one.grads == 4 * n and one.optimizer == 8 * n
+    z1 = estimate_memory(cfg, 1, 2048, n_gpus=8, zero_stage=1)
+    assert z1.optimizer == 8 * n // 8 and z1.grads == 4 * n and z1.weights == 4 * n
+    z3 = estimate_memory(cfg, 1, 2048, n_gpus=8, zero_stage=3)
+    assert z3.weights == 4 * n // 8
+    assert one.total >= one.weights + one.optimizer + one.activations
+    assert 0 < one.gib()["total"] == pytest.approx(one.total / GIB, abs=1e-3)
+    with pytest.raises(ValueError):
+        estimate_memory(cfg, 1, 2048, zero_stage=4)

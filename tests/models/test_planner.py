@@ -1,0 +1,49 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hfpretrain.models import chinchilla_optimal, peak_flops, plan
+
+REPO = Path(__file__).resolve().parents[2]
+REFERENCE_HOURS = 46.6  # 8 x B200 at MFU 0.40 (docs/models.md)
+
+
+def test_peak_flops_table():
+    assert peak_flops("H100") == peak_flops("NVIDIA H100 80GB HBM3") == peak_flops("NVIDIA H200") == 989e12
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops("NVIDIA B200", "fp8") == 2 * peak_flops("B200", "bf16")
+    assert peak_flops("NVIDIA A100-SXM4-80GB", "fp16") == 312e12
+    with pytest.raises(ValueError, match="known: B200"):
+        peak_flops("TPU v5e")
+    with pytest.raises(ValueError, match="no dense bf16"):
+        peak_flops("Tesla V100-SXM2-32GB", "bf16")
+
+
+def test_chinchilla_fits():
+    n, d = chinchilla_optimal(1e21, "rule20")
+    assert d == pytest.approx(20 * n) and 6 * n * d == pytest.approx(1e21)
+    n, d = chinchilla_optimal(5.76e23)  # Chinchilla's own budget: ~40B params under approach 3
+    assert 30e9 < n < 50e9 and 6 * n * d == pytest.approx(5.76e23)
+
+
+def test_reference_case_gives_the_1p8b_117b_plan():
+    p = plan("B200", 8, REFERENCE_HOURS, mfu=0.4, seq_len=2048, micro_batch=8)
+    best = p.candidates[0]
+    assert best.name == "qwen3_1p8b"
+    assert abs(best.params - 1.83e9) / 1.83e9 < 0.01
+    assert abs(best.tokens - 117e9) / 117e9 < 0.01
+    assert best.fits and best.wall_hours == pytest.approx(REFERENCE_HOURS)
+    assert best.steps == pytest.approx(best.tokens / best.global_batch_tokens, abs=1)
+    small = plan("A6000", 1, 24, micro_batch=64)
+    assert small.optimal_params < 2e8 and not any(c.name == "qwen3_1p8b" for c in small.candidates)
+    big_batch = plan("A6000", 1, REFERENCE_HOURS, micro_batch=64, shapes=["qwen3_1p8b"])
+    assert not big_batch.candidates[0].fits
+
+
+def test_script_prints_the_plan():
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "plan.py"), "--gpu", "B200", "--num-gpus", "8",
+                          "--hours", str(REFERENCE_HOURS), "--mfu", "0.4"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "qwen3_1p8b" in out and "117.0B" in out
