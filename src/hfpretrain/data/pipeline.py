@@ -196,6 +196,7 @@ def _check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
 
 def _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_len, val_docs,
            num_proc, max_docs, on_bad, max_bad_fraction, datasets):
+    t_start = time.time()
     cache = tmp / "_cache"
     dtype = ids_dtype(len(tok))
     tokfn = BatchTokenizer(tok.backend_tokenizer.to_str(), eos_id, dtype)
@@ -216,6 +217,7 @@ def _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_
         parts = {"train": (raw_tr, 0, _cut(skip_tr, max_docs)),
                  "validation": (raw_va, 0, _cut(skip_va, val_docs))}
 
+    timings = {"read_s": round(time.time() - t_start, 3)}
     stats = {}
     for split in ("train", "validation"):
         raw, lo, hi = parts[split]
@@ -227,6 +229,7 @@ def _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_
     result = {}
     for split in ("train", "validation"):
         raw, lo, hi = parts[split]
+        t_prev = time.time()
         sub = raw.select(range(lo, hi)) if (lo, hi) != (0, len(raw)) else raw
         if hi - lo == 0 or stats[split]["records_read"] == sum(stats[split]["skipped"].values()):
             raise DataError(f"{split}: no documents left to tokenize (read {hi - lo} records; skipped {stats[split]['skipped']})")
@@ -235,6 +238,8 @@ def _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_
             remove_columns=list(RAW_COLUMNS), desc=f"tokenize {split}",
             new_fingerprint=f"tok-{split}-{os.getpid()}-{time.time_ns()}",
         )
+        t1 = time.time()
+        timings[f"tokenize_{split}_s"] = round(t1 - t_prev, 3)
         packer = Packer(seq_len, eos_id, dtype, set_index)
         blocks = toks.with_format("arrow").map(
             packer, batched=True, batch_size=PACK_BATCH, num_proc=None,
@@ -247,6 +252,8 @@ def _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_
         )
         blocks = blocks.with_format(None)
         blocks.save_to_disk(str(tmp / split))
+        timings[f"pack_save_{split}_s"] = round(time.time() - t1, 3)
+        logger.info("%s: %s", split, {k: v for k, v in timings.items() if split in k or k == "read_s"})
         if packer.blocks == 0:
             raise DataError(f"{split}: {packer.tokens} tokens is fewer than one block of seq_len={seq_len}")
         # token conservation, checked not assumed
@@ -303,4 +310,5 @@ def _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_
         "sets": sets + (["other"] if len(sets) == 255 else []),
         "train": result["train"],
         "validation": result["validation"],
+        "timings": timings,
     }
