@@ -1,0 +1,70 @@
+"""LmEvalCallback scores the live model during a real Trainer run and logs next to the loss."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def test_importable_without_training_package():
+    code = (
+        "import sys; from hfpretrain.eval.callback import LmEvalCallback; "
+        "assert not [m for m in sys.modules if m.startswith('hfpretrain.training')]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_callback_logs_during_training(tiny_checkpoint, data_root, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+    from hfpretrain.eval.callback import LmEvalCallback
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_checkpoint))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint))
+    ids = tok("Plants need sunlight and water to make food." * 2)["input_ids"]
+    rows = [{"input_ids": ids, "labels": ids} for _ in range(8)]
+
+    class DS(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(rows)
+
+        def __getitem__(self, i):
+            return {k: torch.tensor(v) for k, v in rows[i].items()}
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=2, logging_steps=1,
+        report_to=[], use_cpu=True, save_strategy="no", learning_rate=1e-3, disable_tqdm=True,
+    )
+    cb = LmEvalCallback(tok, every_n_steps=2, task="arc_easy", limit=4, data_root=data_root)
+    trainer = Trainer(model=model, args=args, train_dataset=DS(), callbacks=[cb])
+    cb.attach(trainer)
+    trainer.train()
+    assert [h["step"] for h in cb.history] == [2, 4]
+    logged = [e for e in trainer.state.log_history if "eval/arc_easy_acc" in e]
+    assert [e["step"] for e in logged] == [2, 4]
+    for e in logged:
+        assert 0.0 <= e["eval/arc_easy_acc"] <= 1.0 and "eval/arc_easy_acc_norm" in e
+    assert any("loss" in e for e in trainer.state.log_history)
+    assert model.training  # restored after scoring
+
+
+def test_callback_without_trainer_appends_to_state(tiny_checkpoint, data_root):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerControl, TrainerState
+
+    from hfpretrain.eval.callback import LmEvalCallback
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_checkpoint))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint))
+    cb = LmEvalCallback(tok, every_n_steps=5, limit=3, data_root=data_root)
+    state, control = TrainerState(), TrainerControl()
+    state.global_step = 5
+    cb.on_step_end(None, state, control, model=model)
+    metrics = {}
+    cb.on_evaluate(None, state, control, metrics=metrics, model=model)  # same step: not re-scored
+    assert len(cb.history) == 1 and state.log_history[-1]["step"] == 5
+    assert metrics["eval/arc_easy_acc"] == state.log_history[-1]["eval/arc_easy_acc"]
+    with pytest.raises(ValueError):
+        LmEvalCallback(tok, every_n_steps=0)

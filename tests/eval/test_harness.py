@@ -1,0 +1,152 @@
+"""lm-eval offline on the tiny checkpoint: Python API, CLI with --include_path, script, scoring."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hfpretrain.eval import evaluate_checkpoint
+from hfpretrain.eval.harness import CheckpointNotFoundError
+from hfpretrain.eval.local_tasks import TASK_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS = ("arc_easy", "arc_challenge", "openbookqa")
+
+
+def _env(data_root):
+    return {**os.environ, "DATA_ROOT": str(data_root), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def evaluated(tiny_checkpoint, data_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("eval_out")
+    res = evaluate_checkpoint(
+        tiny_checkpoint, tasks=TASKS, limit=8, batch_size=8, dtype="float32", device="cpu",
+        out_dir=out, data_root=data_root, scoring="both",
+    )
+    return res, out
+
+
+def test_evaluate_checkpoint_runs_each_task(evaluated):
+    res, _ = evaluated
+    for t in TASKS:
+        r = res["results"][t]
+        for m in ("acc,none", "acc_norm,none", "acc_stderr,none", "acc_norm_stderr,none"):
+            assert isinstance(r[m], float)
+        assert 0.0 <= r["acc,none"] <= 1.0
+        assert res["n-samples"][t] == {"original": {"arc_easy": 2376, "arc_challenge": 1172, "openbookqa": 500}[t], "effective": 8}
+        assert res["configs"][t]["num_fewshot"] == 0
+    info = res["hfpretrain"]
+    import lm_eval  # noqa: F401
+    from importlib.metadata import version
+
+    assert info["lm_eval_version"] == version("lm_eval")
+    assert info["batch_size"] == 8 and info["dtype"] == "float32" and info["limit"] == 8
+
+
+def test_outputs_written(evaluated):
+    res, out = evaluated
+    data = json.loads((out / "results.json").read_text())
+    assert set(TASKS) <= set(data["results"]) and data["hfpretrain"]["lm_eval_version"]
+    assert set(data["avg_logprob"]) == set(TASKS)
+    md = (out / "summary.md").read_text()
+    assert md.count("\n| ") == 1 + len(TASKS)  # header + one row per task (one table)
+    assert "lm-eval " + data["hfpretrain"]["lm_eval_version"] in md and "batch size 8" in md and "dtype float32" in md
+
+
+def test_avg_logprob_scoring_consistent_with_lm_eval(evaluated):
+    """Same HFLM log-likelihoods: on ARC (same prompt) our acc/acc_norm equal lm-eval's."""
+    res, _ = evaluated
+    for t in ("arc_easy", "arc_challenge"):
+        ours, theirs = res["avg_logprob"][t], res["results"][t]
+        assert ours["n"] == 8
+        assert ours["acc"] == pytest.approx(theirs["acc,none"])
+        assert ours["acc_norm"] == pytest.approx(theirs["acc_norm,none"])
+    for t in TASKS:
+        assert 0.0 <= res["avg_logprob"][t]["acc_avg_logprob"] <= 1.0
+
+
+def test_per_token_average_rule(tiny_checkpoint, data_root):
+    """acc_avg_logprob picks argmax(sum_logprob / n_answer_tokens) with HFLM's tokenization."""
+    from lm_eval.models.huggingface import HFLM
+
+    from hfpretrain.eval.local_tasks import load_tasks
+    from hfpretrain.eval.scoring import continuation_token_count, reference_context, score_docs
+
+    lm = HFLM(pretrained=str(tiny_checkpoint), tokenizer=str(tiny_checkpoint), device="cpu", batch_size=4)
+    task = load_tasks(["openbookqa"], data_root)["openbookqa"]
+    doc = task.test_docs()[0]
+    ctx = reference_context(doc)
+    assert ctx == f"Question: {doc['question_stem']}\nAnswer:"
+    import torch
+
+    model, tok = lm.model, lm.tokenizer
+    sums, ntoks = [], []
+    for choice in doc["choices"]["text"]:
+        c_ids = tok(ctx)["input_ids"]
+        full = tok(ctx + " " + choice)["input_ids"]
+        n = len(full) - len(c_ids)
+        assert n == continuation_token_count(lm, ctx, " " + choice)
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([full])).logits[0].float(), -1)
+        sums.append(sum(logp[i - 1, full[i]].item() for i in range(len(c_ids), len(full))))
+        ntoks.append(n)
+    pred = max(range(len(sums)), key=lambda i: sums[i] / ntoks[i])
+    res = score_docs(lm, task, [doc], prompt="reference")
+    assert res["acc_avg_logprob"] == float(pred == task.doc_to_target(doc))
+    pred_sum = max(range(len(sums)), key=lambda i: sums[i])
+    assert res["acc"] == float(pred_sum == task.doc_to_target(doc))
+
+
+def test_lm_eval_cli_offline_with_include_path(tiny_checkpoint, data_root, tmp_path):
+    cmd = [
+        sys.executable, "-m", "lm_eval", "--model", "hf",
+        "--model_args", f"pretrained={tiny_checkpoint},dtype=float32",
+        "--tasks", "arc_easy,arc_challenge,openbookqa", "--include_path", str(TASK_DIR),
+        "--device", "cpu", "--batch_size", "8", "--limit", "4", "--output_path", str(tmp_path),
+    ]
+    p = subprocess.run(cmd, env=_env(data_root), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    files = list(tmp_path.rglob("results_*.json"))
+    assert len(files) == 1
+    data = json.loads(files[0].read_text())
+    for t in TASKS:
+        assert "acc,none" in data["results"][t] and "acc_norm_stderr,none" in data["results"][t]
+        assert data["n-samples"][t]["effective"] == 4
+        assert data["configs"][t]["metadata"]["config_source"].startswith(str(TASK_DIR))
+
+
+def test_missing_checkpoint_api(tmp_path, data_root):
+    with pytest.raises(CheckpointNotFoundError) as err:
+        evaluate_checkpoint(tmp_path / "nope", data_root=data_root)
+    assert "\n" not in str(err.value)
+
+
+def test_script_errors_are_one_line(tiny_checkpoint, data_root, tmp_path):
+    script = str(REPO / "scripts" / "evaluate.py")
+    p = subprocess.run([sys.executable, script, str(tmp_path / "nope")], env=_env(data_root),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert p.stderr.strip().count("\n") == 0 and "checkpoint not found" in p.stderr
+    (tmp_path / "eval").mkdir()
+    p = subprocess.run([sys.executable, script, str(tiny_checkpoint)], env=_env(tmp_path),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert p.stderr.strip().count("\n") == 0 and "ARC-Easy-Test.jsonl" in p.stderr
+
+
+def test_script_runs(tiny_checkpoint, data_root, tmp_path):
+    script = str(REPO / "scripts" / "evaluate.py")
+    p = subprocess.run(
+        [sys.executable, script, str(tiny_checkpoint), "--tasks", "arc_easy", "--limit", "3",
+         "--out", str(tmp_path / "o"), "--device", "cpu", "--dtype", "float32", "--scoring", "both"],
+        env=_env(data_root), capture_output=True, text=True, timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "| arc_easy | 3 |" in p.stdout
+    assert (tmp_path / "o" / "results.json").is_file() and (tmp_path / "o" / "summary.md").is_file()
