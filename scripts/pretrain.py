@@ -1,0 +1,35 @@
+#!/usr/bin/env python
+"""Pretrain a model from a recipe.
+
+    accelerate launch [--config_file accelerate_configs/X.yaml] scripts/pretrain.py recipes/X.yaml [section.key=value ...]
+    python scripts/pretrain.py recipes/X.yaml --dry-run      # the plan, no training
+"""
+
+import argparse
+import json
+import logging
+import sys
+
+from hfpretrain.training import pretrain
+from hfpretrain.training.config import RecipeError
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipe", help="recipe YAML (recipes/*.yaml)")
+    parser.add_argument("overrides", nargs="*", help="section.key=value, e.g. training.max_steps=100")
+    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and plan, do not train")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        result = pretrain(args.recipe, args.overrides, dry_run=args.dry_run)
+    except (RecipeError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

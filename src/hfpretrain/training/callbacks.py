@@ -1,0 +1,245 @@
+"""Training telemetry and safety as ``TrainerCallback``s, one small class per concern.
+
+Telemetry callbacks add their figures to the ``logs`` dict in ``on_log``; ``PretrainTrainer``
+runs project callbacks before the reporting integrations, so wandb/TensorBoard and the JSONL
+log all see the same numbers. Nothing here syncs the GPU outside logging steps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import signal
+import time
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_callback import ProgressCallback
+
+logger = logging.getLogger("hfpretrain")
+
+GIB = 1024**3
+
+
+class JsonlLogCallback(TrainerCallback):
+    """One JSON object per line: the config snapshot, every log/eval record, checkpoints, the end."""
+
+    def __init__(self, path: str | Path, snapshot: dict):
+        self.path, self.snapshot = Path(path), snapshot
+        self._file = None
+
+    def write(self, event: str, **data) -> None:
+        if self._file is None:
+            return
+        self._file.write(json.dumps({"event": event, "time": time.time(), **data}, default=str) + "\n")
+        self._file.flush()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a")
+            self.write("config", step=state.global_step, **self.snapshot)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        event = "eval" if any(k.startswith("eval_") for k in logs) else "log"
+        self.write(event, step=state.global_step, **logs)
+
+    def on_save(self, args, state, control, **kwargs):
+        self.write("checkpoint", step=state.global_step, path=f"{args.output_dir}/checkpoint-{state.global_step}")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.write("end", step=state.global_step)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class ThroughputCallback(TrainerCallback):
+    """Tokens/s, TFLOP/s and MFU per GPU and in total over each logging window.
+
+    Time spent in evaluation and checkpointing is excluded (reported separately as the
+    end-to-end figure at the end of the run), so the window measures training steps only.
+    """
+
+    def __init__(self, tokens_per_step: int, flops_per_token: float, peak_flops_per_gpu: float | None, world_size: int):
+        self.tokens_per_step, self.flops_per_token = tokens_per_step, flops_per_token
+        self.peak, self.world = peak_flops_per_gpu, world_size
+        self._window_start = self._last_step_end = self._train_start = None
+        self._window_steps, self._excluded, self._start_step = 0, 0.0, 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._window_start = self._last_step_end = self._train_start = time.perf_counter()
+        self._start_step = state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._window_steps += 1
+        self._last_step_end = time.perf_counter()
+
+    def _exclude_since_last_step(self):
+        self._excluded += time.perf_counter() - self._last_step_end
+        self._last_step_end = time.perf_counter()
+
+    on_evaluate = lambda self, *a, **k: self._exclude_since_last_step()  # noqa: E731
+    on_save = lambda self, *a, **k: self._exclude_since_last_step()  # noqa: E731
+
+    def figures(self, tokens: float, seconds: float) -> dict:
+        tok_s = tokens / max(seconds, 1e-9)
+        out = {"tokens_per_s": tok_s, "tokens_per_s_per_gpu": tok_s / self.world,
+               "tflops_per_gpu": tok_s * self.flops_per_token / self.world / 1e12}
+        if self.peak:
+            out["mfu"] = out["tflops_per_gpu"] * 1e12 / self.peak
+        return out
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None or self._window_steps == 0 or any(k.startswith("eval_") for k in logs):
+            return
+        now = time.perf_counter()
+        seconds = now - self._window_start - self._excluded
+        logs.update(self.figures(self._window_steps * self.tokens_per_step, seconds))
+        logs["tokens_seen"] = state.global_step * self.tokens_per_step
+        self._window_start, self._window_steps, self._excluded = now, 0, 0.0
+
+    def on_train_end(self, args, state, control, **kwargs):
+        wall = time.perf_counter() - self._train_start
+        self.end_to_end = self.figures((state.global_step - self._start_step) * self.tokens_per_step, wall)
+        self.end_to_end["wall_s"] = wall
+
+
+class MemoryCallback(TrainerCallback):
+    """Allocated, peak and reserved GPU memory at each log (GiB, this process's device)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None or not torch.cuda.is_available():
+            return
+        logs["mem_allocated_gib"] = torch.cuda.memory_allocated() / GIB
+        logs["mem_peak_gib"] = torch.cuda.max_memory_allocated() / GIB
+        logs["mem_reserved_gib"] = torch.cuda.memory_reserved() / GIB
+
+
+class GradStatsCallback(TrainerCallback):
+    """Global grad norm of every step (kept on device, written at log time), and per-layer norms
+    plus a histogram of log10|g| every ``interval`` steps (0: off)."""
+
+    def __init__(self, jsonl: JsonlLogCallback, interval: int = 0):
+        self.jsonl, self.interval = jsonl, interval
+        self._norms, self._first_step = [], None
+
+    def record(self, step: int, grad_norm) -> None:  # called by PretrainTrainer after clipping
+        if grad_norm is None:
+            return
+        if self._first_step is None:
+            self._first_step = step
+        self._norms.append(grad_norm if torch.is_tensor(grad_norm) else torch.tensor(float(grad_norm)))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not self._norms or logs is None:
+            return
+        norms = torch.stack([n.float().cpu() for n in self._norms]).tolist()
+        logs["grad_norm_max"] = max(norms)
+        self.jsonl.write("grad_norm", first_step=self._first_step, values=norms)
+        self._norms, self._first_step = [], None
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if not self.interval or (state.global_step + 1) % self.interval or model is None:
+            return
+        per_layer, logs = {}, []
+        for name, p in model.named_parameters():
+            if p.grad is None:
+                continue
+            g = p.grad.detach().float()
+            match = re.search(r"\.(\d+)\.", name)
+            key = f"layer_{match.group(1)}" if match else name.rsplit(".", 1)[0]
+            per_layer[key] = per_layer.get(key, 0.0) + g.pow(2).sum()
+            logs.append(g.abs().clamp_min(1e-30).log10().flatten()[::97])  # strided sample: cheap, unbiased enough
+        if not per_layer:  # e.g. DeepSpeed keeps gradients in its own buffers
+            return
+        hist = torch.histc(torch.cat(logs), bins=40, min=-12, max=2)
+        self.jsonl.write("grad_stats", step=state.global_step + 1,
+                         per_layer_norm={k: math.sqrt(float(v)) for k, v in per_layer.items()},
+                         log10_abs_grad_hist={"min": -12, "max": 2, "counts": hist.tolist()})
+
+
+class PreemptionCallback(TrainerCallback):
+    """SIGTERM (cluster preemption): finish the current step, save a checkpoint, stop cleanly."""
+
+    def __init__(self):
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.requested:
+            control.should_save = True
+            control.should_training_stop = True
+
+
+class ProfilerCallback(TrainerCallback):
+    """NVTX ranges per step (``nvtx``) and a torch.profiler window over steps [start, stop)."""
+
+    def __init__(self, out_dir: str | Path, window: list | None = None, nvtx: bool = False):
+        self.out_dir, self.nvtx = Path(out_dir), nvtx and torch.cuda.is_available()
+        self.start, self.stop = (int(window[0]), int(window[1])) if window else (None, None)
+        self._prof = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.nvtx:
+            torch.cuda.nvtx.range_push(f"step {state.global_step + 1}")
+        if self.start is not None and state.global_step == self.start and self._prof is None:
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            self._prof = torch.profiler.profile(activities=acts, record_shapes=True)
+            self._prof.__enter__()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.nvtx:
+            torch.cuda.nvtx.range_pop()
+        if self._prof is not None and state.global_step >= self.stop:
+            self._prof.__exit__(None, None, None)
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self._prof.export_chrome_trace(str(self.out_dir / f"trace-steps{self.start}-{self.stop}.json"))
+            self._prof = None
+
+
+class TelemetryProgressCallback(ProgressCallback):
+    """The usual progress bar, with loss, tokens/s and MFU shown beside it."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and logs:
+            shown = {"loss": logs.get("loss"), "tok/s": logs.get("tokens_per_s"), "mfu": logs.get("mfu")}
+            self.training_bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items() if v is not None}, refresh=False)
+        super().on_log(args, state, control, logs=logs, **kwargs)
+
+
+class DataPositionCallback(TrainerCallback):
+    """Puts the data sampler at the resumed step before the first batch is drawn."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trainer.position_data(state.global_step)
+
+
+class CompileCheckCallback(TrainerCallback):
+    """torch.compile can silently fall back to eager: after the first step, check that graphs exist."""
+
+    def __init__(self, n_compiled: int):
+        self.n_compiled, self.checked = n_compiled, False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.checked or not self.n_compiled:
+            return
+        self.checked = True
+        from torch._dynamo.utils import counters
+
+        graphs = counters["stats"]["unique_graphs"]
+        if graphs == 0:
+            raise RuntimeError("model.compile was requested but torch.compile produced no graph")
+        logger.info("torch.compile active: %d graph(s) for %d compiled module(s)", graphs, self.n_compiled)

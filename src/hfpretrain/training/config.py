@@ -1,0 +1,192 @@
+"""Recipe configuration: a YAML file plus ``section.key=value`` overrides, checked at start.
+
+Sections:
+  model       which config JSON to build, field overrides, attention backend, compilation, fused loss
+  data        the output folder of ``scripts/tokenize_pile.py``
+  training    exactly the field names of ``transformers.TrainingArguments``
+  evaluation  validation token budget, optional lm-eval scoring during training
+  logging     JSONL log, gradient statistics, profiler window, hardware peak override
+  nan_policy  what to do with a non-finite loss
+
+Typed sections are dataclasses read through OmegaConf (which rejects unknown keys and wrong
+types); the ``training`` section is checked against ``TrainingArguments``'s own dataclass fields.
+Every error names the key, and for a typo the nearest valid one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+from transformers import TrainingArguments
+
+
+class RecipeError(ValueError):
+    """A recipe or override that cannot be used; the message names the key."""
+
+
+@dataclass
+class ModelSection:
+    config: str = "tiny"  # zoo name, JSON file, or folder with config.json
+    overrides: dict = field(default_factory=dict)  # config field overrides (an ablation is a diff here)
+    attn_implementation: str = "auto"  # auto | flash_attention_2 | sdpa | eager
+    compile: str = "none"  # none | layers (regional: each decoder layer) | model (whole model)
+    fused_loss: str = "auto"  # auto | liger | chunked | none (HF's loss over full logits)
+    loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
+    init_from: Optional[str] = None  # start from these weights instead of random init
+    decay_embeddings: bool = False  # weight decay on embedding tables too
+
+
+@dataclass
+class DataSection:
+    path: str = ""  # output folder of tokenize_pile.py (train/, validation/, manifest.json, tokenizer/)
+    tokenizer: Optional[str] = None  # defaults to <path>/tokenizer
+
+
+@dataclass
+class EvaluationSection:
+    eval_tokens: int = 1_000_000  # fixed validation budget; blocks = eval_tokens // seq_len
+    lm_eval_task: Optional[str] = None  # e.g. arc_easy: scored on the live model at every evaluation
+    lm_eval_limit: int = 200
+
+
+@dataclass
+class LoggingSection:
+    jsonl: str = "log.jsonl"  # in the run's output_dir
+    grad_stats_interval: int = 0  # per-layer grad norms + histograms every N steps (0: off)
+    profile_steps: list = field(default_factory=list)  # [start, stop]: torch.profiler window
+    nvtx: bool = False
+    peak_flops: Optional[float] = None  # override the detected per-GPU peak (FLOP/s)
+    dtype_for_peak: str = "bf16"
+    assumed_mfu: float = 0.4  # for the --dry-run time estimate
+
+
+@dataclass
+class Recipe:
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    training: dict = field(default_factory=dict)
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    logging: LoggingSection = field(default_factory=LoggingSection)
+    nan_policy: str = "stop"  # stop | skip
+
+
+_CHOICES = {
+    "model.attn_implementation": {"auto", "flash_attention_2", "sdpa", "eager"},
+    "model.compile": {"none", "layers", "model"},
+    "model.fused_loss": {"auto", "liger", "chunked", "none"},
+    "nan_policy": {"stop", "skip"},
+}
+
+
+def _nearest(key: str, valid) -> str:
+    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def _training_fields() -> dict[str, Any]:
+    hints = typing.get_type_hints(TrainingArguments)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(TrainingArguments) if f.init}
+
+
+def _check_type(key: str, value: Any, hint: Any) -> Any:
+    """Reject values TrainingArguments would silently accept with the wrong type (e.g. a string
+    learning rate); fields with richer types (enums, dicts, lists) are left to TrainingArguments."""
+    union_types = (typing.Union, getattr(types, "UnionType", None))
+    options = typing.get_args(hint) if typing.get_origin(hint) in union_types else (hint,)
+    if value is None and type(None) in options:
+        return value
+    if isinstance(value, (dict, list)) and any((typing.get_origin(t) or t) in (dict, list) for t in options):
+        return value
+    simple = [t for t in options if t in (bool, int, float, str)]
+    if not simple or any(t is Any for t in options):
+        return value
+    for t in simple:
+        if t is bool and isinstance(value, bool):
+            return value
+        if t is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if t is str and isinstance(value, str):
+            return value
+    names = "/".join(t.__name__ for t in simple)
+    raise RecipeError(f"training.{key}: expected {names}, got {type(value).__name__} {value!r}")
+
+
+def _validate_training(training: dict) -> dict:
+    fields = _training_fields()
+    checked = {}
+    for key, value in training.items():
+        if key not in fields:
+            raise RecipeError(f"unknown key training.{key}{_nearest(key, fields)}: training takes TrainingArguments fields")
+        checked[key] = _check_type(key, value, fields[key])
+    return checked
+
+
+def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    for item in overrides:
+        if "=" not in item:
+            raise RecipeError(f"override '{item}' is not of the form section.key=value")
+        key, _ = item.split("=", 1)
+        top = key.split(".")[0]
+        if top not in cfg:
+            raise RecipeError(f"unknown section '{top}' in override '{item}'{_nearest(top, cfg.keys())}")
+        try:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+        except (ConfigKeyError, ConfigAttributeError) as err:
+            raise RecipeError(f"unknown key '{key}'{_nearest(key.split('.')[-1], _section_keys(cfg, top))}") from None
+        except ValidationError as err:
+            raise RecipeError(f"{key}: {str(err).splitlines()[0]}") from None
+    return cfg
+
+
+def _section_keys(cfg: DictConfig, top: str):
+    section = cfg[top]
+    return section.keys() if isinstance(section, DictConfig) else []
+
+
+def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
+    """Read a recipe YAML (or the defaults when path is None), apply overrides, validate."""
+    schema = OmegaConf.structured(Recipe)
+    try:
+        if path is not None:
+            path = Path(path)
+            if not path.is_file():
+                raise RecipeError(f"recipe {path} does not exist")
+            schema = OmegaConf.merge(schema, OmegaConf.load(path))
+    except (ConfigKeyError, ConfigAttributeError) as err:
+        key = getattr(err, "full_key", None) or str(err).splitlines()[0]
+        leaf = str(key).split(".")[-1]
+        top = str(key).split(".")[0]
+        valid = _section_keys(schema, top) if top in schema and top != leaf else schema.keys()
+        raise RecipeError(f"{path}: unknown key '{key}'{_nearest(leaf, valid)}") from None
+    except ValidationError as err:
+        raise RecipeError(f"{path}: {getattr(err, 'full_key', '')}: {str(err).splitlines()[0]}") from None
+    cfg = _apply_overrides(schema, list(overrides or []))
+    recipe: Recipe = OmegaConf.to_object(cfg)
+    recipe.training = _validate_training(recipe.training)
+    for key, allowed in _CHOICES.items():
+        obj = recipe
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        if obj not in allowed:
+            raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed)}")
+    if not recipe.data.path:
+        raise RecipeError("data.path is not set: point it at the output folder of scripts/tokenize_pile.py")
+    return recipe
+
+
+def recipe_to_yaml(recipe: Recipe) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(recipe))
+
+
+def recipe_to_dict(recipe: Recipe) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(recipe), resolve=True)

@@ -1,0 +1,91 @@
+"""Training batches straight from the packed Arrow blocks written by ``tokenize_pile.py``.
+
+The order of samples is a pure function of (seed, epoch, position): sample ``i`` of the run is
+block ``permutation(seed, epoch = i // n_blocks)[i % n_blocks]``. A run is one long virtual
+sequence of ``max_steps x samples_per_step`` samples, read in order by :class:`ResumableSampler`.
+Resuming at optimizer step k starts that sampler at ``k x samples_per_step``: O(1), no replay of
+consumed batches. With several processes, accelerate deals consecutive micro-batches of the
+sequence to the ranks in turn, so ranks see disjoint blocks.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+
+def load_blocks(path: str | Path, split: str) -> datasets.Dataset:
+    folder = Path(path) / split
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} does not exist: run scripts/tokenize_pile.py --out {path} first")
+    blocks = datasets.load_from_disk(str(folder))
+    if "input_ids" not in blocks.column_names:
+        raise ValueError(f"{folder} has no input_ids column (columns: {blocks.column_names})")
+    return blocks.select_columns(["input_ids"]).with_format("numpy")
+
+
+class ShuffledBlocks(Dataset):
+    """A virtual sequence of ``length`` samples drawn epoch by epoch from a permutation of the blocks."""
+
+    def __init__(self, blocks: datasets.Dataset, length: int, seed: int):
+        if len(blocks) == 0:
+            raise ValueError("the training split holds no blocks")
+        self.blocks, self.length, self.seed = blocks, length, seed
+
+    def __len__(self) -> int:
+        return self.length
+
+    @lru_cache(maxsize=2)
+    def _permutation(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.blocks))
+
+    def block_index(self, i: int) -> int:
+        n = len(self.blocks)
+        return int(self._permutation(i // n)[i % n])
+
+    def __getitems__(self, indices: list[int]) -> list[np.ndarray]:
+        rows = self.blocks[[self.block_index(i) for i in indices]]["input_ids"]
+        return list(np.asarray(rows))
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.__getitems__([i])[0]
+
+
+class EvalBlocks(Dataset):
+    """The first ``n`` validation blocks, in order: a fixed token budget for comparable losses."""
+
+    def __init__(self, blocks: datasets.Dataset, n: int):
+        self.blocks, self.n = blocks, min(n, len(blocks))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitems__(self, indices: list[int]) -> list[np.ndarray]:
+        return list(np.asarray(self.blocks[list(indices)]["input_ids"]))
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.__getitems__([i])[0]
+
+
+class ResumableSampler(Sampler[int]):
+    """Yields positions ``start, start+1, ...`` of the virtual sequence; ``start`` is set on resume."""
+
+    def __init__(self, length: int):
+        self.length, self.start = length, 0
+
+    def __len__(self) -> int:
+        return self.length - self.start
+
+    def __iter__(self):
+        return iter(range(self.start, self.length))
+
+
+def collate_blocks(rows: list[np.ndarray]) -> dict[str, torch.Tensor]:
+    # Causal LMs shift labels inside the loss, so labels are the inputs themselves (same tensor, no copy).
+    ids = torch.from_numpy(np.stack(rows).astype(np.int64))
+    return {"input_ids": ids, "labels": ids}

@@ -1,0 +1,186 @@
+"""``pretrain(recipe, overrides)``: recipe -> model + blocks + PretrainTrainer -> checkpoints and logs.
+
+Read top to bottom: resolve the recipe, derive the plan (parameters, FLOPs, tokens, memory),
+build the model, the data and the trainer, train, write the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, TrainingArguments, set_seed
+
+from hfpretrain.models import (build_model, count_params, detect_peak_flops, estimate_memory, flops_per_token,
+                               load_config)
+
+from transformers.trainer_callback import ProgressCallback
+
+from .callbacks import (CompileCheckCallback, DataPositionCallback, GradStatsCallback, JsonlLogCallback,
+                        MemoryCallback, PreemptionCallback, ProfilerCallback, TelemetryProgressCallback,
+                        ThroughputCallback)
+from .config import Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
+from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, load_blocks
+from .loss import choose_fused_loss
+from .trainer import PretrainTrainer, last_complete_checkpoint
+
+logger = logging.getLogger("hfpretrain")
+
+# Settings pretraining always wants, whatever the recipe says (see PretrainTrainer for why).
+FORCED_ARGS = dict(ignore_data_skip=True, logging_nan_inf_filter=False, prediction_loss_only=True,
+                   remove_unused_columns=False)
+DEFAULT_ARGS = dict(output_dir="runs/default", report_to="none", save_strategy="steps", eval_strategy="steps",
+                    logging_steps=10, include_num_input_tokens_seen="no")
+
+
+def read_manifest(data_path: str | Path) -> dict:
+    path = Path(data_path) / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: data.path must be an output folder of scripts/tokenize_pile.py")
+    return json.loads(path.read_text())
+
+
+def training_arguments(recipe: Recipe) -> TrainingArguments:
+    fields = {**DEFAULT_ARGS, **recipe.training, **FORCED_ARGS}
+    if fields.get("max_steps", -1) <= 0:
+        raise ValueError("training.max_steps must be set (> 0): pretraining runs are counted in optimizer steps")
+    fields.pop("resume_from_checkpoint", None)
+    return TrainingArguments(**fields)
+
+
+def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int) -> dict:
+    world = args.world_size
+    samples_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
+    tokens_per_step = samples_per_step * seq_len
+    params = count_params(config)
+    flops = flops_per_token(config, seq_len)
+    peak = recipe.logging.peak_flops or detect_peak_flops(recipe.logging.dtype_for_peak)
+    zero = 1 if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else 0
+    memory = estimate_memory(config, args.per_device_train_batch_size, seq_len, n_gpus=world, zero_stage=zero,
+                             grad_checkpointing=bool(args.gradient_checkpointing),
+                             attn_implementation=recipe.model.attn_implementation
+                             if recipe.model.attn_implementation != "auto" else "sdpa")
+    total_tokens = tokens_per_step * args.max_steps
+    plan = {
+        "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
+        "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step, "max_steps": args.max_steps,
+        "total_tokens": total_tokens, "flops_per_token": flops.total, "flops_per_token_causal": flops.causal,
+        "flops_formula": flops.formula, "total_flops": flops.total * total_tokens,
+        "memory_per_gpu_gib": {k: v / 1024**3 for k, v in asdict(memory).items()},
+        "peak_flops_per_gpu": peak, "assumed_mfu": recipe.logging.assumed_mfu,
+    }
+    if peak:
+        plan["expected_hours"] = plan["total_flops"] / (peak * world * recipe.logging.assumed_mfu) / 3600
+    return plan
+
+
+def compile_model(model, mode: str) -> int:
+    """Regional compilation (each decoder layer) keeps the fused loss and hooks outside compile
+    and compiles once for all identical layers; returns how many modules were compiled."""
+    if mode == "none":
+        return 0
+    if mode == "model":
+        model.compile()
+        return 1
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    if not layers:
+        raise ValueError("model.compile=layers: found no ModuleList of decoder layers")
+    blocks = max(layers, key=len)
+    for block in blocks:
+        block.compile()
+    return len(blocks)
+
+
+def resolve_resume(value, output_dir: str) -> str | None:
+    if value in (None, False, "", "none", "false", "False"):
+        return None
+    if value in (True, "auto", "true", "True", "last"):
+        return last_complete_checkpoint(output_dir)
+    if not Path(value).is_dir():
+        raise FileNotFoundError(f"training.resume_from_checkpoint={value} does not exist")
+    return str(value)
+
+
+def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None, dry_run: bool = False) -> dict:
+    recipe = load_recipe(recipe_path, overrides)
+    manifest = read_manifest(recipe.data.path)
+    tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"))
+    eos = manifest["tokenizer"]["eos_token"]
+    tokenizer.eos_token = eos  # the end-of-text token the data was packed with, not a chat token
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = eos
+    config = load_config(recipe.model.config, dict(recipe.model.overrides), vocab_size=len(tokenizer))
+    config.eos_token_id = config.pad_token_id = tokenizer.convert_tokens_to_ids(eos)
+    seq_len = int(manifest["seq_len"])
+
+    args = training_arguments(recipe)
+    plan = make_plan(recipe, config, args, seq_len)
+    if dry_run:
+        return {"recipe": recipe_to_dict(recipe), "plan": plan}
+
+    set_seed(args.seed)
+    loss_impl, loss_reason = choose_fused_loss(recipe.model.fused_loss)
+    logger.info("loss: %s (%s)", loss_impl, loss_reason)
+    if recipe.model.init_from:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(recipe.model.init_from)
+    else:
+        model = build_model(config, attn_implementation=recipe.model.attn_implementation)
+    n_compiled = compile_model(model, recipe.model.compile)
+
+    train_length = args.max_steps * plan["samples_per_step"]
+    train_blocks = ShuffledBlocks(load_blocks(recipe.data.path, "train"), train_length, args.data_seed or args.seed)
+    eval_blocks = EvalBlocks(load_blocks(recipe.data.path, "validation"), recipe.evaluation.eval_tokens // seq_len)
+
+    out = Path(args.output_dir)
+    recipe_yaml = recipe_to_yaml(recipe)
+    if args.process_index == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "recipe.yaml").write_text(recipe_yaml)
+
+    jsonl = JsonlLogCallback(out / recipe.logging.jsonl, {"recipe": recipe_to_dict(recipe), "plan": plan,
+                                                           "loss_impl": loss_impl, "compiled_modules": n_compiled})
+    throughput = ThroughputCallback(plan["tokens_per_step"], plan["flops_per_token"], plan["peak_flops_per_gpu"],
+                                    args.world_size)
+    grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
+    callbacks = [throughput, MemoryCallback(), grad_stats, jsonl, PreemptionCallback(),
+                 ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx)]
+    if recipe.evaluation.lm_eval_task:
+        from hfpretrain.eval.callback import LmEvalCallback  # eval sits after training: import only on request
+
+        callbacks.append(LmEvalCallback(tokenizer, every_n_steps=args.eval_steps or args.save_steps,
+                                        task=recipe.evaluation.lm_eval_task, limit=recipe.evaluation.lm_eval_limit))
+
+    trainer = PretrainTrainer(
+        model=model, args=args, train_dataset=train_blocks, eval_dataset=eval_blocks, data_collator=collate_blocks,
+        processing_class=tokenizer, callbacks=callbacks,
+        train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"],
+        loss_impl=loss_impl, loss_chunk_tokens=recipe.model.loss_chunk_tokens, nan_policy=recipe.nan_policy,
+        decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
+    )
+    trainer.grad_stats = grad_stats
+    if trainer.pop_callback(ProgressCallback):
+        trainer.add_callback(TelemetryProgressCallback())
+    trainer.add_callback(DataPositionCallback(trainer))
+    trainer.add_callback(CompileCheckCallback(n_compiled))
+
+    resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
+    if resume:
+        logger.info("resuming from %s", resume)
+    result = trainer.train(resume_from_checkpoint=resume)
+    final_eval = trainer.evaluate() if args.eval_strategy != "no" else {}
+
+    summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
+               "end_to_end": getattr(throughput, "end_to_end", {}), "skipped_steps": trainer.skipped_steps,
+               "loss_impl": loss_impl, "compiled_modules": n_compiled, "plan": plan}
+    if trainer.state.global_step >= args.max_steps:
+        trainer.save_model(str(out / "final"))
+    if args.process_index == 0:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    jsonl.write("summary", **summary)
+    return summary

@@ -1,0 +1,179 @@
+"""``PretrainTrainer``: ``transformers.Trainer`` with what pretraining needs and nothing else.
+
+What it changes, and why:
+* data order: a :class:`ResumableSampler` replaces the random sampler, and ``ignore_data_skip``
+  is forced on; the sampler is positioned from ``global_step`` on resume (O(1), no replay);
+* loss: cross-entropy from the final hidden states without materialising all logits (liger's
+  fused kernel on GPU, a chunked PyTorch loss elsewhere), normalised like HF's own loss, so that
+  micro-batch x accumulation equals one big batch; evaluation never keeps logits;
+* weight decay on matrices only (not on norms, biases or, unless asked, embeddings);
+* a non-finite loss stops the run (or skips that optimizer step) instead of training on garbage;
+* checkpoints get a ``COMPLETE`` marker written last, so a save interrupted mid-way is never
+  taken for the last good checkpoint, plus the resolved recipe.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import Trainer
+
+from .loss import causal_lm_loss
+
+logger = logging.getLogger("hfpretrain")
+
+COMPLETE_MARKER = "COMPLETE"
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> str | None:
+    """Newest ``checkpoint-N`` that finished saving; partial ones are reported and ignored."""
+    done = []
+    for path in Path(output_dir).glob("checkpoint-*"):
+        if not path.name.split("-")[-1].isdigit():
+            continue
+        if (path / COMPLETE_MARKER).exists():
+            done.append(path)
+        else:
+            logger.warning("ignoring %s: its save did not finish (no %s marker)", path, COMPLETE_MARKER)
+    return str(max(done, key=lambda p: int(p.name.split("-")[-1]))) if done else None
+
+
+class _HiddenStateTap:
+    """Forward pre-hook on the LM head: keeps its input (final hidden states) and hands the head an
+    empty sequence, so the model's forward computes no logits while we compute the loss ourselves.
+    Going through the model's own forward keeps DDP/DeepSpeed/compile wrappers in the loop."""
+
+    def __init__(self, head: nn.Module):
+        self.hidden = None
+        self.active = False
+        head.register_forward_pre_hook(self)
+
+    def __call__(self, module, args):
+        if not self.active:
+            return None
+        self.hidden = args[0]
+        return (args[0][:, :0],)
+
+
+class PretrainTrainer(Trainer):
+    def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
+                 nan_policy="stop", decay_embeddings=False, recipe_yaml="", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.train_sampler = train_sampler
+        self.samples_per_step = samples_per_step
+        self.loss_impl = loss_impl
+        self.loss_chunk_tokens = loss_chunk_tokens
+        self.nan_policy = nan_policy
+        self.decay_embeddings = decay_embeddings
+        self.recipe_yaml = recipe_yaml
+        self.skipped_steps = 0
+        self.grad_stats = None  # a GradStatsCallback, fed the pre-clip norm of every step
+        self._skip_this_step = False
+        # Our compute_loss divides by num_items_in_batch itself, like HF's model losses do.
+        self.model_accepts_loss_kwargs = True
+        self._tap = _HiddenStateTap(self.model.get_output_embeddings()) if loss_impl != "none" else None
+        # Project callbacks (added by the caller with add_callback) must see `logs` before the
+        # reporting integrations (wandb, tensorboard) do, so they run first.
+        handler = self.callback_handler
+        ours = [cb for cb in handler.callbacks if type(cb).__module__.startswith("hfpretrain")]
+        handler.callbacks = ours + [cb for cb in handler.callbacks if cb not in ours]
+
+    # ---- data ------------------------------------------------------------------------------
+    def _get_train_sampler(self, train_dataset=None):
+        return self.train_sampler
+
+    def _get_eval_sampler(self, eval_dataset):
+        return torch.utils.data.SequentialSampler(eval_dataset)
+
+    def position_data(self, global_step: int) -> None:
+        self.train_sampler.start = global_step * self.samples_per_step
+
+    # ---- optimizer -------------------------------------------------------------------------
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        # Matrices only: norms and biases are 1-D; embedding tables (and a head tied to one) are
+        # excluded unless the recipe asks for them (model.decay_embeddings).
+        embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+        return [name for name, p in model.named_parameters()
+                if p.ndim >= 2 and (self.decay_embeddings or id(p) not in embeddings)]
+
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model) if model is not None else super().create_optimizer()
+        if self.nan_policy == "skip" and not self.is_deepspeed_enabled:
+            step = optimizer.step
+
+            def guarded_step(*args, **kwargs):
+                if self._skip_this_step:
+                    self._skip_this_step = False
+                    self.skipped_steps += 1
+                    return None
+                return step(*args, **kwargs)
+
+            optimizer.step = guarded_step
+        return optimizer
+
+    # ---- loss --------------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self._tap is None:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        labels = inputs["labels"]
+        self._tap.active = True
+        try:
+            model(input_ids=inputs["input_ids"], use_cache=False)
+        finally:
+            self._tap.active = False
+        hidden, self._tap.hidden = self._tap.hidden, None
+        weight = self.accelerator.unwrap_model(model).get_output_embeddings().weight
+        loss = causal_lm_loss(hidden, weight, labels, num_items_in_batch, self.loss_impl, self.loss_chunk_tokens)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
+            # gradients over ranks, so scale back up.
+            loss = loss * self.accelerator.num_processes
+        return (loss, {"loss": loss}) if return_outputs else loss
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        # One host sync per micro-step, which Trainer's own logging_nan_inf_filter also costs
+        # (we switch that one off).
+        if not torch.isfinite(loss):
+            if self.nan_policy == "stop":
+                raise NonFiniteLossError(
+                    f"loss is {loss.item()} at step {self.state.global_step + 1}: stopping (nan_policy=stop); "
+                    "resume from the last checkpoint with a lower learning rate, or set nan_policy=skip"
+                )
+            logger.warning("non-finite loss at step %d: skipping this optimizer step", self.state.global_step + 1)
+            self._skip_this_step = True
+            model.zero_grad(set_to_none=True)
+            return torch.zeros_like(loss)
+        return loss
+
+    def _clip_grad_norm(self, model):
+        if self._skip_this_step:
+            model.zero_grad(set_to_none=True)  # grads of later micro-steps too
+        norm = super()._clip_grad_norm(model)
+        if self.grad_stats is not None:
+            self.grad_stats.record(self.state.global_step + 1, norm)
+        return norm
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
+            (folder / "recipe.yaml").write_text(self.recipe_yaml)
+            (folder / COMPLETE_MARKER).write_text(f"step {self.state.global_step}\n")
+        if self.args.world_size > 1:
+            self.accelerator.wait_for_everyone()
+
+    def evaluation_loop(self, *args, **kwargs):
+        output = super().evaluation_loop(*args, **kwargs)
+        for key in [k for k in output.metrics if k.endswith("_loss")]:
+            output.metrics[key.replace("_loss", "_perplexity")] = math.exp(min(output.metrics[key], 50.0))
+        return output
