@@ -31,7 +31,7 @@ import glob
 import json
 import logging
 import os
-import zlib
+import hashlib
 from pathlib import Path
 from typing import Iterator
 
@@ -314,7 +314,7 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
                 continue
             if frac < 1.0:
                 key = f"{src['path']}:{line}:{src.get('pass', 0)}".encode()
-                if zlib.crc32(key) / 2**32 >= frac:
+                if int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2**64 >= frac:
                     continue
             yield {"text": text, "set": set_name, "skip": "", "where": ""}
             good += 1
