@@ -71,7 +71,7 @@ def test_script_json_prompt_file_and_errors(tiny_checkpoint, tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(p.stdout)
     assert [d["prompt"] for d in data] == ["Question: Why?\nAnswer:", "The sun", "Rocks are"]
-    p = _run(["--model", str(tiny_checkpoint), "--unconditional", "--max-new-tokens", "4"], tmp_path)
-    assert p.returncode == 0 and "(unconditional)" in p.stdout
     p = _run(["--model", str(tmp_path / "nope"), "--prompt", "x"], tmp_path)
     assert p.returncode != 0 and p.stderr.strip().count("\n") == 0 and "checkpoint not found" in p.stderr
+    p = _run(["--model", str(tiny_checkpoint), "--prompt-file", str(tmp_path / "missing.txt")], tmp_path)
+    assert p.returncode != 0 and p.stderr.strip().count("\n") == 0 and "cannot read prompt file" in p.stderr

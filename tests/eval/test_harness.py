@@ -108,7 +108,7 @@ def test_lm_eval_cli_offline_with_include_path(tiny_checkpoint, data_root, tmp_p
         sys.executable, "-m", "lm_eval", "--model", "hf",
         "--model_args", f"pretrained={tiny_checkpoint},dtype=float32",
         "--tasks", "arc_easy,arc_challenge,openbookqa", "--include_path", str(TASK_DIR),
-        "--device", "cpu", "--batch_size", "8", "--limit", "4", "--output_path", str(tmp_path),
+        "--device", "cpu", "--batch_size", "8", "--limit", "2", "--output_path", str(tmp_path),
     ]
     p = subprocess.run(cmd, env=_env(data_root), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -117,7 +117,7 @@ def test_lm_eval_cli_offline_with_include_path(tiny_checkpoint, data_root, tmp_p
     data = json.loads(files[0].read_text())
     for t in TASKS:
         assert "acc,none" in data["results"][t] and "acc_norm_stderr,none" in data["results"][t]
-        assert data["n-samples"][t]["effective"] == 4
+        assert data["n-samples"][t]["effective"] == 2
         assert data["configs"][t]["metadata"]["config_source"].startswith(str(TASK_DIR))
 
 
