@@ -52,10 +52,7 @@ class JsonlLogCallback(TrainerCallback):
         self.write("checkpoint", step=state.global_step, path=f"{args.output_dir}/checkpoint-{state.global_step}")
 
     def on_train_end(self, args, state, control, **kwargs):
-        self.write("end", step=state.global_step)
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self.write("end", step=state.global_step)  # the file stays open: the run's summary follows
 
 
 class ThroughputCallback(TrainerCallback):

@@ -153,8 +153,9 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     if recipe.evaluation.lm_eval_task:
         from hfpretrain.eval.callback import LmEvalCallback  # eval sits after training: import only on request
 
-        callbacks.append(LmEvalCallback(tokenizer, every_n_steps=args.eval_steps or args.save_steps,
-                                        task=recipe.evaluation.lm_eval_task, limit=recipe.evaluation.lm_eval_limit))
+        lm_eval_cb = LmEvalCallback(tokenizer, every_n_steps=args.eval_steps or args.save_steps,
+                                    task=recipe.evaluation.lm_eval_task, limit=recipe.evaluation.lm_eval_limit)
+        callbacks.append(lm_eval_cb)
 
     trainer = PretrainTrainer(
         model=model, args=args, train_dataset=train_blocks, eval_dataset=eval_blocks, data_collator=collate_blocks,
@@ -164,6 +165,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
     )
     trainer.grad_stats = grad_stats
+    if recipe.evaluation.lm_eval_task:
+        lm_eval_cb.attach(trainer)  # its scores then go through trainer.log, beside the loss
     if trainer.pop_callback(ProgressCallback):
         trainer.add_callback(TelemetryProgressCallback())
     trainer.add_callback(DataPositionCallback(trainer))
