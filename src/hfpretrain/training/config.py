@@ -108,6 +108,10 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
     simple = [t for t in options if t in (bool, int, float, str)]
     if not simple or any(t is Any for t in options):
         return value
+    if value is False and str in simple and bool not in simple:
+        # YAML 1.1 (OmegaConf) reads a bare `no` as false: for a str field that is the "no" that
+        # switches a strategy off (save_strategy=no, eval_strategy=no), not a type error.
+        return "no"
     for t in simple:
         if t is bool and isinstance(value, bool):
             return value

@@ -1,0 +1,102 @@
+"""Shared pieces of the training tests (imported as ``train_utils``; the fixtures are in conftest.py): the common tiny-run overrides, an in-process runner, the
+JSONL log reader, and one session-scoped reference run that several tests read.
+
+Every run is real (no mocks): the tiny Qwen3-style model (2 layers, hidden 64, gpt2 vocabulary) on
+the ``mini_blocks`` fixture (seq_len 128), on CPU, a handful of optimizer steps. The machine is
+small and shared, so runs are kept to a few steps and reused where possible.
+
+The learning-rate schedule is ``constant_with_warmup`` (warmup 2) rather than the recipe's cosine,
+so a shorter run (e.g. the 2-process runs of test_distributed.py) follows exactly the same
+schedule as the first steps of the reference run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_RECIPE = REPO / "recipes" / "tiny_cpu.yaml"
+PRETRAIN_SCRIPT = REPO / "scripts" / "pretrain.py"
+
+# What every test run shares; tests add/replace keys (dotted recipe keys -> value as a string).
+BASE = {
+    "model.config": "tiny",
+    "training.use_cpu": "true",
+    "training.report_to": "none",
+    "training.dataloader_num_workers": "0",
+    "training.disable_tqdm": "true",
+    "training.per_device_train_batch_size": "4",
+    "training.per_device_eval_batch_size": "16",
+    "training.gradient_accumulation_steps": "1",
+    "training.learning_rate": "3e-3",
+    "training.lr_scheduler_type": "constant_with_warmup",
+    "training.lr_scheduler_kwargs": "null",
+    "training.warmup_steps": "2",
+    "training.logging_steps": "1",
+    "training.save_strategy": "no",
+    "training.eval_strategy": "no",
+    "training.seed": "1234",
+    "evaluation.eval_tokens": "2048",  # 16 validation blocks of 128 tokens: one eval batch
+}
+
+# The reference run: 10 steps of micro-batch 4, checkpoints at 5 and 10, eval at start and end.
+REFERENCE_STEPS = 10
+REFERENCE = {
+    "training.max_steps": str(REFERENCE_STEPS),
+    "training.save_strategy": "steps",
+    "training.save_steps": "5",
+    "training.eval_strategy": "steps",
+    "training.eval_steps": "10",
+    "training.eval_on_start": "true",
+    "logging.grad_stats_interval": "5",
+    "logging.peak_flops": "1e12",  # a CPU has no known peak: force one so mfu is logged
+}
+
+
+def make_overrides(data_path: str | Path, output_dir: str | Path, extra: dict | None = None) -> list[str]:
+    items = {**BASE, "data.path": str(data_path), "training.output_dir": str(output_dir), **(extra or {})}
+    return [f"{k}={v}" for k, v in items.items()]
+
+
+def run_pretrain(data_path, output_dir, extra: dict | None = None, recipe=TINY_RECIPE) -> dict:
+    """``pretrain`` in this process. PreemptionCallback installs a SIGTERM handler: restore pytest's."""
+    from hfpretrain.training import pretrain
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        return pretrain(str(recipe), make_overrides(data_path, output_dir, extra))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def read_log(output_dir: str | Path, name: str = "log.jsonl") -> list[dict]:
+    return [json.loads(line) for line in (Path(output_dir) / name).read_text().splitlines() if line.strip()]
+
+
+def step_losses(output_dir: str | Path) -> dict[int, float]:
+    """{step: train loss} from the log events (logging_steps=1: one per optimizer step)."""
+    return {e["step"]: e["loss"] for e in read_log(output_dir) if e["event"] == "log" and "loss" in e}
+
+
+def load_weights(folder: str | Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+def subprocess_env(**extra) -> dict:
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
+               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", DS_ACCELERATOR="cpu")
+    env.update(extra)
+    return env
+
+
+def python() -> str:
+    return sys.executable
+
+
