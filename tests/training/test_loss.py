@@ -1,0 +1,109 @@
+"""The chunked loss equals the HF model's own loss (and gradients), with and without
+``num_items_in_batch``, whatever the chunk size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hfpretrain.models import build_model, load_config
+from hfpretrain.training.loss import IGNORE_INDEX, causal_lm_loss, shift_labels
+from hfpretrain.training.trainer import _HiddenStateTap
+
+VOCAB = 512
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    config = load_config("tiny", {}, vocab_size=VOCAB)
+    model = build_model(config, attn_implementation="sdpa")
+    model.train()
+    ids = torch.randint(0, VOCAB, (3, 40), generator=torch.Generator().manual_seed(1))
+    return model, ids
+
+
+def _hidden(model, ids):
+    return model.model(input_ids=ids, use_cache=False).last_hidden_state
+
+
+def _grads(model):
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 8192])
+def test_chunked_loss_equals_hf_loss(tiny, chunk):
+    model, ids = tiny
+    model.zero_grad()
+    ref = model(input_ids=ids, labels=ids).loss
+    ref.backward()
+    ref_grads = _grads(model)
+
+    model.zero_grad()
+    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, ids, chunk_tokens=chunk)
+    loss.backward()
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
+    grads = _grads(model)
+    assert grads.keys() == ref_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_num_items_in_batch(tiny, as_tensor):
+    """sum / num_items_in_batch, as HF's ForCausalLMLoss: e.g. two micro-batches of an accumulated
+    batch each divide by the token count of both."""
+    model, ids = tiny
+    n = 3 * 39 * 2  # predicted tokens of this batch, counted twice (a 2-micro-batch accumulation)
+    num = torch.tensor(n) if as_tensor else n
+    model.zero_grad()
+    ref = model(input_ids=ids, labels=ids, num_items_in_batch=num).loss
+    ref.backward()
+    ref_grads = _grads(model)
+
+    model.zero_grad()
+    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, ids, num_items_in_batch=num,
+                          chunk_tokens=50)
+    loss.backward()
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
+    mean = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, ids)
+    torch.testing.assert_close(loss, mean / 2, rtol=1e-6, atol=1e-6)
+    for name, g in _grads(model).items():
+        torch.testing.assert_close(g, ref_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_ignored_labels(tiny):
+    model, ids = tiny
+    labels = ids.clone()
+    labels[0, 10:] = IGNORE_INDEX
+    labels[2, :5] = IGNORE_INDEX
+    ref = model(input_ids=ids, labels=labels).loss
+    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, labels, chunk_tokens=16)
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_shift_labels():
+    labels = torch.tensor([[1, 2, 3, 4]])
+    assert shift_labels(labels).tolist() == [[2, 3, 4, IGNORE_INDEX]]
+
+
+def test_hidden_state_tap_gives_the_final_hidden_states(tiny):
+    """The trainer's pre-hook on the LM head hands over the final (normed) hidden states and
+    computes no logits; the loss from them equals HF's."""
+    model, ids = tiny
+    with torch.no_grad():
+        ref = model(input_ids=ids, labels=ids).loss
+        tap = _HiddenStateTap(model.get_output_embeddings())
+        tap.active = True
+        try:
+            out = model(input_ids=ids, use_cache=False)
+        finally:
+            tap.active = False
+        assert out.logits.shape[1] == 0  # the head saw an empty sequence
+        hidden = tap.hidden
+        assert hidden.shape == (3, 40, 64)
+        torch.testing.assert_close(hidden, _hidden(model, ids))
+        loss = causal_lm_loss(hidden, model.get_output_embeddings().weight, ids)
+        torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
+        # inactive: the model is untouched
+        assert model(input_ids=ids).logits.shape == (3, 40, VOCAB)

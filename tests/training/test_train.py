@@ -1,0 +1,244 @@
+"""Real tiny training runs on CPU: learning, telemetry, checkpoints, exact resume, gradient
+accumulation, preemption (SIGTERM) and the non-finite-loss policies."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hfpretrain.training.trainer import COMPLETE_MARKER, NonFiniteLossError, last_complete_checkpoint
+from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REFERENCE_STEPS, REPO, TINY_RECIPE, load_weights,
+                         make_overrides, python, read_log, run_pretrain, step_losses, subprocess_env)
+
+TOKENS_PER_STEP = 4 * 128
+
+
+# ---- the reference run (10 steps, micro-batch 4, checkpoints at 5 and 10) --------------------
+
+def test_loss_falls(reference_run):
+    evals = [e for e in read_log(reference_run) if e["event"] == "eval"]
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == REFERENCE_STEPS
+    start, end = evals[0]["eval_loss"], evals[-1]["eval_loss"]
+    assert start > 10.0  # ~ln(50304): a random init
+    assert end < start - 0.5, (start, end)
+    losses = step_losses(reference_run)
+    assert sorted(losses) == list(range(1, REFERENCE_STEPS + 1))
+    assert np.mean([losses[s] for s in (9, 10)]) < np.mean([losses[s] for s in (1, 2)]) - 0.5
+    summary = json.loads((reference_run / "summary.json").read_text())
+    assert summary["final_eval"]["eval_loss"] == pytest.approx(end, abs=1e-6)
+    assert summary["final_eval"]["eval_perplexity"] == pytest.approx(np.exp(end), rel=1e-6)
+
+
+def test_log_telemetry(reference_run):
+    events = read_log(reference_run)
+    kinds = {e["event"] for e in events}
+    assert {"config", "log", "eval", "grad_norm", "grad_stats", "checkpoint", "end", "summary"} <= kinds
+    config = events[0]
+    assert config["event"] == "config" and config["loss_impl"] == "chunked"
+    assert config["plan"]["tokens_per_step"] == TOKENS_PER_STEP
+    assert config["recipe"]["training"]["max_steps"] == REFERENCE_STEPS
+
+    logs = [e for e in events if e["event"] == "log" and "loss" in e]
+    assert len(logs) == REFERENCE_STEPS
+    for e in logs:
+        for key in ("loss", "grad_norm", "learning_rate", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+                    "tokens_seen", "grad_norm_max", "mfu"):
+            assert key in e, (key, e)
+            assert np.isfinite(e[key]), (key, e)
+        assert e["tokens_seen"] == e["step"] * TOKENS_PER_STEP
+        assert e["tokens_per_s"] > 0 and e["tokens_per_s_per_gpu"] == e["tokens_per_s"]  # one process
+        assert e["mfu"] == pytest.approx(e["tflops_per_gpu"] * 1e12 / 1e12)
+        assert e["grad_norm_max"] == pytest.approx(e["grad_norm"], rel=1e-5)  # one step per window
+    # warmup 2 then constant
+    assert [e["learning_rate"] for e in logs[:4]] == pytest.approx([0.0, 1.5e-3, 3e-3, 3e-3])
+
+    norms = [e for e in events if e["event"] == "grad_norm"]
+    assert [v for e in norms for v in e["values"]] == pytest.approx([e["grad_norm"] for e in logs], rel=1e-5)
+    stats = [e for e in events if e["event"] == "grad_stats"]
+    assert [e["step"] for e in stats] == [5, 10]
+    assert {"layer_0", "layer_1"} <= set(stats[0]["per_layer_norm"])
+    assert len(stats[0]["log10_abs_grad_hist"]["counts"]) == 40
+    assert [e["step"] for e in events if e["event"] == "checkpoint"] == [5, 10]
+    assert events[-1]["event"] == "summary" and events[-1]["global_step"] == REFERENCE_STEPS
+
+    summary = json.loads((reference_run / "summary.json").read_text())
+    assert summary["global_step"] == REFERENCE_STEPS and summary["skipped_steps"] == 0
+    assert summary["end_to_end"]["tokens_per_s"] > 0
+    assert "max_steps: 10" in (reference_run / "recipe.yaml").read_text()
+    for step in (5, 10):
+        ckpt = reference_run / f"checkpoint-{step}"
+        assert (ckpt / COMPLETE_MARKER).read_text().strip() == f"step {step}"
+        for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json",
+                     "recipe.yaml", "config.json"):
+            assert (ckpt / name).is_file(), name
+
+
+def test_final_checkpoint_loads(reference_run, mini_blocks):
+    """final/ is a plain HF folder: model and tokenizer load with the Auto classes, equal the last
+    checkpoint, and reproduce the trainer's final eval loss on the same validation blocks."""
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    final = reference_run / "final"
+    model = AutoModelForCausalLM.from_pretrained(final).eval()
+    twin = AutoModelForCausalLM.from_pretrained(reference_run / f"checkpoint-{REFERENCE_STEPS}").eval()
+    tok = AutoTokenizer.from_pretrained(final)
+    assert tok.eos_token == "<|endoftext|>"
+    ids = tok("The quick brown fox jumps over the lazy dog.", return_tensors="pt")["input_ids"]
+    assert tok.decode(ids[0]) == "The quick brown fox jumps over the lazy dog."
+
+    blocks = datasets.load_from_disk(str(mini_blocks / "validation"))
+    val = torch.tensor(np.asarray(blocks[:16]["input_ids"]), dtype=torch.long)
+    with torch.no_grad():
+        out = model(input_ids=val, labels=val)
+        assert torch.equal(out.logits, twin(input_ids=val).logits)
+    summary = json.loads((reference_run / "summary.json").read_text())
+    assert out.loss.item() == pytest.approx(summary["final_eval"]["eval_loss"], abs=1e-4)
+
+
+# ---- resume ----------------------------------------------------------------------------------
+
+def test_last_complete_checkpoint(tmp_path):
+    assert last_complete_checkpoint(tmp_path) is None
+    for step, complete in ((3, True), (10, True), (12, False), (7, True)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if complete:
+            (tmp_path / f"checkpoint-{step}" / COMPLETE_MARKER).write_text(f"step {step}\n")
+    (tmp_path / "checkpoint-final").mkdir()
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")  # numeric, not 12 (no marker)
+
+
+def test_resume_is_exact(reference_run, mini_blocks, tmp_path):
+    """Killed after checkpoint-5 (its folder copied into a fresh run dir, nothing after it), plus an
+    interrupted save checkpoint-8 (no COMPLETE marker, truncated weights). resume=auto must take
+    checkpoint-5, and steps 6..10 must be bitwise the reference's (losses and final weights)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copytree(reference_run / "checkpoint-5", run / "checkpoint-5")
+    partial = run / "checkpoint-8"
+    shutil.copytree(reference_run / "checkpoint-10", partial)
+    (partial / COMPLETE_MARKER).unlink()
+    data = (partial / "model.safetensors").read_bytes()
+    (partial / "model.safetensors").write_bytes(data[: len(data) // 3])
+
+    assert last_complete_checkpoint(run) == str(run / "checkpoint-5")
+    summary = run_pretrain(mini_blocks, run, {**REFERENCE, "training.eval_on_start": "false",
+                                              "training.resume_from_checkpoint": "auto"})
+    assert summary["global_step"] == REFERENCE_STEPS
+
+    ref, resumed = step_losses(reference_run), step_losses(run)
+    assert sorted(resumed) == list(range(6, REFERENCE_STEPS + 1))  # no replay of steps 1..5
+    assert [resumed[s] for s in resumed] == [ref[s] for s in resumed]  # bitwise
+    a, b = load_weights(reference_run / "final"), load_weights(run / "final")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_resume_from_explicit_path_and_missing_path(reference_run, mini_blocks, tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        run_pretrain(mini_blocks, tmp_path / "x", {"training.max_steps": "2",
+                                                  "training.resume_from_checkpoint": str(tmp_path / "nope")})
+
+
+# ---- gradient accumulation -------------------------------------------------------------------
+
+def test_accumulation_equivalence(mini_blocks, tmp_path):
+    """micro-batch 4 x accumulation 1 == micro-batch 2 x accumulation 2 (same seed, same samples per
+    step). Plain SGD without clipping makes the update linear in the gradient, so any error in the
+    loss normalisation (e.g. a mean per micro-batch summed over the accumulation: 2x the gradient)
+    changes the parameters by ~100% of the update, far above the tolerance (AdamW and clipping would
+    hide a uniform scale)."""
+    common = {"training.max_steps": "3", "training.optim": "sgd", "training.learning_rate": "1.0",
+              "training.warmup_steps": "0", "training.max_grad_norm": "0", "training.weight_decay": "0"}
+    run_pretrain(mini_blocks, tmp_path / "a", {**common, "training.per_device_train_batch_size": "4",
+                                               "training.gradient_accumulation_steps": "1"})
+    run_pretrain(mini_blocks, tmp_path / "b", {**common, "training.per_device_train_batch_size": "2",
+                                               "training.gradient_accumulation_steps": "2"})
+    la, lb = step_losses(tmp_path / "a"), step_losses(tmp_path / "b")
+    assert la.keys() == lb.keys() == {1, 2, 3}
+    for s in la:
+        assert la[s] == pytest.approx(lb[s], abs=1e-5)
+    a, b = load_weights(tmp_path / "a" / "final"), load_weights(tmp_path / "b" / "final")
+    init = _initial_weights(mini_blocks, tmp_path)
+    moved = max((a[n] - init[n]).abs().max().item() for n in a)
+    assert moved > 1e-3  # the steps changed the weights by far more than the tolerance
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _initial_weights(mini_blocks, tmp_path) -> dict:
+    """The seeded initial weights, as pretrain builds them (same seed, same config)."""
+    from transformers import set_seed
+
+    from hfpretrain.models import build_model, load_config
+
+    set_seed(1234)
+    config = load_config("tiny", {}, vocab_size=50257)
+    model = build_model(config, attn_implementation="sdpa")
+    return {n: p.detach().clone() for n, p in model.state_dict().items()}
+
+
+# ---- preemption ------------------------------------------------------------------------------
+
+def test_sigterm_saves_and_stops(mini_blocks, tmp_path):
+    out = tmp_path / "run"
+    cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
+           *make_overrides(mini_blocks, out, {"training.max_steps": "1000", "training.save_strategy": "steps",
+                                              "training.save_steps": "1000"})]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    log = out / "log.jsonl"
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            if log.is_file() and any(e["event"] == "log" for e in read_log(out)):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    events = read_log(out)
+    stopped = max(e["step"] for e in events if e["event"] == "log")
+    assert 0 < stopped < 1000
+    ckpt = out / f"checkpoint-{stopped}"
+    assert (ckpt / COMPLETE_MARKER).is_file(), sorted(p.name for p in out.iterdir())
+    assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == stopped
+    assert last_complete_checkpoint(out) == str(ckpt)
+    assert [e["step"] for e in events if e["event"] == "checkpoint"] == [stopped]
+    assert json.loads((out / "summary.json").read_text())["global_step"] == stopped
+    assert not (out / "final").exists()  # stopped early: no final model
+
+
+# ---- non-finite loss -------------------------------------------------------------------------
+
+# A real divergence: Adam at lr 1e6 without clipping blows the weights up; the gradients overflow at
+# step 3 and the loss is non-finite from step 4 on (deterministic with the fixed seed).
+DIVERGE = {"training.max_steps": "6", "training.per_device_train_batch_size": "2", "training.learning_rate": "1e6",
+           "training.max_grad_norm": "0", "training.warmup_steps": "0"}
+
+
+def test_nan_policy_stop(mini_blocks, tmp_path):
+    with pytest.raises(NonFiniteLossError) as info:
+        run_pretrain(mini_blocks, tmp_path / "run", {**DIVERGE, "nan_policy": "stop"})
+    msg = str(info.value)
+    assert "nan_policy=stop" in msg and "at step" in msg and ("nan" in msg or "inf" in msg)
+    assert not (tmp_path / "run" / "final").exists()
+
+
+def test_nan_policy_skip(mini_blocks, tmp_path):
+    summary = run_pretrain(mini_blocks, tmp_path / "run", {**DIVERGE, "nan_policy": "skip"})
+    assert summary["global_step"] == 6
+    assert 0 < summary["skipped_steps"] <= 6
