@@ -6,8 +6,8 @@ HF's default loss builds them, upcasts them and keeps them for backward. Two way
 * ``liger``: liger-kernel's fused linear cross-entropy (Triton, GPU only), which computes the
   gradient chunk by chunk inside the forward. It is kept outside ``torch.compile`` (it fails
   under compile with torch 2.11), which is why compilation is regional (decoder layers only).
-* ``chunked``: plain PyTorch; each chunk of tokens computes logits -> loss under activation
-  checkpointing, so only one chunk of logits is alive at a time. Runs everywhere.
+* ``chunked``: plain PyTorch, the same idea as liger's kernel: per chunk of tokens, logits ->
+  loss and the gradients at once, so only one chunk of logits is ever alive. Runs everywhere.
 
 Both give the same value as HF's ``ForCausalLMLoss``: labels shifted left by one, the sum of
 token losses divided by ``num_items_in_batch`` (the token count of the whole accumulated batch)
@@ -20,7 +20,6 @@ import importlib.util
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 IGNORE_INDEX = -100
 
@@ -41,18 +40,51 @@ def shift_labels(labels: torch.Tensor) -> torch.Tensor:
     return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
 
 
-def _chunk_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = F.linear(hidden, weight).float()
-    return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+class _ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """Sum of token cross-entropies of ``hidden @ weight.T``, one chunk of tokens at a time.
+
+    The gradients are computed in the forward pass (softmax minus one-hot, per chunk), as liger's
+    kernel does, so backward only scales them: three matmuls per chunk, no recomputation, and only
+    one chunk of logits alive. Matmuls run in the autocast dtype when autocast is on; the softmax
+    and the accumulation of the weight gradient are fp32.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, chunk_tokens):
+        dtype = torch.get_autocast_dtype(hidden.device.type) if torch.is_autocast_enabled(hidden.device.type) \
+            else hidden.dtype
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w = hidden.to(dtype), weight.to(dtype)
+            needs_grad = hidden.requires_grad or weight.requires_grad
+            grad_h = torch.empty_like(h) if needs_grad else None
+            grad_w = torch.zeros_like(weight, dtype=torch.float32) if needs_grad else None
+            total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            for start in range(0, h.shape[0], chunk_tokens):
+                h_c, t_c = h[start:start + chunk_tokens], targets[start:start + chunk_tokens]
+                logits = (h_c @ w.T).float()
+                keep = t_c != IGNORE_INDEX
+                safe_t = t_c.clamp(min=0)
+                lse = torch.logsumexp(logits, dim=-1)
+                total += ((lse - logits.gather(1, safe_t[:, None]).squeeze(1)) * keep).sum()
+                if needs_grad:
+                    probs = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
+                    probs[torch.arange(len(t_c), device=t_c.device), safe_t] -= 1.0
+                    grad = probs.masked_fill_(~keep[:, None], 0.0).to(dtype)
+                    grad_h[start:start + chunk_tokens] = grad @ w
+                    grad_w += (grad.T @ h_c).float()
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.hidden_dtype, ctx.weight_dtype = hidden.dtype, weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grad_h, grad_w = ctx.saved_tensors
+        return ((grad_h * grad_out).to(ctx.hidden_dtype), (grad_w * grad_out).to(ctx.weight_dtype), None, None)
 
 
 def chunked_cross_entropy_sum(hidden, weight, targets, chunk_tokens: int = 8192) -> torch.Tensor:
     hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-    total = hidden.new_zeros((), dtype=torch.float32)
-    for start in range(0, hidden.shape[0], chunk_tokens):
-        sl = slice(start, start + chunk_tokens)
-        total = total + checkpoint(_chunk_loss_sum, hidden[sl], weight, targets[sl], use_reentrant=False)
-    return total
+    return _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_tokens)
 
 
 _liger_loss = None
