@@ -1,0 +1,178 @@
+"""Two CPU processes over gloo: DDP and DeepSpeed ZeRO-1, launched the way users launch them
+(``accelerate launch --config_file accelerate_configs/cpu_2proc_*.yaml scripts/pretrain.py
+recipes/tiny_cpu.yaml ...``).
+
+2 processes x micro-batch 2 must follow the single-process micro-batch-4 reference run (same
+seed, same global batch, same data order) step by step: that only holds if the two ranks read
+the two disjoint halves of each step's samples. The data split itself is also checked directly,
+in-process, with the real sampler and accelerate's own batch-sampler sharding.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from train_utils import (PRETRAIN_SCRIPT, REPO, TINY_RECIPE, load_weights, make_overrides, read_log, step_losses,
+                         subprocess_env)
+
+STEPS = 5  # the reference run saved checkpoint-5: its weights are compared too
+DIST = {"training.max_steps": str(STEPS), "training.per_device_train_batch_size": "2"}
+# Float sums run in another order on 2 ranks (gradient all-reduce) than in one process.
+LOSS_TOL = 2e-4
+WEIGHT_TOL = 1e-4
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(config: Path, mini_blocks, out: Path) -> subprocess.CompletedProcess:
+    cmd = ["accelerate", "launch", "--config_file", str(config), "--main_process_port", str(_free_port()),
+           str(PRETRAIN_SCRIPT), str(TINY_RECIPE), *make_overrides(mini_blocks, out, DIST)]
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-6000:])
+    return proc
+
+
+def _check_against_reference(out: Path, reference_run: Path):
+    events = read_log(out)
+    plan = events[0]["plan"]
+    assert plan["world_size"] == 2 and plan["samples_per_step"] == 4
+    dist, ref = step_losses(out), step_losses(reference_run)
+    assert sorted(dist) == list(range(1, STEPS + 1))
+    for step in dist:
+        assert dist[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, dist[step], ref[step])
+    # tokens_per_s is the whole job's; per GPU is half of it
+    log = next(e for e in events if e["event"] == "log")
+    assert log["tokens_per_s_per_gpu"] == pytest.approx(log["tokens_per_s"] / 2)
+    assert log["tokens_seen"] == 4 * 128
+    a, b = load_weights(out / "final"), load_weights(reference_run / f"checkpoint-{STEPS}")
+    if "lm_head.weight" in a and "lm_head.weight" not in b:
+        # DeepSpeed's gathered state dict saves the tied head as well: it must be the embedding.
+        assert torch.equal(a.pop("lm_head.weight"), a["model.embed_tokens.weight"])
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=WEIGHT_TOL, msg=name)
+
+
+def _ddp_config(tmp_path: Path) -> Path:
+    """The shipped DDP config; `distributed_type: MULTI_CPU` replaced by MULTI_GPU + use_cpu (see
+    test_ddp_config_launches_two_processes): torchrun then starts 2 processes that join over gloo."""
+    config = yaml.safe_load((REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml").read_text())
+    assert config["use_cpu"] is True and config["num_processes"] == 2
+    if config["distributed_type"] == "MULTI_CPU":
+        config["distributed_type"] = "MULTI_GPU"
+    path = tmp_path / "cpu_2proc_ddp.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "accelerate_configs/cpu_2proc_ddp.yaml uses distributed_type: MULTI_CPU; accelerate 1.15 then takes "
+    "the simple launcher, which without an mpirun hostfile starts ONE process (no RANK/WORLD_SIZE): the "
+    "'2-process' run silently trains on 1 process. Fix: distributed_type: MULTI_GPU with use_cpu: true "
+    "(torchrun, gloo); then remove this xfail marker."))
+def test_ddp_config_launches_two_processes(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os; print('WORLD_SIZE=' + os.environ.get('WORLD_SIZE', 'unset'), flush=True)\n")
+    proc = subprocess.run(["accelerate", "launch", "--config_file", str(REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml"),
+                           "--main_process_port", str(_free_port()), str(probe)],
+                          cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("WORLD_SIZE=2") == 2, proc.stdout
+
+
+def test_ddp_two_processes_match_single_process(reference_run, mini_blocks, tmp_path):
+    out = tmp_path / "ddp"
+    _launch(_ddp_config(tmp_path), mini_blocks, out)
+    _check_against_reference(out, reference_run)
+
+
+def _zero1_config(tmp_path: Path) -> Path:
+    """The shipped ZeRO-1 config, minus `mixed_precision` (see test_zero1_config_is_launchable)."""
+    config = yaml.safe_load((REPO / "accelerate_configs" / "cpu_2proc_zero1.yaml").read_text())
+    config.pop("mixed_precision", None)
+    ds = config["deepspeed_config"]
+    ds["deepspeed_config_file"] = str(REPO / ds["deepspeed_config_file"])
+    path = tmp_path / "cpu_2proc_zero1.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "accelerate_configs/cpu_2proc_zero1.yaml sets mixed_precision: 'no' next to deepspeed_config_file; "
+    "accelerate then lists mixed_precision in ACCELERATE_CONFIG_DS_FIELDS and DeepSpeedPlugin raises "
+    "'When using `deepspeed_config_file`, the following accelerate config variables will be ignored' "
+    "(the run exits 2 before training). Fix: delete that line (ds_configs/zero1.json sets bf16/fp16 "
+    "'auto'); then remove this xfail marker."))
+def test_zero1_config_is_launchable():
+    config = yaml.safe_load((REPO / "accelerate_configs" / "cpu_2proc_zero1.yaml").read_text())
+    assert "mixed_precision" not in config
+
+
+def test_zero1_two_processes_match_single_process(reference_run, mini_blocks, tmp_path):
+    pytest.importorskip("deepspeed")
+    out = tmp_path / "zero1"
+    proc = _launch(_zero1_config(tmp_path), mini_blocks, out)
+    assert "deepspeed" in (proc.stdout + proc.stderr).lower()  # DeepSpeed really ran
+    _check_against_reference(out, reference_run)
+
+
+# ---- the data split, checked directly ----------------------------------------------------------
+
+class _BlockIds(torch.utils.data.Dataset):
+    """The run's virtual sequence, yielding block ids instead of token rows."""
+
+    def __init__(self, shuffled):
+        self.shuffled = shuffled
+
+    def __len__(self):
+        return len(self.shuffled)
+
+    def __getitem__(self, i):
+        return self.shuffled.block_index(i)
+
+
+def _rank_batches(blocks, per_device: int, world: int, rank: int, steps: int, start_step: int = 0):
+    """Block ids per optimizer step for one rank, through the real ResumableSampler and accelerate's
+    own sharding (prepare_data_loader, as Trainer's accelerator.prepare does it)."""
+    from accelerate.data_loader import prepare_data_loader
+
+    from hfpretrain.training.data import ResumableSampler, ShuffledBlocks
+
+    samples_per_step = per_device * world
+    length = steps * samples_per_step
+    sampler = ResumableSampler(length)
+    sampler.start = start_step * samples_per_step  # PretrainTrainer.position_data
+    loader = torch.utils.data.DataLoader(_BlockIds(ShuffledBlocks(blocks, length, seed=1234)), sampler=sampler,
+                                         batch_size=per_device)
+    if world > 1:
+        loader = prepare_data_loader(loader, num_processes=world, process_index=rank, put_on_device=False)
+    return [batch.tolist() for batch in loader]
+
+
+@pytest.mark.parametrize("start_step", [0, 3])
+def test_ranks_read_disjoint_halves_of_each_step(mini_blocks, start_step):
+    from hfpretrain.training.data import load_blocks
+
+    blocks = load_blocks(mini_blocks, "train")
+    steps = 6
+    single = _rank_batches(blocks, 4, 1, 0, steps, start_step)
+    ranks = [_rank_batches(blocks, 2, 2, r, steps, start_step) for r in (0, 1)]
+    assert len(single) == len(ranks[0]) == len(ranks[1]) == steps - start_step
+    seen = set()
+    for step, whole in enumerate(single):
+        r0, r1 = ranks[0][step], ranks[1][step]
+        assert len(r0) == len(r1) == 2
+        assert r0 + r1 == whole  # rank 0 the first half, rank 1 the second: the single run's batch
+        assert not set(r0) & set(r1)
+        seen |= set(whole)
+    assert len(seen) == 4 * (steps - start_step)  # no block twice within an epoch
