@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import resource
 import subprocess
-from pathlib import Path
 
 import pytest
 

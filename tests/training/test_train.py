@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,7 +142,7 @@ def test_resume_is_exact(reference_run, mini_blocks, tmp_path):
         assert torch.equal(a[name], b[name]), name
 
 
-def test_resume_from_explicit_path_and_missing_path(reference_run, mini_blocks, tmp_path):
+def test_resume_from_missing_path_fails(mini_blocks, tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         run_pretrain(mini_blocks, tmp_path / "x", {"training.max_steps": "2",
                                                   "training.resume_from_checkpoint": str(tmp_path / "nope")})
