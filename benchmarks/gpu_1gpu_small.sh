@@ -13,8 +13,14 @@ accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/benchmark.p
   training.output_dir=/tmp/ours training.eval_steps=40 evaluation.eval_tokens=1048576 model.fused_loss=${LOSS:-chunked} \
   --out "$OUT/ours_1p8b.json" > /tmp/ours_1p8b.log 2>&1
 { echo "== 1.8B ours"; grep -E "'loss'|'eval_loss'|Error|error" /tmp/ours_1p8b.log | tail -6; } | tee -a "$N"
+if grep -q NonFiniteLossError /tmp/ours_1p8b.log; then  # isolate: the same run without torch.compile
+  accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/pretrain.py recipes/qwen3_1p8b_1gpu.yaml \
+    $COMMON training.max_steps=15 training.logging_steps=5 training.per_device_train_batch_size=${MB:-16} \
+    training.gradient_accumulation_steps=1 training.output_dir=/tmp/eager model.compile=none > /tmp/eager.log 2>&1
+  { echo "== 1.8B eager"; grep -E "'loss'|Error" /tmp/eager.log | tail -4; } | tee -a "$N"
+fi
 # The small model: SIGTERM at the time limit is the preemption path (checkpoint, clean exit).
-timeout -s TERM ${SMALL_S:-280} accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/pretrain.py \
+timeout -s TERM ${SMALL_S:-250} accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/pretrain.py \
   recipes/small_1gpu.yaml $COMMON training.output_dir=runs/small model.fused_loss=${LOSS:-chunked} > /tmp/small.log 2>&1
 { echo "== small: train rc $?"; grep -E "'eval_loss'|Error|error|compile" /tmp/small.log | tail -8; } | tee -a "$N"
 cp runs/small/log.jsonl "$OUT/small_log.jsonl"; cp runs/small/summary.json "$OUT/small_summary.json" 2>/dev/null

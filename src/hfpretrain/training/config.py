@@ -37,7 +37,7 @@ class ModelSection:
     config: str = "tiny"  # zoo name, JSON file, or folder with config.json
     overrides: dict = field(default_factory=dict)  # config field overrides (an ablation is a diff here)
     attn_implementation: str = "auto"  # auto | flash_attention_2 | sdpa | eager
-    compile: str = "none"  # none | layers (regional: each decoder layer) | model (whole model)
+    compile: str = "none"  # none | decoder (base model, loss outside) | layers (each decoder layer) | model
     fused_loss: str = "auto"  # auto | liger | chunked | none (HF's loss over full logits)
     loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
     init_from: Optional[str] = None  # start from these weights instead of random init
@@ -80,7 +80,7 @@ class Recipe:
 
 _CHOICES = {
     "model.attn_implementation": {"auto", "flash_attention_2", "sdpa", "eager"},
-    "model.compile": {"none", "layers", "model"},
+    "model.compile": {"none", "decoder", "layers", "model"},
     "model.fused_loss": {"auto", "liger", "chunked", "none"},
     "nan_policy": {"stop", "skip"},
 }

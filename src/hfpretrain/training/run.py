@@ -79,12 +79,16 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int) -> 
 
 
 def compile_model(model, mode: str) -> int:
-    """Regional compilation (each decoder layer) keeps the fused loss and hooks outside compile
-    and compiles once for all identical layers; returns how many modules were compiled."""
+    """Compile in place (state-dict names unchanged) and return how many modules were compiled.
+
+    ``decoder``: the base model (embeddings, layers, final norm), leaving the LM head and the
+    fused loss outside, where liger's kernel must stay; ``layers``: each decoder layer (regional,
+    one graph reused by all layers: the fastest compile); ``model``: everything.
+    """
     if mode == "none":
         return 0
-    if mode == "model":
-        model.compile()
+    if mode in ("model", "decoder"):
+        (model if mode == "model" else model.base_model).compile()
         return 1
     layers = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
     if not layers:
