@@ -127,6 +127,12 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
 
     set_seed(args.seed)
+    if torch.cuda.is_available() and not recipe.model.sdpa_cudnn:
+        # Seen on H200 (torch 2.11): sudden NaN gradients a few steps in, with or without compile and
+        # with either fused loss, while the stock Trainer ran clean; cuDNN's SDPA backward is the prime
+        # suspect (docs/benchmarks.md). Flash / memory-efficient SDPA remain.
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        logger.info("sdpa: cuDNN backend disabled (model.sdpa_cudnn=false)")
     loss_impl, loss_reason = choose_fused_loss(recipe.model.fused_loss)
     logger.info("loss: %s (%s)", loss_impl, loss_reason)
     if recipe.model.init_from:
