@@ -15,7 +15,7 @@ accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/benchmark.p
 { echo "== 1.8B ours"; grep -E "'loss'|'eval_loss'|Error|error" /tmp/ours_1p8b.log | tail -6; } | tee -a "$N"
 if grep -q NonFiniteLossError /tmp/ours_1p8b.log; then  # isolate: HF's own loss (no hidden-state tap)
   accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/pretrain.py recipes/qwen3_1p8b_1gpu.yaml \
-    $COMMON training.max_steps=14 training.logging_steps=5 training.per_device_train_batch_size=8 \
+    $COMMON training.max_steps=14 training.logging_steps=5 training.per_device_train_batch_size=16 \
     training.gradient_accumulation_steps=1 training.output_dir=/tmp/hfloss model.fused_loss=none > /tmp/hfloss.log 2>&1
   { echo "== 1.8B HF loss"; grep -E "'loss'|Error" /tmp/hfloss.log | tail -4; } | tee -a "$N"
 fi
