@@ -42,7 +42,7 @@ class ModelSection:
     loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
     init_from: Optional[str] = None  # start from these weights instead of random init
     decay_embeddings: bool = False  # weight decay on embedding tables too
-    sdpa_cudnn: bool = False  # allow PyTorch's cuDNN SDPA kernel (off: flash / memory-efficient only)
+    sdpa_backends: list = field(default_factory=lambda: ["flash", "efficient", "cudnn", "math"])  # PyTorch SDPA kernels allowed
 
 
 @dataclass

@@ -118,7 +118,10 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     if tokenizer.pad_token is None:
         tokenizer.pad_token = eos
     config = load_config(recipe.model.config, dict(recipe.model.overrides), vocab_size=len(tokenizer))
-    config.eos_token_id = config.pad_token_id = tokenizer.convert_tokens_to_ids(eos)
+    # Only eos: a pad_token_id would become the embedding's padding_idx, freezing the end-of-text
+    # row at zero although it is a real token of every packed block.
+    config.eos_token_id = tokenizer.convert_tokens_to_ids(eos)
+    config.pad_token_id = None
     seq_len = int(manifest["seq_len"])
 
     args = training_arguments(recipe)
@@ -127,12 +130,11 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
 
     set_seed(args.seed)
-    if torch.cuda.is_available() and not recipe.model.sdpa_cudnn:
-        # Seen on H200 (torch 2.11): sudden NaN gradients a few steps in, with or without compile and
-        # with either fused loss, while the stock Trainer ran clean; cuDNN's SDPA backward is the prime
-        # suspect (docs/benchmarks.md). Flash / memory-efficient SDPA remain.
-        torch.backends.cuda.enable_cudnn_sdp(False)
-        logger.info("sdpa: cuDNN backend disabled (model.sdpa_cudnn=false)")
+    if torch.cuda.is_available():
+        allowed = set(recipe.model.sdpa_backends)
+        for name in ("flash", "efficient", "cudnn", "math"):
+            getattr(torch.backends.cuda, f"enable_{'mem_efficient' if name == 'efficient' else name}_sdp")(name in allowed)
+        logger.info("sdpa backends allowed: %s", sorted(allowed))
     loss_impl, loss_reason = choose_fused_loss(recipe.model.fused_loss)
     logger.info("loss: %s (%s)", loss_impl, loss_reason)
     if recipe.model.init_from:
