@@ -109,8 +109,13 @@ def estimate_memory(
     attn_implementation: str = "sdpa",
     dtype: str = "bf16",
     grad_accum: int = 1,
+    fused_loss_chunk: int | None = None,
 ) -> MemoryEstimate:
-    """Estimated peak memory of one GPU training ``config`` on ``micro_batch × seq_len`` tokens."""
+    """Estimated peak memory of one GPU training ``config`` on ``micro_batch × seq_len`` tokens.
+
+    ``fused_loss_chunk``: tokens per chunk of a fused/chunked linear cross-entropy (the project's
+    trainer); logits then exist for one chunk only, next to the head's gradient buffers.
+    """
     from hfpretrain.models.flops import matmul_params
     from hfpretrain.models.params import count_params
 
@@ -137,7 +142,11 @@ def estimate_memory(
         layers_bytes = tokens * (x["L"] * 4 * x["d"] + per_layer)
     else:
         layers_bytes = tokens * x["L"] * per_layer
-    logits = tokens * 12 * x["V"]
+    if fused_loss_chunk:
+        # one chunk: bf16 logits + fp32 logits/probabilities + bf16 gradient; fp32 dW, bf16 W copy, bf16 dX
+        logits = min(tokens, fused_loss_chunk) * x["V"] * (4 + 2 * a) + (4 + a) * x["V"] * x["d"] + a * tokens * x["d"]
+    else:
+        logits = tokens * 12 * x["V"]
     weight_cache = 2 * matmul_params(config) if mixed else 0
     activations = layers_bytes + tokens * outside + logits + weight_cache
 

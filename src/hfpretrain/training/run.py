@@ -63,7 +63,9 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int) -> 
     memory = estimate_memory(config, args.per_device_train_batch_size, seq_len, n_gpus=world, zero_stage=zero,
                              grad_checkpointing=bool(args.gradient_checkpointing),
                              attn_implementation=recipe.model.attn_implementation
-                             if recipe.model.attn_implementation != "auto" else "sdpa")
+                             if recipe.model.attn_implementation != "auto" else "sdpa",
+                             grad_accum=args.gradient_accumulation_steps,
+                             fused_loss_chunk=None if recipe.model.fused_loss == "none" else recipe.model.loss_chunk_tokens)
     total_tokens = tokens_per_step * args.max_steps
     plan = {
         "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
