@@ -105,6 +105,17 @@ def test_final_checkpoint_loads(reference_run, mini_blocks):
 
 # ---- resume ----------------------------------------------------------------------------------
 
+def test_end_of_text_embedding_is_trained(reference_run, mini_blocks):
+    """End-of-text is a real token of every block: its embedding row must learn, i.e. it must not be
+    the embedding's padding_idx (a zero row without gradient; on an H200 that led to NaN gradients,
+    docs/benchmarks.md)."""
+    eos = json.loads((mini_blocks / "manifest.json").read_text())["tokenizer"]["eos_token_id"]
+    key = "model.embed_tokens.weight"
+    early, final = load_weights(reference_run / "checkpoint-5")[key][eos], load_weights(reference_run / "final")[key][eos]
+    assert early.abs().sum() > 0
+    assert not torch.equal(early, final)
+
+
 def test_last_complete_checkpoint(tmp_path):
     assert last_complete_checkpoint(tmp_path) is None
     for step, complete in ((3, True), (10, True), (12, False), (7, True)):

@@ -145,6 +145,9 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         model = AutoModelForCausalLM.from_pretrained(recipe.model.init_from)
     else:
         model = build_model(config, attn_implementation=recipe.model.attn_implementation)
+    # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
+    # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
+    model.get_input_embeddings().padding_idx = None
     n_compiled = compile_model(model, recipe.model.compile)
 
     train_length = args.max_steps * plan["samples_per_step"]
