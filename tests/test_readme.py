@@ -1,0 +1,65 @@
+"""The README's commands: the two leading ones are what CI and users run, and every script it
+documents exists and parses its documented flags; the planner reproduces the documented case."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+
+from conftest import REPO
+
+README = (REPO / "README.md").read_text()
+
+
+def _code_blocks() -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+
+
+def _commands() -> list[str]:
+    lines, joined = [], ""
+    for block in _code_blocks():
+        for line in block.splitlines():
+            line = line.split("  #")[0].rstrip() if not line.lstrip().startswith("#") else ""
+            joined = joined + " " + line.rstrip("\\").strip() if joined else line.rstrip("\\").strip()
+            if not line.endswith("\\"):
+                if joined:
+                    lines.append(joined.strip())
+                joined = ""
+    return lines
+
+
+def test_readme_leads_with_demo_and_test_and_ci_runs_the_test_command():
+    first = [line for line in _code_blocks()[0].splitlines() if not line.lstrip().startswith("#")]
+    assert first[0].startswith("make demo DATA_ROOT=") and first[1].startswith("make test DATA_ROOT=")
+    assert len(first) == 2
+    assert "make test" in (REPO / ".ci" / "run").read_text()
+    makefile = (REPO / "Makefile").read_text()
+    assert "\ndemo:" in makefile and "\ntest:" in makefile and "torch==2.13.0" in makefile
+
+
+def test_documented_scripts_exist_and_accept_their_flags():
+    for cmd in _commands():
+        argv = shlex.split(cmd)
+        if argv[0] == "python" and argv[1].startswith("scripts/"):
+            script = REPO / argv[1]
+            assert script.is_file(), cmd
+            flags = [a.split("=")[0] for a in argv[2:] if a.startswith("--")]
+            helptext = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                                      cwd=REPO, timeout=120).stdout
+            for flag in flags:
+                assert flag in helptext, f"{flag} of `{cmd}` is not in {argv[1]} --help"
+        if argv[0] == "accelerate":
+            config = argv[argv.index("--config_file") + 1]
+            assert (REPO / config).is_file(), cmd
+            assert (REPO / next(a for a in argv if a.endswith(".yaml") and a.startswith("recipes/"))).is_file()
+
+
+def test_documented_plan_reproduces_the_reference_case():
+    cmd = next(c for c in _commands() if c.startswith("python scripts/plan.py"))
+    out = subprocess.run([sys.executable, *shlex.split(cmd)[1:]], capture_output=True, text=True, cwd=REPO,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("qwen3_1p8b"))
+    assert "1.83B" in row and "117.0B" in row
