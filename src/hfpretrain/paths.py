@@ -14,8 +14,9 @@ class MissingDataError(FileNotFoundError):
     """Raised with a one-line message saying what is missing and how to provide it."""
 
 
-def data_root() -> Path:
-    root = os.environ.get("DATA_ROOT")
+def data_root(root: str | os.PathLike | None = None) -> Path:
+    """``root`` if given, else ``$DATA_ROOT``; one clear error line otherwise."""
+    root = root if root not in (None, "") else os.environ.get("DATA_ROOT")
     if not root:
         raise MissingDataError(
             "DATA_ROOT is not set: point it at a folder holding tokenizers/, eval/ and pretrain/ "

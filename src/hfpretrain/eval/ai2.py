@@ -21,6 +21,8 @@ import json
 import os
 from pathlib import Path
 
+from hfpretrain import paths
+
 # task name -> (subdirectory of $DATA_ROOT/eval, {split: file name})
 TASK_FILES: dict[str, tuple[str, dict[str, str]]] = {
     "arc_easy": (
@@ -46,22 +48,16 @@ FULL_SIZES = {
 }
 
 
-class MissingEvalDataError(FileNotFoundError):
+class MissingEvalDataError(paths.MissingDataError):
     """One-line error: which evaluation file is missing and where it was looked for."""
 
 
 def resolve_data_root(data_root: str | os.PathLike | None = None) -> Path:
     """``data_root`` if given, else ``$DATA_ROOT``; one clear error line otherwise."""
-    root = data_root if data_root not in (None, "") else os.environ.get("DATA_ROOT")
-    if not root:
-        raise MissingEvalDataError(
-            "no data root: set DATA_ROOT (folder holding eval/arc_easy, eval/arc_challenge, eval/openbookqa) "
-            "or pass data_root / --data-root / --metadata '{\"data_root\": \"...\"}'"
-        )
-    path = Path(root).expanduser()
-    if not path.is_dir():
-        raise MissingEvalDataError(f"data root {path} is not a directory")
-    return path
+    try:
+        return paths.data_root(data_root)
+    except paths.MissingDataError as err:
+        raise MissingEvalDataError(f"{err}; or pass data_root / --data-root / --metadata '{{\"data_root\": ...}}'") from None
 
 
 def split_path(task: str, split: str, data_root: str | os.PathLike | None = None) -> Path:

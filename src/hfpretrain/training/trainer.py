@@ -163,7 +163,9 @@ class PretrainTrainer(Trainer):
 
     def _non_finite(self, what: str, model) -> None:
         step = self.state.global_step + 1
-        if self.nan_policy == "stop":
+        if self.nan_policy == "stop" or self.is_deepspeed_enabled:  # DeepSpeed steps its own optimizer
+            if self.nan_policy == "skip":
+                what += " (nan_policy=skip is not supported under DeepSpeed)"
             raise NonFiniteLossError(
                 f"{what} at step {step}: stopping (nan_policy=stop); resume from the last checkpoint "
                 "with a lower learning rate, or set nan_policy=skip"
