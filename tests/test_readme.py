@@ -8,7 +8,9 @@ import shlex
 import subprocess
 import sys
 
-from conftest import REPO
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
 
 README = (REPO / "README.md").read_text()
 
