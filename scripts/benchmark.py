@@ -10,6 +10,7 @@ import argparse
 import gc
 import json
 import logging
+import os
 import sys
 
 import torch
@@ -46,6 +47,8 @@ def main() -> int:
     recipe, overrides = opts.args[0], opts.args[1:]
     if opts.mode == "ours":
         pretrain(recipe, overrides)
+        if int(os.environ.get("RANK", "0")) != 0:  # rank 0 writes the log and the result
+            return 0
         result = summarize_run(load_recipe(recipe, overrides).training["output_dir"])
     else:
         result = None
