@@ -46,6 +46,8 @@ def read_manifest(data_path: str | Path) -> dict:
 
 def training_arguments(recipe: Recipe) -> TrainingArguments:
     fields = {**DEFAULT_ARGS, **recipe.training, **FORCED_ARGS}
+    if "wandb" in str(fields.get("report_to")) and not os.environ.get("WANDB_API_KEY"):
+        os.environ.setdefault("WANDB_MODE", "offline")  # no key: log locally instead of prompting
     if fields.get("max_steps", -1) <= 0:
         raise ValueError("training.max_steps must be set (> 0): pretraining runs are counted in optimizer steps")
     fields.pop("resume_from_checkpoint", None)
