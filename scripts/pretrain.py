@@ -19,10 +19,13 @@ def main() -> int:
     parser.add_argument("recipe", help="recipe YAML (recipes/*.yaml)")
     parser.add_argument("overrides", nargs="*", help="section.key=value, e.g. training.max_steps=100")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and plan, do not train")
-    args = parser.parse_args()
+    parser.add_argument("--world-size", type=int, help="--dry-run: plan for this many GPUs (default: this launch)")
+    parser.add_argument("--zero-stage", type=int, help="--dry-run: plan with this ZeRO stage (default: from the launch)")
+    args = parser.parse_intermixed_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
-        result = pretrain(args.recipe, args.overrides, dry_run=args.dry_run)
+        result = pretrain(args.recipe, args.overrides, dry_run=args.dry_run, world_size=args.world_size,
+                          zero_stage=args.zero_stage)
     except (RecipeError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -89,6 +89,18 @@ def test_dry_run_big_model_plan_is_big(mini_blocks, tmp_path):
     assert qwen["memory_per_gpu_gib"]["total"] > 10
 
 
+def test_dry_run_plans_another_launch(mini_blocks):
+    """--world-size/--zero-stage: plan the 8-GPU ZeRO-1 reference launch from one process."""
+    path = REPO / "recipes" / "qwen3_1p8b.yaml"
+    one = pretrain(path, [f"data.path={mini_blocks}", *dry_run_overrides(path)], dry_run=True)["plan"]
+    eight = pretrain(path, [f"data.path={mini_blocks}", *dry_run_overrides(path)], dry_run=True, world_size=8,
+                     zero_stage=1)["plan"]
+    assert eight["world_size"] == 8 and eight["samples_per_step"] == 22 * 2 * 8 == 8 * one["samples_per_step"]
+    mem1, mem8 = one["memory_per_gpu_gib"], eight["memory_per_gpu_gib"]
+    assert mem8["optimizer"] == pytest.approx(mem1["optimizer"] / 8, rel=1e-3)  # ZeRO-1 shards AdamW states
+    assert mem8["weights"] == mem1["weights"] and mem8["grads"] == mem1["grads"]
+
+
 def test_no_peak_no_expected_hours(mini_blocks):
     plan = pretrain(TINY_RECIPE, [f"data.path={mini_blocks}"], dry_run=True)["plan"]
     if plan["peak_flops_per_gpu"] is None:  # CPU: no known peak

@@ -44,8 +44,10 @@ def read_manifest(data_path: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
-def training_arguments(recipe: Recipe) -> TrainingArguments:
+def training_arguments(recipe: Recipe, dry_run: bool = False) -> TrainingArguments:
     fields = {**DEFAULT_ARGS, **recipe.training, **FORCED_ARGS}
+    if dry_run and not torch.cuda.is_available():
+        fields.update(bf16=False, fp16=False, use_cpu=True)  # plan a GPU recipe from a CPU login node
     if "wandb" in str(fields.get("report_to")) and not os.environ.get("WANDB_API_KEY"):
         os.environ.setdefault("WANDB_MODE", "offline")  # no key: log locally instead of prompting
     if fields.get("max_steps", -1) <= 0:
@@ -54,14 +56,16 @@ def training_arguments(recipe: Recipe) -> TrainingArguments:
     return TrainingArguments(**fields)
 
 
-def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int) -> dict:
-    world = args.world_size
+def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, world_size: int | None = None,
+              zero_stage: int | None = None) -> dict:
+    world = world_size or args.world_size
     samples_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
     tokens_per_step = samples_per_step * seq_len
     params = count_params(config)
     flops = flops_per_token(config, seq_len)
     peak = recipe.logging.peak_flops or detect_peak_flops(recipe.logging.dtype_for_peak)
-    zero = 1 if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else 0
+    zero = zero_stage if zero_stage is not None else \
+        1 if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else 0
     memory = estimate_memory(config, args.per_device_train_batch_size, seq_len, n_gpus=world, zero_stage=zero,
                              grad_checkpointing=bool(args.gradient_checkpointing),
                              attn_implementation=recipe.model.attn_implementation
@@ -113,7 +117,10 @@ def resolve_resume(value, output_dir: str) -> str | None:
     return str(value)
 
 
-def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None, dry_run: bool = False) -> dict:
+def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None, dry_run: bool = False,
+             world_size: int | None = None, zero_stage: int | None = None) -> dict:
+    """Train (or with ``dry_run`` only plan; ``world_size``/``zero_stage`` then describe the launch
+    being planned, e.g. 8 GPUs with ZeRO-1, instead of the current process)."""
     recipe = load_recipe(recipe_path, overrides)
     manifest = read_manifest(recipe.data.path)
     tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"))
@@ -128,8 +135,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     config.pad_token_id = None
     seq_len = int(manifest["seq_len"])
 
-    args = training_arguments(recipe)
-    plan = make_plan(recipe, config, args, seq_len)
+    args = training_arguments(recipe, dry_run)
+    plan = make_plan(recipe, config, args, seq_len, world_size if dry_run else None, zero_stage if dry_run else None)
     if dry_run:
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
 
