@@ -202,7 +202,10 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     if resume:
         logger.info("resuming from %s", resume)
     result = trainer.train(resume_from_checkpoint=resume)
-    final_eval = trainer.evaluate() if args.eval_strategy != "no" else {}
+    final_eval = {}
+    if args.eval_strategy != "no":  # the validation loss at the last step, evaluated once
+        last = next((h for h in reversed(trainer.state.log_history) if "eval_loss" in h), None)
+        final_eval = last if last and last.get("step") == trainer.state.global_step else trainer.evaluate()
 
     summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
                "end_to_end": getattr(throughput, "end_to_end", {}), "skipped_steps": trainer.skipped_steps,
