@@ -1,0 +1,50 @@
+#!/usr/bin/env python
+"""Run a scaling / ablation study: every run of the grid (resumable), the fits, the plot, report.md.
+
+    python scripts/study.py src/hfpretrain/study/specs/cpu_tiny.yaml [--out DIR]
+    python scripts/study.py SPEC.yaml --out DIR --report-only     # re-analyse the finished runs
+    python scripts/study.py SPEC.yaml --list                      # the runs it would do, and which are done
+
+Outputs in DIR (default: the spec's ``out``): runs/<arm>/<size>__<budget>/ (ordinary run folders),
+results.csv, results.json, fits.json, loss_vs_flops.png, report.md. See docs/study.md.
+"""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from hfpretrain.study.grid import expand, load_spec, run_study
+from hfpretrain.study.report import analyse
+from hfpretrain.training.config import RecipeError
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("spec", help="study spec YAML (src/hfpretrain/study/specs/*.yaml)")
+    parser.add_argument("--out", help="study folder (default: the spec's out)")
+    parser.add_argument("--report-only", action="store_true", help="train nothing: analyse the finished runs")
+    parser.add_argument("--list", action="store_true", help="print the runs and their state, do nothing")
+    parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        spec = load_spec(args.spec)
+        spec.overrides += args.overrides
+        out = Path(args.out or spec.out)
+        runs = expand(spec, out)
+        if args.list:
+            for run in runs:
+                print(f"{'done' if run.done else 'todo'}  {run.name}")
+            return 0
+        rows = run_study(spec, out, only_existing=args.report_only)
+    except (RecipeError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    result = analyse(spec, rows, out, n_planned=len(runs))
+    print(f"{len(rows)}/{len(runs)} runs finished; report: {result['report']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

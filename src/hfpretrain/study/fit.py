@@ -1,0 +1,125 @@
+"""Fit L(C) = E + A · C^(−α) (loss against training compute) with numpy only.
+
+For a fixed irreducible loss E the law is a straight line in log space,
+    log(L − E) = log A − α · log C,
+so A and α come from linear least squares. E is found by a 1-D search over [0, min L): a grid,
+then repeated zooms around the best point, minimising the squared error of log L (the predicted
+log loss against the observed log loss, so every point weighs the same whatever its scale).
+With fewer than 3 points E cannot be identified: it is fixed at 0 (a pure power law).
+
+The compute-efficient frontier: in each compute bucket (``bucket_decades`` wide in log10 C) the
+lowest loss; the classic scaling-law fit is on those points, not on every (size, budget) cell.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PowerLawFit:
+    E: float
+    A: float
+    alpha: float
+    n: int  # points fitted
+    r2: float  # R² of log L (1 = perfect)
+    rmse: float  # root-mean-square error of log L (≈ relative error of L)
+    fixed_E: bool = False  # E held at 0 (too few points)
+
+    def predict(self, compute):
+        return self.E + self.A * np.asarray(compute, dtype=float) ** (-self.alpha)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def formula(self) -> str:
+        return f"L(C) = {self.E:.4g} + {self.A:.4g} · C^(−{self.alpha:.4g})"
+
+
+def _fit_given_E(logc: np.ndarray, loss: np.ndarray, E: float) -> tuple[float, float, float]:
+    """(log A, alpha, sse of log L) for a fixed E."""
+    y = np.log(loss - E)
+    X = np.stack([np.ones_like(logc), -logc], axis=1)
+    (log_a, alpha), *_ = np.linalg.lstsq(X, y, rcond=None)
+    pred = E + np.exp(log_a - alpha * logc)
+    sse = float(np.sum((np.log(pred) - np.log(loss)) ** 2))
+    return float(log_a), float(alpha), sse
+
+
+def fit_power_law(compute, loss, grid: int = 200, zooms: int = 30) -> PowerLawFit:
+    """Fit E + A·C^(−α) to points (C, L); C > 0, L > 0, at least 2 points with distinct C."""
+    c = np.asarray(compute, dtype=float)
+    y = np.asarray(loss, dtype=float)
+    keep = np.isfinite(c) & np.isfinite(y) & (c > 0) & (y > 0)
+    c, y = c[keep], y[keep]
+    if len(c) < 2 or len(np.unique(c)) < 2:
+        raise ValueError(f"need at least 2 points with distinct compute, got {len(c)}")
+    # Normalise C so the intercept stays well-conditioned (C ~ 1e12..1e20); A is converted back.
+    c0 = float(np.exp(np.mean(np.log(c))))
+    logc = np.log(c / c0)
+    fixed = len(c) < 3
+    if fixed:
+        best_e = 0.0
+    else:
+        hi = float(y.min())
+        lo, top = 0.0, hi * (1 - 1e-9)
+        best_e, best_sse = 0.0, math.inf
+        for _ in range(zooms):
+            es = np.linspace(lo, top, grid)
+            sses = [_fit_given_E(logc, y, e)[2] for e in es]
+            i = int(np.argmin(sses))
+            if sses[i] < best_sse:
+                best_e, best_sse = float(es[i]), float(sses[i])
+            step = (top - lo) / (grid - 1)
+            lo, top = max(0.0, best_e - step), min(hi * (1 - 1e-12), best_e + step)
+            if top - lo < 1e-14 * max(hi, 1.0):
+                break
+    log_a, alpha, sse = _fit_given_E(logc, y, best_e)
+    A = math.exp(log_a) * c0**alpha  # A·(C/c0)^-α = A·c0^α · C^-α
+    ly = np.log(y)
+    sst = float(np.sum((ly - ly.mean()) ** 2))
+    r2 = 1 - sse / sst if sst > 0 else 1.0
+    return PowerLawFit(E=best_e, A=A, alpha=alpha, n=len(c), r2=r2, rmse=math.sqrt(sse / len(c)), fixed_E=fixed)
+
+
+def frontier(rows: list[dict], bucket_decades: float = 0.25, x: str = "flops", y: str = "val_loss") -> list[dict]:
+    """The compute-efficient frontier: per log10-compute bucket, the row with the lowest loss.
+
+    Buckets are anchored at 0 (bucket k holds log10 C in [k·w, (k+1)·w)), so they do not move
+    when runs are added. A bucket's point is also dropped when a lower-compute bucket already
+    reached a lower loss (a bigger budget that did worse is not on the frontier).
+    """
+    best: dict[int, dict] = {}
+    for r in rows:
+        if r.get(y) is None or not r.get(x):
+            continue
+        k = math.floor(math.log10(r[x]) / bucket_decades)
+        if k not in best or r[y] < best[k][y]:
+            best[k] = r
+    out, lowest = [], math.inf
+    for k in sorted(best):
+        if best[k][y] < lowest:
+            out.append(best[k])
+            lowest = best[k][y]
+    return out
+
+
+def fit_arms(rows: list[dict], bucket_decades: float = 0.25) -> dict[str, dict]:
+    """Per arm: the frontier points and the fit on them (on every point if the frontier has < 3
+    points and the arm has more). Value: {"fit": PowerLawFit | None, "frontier": rows, "on": str}."""
+    out = {}
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        arm_rows = [r for r in rows if r["arm"] == arm and r.get("val_loss") is not None]
+        front = frontier(arm_rows, bucket_decades)
+        points, on = front, "frontier"
+        if len(front) < 3 and len(arm_rows) > len(front):
+            points, on = arm_rows, "all points"
+        try:
+            fit = fit_power_law([r["flops"] for r in points], [r["val_loss"] for r in points])
+        except ValueError:
+            fit = None
+        out[arm] = {"fit": fit, "frontier": front, "on": on}
+    return out

@@ -1,0 +1,175 @@
+"""The study tooling: spec expansion, a real micro study end to end (resumable), the power-law fit.
+
+The micro study is real: 2 widths of the tiny model × 2 step budgets × 1 arm on ``mini_blocks``,
+a few CPU optimizer steps each, one small final evaluation.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hfpretrain.study.fit import fit_arms, fit_power_law, frontier
+from hfpretrain.study.grid import expand, load_spec, run_study
+from hfpretrain.study.report import analyse, verdict, write_report
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = REPO / "src" / "hfpretrain" / "study" / "specs"
+
+MICRO = {
+    "name": "micro",
+    "recipe": str(REPO / "recipes" / "tiny_cpu.yaml"),
+    "sizes": [{"name": "h32", "config": "tiny", "fields": {"hidden_size": 32, "intermediate_size": 96}},
+              {"name": "h64", "config": "tiny"}],
+    "steps": [3, 6],
+    "overrides": ["training.per_device_train_batch_size=4", "training.per_device_eval_batch_size=16",
+                  "training.warmup_steps=1", "training.logging_steps=1", "training.save_strategy=no",
+                  "training.eval_steps=100000", "training.disable_tqdm=true", "training.report_to=none",
+                  "training.dataloader_num_workers=0", "evaluation.eval_tokens=2048"],
+}
+
+
+@pytest.mark.parametrize("path", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_example_specs_load_and_expand(path):
+    spec = load_spec(path)
+    runs = expand(spec, "/tmp/x")
+    assert len(runs) == len(spec.arms) * len(spec.sizes) * len(spec.budgets)
+    assert len({r.out_dir for r in runs}) == len(runs)
+    assert len(spec.arms) >= 2
+    span = max(spec.budgets) / min(spec.budgets)
+    if spec.budget_kind == "flops":
+        assert span >= 10
+    else:  # a token/step grid: compute spans sizes × budgets; checked for real in the CPU study
+        assert span >= 5
+
+
+def test_expand_is_deterministic(tmp_path):
+    spec = load_spec({**MICRO, "arms": {"baseline": [], "untied": ["model.overrides.tie_word_embeddings=false"]}})
+    a, b = expand(spec, tmp_path), expand(spec, tmp_path)
+    assert a == b
+    assert [r.name for r in a] == [
+        "baseline/h32__s3", "baseline/h32__s6", "baseline/h64__s3", "baseline/h64__s6",
+        "untied/h32__s3", "untied/h32__s6", "untied/h64__s3", "untied/h64__s6"]
+    assert a[0].out_dir == tmp_path / "runs" / "baseline" / "h32__s3"
+    # arm overrides come after the size's, the output dir last
+    assert a[-1].overrides[-2:] == ("model.overrides.tie_word_embeddings=false",
+                                    f"training.output_dir={tmp_path / 'runs/untied/h64__s6'}")
+    assert "model.overrides.hidden_size=32" in a[0].overrides
+
+
+def test_spec_errors():
+    with pytest.raises(ValueError, match="exactly one"):
+        load_spec({**MICRO, "tokens": [1e5]})
+    with pytest.raises(ValueError, match="unknown spec keys"):
+        load_spec({**MICRO, "budget": [1]})
+    with pytest.raises(ValueError, match="unique"):
+        load_spec({**MICRO, "sizes": ["tiny", "tiny"]})
+
+
+def test_fit_recovers_exact_power_law():
+    c = np.logspace(12, 17, 8)
+    fit = fit_power_law(c, 1.8 + 250.0 * c**-0.17)
+    assert fit.E == pytest.approx(1.8, rel=1e-6)
+    assert fit.A == pytest.approx(250.0, rel=1e-5)
+    assert fit.alpha == pytest.approx(0.17, rel=1e-6)
+    assert fit.r2 == pytest.approx(1.0) and fit.rmse < 1e-8
+    assert fit.predict(1e18) == pytest.approx(1.8 + 250.0 * 1e18**-0.17, rel=1e-6)
+
+
+def test_fit_with_noise_is_close():
+    rng = np.random.default_rng(0)
+    c = np.logspace(12, 18, 12)
+    clean = 2.0 + 500.0 * c**-0.2
+    fit = fit_power_law(c, clean * np.exp(rng.normal(0, 0.005, c.size)))
+    assert abs(fit.E - 2.0) < 0.15
+    assert abs(fit.alpha - 0.2) < 0.05
+    assert fit.r2 > 0.99
+    # the fitted curve tracks the clean law within the noise level over the measured range
+    assert np.max(np.abs(fit.predict(c) / clean - 1)) < 0.02
+
+
+def test_fit_two_points_is_a_pure_power_law():
+    fit = fit_power_law([1e12, 1e13], [4.0, 3.0])
+    assert fit.fixed_E and fit.E == 0.0
+    assert fit.alpha == pytest.approx(np.log10(4 / 3))
+    with pytest.raises(ValueError):
+        fit_power_law([1e12, 1e12], [4.0, 3.0])
+
+
+def test_frontier_keeps_min_loss_per_bucket():
+    rows = [{"run": "a", "flops": 1.0e12, "val_loss": 5.0}, {"run": "b", "flops": 1.1e12, "val_loss": 4.5},
+            {"run": "c", "flops": 1.0e13, "val_loss": 4.0}, {"run": "d", "flops": 1.2e13, "val_loss": 4.8},
+            {"run": "e", "flops": 1.0e14, "val_loss": 4.6}]  # worse than a cheaper bucket: off the frontier
+    assert [r["run"] for r in frontier(rows)] == ["b", "c"]
+
+
+def _synthetic_rows():
+    rows = []
+    for arm, e in (("base", 2.0), ("better", 1.9)):
+        for i, c in enumerate(np.logspace(12, 15, 4)):
+            rows.append({"run": f"{arm}/{i}", "arm": arm, "size": f"s{i}", "budget": float(i), "params": 1000 * (i + 1),
+                         "non_embedding_params": 500 * (i + 1), "steps": 10, "tokens": 1000, "flops_per_token": c / 1000,
+                         "flops": float(c), "val_loss": float(e + 100 * c**-0.15), "out_dir": "-"})
+    return rows
+
+
+def test_report_has_table_fits_and_verdict(tmp_path):
+    rows = _synthetic_rows()
+    fits = fit_arms(rows)
+    assert fits["better"]["fit"].E == pytest.approx(1.9, rel=1e-4)
+    v = verdict(rows, fits)
+    assert v["predicted"]["winner"] == "better" and v["predicted"]["margin"] == pytest.approx(0.1, rel=1e-3)
+    spec = load_spec({**MICRO, "arms": {"base": [], "better": []}})
+    text = write_report(spec, rows, fits, tmp_path / "report.md").read_text()
+    assert "| run | arm | size |" in text and "better/3" in text
+    assert "| arm | α | E | A |" in text and "0.1500" in text
+    assert "**better** wins by 0.1000 nats" in text
+    assert "## Caveats" in text
+
+
+def test_micro_study_end_to_end_and_resumable(mini_blocks, tmp_path):
+    spec = load_spec({**MICRO, "overrides": [f"data.path={mini_blocks}", *MICRO["overrides"]]})
+    out = tmp_path / "study"
+    rows = run_study(spec, out)
+    assert len(rows) == 4 and all(np.isfinite(r["val_loss"]) for r in rows)
+    assert {r["steps"] for r in rows} == {3, 6}
+    assert all(r["tokens"] == r["steps"] * 4 * 128 for r in rows)
+    by = {r["run"]: r for r in rows}
+    assert by["baseline/h64__s6"]["flops"] == pytest.approx(2 * by["baseline/h64__s3"]["flops"])
+    assert by["baseline/h32__s3"]["params"] < by["baseline/h64__s3"]["params"]
+    assert by["baseline/h32__s3"]["non_embedding_params"] < by["baseline/h32__s3"]["params"]
+
+    result = analyse(spec, rows, out, n_planned=4)
+    with open(out / "results.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [t["run"] for t in table] == [r["run"] for r in rows]
+    assert json.loads((out / "results.json").read_text()) == rows
+    assert (out / "loss_vs_flops.png").stat().st_size > 1000
+    report = (out / "report.md").read_text()
+    assert "baseline/h64__s6" in report and "![validation loss vs training FLOPs](loss_vs_flops.png)" in report
+    assert result["fits"]["baseline"]["fit"] is not None
+
+    # resumable: a second pass trains nothing and reads the same rows back
+    mtimes = {p: p.stat().st_mtime for p in out.glob("runs/*/*/summary.json")}
+    start = time.perf_counter()
+    again = run_study(spec, out)
+    assert again == rows and time.perf_counter() - start < 2
+    assert {p: p.stat().st_mtime for p in out.glob("runs/*/*/summary.json")} == mtimes
+
+    # the CLI regenerates the report from the finished runs
+    spec_path = tmp_path / "micro.yaml"
+    import yaml
+
+    spec_path.write_text(yaml.safe_dump({**MICRO, "overrides": [f"data.path={mini_blocks}", *MICRO["overrides"]]}))
+    (out / "report.md").unlink()
+    cli = subprocess.run([sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out),
+                          "--report-only"], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert "4/4 runs finished" in cli.stdout and (out / "report.md").is_file()
