@@ -26,7 +26,7 @@ def main() -> int:
     parser.add_argument("--report-only", action="store_true", help="train nothing: analyse the finished runs")
     parser.add_argument("--list", action="store_true", help="print the runs and their state, do nothing")
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         spec = load_spec(args.spec)

@@ -92,7 +92,11 @@ class ThroughputCallback(TrainerCallback):
         return out
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is None or self._window_steps == 0 or any(k.startswith("eval_") for k in logs):
+        if logs is None or "loss" not in logs:
+            # not a training log (validation, lm-eval scores, ...): the work behind it is not training time
+            self._exclude_since_last_step()
+            return
+        if self._window_steps == 0:
             return
         now = time.perf_counter()
         seconds = now - self._window_start - self._excluded
@@ -133,7 +137,7 @@ class GradStatsCallback(TrainerCallback):
         self._norms.append(grad_norm if torch.is_tensor(grad_norm) else torch.tensor(float(grad_norm)))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not self._norms or logs is None:
+        if not self._norms or logs is None or "loss" not in logs:
             return
         norms = torch.stack([n.float().cpu() for n in self._norms]).tolist()
         logs["grad_norm_max"] = max(norms)
