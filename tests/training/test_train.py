@@ -252,3 +252,17 @@ def test_nan_policy_skip(mini_blocks, tmp_path):
     summary = run_pretrain(mini_blocks, tmp_path / "run", {**DIVERGE, "nan_policy": "skip"})
     assert summary["global_step"] == 6
     assert 0 < summary["skipped_steps"] <= 6
+
+
+def test_lm_eval_during_training_is_logged_beside_the_loss(mini_blocks, tmp_path):
+    """evaluation.lm_eval_task scores the live model through lm-eval's HFLM at each evaluation; its
+    time is not counted as training time (no throughput figure on a non-training log)."""
+    out = tmp_path / "lm_eval"
+    run_pretrain(mini_blocks, out, {"training.max_steps": 4, "training.eval_steps": 2, "training.logging_steps": 2,
+                                    "training.save_strategy": "no", "evaluation.lm_eval_task": "arc_easy",
+                                    "evaluation.lm_eval_limit": 10})
+    events = read_log(out)
+    scores = [e for e in events if "eval/arc_easy_acc" in e]
+    assert {e["step"] for e in scores} >= {2, 4}
+    assert all(0.0 <= e["eval/arc_easy_acc"] <= 1.0 for e in scores)
+    assert all("loss" in e for e in events if "tokens_per_s" in e)
