@@ -95,20 +95,18 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
     lines += [_table(["arm", "α", "E", "A", "points", "R²", "RMSE / fitted on"], fit_rows), ""]
 
     lines += ["## Verdict at the largest compute", ""]
+    def verdict_lines(label: str, where: str, r: dict) -> None:
+        lines.append(f"- **{label}** {where}: " +
+                     ", ".join(f"{a} {loss:.4f}" for a, loss in sorted(r["losses"].items(), key=lambda kv: kv[1])) + ".")
+        if "margin" in r:
+            lines.append(f"  **{r['winner']}** wins by {r['margin']:.4f} nats ({100 * r['relative']:.2f}%) over "
+                         f"{r['runner_up']}.")
+
     if "predicted" in v:
-        p = v["predicted"]
-        lines.append(f"- **Fitted** at C = {v['c_max']:.3e} FLOPs: " +
-                     ", ".join(f"{a} {loss:.4f}" for a, loss in sorted(p["losses"].items(), key=lambda kv: kv[1])) + ".")
-        if "margin" in p:
-            lines.append(f"  **{p['winner']}** wins by {p['margin']:.4f} nats ({100 * p['relative']:.2f}%) over "
-                         f"{p['runner_up']}.")
+        verdict_lines("Fitted", f"at C = {v['c_max']:.3e} FLOPs", v["predicted"])
     if "observed" in v:
         o = v["observed"]
-        lines.append(f"- **Observed** (best run of the largest budget, {spec.budget_kind} = {_num(v['top_budget'])}): " +
-                     ", ".join(f"{a} {loss:.4f}" for a, loss in sorted(o["losses"].items(), key=lambda kv: kv[1])) + ".")
-        if "margin" in o:
-            lines.append(f"  **{o['winner']}** wins by {o['margin']:.4f} nats ({100 * o['relative']:.2f}%) over "
-                         f"{o['runner_up']}.")
+        verdict_lines("Observed", f"(best run of the largest budget, {spec.budget_kind} = {_num(v['top_budget'])})", o)
         if "predicted" in v and "margin" in o and v["predicted"]["winner"] != o["winner"]:
             lines.append("- The fitted and the observed winners disagree: the difference is within what these "
                          "few points can resolve.")
