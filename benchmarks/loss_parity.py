@@ -9,11 +9,11 @@ import sys
 import torch
 
 from hfpretrain.models import build_model, load_config
-from hfpretrain.training.data import collate_blocks, load_blocks
+from hfpretrain.training.data import collate_blocks, load_input_ids
 from hfpretrain.training.loss import causal_lm_loss
 
 data, name, mb = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "scale_53m"), int(sys.argv[3] if len(sys.argv) > 3 else 4)
-blocks = load_blocks(data, "train")
+blocks = load_input_ids(data, "train")
 batch = collate_blocks([blocks[i]["input_ids"] for i in range(mb)])
 ids = batch["input_ids"].cuda()
 config = load_config(name, vocab_size=151669)

@@ -129,9 +129,9 @@ def _rank_batches(blocks, per_device: int, world: int, rank: int, steps: int, st
 
 @pytest.mark.parametrize("start_step", [0, 3])
 def test_ranks_read_disjoint_halves_of_each_step(mini_blocks, start_step):
-    from hfpretrain.training.data import load_blocks
+    from hfpretrain.training.data import load_input_ids
 
-    blocks = load_blocks(mini_blocks, "train")
+    blocks = load_input_ids(mini_blocks, "train")
     steps = 6
     single = _rank_batches(blocks, 4, 1, 0, steps, start_step)
     ranks = [_rank_batches(blocks, 2, 2, r, steps, start_step) for r in (0, 1)]

@@ -15,7 +15,10 @@ def load_blocks(out, split: str = "train"):
 
     import datasets
 
-    return datasets.load_from_disk(str(Path(out) / split))
+    folder = Path(out) / split
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} does not exist: run scripts/tokenize_pile.py --out {out} first")
+    return datasets.load_from_disk(str(folder))
 
 
 __all__ = ["tokenize_corpus", "DataError", "load_blocks"]

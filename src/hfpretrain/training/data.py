@@ -18,14 +18,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from hfpretrain.data import load_blocks
 
-def load_blocks(path: str | Path, split: str) -> datasets.Dataset:
-    folder = Path(path) / split
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} does not exist: run scripts/tokenize_pile.py --out {path} first")
-    blocks = datasets.load_from_disk(str(folder))
+
+def load_input_ids(path: str | Path, split: str) -> datasets.Dataset:
+    """The ``input_ids`` column of a split of tokenize_pile.py's output, as numpy rows."""
+    blocks = load_blocks(path, split)
     if "input_ids" not in blocks.column_names:
-        raise ValueError(f"{folder} has no input_ids column (columns: {blocks.column_names})")
+        raise ValueError(f"{Path(path) / split} has no input_ids column (columns: {blocks.column_names})")
     return blocks.select_columns(["input_ids"]).with_format("numpy")
 
 

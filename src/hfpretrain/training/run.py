@@ -24,7 +24,7 @@ from .callbacks import (CompileCheckCallback, DataPositionCallback, GradStatsCal
                         MemoryCallback, PreemptionCallback, ProfilerCallback, TelemetryProgressCallback,
                         ThroughputCallback)
 from .config import Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
-from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, load_blocks
+from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, load_input_ids
 from .loss import choose_fused_loss
 from .trainer import PretrainTrainer, last_complete_checkpoint
 
@@ -160,8 +160,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     n_compiled = compile_model(model, recipe.model.compile)
 
     train_length = args.max_steps * plan["samples_per_step"]
-    train_blocks = ShuffledBlocks(load_blocks(recipe.data.path, "train"), train_length, args.data_seed or args.seed)
-    eval_blocks = EvalBlocks(load_blocks(recipe.data.path, "validation"), recipe.evaluation.eval_tokens // seq_len)
+    train_blocks = ShuffledBlocks(load_input_ids(recipe.data.path, "train"), train_length, args.data_seed or args.seed)
+    eval_blocks = EvalBlocks(load_input_ids(recipe.data.path, "validation"), recipe.evaluation.eval_tokens // seq_len)
 
     out = Path(args.output_dir)
     recipe_yaml = recipe_to_yaml(recipe)
