@@ -58,9 +58,8 @@ class _WindowRecorder(ThroughputCallback):
         self.windows = []
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        before = dict(logs or {})
         super().on_log(args, state, control, logs=logs, **kwargs)
-        if logs is not None and "tokens_per_s" in logs and "tokens_per_s" not in before:
+        if logs is not None and "loss" in logs and "tokens_per_s" in logs:  # a training window
             self.windows.append({k: logs[k] for k in ("tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                                                       "mfu", "loss") if k in logs})
 
