@@ -8,6 +8,7 @@ import resource
 import subprocess
 
 import pytest
+import torch
 
 from hfpretrain.training import RecipeError, load_recipe, pretrain
 
@@ -235,3 +236,17 @@ def test_cli_dry_run_prints_plan(mini_blocks, tmp_path):
     assert out["plan"]["tokens_per_step"] == 16 * 128
     assert out["recipe"]["data"]["path"] == str(mini_blocks)
     assert not (tmp_path / "run").exists()
+
+
+def test_sdpa_backends_are_checked_and_ordered():
+    assert "model.sdpa_backends" in _error(["data.path=x", "model.sdpa_backends=[cudnn,flsh]"])
+    assert "model.sdpa_backends" in _error(["data.path=x", "model.sdpa_backends=[]"])
+    r = load_recipe(TINY_RECIPE, ["data.path=x", "model.sdpa_backends=[cudnn,flash]"])
+    from torch.nn.attention import SDPBackend
+
+    from hfpretrain.training.run import sdpa_kernels
+
+    before = torch._C._get_sdp_priority_order()
+    with sdpa_kernels(r.model.sdpa_backends):  # the listed order becomes PyTorch's priority order
+        assert torch._C._get_sdp_priority_order()[:2] == [int(SDPBackend.CUDNN_ATTENTION), int(SDPBackend.FLASH_ATTENTION)]
+    assert torch._C._get_sdp_priority_order() == before

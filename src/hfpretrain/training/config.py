@@ -42,7 +42,8 @@ class ModelSection:
     loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
     init_from: Optional[str] = None  # start from these weights instead of random init
     decay_embeddings: bool = False  # weight decay on embedding tables too
-    sdpa_backends: list = field(default_factory=lambda: ["flash", "efficient", "cudnn", "math"])  # PyTorch SDPA kernels allowed
+    # PyTorch SDPA kernels allowed, in the order they are tried (PyTorch's default order)
+    sdpa_backends: list = field(default_factory=lambda: ["flash", "efficient", "math", "cudnn"])
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Recipe:
     nan_policy: str = "stop"  # stop | skip
 
 
+SDPA_BACKENDS = ["flash", "efficient", "cudnn", "math"]
 _CHOICES = {
     "model.attn_implementation": {"auto", "flash_attention_2", "sdpa", "eager"},
     "model.compile": {"none", "decoder", "layers", "model"},
@@ -184,6 +186,9 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             obj = getattr(obj, part)
         if obj not in allowed:
             raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed)}")
+    bad = [b for b in recipe.model.sdpa_backends if b not in SDPA_BACKENDS] or not recipe.model.sdpa_backends
+    if bad:
+        raise RecipeError(f"model.sdpa_backends: {bad} not in {SDPA_BACKENDS} (a non-empty list)")
     if not recipe.data.path:
         raise RecipeError("data.path is not set: point it at the output folder of scripts/tokenize_pile.py")
     return recipe

@@ -8,6 +8,8 @@ What it changes, and why:
   micro-batch x accumulation equals one big batch; evaluation never keeps logits;
 * weight decay on matrices only (not on norms, biases or, unless asked, embeddings);
 * a non-finite loss stops the run (or skips that optimizer step) instead of training on garbage;
+  under ``stop`` the check of a step's loss and gradient norm is read one step later, so it costs
+  no host synchronisation (the GPU never waits for the CPU), and always before a checkpoint;
 * checkpoints get a ``COMPLETE`` marker written last, so a save interrupted mid-way is never
   taken for the last good checkpoint, plus the resolved recipe.
 """
@@ -77,6 +79,7 @@ class PretrainTrainer(Trainer):
         self.skipped_steps = 0
         self.grad_stats = None  # a GradStatsCallback, fed the pre-clip norm of every step
         self._skip_this_step = False
+        self._unchecked = []  # (what, step, tensor) awaiting the deferred finiteness check
         # Our compute_loss divides by num_items_in_batch itself, like HF's model losses do.
         self.model_accepts_loss_kwargs = True
         self._tap = _HiddenStateTap(self.model.get_output_embeddings()) if loss_impl != "none" else None
@@ -142,13 +145,10 @@ class PretrainTrainer(Trainer):
         return (loss, {"loss": loss}) if return_outputs else loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
+        self.check_finite()  # the previous micro-step's tensors: long computed, so no stall
         loss = super().training_step(model, inputs, num_items_in_batch)
-        # One host sync per micro-step, which Trainer's own logging_nan_inf_filter also costs
-        # (we switch that one off).
-        if not torch.isfinite(loss):
-            self._non_finite(f"loss is {loss.item()}", model)
-            return torch.zeros_like(loss)
-        return loss
+        self._watch("loss", loss)
+        return torch.zeros_like(loss) if self._skip_this_step else loss  # keep the logged mean finite
 
     def _clip_grad_norm(self, model):
         if self._skip_this_step:
@@ -157,12 +157,25 @@ class PretrainTrainer(Trainer):
         if self.grad_stats is not None:
             self.grad_stats.record(self.state.global_step + 1, norm)
         # A finite loss can still give non-finite gradients; catch them before the optimizer step.
-        if torch.is_tensor(norm) and not torch.isfinite(norm):
-            self._non_finite(f"gradient norm is {norm.item()}", model)
+        if torch.is_tensor(norm):
+            self._watch("gradient norm", norm)
         return norm
 
-    def _non_finite(self, what: str, model) -> None:
-        step = self.state.global_step + 1
+    def _watch(self, what: str, value: torch.Tensor) -> None:
+        """Check ``value`` for NaN/Inf: now under ``skip`` (the optimizer step must be stopped), at
+        the next micro-step under ``stop`` (no host sync; the step after a bad one is not taken)."""
+        self._unchecked.append((what, self.state.global_step + 1, value.detach()))
+        if self.nan_policy == "skip" and not self.is_deepspeed_enabled:
+            self.check_finite()
+
+    def check_finite(self) -> None:
+        pending, self._unchecked = self._unchecked, []
+        for what, step, value in pending:
+            if not torch.isfinite(value):
+                self._non_finite(f"{what} is {value.item()}", step)
+                return
+
+    def _non_finite(self, what: str, step: int) -> None:
         if self.nan_policy == "stop" or self.is_deepspeed_enabled:  # DeepSpeed steps its own optimizer
             if self.nan_policy == "skip":
                 what += " (nan_policy=skip is not supported under DeepSpeed)"
@@ -172,9 +185,13 @@ class PretrainTrainer(Trainer):
             )
         logger.warning("%s at step %d: skipping this optimizer step", what, step)
         self._skip_this_step = True
-        model.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
 
     # ---- checkpoints -------------------------------------------------------------------------
+    def save_model(self, *args, **kwargs):
+        self.check_finite()  # never save weights that a bad step has touched
+        super().save_model(*args, **kwargs)
+
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
