@@ -164,3 +164,20 @@ def test_missing_data_file_is_one_clear_line(tmp_path):
 def test_task_dir_is_package_data():
     names = sorted(p.name for p in TASK_DIR.iterdir() if p.suffix in (".yaml", ".py"))
     assert names == ["arc_challenge.yaml", "arc_easy.yaml", "local_data.py", "openbookqa.yaml"]
+
+
+def test_slim_data_root_with_test_files_only(data_root, tmp_path):
+    """The GPU kit carries only test/dev files: lm-eval's task must still build (zero-shot)."""
+    import shutil
+
+    from hfpretrain.eval.ai2 import split_path
+
+    for name in TASKS:
+        src = split_path(name, "test", data_root)
+        dst = tmp_path / src.relative_to(data_root)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dst)
+    tasks = load_tasks(TASKS, tmp_path, splits=("test",))
+    for name in TASKS:
+        assert len(tasks[name].test_docs()) == FULL_SIZES[name]["test"]
+        assert len(load_dataset_dict(name, tmp_path)["train"]) == 0

@@ -4,6 +4,7 @@ accumulation, preemption (SIGTERM) and the non-finite-loss policies."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -200,12 +201,14 @@ def _initial_weights(mini_blocks, tmp_path) -> dict:
 # ---- preemption ------------------------------------------------------------------------------
 
 def test_sigterm_saves_and_stops(mini_blocks, tmp_path):
+    """SIGTERM to the whole process group, as a cluster (or `timeout`) sends it: data-loader
+    workers included."""
     out = tmp_path / "run"
     cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
            *make_overrides(mini_blocks, out, {"training.max_steps": "1000", "training.save_strategy": "steps",
-                                              "training.save_steps": "1000"})]
+                                              "training.save_steps": "1000", "training.dataloader_num_workers": "2"})]
     proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, start_new_session=True)
     log = out / "log.jsonl"
     try:
         deadline = time.time() + 240
@@ -214,7 +217,7 @@ def test_sigterm_saves_and_stops(mini_blocks, tmp_path):
                 break
             time.sleep(0.5)
         assert proc.poll() is None, proc.communicate()[0][-3000:]
-        proc.send_signal(signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
         output, _ = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:

@@ -120,10 +120,8 @@ def load_dataset_dict(task: str, data_root=None, splits=("train", "validation", 
     """A ``datasets.DatasetDict`` with the HF layout, read from the local AI2 files."""
     import datasets
 
-    out = {}
-    for split in splits:
-        path = split_path(task, split, data_root)
-        if split != "test" and not path.is_file():
-            continue  # optional splits (train/dev) may be absent on a slim data root
-        out[split] = datasets.Dataset.from_list(read_split(task, split, data_root))
-    return datasets.DatasetDict(out)
+    out = {split: datasets.Dataset.from_list(read_split(task, split, data_root))
+           for split in splits if split == "test" or split_path(task, split, data_root).is_file()}
+    # A slim data root may lack train/dev; lm-eval still reads the training split to build its
+    # few-shot sampler, so an absent split is an empty one (zero-shot runs; few-shot has no pool).
+    return datasets.DatasetDict({split: out.get(split, out["test"].select([])) for split in splits})

@@ -10,6 +10,7 @@ sequence to the ranks in turn, so ranks see disjoint blocks.
 
 from __future__ import annotations
 
+import signal
 from functools import lru_cache
 from pathlib import Path
 
@@ -85,7 +86,21 @@ class ResumableSampler(Sampler[int]):
         return iter(range(self.start, self.length))
 
 
+_worker_ignores_sigterm = False
+
+
+def _ignore_sigterm_in_worker() -> None:
+    """A cluster's SIGTERM (and ``timeout``'s) goes to every process of the job; a data-loader
+    worker killed by it takes the main process down mid-step. Workers ignore it, so the main
+    process (PreemptionCallback) finishes the step, saves, and stops them itself."""
+    global _worker_ignores_sigterm
+    if not _worker_ignores_sigterm and torch.utils.data.get_worker_info() is not None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _worker_ignores_sigterm = True
+
+
 def collate_blocks(rows: list[np.ndarray]) -> dict[str, torch.Tensor]:
+    _ignore_sigterm_in_worker()  # collation runs in the worker: its first batch sets this up
     # Causal LMs shift labels inside the loss, so labels are the inputs themselves (same tensor, no copy).
     ids = torch.from_numpy(np.stack(rows).astype(np.int64))
     return {"input_ids": ids, "labels": ids}
