@@ -9,7 +9,7 @@ tokenize_corpus
 COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true"
 # SIGTERM at the time limit is the preemption path (checkpoint, clean exit), a safety net only:
 # max_steps is sized so that the cosine schedule finishes inside it.
-timeout -s TERM ${SMALL_S:-450} accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/pretrain.py \
+timeout -s TERM ${SMALL_S:-480} accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/pretrain.py \
   recipes/small_1gpu.yaml $COMMON training.output_dir=runs/small training.max_steps=${STEPS:-760} > "$OUT/small.log" 2>&1
 { echo "== small: train rc $? ($(date +%T))"; grep -E "'eval_loss'|Error|error" "$OUT/small.log" | tail -4 | cut -c1-400; } | tee -a "$N"
 cp runs/small/log.jsonl "$OUT/small_log.jsonl"; cp runs/small/summary.json "$OUT/small_summary.json" 2>/dev/null
@@ -18,8 +18,7 @@ echo "checkpoint $CKPT" | tee -a "$N"
 python3 scripts/evaluate.py "$CKPT" --out "$OUT/small_eval" --batch-size 64 --scoring both 2>&1 | tail -12 | tee -a "$N"
 echo "== eval done ($(date +%T))" | tee -a "$N"
 { python3 scripts/generate.py --model "$CKPT" --prompt "The history of the United States" --prompt "def fibonacci(n):" \
-    --prompt "Question: What is 7 plus 5?\nAnswer:" --max-new-tokens 60 --temperature 0.8 --top-p 0.95 --seed 1 --json
-  python3 scripts/generate.py --model "$CKPT" --unconditional --num-samples 2 --max-new-tokens 60 --temperature 0.8 \
+    --prompt "Question: What is 7 plus 5?\nAnswer:" --prompt "import numpy as np" --max-new-tokens 60 --temperature 0.8 \
     --top-p 0.95 --seed 1 --json; } > "$OUT/small_generations.json" 2>> "$N"
 echo "== generation done ($(date +%T))" | tee -a "$N"
 head -c 1500 "$OUT/small_generations.json"
