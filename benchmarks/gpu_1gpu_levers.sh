@@ -2,7 +2,7 @@
 # One GPU, Qwen3 1.8B at seq 2048: which levers move tokens/s. Each variant is one short run of
 # this project's trainer (STEPS steps, windows of 5, the first two dropped; no evaluation, the
 # final save kept), plus the stock Trainer at the largest micro-batch that fits. Variants run while
-# the call has time left (BUDGET_S); $OUT gets one JSON and one log tail per run, notes.txt, a table.
+# the call has time left (BUDGET_S); $OUT gets one JSON per run, runs.log (log tails), notes.txt, a table.
 #   source .carry/setup.sh && bash benchmarks/gpu_1gpu_levers.sh
 source benchmarks/gpu_common.sh
 N="$OUT/notes.txt"; tokenize_corpus
@@ -11,7 +11,7 @@ COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true train
 left() { echo $((BUDGET_S - SECONDS)); }
 finish() {  # name, rc
   { echo "== $1 rc $2 ($(date +%T), ${SECONDS}s)"; grep -E "Error|error:|does not fit" /tmp/$1.log | tail -2 | cut -c1-300; } | tee -a "$N"
-  grep -v -i warn /tmp/$1.log | tail -40 > "$OUT/$1.log"
+  { echo "#### $1"; grep -v -i warn /tmp/$1.log | tail -30; } >> "$OUT/runs.log"
 }
 variant() {  # name, overrides...
   local t=$(( $(left) - 5 )); [ $t -lt 90 ] && { echo "== $1 skipped: ${t}s left" | tee -a "$N"; return; }
