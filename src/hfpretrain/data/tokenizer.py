@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..paths import MissingDataError, resolve
-from .encoders import EncoderMismatch, HFEncoder, build_encoder, first_difference
+from .encoders import EncoderMismatch, build_encoder, first_difference
 from .read import DataError
 
 CHECK_DOCS = 200  # per process, encoded by both backends when tiktoken runs
@@ -91,7 +91,7 @@ class BatchTokenizer:
             self._enc = build_encoder(self.encoder, self.tokenizer_json)
             if self.encoder != "hf":
                 head = texts[:CHECK_DOCS]
-                diff = first_difference(head, HFEncoder(self.tokenizer_json).encode(head), self._enc.encode(head))
+                diff = first_difference(head, build_encoder("hf", self.tokenizer_json).encode(head), self._enc.encode(head))
                 if diff:
                     raise EncoderMismatch(f"{self.encoder} differs from HF: {diff}")
         return self._enc.encode(texts) if texts else []
