@@ -29,6 +29,8 @@ def parse_args(argv=None):
     p.add_argument("--eos-token", default=None, help="end-of-text token (default: <|endoftext|>/<|end_of_text|> if present, else eos)")
     p.add_argument("--on-bad", choices=["skip", "fail"], default="skip", help="bad input records: skip and count (default) or fail")
     p.add_argument("--max-bad-fraction", type=float, default=0.01, help="with --on-bad skip, fail above this fraction of bad records")
+    p.add_argument("--encoder", choices=["auto", "hf", "tiktoken"], default="auto",
+                   help="tokenizer backend: auto (default: tiktoken if installed and exact for this tokenizer, else HF), hf, tiktoken; same ids")
     p.add_argument("--force", action="store_true", help="rebuild even if a finished output with the same fingerprint exists")
     p.add_argument("-q", "--quiet", action="store_true")
     return p.parse_args(argv)
@@ -49,6 +51,7 @@ def main(argv=None) -> int:
             val_inputs=args.val_input, val_docs=args.val_docs, num_proc=args.num_proc,
             max_docs=args.max_docs, force=args.force, on_bad=args.on_bad,
             max_bad_fraction=args.max_bad_fraction, eos_token=args.eos_token, blend=args.blend,
+            encoder=args.encoder,
         )
     except DataError as e:
         sys.exit(f"error: {e}")

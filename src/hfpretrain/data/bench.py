@@ -65,9 +65,10 @@ def _dir_bytes(p):
     return sum(f.stat().st_size for f in Path(p).rglob("*.arrow"))
 
 
-def run_benchmark(files, tokenizer_dir, seq_len=1024, num_proc=2, workdir=None, val_docs=100):
+def run_benchmark(files, tokenizer_dir, seq_len=1024, num_proc=2, workdir=None, val_docs=100, encoder="auto"):
     """Run both on ``files`` (the first ``val_docs`` documents become our validation split and are
-    included in our token count and time; the classic recipe tokenizes all of them as train)."""
+    included in our token count and time; the classic recipe tokenizes all of them as train).
+    ``encoder`` is ours (see :mod:`.encoders`); the classic recipe always uses the HF tokenizer."""
     import datasets
 
     from .pipeline import tokenize_corpus
@@ -77,7 +78,7 @@ def run_benchmark(files, tokenizer_dir, seq_len=1024, num_proc=2, workdir=None, 
     ours_out = work / "ours"
     c0, t0 = _cpu_s(), time.time()
     tokenize_corpus([str(f) for f in files], ours_out, tokenizer_dir, seq_len=seq_len, val_docs=val_docs,
-                    num_proc=num_proc, force=True)
+                    num_proc=num_proc, force=True, encoder=encoder)
     ours_wall = time.time() - t0
     ours_cpu = _cpu_s() - c0
     import json
@@ -113,6 +114,7 @@ def run_benchmark(files, tokenizer_dir, seq_len=1024, num_proc=2, workdir=None, 
         "documents": m["train"]["documents"] + m["validation"]["documents"],
         "tokens": ours_tokens,
         "same_token_stream": bool(same),
+        "encoder": m["tokenizer"]["encoder"],
         "ours_wall_s": round(ours_wall, 2),
         "ours_tokens_per_s": round(ours_tokens / ours_wall),
         "classic_wall_s": round(classic["wall_s"], 2),
@@ -138,7 +140,7 @@ def format_result(r: dict) -> str:
     return "\n".join([
         f"input: {', '.join(os.path.basename(x) for x in r['inputs'])}; {r['documents']:,} documents, {r['tokens']:,} tokens; "
         f"tokenizer {r['tokenizer']}; seq_len {r['seq_len']}; num_proc {r['num_proc']}",
-        f"same token stream: {r['same_token_stream']}",
+        f"same token stream: {r['same_token_stream']}; our encoder: {r['encoder']['name']} ({r['encoder']['reason']})",
         "| pipeline | wall s | tokens/s | CPU s | output bytes | bytes vs bare ids | tokens dropped |",
         "|---|---:|---:|---:|---:|---:|---:|",
         f"| hfpretrain tokenize_corpus | {r['ours_wall_s']} | {r['ours_tokens_per_s']:,} | {r['ours_cpu_s']} | {r['ours_bytes']:,} | "

@@ -8,7 +8,7 @@ input's sha256, computed while building.
 
 Manifest keys (top level): ``format``, ``pipeline_version``, ``created``, ``fingerprint``,
 ``layout``, ``seq_len``, ``dtype``, ``tokenizer`` {name_or_path, vocab_size, eos_token,
-eos_token_id, sha256, class}, ``inputs`` / ``val_inputs`` [{path, kind, size, sha256}], ``val_docs``,
+eos_token_id, sha256, class, encoder {name, reason}}, ``inputs`` / ``val_inputs`` [{path, kind, size, sha256}], ``val_docs``,
 ``max_docs``, ``on_bad``, ``max_bad_fraction``, ``sets`` (index -> name for ``set_ids``),
 ``train`` / ``validation`` {records_read, documents, skipped {reason: n}, bad_examples
 [{where, reason}], tokens, text_tokens, eos_tokens, blocks, block_tokens, dropped_tail_tokens,

@@ -5,7 +5,8 @@ Steps (all through ``datasets``, whose cache lives in a temporary folder beside 
 1. ``Dataset.from_generator`` streams records from the inputs (sharded over files with
    ``num_proc``), writing text to Arrow on disk: memory stays bounded on any input size.
 2. Bad records are counted (by reason, with file:line examples) and the policy applied.
-3. ``Dataset.map(batched=True, num_proc=...)`` tokenizes (fast tokenizer, end-of-text appended).
+3. ``Dataset.map(batched=True, num_proc=...)`` tokenizes (end-of-text appended) with the HF
+   tokenizer or, where it gives the same ids, tiktoken (``encoder``; see :mod:`.encoders`).
 4. One sequential ``map`` packs documents into ``seq_len`` blocks with a carried remainder
    (see :mod:`.pack` for the layout and why it is not shifted).
 5. ``save_to_disk`` for ``train`` and ``validation``, tokenizer copy, ``manifest.json``; all in
@@ -30,6 +31,7 @@ import pyarrow.compute as pc
 
 from .manifest import (MANIFEST, PIPELINE_VERSION, describe_inputs, dir_bytes, fingerprint,
                        read_manifest, write_manifest)
+from .encoders import ENCODERS, EncoderMismatch, Unsupported, choose_encoder
 from .pack import Packer
 from .read import POLICIES, RAW_COLUMNS, DataError, expand_blend, expand_inputs, generate_records
 from .tokenizer import BatchTokenizer, ids_dtype, load_tokenizer, pick_eos, tokenizer_sha256
@@ -56,10 +58,13 @@ def tokenize_corpus(
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION,
     eos_token: str | None = None,
     blend=None,
+    encoder: str = "auto",
 ) -> Path:
     """Tokenize and pack ``inputs`` (paths/globs/Hub ids, or ``blend`` file) into ``out``.
 
     Returns ``out``. A finished output whose fingerprint matches is reused unless ``force``.
+    ``encoder``: ``"auto"`` (tiktoken if installed and exact for this tokenizer, else HF),
+    ``"hf"`` or ``"tiktoken"``; the ids are the same, so it is not part of the fingerprint.
     Raises :class:`DataError` (one-line message) for user-facing problems.
     """
     import datasets
@@ -75,6 +80,8 @@ def tokenize_corpus(
         raise DataError(f"seq_len must be >= 2, got {seq_len}")
     if val_docs < 1:
         raise DataError(f"val_docs must be >= 1, got {val_docs}")
+    if encoder not in ENCODERS:
+        raise DataError(f"encoder must be one of {ENCODERS}, got {encoder!r}")
     if max_docs is not None and max_docs < 1:
         raise DataError(f"max_docs must be >= 1, got {max_docs}")
     out = Path(out).expanduser().resolve()
@@ -98,13 +105,31 @@ def tokenize_corpus(
         if old is None and any(out.iterdir()) and not force:
             raise DataError(f"{out} exists and is not a tokenize_corpus output; pass --force to replace it")
 
-    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    tok_json = tok.backend_tokenizer.to_str()
     try:
-        manifest = _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_len,
-                          val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets)
+        enc = choose_encoder(tok_json, encoder)
+    except Unsupported as e:
+        raise DataError(f"encoder tiktoken: {e}") from None
+    logger.info("encoder: %s (%s)", *enc)
+
+    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
+
+    def build(enc):
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        return _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
+                      val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets)
+
+    try:
+        try:
+            manifest = build(enc)
+        except Exception as e:
+            mismatch = _cause(e, EncoderMismatch)
+            if mismatch is None or enc[0] == "hf":
+                raise
+            logger.warning("%s; rebuilding with the HF tokenizer", mismatch)
+            manifest = build(("hf", f"tiktoken fell back: {mismatch}"))
         manifest["fingerprint"] = fp
         wall = time.time() - t0
         total = manifest["train"]["tokens"] + manifest["validation"]["tokens"]
@@ -124,6 +149,14 @@ def tokenize_corpus(
 def _complete(out: Path) -> bool:
     return all((out / p).exists() for p in ("train/dataset_info.json", "validation/dataset_info.json",
                                             "tokenizer", MANIFEST))
+
+
+def _cause(e: BaseException, kind):
+    while e is not None:
+        if isinstance(e, kind):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
@@ -194,12 +227,12 @@ def _check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
             f"first: {first['where']}: {first['reason']}; counts: {stats['skipped']}")
 
 
-def _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_len, val_docs,
-           num_proc, max_docs, on_bad, max_bad_fraction, datasets):
+def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
+           val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets):
     t_start = time.time()
     cache = tmp / "_cache"
     dtype = ids_dtype(len(tok))
-    tokfn = BatchTokenizer(tok.backend_tokenizer.to_str(), eos_id, dtype)
+    tokfn = BatchTokenizer(tok_json, eos_id, dtype, encoder=enc[0])
 
     # 1-2: read, count bad records, cut to the requested number of documents
     if val_sources is None:
@@ -299,6 +332,7 @@ def _build(tmp, train_sources, val_sources, tok, eos_name, eos_id, tok_sha, seq_
             "eos_token": eos_name,
             "eos_token_id": int(eos_id),
             "sha256": tok_sha,
+            "encoder": {"name": enc[0], "reason": enc[1]},
         },
         "inputs": describe_inputs(train_sources),
         "val_inputs": describe_inputs(val_sources) if val_sources is not None else "first val_docs documents of inputs",

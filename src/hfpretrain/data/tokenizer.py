@@ -5,11 +5,11 @@ The end-of-text token is chosen as: the ``eos_token`` override if given, else a 
 else ``tokenizer.eos_token``. (Qwen3's config says eos = ``<|im_end|>``, the chat turn end; base
 pretraining uses ``<|endoftext|>``.)
 
-Documents are tokenized with the Rust backend's ``encode_batch_fast`` (no offsets), without
-the tokenizer's own special tokens, and with ``encode_special_tokens = True`` so that a literal
+Documents get the ids of the Rust backend's ``encode_batch_fast`` (no offsets), without the
+tokenizer's own special tokens, and with ``encode_special_tokens = True`` so that a literal
 ``<|endoftext|>`` inside raw text is encoded as text: the end-of-text id then appears only at
-the end of documents, and document boundaries can be recovered from it. The BPE word cache is
-enlarged to 2^20 words (bounded): ~5-10% less CPU for GPT-2 BPE on this corpus.
+the end of documents, and document boundaries can be recovered from it. The same ids come from
+tiktoken where it can run the tokenizer exactly (faster; see :mod:`.encoders`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..paths import MissingDataError, resolve
+from .encoders import EncoderMismatch, build_encoder, first_difference
 from .read import DataError
 
-BPE_CACHE_WORDS = 1 << 20
+CHECK_DOCS = 200  # per process, encoded by both backends when tiktoken runs
 EOT_NAMES = ("<|endoftext|>", "<|end_of_text|>")
 
 
@@ -69,39 +70,38 @@ class BatchTokenizer:
     """``Dataset.map`` function (arrow format, batched): rows (text, set, skip, where) ->
     good documents only, as (input_ids: list<uint16|uint32> ending in eos, set: string).
 
+    ``encoder``: ``"hf"`` or ``"tiktoken"`` (see :mod:`.encoders`; pick it with
+    :func:`.encoders.choose_encoder`). With tiktoken, the first :data:`CHECK_DOCS` documents each
+    process sees are also encoded by HF; a difference raises :class:`.encoders.EncoderMismatch`.
     Holds the tokenizer as its JSON string so it pickles cheaply into worker processes.
     """
 
-    def __init__(self, tokenizer_json: str, eos_id: int, dtype):
+    def __init__(self, tokenizer_json: str, eos_id: int, dtype, encoder: str = "hf"):
         self.tokenizer_json = tokenizer_json
         self.eos_id = int(eos_id)
         self.dtype = np.dtype(dtype)
-        self._tok = None
+        self.encoder = encoder
+        self._enc = None
 
     def __getstate__(self):
-        return {**self.__dict__, "_tok": None}
+        return {**self.__dict__, "_enc": None}
 
-    def _backend(self):
-        if self._tok is None:
-            from tokenizers import Tokenizer
-
-            self._tok = Tokenizer.from_str(self.tokenizer_json)
-            self._tok.encode_special_tokens = True
-            # BPE's word cache defaults to 10k words and thrashes on a varied corpus; 1M words
-            # (bounded) saves ~5-10% CPU for GPT-2 BPE here. Same ids.
-            resize = getattr(self._tok.model, "_resize_cache", None)
-            if resize is not None:
-                resize(BPE_CACHE_WORDS)
-        return self._tok
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        if self._enc is None:
+            self._enc = build_encoder(self.encoder, self.tokenizer_json)
+            if self.encoder != "hf":
+                head = texts[:CHECK_DOCS]
+                diff = first_difference(head, build_encoder("hf", self.tokenizer_json).encode(head), self._enc.encode(head))
+                if diff:
+                    raise EncoderMismatch(f"{self.encoder} differs from HF: {diff}")
+        return self._enc.encode(texts) if texts else []
 
     def __call__(self, table: pa.Table) -> pa.Table:
         import pyarrow.compute as pc
 
         good = pc.equal(table.column("skip"), "")
         table = table.filter(good)
-        texts = table.column("text").to_pylist()
-        encs = self._backend().encode_batch_fast(texts, add_special_tokens=False) if texts else []
-        ids = [e.ids for e in encs]
+        ids = self._encode(table.column("text").to_pylist())
         eos = [self.eos_id]
         lens = np.fromiter((len(x) + 1 for x in ids), dtype=np.int64, count=len(ids))
         total = int(lens.sum())
