@@ -17,6 +17,7 @@ when given, else the mean.
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,17 @@ def choose_fused_loss(requested: str) -> tuple[str, str]:
     if requested == "liger" and not (has_liger and torch.cuda.is_available()):
         raise RuntimeError("model.fused_loss=liger needs liger-kernel (pip install -e .[gpu]) and a CUDA GPU")
     return requested, "set in the recipe"
+
+
+def loss_chunk_tokens(impl: str, tokens: int, vocab_size: int, hidden_size: int, chunk_tokens: int) -> int | None:
+    """Tokens whose logits exist at once: liger sizes its chunks so that one chunk of logits is
+    about as large as the hidden states (liger_kernel.ops.fused_linear_cross_entropy); ``none``
+    materialises all of them (None)."""
+    if impl == "none":
+        return None
+    if impl == "liger":
+        return 1 << max(0, math.ceil(math.log2(math.ceil(tokens / math.ceil(vocab_size / hidden_size)))))
+    return chunk_tokens
 
 
 def shift_labels(labels: torch.Tensor) -> torch.Tensor:

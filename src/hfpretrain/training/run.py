@@ -26,7 +26,7 @@ from .callbacks import (CompileCheckCallback, DataPositionCallback, GradStatsCal
                         ThroughputCallback)
 from .config import Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
 from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, load_input_ids
-from .loss import choose_fused_loss
+from .loss import choose_fused_loss, loss_chunk_tokens
 from .trainer import PretrainTrainer, last_complete_checkpoint
 
 logger = logging.getLogger("hfpretrain")
@@ -57,6 +57,15 @@ def training_arguments(recipe: Recipe, dry_run: bool = False) -> TrainingArgumen
     return TrainingArguments(**fields)
 
 
+def planned_loss(requested: str) -> str:
+    """The loss implementation a run on this machine would use (liger asked for on a machine
+    without it: planned as on the GPU it is meant for)."""
+    try:
+        return choose_fused_loss(requested)[0]
+    except RuntimeError:
+        return requested
+
+
 def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, world_size: int | None = None,
               zero_stage: int | None = None) -> dict:
     world = world_size or args.world_size
@@ -71,8 +80,11 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, wor
                              grad_checkpointing=bool(args.gradient_checkpointing),
                              attn_implementation=recipe.model.attn_implementation
                              if recipe.model.attn_implementation != "auto" else "sdpa",
-                             grad_accum=args.gradient_accumulation_steps,
-                             fused_loss_chunk=None if recipe.model.fused_loss == "none" else recipe.model.loss_chunk_tokens)
+                             grad_accum=args.gradient_accumulation_steps, compiled=recipe.model.compile != "none",
+                             fused_loss_chunk=loss_chunk_tokens(planned_loss(recipe.model.fused_loss),
+                                                                args.per_device_train_batch_size * seq_len,
+                                                                config.vocab_size, config.hidden_size,
+                                                                recipe.model.loss_chunk_tokens))
     total_tokens = tokens_per_step * args.max_steps
     plan = {
         "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
