@@ -10,7 +10,7 @@ COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true"
 # SIGTERM at the time limit is the preemption path (checkpoint, clean exit), a safety net only:
 # max_steps is sized so that the cosine schedule finishes inside it.
 timeout -s TERM ${SMALL_S:-480} accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/pretrain.py \
-  recipes/small_1gpu.yaml $COMMON training.output_dir=runs/small training.max_steps=${STEPS:-760} > "$OUT/small.log" 2>&1
+  recipes/small_1gpu.yaml $COMMON training.output_dir=runs/small > "$OUT/small.log" 2>&1
 { echo "== small: train rc $? ($(date +%T))"; grep -E "'eval_loss'|Error|error" "$OUT/small.log" | tail -4 | cut -c1-400; } | tee -a "$N"
 cp runs/small/log.jsonl "$OUT/small_log.jsonl"; cp runs/small/summary.json "$OUT/small_summary.json" 2>/dev/null
 CKPT=$(ls -d runs/small/final 2>/dev/null || ls -d runs/small/checkpoint-* | sort -t- -k2 -n | tail -1)
