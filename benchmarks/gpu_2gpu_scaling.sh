@@ -1,24 +1,48 @@
 #!/usr/bin/env bash
-# Two GPUs (nvidia-h200-x2): the Qwen3 1.8B shape on 1 GPU, on 2 with plain DDP and on 2 with DeepSpeed ZeRO-1,
-# then a resume from the ZeRO-1 checkpoint. Scaling efficiency = tokens/s on 2 GPUs / (2 x tokens/s on 1).
-#   source .carry/setup.sh && bash benchmarks/gpu_2gpu_scaling.sh      ($OUT gets notes.txt + one JSON per run)
+# Two GPUs (nvidia-h200-x2): the Qwen3 1.8B shape (recipes/qwen3_1p8b_1gpu.yaml: compile=layers, liger CE,
+# micro-batch 20) on 1 GPU, on 2 with plain DDP and on 2 with DeepSpeed ZeRO-1, then the ZeRO-1 run resumed
+# from its step-STEPS/2 checkpoint. Scaling efficiency = tokens/s on 2 GPUs / (2 x tokens/s on 1).
+# Each run is time-boxed (a 1.8B run takes 80-120 s: start, per-layer compile, STEPS steps, final save);
+# $OUT gets notes.txt, runs.log (log tails) and one JSON per run.
+#   source .carry/setup.sh && bash benchmarks/gpu_2gpu_scaling.sh
 source benchmarks/gpu_common.sh
 N="$OUT/notes.txt"; tokenize_corpus
-STEPS=${STEPS:-30}; MB=${MB:-16}
-COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.per_device_train_batch_size=$MB training.gradient_accumulation_steps=1 training.logging_steps=5 training.eval_steps=1000 evaluation.eval_tokens=524288"
-bench() {  # name, accelerate config, extra overrides
-  accelerate launch --config_file "$2" scripts/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml $COMMON \
-    training.max_steps=$STEPS training.output_dir=/tmp/$1 "${@:3}" --out "$OUT/$1.json" > /tmp/$1.log 2>&1
-  { echo "== $1 rc $?"; grep -E "'loss'|Error" /tmp/$1.log | tail -2 | cut -c1-300; } | tee -a "$N"
+STEPS=${STEPS:-20}; BUDGET_S=${BUDGET_S:-570}
+COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.gradient_accumulation_steps=1 training.logging_steps=5 training.eval_strategy=no"
+left() { echo $((BUDGET_S - SECONDS)); }
+finish() {  # name, rc
+  { echo "== $1 rc $2 ($(date +%T), ${SECONDS}s)"; grep -E "resuming|Error|error:" /tmp/$1.log | tail -3 | cut -c1-300; } | tee -a "$N"
+  { echo "#### $1"; grep -v -i warn /tmp/$1.log | tail -30; } >> "$OUT/runs.log"
 }
-CUDA_VISIBLE_DEVICES=0 bench one_gpu accelerate_configs/1gpu.yaml
-bench ddp accelerate_configs/2gpu_ddp.yaml
-bench zero1 accelerate_configs/2gpu_zero1.yaml training.save_steps=20
-# Resume: the same run continues from checkpoint-20 (ZeRO-1 optimizer shards) to step STEPS+10.
+bench() {  # name, accelerate config, extra overrides
+  local t=$(( $(left) - 5 )); [ $t -lt 90 ] && { echo "== $1 skipped: ${t}s left" | tee -a "$N"; return; }
+  timeout -s KILL $t accelerate launch --config_file "$2" scripts/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml \
+    $COMMON training.max_steps=$STEPS training.output_dir=/tmp/$1 "${@:3}" --out "$OUT/$1.json" > /tmp/$1.log 2>&1
+  finish $1 $?
+}
+CUDA_VISIBLE_DEVICES=0 bench one_gpu accelerate_configs/1gpu.yaml training.save_strategy=no
+bench ddp accelerate_configs/2gpu_ddp.yaml training.save_strategy=no
+bench zero1 accelerate_configs/2gpu_zero1.yaml training.save_strategy=steps training.save_steps=$((STEPS / 2))
+# Resume: the ZeRO-1 run continues from checkpoint-STEPS/2 (optimizer shards, data position) to STEPS.
 rm -rf /tmp/zero1/checkpoint-$STEPS /tmp/zero1/final
-accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml scripts/pretrain.py recipes/qwen3_1p8b_1gpu.yaml $COMMON \
-  training.max_steps=$((STEPS + 10)) training.output_dir=/tmp/zero1 training.resume_from_checkpoint=auto > /tmp/resume.log 2>&1
-{ echo "== zero1 resume rc $?"; grep -E "resuming|'loss'|Error" /tmp/resume.log | tail -3 | cut -c1-300; } | tee -a "$N"
+t=$(( $(left) - 5 )); if [ $t -ge 90 ]; then
+  timeout -s KILL $t accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml scripts/pretrain.py \
+    recipes/qwen3_1p8b_1gpu.yaml $COMMON training.max_steps=$STEPS training.output_dir=/tmp/zero1 \
+    training.save_strategy=no training.resume_from_checkpoint=auto > /tmp/resume.log 2>&1; finish resume $?
+  python3 - <<'PY' | tee -a "$N"
+import json  # the resumed steps must repeat the first run's losses (same data, same state)
+ev = [json.loads(l) for l in open("/tmp/zero1/log.jsonl")]
+runs, cur = [], []
+for e in ev:
+    if e["event"] == "config" and cur: runs.append(cur); cur = []
+    cur.append(e)
+runs.append(cur)
+loss = [{e["step"]: e["loss"] for e in r if e["event"] == "log" and "loss" in e} for r in runs]
+if len(loss) >= 2:
+    both = sorted(set(loss[0]) & set(loss[-1]))
+    print("resume: steps", both, "first", [round(loss[0][s], 4) for s in both], "resumed", [round(loss[-1][s], 4) for s in both])
+PY
+fi
 python3 - <<'PY' | tee -a "$N"
 import json, os
 r = {k: json.load(open(f"{os.environ['OUT']}/{k}.json")) for k in ("one_gpu", "ddp", "zero1") if os.path.exists(f"{os.environ['OUT']}/{k}.json")}
