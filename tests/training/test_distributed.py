@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(config: Path, mini_blocks, out: Path) -> subprocess.CompletedProcess:
+def _launch(config: Path, mini_blocks, out: Path, extra: dict | None = None) -> subprocess.CompletedProcess:
     cmd = ["accelerate", "launch", "--config_file", str(config), "--main_process_port", str(_free_port()),
-           str(PRETRAIN_SCRIPT), str(TINY_RECIPE), *make_overrides(mini_blocks, out, DIST)]
+           str(PRETRAIN_SCRIPT), str(TINY_RECIPE), *make_overrides(mini_blocks, out, {**DIST, **(extra or {})})]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-6000:])
     return proc
@@ -92,6 +93,31 @@ def test_zero1_two_processes_match_single_process(reference_run, mini_blocks, tm
     proc = _launch(_zero1_config(tmp_path), mini_blocks, out)
     assert "deepspeed" in (proc.stdout + proc.stderr).lower()  # DeepSpeed really ran
     _check_against_reference(out, reference_run)
+
+
+def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run, mini_blocks, tmp_path):
+    """DeepSpeed refuses ZeRO optimizer shards saved at another data-parallel size; its universal
+    checkpoint format converts them (scripts/zero_to_universal.py), and the run goes on, exactly."""
+    pytest.importorskip("deepspeed")
+    out = tmp_path / "zero1"
+    _launch(_zero1_config(tmp_path), mini_blocks, out, {"training.save_strategy": "steps", "training.save_steps": "3"})
+    ckpt = out / "checkpoint-3"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "zero_to_universal.py"), str(ckpt)], cwd=REPO,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (ckpt / "latest_universal").read_text().strip() == "global_step3_universal"
+
+    one = tmp_path / "one_proc_zero1.yaml"  # 1 process, same global batch (micro-batch 4)
+    one.write_text((REPO / "accelerate_configs" / "cpu_2proc_zero1.yaml").read_text()
+                   .replace("num_processes: 2", "num_processes: 1")
+                   .replace("ds_configs/zero1.json", str(REPO / "ds_configs" / "zero1_universal.json")))
+    resumed = tmp_path / "resumed"
+    _launch(one, mini_blocks, resumed, {"training.per_device_train_batch_size": "4",
+                                        "training.resume_from_checkpoint": str(ckpt)})
+    losses, ref = step_losses(resumed), step_losses(reference_run)
+    assert sorted(losses) == [4, 5]
+    for step in losses:
+        assert losses[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, losses[step], ref[step])
 
 
 # ---- the data split, checked directly ----------------------------------------------------------

@@ -1,0 +1,31 @@
+#!/usr/bin/env python
+"""Convert a DeepSpeed ZeRO checkpoint-N to DeepSpeed's universal format, so that the run can resume
+on another number of GPUs (DeepSpeed refuses optimizer shards saved at another data-parallel size).
+
+    python scripts/zero_to_universal.py runs/qwen3_1p8b/checkpoint-1000
+    accelerate launch --config_file <config whose deepspeed_config_file is ds_configs/zero1_universal.json> \\
+        scripts/pretrain.py RECIPE training.resume_from_checkpoint=runs/qwen3_1p8b/checkpoint-1000
+
+Keep the global batch (micro-batch x GPUs x accumulation) when changing the GPU count.
+"""
+
+import argparse
+import sys
+
+from hfpretrain.training.zero import convert_to_universal
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", help="a checkpoint-N folder written under DeepSpeed (holds global_stepN/)")
+    args = p.parse_args()
+    try:
+        tag = convert_to_universal(args.checkpoint)
+    except (FileNotFoundError, RuntimeError) as e:
+        sys.exit(f"error: {e}")
+    print(f"wrote {args.checkpoint}/{tag} (universal); resume with ds_configs/zero1_universal.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
