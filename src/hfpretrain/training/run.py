@@ -126,7 +126,7 @@ _SDPBACKEND_NAMES = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTI
 
 def sdpa_kernels(names: list[str]):
     """PyTorch SDPA kernels allowed, tried in the listed order (PyTorch's own order puts cuDNN
-    last; on Hopper its attention is the fastest of them for causal bf16 at head_dim 128)."""
+    last; on an H200 cuDNN first and flash first measured the same for the 1.8B shape)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     logger.info("sdpa kernels, in priority order: %s", list(names))
