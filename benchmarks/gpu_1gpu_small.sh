@@ -4,7 +4,6 @@
 # $OUT: notes.txt, small.log (console), small_log.jsonl, small_summary.json, small_eval/, small_generations.json.
 #   source .carry/setup.sh && bash benchmarks/gpu_1gpu_small.sh
 source benchmarks/gpu_common.sh
-N="$OUT/notes.txt"
 tokenize_corpus
 COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true"
 # SIGTERM at the time limit is the preemption path (checkpoint, clean exit), a safety net only:

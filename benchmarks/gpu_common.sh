@@ -14,3 +14,16 @@ tokenize_corpus() {  # all carried train shards, validation = first 10,000 docs 
     --tokenizer "$DATA_ROOT/tokenizers/qwen3" --seq-len 2048 --out "$DATA" --num-proc 16 -q 2>&1 | tail -3
   python3 -c "import json;m=json.load(open('$DATA/manifest.json'));print('tokens train',m['train']['tokens'],'blocks',m['train']['blocks'],'val blocks',m['validation']['blocks'],'tok/s',m['tokens_per_s'])" | tee -a "$OUT/notes.txt"
 }
+N="$OUT/notes.txt"
+# Time-boxed runs: a device call ends hard at 600 s, so every run gets the time left (BUDGET_S in all)
+# as its limit and writes its log tail under $OUT, where it survives a kill.
+BUDGET_S=${BUDGET_S:-570}
+left() { echo $((BUDGET_S - SECONDS)); }
+timed() {  # name, command...: skipped with under 90 s left; rc and errors to notes.txt, log tail to runs.log
+  local name=$1 t=$(( $(left) - 5 )); shift
+  if [ $t -lt 90 ]; then echo "== $name skipped: ${t}s left" | tee -a "$N"; return 1; fi
+  timeout -s KILL $t "$@" > /tmp/$name.log 2>&1; local rc=$?
+  { echo "== $name rc $rc ($(date +%T), ${SECONDS}s)"; grep -E "resuming|Error|error:|does not fit" /tmp/$name.log | tail -3 | cut -c1-300; } | tee -a "$N"
+  { echo "#### $name"; grep -v -i warn /tmp/$name.log | tail -30; } >> "$OUT/runs.log"
+  return $rc
+}

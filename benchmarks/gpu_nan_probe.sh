@@ -3,7 +3,7 @@
 # (a) the default SDPA backends, (b) memory-efficient SDPA only; then a compiled throughput run
 # with whichever ran clean.
 source benchmarks/gpu_common.sh
-N="$OUT/notes.txt"; tokenize_corpus
+tokenize_corpus
 COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.per_device_train_batch_size=16 training.gradient_accumulation_steps=1 training.logging_steps=2 model.fused_loss=chunked"
 probe() {  # name, extra overrides
   accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/pretrain.py recipes/qwen3_1p8b_1gpu.yaml $COMMON \
