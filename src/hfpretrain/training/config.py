@@ -186,9 +186,9 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             obj = getattr(obj, part)
         if obj not in allowed:
             raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed)}")
-    bad = [b for b in recipe.model.sdpa_backends if b not in SDPA_BACKENDS] or not recipe.model.sdpa_backends
-    if bad:
-        raise RecipeError(f"model.sdpa_backends: {bad} not in {SDPA_BACKENDS} (a non-empty list)")
+    backends = list(recipe.model.sdpa_backends)
+    if not backends or any(b not in SDPA_BACKENDS for b in backends):
+        raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {SDPA_BACKENDS}")
     if not recipe.data.path:
         raise RecipeError("data.path is not set: point it at the output folder of scripts/tokenize_pile.py")
     return recipe
