@@ -162,8 +162,8 @@ class PretrainTrainer(Trainer):
         return norm
 
     def _watch(self, what: str, value: torch.Tensor) -> None:
-        """Check ``value`` for NaN/Inf: now under ``skip`` (the optimizer step must be stopped), at
-        the next micro-step under ``stop`` (no host sync; the step after a bad one is not taken)."""
+        """Check ``value`` for NaN/Inf: now under ``skip`` (its optimizer step must not happen), at the
+        next micro-step or save under ``stop`` (no host sync; the run stops before any save)."""
         self._unchecked.append((what, self.state.global_step + 1, value.detach()))
         if self.nan_policy == "skip" and not self.is_deepspeed_enabled:
             self.check_finite()
