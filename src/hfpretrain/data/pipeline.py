@@ -94,7 +94,8 @@ def tokenize_corpus(
 
     tok = load_tokenizer(tokenizer)
     eos_name, eos_id = pick_eos(tok, eos_token)
-    tok_sha = tokenizer_sha256(tok)
+    tok_json = tok.backend_tokenizer.to_str()  # serialised once: hashed here, run by the encoders
+    tok_sha = tokenizer_sha256(tok_json)
     fp = fingerprint(train_sources, val_sources, tok_sha, eos_id, seq_len, val_docs, max_docs)
 
     old = read_manifest(out)
@@ -105,7 +106,6 @@ def tokenize_corpus(
         if old is None and any(out.iterdir()) and not force:
             raise DataError(f"{out} exists and is not a tokenize_corpus output; pass --force to replace it")
 
-    tok_json = tok.backend_tokenizer.to_str()
     try:
         enc = choose_encoder(tok_json, encoder)
     except Unsupported as e:

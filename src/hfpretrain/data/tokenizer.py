@@ -58,8 +58,8 @@ def pick_eos(tok, override: str | None = None) -> tuple[str, int]:
     raise DataError(f"tokenizer {tok.name_or_path}: no end-of-text token found; pass --eos-token")
 
 
-def tokenizer_sha256(tok) -> str:
-    return hashlib.sha256(tok.backend_tokenizer.to_str().encode("utf-8")).hexdigest()
+def tokenizer_sha256(tokenizer_json: str) -> str:
+    return hashlib.sha256(tokenizer_json.encode("utf-8")).hexdigest()
 
 
 def ids_dtype(vocab_size: int):

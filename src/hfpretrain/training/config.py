@@ -80,7 +80,9 @@ class Recipe:
     nan_policy: str = "stop"  # stop | skip
 
 
-SDPA_BACKENDS = ["flash", "efficient", "cudnn", "math"]
+# recipe name -> torch.nn.attention.SDPBackend member
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "math": "MATH"}
 _CHOICES = {
     "model.attn_implementation": {"auto", "flash_attention_2", "sdpa", "eager"},
     "model.compile": {"none", "decoder", "layers", "model"},
@@ -188,7 +190,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed)}")
     backends = list(recipe.model.sdpa_backends)
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
-        raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {SDPA_BACKENDS}")
+        raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")
     if not recipe.data.path:
         raise RecipeError("data.path is not set: point it at the output folder of scripts/tokenize_pile.py")
     return recipe

@@ -24,7 +24,7 @@ from transformers.trainer_callback import ProgressCallback
 from .callbacks import (CompileCheckCallback, DataPositionCallback, GradStatsCallback, JsonlLogCallback,
                         MemoryCallback, PreemptionCallback, ProfilerCallback, TelemetryProgressCallback,
                         ThroughputCallback)
-from .config import Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
+from .config import SDPA_BACKENDS, Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
 from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, load_input_ids
 from .loss import choose_fused_loss, loss_chunk_tokens
 from .trainer import PretrainTrainer, last_complete_checkpoint
@@ -120,17 +120,13 @@ def compile_model(model, mode: str) -> int:
     return len(blocks)
 
 
-_SDPBACKEND_NAMES = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
-                     "math": "MATH"}
-
-
 def sdpa_kernels(names: list[str]):
     """PyTorch SDPA kernels allowed, tried in the listed order (PyTorch's own order puts cuDNN
     last; on an H200 cuDNN first and flash first measured the same for the 1.8B shape)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     logger.info("sdpa kernels, in priority order: %s", list(names))
-    return sdpa_kernel([getattr(SDPBackend, _SDPBACKEND_NAMES[n]) for n in names], set_priority=True)
+    return sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS[n]) for n in names], set_priority=True)
 
 
 def resolve_resume(value, output_dir: str) -> str | None:
