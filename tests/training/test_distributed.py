@@ -34,9 +34,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(config: Path, mini_blocks, out: Path, extra: dict | None = None) -> subprocess.CompletedProcess:
+def _launch(config: Path, mini_blocks, out: Path, extra: dict | None = None,
+            recipe: Path = TINY_RECIPE) -> subprocess.CompletedProcess:
     cmd = ["accelerate", "launch", "--config_file", str(config), "--main_process_port", str(_free_port()),
-           str(PRETRAIN_SCRIPT), str(TINY_RECIPE), *make_overrides(mini_blocks, out, {**DIST, **(extra or {})})]
+           str(PRETRAIN_SCRIPT), str(recipe), *make_overrides(mini_blocks, out, {**DIST, **(extra or {})})]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-6000:])
     return proc
@@ -88,9 +89,15 @@ def _zero1_config(tmp_path: Path) -> Path:
 
 
 def test_zero1_two_processes_match_single_process(reference_run, mini_blocks, tmp_path):
+    """The schedule is given here as the GPU recipes give it, cosine with an absolute ``min_lr``
+    (transformers reads that against ``optimizer.defaults``, which DeepSpeed's ZeRO optimizer lacks);
+    min_lr = learning_rate makes it the reference's constant_with_warmup."""
     pytest.importorskip("deepspeed")
+    recipe = tmp_path / "tiny_min_lr.yaml"
+    recipe.write_text(TINY_RECIPE.read_text().replace("{min_lr_rate: 0.1}", "{min_lr: 3.0e-4}"))
     out = tmp_path / "zero1"
-    proc = _launch(_zero1_config(tmp_path), mini_blocks, out)
+    schedule = {"training.lr_scheduler_type": "cosine_with_min_lr", "training.lr_scheduler_kwargs": "{min_lr: 3e-3}"}
+    proc = _launch(_zero1_config(tmp_path), mini_blocks, out, schedule, recipe)
     assert "deepspeed" in (proc.stdout + proc.stderr).lower()  # DeepSpeed really ran
     _check_against_reference(out, reference_run)
 

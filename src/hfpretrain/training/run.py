@@ -54,7 +54,14 @@ def training_arguments(recipe: Recipe, dry_run: bool = False) -> TrainingArgumen
     if fields.get("max_steps", -1) <= 0:
         raise ValueError("training.max_steps must be set (> 0): pretraining runs are counted in optimizer steps")
     fields.pop("resume_from_checkpoint", None)
-    return TrainingArguments(**fields)
+    args = TrainingArguments(**fields)
+    kwargs = args.lr_scheduler_kwargs
+    if isinstance(kwargs, dict) and "min_lr" in kwargs and "min_lr_rate" not in kwargs:
+        # transformers turns min_lr into a rate through optimizer.defaults, which DeepSpeed's ZeRO
+        # optimizer does not have (AttributeError at the first step): hand it the rate instead.
+        args.lr_scheduler_kwargs = {**kwargs, "min_lr_rate": kwargs["min_lr"] / args.learning_rate}
+        del args.lr_scheduler_kwargs["min_lr"]
+    return args
 
 
 def planned_loss(requested: str) -> str:

@@ -154,6 +154,8 @@ class PretrainTrainer(Trainer):
         if self._skip_this_step:
             model.zero_grad(set_to_none=True)  # grads of later micro-steps too
         norm = super()._clip_grad_norm(model)
+        if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor, which .cpu()/.tolist()/.item() refuse
+            norm = norm.full_tensor()
         if self.grad_stats is not None:
             self.grad_stats.record(self.state.global_step + 1, norm)
         # A finite loss can still give non-finite gradients; catch them before the optimizer step.

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Two GPUs (nvidia-h200-x2), DeepSpeed ZeRO-1: the Qwen3 1.8B shape as in gpu_2gpu_scaling.sh, checkpointing at
+# step STEPS/2 (save time is not counted in tokens/s), then that checkpoint resumed (optimizer shards, scheduler,
+# data position) on the same 2 GPUs and, converted to DeepSpeed's universal format (scripts/zero_to_universal.py),
+# on 1 GPU with the same global batch (20 x 2 accumulation). The resumed windows must repeat the first run's
+# losses. Time-boxed; $OUT gets notes.txt (scaling and loss tables), runs.log and zero1.json.
+#   source .carry/setup.sh && bash benchmarks/gpu_2gpu_zero1.sh
+source benchmarks/gpu_common.sh
+tokenize_corpus
+STEPS=${STEPS:-20}; HALF=$((STEPS / 2))
+COMMON="recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA training.report_to=none training.disable_tqdm=true
+  training.logging_steps=5 training.eval_strategy=no training.max_steps=$STEPS"
+timed zero1 accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml scripts/benchmark.py ours $COMMON \
+  training.gradient_accumulation_steps=1 training.output_dir=/tmp/zero1 training.save_strategy=steps \
+  training.save_steps=$HALF training.resume_from_checkpoint=null --out "$OUT/zero1.json"
+python3 benchmarks/scaling_table.py "$OUT" | tee -a "$N"
+du -sh /tmp/zero1/checkpoint-$HALF 2>&1 | tee -a "$N"
+rm -rf /tmp/zero1/checkpoint-$STEPS /tmp/zero1/final
+timed resume_2gpu accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml scripts/pretrain.py $COMMON \
+  training.gradient_accumulation_steps=1 training.output_dir=/tmp/zero1 training.save_strategy=no \
+  training.resume_from_checkpoint=auto
+sed -e "s/num_processes: 2/num_processes: 1/" -e "s#ds_configs/zero1.json#ds_configs/zero1_universal.json#" \
+  accelerate_configs/2gpu_zero1.yaml > /tmp/1gpu_zero1_universal.yaml
+timed convert python3 scripts/zero_to_universal.py /tmp/zero1/checkpoint-$HALF && \
+  CUDA_VISIBLE_DEVICES=0 timed resume_1gpu accelerate launch --config_file /tmp/1gpu_zero1_universal.yaml \
+    scripts/pretrain.py $COMMON training.gradient_accumulation_steps=2 training.output_dir=/tmp/resume_1gpu \
+    training.save_strategy=no training.resume_from_checkpoint=/tmp/zero1/checkpoint-$HALF
+python3 - <<'PY' | tee -a "$N"
+import json, os
+def launches(path):  # the log's events, one list per launch (each starts with a config event)
+    out = []
+    for line in open(path) if os.path.exists(path) else []:
+        e = json.loads(line)
+        if e["event"] == "config" or not out:
+            out.append([])
+        out[-1].append(e)
+    return out
+def losses(events):
+    return {e["step"]: round(e["loss"], 4) for e in events if e["event"] == "log" and "loss" in e}
+two, one = launches("/tmp/zero1/log.jsonl"), launches("/tmp/resume_1gpu/log.jsonl")
+table = {"uninterrupted, 2 GPUs": two[0] if two else [], "resumed, 2 GPUs": two[1] if len(two) > 1 else [],
+         "resumed, 1 GPU (universal)": one[-1] if one else []}
+for name, events in table.items():
+    print(f"loss {name:28s}", "  ".join(f"step {s}: {v}" for s, v in sorted(losses(events).items())))
+PY
