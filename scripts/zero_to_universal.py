@@ -18,9 +18,10 @@ from hfpretrain.training.zero import convert_to_universal
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="a checkpoint-N folder written under DeepSpeed (holds global_stepN/)")
+    p.add_argument("--workers", type=int, default=None, help="processes (default: one per core, at most 8)")
     args = p.parse_args()
     try:
-        tag = convert_to_universal(args.checkpoint)
+        tag = convert_to_universal(args.checkpoint, args.workers)
     except (FileNotFoundError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     print(f"wrote {args.checkpoint}/{tag} (universal); resume with ds_configs/zero1_universal.json")

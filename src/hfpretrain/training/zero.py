@@ -8,13 +8,16 @@ parameter's fp32 weight and Adam moments whole; DeepSpeed's own ``ds_to_universa
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 
-def convert_to_universal(checkpoint: str | Path) -> str:
-    """Write ``checkpoint/global_stepN_universal`` and ``latest_universal``; return the new tag."""
+def convert_to_universal(checkpoint: str | Path, workers: int | None = None) -> str:
+    """Write ``checkpoint/global_stepN_universal`` and ``latest_universal``; return the new tag.
+    ``workers`` processes extract and merge the parameters (default: one per core, at most 8)."""
+    workers = str(workers or min(8, os.cpu_count() or 1))
     ckpt = Path(checkpoint)
     latest = ckpt / "latest"
     if not latest.is_file():
@@ -22,7 +25,7 @@ def convert_to_universal(checkpoint: str | Path) -> str:
     tag = latest.read_text().strip()
     universal = f"{tag}_universal"
     cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(ckpt / tag),
-           "--output_folder", str(ckpt / universal), "--num_extract_workers", "1", "--num_merge_workers", "1",
+           "--output_folder", str(ckpt / universal), "--num_extract_workers", workers, "--num_merge_workers", workers,
            "--inject_missing_state"]  # HF Trainer checkpoints lack Megatron's universal_checkpoint_info
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
