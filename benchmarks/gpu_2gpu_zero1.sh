@@ -3,7 +3,8 @@
 # step STEPS/2 (save time is not counted in tokens/s), then that checkpoint resumed (optimizer shards, scheduler,
 # data position) on the same 2 GPUs and, converted to DeepSpeed's universal format (scripts/zero_to_universal.py),
 # on 1 GPU with the same global batch (20 x 2 accumulation). The resumed windows must repeat the first run's
-# losses. Time-boxed; $OUT gets notes.txt (scaling and loss tables), runs.log and zero1.json.
+# losses. RESUME_ON="1" skips the 2-GPU resume. Time-boxed; $OUT gets notes.txt (scaling and loss tables),
+# runs.log and zero1.json.
 #   source .carry/setup.sh && bash benchmarks/gpu_2gpu_zero1.sh
 source benchmarks/gpu_common.sh
 tokenize_corpus
@@ -16,7 +17,7 @@ timed zero1 accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml s
 python3 benchmarks/scaling_table.py "$OUT" | tee -a "$N"
 du -sh /tmp/zero1/checkpoint-$HALF 2>&1 | tee -a "$N"
 rm -rf /tmp/zero1/checkpoint-$STEPS /tmp/zero1/final
-timed resume_2gpu accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml scripts/pretrain.py $COMMON \
+[[ " ${RESUME_ON:-2 1} " == *" 2 "* ]] && timed resume_2gpu accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml scripts/pretrain.py $COMMON \
   training.gradient_accumulation_steps=1 training.output_dir=/tmp/zero1 training.save_strategy=no \
   training.resume_from_checkpoint=auto
 sed -e "s/num_processes: 2/num_processes: 1/" -e "s#ds_configs/zero1.json#ds_configs/zero1_universal.json#" \

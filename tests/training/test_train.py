@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -269,3 +270,15 @@ def test_lm_eval_during_training_is_logged_beside_the_loss(mini_blocks, tmp_path
     assert {e["step"] for e in scores} >= {2, 4}
     assert all(0.0 <= e["eval/arc_easy_acc"] <= 1.0 for e in scores)
     assert all("loss" in e for e in events if "tokens_per_s" in e)
+
+
+def test_exit_on_crash_ends_the_process_with_the_traceback():
+    """Training scripts end at once on a crash (a normal exit can hang on GPU machines)."""
+    code = ("import sys\nfrom hfpretrain.training import exit_on_crash\n"
+            "def main():\n    raise RuntimeError('boom at step 7')\n"
+            "sys.exit(exit_on_crash(main))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "RuntimeError: boom at step 7" in proc.stderr
+    ok = subprocess.run([sys.executable, "-c", code.replace("raise RuntimeError('boom at step 7')", "return 3")],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 3

@@ -65,6 +65,22 @@ class _HiddenStateTap:
         return (args[0][:, :0],)
 
 
+def steps_beside_params(optimizer) -> None:
+    """Put Adam's step counters on their parameters' device. DeepSpeed's universal-checkpoint
+    loader sets them as CPU tensors, bypassing torch's load_state_dict, and fused AdamW refuses
+    them there ("state_steps is on cpu") at the first step."""
+    while hasattr(optimizer, "optimizer"):  # accelerate's wrapper -> DeepSpeed's ZeRO optimizer -> torch's
+        optimizer = optimizer.optimizer
+    for group in getattr(optimizer, "param_groups", []):
+        if not (group.get("fused") or group.get("capturable")):  # the others keep steps on the CPU
+            continue
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            step = state.get("step")
+            if torch.is_tensor(step) and step.device != p.device:
+                state["step"] = step.to(p.device, torch.float32)
+
+
 class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  nan_policy="stop", decay_embeddings=False, recipe_yaml="", **kwargs):
@@ -121,6 +137,11 @@ class PretrainTrainer(Trainer):
 
             optimizer.step = guarded_step
         return optimizer
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            steps_beside_params(self.optimizer)
 
     # ---- loss --------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
