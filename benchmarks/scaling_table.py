@@ -7,7 +7,7 @@ from pathlib import Path
 runs = {p.stem: json.loads(p.read_text()) for p in sorted(Path(sys.argv[1]).glob("*.json"))}
 one = runs.get("one_gpu")
 for name, r in runs.items():
-    line = f"{name:8s} {r['tokens_per_s']:>10,.0f} tok/s  MFU {r.get('mfu', 0):.1%}  peak {r.get('mem_peak_gib') or 0:.1f} GiB"
+    line = f"{name:12s} {r['tokens_per_s']:>10,.0f} tok/s  MFU {r.get('mfu', 0):.1%}  peak {r.get('mem_peak_gib') or 0:.1f} GiB"
     if one and name != "one_gpu":
         line += f"  scaling efficiency {r['tokens_per_s'] / (2 * one['tokens_per_s']):.1%}"
     print(line)
