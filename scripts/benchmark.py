@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from hfpretrain.training import exit_on_crash, pretrain
+from hfpretrain.training import pretrain
 from hfpretrain.training.benchmark import run_stock, summarize_run
 from hfpretrain.training.config import load_recipe
 
@@ -71,4 +71,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(exit_on_crash(main))
+    sys.exit(main())

@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 
-from hfpretrain.training import exit_on_crash, pretrain
+from hfpretrain.training import pretrain
 from hfpretrain.training.config import RecipeError
 
 
@@ -35,4 +35,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(exit_on_crash(main))
+    sys.exit(main())

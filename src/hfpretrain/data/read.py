@@ -79,7 +79,7 @@ def expand_inputs(specs, epochs: float = 1.0) -> list[dict]:
         if _has_glob(spec):
             matches = sorted(glob.glob(os.path.expanduser(spec), recursive=True))
             if not matches:
-                files.append({"kind": "missing", "path": spec, "error": f"glob matches no file"})
+                files.append({"kind": "missing", "path": spec, "error": "glob matches no file"})
             for m in matches:
                 files.append({"kind": _kind(m), "path": str(Path(m).resolve())})
             continue

@@ -150,7 +150,7 @@ def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             raise RecipeError(f"unknown section '{top}' in override '{item}'{_nearest(top, cfg.keys())}")
         try:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
-        except (ConfigKeyError, ConfigAttributeError) as err:
+        except (ConfigKeyError, ConfigAttributeError):
             raise RecipeError(f"unknown key '{key}'{_nearest(key.split('.')[-1], _section_keys(cfg, top))}") from None
         except ValidationError as err:
             raise RecipeError(f"{key}: {str(err).splitlines()[0]}") from None

@@ -10,6 +10,8 @@ sequence to the ranks in turn, so ranks see disjoint blocks.
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing.util  # before atexit.register below: see _kill_workers_at_exit
 import signal
 from functools import lru_cache
 from pathlib import Path
@@ -97,6 +99,20 @@ def _ignore_sigterm_in_worker() -> None:
     if not _worker_ignores_sigterm and torch.utils.data.get_worker_info() is not None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _worker_ignores_sigterm = True
+
+
+def _kill_workers_at_exit() -> None:
+    """The other side of workers ignoring SIGTERM: Python's exit ends daemon children with SIGTERM,
+    then waits for them. After a crash the loader never shut its workers down, so that wait lasted
+    forever; kill them first. (Registered after multiprocessing's own exit hook, so it runs before.)"""
+    if hasattr(signal, "SIGCHLD"):
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # torch's handler would report each as a failure
+    for child in multiprocessing.active_children():
+        if child.daemon:
+            child.kill()
+
+
+atexit.register(_kill_workers_at_exit)
 
 
 def collate_blocks(rows: list[np.ndarray]) -> dict[str, torch.Tensor]:

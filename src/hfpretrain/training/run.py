@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
-import traceback
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
@@ -246,19 +244,3 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     jsonl.write("summary", **summary)
     return summary
 
-
-def exit_on_crash(main) -> int:
-    """Run a training script's ``main``; on an unhandled error print the traceback and end the
-    process at once. The normal interpreter exit after a crash mid-step hung until killed on the GPU
-    machine (twice on 2xH200, one and two processes): it joins data-loader workers and tears down
-    communicators with work in flight, and under a launcher the other ranks wait on it."""
-    try:
-        return main()
-    except SystemExit:
-        raise
-    except BaseException:
-        traceback.print_exc()
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
