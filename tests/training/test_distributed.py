@@ -84,6 +84,14 @@ def test_ddp_two_processes_match_single_process(reference_run, mini_blocks, tmp_
     _check_against_reference(out, reference_run)
 
 
+def test_fsdp2_two_processes_match_single_process(reference_run, mini_blocks, tmp_path):
+    """FSDP2 shards parameters as DTensors: the gradient norm comes back as one (the telemetry once failed on it)."""
+    out = tmp_path / "fsdp2"
+    _launch(REPO / "accelerate_configs" / "cpu_2proc_fsdp2.yaml", mini_blocks, out)
+    assert read_log(out)[0]["plan"]["zero_stage"] == 3  # planned (memory) as fully sharded
+    _check_against_reference(out, reference_run)
+
+
 def _zero1_config(tmp_path: Path) -> Path:
     return REPO / "accelerate_configs" / "cpu_2proc_zero1.yaml"
 
@@ -99,6 +107,7 @@ def test_zero1_two_processes_match_single_process(reference_run, mini_blocks, tm
     schedule = {"training.lr_scheduler_type": "cosine_with_min_lr", "training.lr_scheduler_kwargs": "{min_lr: 3e-3}"}
     proc = _launch(_zero1_config(tmp_path), mini_blocks, out, schedule, recipe)
     assert "deepspeed" in (proc.stdout + proc.stderr).lower()  # DeepSpeed really ran
+    assert read_log(out)[0]["plan"]["zero_stage"] == 1
     _check_against_reference(out, reference_run)
 
 

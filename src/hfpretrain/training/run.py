@@ -73,6 +73,14 @@ def planned_loss(requested: str) -> str:
         return requested
 
 
+def launch_sharding(args: TrainingArguments) -> int:
+    """The ZeRO stage this launch amounts to, for the memory estimate: FSDP's full sharding is stage 3;
+    DeepSpeed is stage 1 (the stage of every ds_configs/ file)."""
+    if args.fsdp or os.environ.get("ACCELERATE_USE_FSDP") == "true":
+        return 3
+    return 1 if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else 0
+
+
 def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, world_size: int | None = None,
               zero_stage: int | None = None) -> dict:
     world = world_size or args.world_size
@@ -81,8 +89,7 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, wor
     params = count_params(config)
     flops = flops_per_token(config, seq_len)
     peak = recipe.logging.peak_flops or detect_peak_flops(recipe.logging.dtype_for_peak)
-    zero = zero_stage if zero_stage is not None else \
-        1 if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else 0
+    zero = zero_stage if zero_stage is not None else launch_sharding(args)
     memory = estimate_memory(config, args.per_device_train_batch_size, seq_len, n_gpus=world, zero_stage=zero,
                              grad_checkpointing=bool(args.gradient_checkpointing),
                              attn_implementation=recipe.model.attn_implementation
@@ -95,7 +102,8 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, wor
     total_tokens = tokens_per_step * args.max_steps
     plan = {
         "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
-        "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step, "max_steps": args.max_steps,
+        "zero_stage": zero, "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step,
+        "max_steps": args.max_steps,
         "total_tokens": total_tokens, "flops_per_token": flops.total, "flops_per_token_causal": flops.causal,
         "flops_formula": flops.formula, "total_flops": flops.total * total_tokens,
         "memory_per_gpu_gib": {k: v / 1024**3 for k, v in asdict(memory).items()},
