@@ -17,9 +17,11 @@ timed zero1 accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml s
 python3 benchmarks/scaling_table.py "$OUT" | tee -a "$N"
 du -sh /tmp/zero1/checkpoint-$HALF 2>&1 | tee -a "$N"
 rm -rf /tmp/zero1/checkpoint-$STEPS /tmp/zero1/final
-[[ " ${RESUME_ON:-2 1} " == *" 2 "* ]] && timed resume_2gpu accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml scripts/pretrain.py $COMMON \
-  training.gradient_accumulation_steps=1 training.output_dir=/tmp/zero1 training.save_strategy=no \
-  training.resume_from_checkpoint=auto
+if [[ " ${RESUME_ON:-2 1} " == *" 2 "* ]]; then
+  timed resume_2gpu accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml scripts/pretrain.py $COMMON \
+    training.gradient_accumulation_steps=1 training.output_dir=/tmp/zero1 training.save_strategy=no \
+    training.resume_from_checkpoint=auto
+fi
 sed -e "s/num_processes: 2/num_processes: 1/" -e "s#ds_configs/zero1.json#ds_configs/zero1_universal.json#" \
   accelerate_configs/2gpu_zero1.yaml > /tmp/1gpu_zero1_universal.yaml
 timed convert python3 scripts/zero_to_universal.py /tmp/zero1/checkpoint-$HALF && \

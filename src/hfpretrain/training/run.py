@@ -251,4 +251,3 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     jsonl.write("summary", **summary)
     return summary
-
