@@ -22,11 +22,9 @@ if [[ " ${RESUME_ON:-2 1} " == *" 2 "* ]]; then
     training.gradient_accumulation_steps=1 training.output_dir=/tmp/zero1 training.save_strategy=no \
     training.resume_from_checkpoint=auto
 fi
-sed -e "s/num_processes: 2/num_processes: 1/" -e "s#ds_configs/zero1.json#ds_configs/zero1_universal.json#" \
-  accelerate_configs/2gpu_zero1.yaml > /tmp/1gpu_zero1_universal.yaml
 timed convert python3 scripts/zero_to_universal.py /tmp/zero1/checkpoint-$HALF && \
-  CUDA_VISIBLE_DEVICES=0 timed resume_1gpu accelerate launch --config_file /tmp/1gpu_zero1_universal.yaml \
-    scripts/pretrain.py $COMMON training.gradient_accumulation_steps=2 training.output_dir=/tmp/resume_1gpu \
+  CUDA_VISIBLE_DEVICES=0 timed resume_1gpu accelerate launch --config_file accelerate_configs/zero1_universal.yaml \
+    --num_processes 1 scripts/pretrain.py $COMMON training.gradient_accumulation_steps=2 training.output_dir=/tmp/resume_1gpu \
     training.save_strategy=no training.resume_from_checkpoint=/tmp/zero1/checkpoint-$HALF
 python3 - <<'PY' | tee -a "$N"
 import json, os

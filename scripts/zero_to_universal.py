@@ -3,7 +3,7 @@
 on another number of GPUs (DeepSpeed refuses optimizer shards saved at another data-parallel size).
 
     python scripts/zero_to_universal.py runs/qwen3_1p8b/checkpoint-1000
-    accelerate launch --config_file <config whose deepspeed_config_file is ds_configs/zero1_universal.json> \\
+    accelerate launch --config_file accelerate_configs/zero1_universal.yaml --num_processes NEW_GPU_COUNT \\
         scripts/pretrain.py RECIPE training.resume_from_checkpoint=runs/qwen3_1p8b/checkpoint-1000
 
 Keep the global batch (micro-batch x GPUs x accumulation) when changing the GPU count.
@@ -24,7 +24,7 @@ def main() -> int:
         tag = convert_to_universal(args.checkpoint, args.workers)
     except (FileNotFoundError, RuntimeError) as e:
         sys.exit(f"error: {e}")
-    print(f"wrote {args.checkpoint}/{tag} (universal); resume with ds_configs/zero1_universal.json")
+    print(f"wrote {args.checkpoint}/{tag} (universal); resume with accelerate_configs/zero1_universal.yaml")
     return 0
 
 

@@ -250,3 +250,20 @@ def test_sdpa_backends_are_checked_and_ordered():
     with sdpa_kernels(r.model.sdpa_backends):  # the listed order becomes PyTorch's priority order
         assert torch._C._get_sdp_priority_order()[:2] == [int(SDPBackend.CUDNN_ATTENTION), int(SDPBackend.FLASH_ATTENTION)]
     assert torch._C._get_sdp_priority_order() == before
+
+
+ACCELERATE_CONFIGS = sorted((REPO / "accelerate_configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=lambda p: p.stem)
+def test_accelerate_config_loads(path):
+    """Every shipped accelerate config loads with accelerate's own reader, and a DeepSpeed one names
+    a ds_configs/ file that exists, is JSON, and leaves the batch sizes to the recipe ("auto")."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(path))
+    assert config.num_processes >= 1 and config.num_machines >= 1
+    if config.distributed_type == "DEEPSPEED":
+        ds = json.loads((REPO / config.deepspeed_config["deepspeed_config_file"]).read_text())
+        assert ds["zero_optimization"]["stage"] == 1
+        assert ds["train_micro_batch_size_per_gpu"] == ds["gradient_accumulation_steps"] == "auto"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from train_utils import (PRETRAIN_SCRIPT, REPO, TINY_RECIPE, load_weights, make_overrides, read_log, step_losses,
-                         subprocess_env)
+from train_utils import (PRETRAIN_SCRIPT, REPO, TINY_RECIPE, load_weights, make_overrides, python, read_log,
+                         step_losses, subprocess_env)
 
 STEPS = 5  # the reference run saved checkpoint-5: its weights are compared too
 DIST = {"training.max_steps": str(STEPS), "training.per_device_train_batch_size": "2"}
@@ -34,10 +34,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(config: Path, mini_blocks, out: Path, extra: dict | None = None,
-            recipe: Path = TINY_RECIPE) -> subprocess.CompletedProcess:
+def _launch(config: Path, mini_blocks, out: Path, extra: dict | None = None, recipe: Path = TINY_RECIPE,
+            launch_args: tuple = ()) -> subprocess.CompletedProcess:
     cmd = ["accelerate", "launch", "--config_file", str(config), "--main_process_port", str(_free_port()),
-           str(PRETRAIN_SCRIPT), str(recipe), *make_overrides(mini_blocks, out, {**DIST, **(extra or {})})]
+           *launch_args, str(PRETRAIN_SCRIPT), str(recipe), *make_overrides(mini_blocks, out, {**DIST, **(extra or {})})]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-6000:])
     return proc
@@ -113,27 +113,36 @@ def test_zero1_two_processes_match_single_process(reference_run, mini_blocks, tm
 
 def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run, mini_blocks, tmp_path):
     """DeepSpeed refuses ZeRO optimizer shards saved at another data-parallel size; its universal
-    checkpoint format converts them (scripts/zero_to_universal.py), and the run goes on, exactly."""
+    checkpoint format converts them (scripts/zero_to_universal.py), and the run goes on, exactly, through
+    the shipped accelerate_configs/zero1_universal.yaml. Fused AdamW, as on GPUs: there DeepSpeed's
+    universal loader left its step counters on the wrong device (trainer.steps_beside_params)."""
     pytest.importorskip("deepspeed")
     out = tmp_path / "zero1"
-    _launch(_zero1_config(tmp_path), mini_blocks, out, {"training.save_strategy": "steps", "training.save_steps": "3"})
+    fused = {"training.optim": "adamw_torch_fused"}
+    _launch(_zero1_config(tmp_path), mini_blocks, out, {**fused, "training.save_strategy": "steps",
+                                                        "training.save_steps": "3"})
     ckpt = out / "checkpoint-3"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "zero_to_universal.py"), str(ckpt)], cwd=REPO,
                           env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (ckpt / "latest_universal").read_text().strip() == "global_step3_universal"
 
-    one = tmp_path / "one_proc_zero1.yaml"  # 1 process, same global batch (micro-batch 4)
-    one.write_text((REPO / "accelerate_configs" / "cpu_2proc_zero1.yaml").read_text()
-                   .replace("num_processes: 2", "num_processes: 1")
-                   .replace("ds_configs/zero1.json", str(REPO / "ds_configs" / "zero1_universal.json")))
-    resumed = tmp_path / "resumed"
-    _launch(one, mini_blocks, resumed, {"training.per_device_train_batch_size": "4",
-                                        "training.resume_from_checkpoint": str(ckpt)})
+    universal = tmp_path / "zero1_universal_cpu.yaml"  # the shipped config, on CPU (--cpu would drop DeepSpeed)
+    universal.write_text((REPO / "accelerate_configs" / "zero1_universal.yaml").read_text() + "use_cpu: true\n")
+    resumed = tmp_path / "resumed"  # 1 process, same global batch (micro-batch 4)
+    _launch(universal, mini_blocks, resumed,
+            {**fused, "training.per_device_train_batch_size": "4", "training.resume_from_checkpoint": str(ckpt)},
+            launch_args=("--num_processes", "1"))
     losses, ref = step_losses(resumed), step_losses(reference_run)
     assert sorted(losses) == [4, 5]
     for step in losses:
         assert losses[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, losses[step], ref[step])
+
+    # Without DeepSpeed the optimizer states in global_step3/ would be skipped silently: refused instead.
+    cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE), *make_overrides(mini_blocks, tmp_path / "plain", {
+        **DIST, "training.resume_from_checkpoint": str(ckpt)})]
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "was saved under DeepSpeed" in proc.stderr, proc.stderr[-2000:]
 
 
 # ---- the data split, checked directly ----------------------------------------------------------

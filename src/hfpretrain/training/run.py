@@ -232,6 +232,11 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     trainer.add_callback(CompileCheckCallback(n_compiled))
 
     resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
+    if resume and (Path(resume) / "latest").is_file() and not trainer.is_deepspeed_enabled:
+        # Without DeepSpeed the Trainer finds no optimizer.pt there and would go on with a fresh optimizer.
+        raise ValueError(f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
+                         "resume it with a DeepSpeed accelerate config (on another GPU count: "
+                         "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)")
     if resume:
         logger.info("resuming from %s", resume)
     with attention_kernels:  # torch.compile traces inside train(), so it sees the same choice
