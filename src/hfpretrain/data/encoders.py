@@ -143,10 +143,10 @@ class HFEncoder:
 class TiktokenEncoder:
     name = "tiktoken"
 
-    def __init__(self, tokenizer_json: str, spec: dict | None = None):
+    def __init__(self, tokenizer_json: str):
         import tiktoken
 
-        spec = spec or tiktoken_spec(tokenizer_json)
+        spec = tiktoken_spec(tokenizer_json)
         self._enc = tiktoken.Encoding("hfpretrain", pat_str=spec["pat_str"],
                                       mergeable_ranks=spec["mergeable_ranks"], special_tokens={})
         self._nfc = spec["nfc"]

@@ -28,8 +28,8 @@ the backward and keeps only what matmuls and attention need, so per layer: the f
 stream at the layer input and after attention (2·4·d), the two normalised projection inputs
 (2·a·d), Qwen3's q, k before their norm (a·(d_attn + d_kv)), q, k, v and the attention output
 with its log-sum-exp (a·(2·d_attn + 2·d_kv) + 4·heads), gate, up and the down input (3·a·d_ff);
-the bf16 weight copies are recomputed from the fp32 weights. Checked on an H200 (docs/benchmarks.md):
-+6% to +10% over the measured peak for Qwen3 1.8B and 146M with liger's loss.
+the bf16 weight copies are recomputed from the fp32 weights. Checked on an H200 (docs/models.md):
++0.2% to +2.5% over the measured peak for Qwen3 1.8B and 146M with liger's loss, −11% with the chunked loss.
 
 With activation checkpointing (per decoder layer) only each layer's fp32 input (4·d) is kept,
 plus one layer's activations recomputed during its backward.

@@ -28,6 +28,7 @@ from .config import SDPA_BACKENDS, Recipe, load_recipe, recipe_to_dict, recipe_t
 from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, load_input_ids
 from .loss import choose_fused_loss, loss_chunk_tokens
 from .trainer import PretrainTrainer, last_complete_checkpoint
+from .zero import deepspeed_tag
 
 logger = logging.getLogger("hfpretrain")
 
@@ -232,7 +233,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     trainer.add_callback(CompileCheckCallback(n_compiled))
 
     resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
-    if resume and (Path(resume) / "latest").is_file() and not trainer.is_deepspeed_enabled:
+    if resume and deepspeed_tag(resume) and not trainer.is_deepspeed_enabled:
         # Without DeepSpeed the Trainer finds no optimizer.pt there and would go on with a fresh optimizer.
         raise ValueError(f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
                          "resume it with a DeepSpeed accelerate config (on another GPU count: "

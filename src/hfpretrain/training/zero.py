@@ -14,15 +14,20 @@ import sys
 from pathlib import Path
 
 
+def deepspeed_tag(checkpoint: str | Path) -> str | None:
+    """The tag (``global_stepN``) of a checkpoint saved under DeepSpeed; None for any other checkpoint."""
+    latest = Path(checkpoint) / "latest"
+    return latest.read_text().strip() if latest.is_file() else None
+
+
 def convert_to_universal(checkpoint: str | Path, workers: int | None = None) -> str:
     """Write ``checkpoint/global_stepN_universal`` and ``latest_universal``; return the new tag.
     ``workers`` processes extract and merge the parameters (default: one per core, at most 8)."""
     workers = str(workers or min(8, os.cpu_count() or 1))
     ckpt = Path(checkpoint)
-    latest = ckpt / "latest"
-    if not latest.is_file():
+    tag = deepspeed_tag(ckpt)
+    if tag is None:
         raise FileNotFoundError(f"{ckpt}: no DeepSpeed 'latest' file (not a checkpoint saved under DeepSpeed?)")
-    tag = latest.read_text().strip()
     universal = f"{tag}_universal"
     cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(ckpt / tag),
            "--output_folder", str(ckpt / universal), "--num_extract_workers", workers, "--num_merge_workers", workers,
