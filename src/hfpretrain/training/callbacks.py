@@ -229,10 +229,14 @@ class DataPositionCallback(TrainerCallback):
 
 
 class CompileCheckCallback(TrainerCallback):
-    """torch.compile can silently fall back to eager: after the first step, check that graphs exist."""
+    """torch.compile can silently fall back to eager: after the first step, check that this run
+    made graphs (the counter is per process: a study trains many models in one)."""
 
     def __init__(self, n_compiled: int):
+        from torch._dynamo.utils import counters
+
         self.n_compiled, self.checked = n_compiled, False
+        self.graphs_before = counters["stats"]["unique_graphs"]
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.checked or not self.n_compiled:
@@ -240,7 +244,7 @@ class CompileCheckCallback(TrainerCallback):
         self.checked = True
         from torch._dynamo.utils import counters
 
-        graphs = counters["stats"]["unique_graphs"]
+        graphs = counters["stats"]["unique_graphs"] - self.graphs_before
         if graphs == 0:
-            raise RuntimeError("model.compile was requested but torch.compile produced no graph")
+            raise RuntimeError("model.compile was requested but torch.compile produced no graph in this run")
         logger.info("torch.compile active: %d graph(s) for %d compiled module(s)", graphs, self.n_compiled)

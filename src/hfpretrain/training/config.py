@@ -38,6 +38,7 @@ class ModelSection:
     overrides: dict = field(default_factory=dict)  # config field overrides (an ablation is a diff here)
     attn_implementation: str = "auto"  # auto | flash_attention_2 | sdpa | eager
     compile: str = "none"  # none | decoder (base model, loss outside) | layers (each decoder layer) | model
+    compile_backend: str = "inductor"  # inductor | aot_eager | eager: the last two bisect a compile failure
     fused_loss: str = "auto"  # auto | liger | chunked | none (HF's loss over full logits)
     loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
     init_from: Optional[str] = None  # start from these weights instead of random init
@@ -86,6 +87,7 @@ SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
 _CHOICES = {
     "model.attn_implementation": {"auto", "flash_attention_2", "sdpa", "eager"},
     "model.compile": {"none", "decoder", "layers", "model"},
+    "model.compile_backend": {"inductor", "aot_eager", "eager"},
     "model.fused_loss": {"auto", "liger", "chunked", "none"},
     "nan_policy": {"stop", "skip"},
 }

@@ -115,7 +115,7 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, wor
     return plan
 
 
-def compile_model(model, mode: str) -> int:
+def compile_model(model, mode: str, backend: str = "inductor") -> int:
     """Compile in place (state-dict names unchanged) and return how many modules were compiled.
 
     ``decoder``: the base model (embeddings, layers, final norm), leaving the LM head and the
@@ -124,15 +124,19 @@ def compile_model(model, mode: str) -> int:
     """
     if mode == "none":
         return 0
+    # Dynamo's caches are per process and keyed by code, not by model: after 8 models of other
+    # shapes (a study trains many in one process) it hits its recompile limit and silently runs
+    # eager. Each run starts from a clean slate, as a fresh process would.
+    torch._dynamo.reset()
     if mode in ("model", "decoder"):
-        (model if mode == "model" else model.base_model).compile()
+        (model if mode == "model" else model.base_model).compile(backend=backend)
         return 1
     layers = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
     if not layers:
         raise ValueError("model.compile=layers: found no ModuleList of decoder layers")
     blocks = max(layers, key=len)
     for block in blocks:
-        block.compile()
+        block.compile(backend=backend)
     return len(blocks)
 
 
@@ -191,7 +195,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None
-    n_compiled = compile_model(model, recipe.model.compile)
+    n_compiled = compile_model(model, recipe.model.compile, recipe.model.compile_backend)
 
     train_length = args.max_steps * plan["samples_per_step"]
     train_blocks = ShuffledBlocks(load_input_ids(recipe.data.path, "train"), train_length, args.data_seed or args.seed)
