@@ -173,3 +173,47 @@ def test_micro_study_end_to_end_and_resumable(mini_blocks, tmp_path):
                           "--report-only"], capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
     assert "4/4 runs finished" in cli.stdout and (out / "report.md").is_file()
+
+
+def test_sigterm_stops_the_study_and_the_next_pass_resumes(mini_blocks, tmp_path):
+    """SIGTERM (preemption, `timeout`) mid-run: the run saves a checkpoint and the study stops; the
+    stopped run is not counted as finished, and the next pass continues it from its checkpoint."""
+    import os
+    import signal
+
+    import yaml
+
+    spec = {**MICRO, "sizes": MICRO["sizes"][:1], "steps": [2, 30],
+            "overrides": [f"data.path={mini_blocks}", *MICRO["overrides"]]}
+    spec_path, out = tmp_path / "spec.yaml", tmp_path / "study"
+    spec_path.write_text(yaml.safe_dump(spec))
+    long_run = out / "runs" / "baseline" / "h32__s30"
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            log = long_run / "log.jsonl"
+            if log.is_file() and '"event": "log"' in log.read_text():
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        os.killpg(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert "the study stops here" in output and "1/2 runs finished" in output, output[-3000:]
+    stopped = json.loads((long_run / "summary.json").read_text())["global_step"]
+    assert 0 < stopped < 30 and (long_run / f"checkpoint-{stopped}").is_dir()
+    assert [r.done for r in expand(load_spec(spec), out)] == [True, False]
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        rows = run_study(load_spec(spec), out)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert [r["steps"] for r in rows] == [2, 30]
+    starts = [json.loads(line) for line in (long_run / "log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in starts if e["event"] == "config"] == [0, stopped]  # resumed, not restarted

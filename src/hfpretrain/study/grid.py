@@ -15,11 +15,13 @@ Budgets are one of (per spec):
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
 import yaml
 
 logger = logging.getLogger(__name__)
@@ -74,7 +76,12 @@ class Run:
 
     @property
     def done(self) -> bool:
-        return (self.out_dir / "summary.json").is_file()
+        """Trained to its last step. A preempted run writes a summary.json too, at the step it stopped."""
+        path = self.out_dir / "summary.json"
+        if not path.is_file():
+            return False
+        summary = json.loads(path.read_text())
+        return summary["global_step"] >= summary["plan"]["max_steps"]
 
 
 def _yaml_value(v) -> str:
@@ -160,15 +167,18 @@ def run_overrides(spec: StudySpec, run: Run) -> list[str]:
     from hfpretrain.training import pretrain
 
     plan = pretrain(spec.recipe, list(run.overrides), dry_run=True)["plan"]
-    return [*run.overrides, f"training.max_steps={steps_for(run, plan)}"]
+    # a run stopped by SIGTERM left a checkpoint: the next pass continues from it
+    return [*run.overrides, "training.resume_from_checkpoint=auto", f"training.max_steps={steps_for(run, plan)}"]
 
 
 def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: bool = False) -> list[dict]:
     """Run every unfinished run of the study (in process, one after another); return the results rows.
 
-    ``only_existing``: train nothing, collect the runs that have a summary.json (--report-only).
+    ``only_existing``: train nothing, collect the finished runs (--report-only). On SIGTERM the run in
+    progress saves a checkpoint and the study stops; the next call continues from there.
     """
     from hfpretrain.training import pretrain
+    from hfpretrain.training.callbacks import SIGTERM_RECEIVED
 
     runs = expand(spec, out)
     for i, run in enumerate(runs, 1):
@@ -176,11 +186,20 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
             logger.info("[%d/%d] %s: done, skipped", i, len(runs), run.name)
             continue
         if only_existing:
-            logger.warning("[%d/%d] %s: no summary.json, left out", i, len(runs), run.name)
+            logger.warning("[%d/%d] %s: not finished, left out", i, len(runs), run.name)
             continue
+        if SIGTERM_RECEIVED.is_set():
+            break
         overrides = run_overrides(spec, run)
         logger.info("[%d/%d] %s: training (%s)", i, len(runs), run.name, overrides[-1])
         pretrain(spec.recipe, overrides)
+        if not run.done:  # SIGTERM (preemption, a time limit): the whole study stops, resumable
+            logger.warning("[%d/%d] %s: stopped before its last step; the study stops here (run it again to "
+                           "continue from the run's checkpoint)", i, len(runs), run.name)
+            break
+        gc.collect()  # the finished run's model and optimizer (the Trainer holds reference cycles)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     return collect(runs)
 
 

@@ -12,6 +12,7 @@ import logging
 import math
 import re
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -113,6 +114,10 @@ class ThroughputCallback(TrainerCallback):
 class MemoryCallback(TrainerCallback):
     """Allocated, peak and reserved GPU memory at each log (GiB, this process's device)."""
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        if torch.cuda.is_available():  # this run's peak, not an earlier run's of the same process (a study)
+            torch.cuda.reset_peak_memory_stats()
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is None or not torch.cuda.is_available():
             return
@@ -164,18 +169,19 @@ class GradStatsCallback(TrainerCallback):
                          log10_abs_grad_hist={"min": -12, "max": 2, "counts": hist.tolist()})
 
 
+# Set by SIGTERM and never cleared: a study (many runs in one process) must stop too, even when the
+# signal lands between two runs.
+SIGTERM_RECEIVED = threading.Event()
+
+
 class PreemptionCallback(TrainerCallback):
     """SIGTERM (cluster preemption): finish the current step, save a checkpoint, stop cleanly."""
 
     def __init__(self):
-        self.requested = False
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame):
-        self.requested = True
+        signal.signal(signal.SIGTERM, lambda signum, frame: SIGTERM_RECEIVED.set())
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.requested:
+        if SIGTERM_RECEIVED.is_set():
             control.should_save = True
             control.should_training_stop = True
 
