@@ -8,14 +8,22 @@
 source benchmarks/gpu_common.sh
 tokenize_corpus
 SPEC=${SPEC:-src/hfpretrain/study/specs/gpu_pilot.yaml}; STUDY=${STUDY:-/tmp/study}
-timeout -s TERM -k 30 $(( $(left) - 75 )) python3 scripts/study.py $SPEC --out $STUDY data.path=$DATA \
+# extra overrides for every run: those the study started with (a continued study keeps them), else
+# $EXTRA, else the fastest loss of gpu_1gpu_small_loss.sh if it ran before in this call
+mkdir -p $STUDY; [ -f $STUDY/extra_overrides ] || echo "${EXTRA:-$(cat "$OUT/best_loss" 2>/dev/null)}" > $STUDY/extra_overrides
+EXTRA=$(cat $STUDY/extra_overrides); echo "study extra overrides: $EXTRA" | tee -a "$N"
+# SIGTERM early enough for the run in progress to reach its next step (a new run compiles first: ~35 s)
+timeout -s TERM -k 60 $(( $(left) - 110 )) python3 scripts/study.py $SPEC --out $STUDY data.path=$DATA $EXTRA \
   >> "$OUT/study.log" 2>&1
 echo "== study rc $? ($(date +%T), ${SECONDS}s)" | tee -a "$N"
 grep -E "training \(|stopped|Error|error" "$OUT/study.log" | cut -c1-220 | tee -a "$N"
-python3 scripts/study.py $SPEC --out $STUDY --report-only data.path=$DATA 2>&1 | tail -1 | tee -a "$N"
-mkdir -p "$OUT/study"
+python3 scripts/study.py $SPEC --out $STUDY --report-only data.path=$DATA $EXTRA 2>&1 | tail -1 | tee -a "$N"
+mkdir -p "$OUT/study/logs"
 cp $STUDY/report.md $STUDY/results.* $STUDY/fits.json $STUDY/loss_vs_flops.png "$OUT/study/"
-(cd $STUDY && find runs \( -name log.jsonl -o -name summary.json \) -exec cp --parents {} "$OUT/study/" \;)
+for run in $STUDY/runs/*/*/; do  # flat names: the device tool does not bring deep folders back
+  name=$(basename $(dirname $run))__$(basename $run)
+  cp $run/log.jsonl "$OUT/study/logs/$name.log.jsonl"; cp $run/summary.json "$OUT/study/logs/$name.summary.json" 2>/dev/null
+done
 python3 - "$STUDY" <<'PY' | tee -a "$N"
 import json, pathlib, sys
 for path in sorted(pathlib.Path(sys.argv[1]).glob("runs/*/*/summary.json")):

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from hfpretrain.models import build_model, load_config
-from hfpretrain.training.loss import IGNORE_INDEX, causal_lm_loss, shift_labels
+from hfpretrain.training.loss import (IGNORE_INDEX, causal_lm_loss, liger_chunk_mem_const, loss_chunk_tokens,
+                                     shift_labels)
 from hfpretrain.training.trainer import _HiddenStateTap
 
 VOCAB = 512
@@ -107,3 +108,25 @@ def test_hidden_state_tap_gives_the_final_hidden_states(tiny):
         torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
         # inactive: the model is untouched
         assert model(input_ids=ids).logits.shape == (3, 40, VOCAB)
+
+
+def _liger_chunk(tokens, vocab, hidden, mem_const):
+    """liger-kernel 0.8.5's own chunk size (liger_kernel/ops/fused_linear_cross_entropy.py)."""
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    inc_factor = cdiv(vocab, mem_const * hidden)
+    return min(1 << (cdiv(tokens, inc_factor) - 1).bit_length(), tokens)
+
+
+@pytest.mark.parametrize("tokens,hidden,floor", [(16384, 320, 0), (16384, 320, 1024), (16384, 320, 4096),
+                                                 (40960, 2048, 0), (65536, 896, 2048), (2048, 64, 8192)])
+def test_liger_chunks_at_least_the_floor(tokens, hidden, floor):
+    """A small model with a large vocabulary gets 64-token chunks from liger by default (256 kernel
+    rounds per step): the floor raises liger's chunk_mem_const; 0 keeps liger's sizing."""
+    vocab = 151680
+    mem_const = liger_chunk_mem_const(tokens, vocab, hidden, floor)
+    chunk = _liger_chunk(tokens, vocab, hidden, mem_const)
+    assert chunk == loss_chunk_tokens("liger", tokens, vocab, hidden, 8192, floor)  # what the memory plan uses
+    assert chunk >= min(floor, tokens)
+    assert (mem_const == 1) == (floor == 0 or _liger_chunk(tokens, vocab, hidden, 1) >= floor)
+    if floor == 0:
+        assert mem_const == 1

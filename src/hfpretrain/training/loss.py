@@ -37,14 +37,30 @@ def choose_fused_loss(requested: str) -> tuple[str, str]:
     return requested, "set in the recipe"
 
 
-def loss_chunk_tokens(impl: str, tokens: int, vocab_size: int, hidden_size: int, chunk_tokens: int) -> int | None:
+def liger_chunk_mem_const(tokens: int, vocab_size: int, hidden_size: int, min_chunk_tokens: int) -> int:
+    """liger's ``chunk_mem_const`` C that makes its chunks at least ``min_chunk_tokens`` long.
+
+    liger sizes a chunk so that its logits are about C times the hidden states: with C = 1, a small
+    model with a large vocabulary (hidden 320, 151,680 tokens) gets chunks of 64 tokens, hundreds
+    of them per step, and the step is bound by kernel launches.
+    """
+    if min_chunk_tokens <= 0:
+        return 1
+    most_chunks = max(1, tokens // min_chunk_tokens)
+    return max(1, math.ceil(vocab_size / (hidden_size * most_chunks)))
+
+
+def loss_chunk_tokens(impl: str, tokens: int, vocab_size: int, hidden_size: int, chunk_tokens: int,
+                      liger_min_chunk_tokens: int = 0) -> int | None:
     """Tokens whose logits exist at once: liger sizes its chunks so that one chunk of logits is
-    about as large as the hidden states (liger_kernel.ops.fused_linear_cross_entropy); ``none``
-    materialises all of them (None)."""
+    about C times as large as the hidden states (liger_kernel.ops.fused_linear_cross_entropy);
+    ``none`` materialises all of them (None)."""
     if impl == "none":
         return None
     if impl == "liger":
-        return 1 << max(0, math.ceil(math.log2(math.ceil(tokens / math.ceil(vocab_size / hidden_size)))))
+        c = liger_chunk_mem_const(tokens, vocab_size, hidden_size, liger_min_chunk_tokens)
+        chunk = 1 << max(0, math.ceil(math.log2(math.ceil(tokens / math.ceil(vocab_size / (c * hidden_size))))))
+        return min(chunk, tokens)
     return chunk_tokens
 
 
@@ -99,23 +115,22 @@ def chunked_cross_entropy_sum(hidden, weight, targets, chunk_tokens: int = 8192)
     return _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_tokens)
 
 
-_liger_loss = None
 
+def liger_cross_entropy_sum(hidden, weight, targets, min_chunk_tokens: int = 0) -> torch.Tensor:
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
-def liger_cross_entropy_sum(hidden, weight, targets) -> torch.Tensor:
-    global _liger_loss
-    if _liger_loss is None:
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-
-        _liger_loss = LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum")
     hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-    return _liger_loss(weight, hidden, targets)
+    mem_const = liger_chunk_mem_const(hidden.shape[0], weight.shape[0], weight.shape[1], min_chunk_tokens)
+    extra = {"chunk_mem_const": mem_const} if mem_const > 1 else {}  # liger >= 0.8.5
+    return liger_fused_linear_cross_entropy(hidden, weight, targets, ignore_index=IGNORE_INDEX, reduction="sum",
+                                            **extra)
 
 
-def causal_lm_loss(hidden, weight, labels, num_items_in_batch=None, impl="chunked", chunk_tokens=8192):
+def causal_lm_loss(hidden, weight, labels, num_items_in_batch=None, impl="chunked", chunk_tokens=8192,
+                   liger_min_chunk_tokens=0):
     targets = shift_labels(labels)
     if impl == "liger":
-        total = liger_cross_entropy_sum(hidden, weight, targets)
+        total = liger_cross_entropy_sum(hidden, weight, targets, liger_min_chunk_tokens)
     else:
         total = chunked_cross_entropy_sum(hidden, weight, targets, chunk_tokens)
     if num_items_in_batch is None:

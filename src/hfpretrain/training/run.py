@@ -99,7 +99,8 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, wor
                              fused_loss_chunk=loss_chunk_tokens(planned_loss(recipe.model.fused_loss),
                                                                 args.per_device_train_batch_size * seq_len,
                                                                 config.vocab_size, config.hidden_size,
-                                                                recipe.model.loss_chunk_tokens))
+                                                                recipe.model.loss_chunk_tokens,
+                                                                recipe.model.liger_min_chunk_tokens))
     total_tokens = tokens_per_step * args.max_steps
     plan = {
         "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
@@ -225,7 +226,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         model=model, args=args, train_dataset=train_blocks, eval_dataset=eval_blocks, data_collator=collate_blocks,
         processing_class=tokenizer, callbacks=callbacks,
         train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"],
-        loss_impl=loss_impl, loss_chunk_tokens=recipe.model.loss_chunk_tokens, nan_policy=recipe.nan_policy,
+        loss_impl=loss_impl, loss_chunk_tokens=recipe.model.loss_chunk_tokens,
+        liger_min_chunk_tokens=recipe.model.liger_min_chunk_tokens, nan_policy=recipe.nan_policy,
         decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
     )
     trainer.grad_stats = grad_stats

@@ -83,12 +83,13 @@ def steps_beside_params(optimizer) -> None:
 
 class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
-                 nan_policy="stop", decay_embeddings=False, recipe_yaml="", **kwargs):
+                 liger_min_chunk_tokens=0, nan_policy="stop", decay_embeddings=False, recipe_yaml="", **kwargs):
         super().__init__(*args, **kwargs)
         self.train_sampler = train_sampler
         self.samples_per_step = samples_per_step
         self.loss_impl = loss_impl
         self.loss_chunk_tokens = loss_chunk_tokens
+        self.liger_min_chunk_tokens = liger_min_chunk_tokens
         self.nan_policy = nan_policy
         self.decay_embeddings = decay_embeddings
         self.recipe_yaml = recipe_yaml
@@ -158,7 +159,8 @@ class PretrainTrainer(Trainer):
         # The loss runs outside the model's forward, so outside the autocast accelerate wraps it in:
         # without this the LM-head matmuls (a fifth of all FLOPs at a 151k vocabulary) run in fp32.
         with self.accelerator.autocast():
-            loss = causal_lm_loss(hidden, weight, labels, num_items_in_batch, self.loss_impl, self.loss_chunk_tokens)
+            loss = causal_lm_loss(hidden, weight, labels, num_items_in_batch, self.loss_impl, self.loss_chunk_tokens,
+                                  self.liger_min_chunk_tokens)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
             # gradients over ranks, so scale back up.
