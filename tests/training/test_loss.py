@@ -110,23 +110,25 @@ def test_hidden_state_tap_gives_the_final_hidden_states(tiny):
         assert model(input_ids=ids).logits.shape == (3, 40, VOCAB)
 
 
+
 def _liger_chunk(tokens, vocab, hidden, mem_const):
-    """liger-kernel 0.8.5's own chunk size (liger_kernel/ops/fused_linear_cross_entropy.py)."""
+    """liger-kernel 0.8.5's own chunk size, as written there (liger_kernel/ops/fused_linear_cross_entropy.py)."""
     cdiv = lambda a, b: -(-a // b)  # noqa: E731
     inc_factor = cdiv(vocab, mem_const * hidden)
-    return min(1 << (cdiv(tokens, inc_factor) - 1).bit_length(), tokens)
+    next_power_of_2 = 1 << (cdiv(tokens, inc_factor) - 1).bit_length()
+    return min(next_power_of_2, tokens)
 
 
 @pytest.mark.parametrize("tokens,hidden,floor", [(16384, 320, 0), (16384, 320, 1024), (16384, 320, 4096),
-                                                 (40960, 2048, 0), (65536, 896, 2048), (2048, 64, 8192)])
+                                                 (40960, 2048, 1024), (65536, 896, 1024), (2048, 64, 8192)])
 def test_liger_chunks_at_least_the_floor(tokens, hidden, floor):
     """A small model with a large vocabulary gets 64-token chunks from liger by default (256 kernel
-    rounds per step): the floor raises liger's chunk_mem_const; 0 keeps liger's sizing."""
+    rounds per step): the floor raises liger's chunk_mem_const, to the smallest value that reaches it."""
     vocab = 151680
     mem_const = liger_chunk_mem_const(tokens, vocab, hidden, floor)
     chunk = _liger_chunk(tokens, vocab, hidden, mem_const)
     assert chunk == loss_chunk_tokens("liger", tokens, vocab, hidden, 8192, floor)  # what the memory plan uses
     assert chunk >= min(floor, tokens)
-    assert (mem_const == 1) == (floor == 0 or _liger_chunk(tokens, vocab, hidden, 1) >= floor)
-    if floor == 0:
-        assert mem_const == 1
+    assert mem_const == 1 or _liger_chunk(tokens, vocab, hidden, mem_const - 1) < floor
+    if (tokens, hidden) == (40960, 2048):  # the 1.8B recipe at micro-batch 20: liger's own 1024, unchanged
+        assert mem_const == 1 and chunk == 1024

@@ -206,7 +206,8 @@ def test_sigterm_saves_and_stops(mini_blocks, tmp_path):
     out = tmp_path / "run"
     cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
            *make_overrides(mini_blocks, out, {"training.max_steps": "1000", "training.save_strategy": "steps",
-                                              "training.save_steps": "1000", "training.dataloader_num_workers": "2"})]
+                                              "training.save_steps": "1000", "training.dataloader_num_workers": "2",
+                                              "training.eval_strategy": "steps", "training.eval_steps": "1000"})]
     proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     log = out / "log.jsonl"
@@ -231,7 +232,9 @@ def test_sigterm_saves_and_stops(mini_blocks, tmp_path):
     assert json.loads((ckpt / "trainer_state.json").read_text())["global_step"] == stopped
     assert last_complete_checkpoint(out) == str(ckpt)
     assert [e["step"] for e in events if e["event"] == "checkpoint"] == [stopped]
-    assert json.loads((out / "summary.json").read_text())["global_step"] == stopped
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["global_step"] == stopped and summary["final_eval"] == {}  # no evaluation in the grace period
+    assert not any(e["event"] == "eval" for e in events)
     assert not (out / "final").exists()  # stopped early: no final model
 
 

@@ -41,7 +41,7 @@ class ModelSection:
     compile_backend: str = "inductor"  # inductor | aot_eager | eager: the last two bisect a compile failure
     fused_loss: str = "auto"  # auto | liger | chunked | none (HF's loss over full logits)
     loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
-    liger_min_chunk_tokens: int = 0  # liger's chunks at least this long (0: liger's sizing, logits ~ hidden states)
+    liger_min_chunk_tokens: int = 1024  # liger's chunks at least this long (0: its own sizing, logits ~ hidden)
     init_from: Optional[str] = None  # start from these weights instead of random init
     decay_embeddings: bool = False  # weight decay on embedding tables too
     # PyTorch SDPA kernels allowed, in the order they are tried (PyTorch's default order)

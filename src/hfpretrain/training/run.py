@@ -21,9 +21,9 @@ from hfpretrain.models import (build_model, count_params, detect_peak_flops, est
 
 from transformers.trainer_callback import ProgressCallback
 
-from .callbacks import (CompileCheckCallback, DataPositionCallback, GradStatsCallback, JsonlLogCallback,
-                        MemoryCallback, PreemptionCallback, ProfilerCallback, TelemetryProgressCallback,
-                        ThroughputCallback)
+from .callbacks import (SIGTERM_RECEIVED, CompileCheckCallback, DataPositionCallback, GradStatsCallback,
+                        JsonlLogCallback, MemoryCallback, PreemptionCallback, ProfilerCallback,
+                        TelemetryProgressCallback, ThroughputCallback)
 from .config import SDPA_BACKENDS, Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
 from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, load_input_ids
 from .loss import choose_fused_loss, loss_chunk_tokens
@@ -250,7 +250,9 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.check_finite()  # the last step's loss and gradient norm
         final_eval = {}
-        if args.eval_strategy != "no":  # the validation loss at the last step, evaluated once
+        # The validation loss at the last step, evaluated once; not after a SIGTERM: the grace period
+        # is short, and on the GPU an evaluation after a preemption hung (docs/benchmarks.md).
+        if args.eval_strategy != "no" and not SIGTERM_RECEIVED.is_set():
             last = next((h for h in reversed(trainer.state.log_history) if "eval_loss" in h), None)
             final_eval = last if last and last.get("step") == trainer.state.global_step else trainer.evaluate()
 

@@ -83,7 +83,7 @@ def steps_beside_params(optimizer) -> None:
 
 class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
-                 liger_min_chunk_tokens=0, nan_policy="stop", decay_embeddings=False, recipe_yaml="", **kwargs):
+                 liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="", **kwargs):
         super().__init__(*args, **kwargs)
         self.train_sampler = train_sampler
         self.samples_per_step = samples_per_step
