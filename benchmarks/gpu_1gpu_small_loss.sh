@@ -9,18 +9,22 @@ source benchmarks/gpu_common.sh
 tokenize_corpus
 STEPS=${STEPS:-60}
 COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.logging_steps=10
-  training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS training.per_device_train_batch_size=8"
-variant() {  # name, size, overrides...
+  training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS"
+variant() {  # name, size, overrides...: micro-batch 8 as in the pilot study; scale_146m keeps its recipe's 32
+  local mb=8; [ $2 = scale_146m ] && mb=32
   timed $1 python3 scripts/benchmark.py ours recipes/small_1gpu.yaml $COMMON model.config=$2 \
+    training.per_device_train_batch_size=$mb \
     training.output_dir=/tmp/$1 "${@:3}" --out "$OUT/loss_$1.json"
 }
-variant 7m_liger scale_7m model.fused_loss=liger
-variant 7m_chunked scale_7m model.fused_loss=chunked
-variant 7m_liger_min4096 scale_7m model.fused_loss=liger model.liger_min_chunk_tokens=4096
-variant 7m_liger_min1024 scale_7m model.fused_loss=liger model.liger_min_chunk_tokens=1024
-variant 27m_liger scale_27m model.fused_loss=liger
-variant 27m_chunked scale_27m model.fused_loss=chunked
-variant 27m_liger_min4096 scale_27m model.fused_loss=liger model.liger_min_chunk_tokens=4096
+# liger_min_chunk_tokens=0: liger's own sizing; 1024 is the default since the first of these measurements
+for v in ${VARIANTS:-7m_liger 7m_chunked 7m_liger_min4096 7m_liger_min1024 27m_liger 27m_chunked 27m_liger_min1024}; do
+  size=scale_${v%%_*}; loss=${v#*_}
+  case $loss in
+    liger) variant $v $size model.fused_loss=liger model.liger_min_chunk_tokens=0 ;;
+    chunked) variant $v $size model.fused_loss=chunked ;;
+    liger_min*) variant $v $size model.fused_loss=liger model.liger_min_chunk_tokens=${loss#liger_min} ;;
+  esac
+done
 python3 - <<'PY' | tee -a "$N"
 import glob, json, os
 out, best = os.environ["OUT"], None
@@ -31,10 +35,9 @@ for f in sorted(glob.glob(out + "/loss_*.json")):
           f"peak {r.get('mem_peak_gib') or 0:.1f} GiB  est {est:.1f}  windows {r.get('windows')}  loss {r.get('last_loss')}")
     if name.startswith("7m_") and (best is None or r.get("tokens_per_s", 0) > best[1]):
         best = (name, r.get("tokens_per_s", 0))
-overrides = {"7m_liger": "model.fused_loss=liger", "7m_chunked": "model.fused_loss=chunked",
-             "7m_liger_min4096": "model.fused_loss=liger model.liger_min_chunk_tokens=4096",
-             "7m_liger_min1024": "model.fused_loss=liger model.liger_min_chunk_tokens=1024"}
 if best:
-    open(out + "/best_loss", "w").write(overrides[best[0]])
+    loss = best[0].split("_", 1)[1]
+    open(out + "/best_loss", "w").write("model.fused_loss=chunked" if loss == "chunked" else
+                                        f"model.fused_loss=liger model.liger_min_chunk_tokens={loss[9:] or 0}")
     print("fastest at scale_7m:", best[0])
 PY

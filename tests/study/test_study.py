@@ -216,3 +216,11 @@ def test_sigterm_stops_the_study_and_the_next_pass_resumes(mini_blocks, tmp_path
     assert [r["steps"] for r in rows] == [2, 30]
     starts = [json.loads(line) for line in (long_run / "log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in starts if e["event"] == "config"] == [0, stopped]  # resumed, not restarted
+
+
+def test_frontier_buckets_hold_a_nominal_budget():
+    """The runs of one nominal budget differ a little in compute (max_steps is rounded): those of the
+    GPU pilot study, 9.964e14 and 1.002e15 for the 1e15 budget, share a bucket; the better one wins."""
+    rows = [{"run": "12m", "flops": 9.964e14, "val_loss": 6.758}, {"run": "7m", "flops": 1.002e15, "val_loss": 6.534},
+            {"run": "27m", "flops": 1.005e15, "val_loss": 7.133}, {"run": "7m_3e15", "flops": 2.999e15, "val_loss": 5.536}]
+    assert [r["run"] for r in frontier(rows)] == ["7m", "7m_3e15"]

@@ -88,15 +88,19 @@ def fit_power_law(compute, loss, grid: int = 200, zooms: int = 30) -> PowerLawFi
 def frontier(rows: list[dict], bucket_decades: float = 0.25, x: str = "flops", y: str = "val_loss") -> list[dict]:
     """The compute-efficient frontier: per log10-compute bucket, the row with the lowest loss.
 
-    Buckets are anchored at 0 (bucket k holds log10 C in [k·w, (k+1)·w)), so they do not move
-    when runs are added. A bucket's point is also dropped when a lower-compute bucket already
-    reached a lower loss (a bigger budget that did worse is not on the frontier).
+    Buckets are centred on multiples of w (bucket k holds log10 C in [(k-½)·w, (k+½)·w)), so they
+    do not move when runs are added, and a grid's nominal budgets (1e15, 3e15, 1e16) sit in the
+    middle of theirs: the runs of one budget land in one bucket although rounding max_steps moves
+    each run's compute by a little (with edges at 1e15, a GPU study's 9.96e14 and 1.002e15 runs
+    landed on both sides, and the worse one made the frontier). A bucket's point is also dropped
+    when a lower-compute bucket already reached a lower loss (a bigger budget that did worse is not
+    on the frontier).
     """
     best: dict[int, dict] = {}
     for r in rows:
         if r.get(y) is None or not r.get(x):
             continue
-        k = math.floor(math.log10(r[x]) / bucket_decades)
+        k = round(math.log10(r[x]) / bucket_decades)
         if k not in best or r[y] < best[k][y]:
             best[k] = r
     out, lowest = [], math.inf
