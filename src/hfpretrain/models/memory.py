@@ -28,8 +28,9 @@ the backward and keeps only what matmuls and attention need, so per layer: the f
 stream at the layer input and after attention (2·4·d), the two normalised projection inputs
 (2·a·d), Qwen3's q, k before their norm (a·(d_attn + d_kv)), q, k, v and the attention output
 with its log-sum-exp (a·(2·d_attn + 2·d_kv) + 4·heads), gate, up and the down input (3·a·d_ff);
-the bf16 weight copies are recomputed from the fp32 weights. Checked on an H200 (docs/models.md):
-+0.2% to +2.5% over the measured peak for Qwen3 1.8B and 146M with liger's loss, −11% with the chunked loss.
+the bf16 weight copies are recomputed from the fp32 weights. Checked on an H200 and an H100
+(docs/models.md, docs/benchmarks.md): within 4% of the measured peak from scale_7m to Qwen3 1.8B,
+with liger's loss (any chunk size) and with the chunked loss.
 
 With activation checkpointing (per decoder layer) only each layer's fp32 input (4·d) is kept,
 plus one layer's activations recomputed during its backward.
@@ -124,11 +125,13 @@ def estimate_memory(
     grad_accum: int = 1,
     fused_loss_chunk: int | None = None,
     compiled: bool = False,
+    fused_loss: str = "chunked",
 ) -> MemoryEstimate:
     """Estimated peak memory of one GPU training ``config`` on ``micro_batch × seq_len`` tokens.
 
     ``fused_loss_chunk``: tokens per chunk of a fused/chunked linear cross-entropy (the project's
-    trainer); logits then exist for one chunk only, next to the head's gradient buffers.
+    trainer, ``fused_loss`` liger or chunked); logits then exist for one chunk only, next to the
+    head's gradient buffers.
     ``compiled``: the decoder runs under ``torch.compile`` (see the module notes).
     """
     from hfpretrain.models.flops import matmul_params
@@ -158,8 +161,12 @@ def estimate_memory(
     else:
         layers_bytes = tokens * x["L"] * per_layer
     if fused_loss_chunk:
-        # one chunk: bf16 logits + fp32 logits/probabilities + bf16 gradient; fp32 dW, bf16 W copy, bf16 dX
-        logits = min(tokens, fused_loss_chunk) * x["V"] * (4 + 2 * a) + (4 + a) * x["V"] * x["d"] + a * tokens * x["d"]
+        # One chunk of logits: liger turns its bf16 logits into their gradient in place (a bytes each);
+        # the chunked loss holds the bf16 matmul output, fp32 logits and logsumexp's two fp32
+        # temporaries (a + 12). Measured on an H100/H200 to within 4% (docs/benchmarks.md).
+        # Beside them: fp32 dW, the bf16 W copy, bf16 dX.
+        per_logit = a if fused_loss == "liger" else a + 12
+        logits = min(tokens, fused_loss_chunk) * x["V"] * per_logit + (4 + a) * x["V"] * x["d"] + a * tokens * x["d"]
     else:
         logits = tokens * 12 * x["V"]
     weight_cache = 2 * matmul_params(config) if mixed and not compiled else 0

@@ -100,7 +100,8 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, wor
                                                                 args.per_device_train_batch_size * seq_len,
                                                                 config.vocab_size, config.hidden_size,
                                                                 recipe.model.loss_chunk_tokens,
-                                                                recipe.model.liger_min_chunk_tokens))
+                                                                recipe.model.liger_min_chunk_tokens),
+                             fused_loss=planned_loss(recipe.model.fused_loss))
     total_tokens = tokens_per_step * args.max_steps
     plan = {
         "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
