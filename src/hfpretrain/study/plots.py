@@ -40,8 +40,9 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
 
 
 def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, title: str | None = None) -> Path:
-    """Final validation loss against training FLOPs (log x), one colour per arm: every run as a
-    point (frontier points filled, the others hollow) and each arm's fitted E + A·C^(−α) curve.
+    """Final validation loss against training FLOPs (log x), one colour per arm and one marker per
+    model size: every run as a point (frontier points filled, the others hollow) and each arm's
+    fitted E + A·C^(−α) curve.
 
     ``fits`` is the output of ``hfpretrain.study.fit.fit_arms``.
     """
@@ -53,26 +54,28 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     flops = [r["flops"] for r in rows if r.get("val_loss") is not None]
+    sizes = list(dict.fromkeys(r["size"] for r in rows))
+    marker = {size: "osD^vP*Xhp<>"[i % 12] for i, size in enumerate(sizes)}
     for i, arm in enumerate(dict.fromkeys(r["arm"] for r in rows)):
         colour = f"C{i}"
         pts = [r for r in rows if r["arm"] == arm and r.get("val_loss") is not None]
         front = {r["run"] for r in fits.get(arm, {}).get("frontier", [])}
-        other = [r for r in pts if r["run"] not in front]
-        on = [r for r in pts if r["run"] in front]
-        if other:
-            ax.scatter([r["flops"] for r in other], [r["val_loss"] for r in other], facecolors="none",
-                       edgecolors=colour, alpha=0.7)
+        for r in pts:
+            filled = r["run"] in front
+            ax.scatter(r["flops"], r["val_loss"], marker=marker[r["size"]], zorder=3 if filled else 2,
+                       facecolors=colour if filled else "none", edgecolors=colour, alpha=1.0 if filled else 0.7)
         label = arm
         fit = fits.get(arm, {}).get("fit")
         if fit is not None:
             label = f"{arm}: E={fit.E:.3g}, A={fit.A:.3g}, α={fit.alpha:.3g}"
-        if on:
-            ax.scatter([r["flops"] for r in on], [r["val_loss"] for r in on], color=colour, zorder=3)
         if fit is not None and flops:
             xs = np.logspace(np.log10(min(flops)) - 0.1, np.log10(max(flops)) + 0.1, 200)
             ax.plot(xs, fit.predict(xs), color=colour, label=label)
         else:
             ax.plot([], [], "o", color=colour, label=label)
+    if len(sizes) > 1:
+        for size in sizes:
+            ax.scatter([], [], marker=marker[size], facecolors="none", edgecolors="grey", label=size)
     ax.set_xscale("log")
     ax.set_xlabel("training FLOPs (6·N_matmul + attention, × tokens)")
     ax.set_ylabel("final validation loss (nats/token)")
