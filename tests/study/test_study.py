@@ -177,7 +177,6 @@ def test_micro_study_end_to_end_and_resumable(mini_blocks, tmp_path):
 def test_sigterm_stops_the_study_and_the_next_pass_resumes(mini_blocks, tmp_path):
     """SIGTERM (preemption, `timeout`) mid-run: the run saves a checkpoint and the study stops; the
     stopped run is not counted as finished, and the next pass continues it from its checkpoint."""
-    import os
     import signal
 
     import yaml
@@ -187,22 +186,12 @@ def test_sigterm_stops_the_study_and_the_next_pass_resumes(mini_blocks, tmp_path
     spec_path, out = tmp_path / "spec.yaml", tmp_path / "study"
     spec_path.write_text(yaml.safe_dump(spec))
     long_run = out / "runs" / "baseline" / "h32__s30"
-    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None:
-            log = long_run / "log.jsonl"
-            if log.is_file() and '"event": "log"' in log.read_text():
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
-        os.killpg(proc.pid, signal.SIGTERM)
-        output, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output[-3000:]
+    sys.path.insert(0, str(REPO / "tests" / "training"))
+    from train_utils import sigterm_after_first_log
+
+    returncode, output = sigterm_after_first_log(
+        [sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out)], long_run / "log.jsonl")
+    assert returncode == 0, output[-3000:]
     assert "the study stops here" in output and "1/2 runs finished" in output, output[-3000:]
     stopped = json.loads((long_run / "summary.json").read_text())["global_step"]
     assert 0 < stopped < 30 and (long_run / f"checkpoint-{stopped}").is_dir()

@@ -4,11 +4,8 @@ accumulation, preemption (SIGTERM) and the non-finite-loss policies."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -16,7 +13,8 @@ import torch
 
 from hfpretrain.training.trainer import COMPLETE_MARKER, NonFiniteLossError, last_complete_checkpoint
 from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REFERENCE_STEPS, REPO, TINY_RECIPE, load_weights,
-                         make_overrides, python, read_log, run_pretrain, step_losses, subprocess_env)
+                         make_overrides, python, read_log, run_pretrain, sigterm_after_first_log, step_losses,
+                         subprocess_env)
 
 TOKENS_PER_STEP = 4 * 128
 
@@ -208,22 +206,8 @@ def test_sigterm_saves_and_stops(mini_blocks, tmp_path):
            *make_overrides(mini_blocks, out, {"training.max_steps": "1000", "training.save_strategy": "steps",
                                               "training.save_steps": "1000", "training.dataloader_num_workers": "2",
                                               "training.eval_strategy": "steps", "training.eval_steps": "1000"})]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    log = out / "log.jsonl"
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None:
-            if log.is_file() and any(e["event"] == "log" for e in read_log(out)):
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
-        os.killpg(proc.pid, signal.SIGTERM)
-        output, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output[-3000:]
+    returncode, output = sigterm_after_first_log(cmd, out / "log.jsonl")
+    assert returncode == 0, output[-3000:]
     events = read_log(out)
     stopped = max(e["step"] for e in events if e["event"] == "log")
     assert 0 < stopped < 1000

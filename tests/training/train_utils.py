@@ -100,3 +100,26 @@ def python() -> str:
     return sys.executable
 
 
+
+
+def sigterm_after_first_log(cmd: list[str], log: Path, timeout: float = 240) -> tuple[int, str]:
+    """Start ``cmd`` in its own process group, wait for the first training log in ``log`` (a
+    log.jsonl), SIGTERM the whole group as a cluster (or `timeout`) does; (return code, output)."""
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.time() + timeout
+        while time.time() < deadline and proc.poll() is None:
+            if log.is_file() and '"event": "log"' in log.read_text():
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        os.killpg(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, output
