@@ -12,6 +12,7 @@ COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true train
   training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS"
 variant() {  # name, size, overrides...: micro-batch 8 as in the pilot study; scale_146m keeps its recipe's 32
   local mb=8; [ $2 = scale_146m ] && mb=32
+  echo "${@:3}" > /tmp/loss_$1.overrides  # for best_loss below (not under $OUT: 8 files come back at most)
   timed $1 python3 scripts/benchmark.py ours recipes/small_1gpu.yaml $COMMON model.config=$2 \
     training.per_device_train_batch_size=$mb \
     training.output_dir=/tmp/$1 "${@:3}" --out "$OUT/loss_$1.json"
@@ -36,8 +37,6 @@ for f in sorted(glob.glob(out + "/loss_*.json")):
     if name.startswith("7m_") and (best is None or r.get("tokens_per_s", 0) > best[1]):
         best = (name, r.get("tokens_per_s", 0))
 if best:
-    loss = best[0].split("_", 1)[1]
-    open(out + "/best_loss", "w").write("model.fused_loss=chunked" if loss == "chunked" else
-                                        f"model.fused_loss=liger model.liger_min_chunk_tokens={loss[9:] or 0}")
+    open(out + "/best_loss", "w").write(open(f"/tmp/loss_{best[0]}.overrides").read())
     print("fastest at scale_7m:", best[0])
 PY

@@ -91,17 +91,17 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, wor
     flops = flops_per_token(config, seq_len)
     peak = recipe.logging.peak_flops or detect_peak_flops(recipe.logging.dtype_for_peak)
     zero = zero_stage if zero_stage is not None else launch_sharding(args)
+    loss = planned_loss(recipe.model.fused_loss)
     memory = estimate_memory(config, args.per_device_train_batch_size, seq_len, n_gpus=world, zero_stage=zero,
                              grad_checkpointing=bool(args.gradient_checkpointing),
                              attn_implementation=recipe.model.attn_implementation
                              if recipe.model.attn_implementation != "auto" else "sdpa",
                              grad_accum=args.gradient_accumulation_steps, compiled=recipe.model.compile != "none",
-                             fused_loss_chunk=loss_chunk_tokens(planned_loss(recipe.model.fused_loss),
-                                                                args.per_device_train_batch_size * seq_len,
+                             fused_loss_chunk=loss_chunk_tokens(loss, args.per_device_train_batch_size * seq_len,
                                                                 config.vocab_size, config.hidden_size,
                                                                 recipe.model.loss_chunk_tokens,
                                                                 recipe.model.liger_min_chunk_tokens),
-                             fused_loss=planned_loss(recipe.model.fused_loss))
+                             fused_loss=loss)
     total_tokens = tokens_per_step * args.max_steps
     plan = {
         "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
