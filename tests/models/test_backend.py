@@ -20,10 +20,10 @@ def test_auto_prefers_flash_with_cuda(monkeypatch):
 
 def test_auto_falls_back_to_sdpa_then_eager(monkeypatch):
     _fake(monkeypatch, flash=True, cuda=False)
-    assert choose_attn_implementation()[0] == "sdpa"
+    assert choose_attn_implementation()[0] == "sdpa_packed"
     _fake(monkeypatch, flash=False, cuda=True)
     impl, reason = choose_attn_implementation()
-    assert impl == "sdpa" and "not installed" in reason
+    assert impl == "sdpa_packed" and "not installed" in reason
     _fake(monkeypatch, flash=False, cuda=False, sdpa=False)
     assert choose_attn_implementation()[0] == "eager"
 
@@ -43,7 +43,7 @@ def test_forced_backend(monkeypatch):
 def test_cpu_choice_is_real():
     # this machine has no flash-attn / GPU: the real probes pick sdpa
     impl, _ = choose_attn_implementation()
-    assert impl in ("sdpa", "eager")
+    assert impl in ("sdpa_packed", "eager")
 
 
 def test_build_model_logs_one_line_and_honours_config(caplog, monkeypatch):
@@ -51,7 +51,53 @@ def test_build_model_logs_one_line_and_honours_config(caplog, monkeypatch):
     with caplog.at_level(logging.INFO, logger="hfpretrain.models.zoo"):
         m = build_model(load_config("tiny", vocab_size=256))
     lines = [r.getMessage() for r in caplog.records if r.name == "hfpretrain.models.zoo"]
-    assert lines == ["attention backend: sdpa (auto: flash-attn is not installed; torch sdpa available)"]
-    assert m.config._attn_implementation == "sdpa"
+    assert lines == ["attention backend: sdpa_packed (auto: flash-attn is not installed; torch sdpa, causal without "
+                     "a mask (packed blocks))"]
+    assert m.config._attn_implementation == "sdpa_packed"
     forced = build_model(load_config("tiny", {"attn_implementation": "eager"}, vocab_size=256))
     assert forced.config._attn_implementation == "eager"
+
+
+@pytest.mark.parametrize("name", ["tiny", "gpt2_124m"])
+def test_packed_sdpa_equals_sdpa_and_builds_no_mask(name, tmp_path):
+    """sdpa_packed gives sdpa's outputs, compiled too, with no mask in the graph (a dense mask keeps
+    SDPA off its flash kernel); padded batches and cached decoding still get transformers' mask;
+    a saved checkpoint does not name it, so plain transformers loads it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    overrides = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256} if name.startswith("gpt2") else {}
+    cfg = load_config(name, overrides, vocab_size=256)
+    torch.manual_seed(0)
+    plain = build_model(cfg, attn_implementation="sdpa").eval()
+    packed = build_model(cfg, attn_implementation="sdpa_packed").eval()
+    packed.load_state_dict(plain.state_dict())
+    ids = torch.randint(0, 256, (2, 32))
+    ref = plain(ids).logits
+    torch.testing.assert_close(packed(ids).logits, ref)
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(packed, backend=backend)
+    torch.testing.assert_close(compiled(ids).logits, ref)
+    code = "\n".join(g.code for g in graphs)
+    assert "scaled_dot_product_attention" in code and "is_causal = True" in code
+    assert "attn_mask = None" in code or "attn_mask" not in code
+    torch._dynamo.reset()
+
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # left padding: the mask must be honoured
+    torch.testing.assert_close(packed(ids, attention_mask=mask).logits, plain(ids, attention_mask=mask).logits)
+    out_plain = plain.generate(ids[:, :8], max_new_tokens=4, do_sample=False, use_cache=True)
+    out_packed = packed.generate(ids[:, :8], max_new_tokens=4, do_sample=False, use_cache=True)
+    assert torch.equal(out_plain, out_packed)
+
+    packed.save_pretrained(tmp_path)
+    assert "sdpa_packed" not in (tmp_path / "config.json").read_text()
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert reloaded.config._attn_implementation == "sdpa"

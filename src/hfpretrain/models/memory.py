@@ -139,7 +139,7 @@ def estimate_memory(
 
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0..3, got {zero_stage}")
-    if attn_implementation not in ("sdpa", "eager", "flash_attention_2"):
+    if attn_implementation not in ("sdpa", "sdpa_packed", "eager", "flash_attention_2"):
         raise ValueError(f"unknown attn_implementation {attn_implementation!r}")
     n = count_params(config).total
     shard = max(1, int(n_gpus))
@@ -160,7 +160,10 @@ def estimate_memory(
         layers_bytes = tokens * (x["L"] * 4 * x["d"] + per_layer)
     else:
         layers_bytes = tokens * x["L"] * per_layer
-    if fused_loss_chunk:
+    if fused_loss == "compiled":
+        # Head + loss in one graph: the bf16 logits saved for backward, then their bf16 gradient.
+        logits = tokens * x["V"] * 2 * a + a * tokens * x["d"]
+    elif fused_loss_chunk:
         # One chunk of logits: liger turns its bf16 logits into their gradient in place (a bytes each);
         # the chunked loss holds the bf16 matmul output, fp32 logits and logsumexp's two fp32
         # temporaries (a + 12). Measured on an H100/H200 to within 4% (docs/benchmarks.md).

@@ -17,7 +17,7 @@ from typing import Any
 
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-from hfpretrain.models.backend import choose_attn_implementation
+from hfpretrain.models.backend import PACKED_SDPA, choose_attn_implementation, register_packed_sdpa
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +82,9 @@ def load_config(
 
     ``overrides`` are config field names (an unknown name is a ValueError naming the nearest valid
     one), plus ``pad_vocab_multiple`` (default 128). ``vocab_size`` is the tokenizer's ``len()``:
-    a config without an explicit ``vocab_size`` gets it padded up to the multiple; a config with
-    one must be able to hold the tokenizer (and be no more than the padding larger).
+    a config without an explicit ``vocab_size`` gets it; a config with one must be able to hold the
+    tokenizer (and be no more than the padding larger). Either way the vocab is then padded up to
+    the multiple. Without ``vocab_size`` the config's own vocab is kept as it is.
     """
     raw, source = _read_spec(spec)
     raw = {k: v for k, v in raw.items() if k not in _IGNORED_KEYS}
@@ -116,6 +117,14 @@ def load_config(
                     f"the tokenizer padded to a multiple of {multiple} ({pad_vocab(vocab_size, multiple)}): "
                     f"config {source} was made for another tokenizer; override vocab_size to use it anyway"
                 )
+    if vocab_size is not None and pad_vocab(int(fields["vocab_size"]), multiple) != fields["vocab_size"]:
+        # An explicit vocab (GPT-2's 50,257) is padded too: the LM head and the embedding's backward
+        # on a misaligned dimension get slow cuBLAS kernels on Hopper. The extra rows are never a
+        # target, so they only learn to be unlikely.
+        padded = pad_vocab(int(fields["vocab_size"]), multiple)
+        logger.info("vocab_size %d padded to %d (a multiple of %d; model.overrides.pad_vocab_multiple=1 keeps it)",
+                    fields["vocab_size"], padded, multiple)
+        fields["vocab_size"] = padded
     attn = fields.pop("attn_implementation", None)
     config = AutoConfig.for_model(model_type, **fields)
     if attn is not None:
@@ -138,6 +147,8 @@ def build_model(
         requested = getattr(config, "hfpretrain_attn_implementation", None) or "auto"
     impl, reason = choose_attn_implementation(requested)
     logger.info("attention backend: %s (%s)", impl, reason)
+    if impl == PACKED_SDPA:
+        register_packed_sdpa()
     kwargs: dict[str, Any] = {"attn_implementation": impl}
     if dtype is not None:
         kwargs["dtype"] = _torch_dtype(dtype)

@@ -69,7 +69,9 @@ def run_stock(recipe_path: str, overrides: list[str], micro_batch: int, max_step
     manifest = read_manifest(recipe.data.path)
     tokenizer = AutoTokenizer.from_pretrained(str(Path(recipe.data.path) / "tokenizer"))
     tokenizer.pad_token = tokenizer.pad_token or manifest["tokenizer"]["eos_token"]
-    config = load_config(recipe.model.config, dict(recipe.model.overrides), vocab_size=len(tokenizer))
+    # As a user's own config.json: the vocab unpadded (GPT-2's 50,257 stays), no project defaults.
+    config = load_config(recipe.model.config, {**recipe.model.overrides, "pad_vocab_multiple": 1},
+                         vocab_size=len(tokenizer))
     seq_len = int(manifest["seq_len"])
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
 

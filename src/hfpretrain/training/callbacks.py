@@ -14,6 +14,7 @@ import re
 import signal
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -187,12 +188,14 @@ class PreemptionCallback(TrainerCallback):
 
 
 class ProfilerCallback(TrainerCallback):
-    """NVTX ranges per step (``nvtx``) and a torch.profiler window over steps [start, stop)."""
+    """NVTX ranges per step (``nvtx``) and a torch.profiler window over steps [start, stop): a Chrome
+    trace, the kernels ranked by GPU time, and the host synchronisations per step (each one stalls
+    the CPU until the GPU catches up; counted with ``torch.cuda.set_sync_debug_mode``)."""
 
     def __init__(self, out_dir: str | Path, window: list | None = None, nvtx: bool = False):
         self.out_dir, self.nvtx = Path(out_dir), nvtx and torch.cuda.is_available()
         self.start, self.stop = (int(window[0]), int(window[1])) if window else (None, None)
-        self._prof = None
+        self._prof = self._syncs = None
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.nvtx:
@@ -201,6 +204,10 @@ class ProfilerCallback(TrainerCallback):
             acts = [torch.profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available():
                 acts.append(torch.profiler.ProfilerActivity.CUDA)
+                self._syncs = warnings.catch_warnings(record=True)
+                self._sync_log = self._syncs.__enter__()
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
             self._prof = torch.profiler.profile(activities=acts, record_shapes=True)
             self._prof.__enter__()
 
@@ -210,8 +217,21 @@ class ProfilerCallback(TrainerCallback):
         if self._prof is not None and state.global_step >= self.stop:
             self._prof.__exit__(None, None, None)
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            self._prof.export_chrome_trace(str(self.out_dir / f"trace-steps{self.start}-{self.stop}.json"))
-            self._prof = None
+            name = f"steps{self.start}-{self.stop}"
+            self._prof.export_chrome_trace(str(self.out_dir / f"trace-{name}.json"))
+            sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+            table = self._prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=90)
+            (self.out_dir / f"kernels-{name}.txt").write_text(table)
+            if self._syncs is not None:
+                torch.cuda.set_sync_debug_mode("default")
+                self._syncs.__exit__(None, None, None)
+                syncs = [str(w.message) for w in self._sync_log if "synchroniz" in str(w.message)]
+                per_step = len(syncs) / max(1, self.stop - self.start)
+                (self.out_dir / f"syncs-{name}.txt").write_text(
+                    f"{len(syncs)} host synchronisations in {self.stop - self.start} steps ({per_step:g} per step)\n"
+                    + "\n".join(syncs[:50]))
+                logger.info("profiler: %g host synchronisations per step (%s)", per_step, self.out_dir)
+            self._prof = self._syncs = None
 
 
 class TelemetryProgressCallback(ProgressCallback):

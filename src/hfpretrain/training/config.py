@@ -36,10 +36,13 @@ class RecipeError(ValueError):
 class ModelSection:
     config: str = "tiny"  # zoo name, JSON file, or folder with config.json
     overrides: dict = field(default_factory=dict)  # config field overrides (an ablation is a diff here)
-    attn_implementation: str = "auto"  # auto | flash_attention_2 | sdpa | eager
-    compile: str = "none"  # none | decoder (base model, loss outside) | layers (each decoder layer) | model
+    # auto | flash_attention_2 | sdpa_packed (SDPA, causal without a mask) | sdpa | eager
+    attn_implementation: str = "auto"
+    # auto | none | decoder (base model, loss outside) | layers (each decoder layer) | model
+    compile: str = "auto"
     compile_backend: str = "inductor"  # inductor | aot_eager | eager: the last two bisect a compile failure
-    fused_loss: str = "auto"  # auto | liger | chunked | none (HF's loss over full logits)
+    compile_mode: str = "default"  # torch.compile mode: default | max-autotune-no-cudagraphs | ...
+    fused_loss: str = "auto"  # auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)
     loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
     liger_min_chunk_tokens: int = 1024  # liger's chunks at least this long (0: its own sizing, logits ~ hidden)
     init_from: Optional[str] = None  # start from these weights instead of random init
@@ -86,10 +89,11 @@ class Recipe:
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                  "math": "MATH"}
 _CHOICES = {
-    "model.attn_implementation": {"auto", "flash_attention_2", "sdpa", "eager"},
-    "model.compile": {"none", "decoder", "layers", "model"},
+    "model.attn_implementation": {"auto", "flash_attention_2", "sdpa_packed", "sdpa", "eager"},
+    "model.compile": {"auto", "none", "decoder", "layers", "model"},
     "model.compile_backend": {"inductor", "aot_eager", "eager"},
-    "model.fused_loss": {"auto", "liger", "chunked", "none"},
+    "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},
+    "model.fused_loss": {"auto", "compiled", "liger", "chunked", "none"},
     "nan_policy": {"stop", "skip"},
 }
 

@@ -1,7 +1,12 @@
-"""Next-token cross-entropy from the final hidden states, without materialising all logits.
+"""Next-token cross-entropy from the final hidden states, without HF's fp32 copies of the logits.
 
 At a 151k vocabulary the logits of one micro-batch (22 x 2048 x 151,680 in fp32) take 27 GB;
-HF's default loss builds them, upcasts them and keeps them for backward. Two ways around it:
+HF's default loss builds them, upcasts them and keeps them for backward. Three ways around it:
+
+* ``compiled``: LM head and cross-entropy in one ``torch.compile``d function: the logits exist
+  once, in bf16, and the softmax, the loss and its gradient are fused kernels. The fastest where
+  one micro-batch's logits fit easily (GPT-2's 50k vocabulary at small shapes; see
+  :func:`choose_fused_loss`), since the head's matmuls run at full size.
 
 * ``liger``: liger-kernel's fused linear cross-entropy (Triton, GPU only), which computes the
   gradient chunk by chunk inside the forward. It is kept outside ``torch.compile`` (it fails
@@ -25,13 +30,29 @@ import torch.nn.functional as F
 IGNORE_INDEX = -100
 
 
-def choose_fused_loss(requested: str) -> tuple[str, str]:
-    """Return (implementation, reason)."""
+# ``auto`` compiles head + loss whole when one micro-batch's bf16 logits take at most this share of
+# the GPU's memory (backward holds about twice that); above it, liger's chunks keep memory flat.
+COMPILED_LOGITS_MEMORY_SHARE = 1 / 16
+
+
+def choose_fused_loss(requested: str, logits_bytes: int | None = None,
+                      gpu_memory_bytes: int | None = None) -> tuple[str, str]:
+    """Return (implementation, reason). ``logits_bytes``: one micro-batch's bf16 logits."""
     has_liger = importlib.util.find_spec("liger_kernel") is not None
+    cuda = torch.cuda.is_available() if gpu_memory_bytes is None else True
     if requested == "auto":
-        if has_liger and torch.cuda.is_available():
-            return "liger", "liger-kernel is installed and a CUDA GPU is present"
-        return "chunked", "liger-kernel or CUDA missing: chunked PyTorch cross-entropy"
+        if not cuda:
+            return "chunked", "no CUDA GPU: chunked PyTorch cross-entropy"
+        if gpu_memory_bytes is None:
+            gpu_memory_bytes = torch.cuda.get_device_properties(0).total_memory
+        share = (logits_bytes or 0) / gpu_memory_bytes
+        if logits_bytes is not None and share <= COMPILED_LOGITS_MEMORY_SHARE:
+            return "compiled", (f"one micro-batch's logits take {logits_bytes / 2**30:.1f} GiB "
+                                f"({share:.1%} of the GPU, at most {COMPILED_LOGITS_MEMORY_SHARE:.1%}): "
+                                "LM head + cross-entropy compiled whole")
+        if has_liger:
+            return "liger", "logits too large to hold whole: liger-kernel's fused chunks"
+        return "chunked", "logits too large to hold whole and liger-kernel missing: chunked PyTorch cross-entropy"
     if requested == "liger" and not (has_liger and torch.cuda.is_available()):
         raise RuntimeError("model.fused_loss=liger needs liger-kernel (pip install -e .[gpu]) and a CUDA GPU")
     return requested, "set in the recipe"
@@ -62,7 +83,7 @@ def loss_chunk_tokens(impl: str, tokens: int, vocab_size: int, hidden_size: int,
                       liger_min_chunk_tokens: int = 0) -> int | None:
     """Tokens whose logits exist at once (liger: its own chunk sizing, above); ``none``
     materialises all of them (None)."""
-    if impl == "none":
+    if impl in ("none", "compiled"):
         return None
     if impl == "liger":
         mem_const = liger_chunk_mem_const(tokens, vocab_size, hidden_size, liger_min_chunk_tokens)
@@ -132,10 +153,24 @@ def liger_cross_entropy_sum(hidden, weight, targets, min_chunk_tokens: int = 0) 
                                             **extra)
 
 
+def _head_cross_entropy_sum(hidden, weight, targets):
+    logits = F.linear(hidden, weight).float()  # under autocast: a bf16 matmul; the upcast fuses into the loss
+    return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+@functools.lru_cache(maxsize=4)
+def compiled_cross_entropy_sum(backend: str = "inductor", mode: str | None = None):
+    """The LM head + cross-entropy as one compiled function (one per compile backend and mode)."""
+    return torch.compile(_head_cross_entropy_sum, backend=backend, mode=mode)
+
+
 def causal_lm_loss(hidden, weight, labels, num_items_in_batch=None, impl="chunked", chunk_tokens=8192,
-                   liger_min_chunk_tokens=0):
+                   liger_min_chunk_tokens=0, compile_backend="inductor", compile_mode=None):
     targets = shift_labels(labels)
-    if impl == "liger":
+    if impl == "compiled":
+        hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+        total = compiled_cross_entropy_sum(compile_backend, compile_mode)(hidden, weight, targets)
+    elif impl == "liger":
         total = liger_cross_entropy_sum(hidden, weight, targets, liger_min_chunk_tokens)
     else:
         total = chunked_cross_entropy_sum(hidden, weight, targets, chunk_tokens)

@@ -26,7 +26,8 @@ from .callbacks import (SIGTERM_RECEIVED, CompileCheckCallback, DataPositionCall
                         TelemetryProgressCallback, ThroughputCallback)
 from .config import SDPA_BACKENDS, Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
 from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, load_input_ids
-from .loss import choose_fused_loss, loss_chunk_tokens
+from .fast_path import FastPath, choose_fast_path
+from .loss import loss_chunk_tokens
 from .trainer import PretrainTrainer, last_complete_checkpoint
 from .zero import deepspeed_tag
 
@@ -47,7 +48,9 @@ def read_manifest(data_path: str | Path) -> dict:
 
 
 def training_arguments(recipe: Recipe, dry_run: bool = False) -> TrainingArguments:
-    fields = {**DEFAULT_ARGS, **recipe.training, **FORCED_ARGS}
+    gpu = {"accelerator_config": {"non_blocking": True}} if torch.cuda.is_available() else {}
+    # non_blocking (GPU): batch copies from pinned memory overlap the step before
+    fields = {**DEFAULT_ARGS, **gpu, **recipe.training, **FORCED_ARGS}
     if dry_run and not torch.cuda.is_available():
         fields.update(bf16=False, fp16=False, use_cpu=True)  # plan a GPU recipe from a CPU login node
     if "wandb" in str(fields.get("report_to")) and not os.environ.get("WANDB_API_KEY"):
@@ -65,15 +68,6 @@ def training_arguments(recipe: Recipe, dry_run: bool = False) -> TrainingArgumen
     return args
 
 
-def planned_loss(requested: str) -> str:
-    """The loss implementation a run on this machine would use (liger asked for on a machine
-    without it: planned as on the GPU it is meant for)."""
-    try:
-        return choose_fused_loss(requested)[0]
-    except RuntimeError:
-        return requested
-
-
 def launch_sharding(args: TrainingArguments) -> int:
     """The ZeRO stage this launch amounts to, for the memory estimate: FSDP's full sharding is stage 3;
     DeepSpeed is stage 1 (the stage of every ds_configs/ file)."""
@@ -82,8 +76,8 @@ def launch_sharding(args: TrainingArguments) -> int:
     return 1 if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else 0
 
 
-def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, world_size: int | None = None,
-              zero_stage: int | None = None) -> dict:
+def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fast: FastPath,
+              world_size: int | None = None, zero_stage: int | None = None) -> dict:
     world = world_size or args.world_size
     samples_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
     tokens_per_step = samples_per_step * seq_len
@@ -91,12 +85,11 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, wor
     flops = flops_per_token(config, seq_len)
     peak = recipe.logging.peak_flops or detect_peak_flops(recipe.logging.dtype_for_peak)
     zero = zero_stage if zero_stage is not None else launch_sharding(args)
-    loss = planned_loss(recipe.model.fused_loss)
+    loss = fast.fused_loss
     memory = estimate_memory(config, args.per_device_train_batch_size, seq_len, n_gpus=world, zero_stage=zero,
                              grad_checkpointing=bool(args.gradient_checkpointing),
-                             attn_implementation=recipe.model.attn_implementation
-                             if recipe.model.attn_implementation != "auto" else "sdpa",
-                             grad_accum=args.gradient_accumulation_steps, compiled=recipe.model.compile != "none",
+                             attn_implementation=fast.attn_implementation,
+                             grad_accum=args.gradient_accumulation_steps, compiled=fast.compile != "none",
                              fused_loss_chunk=loss_chunk_tokens(loss, args.per_device_train_batch_size * seq_len,
                                                                 config.vocab_size, config.hidden_size,
                                                                 recipe.model.loss_chunk_tokens,
@@ -110,35 +103,36 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, wor
         "total_tokens": total_tokens, "flops_per_token": flops.total, "flops_per_token_causal": flops.causal,
         "flops_formula": flops.formula, "total_flops": flops.total * total_tokens,
         "memory_per_gpu_gib": {k: v / 1024**3 for k, v in asdict(memory).items()},
-        "peak_flops_per_gpu": peak, "assumed_mfu": recipe.logging.assumed_mfu,
+        "peak_flops_per_gpu": peak, "assumed_mfu": recipe.logging.assumed_mfu, "fast_path": asdict(fast),
     }
     if peak:
         plan["expected_hours"] = plan["total_flops"] / (peak * world * recipe.logging.assumed_mfu) / 3600
     return plan
 
 
-def compile_model(model, mode: str, backend: str = "inductor") -> int:
+def compile_model(model, scope: str, backend: str = "inductor", mode: str = "default") -> int:
     """Compile in place (state-dict names unchanged) and return how many modules were compiled.
 
     ``decoder``: the base model (embeddings, layers, final norm), leaving the LM head and the
     fused loss outside, where liger's kernel must stay; ``layers``: each decoder layer (regional,
     one graph reused by all layers: the fastest compile); ``model``: everything.
     """
-    if mode == "none":
+    if scope == "none":
         return 0
     # Dynamo's caches are per process and keyed by code, not by model: after 8 models of other
     # shapes (a study trains many in one process) it hits its recompile limit and silently runs
     # eager. Each run starts from a clean slate, as a fresh process would.
     torch._dynamo.reset()
-    if mode in ("model", "decoder"):
-        (model if mode == "model" else model.base_model).compile(backend=backend)
+    options = {"backend": backend, "mode": None if mode == "default" else mode}
+    if scope in ("model", "decoder"):
+        (model if scope == "model" else model.base_model).compile(**options)
         return 1
     layers = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
     if not layers:
         raise ValueError("model.compile=layers: found no ModuleList of decoder layers")
     blocks = max(layers, key=len)
     for block in blocks:
-        block.compile(backend=backend)
+        block.compile(**options)
     return len(blocks)
 
 
@@ -180,14 +174,17 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     seq_len = int(manifest["seq_len"])
 
     args = training_arguments(recipe, dry_run)
-    plan = make_plan(recipe, config, args, seq_len, world_size if dry_run else None, zero_stage if dry_run else None)
+    fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=dry_run)
+    plan = make_plan(recipe, config, args, seq_len, fast, world_size if dry_run else None,
+                     zero_stage if dry_run else None)
     if dry_run:
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
 
     set_seed(args.seed)
     attention_kernels = sdpa_kernels(recipe.model.sdpa_backends) if torch.cuda.is_available() else nullcontext()
-    loss_impl, loss_reason = choose_fused_loss(recipe.model.fused_loss)
-    logger.info("loss: %s (%s)", loss_impl, loss_reason)
+    for what in ("compile", "fused_loss"):
+        logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
+    loss_impl = fast.fused_loss
     if recipe.model.init_from:
         from transformers import AutoModelForCausalLM
 
@@ -197,7 +194,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None
-    n_compiled = compile_model(model, recipe.model.compile, recipe.model.compile_backend)
+    n_compiled = compile_model(model, fast.compile, recipe.model.compile_backend, fast.compile_mode)
 
     train_length = args.max_steps * plan["samples_per_step"]
     train_blocks = ShuffledBlocks(load_input_ids(recipe.data.path, "train"), train_length, args.data_seed or args.seed)
@@ -229,6 +226,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"],
         loss_impl=loss_impl, loss_chunk_tokens=recipe.model.loss_chunk_tokens,
         liger_min_chunk_tokens=recipe.model.liger_min_chunk_tokens, nan_policy=recipe.nan_policy,
+        compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode,
         decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
     )
     trainer.grad_stats = grad_stats

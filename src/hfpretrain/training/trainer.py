@@ -8,8 +8,9 @@ What it changes, and why:
   micro-batch x accumulation equals one big batch; evaluation never keeps logits;
 * weight decay on matrices only (not on norms, biases or, unless asked, embeddings);
 * a non-finite loss stops the run (or skips that optimizer step) instead of training on garbage;
-  under ``stop`` the check of a step's loss and gradient norm is read one step later, so it costs
-  no host synchronisation (the GPU never waits for the CPU), and always before a checkpoint;
+  under ``stop`` the losses and gradient norms of a logging window are checked together when the
+  window is logged (the log reads the loss anyway) and always before a checkpoint, so the check
+  adds no host synchronisation: the CPU keeps queueing steps ahead of the GPU;
 * checkpoints get a ``COMPLETE`` marker written last, so a save interrupted mid-way is never
   taken for the last good checkpoint, plus the resolved recipe.
 """
@@ -83,13 +84,15 @@ def steps_beside_params(optimizer) -> None:
 
 class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
-                 liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="", **kwargs):
+                 liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
+                 compile_backend="inductor", compile_mode="default", **kwargs):
         super().__init__(*args, **kwargs)
         self.train_sampler = train_sampler
         self.samples_per_step = samples_per_step
         self.loss_impl = loss_impl
         self.loss_chunk_tokens = loss_chunk_tokens
         self.liger_min_chunk_tokens = liger_min_chunk_tokens
+        self.compile_backend, self.compile_mode = compile_backend, None if compile_mode == "default" else compile_mode
         self.nan_policy = nan_policy
         self.decay_embeddings = decay_embeddings
         self.recipe_yaml = recipe_yaml
@@ -160,7 +163,7 @@ class PretrainTrainer(Trainer):
         # without this the LM-head matmuls (a fifth of all FLOPs at a 151k vocabulary) run in fp32.
         with self.accelerator.autocast():
             loss = causal_lm_loss(hidden, weight, labels, num_items_in_batch, self.loss_impl, self.loss_chunk_tokens,
-                                  self.liger_min_chunk_tokens)
+                                  self.liger_min_chunk_tokens, self.compile_backend, self.compile_mode)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
             # gradients over ranks, so scale back up.
@@ -168,7 +171,6 @@ class PretrainTrainer(Trainer):
         return (loss, {"loss": loss}) if return_outputs else loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        self.check_finite()  # the previous micro-step's tensors: long computed, so no stall
         loss = super().training_step(model, inputs, num_items_in_batch)
         self._watch("loss", loss)
         return torch.zeros_like(loss) if self._skip_this_step else loss  # keep the logged mean finite
@@ -187,18 +189,25 @@ class PretrainTrainer(Trainer):
         return norm
 
     def _watch(self, what: str, value: torch.Tensor) -> None:
-        """Check ``value`` for NaN/Inf: now under ``skip`` (its optimizer step must not happen), at the
-        next micro-step or save under ``stop`` (no host sync; the run stops before any save)."""
+        """Check ``value`` for NaN/Inf: now under ``skip`` (its optimizer step must not happen); under
+        ``stop`` at the next log or save (no host sync; the run stops before any save)."""
         self._unchecked.append((what, self.state.global_step + 1, value.detach()))
         if self.nan_policy == "skip" and not self.is_deepspeed_enabled:
             self.check_finite()
 
     def check_finite(self) -> None:
         pending, self._unchecked = self._unchecked, []
+        if not pending or bool(torch.stack([v.float().reshape(()) for _, _, v in pending]).isfinite().all()):
+            return  # one read of the GPU for the whole window
         for what, step, value in pending:
             if not torch.isfinite(value):
                 self._non_finite(f"{what} is {value.item()}", step)
                 return
+
+    def log(self, logs, *args, **kwargs):
+        if "loss" in logs:  # a training window: its loss was just read from the GPU anyway
+            self.check_finite()
+        super().log(logs, *args, **kwargs)
 
     def _non_finite(self, what: str, step: int) -> None:
         if self.nan_policy == "stop" or self.is_deepspeed_enabled:  # DeepSpeed steps its own optimizer

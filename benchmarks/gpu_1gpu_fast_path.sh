@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One GPU: the GPT-2 124M shape (recipes/gpt2_124m.yaml: seq 1024, 32 x 4 x 1024 tokens per step), one
+# speed change at a time, then the stock transformers.Trainer on the same shape and data (issue #14).
+# Each variant: STEPS steps in windows of 5, no evaluation or checkpoint (the e2e variant has both).
+#   source .carry/setup.sh && VARIANTS="old pad packed auto" bash benchmarks/gpu_1gpu_fast_path.sh
+source benchmarks/gpu_common.sh
+DATA=out/mix_gpt2_1024
+if [ ! -f $DATA/manifest.json ]; then
+  python3 scripts/tokenize_pile.py --input .carry/data/pretrain/mix/train-*.jsonl.zst \
+    --val-input .carry/data/pretrain/mix/val.jsonl.zst --val-docs 10000 \
+    --tokenizer "$DATA_ROOT/tokenizers/gpt2" --seq-len 1024 --out "$DATA" --num-proc 16 -q 2>&1 | tail -2
+fi
+STEPS=${STEPS:-40}
+COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.logging_steps=5
+  training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS"
+OLD="model.attn_implementation=sdpa model.compile=decoder model.fused_loss=liger"
+variant() {  # name, overrides...
+  timed $1 python3 scripts/benchmark.py ours ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \
+    training.output_dir=/tmp/$1 "${@:2}" --out "$OUT/fp_$1.json"
+}
+for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
+  case $v in
+    old) variant $v $OLD model.overrides.pad_vocab_multiple=1 ;;  # the issue's baseline: 244k tokens/s on an H200
+    pad) variant $v $OLD ;;                                        # + vocab 50,304
+    packed) variant $v model.compile=decoder model.fused_loss=liger ;;  # + SDPA causal without a mask
+    auto) variant $v ;;                                            # + head and loss compiled whole: the defaults
+    model) variant $v model.compile=model ;;
+    autotune) variant $v model.compile_mode=max-autotune-no-cudagraphs ;;
+    mb64) variant $v training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
+    profile) variant $v 'logging.profile_steps=[20,22]' training.output_dir=/tmp/profile
+             cp /tmp/profile/profile/kernels-*.txt /tmp/profile/profile/syncs-*.txt "$OUT/" ;;
+    stock) timed stock python3 scripts/benchmark.py stock ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \
+             --micro-batch ${STOCK_MB:-32,16,8} --max-steps $STEPS --out "$OUT/fp_stock.json" ;;
+    e2e) variant $v training.max_steps=200 training.logging_steps=20 training.eval_strategy=steps \
+           training.eval_steps=100 training.save_strategy=steps training.save_steps=100 ;;
+  esac
+done
+python3 - <<'PY' | tee -a "$N"
+import glob, json, os
+for f in sorted(glob.glob(os.environ["OUT"] + "/fp_*.json"), key=os.path.getmtime):
+    r, name = json.load(open(f)), os.path.basename(f)[3:-5]
+    est = (r.get("memory_estimate_gib") or {}).get("total", 0)
+    e2e = (r.get("end_to_end") or {}).get("tokens_per_s")
+    print(f"{name:9s} {str(r.get('loss_impl')):9s} mb {r.get('micro_batch')} {r.get('tokens_per_s', 0):>9,.0f} tok/s  "
+          f"MFU {r.get('mfu', 0):.1%}  peak {r.get('mem_peak_gib') or 0:.1f} GiB est {est:.1f}  "
+          f"loss {r.get('last_loss')}" + (f"  end-to-end {e2e:,.0f} tok/s" if e2e else ""))
+PY
+(cd "$OUT" && tar -czf fast_path_runs.tgz fp_*.json && rm fp_*.json)  # the device tool returns 8 files at most

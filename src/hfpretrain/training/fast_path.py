@@ -1,0 +1,68 @@
+"""The shape-aware speed choices, in one place: attention kernel, compile scope and mode, loss.
+
+A recipe's ``auto`` values are resolved here from the model shape, the micro-batch and the GPU,
+and each choice comes with its reason (logged at start, and in ``--dry-run``'s plan):
+
+* attention: flash-attn when installed, else SDPA called with ``is_causal=True`` and no mask
+  (``sdpa_packed``: the flash kernel, not the masked memory-efficient one);
+* compile: ``decoder`` (the base model as one graph) on a GPU, ``none`` on a CPU;
+* loss: the LM head and cross-entropy compiled whole when one micro-batch's logits are small
+  (GPT-2's 50k vocabulary at small shapes), liger's fused chunks when they are not.
+
+Measured in docs/benchmarks.md (benchmarks/gpu_1gpu_fast_path.sh).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hfpretrain.models import choose_attn_implementation
+
+from .loss import choose_fused_loss
+
+# A dry run on a machine without a GPU plans for this one (the loss choice depends on its memory).
+ASSUMED_GPU_MEMORY = 80 * 10**9
+
+
+@dataclass
+class FastPath:
+    attn_implementation: str
+    compile: str
+    compile_mode: str
+    fused_loss: str
+    reasons: dict
+
+
+def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, planning: bool = False) -> FastPath:
+    """Resolve ``model.attn_implementation``, ``model.compile`` and ``model.fused_loss`` for this run
+    (``planning``: a dry run, which may be on a CPU login node planning a GPU run)."""
+    cuda = torch.cuda.is_available()
+    reasons = {}
+    try:
+        attn, reasons["attn_implementation"] = choose_attn_implementation(model_section.attn_implementation)
+    except ValueError:
+        if not planning:
+            raise
+        attn, reasons["attn_implementation"] = model_section.attn_implementation, "set in the recipe"
+
+    compile_scope = model_section.compile
+    if compile_scope == "auto":
+        compile_scope = "decoder" if cuda or planning else "none"
+        reasons["compile"] = ("auto: the base model as one graph (LM head and loss outside)" if compile_scope != "none"
+                              else "auto: no CUDA GPU (compiling on a CPU costs more than it saves)")
+    else:
+        reasons["compile"] = "set in the recipe"
+
+    gpu_memory = torch.cuda.get_device_properties(0).total_memory if cuda else (ASSUMED_GPU_MEMORY if planning else None)
+    logits_bytes = micro_batch * seq_len * config.vocab_size * 2
+    try:
+        loss, reasons["fused_loss"] = choose_fused_loss(model_section.fused_loss, logits_bytes, gpu_memory)
+    except RuntimeError:
+        if not planning:
+            raise
+        loss, reasons["fused_loss"] = model_section.fused_loss, "set in the recipe (not available on this machine)"
+    if planning and not cuda and model_section.fused_loss == "auto":
+        reasons["fused_loss"] += f" (planned for a {ASSUMED_GPU_MEMORY / 1e9:.0f} GB GPU)"
+    return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons)
