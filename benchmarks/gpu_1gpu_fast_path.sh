@@ -27,6 +27,14 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     model) variant $v model.compile=model ;;
     autotune) variant $v model.compile_mode=max-autotune-no-cudagraphs ;;
     mb64) variant $v training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
+    flash) variant $v 'model.sdpa_backends=[flash]' ;;
+    cudnn) variant $v 'model.sdpa_backends=[cudnn,flash]' ;;
+    numerics)  # 200 steps of 8 x 1024 tokens: the fast path against the plain one (eager, HF's loss, sdpa)
+      SMALL="training.max_steps=200 training.per_device_train_batch_size=8 training.gradient_accumulation_steps=1
+        training.logging_steps=1"
+      variant num_fast $SMALL
+      variant num_plain $SMALL model.compile=none model.fused_loss=none model.attn_implementation=sdpa
+      python3 benchmarks/compare_losses.py /tmp/num_fast/log.jsonl /tmp/num_plain/log.jsonl | tee "$OUT/numerics.txt" ;;
     profile) variant $v 'logging.profile_steps=[20,22]' training.output_dir=/tmp/profile
              cp /tmp/profile/profile/kernels-*.txt /tmp/profile/profile/syncs-*.txt "$OUT/" ;;
     stock) timed stock python3 scripts/benchmark.py stock ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \

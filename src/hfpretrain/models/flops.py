@@ -27,6 +27,7 @@ class FlopsPerToken:
     causal: float
     matmul_params: int
     attention: float  # the 12·L·d_attn·S term
+    head: float = 0.0  # the LM head's share of 6·N_matmul (6·V·d): the part that grows with the vocabulary
     formula: str = FORMULA
 
     def as_dict(self) -> dict:
@@ -56,10 +57,14 @@ def attention_dims(config: PretrainedConfig) -> tuple[int, int]:
 
 
 def flops_per_token(config: PretrainedConfig, seq_len: int) -> FlopsPerToken:
-    n = matmul_params(config)
+    from hfpretrain.models.params import meta_model
+
+    model = meta_model(config)
+    n = matmul_params(model)
+    head = 6.0 * model.get_output_embeddings().weight.numel()
     layers, d_attn = attention_dims(config)
     attn = 12.0 * layers * d_attn * seq_len
-    return FlopsPerToken(total=6.0 * n + attn, causal=6.0 * n + attn / 2, matmul_params=n, attention=attn)
+    return FlopsPerToken(total=6.0 * n + attn, causal=6.0 * n + attn / 2, matmul_params=n, attention=attn, head=head)
 
 
 def mfu(tokens_per_second: float, flops_per_token_value: float, peak_flops_per_second: float) -> float:

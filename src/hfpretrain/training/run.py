@@ -101,6 +101,7 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
         "zero_stage": zero, "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step,
         "max_steps": args.max_steps,
         "total_tokens": total_tokens, "flops_per_token": flops.total, "flops_per_token_causal": flops.causal,
+        "flops_per_token_head": flops.head,
         "flops_formula": flops.formula, "total_flops": flops.total * total_tokens,
         "memory_per_gpu_gib": {k: v / 1024**3 for k, v in asdict(memory).items()},
         "peak_flops_per_gpu": peak, "assumed_mfu": recipe.logging.assumed_mfu, "fast_path": asdict(fast),
