@@ -15,6 +15,7 @@ COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true train
   training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS"
 OLD="model.attn_implementation=sdpa model.compile=decoder model.fused_loss=liger"
 variant() {  # name, overrides...
+  rm -rf /tmp/$1  # log.jsonl appends: a run left by an earlier call on a warm machine would mix in
   timed $1 python3 scripts/benchmark.py ours ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \
     training.output_dir=/tmp/$1 "${@:2}" --out "$OUT/fp_$1.json"
 }

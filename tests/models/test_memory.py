@@ -59,7 +59,10 @@ MEASURED_PEAKS = [("qwen3_1p8b", 16, "liger", 0, "layers", 81.9), ("qwen3_1p8b",
                   ("scale_146m", 32, "liger", 0, "decoder", 39.28), ("qwen3_1p8b", 16, "chunked", 0, "decoder", 103.1),
                   ("scale_146m", 32, "liger", 1024, "decoder", 39.4), ("scale_7m", 8, "liger", 0, "decoder", 2.8),
                   ("scale_7m", 8, "liger", 1024, "decoder", 3.0), ("scale_7m", 8, "liger", 4096, "decoder", 3.9),
-                  ("scale_7m", 8, "chunked", 0, "decoder", 18.9), ("scale_27m", 8, "liger", 0, "decoder", 5.5)]
+                  ("scale_7m", 8, "chunked", 0, "decoder", 18.9), ("scale_27m", 8, "liger", 0, "decoder", 5.5),
+                  # one H200, head + loss compiled whole (benchmarks/gpu_1gpu_scale_table.sh)
+                  ("scale_12m", 16, "compiled", 0, "decoder", 14.0), ("scale_53m", 16, "compiled", 0, "decoder", 20.9),
+                  ("scale_146m", 16, "compiled", 0, "decoder", 31.4)]
 
 
 @pytest.mark.parametrize("name,micro,loss,liger_min,compile_mode,measured", MEASURED_PEAKS)
@@ -88,3 +91,12 @@ def test_sharded_estimate_within_15_percent_of_2_h200(zero_stage, measured):
     est = estimate_memory(cfg, 20, 2048, n_gpus=2, zero_stage=zero_stage, fused_loss_chunk=chunk,
                           compiled=True, fused_loss="liger").total / GIB
     assert abs(est / measured - 1) <= 0.15, (est, measured)
+
+
+# One H200, GPT-2 124M (vocab padded to 50,304), seq 1024, head + loss compiled whole, sdpa_packed
+# (benchmarks/gpu_1gpu_fast_path.sh): (micro-batch, measured GiB).
+@pytest.mark.parametrize("micro,measured", [(32, 15.6), (64, 29.1), (8, 5.1)])
+def test_gpt2_compiled_loss_estimate_within_15_percent(micro, measured):
+    cfg = load_config("gpt2_124m", {}, vocab_size=50257)
+    est = estimate_memory(cfg, micro, 1024, compiled=True, fused_loss="compiled", attn_implementation="sdpa_packed")
+    assert abs(est.total / GIB / measured - 1) <= 0.15, (est.total / GIB, measured)

@@ -132,3 +132,43 @@ def test_liger_chunks_at_least_the_floor(tokens, hidden, floor):
     assert mem_const == 1 or _liger_chunk(tokens, vocab, hidden, mem_const - 1) < floor
     if (tokens, hidden) == (40960, 2048):  # the 1.8B recipe at micro-batch 20: liger's own 1024, unchanged
         assert mem_const == 1 and chunk == 1024
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_loss_equals_hf_loss(tiny, backend):
+    """fused_loss=compiled: the LM head and cross-entropy as one compiled function, same value and
+    gradients as HF's loss (ignored labels included)."""
+    model, ids = tiny
+    labels = ids.clone()
+    labels[0, 5:9] = IGNORE_INDEX
+    model.zero_grad()
+    ref = model(input_ids=ids, labels=labels).loss
+    ref.backward()
+    ref_grads = _grads(model)
+
+    model.zero_grad()
+    torch._dynamo.reset()
+    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, labels, impl="compiled",
+                          compile_backend=backend)
+    loss.backward()
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)
+    for name, grad in _grads(model).items():
+        torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    torch._dynamo.reset()
+
+
+def test_auto_loss_by_logits_size():
+    """auto: head + loss compiled whole while a micro-batch's logits are at most 1/8 of the GPU,
+    liger (or chunked without it) above; chunked on a CPU."""
+    from hfpretrain.training import loss as loss_mod
+
+    h200 = 141 * 10**9
+    gpt2 = 32 * 1024 * 50304 * 2  # GPT-2 124M, micro-batch 32 x 1024: 3.3 GB
+    assert loss_mod.choose_fused_loss("auto", gpt2, h200)[0] == "compiled"
+    qwen_32k = 32768 * 151680 * 2  # 9.9 GB: measured faster compiled than liger on an H200
+    assert loss_mod.choose_fused_loss("auto", qwen_32k, h200)[0] == "compiled"
+    big = 65536 * 151680 * 2  # scale_146m's recipe: 32 x 2048 tokens, 19.9 GB
+    assert loss_mod.choose_fused_loss("auto", big, h200)[0] in ("liger", "chunked")
+    assert loss_mod.choose_fused_loss("compiled", big, h200)[0] == "compiled"  # asked for: kept
+    if not torch.cuda.is_available():
+        assert loss_mod.choose_fused_loss("auto", gpt2)[0] == "chunked"
