@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from hfpretrain.training.trainer import COMPLETE_MARKER, NonFiniteLossError, last_complete_checkpoint
+from hfpretrain.training import trainer as trainer_mod
+from hfpretrain.training.trainer import (COMPLETE_MARKER, NoCompleteCheckpointError, NonFiniteLossError,
+                                         last_complete_checkpoint, rotate_checkpoints)
 from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REFERENCE_STEPS, REPO, TINY_RECIPE, load_weights,
                          make_overrides, python, read_log, run_pretrain, sigterm_after_first_log, step_losses,
                          subprocess_env)
@@ -123,6 +125,43 @@ def test_last_complete_checkpoint(tmp_path):
             (tmp_path / f"checkpoint-{step}" / COMPLETE_MARKER).write_text(f"step {step}\n")
     (tmp_path / "checkpoint-final").mkdir()
     assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")  # numeric, not 12 (no marker)
+
+
+def test_checkpoints_but_none_complete_is_an_error(tmp_path):
+    """Resuming must not silently start over at step 0 when every checkpoint is unfinished."""
+    (tmp_path / "checkpoint-4").mkdir()
+    with pytest.raises(NoCompleteCheckpointError, match="none finished saving.*checkpoint-4"):
+        last_complete_checkpoint(tmp_path)
+
+
+def test_rotation_keeps_the_newest_complete(tmp_path):
+    for step, complete in ((3, True), (10, True), (12, False), (7, True)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if complete:
+            (tmp_path / f"checkpoint-{step}" / COMPLETE_MARKER).write_text(f"step {step}\n")
+    rotate_checkpoints(tmp_path, 2, protect=str(tmp_path / "checkpoint-3"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-10", "checkpoint-3", "checkpoint-7"]
+    rotate_checkpoints(tmp_path, 1)
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-10"]
+
+
+def test_rotation_waits_for_the_marker(mini_blocks, tmp_path, monkeypatch):
+    """save_total_limit=1: when checkpoint-4's marker is written, checkpoint-2 (the last complete one)
+    still exists; the Trainer used to delete it before the marker, so a kill there lost both."""
+    seen = []
+    write = trainer_mod.write_complete_marker
+
+    def recording(folder, step):
+        seen.append((step, sorted(p.name for p in folder.parent.glob("checkpoint-*"))))
+        write(folder, step)
+
+    monkeypatch.setattr(trainer_mod, "write_complete_marker", recording)
+    run_pretrain(mini_blocks, tmp_path, {"training.max_steps": "4", "training.save_strategy": "steps",
+                                         "training.save_steps": "2", "training.save_total_limit": "1",
+                                         "training.eval_strategy": "no"})
+    assert seen == [(2, ["checkpoint-2"]), (4, ["checkpoint-2", "checkpoint-4"])]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-4"]
+    assert (tmp_path / "checkpoint-4" / COMPLETE_MARKER).is_file()
 
 
 def test_resume_is_exact(reference_run, mini_blocks, tmp_path):

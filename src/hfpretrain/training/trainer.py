@@ -12,13 +12,18 @@ What it changes, and why:
   window is logged (the log reads the loss anyway) and always before a checkpoint, so the check
   adds no host synchronisation: the CPU keeps queueing steps ahead of the GPU;
 * checkpoints get a ``COMPLETE`` marker written last, so a save interrupted mid-way is never
-  taken for the last good checkpoint, plus the resolved recipe.
+  taken for the last good checkpoint, plus the resolved recipe. Order: files written and fsynced,
+  marker fsynced, all ranks done, and only then old checkpoints rotated out (``save_total_limit``
+  is applied here, not by the Trainer, which deletes before the marker exists): a kill at any
+  moment leaves a complete checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -36,17 +41,62 @@ class NonFiniteLossError(RuntimeError):
     pass
 
 
+class NoCompleteCheckpointError(ValueError):
+    pass
+
+
+def _checkpoint_step(path: Path) -> int | None:
+    tail = path.name.split("-")[-1]
+    return int(tail) if path.name.startswith("checkpoint-") and tail.isdigit() else None
+
+
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:
-    """Newest ``checkpoint-N`` that finished saving; partial ones are reported and ignored."""
-    done = []
+    """Newest ``checkpoint-N`` that finished saving; partial ones are reported and ignored. Checkpoints
+    that all failed to finish are an error: resuming would silently start over at step 0."""
+    done, partial = [], []
     for path in Path(output_dir).glob("checkpoint-*"):
-        if not path.name.split("-")[-1].isdigit():
+        if _checkpoint_step(path) is None:
             continue
         if (path / COMPLETE_MARKER).exists():
             done.append(path)
         else:
+            partial.append(path)
             logger.warning("ignoring %s: its save did not finish (no %s marker)", path, COMPLETE_MARKER)
-    return str(max(done, key=lambda p: int(p.name.split("-")[-1]))) if done else None
+    if partial and not done:
+        raise NoCompleteCheckpointError(
+            f"{output_dir} holds checkpoints but none finished saving ({', '.join(sorted(p.name for p in partial))}): "
+            "refusing to start over at step 0; delete them or set training.resume_from_checkpoint=none")
+    return str(max(done, key=_checkpoint_step)) if done else None
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_complete_marker(folder: Path, step: int) -> None:
+    """Make the checkpoint's files durable, then the marker (the file and its folder entry)."""
+    for path in sorted(folder.rglob("*")):
+        _fsync(path)
+    (folder / COMPLETE_MARKER).write_text(f"step {step}\n")
+    _fsync(folder / COMPLETE_MARKER)
+    _fsync(folder)
+
+
+def rotate_checkpoints(output_dir: str | Path, keep: int | None, protect: str | None = None) -> None:
+    """Keep the newest ``keep`` complete checkpoints (and ``protect``, the best one); delete older
+    complete ones and every unfinished one. Never deletes the newest complete checkpoint."""
+    if not keep or keep <= 0:
+        return
+    folders = [p for p in Path(output_dir).glob("checkpoint-*") if _checkpoint_step(p) is not None]
+    complete = sorted((p for p in folders if (p / COMPLETE_MARKER).exists()), key=_checkpoint_step)
+    kept = set(complete[-keep:]) | ({Path(protect)} if protect else set())
+    for path in folders:
+        if path not in kept:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class _HiddenStateTap:
@@ -227,13 +277,22 @@ class PretrainTrainer(Trainer):
         super().save_model(*args, **kwargs)
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        # The Trainer rotates inside its save, before our marker exists: with save_total_limit=1 a kill
+        # there left no complete checkpoint. Rotation is ours, after the marker and the barrier.
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        run_dir = Path(self._get_output_dir(trial))
         if self.args.should_save:
-            folder = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
+            folder = run_dir / f"checkpoint-{self.state.global_step}"
             (folder / "recipe.yaml").write_text(self.recipe_yaml)
-            (folder / COMPLETE_MARKER).write_text(f"step {self.state.global_step}\n")
+            write_complete_marker(folder, self.state.global_step)
         if self.args.world_size > 1:
             self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint)
 
     def evaluation_loop(self, *args, **kwargs):
         output = super().evaluation_loop(*args, **kwargs)
