@@ -48,6 +48,8 @@ from dataclasses import asdict, dataclass
 
 from transformers import PretrainedConfig
 
+from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS
+
 GIB = 1024**3
 
 
@@ -139,7 +141,7 @@ def estimate_memory(
 
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0..3, got {zero_stage}")
-    if attn_implementation not in ("sdpa", "sdpa_packed", "eager", "flash_attention_2"):
+    if attn_implementation not in KNOWN_IMPLEMENTATIONS:
         raise ValueError(f"unknown attn_implementation {attn_implementation!r}")
     n = count_params(config).total
     shard = max(1, int(n_gpus))

@@ -132,6 +132,14 @@ def load_config(
     return config
 
 
+def resolve_attn_implementation(config: PretrainedConfig, requested: str = "auto") -> tuple[str, str]:
+    """``(implementation, reason)``: ``requested``, or for ``auto`` a backend forced by the config
+    (``attn_implementation`` in its JSON/overrides), else :func:`choose_attn_implementation`'s pick."""
+    if requested in (None, "auto"):
+        requested = getattr(config, "hfpretrain_attn_implementation", None) or "auto"
+    return choose_attn_implementation(requested)
+
+
 def build_model(
     config: PretrainedConfig,
     attn_implementation: str = "auto",
@@ -142,10 +150,7 @@ def build_model(
     ``attn_implementation="auto"`` defers to a backend forced by the config (``attn_implementation``
     in its JSON/overrides), else picks flash_attention_2 > sdpa > eager; one line is logged.
     """
-    requested = attn_implementation
-    if requested in (None, "auto"):
-        requested = getattr(config, "hfpretrain_attn_implementation", None) or "auto"
-    impl, reason = choose_attn_implementation(requested)
+    impl, reason = resolve_attn_implementation(config, attn_implementation)
     logger.info("attention backend: %s (%s)", impl, reason)
     if impl == PACKED_SDPA:
         register_packed_sdpa()

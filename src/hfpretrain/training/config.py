@@ -27,6 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 from transformers import TrainingArguments
 
+from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS
+
 
 class RecipeError(ValueError):
     """A recipe or override that cannot be used; the message names the key."""
@@ -89,7 +91,7 @@ class Recipe:
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                  "math": "MATH"}
 _CHOICES = {
-    "model.attn_implementation": {"auto", "flash_attention_2", "sdpa_packed", "sdpa", "eager"},
+    "model.attn_implementation": {"auto", *KNOWN_IMPLEMENTATIONS},
     "model.compile": {"auto", "none", "decoder", "layers", "model"},
     "model.compile_backend": {"inductor", "aot_eager", "eager"},
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hfpretrain.models import choose_attn_implementation
+from hfpretrain.models.zoo import resolve_attn_implementation
 
 from .loss import choose_fused_loss
 
@@ -41,7 +41,7 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
     cuda = torch.cuda.is_available()
     reasons = {}
     try:
-        attn, reasons["attn_implementation"] = choose_attn_implementation(model_section.attn_implementation)
+        attn, reasons["attn_implementation"] = resolve_attn_implementation(config, model_section.attn_implementation)
     except ValueError:
         if not planning:
             raise
@@ -56,6 +56,7 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
         reasons["compile"] = "set in the recipe"
 
     gpu_memory = torch.cuda.get_device_properties(0).total_memory if cuda else (ASSUMED_GPU_MEMORY if planning else None)
+    # gpu_memory None: no GPU, so no compiled or liger loss for auto
     logits_bytes = micro_batch * seq_len * config.vocab_size * 2
     try:
         loss, reasons["fused_loss"] = choose_fused_loss(model_section.fused_loss, logits_bytes, gpu_memory)

@@ -38,14 +38,12 @@ COMPILED_LOGITS_MEMORY_SHARE = 1 / 8
 
 def choose_fused_loss(requested: str, logits_bytes: int | None = None,
                       gpu_memory_bytes: int | None = None) -> tuple[str, str]:
-    """Return (implementation, reason). ``logits_bytes``: one micro-batch's bf16 logits."""
+    """Return (implementation, reason). ``logits_bytes``: one micro-batch's bf16 logits;
+    ``gpu_memory_bytes``: the GPU's memory (None: no GPU)."""
     has_liger = importlib.util.find_spec("liger_kernel") is not None
-    cuda = torch.cuda.is_available() if gpu_memory_bytes is None else True
     if requested == "auto":
-        if not cuda:
-            return "chunked", "no CUDA GPU: chunked PyTorch cross-entropy"
         if gpu_memory_bytes is None:
-            gpu_memory_bytes = torch.cuda.get_device_properties(0).total_memory
+            return "chunked", "no CUDA GPU: chunked PyTorch cross-entropy"
         share = (logits_bytes or 0) / gpu_memory_bytes
         if logits_bytes is not None and share <= COMPILED_LOGITS_MEMORY_SHARE:
             return "compiled", (f"one micro-batch's logits take {logits_bytes / 2**30:.1f} GiB "
@@ -160,13 +158,13 @@ def _head_cross_entropy_sum(hidden, weight, targets):
 
 
 @functools.lru_cache(maxsize=4)
-def compiled_cross_entropy_sum(backend: str = "inductor", mode: str | None = None):
+def compiled_cross_entropy_sum(backend: str = "inductor", mode: str = "default"):
     """The LM head + cross-entropy as one compiled function (one per compile backend and mode)."""
-    return torch.compile(_head_cross_entropy_sum, backend=backend, mode=mode)
+    return torch.compile(_head_cross_entropy_sum, backend=backend, mode=None if mode == "default" else mode)
 
 
 def causal_lm_loss(hidden, weight, labels, num_items_in_batch=None, impl="chunked", chunk_tokens=8192,
-                   liger_min_chunk_tokens=0, compile_backend="inductor", compile_mode=None):
+                   liger_min_chunk_tokens=0, compile_backend="inductor", compile_mode="default"):
     targets = shift_labels(labels)
     if impl == "compiled":
         hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)

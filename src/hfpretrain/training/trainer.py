@@ -142,7 +142,7 @@ class PretrainTrainer(Trainer):
         self.loss_impl = loss_impl
         self.loss_chunk_tokens = loss_chunk_tokens
         self.liger_min_chunk_tokens = liger_min_chunk_tokens
-        self.compile_backend, self.compile_mode = compile_backend, None if compile_mode == "default" else compile_mode
+        self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.nan_policy = nan_policy
         self.decay_embeddings = decay_embeddings
         self.recipe_yaml = recipe_yaml
