@@ -62,7 +62,8 @@ MEASURED_PEAKS = [("qwen3_1p8b", 16, "liger", 0, "layers", 81.9), ("qwen3_1p8b",
                   ("scale_7m", 8, "chunked", 0, "decoder", 18.9), ("scale_27m", 8, "liger", 0, "decoder", 5.5),
                   # one H200, head + loss compiled whole (benchmarks/gpu_1gpu_scale_table.sh)
                   ("scale_12m", 16, "compiled", 0, "decoder", 14.0), ("scale_53m", 16, "compiled", 0, "decoder", 20.9),
-                  ("scale_146m", 16, "compiled", 0, "decoder", 31.4)]
+                  ("scale_146m", 16, "compiled", 0, "decoder", 31.4),
+                  ("qwen3_1p8b", 20, "compiled", 0, "layers", 105.8)]  # benchmarks/gpu_1gpu_1p8b_loss.sh
 
 
 @pytest.mark.parametrize("name,micro,loss,liger_min,compile_mode,measured", MEASURED_PEAKS)
