@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 
-from hfpretrain.training import pretrain
+from hfpretrain.training import pretrain, shutdown_distributed
 from hfpretrain.training.config import RecipeError
 
 
@@ -29,6 +29,8 @@ def main() -> int:
     except (RecipeError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:
+        shutdown_distributed()
     if args.dry_run:
         print(json.dumps(result, indent=2, default=str))
     return 0

@@ -39,7 +39,9 @@ def _launch(config: Path, mini_blocks, out: Path, extra: dict | None = None, rec
     cmd = ["accelerate", "launch", "--config_file", str(config), "--main_process_port", str(_free_port()),
            *launch_args, str(PRETRAIN_SCRIPT), str(recipe), *make_overrides(mini_blocks, out, {**DIST, **(extra or {})})]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-6000:])
+    if proc.returncode != 0:  # pytest cuts long assertion messages: the launcher's stderr goes to captured stdout
+        print(proc.stdout[-3000:], proc.stderr[-12000:], sep="\n----- stderr -----\n")
+    assert proc.returncode == 0, proc.stderr.strip().splitlines()[-5:]
     return proc
 
 

@@ -37,6 +37,37 @@ def test_loss_falls(reference_run):
     assert summary["final_eval"]["eval_perplexity"] == pytest.approx(np.exp(end), rel=1e-6)
 
 
+def test_bits_per_byte_and_passes(reference_run, mini_blocks):
+    """Bits per byte by hand: nats/token x (validation tokens / text bytes, from the manifest) / ln 2.
+    The logged epoch is passes over the training blocks, and the plan names the device."""
+    manifest = json.loads((mini_blocks / "manifest.json").read_text())
+    val = manifest["validation"]
+    summary = json.loads((reference_run / "summary.json").read_text())
+    final = summary["final_eval"]
+    assert final["eval_bpb"] == pytest.approx(final["eval_loss"] * val["tokens"] / val["bytes"] / np.log(2), rel=1e-9)
+    assert 0.5 < final["eval_bpb"] / final["eval_loss"] < 3  # ~4 bytes per token: bpb is near nats/token
+    assert final["eval_tokens"] == 2048  # the reference run's set (the default, every block, is tested below)
+    plan = summary["plan"]
+    assert plan["device"] == "cpu" and plan["train_blocks"] == manifest["train"]["blocks"]
+    assert plan["passes_over_data"] == pytest.approx(REFERENCE_STEPS * 4 / manifest["train"]["blocks"])
+    logs = [e for e in read_log(reference_run) if e["event"] == "log" and "loss" in e]
+    for e in logs:
+        assert e["epoch"] == pytest.approx(e["step"] * 4 / manifest["train"]["blocks"], rel=1e-3)
+
+
+def test_final_evaluation_covers_all_validation_blocks(mini_blocks, tmp_path):
+    """In-loop evaluations read a fixed budget; the last one reads the whole validation split."""
+    summary = run_pretrain(mini_blocks, tmp_path / "run", {"training.max_steps": "2", "training.eval_steps": "1",
+                                                          "training.eval_strategy": "steps",
+                                                          "evaluation.eval_tokens": "1024",
+                                                          "evaluation.final_eval_tokens": "null"})
+    evals = [e for e in read_log(tmp_path / "run") if e["event"] == "eval"]
+    blocks = json.loads((mini_blocks / "manifest.json").read_text())["validation"]["blocks"]
+    assert summary["final_eval"]["eval_tokens"] == blocks * 128 > 1024
+    assert summary["final_eval"]["eval_loss"] != pytest.approx(evals[-1]["eval_loss"], abs=1e-9)
+    assert "eval_bpb" in summary["final_eval"] and "eval_bpb" in evals[-1]
+
+
 def test_log_telemetry(reference_run):
     events = read_log(reference_run)
     kinds = {e["event"] for e in events}

@@ -41,6 +41,7 @@ BASE = {
     "training.eval_strategy": "no",
     "training.seed": "1234",
     "evaluation.eval_tokens": "2048",  # 16 validation blocks of 128 tokens: one eval batch
+    "evaluation.final_eval_tokens": "2048",  # the same set at the end (the default, all blocks, is tested apart)
 }
 
 # The reference run: 10 steps of micro-batch 4, checkpoints at 5 and 10, eval at start and end.

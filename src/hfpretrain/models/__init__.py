@@ -6,7 +6,7 @@ Each piece lives in a small module; this package re-exports the public API.
 
 from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS, choose_attn_implementation
 from hfpretrain.models.flops import FORMULA, FlopsPerToken, flops_per_token, matmul_params, mfu
-from hfpretrain.models.hardware import GPU_PEAK_FLOPS, canonical_gpu, detect_peak_flops, peak_flops
+from hfpretrain.models.hardware import GPU_PEAK_FLOPS, canonical_gpu, detect_peak_flops, device_name, peak_flops
 from hfpretrain.models.memory import MemoryEstimate, estimate_memory
 from hfpretrain.models.params import ParamCounts, count_params, meta_model
 from hfpretrain.models.planner import Plan, chinchilla_optimal, plan
@@ -35,6 +35,7 @@ __all__ = [
     "choose_attn_implementation",
     "count_params",
     "detect_peak_flops",
+    "device_name",
     "estimate_memory",
     "flops_per_token",
     "load_config",

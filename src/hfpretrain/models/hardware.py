@@ -76,6 +76,13 @@ def peak_flops(device_name: str, dtype: str = "bf16") -> float:
     return float(value)
 
 
+def device_name() -> str:
+    """What runs this process: the GPU's name (e.g. "NVIDIA H200"), or "cpu"."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
 def detect_peak_flops(dtype: str = "bf16", override: float | None = None) -> float | None:
     """Peak FLOP/s of the current CUDA device (``override`` wins); None on CPU or an unknown GPU."""
     if override:

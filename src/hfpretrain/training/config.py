@@ -62,6 +62,9 @@ class DataSection:
 @dataclass
 class EvaluationSection:
     eval_tokens: int = 1_000_000  # fixed validation budget; blocks = eval_tokens // seq_len
+    # the evaluation after the last step: None = every validation block (tokenize_pile.py's first 10,000
+    # documents by default), so final losses and bits per byte compare across runs and tokenizers
+    final_eval_tokens: Optional[int] = None
     lm_eval_task: Optional[str] = None  # e.g. arc_easy: scored on the live model at every evaluation
     lm_eval_limit: int = 200
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, TrainingArguments, set_seed
 
-from hfpretrain.models import (build_model, count_params, detect_peak_flops, estimate_memory, flops_per_token,
-                               load_config)
+from hfpretrain.models import (build_model, count_params, detect_peak_flops, device_name, estimate_memory,
+                               flops_per_token, load_config)
 
 from transformers.trainer_callback import ProgressCallback
 
@@ -76,7 +76,16 @@ def launch_sharding(args: TrainingArguments) -> int:
     return 1 if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else 0
 
 
-def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fast: FastPath,
+MAX_PASSES_WITHOUT_WARNING = 4  # beyond ~4 passes repeated tokens are worth much less (Muennighoff et al. 2023)
+
+
+def tokens_per_byte(manifest: dict, split: str = "validation") -> float | None:
+    """Tokens (end-of-text included) per UTF-8 byte of text: nats/token x this / ln 2 = bits per byte."""
+    stats = manifest.get(split) or {}
+    return stats["tokens"] / stats["bytes"] if stats.get("bytes") else None
+
+
+def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fast: FastPath, manifest: dict,
               world_size: int | None = None, zero_stage: int | None = None) -> dict:
     world = world_size or args.world_size
     samples_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
@@ -96,6 +105,12 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
                                                                 recipe.model.liger_min_chunk_tokens),
                              fused_loss=loss)
     total_tokens = tokens_per_step * args.max_steps
+    train_blocks = int(manifest["train"]["blocks"])
+    passes = args.max_steps * samples_per_step / train_blocks
+    if passes > MAX_PASSES_WITHOUT_WARNING:
+        logger.warning("this run reads its training data %.1f times (%d blocks, %d samples): repeated tokens "
+                       "teach less; more data or a smaller budget is the usual fix", passes, train_blocks,
+                       args.max_steps * samples_per_step)
     plan = {
         "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
         "zero_stage": zero, "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step,
@@ -105,6 +120,8 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
         "flops_formula": flops.formula, "total_flops": flops.total * total_tokens,
         "memory_per_gpu_gib": {k: v / 1024**3 for k, v in asdict(memory).items()},
         "peak_flops_per_gpu": peak, "assumed_mfu": recipe.logging.assumed_mfu, "fast_path": asdict(fast),
+        "device": device_name(), "train_blocks": train_blocks, "passes_over_data": passes,
+        "validation_tokens_per_byte": tokens_per_byte(manifest),
     }
     if peak:
         plan["expected_hours"] = plan["total_flops"] / (peak * world * recipe.logging.assumed_mfu) / 3600
@@ -176,7 +193,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
 
     args = training_arguments(recipe, dry_run)
     fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=dry_run)
-    plan = make_plan(recipe, config, args, seq_len, fast, world_size if dry_run else None,
+    plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size if dry_run else None,
                      zero_stage if dry_run else None)
     if dry_run:
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
@@ -199,7 +216,10 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
 
     train_length = args.max_steps * plan["samples_per_step"]
     train_blocks = ShuffledBlocks(load_input_ids(recipe.data.path, "train"), train_length, args.data_seed or args.seed)
-    eval_blocks = EvalBlocks(load_input_ids(recipe.data.path, "validation"), recipe.evaluation.eval_tokens // seq_len)
+    val_blocks = load_input_ids(recipe.data.path, "validation")
+    eval_blocks = EvalBlocks(val_blocks, recipe.evaluation.eval_tokens // seq_len)
+    final_tokens = recipe.evaluation.final_eval_tokens
+    final_blocks = EvalBlocks(val_blocks, len(val_blocks) if final_tokens is None else final_tokens // seq_len)
 
     out = Path(args.output_dir)
     recipe_yaml = recipe_to_yaml(recipe)
@@ -229,6 +249,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         liger_min_chunk_tokens=recipe.model.liger_min_chunk_tokens, nan_policy=recipe.nan_policy,
         compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode,
         decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
+        train_blocks=len(train_blocks.blocks), tokens_per_byte=plan["validation_tokens_per_byte"],
     )
     trainer.grad_stats = grad_stats
     if recipe.evaluation.lm_eval_task:
@@ -250,11 +271,17 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.check_finite()  # the last step's loss and gradient norm
         final_eval = {}
-        # The validation loss at the last step, evaluated once; not after a SIGTERM: the grace period
-        # is short, and on the GPU an evaluation after a preemption hung (docs/benchmarks.md).
+        # The last step's validation loss and bits per byte on the final set (all validation blocks by
+        # default); not after a SIGTERM: the grace period is short, and on the GPU an evaluation after a
+        # preemption hung (docs/benchmarks.md).
         if args.eval_strategy != "no" and not SIGTERM_RECEIVED.is_set():
             last = next((h for h in reversed(trainer.state.log_history) if "eval_loss" in h), None)
-            final_eval = last if last and last.get("step") == trainer.state.global_step else trainer.evaluate()
+            if last and last.get("step") == trainer.state.global_step and len(final_blocks) == len(eval_blocks):
+                final_eval = last
+            else:
+                final_eval = trainer.evaluate(eval_dataset=final_blocks, metric_key_prefix="final")
+                final_eval = {k.replace("final_", "eval_", 1): v for k, v in final_eval.items()}
+            final_eval["eval_tokens"] = len(final_blocks) * seq_len
 
     summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
                "end_to_end": getattr(throughput, "end_to_end", {}), "skipped_steps": trainer.skipped_steps,
@@ -264,4 +291,13 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     if args.process_index == 0:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     jsonl.write("summary", **summary)
+    # A rank that exits while another still writes final/ aborted in gloo's teardown
+    # ("terminate called without an active exception", SIGABRT, seen in CI under FSDP2).
+    trainer.accelerator.wait_for_everyone()
     return summary
+
+
+def shutdown_distributed() -> None:
+    """End of a launched process: close the process group explicitly (gloo aborts in its destructor otherwise)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -135,8 +135,11 @@ def steps_beside_params(optimizer) -> None:
 class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
-                 compile_backend="inductor", compile_mode="default", **kwargs):
+                 compile_backend="inductor", compile_mode="default", train_blocks=None, tokens_per_byte=None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
+        self.train_blocks = train_blocks  # blocks in the training split: epochs are passes over them
+        self.tokens_per_byte = tokens_per_byte  # of the validation text: loss -> bits per byte
         self.train_sampler = train_sampler
         self.samples_per_step = samples_per_step
         self.loss_impl = loss_impl
@@ -257,6 +260,10 @@ class PretrainTrainer(Trainer):
     def log(self, logs, *args, **kwargs):
         if "loss" in logs:  # a training window: its loss was just read from the GPU anyway
             self.check_finite()
+        if self.train_blocks:
+            # The Trainer's epoch is the fraction of planned steps (our dataset is the whole run's
+            # virtual sequence); report passes over the data instead, continuous across resumes.
+            self.state.epoch = self.state.global_step * self.samples_per_step / self.train_blocks
         super().log(logs, *args, **kwargs)
 
     def _non_finite(self, what: str, step: int) -> None:
@@ -298,4 +305,6 @@ class PretrainTrainer(Trainer):
         output = super().evaluation_loop(*args, **kwargs)
         for key in [k for k in output.metrics if k.endswith("_loss")]:
             output.metrics[key.replace("_loss", "_perplexity")] = math.exp(min(output.metrics[key], 50.0))
+            if self.tokens_per_byte:  # tokenizer-independent: comparable across vocabularies
+                output.metrics[key.replace("_loss", "_bpb")] = output.metrics[key] * self.tokens_per_byte / math.log(2)
         return output
