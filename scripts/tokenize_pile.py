@@ -31,7 +31,9 @@ def parse_args(argv=None):
     p.add_argument("--max-bad-fraction", type=float, default=0.01, help="with --on-bad skip, fail above this fraction of bad records")
     p.add_argument("--encoder", choices=["auto", "hf", "tiktoken"], default="auto",
                    help="tokenizer backend: auto (default: tiktoken if installed and exact for this tokenizer, else HF), hf, tiktoken; same ids")
-    p.add_argument("--force", action="store_true", help="rebuild even if a finished output with the same fingerprint exists")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild even if a finished output with the same fingerprint exists (only an output of this "
+                        "tool is ever replaced; never another folder, the working directory, home or a root)")
     p.add_argument("-q", "--quiet", action="store_true")
     return p.parse_args(argv)
 

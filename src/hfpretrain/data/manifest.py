@@ -24,6 +24,8 @@ from pathlib import Path
 
 PIPELINE_VERSION = "1"
 MANIFEST = "manifest.json"
+# manifest["format"]: the marker that a folder is an output of tokenize_corpus (and so may be replaced by it)
+FORMAT = "hfpretrain.tokenized"
 
 
 def _source_key(src: dict) -> list:
@@ -84,6 +86,12 @@ def read_manifest(out: Path) -> dict | None:
         return json.loads(p.read_text())
     except ValueError:
         return None
+
+
+def is_output(manifest) -> bool:
+    """Whether ``manifest`` (from :func:`read_manifest`) marks its folder as a tokenize_corpus output:
+    any valid JSON named manifest.json is not enough, it must carry this tool's ``format``."""
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
 
 
 def write_manifest(out: Path, manifest: dict) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from .manifest import (MANIFEST, PIPELINE_VERSION, describe_inputs, dir_bytes, fingerprint,
+from .manifest import (FORMAT, MANIFEST, PIPELINE_VERSION, describe_inputs, dir_bytes, fingerprint, is_output,
                        read_manifest, write_manifest)
 from .encoders import ENCODERS, EncoderMismatch, Unsupported, choose_encoder
 from .pack import Packer
@@ -62,7 +62,10 @@ def tokenize_corpus(
 ) -> Path:
     """Tokenize and pack ``inputs`` (paths/globs/Hub ids, or ``blend`` file) into ``out``.
 
-    Returns ``out``. A finished output whose fingerprint matches is reused unless ``force``.
+    Returns ``out``. A finished output whose fingerprint matches is reused unless ``force``. Only a
+    folder that is missing, empty, or an output of this function (``manifest.json`` with ``format`` =
+    :data:`.manifest.FORMAT`) is ever written or replaced, with or without ``force``; never the
+    working directory (or a folder holding it), the home folder or a filesystem root.
     ``encoder``: ``"auto"`` (tiktoken if installed and exact for this tokenizer, else HF),
     ``"hf"`` or ``"tiktoken"``; the ids are the same, so it is not part of the fingerprint.
     Raises :class:`DataError` (one-line message) for user-facing problems.
@@ -86,6 +89,10 @@ def tokenize_corpus(
         raise DataError(f"max_docs must be >= 1, got {max_docs}")
     out = Path(out).expanduser().resolve()
     num_proc = max(1, int(num_proc or 1))
+    if force:
+        _refuse_protected(out)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out} is a file, not a folder: choose another --out")
 
     train_sources = expand_inputs(inputs) if inputs is not None else []
     if blend is not None:
@@ -100,11 +107,16 @@ def tokenize_corpus(
 
     old = read_manifest(out)
     if out.exists():
-        if old is not None and old.get("fingerprint") == fp and not force and _complete(out):
+        ours = is_output(old)
+        if ours and old.get("fingerprint") == fp and not force and _complete(out):
             logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
             return out
-        if old is None and any(out.iterdir()) and not force:
-            raise DataError(f"{out} exists and is not a tokenize_corpus output; pass --force to replace it")
+        if not ours and any(out.iterdir()):
+            # Replacing it would delete what is there: only this tool's own outputs are ever replaced.
+            raise DataError(f"{out} exists and is not a tokenize_corpus output (no {MANIFEST} with format "
+                            f"{FORMAT!r}); nothing was changed{' (--force only rebuilds outputs of this tool)' if force else ''}: "
+                            "choose another --out, or empty or remove that folder yourself")
+        _refuse_protected(out)  # about to be replaced
 
     try:
         enc = choose_encoder(tok_json, encoder)
@@ -144,6 +156,30 @@ def tokenize_corpus(
                 out, manifest["train"]["blocks"], manifest["validation"]["blocks"], seq_len,
                 manifest["tokens_per_s"] or 0)
     return out
+
+
+def protected_reason(out: Path) -> str | None:
+    """Why ``out`` must never be replaced (it is renamed aside and deleted), or None."""
+    out = Path(out).resolve()
+    if out == Path(out.anchor) or os.path.ismount(out):
+        return "a filesystem root"
+    for name, where in (("the working directory", Path.cwd), ("the home folder", Path.home)):
+        try:
+            here = where().resolve()
+        except (OSError, RuntimeError):  # deleted working directory, no HOME
+            continue
+        if out == here:
+            return name
+        if out in here.parents:
+            return f"a folder holding {name}"
+    return None
+
+
+def _refuse_protected(out: Path) -> None:
+    why = protected_reason(out)
+    if why:
+        raise DataError(f"--out {out} is {why}: refusing to replace it (that deletes everything in it); "
+                        "pass a new subfolder as --out")
 
 
 def _complete(out: Path) -> bool:
@@ -317,7 +353,7 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
     for name, i in set_index.items():
         sets[i] = name
     return {
-        "format": "hfpretrain.tokenized",
+        "format": FORMAT,
         "pipeline_version": PIPELINE_VERSION,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "fingerprint": None,
