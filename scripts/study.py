@@ -4,6 +4,7 @@
     python scripts/study.py src/hfpretrain/study/specs/cpu_tiny.yaml [--out DIR]
     python scripts/study.py SPEC.yaml --out DIR --report-only     # re-analyse the finished runs
     python scripts/study.py SPEC.yaml --list                      # the runs it would do, and which are done
+    python scripts/study.py SPEC.yaml --plan                      # sizes, tokens, LR, warmup, passes, GPU time; checks
 
 Outputs in DIR (default: the spec's ``out``): runs/<arm>/<size>__<budget>/ (ordinary run folders),
 results.csv, results.json, fits.json, loss_vs_flops.png, report.md. See docs/study.md.
@@ -14,7 +15,8 @@ import logging
 import sys
 from pathlib import Path
 
-from hfpretrain.study.grid import expand, load_spec, run_study
+from hfpretrain.study.design import check_plan, format_plan
+from hfpretrain.study.grid import load_spec, plan_study, run_study
 from hfpretrain.study.report import analyse
 from hfpretrain.training.config import RecipeError
 
@@ -25,6 +27,8 @@ def main() -> int:
     parser.add_argument("--out", help="study folder (default: the spec's out)")
     parser.add_argument("--report-only", action="store_true", help="train nothing: analyse the finished runs")
     parser.add_argument("--list", action="store_true", help="print the runs and their state, do nothing")
+    parser.add_argument("--plan", action="store_true",
+                        help="print every run's size, tokens, hyper-parameters and GPU time, check the design, do nothing")
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
     args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -32,11 +36,16 @@ def main() -> int:
         spec = load_spec(args.spec)
         spec.overrides += args.overrides
         out = Path(args.out or spec.out)
-        runs = expand(spec, out)
+        planned = plan_study(spec, out)
+        runs = [run for run, _ in planned]
         if args.list:
             for run in runs:
                 print(f"{'done' if run.done else 'todo'}  {run.name}")
             return 0
+        if args.plan:
+            errors, warnings = check_plan([p for _, p in planned], spec.rules)
+            print(format_plan([p for _, p in planned], errors, warnings))
+            return 2 if errors else 0
         rows = run_study(spec, out, only_existing=args.report_only)
     except (RecipeError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -5,6 +5,11 @@ the base recipe with three groups of overrides appended (common, size, arm, then
 derived from the budget). Output folders are deterministic, ``OUT/runs/<arm>/<size>__<budget>``,
 so a study is resumable: a run whose ``summary.json`` exists is read back, never re-trained.
 
+With ``isoflop`` (a compute grid), each budget trains only the sizes nearest a target tokens-per-parameter
+ratio; ``seeds`` repeat cells with other seeds (at ``seed_budgets``); ``rules`` derive batch, learning
+rate and warmup per run. See :mod:`hfpretrain.study.design`; ``plan_study`` resolves all of it with dry
+runs (no model is built) and checks the plan before any run starts.
+
 Budgets are one of (per spec):
   tokens: [...]   training tokens per run        -> max_steps = round(tokens / tokens_per_step)
   steps:  [...]   optimizer steps per run
@@ -18,11 +23,14 @@ import csv
 import gc
 import json
 import logging
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 import yaml
+
+from hfpretrain.study.design import IsoFlop, PlannedRun, Rules, check_plan, pick_sizes, ratio_params, rule_overrides
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +63,23 @@ class StudySpec:
     overrides: list[str] = field(default_factory=list)  # common to every run (data.path, eval, ...)
     out: str = "studies/study"
     description: str = ""
+    isoflop: IsoFlop | None = None  # flops budgets only: sizes per budget around a tokens/parameter target
+    seeds: list[int] = field(default_factory=list)  # [] = the recipe's seed, one run per cell
+    seed_budgets: list[float] | None = None  # budgets that run every seed (None: all; others the first)
+    rules: Rules = field(default_factory=Rules)
+    mfu: dict = field(default_factory=dict)  # size name or "default" -> measured MFU, for the GPU-time estimate
+    gpu: str | None = None  # GPU the estimate is for (default: this machine's)
+
+    def seeds_for(self, budget: float) -> list[int | None]:
+        if not self.seeds:
+            return [None]
+        if self.seed_budgets is None or any(math.isclose(budget, b, rel_tol=1e-9) for b in self.seed_budgets):
+            return list(self.seeds)
+        return self.seeds[:1]
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d = {k: v for k, v in d.items() if v not in (None, [], {})}
         d["sizes"] = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items() if v}
                       for s in self.sizes]
         d[d.pop("budget_kind")] = d.pop("budgets")
@@ -73,6 +95,7 @@ class Run:
     budget: float
     out_dir: Path
     overrides: tuple[str, ...]  # everything but max_steps, which needs the plan (seq_len, batch)
+    seed: int | None = None
 
     @property
     def done(self) -> bool:
@@ -110,7 +133,8 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     kinds = [k for k in BUDGET_KINDS if k in d]
     if len(kinds) != 1:
         raise ValueError(f"a study spec needs exactly one of {BUDGET_KINDS}, got {kinds or 'none'}")
-    known = {"name", "recipe", "sizes", "arms", "overrides", "out", "description", *BUDGET_KINDS}
+    known = {"name", "recipe", "sizes", "arms", "overrides", "out", "description", "isoflop", "seeds",
+             "seed_budgets", "rules", "mfu", "gpu", *BUDGET_KINDS}
     if set(d) - known:
         raise ValueError(f"unknown spec keys {sorted(set(d) - known)}; known: {sorted(known)}")
     if not d.get("sizes"):
@@ -125,10 +149,21 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     if len({s.name for s in sizes}) != len(sizes):
         raise ValueError("size names must be unique")
     name = str(d.get("name") or "study")
+    isoflop = IsoFlop.from_dict(d.get("isoflop"))
+    if isoflop and kinds[0] != "flops":
+        raise ValueError("isoflop needs a compute grid (flops: [...]), not " + kinds[0])
+    seeds = [int(x) for x in d.get("seeds") or []]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct, got {seeds}")
+    seed_budgets = [float(b) for b in d["seed_budgets"]] if d.get("seed_budgets") is not None else None
+    if seed_budgets and not all(any(math.isclose(b, x, rel_tol=1e-9) for x in budgets) for b in seed_budgets):
+        raise ValueError(f"seed_budgets {seed_budgets} must be among the budgets {budgets}")
     return StudySpec(name=name, recipe=str(d["recipe"]), sizes=sizes, budget_kind=kinds[0],
                      budgets=sorted(budgets), arms={str(k): [str(o) for o in (v or [])] for k, v in arms.items()},
                      overrides=[str(o) for o in d.get("overrides") or []], out=str(d.get("out") or f"studies/{name}"),
-                     description=str(d.get("description") or ""))
+                     description=str(d.get("description") or ""), isoflop=isoflop, seeds=seeds,
+                     seed_budgets=seed_budgets, rules=Rules.from_dict(d.get("rules")), mfu=dict(d.get("mfu") or {}),
+                     gpu=d.get("gpu"))
 
 
 def budget_label(kind: str, budget: float) -> str:
@@ -138,19 +173,26 @@ def budget_label(kind: str, budget: float) -> str:
     return f"{'tok' if kind == 'tokens' else 'c'}{budget:.2e}"
 
 
-def expand(spec: StudySpec, out: str | Path | None = None) -> list[Run]:
-    """All runs of the study in a fixed order: arm, then size (as listed), then budget (ascending)."""
+def expand(spec: StudySpec, out: str | Path | None = None, sizes_for=None) -> list[Run]:
+    """All runs of the study in a fixed order: arm, size (as listed), budget (ascending), seed.
+
+    ``sizes_for(arm, budget)``: the size names that budget trains (an IsoFLOP grid); default all."""
     root = Path(out or spec.out)
     runs = []
     for arm, arm_overrides in spec.arms.items():
         for size in spec.sizes:
             for budget in spec.budgets:
-                name = f"{arm}/{size.name}__{budget_label(spec.budget_kind, budget)}"
-                out_dir = root / "runs" / name
-                overrides = (*spec.overrides, *size.recipe_overrides(), *arm_overrides,
-                             f"training.output_dir={out_dir}")
-                runs.append(Run(name=name, arm=arm, size=size.name, budget_kind=spec.budget_kind,
-                                budget=budget, out_dir=out_dir, overrides=tuple(overrides)))
+                if sizes_for is not None and size.name not in sizes_for(arm, budget):
+                    continue
+                for seed in spec.seeds_for(budget):
+                    name = f"{arm}/{size.name}__{budget_label(spec.budget_kind, budget)}"
+                    name += f"__seed{seed}" if seed is not None else ""
+                    out_dir = root / "runs" / name
+                    overrides = (*spec.overrides, *size.recipe_overrides(), *arm_overrides,
+                                 *([f"training.seed={seed}"] if seed is not None else []),
+                                 f"training.output_dir={out_dir}")
+                    runs.append(Run(name=name, arm=arm, size=size.name, budget_kind=spec.budget_kind,
+                                    budget=budget, out_dir=out_dir, overrides=tuple(overrides), seed=seed))
     return runs
 
 
@@ -162,26 +204,78 @@ def steps_for(run: Run, plan: dict) -> int:
     return max(1, round(tokens / plan["tokens_per_step"]))
 
 
-def run_overrides(spec: StudySpec, run: Run) -> list[str]:
-    """The full override list of one run, max_steps resolved with a dry run (no model built)."""
+def _last(overrides: list[str], key: str, default):
+    values = [o.split("=", 1)[1] for o in overrides if o.startswith(key + "=")]
+    return type(default)(float(values[-1])) if values and isinstance(default, (int, float)) else default
+
+
+def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run, PlannedRun]]:
+    """Every run with its full override list (max_steps and the rules resolved) and its planned figures.
+
+    One dry run per (arm, size) (no model is built): FLOPs per token, parameters, batch, data size."""
+    from hfpretrain.models import peak_flops
     from hfpretrain.training import pretrain
 
-    plan = pretrain(spec.recipe, list(run.overrides), dry_run=True)["plan"]
-    # a run stopped by SIGTERM left a checkpoint: the next pass continues from it
-    return [*run.overrides, "training.resume_from_checkpoint=auto", f"training.max_steps={steps_for(run, plan)}"]
+    probes: dict[tuple[str, str], dict] = {}
+    by_name = {s.name: s for s in spec.sizes}
+
+    def probe(arm: str, size: str) -> dict:
+        if (arm, size) not in probes:
+            overrides = [*spec.overrides, *by_name[size].recipe_overrides(), *spec.arms[arm]]
+            probes[arm, size] = pretrain(spec.recipe, overrides, dry_run=True)
+        return probes[arm, size]
+
+    sizes_for = None
+    if spec.isoflop:
+        def sizes_for(arm: str, budget: float) -> list[str]:
+            costs = sorted(((s.name, probe(arm, s.name)["plan"]["flops_per_token"], ratio_params(probe(arm, s.name)["plan"]))
+                            for s in spec.sizes), key=lambda c: c[2])
+            return pick_sizes(costs, budget, spec.isoflop)
+
+    planned = []
+    for run in expand(spec, out, sizes_for):
+        dry = probe(run.arm, run.size)
+        plan, training = dry["plan"], dry["recipe"]["training"]
+        steps, extra = rule_overrides(spec.rules, plan, steps_for(run, plan), run.budget_kind, training)
+        # a run stopped by SIGTERM left a checkpoint: the next pass continues from it
+        overrides = [*run.overrides, *extra, "training.resume_from_checkpoint=auto", f"training.max_steps={steps}"]
+        micro = _last(overrides, "training.per_device_train_batch_size", int(training.get("per_device_train_batch_size", 8)))
+        accum = _last(overrides, "training.gradient_accumulation_steps", int(training.get("gradient_accumulation_steps", 1)))
+        samples = micro * accum * plan["world_size"]
+        tokens = steps * samples * plan["seq_len"]
+        flops = tokens * plan["flops_per_token"]
+        peak = peak_flops(spec.gpu) if spec.gpu else plan["peak_flops_per_gpu"]
+        mfu = float(spec.mfu.get(run.size, spec.mfu.get("default", plan["assumed_mfu"])))
+        planned.append((run, PlannedRun(
+            name=run.name, arm=run.arm, size=run.size, budget=run.budget, seed=run.seed, params=ratio_params(plan),
+            tokens=tokens, steps=steps, batch_tokens=samples * plan["seq_len"],
+            learning_rate=_last(overrides, "training.learning_rate", float(training.get("learning_rate", 5e-5))),
+            warmup_steps=_last(overrides, "training.warmup_steps", int(training.get("warmup_steps", 0))),
+            passes=steps * samples / plan["train_blocks"], flops=flops,
+            gpu_hours=flops / (peak * mfu * plan["world_size"]) / 3600 if peak else None, overrides=overrides)))
+    return planned
 
 
 def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: bool = False) -> list[dict]:
     """Run every unfinished run of the study (in process, one after another); return the results rows.
 
-    ``only_existing``: train nothing, collect the finished runs (--report-only). On SIGTERM the run in
-    progress saves a checkpoint and the study stops; the next call continues from there.
+    The plan is checked first: an error (a run shorter than its warmup, data repeated too often) stops
+    the study before any training. ``only_existing``: train nothing, collect the finished runs
+    (--report-only). On SIGTERM the run in progress saves a checkpoint and the study stops; the next
+    call continues from there.
     """
     from hfpretrain.training import pretrain
     from hfpretrain.training.callbacks import SIGTERM_RECEIVED
 
-    runs = expand(spec, out)
-    for i, run in enumerate(runs, 1):
+    planned = plan_study(spec, out)
+    runs = [run for run, _ in planned]
+    errors, warnings = check_plan([p for _, p in planned], spec.rules)
+    for w in warnings:
+        logger.warning("plan: %s", w)
+    if errors and not only_existing:
+        raise ValueError(f"the study plan has {len(errors)} error(s), first: {errors[0]} "
+                         "(scripts/study.py SPEC --plan lists them all)")
+    for i, (run, p) in enumerate(planned, 1):
         if run.done:
             logger.info("[%d/%d] %s: done, skipped", i, len(runs), run.name)
             continue
@@ -190,9 +284,8 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
             continue
         if SIGTERM_RECEIVED.is_set():
             break
-        overrides = run_overrides(spec, run)
-        logger.info("[%d/%d] %s: training (%s)", i, len(runs), run.name, overrides[-1])
-        pretrain(spec.recipe, overrides)
+        logger.info("[%d/%d] %s: training (%d steps)", i, len(runs), run.name, p.steps)
+        pretrain(spec.recipe, p.overrides)
         if not run.done:  # SIGTERM (preemption, a time limit): the whole study stops, resumable
             logger.warning("[%d/%d] %s: stopped before its last step; the study stops here (run it again to "
                            "continue from the run's checkpoint)", i, len(runs), run.name)
@@ -204,16 +297,28 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
 
 
 def result_row(run: Run) -> dict:
-    """One results row from a finished run's summary.json."""
+    """One results row from a finished run: summary.json, recipe.yaml (hyper-parameters), the plan."""
     summary = json.loads((run.out_dir / "summary.json").read_text())
     plan = summary["plan"]
-    tokens = plan["tokens_per_step"] * summary.get("global_step", plan["max_steps"])
+    recipe = yaml.safe_load((run.out_dir / "recipe.yaml").read_text()) if (run.out_dir / "recipe.yaml").is_file() else {}
+    training = recipe.get("training") or {}
+    steps = summary.get("global_step", plan["max_steps"])
+    tokens = plan["tokens_per_step"] * steps
+    final = summary.get("final_eval") or {}
+    shape = plan.get("shape") or {}
     return {
-        "run": run.name, "arm": run.arm, "size": run.size, "budget": run.budget,
+        "run": run.name, "arm": run.arm, "size": run.size, "budget": run.budget, "seed": training.get("seed", run.seed),
         "params": plan["parameters"]["total"], "non_embedding_params": plan["parameters"]["non_embedding"],
-        "steps": summary.get("global_step", plan["max_steps"]), "tokens": tokens,
+        "ratio_params": ratio_params(plan) if "flops_per_token_head" in plan else None,
+        "hidden_size": shape.get("hidden_size"), "layers": shape.get("num_hidden_layers"),
+        "vocab_size": shape.get("vocab_size"),
+        "steps": steps, "tokens": tokens, "batch_tokens": plan["tokens_per_step"],
+        "learning_rate": training.get("learning_rate"), "warmup_steps": training.get("warmup_steps"),
+        "schedule": training.get("lr_scheduler_type"),
         "flops_per_token": plan["flops_per_token"], "flops": plan["flops_per_token"] * tokens,
-        "val_loss": _final_loss(run.out_dir, summary),
+        "passes": plan.get("passes_over_data"), "device": plan.get("device"),
+        "wall_time_s": (summary.get("train") or {}).get("train_runtime"),
+        "val_loss": _final_loss(run.out_dir, summary), "val_bpb": final.get("eval_bpb"),
         "out_dir": str(run.out_dir),
     }
 
@@ -229,8 +334,9 @@ def _final_loss(out_dir: Path, summary: dict) -> float | None:
     return loss
 
 
-COLUMNS = ["run", "arm", "size", "budget", "params", "non_embedding_params", "steps", "tokens", "flops_per_token",
-           "flops", "val_loss", "out_dir"]
+COLUMNS = ["run", "arm", "size", "budget", "seed", "params", "non_embedding_params", "ratio_params", "hidden_size",
+           "layers", "vocab_size", "steps", "tokens", "batch_tokens", "learning_rate", "warmup_steps", "schedule",
+           "flops_per_token", "flops", "passes", "device", "wall_time_s", "val_loss", "val_bpb", "out_dir"]
 
 
 def collect(runs: list[Run]) -> list[dict]:

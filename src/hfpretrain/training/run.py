@@ -121,6 +121,8 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
         "memory_per_gpu_gib": {k: v / 1024**3 for k, v in asdict(memory).items()},
         "peak_flops_per_gpu": peak, "assumed_mfu": recipe.logging.assumed_mfu, "fast_path": asdict(fast),
         "device": device_name(), "train_blocks": train_blocks, "passes_over_data": passes,
+        "shape": {k: getattr(config, k, None) for k in ("model_type", "hidden_size", "num_hidden_layers",
+                                                        "num_attention_heads", "vocab_size", "tie_word_embeddings")},
         "validation_tokens_per_byte": tokens_per_byte(manifest),
     }
     if peak:

@@ -1,0 +1,101 @@
+"""The IsoFLOP analysis on synthetic studies with a planted answer: it must give the answer back.
+
+Each arm's per-budget optimum follows a planted law L*(C) = E + A·C^(−α); around it, the loss of a
+size N is L*(C) + κ·(ln N − ln N*(C))², so each budget's three sizes lie on an exact parabola."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hfpretrain.study.analysis import analyse_isoflop, isoflop_optimum, noise_floor, to_json
+
+E, A, ALPHA = 1.8, 391.0, 0.15
+BUDGETS = [1e15, 1e16, 1e17, 1e18]
+FACTORS = (0.25, 0.8, 2.5)  # sizes around N*: the optimum lies between two of them
+
+
+def study(arms: dict, seeds: int = 1, sigma: float = 0.0, factors=FACTORS, kappa: float = 0.05, rng_seed: int = 0):
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    for arm, (e, a, alpha) in arms.items():
+        for c in BUDGETS:
+            n_star, l_star = 0.05 * c**0.5, e + a * c ** (-alpha)
+            for f in factors:
+                for s in range(seeds):
+                    loss = l_star + kappa * math.log(f) ** 2 + (rng.normal(0, sigma) if sigma else 0.0)
+                    rows.append({"arm": arm, "budget": c, "size": f"x{f}", "seed": s, "params": n_star * f,
+                                 "ratio_params": n_star * f, "flops": c, "val_loss": loss})
+    return rows
+
+
+def test_recovers_the_planted_exponent_and_floor():
+    r = analyse_isoflop(study({"base": (E, A, ALPHA)}), n_boot=0)
+    fit = r["fits"]["base"]
+    assert fit.alpha == pytest.approx(ALPHA, rel=0.02) and fit.E == pytest.approx(E, abs=0.02)
+    for b in BUDGETS:
+        o = r["optima"]["base", b]
+        assert o["bracketed"] and o["n_opt"] == pytest.approx(0.05 * b**0.5, rel=1e-6)
+        assert o["loss_opt"] == pytest.approx(E + A * b ** (-ALPHA), rel=1e-9)
+    assert r["backtest"]["base"]["error"] == pytest.approx(0, abs=0.01)
+    assert r["edge"] == [] and r["noise"] is None and r["intervals"] is None
+
+
+def test_recovers_a_constant_compute_multiplier():
+    """Arm 'better' reaches at C what the baseline reaches at 2C: the multiplier is 2 at every budget."""
+    m = 2.0
+    r = analyse_isoflop(study({"base": (E, A, ALPHA), "better": (E, A * m ** (-ALPHA), ALPHA)}), n_boot=0)
+    for b in BUDGETS:
+        assert r["multiplier"]["better"][b] == pytest.approx(m, rel=0.05)
+        assert r["gap"]["better"][b] < 0
+    assert r["trend"]["better"] == pytest.approx(0, abs=0.02)
+    assert r["crossover"]["better"] == []
+
+
+def test_finds_the_crossover():
+    """A change that helps small budgets and hurts large ones: the curves cross where planted."""
+    a_c, e_c = 0.6 * A, E + 0.3
+    planted = ((A - a_c) / (e_c - E)) ** (1 / ALPHA)
+    r = analyse_isoflop(study({"base": (E, A, ALPHA), "change": (e_c, a_c, ALPHA)}), n_boot=0)
+    (cross,) = r["crossover"]["change"]
+    assert math.log10(cross) == pytest.approx(math.log10(planted), abs=0.1)
+    gaps = r["gap"]["change"]
+    assert gaps[BUDGETS[0]] < 0  # helps at the smallest budget...
+    assert r["extrapolated"]["change"] > r["extrapolated"]["base"]  # ...and loses at 10x the largest
+    assert r["trend"]["change"] < 0  # its compute multiplier shrinks with scale
+
+
+def test_noise_floor_and_intervals_cover_the_planted_gap():
+    """3 seeds per cell with σ = 0.01: the noise floor is found, and the 95% intervals of the gap cover
+    the planted gap in most of 8 independent synthetic studies (a calibrated interval, not a lucky one)."""
+    m, sigma = 2.0, 0.01
+    planted_gap = (A * m ** (-ALPHA) - A) * BUDGETS[-1] ** (-ALPHA)
+    covered = 0
+    for rng_seed in range(8):
+        rows = study({"base": (E, A, ALPHA), "better": (E, A * m ** (-ALPHA), ALPHA)}, seeds=3, sigma=sigma,
+                     rng_seed=rng_seed)
+        r = analyse_isoflop(rows, n_boot=100, seed=rng_seed)
+        assert r["noise"]["sigma"] == pytest.approx(sigma, rel=0.4) and r["noise"]["cells"] == 24
+        lo, hi = r["intervals"]["gap"]["better"][BUDGETS[-1]]
+        assert hi < 0  # resolved: the whole interval is below zero
+        covered += lo < planted_gap < hi
+    assert covered >= 6
+    assert to_json(r)["intervals"]["gap"]["better"]["1e+18"] == [lo, hi]
+
+
+def test_best_size_at_the_edge_is_flagged():
+    rows = study({"base": (E, A, ALPHA)}, factors=(1.5, 3.0, 6.0))  # every size larger than the optimum
+    r = analyse_isoflop(rows, n_boot=0)
+    assert len(r["edge"]) == len(BUDGETS)
+    o = r["optima"]["base", BUDGETS[0]]
+    assert not o["bracketed"] and o["n_opt"] == pytest.approx(0.05 * BUDGETS[0] ** 0.5 * 1.5)
+
+
+def test_isoflop_optimum_needs_three_points_and_a_minimum():
+    assert not isoflop_optimum(np.array([1.0, 2.0]), np.array([3.0, 2.0]))["bracketed"]
+    assert not isoflop_optimum(np.array([1.0, 2.0, 4.0]), np.array([3.0, 2.0, 1.0]))["bracketed"]  # monotone
+    o = isoflop_optimum(np.array([1.0, 2.0, 4.0]), np.array([3.0, 2.0, 3.0]))
+    assert o["bracketed"] and o["n_opt"] == pytest.approx(2.0) and o["loss_opt"] == pytest.approx(2.0)
+    assert noise_floor([{"arm": "a", "budget": 1, "size": "s", "params": 1, "flops": 1, "val_loss": 2.0}]) is None
