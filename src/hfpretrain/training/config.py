@@ -6,6 +6,7 @@ Sections:
   training    exactly the field names of ``transformers.TrainingArguments``
   evaluation  validation token budget, optional lm-eval scoring during training
   logging     JSONL log, gradient statistics, profiler window, hardware peak override
+  optimizer   adamw (TrainingArguments' optim) or muon (Muon for hidden matrices, AdamW for the rest)
   nan_policy  what to do with a non-finite loss
 
 Typed sections are dataclasses read through OmegaConf (which rejects unknown keys and wrong
@@ -81,12 +82,29 @@ class LoggingSection:
 
 
 @dataclass
+class OptimizerSection:
+    # adamw: TrainingArguments' own optimizer (training.optim); muon: Muon for the 2-D weights inside the
+    # decoder blocks, AdamW for embeddings, head, norms and biases (training/optim.py). Either way the LR,
+    # weight decay, betas, eps and the schedule are the training.* fields: one scheduler scales both parts.
+    name: str = "adamw"
+    muon_momentum: float = 0.95  # Muon's momentum (Keller Jordan's and torch's default)
+    muon_nesterov: bool = True  # Nesterov momentum, as in the reference implementation
+    muon_ns_steps: int = 5  # Newton-Schulz iterations: 5 orthogonalise well enough in bf16
+    # torch.optim.Muon's adjust_lr_fn. match_rms_adamw (Moonshot): Muon's update RMS matches AdamW's, so
+    # training.learning_rate and weight_decay serve both parts; original (Keller Jordan): sqrt(max(1, A/B)),
+    # wants its own, larger LR in muon_learning_rate (e.g. 0.02)
+    muon_lr_scale: str = "match_rms_adamw"
+    muon_learning_rate: Optional[float] = None  # Muon's peak LR; None: training.learning_rate
+
+
+@dataclass
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     training: dict = field(default_factory=dict)
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
+    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
     nan_policy: str = "stop"  # stop | skip
 
 
@@ -100,6 +118,8 @@ _CHOICES = {
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},
     "model.fused_loss": {"auto", "compiled", "liger", "chunked", "none"},
     "nan_policy": {"stop", "skip"},
+    "optimizer.name": {"adamw", "muon"},
+    "optimizer.muon_lr_scale": {"match_rms_adamw", "original"},
 }
 
 

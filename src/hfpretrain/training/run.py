@@ -252,6 +252,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode,
         decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
         train_blocks=len(train_blocks.blocks), tokens_per_byte=plan["validation_tokens_per_byte"],
+        optimizer_section=recipe.optimizer,
     )
     trainer.grad_stats = grad_stats
     if recipe.evaluation.lm_eval_task:

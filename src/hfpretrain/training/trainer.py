@@ -31,6 +31,7 @@ from torch import nn
 from transformers import Trainer
 
 from .loss import causal_lm_loss
+from .optim import build_muon_adamw
 
 logger = logging.getLogger("hfpretrain")
 
@@ -136,7 +137,7 @@ class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
                  compile_backend="inductor", compile_mode="default", train_blocks=None, tokens_per_byte=None,
-                 **kwargs):
+                 optimizer_section=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.train_blocks = train_blocks  # blocks in the training split: epochs are passes over them
         self.tokens_per_byte = tokens_per_byte  # of the validation text: loss -> bits per byte
@@ -149,6 +150,11 @@ class PretrainTrainer(Trainer):
         self.nan_policy = nan_policy
         self.decay_embeddings = decay_embeddings
         self.recipe_yaml = recipe_yaml
+        self.optimizer_section = optimizer_section  # the recipe's `optimizer:` (None: TrainingArguments' optim)
+        if self.optimizer_section is not None and self.optimizer_section.name == "muon" and (
+                self.is_deepspeed_enabled or self.is_fsdp_enabled):
+            raise ValueError("optimizer.name=muon is not supported under DeepSpeed or FSDP (Muon needs whole "
+                             "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw")
         self.skipped_steps = 0
         self.grad_stats = None  # a GradStatsCallback, fed the pre-clip norm of every step
         self._skip_this_step = False
@@ -181,6 +187,10 @@ class PretrainTrainer(Trainer):
                 if p.ndim >= 2 and (self.decay_embeddings or id(p) not in embeddings)]
 
     def create_optimizer(self, model=None):
+        if self.optimizer is None and self.optimizer_section is not None and self.optimizer_section.name == "muon":
+            opt_model = self.model if model is None else model
+            self.optimizer = build_muon_adamw(opt_model, self.args, self.get_decay_parameter_names(opt_model),
+                                              self.optimizer_section)  # Trainer's create_optimizer then keeps it
         optimizer = super().create_optimizer(model) if model is not None else super().create_optimizer()
         if self.nan_policy == "skip" and not self.is_deepspeed_enabled:
             step = optimizer.step

@@ -1,0 +1,141 @@
+"""Muon for the hidden matrices, AdamW for everything else, as one ``torch.optim.Optimizer``.
+
+Muon (Jordan et al. 2024; torch.optim.Muon) orthogonalises the momentum of a weight matrix with a
+few Newton–Schulz iterations before applying it. It is meant for the 2-D weights of the hidden layers
+only; embeddings, the output head, norms and biases stay with AdamW. Which tensors go where:
+
+* Muon: 2-D parameters inside the decoder blocks (the ModuleList holding most parameters), except
+  embedding tables and the output head (never, even when untied);
+* AdamW: the rest (embeddings, LM head, norms, biases, anything 3-D such as fused expert weights).
+
+Why one optimizer object rather than two: the Trainer has one optimizer slot, one LR scheduler and one
+``optimizer.pt``. ``MuonWithAdamW`` owns the param groups; its two inner optimizers
+(``torch.optim.Muon``, ``torch.optim.AdamW``) hold the *very same* group dicts and the same ``state``
+mapping. So the scheduler's writes to ``group["lr"]`` reach both parts, and ``state_dict`` /
+``load_state_dict`` are torch's own (exact resume); after a load the inner optimizers are re-pointed at
+the new groups and state.
+
+Learning rate: with ``adjust_lr_fn="match_rms_adamw"`` (Moonshot, "Muon is Scalable for LLM
+Training") Muon's update is scaled to AdamW's RMS (0.2·sqrt(max(A, B))), so both parts share
+``training.learning_rate`` and ``training.weight_decay``. With ``"original"`` (Keller Jordan's
+sqrt(max(1, A/B))) Muon wants its own, much larger, peak LR (``optimizer.muon_learning_rate``, e.g.
+0.02); the schedule still scales every group by the same factor.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+import torch
+from torch import nn
+
+logger = logging.getLogger("hfpretrain")
+
+MUON_LR_SCALES = ("match_rms_adamw", "original")  # torch.optim.Muon's adjust_lr_fn values
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """``params``: group dicts, each with ``use_muon`` (bool) and optionally ``lr`` / ``weight_decay``.
+    Muon groups must hold 2-D tensors only. The other keyword arguments are the two optimizers'
+    hyper-parameters; ``fused`` / ``foreach`` go to AdamW (Muon has neither)."""
+
+    def __init__(self, params: Iterable[dict], lr: float = 1e-3, weight_decay: float = 0.0,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, momentum: float = 0.95,
+                 nesterov: bool = True, ns_steps: int = 5, adjust_lr_fn: str = "match_rms_adamw",
+                 fused: bool | None = None, foreach: bool | None = None):
+        groups = [{**g, "params": list(g["params"])} for g in params]
+        groups = [g for g in groups if g["params"]]  # e.g. a model without biases
+        if any("use_muon" not in g for g in groups):
+            raise ValueError("MuonWithAdamW: every param group needs a 'use_muon' key")
+        super().__init__(groups, {"lr": lr, "weight_decay": weight_decay})
+        # The inner optimizers get the outer group dicts themselves (Optimizer.add_param_group fills
+        # defaults into the dict it is given and keeps it), so both read the scheduler's LR.
+        muon = [g for g in self.param_groups if g["use_muon"]]
+        adamw = [g for g in self.param_groups if not g["use_muon"]]
+        self._muon = torch.optim.Muon(muon, lr=lr, weight_decay=weight_decay, momentum=momentum,
+                                      nesterov=nesterov, ns_steps=ns_steps,
+                                      adjust_lr_fn=adjust_lr_fn) if muon else None
+        self._adamw = torch.optim.AdamW(adamw, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                        fused=fused, foreach=foreach) if adamw else None
+        self._link()
+
+    def _link(self) -> None:
+        """Point the inner optimizers at this optimizer's groups and state (after init and every load)."""
+        for inner, use_muon in ((self._muon, True), (self._adamw, False)):
+            if inner is not None:
+                inner.param_groups = [g for g in self.param_groups if g["use_muon"] == use_muon]
+                inner.state = self.state
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "_muon": self._muon, "_adamw": self._adamw}
+
+    def __setstate__(self, state):
+        # Optimizer.load_state_dict ends here with new group dicts and a new state mapping.
+        super().__setstate__(state)
+        if "_muon" in self.__dict__:
+            self._link()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for inner in (self._muon, self._adamw):
+            if inner is not None:
+                inner.step()
+        return loss
+
+
+def hidden_matrices(model: nn.Module) -> set[int]:
+    """ids of the parameters Muon should take: 2-D weights inside the decoder blocks, found as the
+    ``nn.ModuleList`` holding the most parameters (the layers; an MoE layer's expert list is inside
+    it), minus embedding tables and the output head."""
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
+    if not lists:
+        raise ValueError("optimizer.name=muon: the model has no ModuleList of decoder blocks")
+    blocks = max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
+    excluded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None:
+        excluded.add(id(head.weight))
+    return {id(p) for p in blocks.parameters() if p.ndim == 2 and id(p) not in excluded}
+
+
+def build_muon_adamw(model: nn.Module, args, decay_names: Iterable[str], section) -> MuonWithAdamW:
+    """The optimizer for ``optimizer.name=muon``: hyper-parameters from the TrainingArguments ``args``
+    (learning_rate, weight_decay, adam_beta1/2, adam_epsilon) and the recipe's ``optimizer`` section.
+    Weight decay on ``decay_names`` only (PretrainTrainer.get_decay_parameter_names: matrices)."""
+    hidden = hidden_matrices(model)
+    decay = set(decay_names)
+    # AdamW groups first: the Trainer logs the first group's LR, which is then training.learning_rate's.
+    buckets: dict[tuple[bool, bool], list] = {(False, True): [], (False, False): [], (True, True): [],
+                                              (True, False): []}  # (use_muon, decays) -> parameters
+    names: dict[bool, list[str]] = {True: [], False: []}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            use_muon = id(p) in hidden
+            buckets[(use_muon, name in decay)].append(p)
+            names[use_muon].append(name)
+    muon_lr = section.muon_learning_rate if section.muon_learning_rate is not None else args.learning_rate
+    groups = [{"params": params, "use_muon": use_muon, "weight_decay": args.weight_decay if decays else 0.0,
+               **({"lr": muon_lr} if use_muon else {})}
+              for (use_muon, decays), params in buckets.items()]
+    on_cuda = all(p.is_cuda for params in buckets.values() for p in params)
+    optim = getattr(args.optim, "value", args.optim)
+    if optim not in ("adamw_torch", "adamw_torch_fused"):
+        logger.warning("optimizer.name=muon: training.optim=%s is ignored (the rest is torch's AdamW)", optim)
+    optimizer = MuonWithAdamW(groups, lr=args.learning_rate, weight_decay=args.weight_decay,
+                              betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
+                              momentum=section.muon_momentum, nesterov=section.muon_nesterov,
+                              ns_steps=section.muon_ns_steps, adjust_lr_fn=section.muon_lr_scale,
+                              fused=True if on_cuda else None, foreach=None if on_cuda else True)
+    count = {m: (sum(len(ps) for (u, _), ps in buckets.items() if u == m),
+                 sum(p.numel() for (u, _), ps in buckets.items() if u == m for p in ps)) for m in (True, False)}
+    logger.info("optimizer: Muon (lr scale %s, lr %g) on %d hidden matrices (%s parameters); AdamW (lr %g%s) on "
+                "%d other tensors (%s parameters: embeddings, head, norms, biases)", section.muon_lr_scale, muon_lr,
+                count[True][0], f"{count[True][1]:,}", args.learning_rate, ", fused" if on_cuda else "",
+                count[False][0], f"{count[False][1]:,}")
+    logger.debug("Muon: %s; AdamW: %s", names[True], names[False])
+    return optimizer
