@@ -106,6 +106,8 @@ class Recipe:
     logging: LoggingSection = field(default_factory=LoggingSection)
     optimizer: OptimizerSection = field(default_factory=OptimizerSection)
     nan_policy: str = "stop"  # stop | skip
+    # resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | allow
+    resume_mismatch: str = "error"
 
 
 # recipe name -> torch.nn.attention.SDPBackend member
@@ -118,6 +120,7 @@ _CHOICES = {
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},
     "model.fused_loss": {"auto", "compiled", "liger", "chunked", "none"},
     "nan_policy": {"stop", "skip"},
+    "resume_mismatch": {"error", "allow"},
     "optimizer.name": {"adamw", "muon"},
     "optimizer.muon_lr_scale": {"match_rms_adamw", "original"},
 }

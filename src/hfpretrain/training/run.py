@@ -175,6 +175,127 @@ def resolve_resume(value, output_dir: str) -> str | None:
     return str(value)
 
 
+# What makes a checkpoint another run's (resume refuses it unless resume_mismatch=allow): the model, the data
+# (manifest fingerprint, seq_len), the tokenizer, the global batch (samples per step), and these training
+# fields. max_steps (extending a run), logging/eval/save cadence and output paths may differ, and so may the
+# GPU count at the same global batch (a ZeRO-1 universal resume).
+RESUME_TRAINING_KEYS = ("learning_rate", "lr_scheduler_type", "seed", "data_seed")
+BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")  # for checkpoints without data.json
+CHECKPOINT_DATA = "data.json"  # beside a checkpoint's recipe.yaml, written by PretrainTrainer._save_checkpoint
+
+
+def tokenizer_hash(tokenizer) -> str | None:
+    """sha256 of the backend tokenizer JSON, as the data pipeline records it in manifest.json."""
+    from hfpretrain.data.tokenizer import tokenizer_sha256
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return tokenizer_sha256(backend.to_str()) if backend is not None else None
+
+
+def check_tokenizer(tokenizer, name: str, manifest: dict, data_path: str | Path) -> None:
+    """An explicit data.tokenizer must be the one the data was tokenized with (manifest sha256); one with a
+    different file but the same vocabulary as the data's tokenizer/ copy only warns."""
+    recorded = manifest.get("tokenizer") or {}
+    want, have = recorded.get("sha256"), tokenizer_hash(tokenizer)
+    if not want or have == want:
+        return
+    copy = Path(data_path) / "tokenizer"
+    try:
+        same_vocab = copy.is_dir() and AutoTokenizer.from_pretrained(str(copy)).get_vocab() == tokenizer.get_vocab()
+    except Exception:  # noqa: BLE001 - an unreadable copy proves nothing: treat as different
+        same_vocab = False
+    if same_vocab:
+        logger.warning("data.tokenizer=%s is not the file %s was tokenized with (sha256 %s vs %s) but has the same "
+                       "vocabulary: going on", name, data_path, (have or "?")[:12], want[:12])
+        return
+    raise ValueError(f"data.tokenizer={name} (sha256 {(have or '?')[:12]}, {len(tokenizer)} tokens) is not the tokenizer "
+                     f"data.path={data_path} was tokenized with ({recorded.get('name_or_path')}, sha256 {want[:12]}, "
+                     f"{recorded.get('vocab_size')} tokens): leave data.tokenizer unset to use the data's own "
+                     "tokenizer/ copy, or tokenize the data with this tokenizer")
+
+
+def _training_value(training: dict, key: str):
+    value = training[key] if key in training else TrainingArguments.__dataclass_fields__[key].default
+    return getattr(value, "value", value)  # enums (lr_scheduler_type) as their names
+
+
+def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: dict) -> list[str]:
+    """``section.key old → new`` for everything that makes ``old`` (a checkpoint's recipe.yaml, and its
+    data.json when it has one) another run than ``new``."""
+    diffs = []
+
+    def compare(key, a, b):
+        if a != b:
+            diffs.append(f"{key} {a!r} → {b!r}")
+
+    for key in ("config", "overrides"):
+        compare(f"model.{key}", (old.get("model") or {}).get(key), new["model"][key])
+    if old_data is None:  # saved before data.json existed: the recipe is all there is
+        for key in ("path", "tokenizer"):
+            compare(f"data.{key}", (old.get("data") or {}).get(key), new["data"][key])
+    else:
+        if old_data.get("fingerprint") != new_data["fingerprint"]:
+            diffs.append(f"data (manifest fingerprint) {old_data.get('data_path')} {str(old_data.get('fingerprint'))[:8]} "
+                         f"→ {new_data['data_path']} {str(new_data['fingerprint'])[:8]}")
+        compare("data seq_len", old_data.get("seq_len"), new_data["seq_len"])
+        compare("samples per step (global batch)", old_data.get("samples_per_step"), new_data["samples_per_step"])
+        if old_data.get("tokenizer_sha256") != new_data["tokenizer_sha256"]:
+            diffs.append(f"tokenizer {old_data.get('tokenizer')} {str(old_data.get('tokenizer_sha256'))[:8]} "
+                         f"→ {new_data['tokenizer']} {str(new_data['tokenizer_sha256'])[:8]}")
+    old_training, new_training = old.get("training") or {}, new["training"] or {}
+    for key in RESUME_TRAINING_KEYS + (BATCH_KEYS if old_data is None else ()):
+        compare(f"training.{key}", _training_value(old_training, key), _training_value(new_training, key))
+    if isinstance(old.get("optimizer"), dict) and isinstance(new.get("optimizer"), dict):
+        for key in sorted(set(old["optimizer"]) | set(new["optimizer"])):
+            compare(f"optimizer.{key}", old["optimizer"].get(key), new["optimizer"].get(key))
+    return diffs
+
+
+def refuse_deepspeed_checkpoint(resume: str | None, deepspeed: bool) -> None:
+    if resume and deepspeed_tag(resume) and not deepspeed:
+        # Without DeepSpeed the Trainer finds no optimizer.pt there and would go on with a fresh optimizer.
+        raise ValueError(f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
+                         "resume it with a DeepSpeed accelerate config (on another GPU count: "
+                         "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)")
+
+
+def check_resume(checkpoint: str, recipe: Recipe, data_info: dict, max_steps: int) -> None:
+    """Refuse to resume another run's checkpoint (``resume_mismatch=allow`` resumes it with a warning), and
+    say so when the checkpoint leaves nothing to train."""
+    from omegaconf import OmegaConf
+
+    folder = Path(checkpoint)
+    diffs = []
+    if not (folder / "recipe.yaml").is_file():
+        logger.warning("%s has no recipe.yaml (not saved by this project?): cannot check that it is this run's", folder)
+    else:
+        try:
+            old = OmegaConf.to_container(OmegaConf.load(folder / "recipe.yaml"), resolve=True)
+            old_data = (json.loads((folder / CHECKPOINT_DATA).read_text())
+                        if (folder / CHECKPOINT_DATA).is_file() else None)
+            if not isinstance(old, dict) or not isinstance(old_data, (dict, type(None))):
+                raise ValueError("not a mapping")
+        except Exception as e:  # noqa: BLE001 - one line naming the files
+            diffs = [f"its recipe.yaml/{CHECKPOINT_DATA} cannot be read ({type(e).__name__}: "
+                     f"{(str(e).splitlines() or [''])[0]})"]
+        else:
+            diffs = resume_differences(old, recipe_to_dict(recipe), old_data, data_info)
+        if diffs and recipe.resume_mismatch == "error":
+            raise ValueError(f"{folder} is from a different run: {'; '.join(diffs)}. Use another training.output_dir "
+                             "for a new run, or set resume_mismatch=allow to resume this checkpoint anyway")
+        if diffs:
+            logger.warning("resuming %s although it is from a different run (resume_mismatch=allow): %s",
+                           folder, "; ".join(diffs))
+    state = folder / "trainer_state.json"
+    try:
+        step = int(json.loads(state.read_text()).get("global_step", 0)) if state.is_file() else None
+    except (ValueError, TypeError):
+        step = None
+    if step is not None and step >= max_steps:
+        logger.warning("%s is at step %d and training.max_steps=%d: NOTHING WILL BE TRAINED (0 steps); final/ and "
+                       "the summary are that checkpoint's. Raise training.max_steps to train on", folder, step, max_steps)
+
+
 def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None, dry_run: bool = False,
              world_size: int | None = None, zero_stage: int | None = None) -> dict:
     """Train (or with ``dry_run`` only plan; ``world_size``/``zero_stage`` then describe the launch
@@ -182,6 +303,11 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     recipe = load_recipe(recipe_path, overrides)
     manifest = read_manifest(recipe.data.path)
     tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"))
+    if recipe.data.tokenizer:
+        check_tokenizer(tokenizer, recipe.data.tokenizer, manifest, recipe.data.path)
+    data_info = {"data_path": str(recipe.data.path), "fingerprint": manifest.get("fingerprint"),
+                 "seq_len": int(manifest["seq_len"]), "tokenizer": recipe.data.tokenizer or "<data.path>/tokenizer",
+                 "tokenizer_sha256": tokenizer_hash(tokenizer)}  # checkpoints keep it: a resume compares
     eos = manifest["tokenizer"]["eos_token"]
     tokenizer.eos_token = eos  # the end-of-text token the data was packed with, not a chat token
     if tokenizer.pad_token is None:
@@ -199,6 +325,12 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
                      zero_stage if dry_run else None)
     if dry_run:
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
+    # Before anything is written to output_dir: is its checkpoint this run's?
+    data_info["samples_per_step"] = plan["samples_per_step"]
+    resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
+    refuse_deepspeed_checkpoint(resume, bool(args.deepspeed) or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true")
+    if resume:
+        check_resume(resume, recipe, data_info, args.max_steps)
 
     set_seed(args.seed)
     attention_kernels = sdpa_kernels(recipe.model.sdpa_backends) if torch.cuda.is_available() else nullcontext()
@@ -262,12 +394,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     trainer.add_callback(DataPositionCallback(trainer))
     trainer.add_callback(CompileCheckCallback(n_compiled))
 
-    resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
-    if resume and deepspeed_tag(resume) and not trainer.is_deepspeed_enabled:
-        # Without DeepSpeed the Trainer finds no optimizer.pt there and would go on with a fresh optimizer.
-        raise ValueError(f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
-                         "resume it with a DeepSpeed accelerate config (on another GPU count: "
-                         "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)")
+    trainer.data_info = data_info  # written into each checkpoint (data.json)
+    refuse_deepspeed_checkpoint(resume, trainer.is_deepspeed_enabled)
     if resume:
         logger.info("resuming from %s", resume)
     with attention_kernels:  # torch.compile traces inside train(), so it sees the same choice

@@ -20,6 +20,7 @@ What it changes, and why:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -305,6 +306,9 @@ class PretrainTrainer(Trainer):
         if self.args.should_save:
             folder = run_dir / f"checkpoint-{self.state.global_step}"
             (folder / "recipe.yaml").write_text(self.recipe_yaml)
+            # data fingerprint, seq_len, tokenizer hash (set by run.pretrain): a resume compares them
+            if getattr(self, "data_info", None):
+                (folder / "data.json").write_text(json.dumps(self.data_info, indent=2) + "\n")
             write_complete_marker(folder, self.state.global_step)
         if self.args.world_size > 1:
             self.accelerator.wait_for_everyone()

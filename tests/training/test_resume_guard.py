@@ -1,0 +1,163 @@
+"""A resume continues *this* run, and the tokenizer is the data's (issue 20, silent wrong results 3 and 4).
+
+* ``resume_from_checkpoint=auto`` in an output_dir that holds another run's checkpoint (another model,
+  data, seq_len, tokenizer, learning rate, batch or seed) stops with one line listing the differences
+  (``resume_mismatch=allow`` resumes anyway, with a warning); max_steps, cadence and paths may differ.
+* A checkpoint already at max_steps trains nothing: said in a warning, not silently.
+* ``data.tokenizer`` that is not the tokenizer the data was made with stops with one line, unless
+  its vocabulary is the same (a warning).
+
+Tiny runs on the ``mini_blocks`` fixture (GPT-2, seq_len 128): one 2-step run with a checkpoint,
+copied per test; the refusals happen at start, before anything is built or written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hfpretrain.training import pretrain
+
+from train_utils import make_overrides, read_log, run_pretrain
+
+OLD = {"training.max_steps": "2", "training.save_strategy": "steps", "training.save_steps": "2"}
+
+
+@pytest.fixture(scope="module")
+def old_run(mini_blocks, tmp_path_factory) -> Path:
+    """A finished 2-step run (learning rate 3e-3) with checkpoint-2."""
+    out = tmp_path_factory.mktemp("old") / "run"
+    run_pretrain(mini_blocks, out, OLD)
+    return out
+
+
+@pytest.fixture
+def run_dir(old_run, tmp_path) -> Path:
+    """A copy of the old run's folder, as a new run pointed at it finds it."""
+    dst = tmp_path / "run"
+    shutil.copytree(old_run, dst)
+    return dst
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+def test_checkpoint_records_the_data(old_run, mini_blocks):
+    data = json.loads((old_run / "checkpoint-2" / "data.json").read_text())
+    manifest = json.loads((mini_blocks / "manifest.json").read_text())
+    assert data["fingerprint"] == manifest["fingerprint"] and data["seq_len"] == 128
+    assert data["tokenizer_sha256"] == manifest["tokenizer"]["sha256"]
+
+
+@pytest.mark.parametrize("extra, expect", [
+    ({"training.learning_rate": "1e-4"}, "training.learning_rate 0.003 → 0.0001"),
+    ({"model.overrides.num_hidden_layers": "1"}, "model.overrides {} → {'num_hidden_layers': 1}"),
+    ({"training.per_device_train_batch_size": "2", "training.seed": "7"},
+     "samples per step (global batch) 4 → 2; training.seed 1234 → 7"),
+])
+def test_another_runs_checkpoint_is_refused(mini_blocks, run_dir, extra, expect):
+    """The old behaviour: the new run resumed checkpoint-2, trained 0 steps and wrote final/, exit 0."""
+    before = _snapshot(run_dir)
+    with pytest.raises(ValueError) as err:
+        run_pretrain(mini_blocks, run_dir, {**OLD, **extra, "training.resume_from_checkpoint": "auto"})
+    msg = str(err.value)
+    assert "\n" not in msg and "checkpoint-2 is from a different run" in msg, msg
+    assert expect in msg and "resume_mismatch=allow" in msg, msg
+    assert _snapshot(run_dir) == before  # nothing written: recipe.yaml, log.jsonl, final/ untouched
+
+
+def test_other_data_is_refused(mini_blocks, mini_train, mini_val, gpt2_tokenizer, run_dir, tmp_path):
+    from hfpretrain.data import tokenize_corpus
+
+    other = tokenize_corpus(inputs=[mini_train], val_inputs=[mini_val], out=tmp_path / "other", tokenizer=gpt2_tokenizer,
+                            seq_len=64, max_docs=40, val_docs=20)
+    with pytest.raises(ValueError, match=r"data \(manifest fingerprint\) .*mini_blocks .* → .*other .*; "
+                                         r"data seq_len 128 → 64"):
+        run_pretrain(other, run_dir, {**OLD, "training.resume_from_checkpoint": "auto"})
+
+
+def test_allowed_differences_extend_the_run(mini_blocks, run_dir):
+    """max_steps (extending), logging and save cadence, output paths: the same run, resumed."""
+    summary = run_pretrain(mini_blocks, run_dir, {**OLD, "training.max_steps": "3", "training.save_steps": "3",
+                                                  "training.logging_steps": "1", "logging.jsonl": "log2.jsonl",
+                                                  "training.resume_from_checkpoint": "auto"})
+    assert summary["global_step"] == 3
+    assert [e["step"] for e in read_log(run_dir, "log2.jsonl") if e["event"] == "log" and "loss" in e] == [3]
+    assert (run_dir / "checkpoint-3" / "data.json").is_file()
+
+
+def test_allow_resumes_with_a_warning_and_nothing_to_train_is_said(mini_blocks, run_dir, caplog):
+    with caplog.at_level(logging.WARNING, logger="hfpretrain"):
+        summary = run_pretrain(mini_blocks, run_dir, {**OLD, "training.learning_rate": "1e-4",
+                                                      "resume_mismatch": "allow",
+                                                      "training.resume_from_checkpoint": "auto"})
+    assert summary["global_step"] == 2
+    text = caplog.text
+    assert "different run (resume_mismatch=allow): training.learning_rate 0.003 → 0.0001" in text
+    assert "checkpoint-2 is at step 2 and training.max_steps=2: NOTHING WILL BE TRAINED" in text
+
+
+def test_checkpoint_without_data_json_is_compared_on_the_recipe(mini_blocks, run_dir, tmp_path):
+    """Checkpoints saved before data.json existed: the recipe's data.path stands in for the fingerprint."""
+    (run_dir / "checkpoint-2" / "data.json").unlink()
+    moved = tmp_path / "moved_blocks"
+    shutil.copytree(mini_blocks, moved)
+    with pytest.raises(ValueError, match=r"data.path '.*mini_blocks' → '.*moved_blocks'"):
+        run_pretrain(moved, run_dir, {**OLD, "training.resume_from_checkpoint": "auto"})
+
+
+# ---- data.tokenizer vs the data's tokenizer ------------------------------------------------------
+
+def _plan(data_path, extra):
+    return pretrain(None, make_overrides(data_path, "unused", {"training.max_steps": "2", **extra}), dry_run=True)
+
+
+def test_tokenizer_of_other_data_is_refused(mini_blocks, data_root):
+    """GPT-2 data with the Qwen3 tokenizer trained, and shipped the Qwen3 tokenizer, exit 0."""
+    qwen3 = data_root / "tokenizers" / "qwen3"
+    with pytest.raises(ValueError) as err:
+        _plan(mini_blocks, {"data.tokenizer": str(qwen3)})
+    msg = str(err.value)
+    assert "\n" not in msg and f"data.tokenizer={qwen3}" in msg and "tokenizers/gpt2" in msg, msg
+    assert "leave data.tokenizer unset" in msg
+
+
+def test_same_tokenizer_given_explicitly_is_fine(mini_blocks, gpt2_tokenizer, caplog):
+    with caplog.at_level(logging.WARNING, logger="hfpretrain"):
+        for tok in (gpt2_tokenizer, mini_blocks / "tokenizer"):
+            _plan(mini_blocks, {"data.tokenizer": str(tok)})
+    assert "data.tokenizer" not in caplog.text
+
+
+def test_same_vocabulary_other_file_only_warns(mini_blocks, gpt2_tokenizer, tmp_path, caplog):
+    tok = tmp_path / "gpt2_edited"
+    shutil.copytree(gpt2_tokenizer, tok)
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    config["add_prefix_space"] = not config.get("add_prefix_space", False)  # another hash, the same vocabulary
+    (tok / "tokenizer_config.json").write_text(json.dumps(config))
+    with caplog.at_level(logging.WARNING, logger="hfpretrain"):
+        _plan(mini_blocks, {"data.tokenizer": str(tok)})
+    assert "has the same vocabulary" in caplog.text
+
+
+def test_global_batch_not_gpu_count_makes_the_run():
+    """A ZeRO-1 universal resume on another GPU count keeps the global batch (2 GPUs x 2 = 1 GPU x 4):
+    the same run. A checkpoint without data.json has only its recipe's per-device batch to go by."""
+    from hfpretrain.training.config import load_recipe, recipe_to_dict
+    from hfpretrain.training.run import resume_differences
+
+    def recipe(batch):
+        return recipe_to_dict(load_recipe(None, ["data.path=x", f"training.per_device_train_batch_size={batch}"]))
+
+    data = {"data_path": "x", "fingerprint": "f", "seq_len": 128, "tokenizer": "t", "tokenizer_sha256": "s"}
+    old, new = recipe(2), recipe(4)
+    assert resume_differences(old, new, {**data, "samples_per_step": 4}, {**data, "samples_per_step": 4}) == []
+    assert resume_differences(old, new, {**data, "samples_per_step": 4}, {**data, "samples_per_step": 8}) == [
+        "samples per step (global batch) 4 → 8"]
+    assert resume_differences(old, new, None, {**data, "samples_per_step": 4}) == [
+        "training.per_device_train_batch_size 2 → 4"]
