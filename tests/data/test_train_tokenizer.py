@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
@@ -12,7 +13,7 @@ from transformers import AutoTokenizer
 from hfpretrain.data import DataError, tokenize_corpus
 from hfpretrain.data.train_tokenizer import EOT, train_tokenizer
 
-from conftest import REPO
+REPO = Path(__file__).resolve().parents[2]
 
 REPO_SCRIPT = [sys.executable, str(REPO / "scripts" / "train_tokenizer.py")]
 

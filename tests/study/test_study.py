@@ -127,7 +127,7 @@ def test_report_has_table_fits_and_verdict(tmp_path):
     assert v["predicted"]["winner"] == "better" and v["predicted"]["margin"] == pytest.approx(0.1, rel=1e-3)
     spec = load_spec({**MICRO, "arms": {"base": [], "better": []}})
     text = write_report(spec, rows, fits, tmp_path / "report.md").read_text()
-    assert "| run | arm | size |" in text and "better/3" in text
+    assert "| run | seed | params |" in text and "better/3" in text
     assert "| arm | α | E | A |" in text and "0.1500" in text
     assert "**better** wins by 0.1000 nats" in text
     assert "## Caveats" in text

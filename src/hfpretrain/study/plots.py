@@ -88,3 +88,60 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
     fig.savefig(out_png, dpi=120)
     plt.close(fig)
     return out_png
+
+
+def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
+    """Two panels from ``analysis.analyse_isoflop``: left, loss vs size per budget (IsoFLOP curves, one
+    colour per budget, one line style per arm, the optimum starred); right, per-budget optimum vs compute
+    per arm with the fitted law, bootstrap error bars from the noise floor, and the 10× extrapolation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from hfpretrain.study.analysis import cells
+
+    y, arms, budgets = result["y"], result["arms"], result["budgets"]
+    unit = "bits per byte" if y == "val_bpb" else "nats/token"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    styles = ["-", "--", ":", "-."]
+    cell_map = cells(rows, y)
+    for j, b in enumerate(budgets):
+        for i, arm in enumerate(arms):
+            sizes = cell_map.get((arm, b))
+            if not sizes:
+                continue
+            pts = sorted((c["n"], float(np.mean(c["losses"]))) for c in sizes.values())
+            left.plot(*zip(*pts), styles[i % 4], marker="o", color=f"C{j}", label=f"{arm}, C={b:.2g}")
+            o = result["optima"][arm, b]
+            left.plot(o["n_opt"], o["loss_opt"], "*", ms=12, color=f"C{j}", mec="k" if o["bracketed"] else "r")
+    left.set_xscale("log")
+    left.set_xlabel("parameters N (non-embedding + LM head)")
+    left.set_ylabel(f"final validation loss ({unit})")
+    left.set_title("IsoFLOP curves (★ optimum; red edge: not bracketed)")
+    left.grid(alpha=0.3, which="both")
+    left.legend(fontsize=7, ncol=2)
+
+    sigma = (result.get("noise") or {}).get("sigma")
+    xs = np.logspace(np.log10(min(budgets)) - 0.2, np.log10(result["extrapolate_to"]), 200)
+    for i, arm in enumerate(arms):
+        pts = [(result["optima"][arm, b]["flops"], result["optima"][arm, b]["loss_opt"]) for b in budgets
+               if (arm, b) in result["optima"]]
+        fit = result["fits"].get(arm)
+        label = arm if fit is None else f"{arm}: {fit.E:.3g} + {fit.A:.3g}·C^−{fit.alpha:.3g}"
+        right.errorbar(*zip(*pts), yerr=sigma if sigma else None, fmt="o", color=f"C{i}", capsize=3, label=label)
+        if fit is not None:
+            right.plot(xs, fit.predict(xs), styles[i % 4], color=f"C{i}")
+            right.plot(result["extrapolate_to"], result["extrapolated"][arm], "s", mfc="none", color=f"C{i}")
+    right.set_xscale("log")
+    right.set_xlabel("training FLOPs")
+    right.set_ylabel(f"best loss at the budget ({unit})")
+    right.set_title("per-budget optimum vs compute (□: 10× extrapolation)")
+    right.grid(alpha=0.3, which="both")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+    return out_png
