@@ -238,7 +238,7 @@ def frontier_lines(spec: StudySpec, rows: list[dict], fits: dict[str, dict]) -> 
 
 def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_md: str | Path,
                  plot_png: str | Path | None = None, n_planned: int | None = None, isoflop: dict | None = None,
-                 isoflop_png: str | None = None) -> Path:
+                 isoflop_png: str | None = None, best_report: str | Path | None = None) -> Path:
     out_md = Path(out_md)
     lines = [f"# Study: {spec.name}", ""]
     if spec.description:
@@ -277,13 +277,24 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
                 "- Final validation loss on the final evaluation set (evaluation.final_eval_tokens; default: every "
                 "validation block)."]
     lines += ["## Caveats", "", *caveats, ""]
+    if best_report:
+        rel = Path(best_report)
+        try:
+            rel = rel.relative_to(out_md.parent)
+        except ValueError:
+            pass
+        lines += ["## The best model", "",
+                  f"The best configuration, trained once more with periodic evaluation: its curves, lm-eval scores and "
+                  f"generations are in [{rel.as_posix()}]({rel.as_posix()}).", ""]
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text("\n".join(lines))
     return out_md
 
 
-def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int | None = None) -> dict:
-    """Everything after the runs: results.csv/json, fits.json, loss_vs_flops.png, report.md in ``out``."""
+def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int | None = None,
+            best_report: str | Path | None = None) -> dict:
+    """Everything after the runs: spec.yaml, results.csv/json, fits.json, analysis.json, the plots and
+    report.md in ``out``. ``best_report``: the best model's run report, linked from the study's."""
     import json
 
     from hfpretrain.study.fit import fit_arms
@@ -308,6 +319,6 @@ def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int |
         {arm: {"fit": f["fit"].as_dict() if f["fit"] else None, "on": f["on"],
                "frontier": [r["run"] for r in f["frontier"]]} for arm, f in fits.items()}, indent=2))
     plot = plot_study(rows, fits, out / "loss_vs_flops.png", title=spec.name) if rows else None
-    report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png)
+    report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report)
     return {"results_csv": csv_path, "results_json": json_path, "fits": fits, "plot": plot, "report": report,
             "isoflop": isoflop}

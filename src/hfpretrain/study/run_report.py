@@ -1,0 +1,187 @@
+"""The write-up of one training run, generated from its folder: everything a homework report asks for.
+
+Sections: data processing (the manifest, example batches), the model and every hyper-parameter,
+hardware and time, what the training code does, training and validation curves, the final validation
+loss in nats and bits per byte, lm-eval scores, conditional and unconditional generations, and the
+commands that reproduce each step. Reads ``RUN/recipe.yaml``, ``summary.json``, ``log.jsonl`` and
+``final/`` (a ``save_pretrained`` checkpoint); runs lm-eval and generation unless told not to.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import yaml
+
+DEFAULT_PROMPTS = ("The history of the", "def fibonacci(n):", "Question: Why is the sky blue?\nAnswer:")
+
+TRAINING_CODE = """\
+`scripts/pretrain.py` builds the model from its config JSON (random init), reads the packed blocks in a
+seeded order that is a pure function of the step (exact resume), and trains with `PretrainTrainer`, a
+`transformers.Trainer` subclass: the loss is computed from the final hidden states without materialising
+all logits (a fused or chunked cross-entropy), weight decay applies to matrices only, a non-finite loss
+stops the run, checkpoints are written atomically with a COMPLETE marker, and callbacks log tokens/s, MFU,
+memory and gradient norms to `log.jsonl`. See docs/training.md."""
+
+
+def _fmt(x, digits: int = 4) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return str(x)
+
+
+def _table(rows: list[tuple]) -> list[str]:
+    return ["| | |", "|---|---|", *(f"| {k} | {_fmt(v)} |" for k, v in rows), ""]
+
+
+def data_lines(data_path: Path) -> list[str]:
+    from hfpretrain.data.show import render_batches
+
+    manifest = json.loads((data_path / "manifest.json").read_text())
+    train, val, tok = manifest["train"], manifest["validation"], manifest["tokenizer"]
+    lines = ["## Data", "",
+             f"`{data_path}`: Pile-format documents tokenized with `{tok['name_or_path']}` ({tok['vocab_size']:,} "
+             f"tokens, end-of-text `{tok['eos_token']}` after every document), packed into blocks of "
+             f"{manifest['seq_len']} tokens (documents run across block boundaries; the tail that does not fill a "
+             "block is dropped), saved as Arrow with `datasets.save_to_disk`. Fingerprint "
+             f"`{manifest['fingerprint']}`.", ""]
+    lines += _table([("train documents", train["documents"]), ("train tokens", train["tokens"]),
+                     ("train blocks", train["blocks"]), ("train text bytes", train.get("bytes")),
+                     ("bad records skipped", sum((train.get("skipped") or {}).values())),
+                     ("validation documents", val["documents"]), ("validation tokens", val["tokens"]),
+                     ("validation bytes per token", val["bytes"] / val["tokens"] if val.get("bytes") else None)])
+    inputs = [i["path"] for i in manifest.get("inputs", [])]
+    if inputs:
+        lines += ["Inputs: " + ", ".join(f"`{Path(p).name}`" for p in inputs[:12]) +
+                  (f" and {len(inputs) - 12} more" if len(inputs) > 12 else ""), ""]
+    per_set = train.get("tokens_per_set") or {}
+    if per_set:
+        total = sum(per_set.values())
+        lines += ["| set | train tokens | share |", "|---|---:|---:|"]
+        lines += [f"| {name} | {n:,} | {100 * n / total:.1f}% |" for name, n in sorted(per_set.items(), key=lambda kv: -kv[1])]
+        lines.append("")
+    lines += ["Example batch (the first training blocks, decoded; `⏎` marks end-of-text):", "", "```",
+              render_batches(data_path, num_batches=1, batch_size=2, max_chars=400).rstrip(), "```", ""]
+    return lines
+
+
+def model_lines(run_dir: Path, recipe: dict, summary: dict) -> list[str]:
+    plan, training = summary["plan"], recipe.get("training", {})
+    config = json.loads((run_dir / "final" / "config.json").read_text()) if (run_dir / "final" / "config.json").is_file() else {}
+    params = plan["parameters"]
+    e2e = summary.get("end_to_end") or {}
+    rows = [("architecture", config.get("model_type") or plan.get("shape", {}).get("model_type")),
+            ("layers × width × heads", f"{config.get('num_hidden_layers', config.get('n_layer'))} × "
+                                       f"{config.get('hidden_size', config.get('n_embd'))} × "
+                                       f"{config.get('num_attention_heads', config.get('n_head'))}"),
+            ("vocabulary", config.get("vocab_size")), ("tied embeddings", config.get("tie_word_embeddings")),
+            ("parameters (total / non-embedding)", f"{params['total']:,} / {params['non_embedding']:,}"),
+            ("sequence length", plan["seq_len"]), ("optimizer", (recipe.get("optimizer") or {}).get("name", "adamw")
+                                                   + f" ({training.get('optim', 'adamw_torch')})"),
+            ("peak learning rate", training.get("learning_rate")), ("schedule", training.get("lr_scheduler_type")),
+            ("schedule arguments", training.get("lr_scheduler_kwargs")), ("warmup steps", training.get("warmup_steps")),
+            ("weight decay", training.get("weight_decay")), ("betas", f"{training.get('adam_beta1')}, {training.get('adam_beta2')}"),
+            ("gradient clipping", training.get("max_grad_norm")), ("precision", "bf16" if training.get("bf16") else "fp32"),
+            ("micro-batch × accumulation × GPUs", f"{training.get('per_device_train_batch_size')} × "
+                                                  f"{training.get('gradient_accumulation_steps', 1)} × {plan['world_size']}"),
+            ("tokens per step", plan["tokens_per_step"]), ("steps", summary["global_step"]),
+            ("training tokens", plan["tokens_per_step"] * summary["global_step"]),
+            ("passes over the data", plan.get("passes_over_data")),
+            ("training FLOPs", f"{plan['flops_per_token'] * plan['tokens_per_step'] * summary['global_step']:.3e}"),
+            ("seed", str(training.get("seed"))), ("hardware", f"{plan['world_size']} × {plan.get('device', '?')}"),
+            ("training wall time (s)", (summary.get("train") or {}).get("train_runtime")),
+            ("tokens/s end to end", e2e.get("tokens_per_s")), ("MFU end to end", e2e.get("mfu"))]
+    return ["## Model, hyper-parameters, hardware", "", *_table(rows), "## What the training code does", "",
+            TRAINING_CODE, ""]
+
+
+def curve_lines(run_dir: Path, out_dir: Path, summary: dict) -> list[str]:
+    from hfpretrain.study.plots import plot_run
+
+    png = plot_run(run_dir / "log.jsonl", out_dir / "curves.png", title=run_dir.name)
+    final = summary.get("final_eval") or {}
+    lines = ["## Training and validation curves", "", f"![training and validation loss]({png.name})", "",
+             "Final validation (the whole validation set unless the recipe limits it):", ""]
+    lines += _table([("loss (nats/token)", final.get("eval_loss")), ("bits per byte", final.get("eval_bpb")),
+                     ("perplexity", final.get("eval_perplexity")), ("tokens evaluated", final.get("eval_tokens"))])
+    return lines
+
+
+def eval_lines(checkpoint: Path, limit, run: bool) -> list[str]:
+    from hfpretrain.eval.harness import evaluate_checkpoint, summary_markdown
+
+    saved = checkpoint / "eval" / "results.json"
+    if saved.is_file():
+        results = json.loads(saved.read_text())
+    elif run:
+        results = evaluate_checkpoint(checkpoint, limit=limit, batch_size=16, out_dir=checkpoint / "eval")
+    else:
+        return ["## lm-eval", "", "Not run (`--no-eval`).", ""]
+    body = [line for line in summary_markdown(results).strip().splitlines() if not line.startswith("# ")]
+    return ["## lm-eval (0-shot)", "", *body, ""]
+
+
+def generation_lines(checkpoint: Path, prompts, max_new_tokens: int) -> list[str]:
+    from hfpretrain.eval.generation import generate
+
+    settings = dict(max_new_tokens=max_new_tokens, temperature=0.8, top_p=0.95, seed=0)
+    lines = ["## Generations", "", f"Sampling: temperature 0.8, top-p 0.95, seed 0, {max_new_tokens} new tokens.", ""]
+    for r in generate(checkpoint, list(prompts), **settings):
+        lines += [f"**Prompt:** `{r['prompt']!r}`", "", "```", r["text"].strip(), "```", ""]
+    for r in generate(checkpoint, None, num_samples=2, **settings):
+        lines += [f"**Unconditional sample {r['index'] + 1}:**", "", "```", r["completion"].strip(), "```", ""]
+    return lines
+
+
+def reproduce_lines(run_dir: Path, data_path: Path) -> list[str]:
+    manifest = json.loads((data_path / "manifest.json").read_text())
+    inputs = " ".join(shlex.quote(i["path"]) for i in manifest.get("inputs", []))
+    val_inputs = manifest.get("val_inputs")
+    val = " ".join(shlex.quote(i["path"]) for i in val_inputs) if isinstance(val_inputs, list) else ""
+    tok = manifest["tokenizer"]["name_or_path"]
+    ckpt = run_dir / "final"
+    return ["## Reproduce", "", "```bash",
+            f"python scripts/tokenize_pile.py --input {inputs} " + (f"--val-input {val} " if val else "") +
+            f"--tokenizer {tok} --seq-len {manifest['seq_len']} --out {data_path}",
+            f"accelerate launch scripts/pretrain.py {run_dir / 'recipe.yaml'}   # the resolved recipe of this run",
+            f"lm_eval --model hf --model_args pretrained={ckpt} --tasks arc_easy,arc_challenge,openbookqa "
+            "--include_path src/hfpretrain/eval/tasks",
+            f"python scripts/generate.py --model {ckpt} --prompt 'The history of the'",
+            f"python scripts/report.py {run_dir}", "```", ""]
+
+
+def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval_limit=None, run_eval: bool = True,
+                     prompts=DEFAULT_PROMPTS, max_new_tokens: int = 48) -> Path:
+    """``RUN/report.md`` (+ curves.png) for a finished run; returns the report's path."""
+    run_dir = Path(run_dir)
+    for name in ("summary.json", "recipe.yaml", "log.jsonl"):
+        if not (run_dir / name).is_file():
+            raise FileNotFoundError(f"{run_dir / name} does not exist: {run_dir} is not a finished run folder")
+    checkpoint = run_dir / "final"
+    if not (checkpoint / "config.json").is_file():
+        raise FileNotFoundError(f"{checkpoint} holds no checkpoint (config.json): the run did not finish")
+    out_md = Path(out_md) if out_md else run_dir / "report.md"
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    data_path = Path(recipe["data"]["path"])
+    lines = [f"# Run report: {run_dir.name}", "", f"Generated from `{run_dir}` by `scripts/report.py`.", ""]
+    lines += data_lines(data_path) if (data_path / "manifest.json").is_file() else \
+        ["## Data", "", f"`{data_path}` is not on this machine: data section left out.", ""]
+    lines += model_lines(run_dir, recipe, summary)
+    lines += curve_lines(run_dir, out_md.parent, summary)
+    lines += eval_lines(checkpoint, eval_limit, run_eval)
+    if prompts is not None:
+        lines += generation_lines(checkpoint, prompts, max_new_tokens)
+    if (data_path / "manifest.json").is_file():
+        lines += reproduce_lines(run_dir, data_path)
+    out_md.write_text("\n".join(lines))
+    return out_md

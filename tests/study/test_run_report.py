@@ -1,0 +1,43 @@
+"""The generated report of a real (tiny, CPU) run, and of a study folder, through scripts/report.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = [sys.executable, str(REPO / "scripts" / "report.py")]
+
+
+def _env():
+    import os
+
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled"}
+
+
+def test_run_report_has_every_section(mini_blocks, tmp_path):
+    from hfpretrain.study.run_report import write_run_report
+    from hfpretrain.training import pretrain
+
+    run = tmp_path / "run"
+    pretrain(REPO / "recipes" / "tiny_cpu.yaml",
+             [f"data.path={mini_blocks}", f"training.output_dir={run}", "training.max_steps=4", "training.eval_steps=2",
+              "training.save_strategy=no", "training.logging_steps=1", "training.warmup_steps=1",
+              "training.dataloader_num_workers=0", "evaluation.eval_tokens=1024", "evaluation.final_eval_tokens=2048"])
+    report = write_run_report(run, eval_limit=4, prompts=("The history of the",), max_new_tokens=6)
+    text = report.read_text()
+    for section in ("## Data", "Example batch", "## Model, hyper-parameters, hardware", "| hardware | 1 × cpu |",
+                    "## What the training code does", "![training and validation loss](curves.png)", "bits per byte",
+                    "## lm-eval (0-shot)", "arc_easy", "**Prompt:** `'The history of the'`", "Unconditional sample 2",
+                    "## Reproduce", "scripts/tokenize_pile.py --input"):
+        assert section in text, section
+    assert (run / "curves.png").stat().st_size > 5_000
+    assert (run / "final" / "eval" / "results.json").is_file()  # scored once, read back next time
+
+    # the script: a second report reuses the saved scores; a folder that is neither is one error line
+    proc = subprocess.run([*SCRIPT, str(run), "--no-generate"], capture_output=True, text=True, env=_env(), cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "arc_easy" in (run / "report.md").read_text()
+    proc = subprocess.run([*SCRIPT, str(tmp_path)], capture_output=True, text=True, env=_env(), cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1
