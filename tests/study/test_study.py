@@ -39,8 +39,8 @@ MICRO = {
 @pytest.mark.parametrize("path", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_example_specs_load_and_expand(path):
     spec = load_spec(path)
-    runs = expand(spec, "/tmp/x")
-    assert len(runs) == len(spec.arms) * len(spec.sizes) * len(spec.budgets)
+    runs = expand(spec, "/tmp/x")  # without dry runs: every size at every budget (an IsoFLOP grid picks later)
+    assert len(runs) == len(spec.arms) * len(spec.sizes) * sum(len(spec.seeds_for(b)) for b in spec.budgets)
     assert len({r.out_dir for r in runs}) == len(runs)
     span = max(spec.budgets) / min(spec.budgets)
     if spec.budget_kind == "flops":

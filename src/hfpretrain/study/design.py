@@ -4,7 +4,9 @@
   how far their tokens-per-parameter ratio D/N (D = C / FLOPs-per-token) is from a target (~20,
   Chinchilla), and the ``sizes_per_budget`` nearest, consecutive in the candidate list, are trained:
   the predicted optimum sits in the middle of each budget's sizes, so a parabola through them can find
-  it. N counts the LM head (at small sizes it is a large share of the compute).
+  it. N counts the LM head (at small sizes it is a large share of the compute). Sizes that would read
+  the data more than ``rules.max_passes`` times at a budget are not candidates there (a data-limited
+  budget moves to larger models).
 * **Rules** (spec key ``rules``) derive hyper-parameters per run instead of one constant for every size
   and budget: warmup as a fraction of the run's steps, a learning rate scaled with width, and a batch
   that shrinks (accumulation first, then micro-batch) until a small budget still gets ``min_steps``

@@ -69,6 +69,7 @@ class StudySpec:
     rules: Rules = field(default_factory=Rules)
     mfu: dict = field(default_factory=dict)  # size name or "default" -> measured MFU, for the GPU-time estimate
     gpu: str | None = None  # GPU the estimate is for (default: this machine's)
+    overhead_s: float = 0.0  # per run, for the estimate: start, compile, final evaluation (measure it once)
 
     def seeds_for(self, budget: float) -> list[int | None]:
         if not self.seeds:
@@ -134,7 +135,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     if len(kinds) != 1:
         raise ValueError(f"a study spec needs exactly one of {BUDGET_KINDS}, got {kinds or 'none'}")
     known = {"name", "recipe", "sizes", "arms", "overrides", "out", "description", "isoflop", "seeds",
-             "seed_budgets", "rules", "mfu", "gpu", *BUDGET_KINDS}
+             "seed_budgets", "rules", "mfu", "gpu", "overhead_s", *BUDGET_KINDS}
     if set(d) - known:
         raise ValueError(f"unknown spec keys {sorted(set(d) - known)}; known: {sorted(known)}")
     if not d.get("sizes"):
@@ -163,7 +164,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
                      overrides=[str(o) for o in d.get("overrides") or []], out=str(d.get("out") or f"studies/{name}"),
                      description=str(d.get("description") or ""), isoflop=isoflop, seeds=seeds,
                      seed_budgets=seed_budgets, rules=Rules.from_dict(d.get("rules")), mfu=dict(d.get("mfu") or {}),
-                     gpu=d.get("gpu"))
+                     gpu=d.get("gpu"), overhead_s=float(d.get("overhead_s") or 0.0))
 
 
 def budget_label(kind: str, budget: float) -> str:
@@ -228,9 +229,14 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
     sizes_for = None
     if spec.isoflop:
         def sizes_for(arm: str, budget: float) -> list[str]:
-            costs = sorted(((s.name, probe(arm, s.name)["plan"]["flops_per_token"], ratio_params(probe(arm, s.name)["plan"]))
-                            for s in spec.sizes), key=lambda c: c[2])
-            return pick_sizes(costs, budget, spec.isoflop)
+            # a size that would read its data more than max_passes times at this budget is no candidate:
+            # the window moves up to larger models (data-limited budgets), instead of failing the plan
+            costs, plans = [], {s.name: probe(arm, s.name)["plan"] for s in spec.sizes}
+            for name, plan in plans.items():
+                passes = budget / plan["flops_per_token"] / (plan["train_blocks"] * plan["seq_len"])
+                if passes <= spec.rules.max_passes:
+                    costs.append((name, plan["flops_per_token"], ratio_params(plan)))
+            return pick_sizes(sorted(costs, key=lambda c: c[2]), budget, spec.isoflop) if costs else []
 
     planned = []
     for run in expand(spec, out, sizes_for):
@@ -252,7 +258,8 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
             learning_rate=_last(overrides, "training.learning_rate", float(training.get("learning_rate", 5e-5))),
             warmup_steps=_last(overrides, "training.warmup_steps", int(training.get("warmup_steps", 0))),
             passes=steps * samples / plan["train_blocks"], flops=flops,
-            gpu_hours=flops / (peak * mfu * plan["world_size"]) / 3600 if peak else None, overrides=overrides)))
+            gpu_hours=(flops / (peak * mfu * plan["world_size"]) + spec.overhead_s) / 3600 if peak else None,
+            overrides=overrides)))
     return planned
 
 
