@@ -1,6 +1,7 @@
 # Two entry points: `make demo` (the whole pipeline, small, on CPU) and `make test`.
-# Both create .venv and install what is missing. DATA_ROOT must point at the data folder
-# (tokenizers/, eval/, pretrain/); see README.md.
+# Both create .venv and install what is missing. They read DATA_ROOT (a data folder with tokenizers/,
+# eval/, pretrain/) when it is set, else the small embedded sample in src/hfpretrain/assets/default_data
+# (tests that need the full data are then skipped); see README.md.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -25,12 +26,16 @@ $(STAMP): setup.cfg pyproject.toml
 
 install: $(STAMP)
 
+# DATA_ROOT given (argument or environment): it must be a data folder; not given: the embedded sample.
+RUN_ENV := $(if $(strip $(DATA_ROOT)),DATA_ROOT="$(abspath $(DATA_ROOT))",env -u DATA_ROOT)
+
 check-data:
-	@test -n "$(DATA_ROOT)" || { echo "error: DATA_ROOT is not set: run e.g. 'make $(MAKECMDGOALS) DATA_ROOT=/path/to/data' (a folder with tokenizers/, eval/, pretrain/)"; exit 2; }
-	@test -d "$(DATA_ROOT)/tokenizers" || { echo "error: DATA_ROOT=$(DATA_ROOT) has no tokenizers/ folder"; exit 2; }
+	@if [ -n "$(strip $(DATA_ROOT))" ]; then \
+		test -d "$(DATA_ROOT)/tokenizers" || { echo "error: DATA_ROOT=$(DATA_ROOT) has no tokenizers/ folder"; exit 2; }; \
+	else echo "DATA_ROOT is not set: using the embedded sample data (src/hfpretrain/assets/default_data)"; fi
 
 demo: install check-data
-	DATA_ROOT="$(abspath $(DATA_ROOT))" $(BIN)/python scripts/demo.py
+	$(RUN_ENV) $(BIN)/python scripts/demo.py
 
 test: install check-data
-	DATA_ROOT="$(abspath $(DATA_ROOT))" $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(RUN_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)

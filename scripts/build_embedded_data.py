@@ -7,7 +7,7 @@ fresh clone). It is laid out like the data mount and holds only redistributable 
   pretrain/mix/mini_train.jsonl.zst, mini_val.jsonl.zst   Pile-format sample of the mix corpus: only the
       sets whose licence allows redistribution without copyleft terms (see LICENCES below)
   tokenizers/gpt2/                                         GPT-2 BPE (tokenizer.json re-serialised compactly)
-  eval/arc_easy/, eval/arc_challenge/                      a few dozen ARC test questions each (CC BY-SA 4.0)
+  eval/arc_easy/, eval/arc_challenge/                      a few dozen ARC test and dev questions each (CC BY-SA 4.0)
   README.md, LICENSES/                                     provenance (source files, sha256) and licences
 
 Deterministic: the same DATA_ROOT gives the same files (documents are taken in the source's order,
@@ -62,10 +62,12 @@ MAX_DOC_BYTES = 40_000
 SHUFFLE_SEED = 17
 ZSTD_LEVEL = 19
 
-# ARC test questions: the first N rows of the test file, plus the first rows with each label quirk
-# (numeric labels, 3 or 5 choices) so the embedded files exercise the same code paths.
-EVAL_FILES = {"arc_easy": "ARC-Easy-Test.jsonl", "arc_challenge": "ARC-Challenge-Test.jsonl"}
-EVAL_FIRST = 40
+# ARC questions: the first N rows of the test file (the dev file: what in-training evaluation scores),
+# plus the first rows with each label quirk (numeric labels, 3 or 5 choices) so the embedded files
+# exercise the same code paths.
+EVAL_FILES = {"arc_easy": {"test": "ARC-Easy-Test.jsonl", "validation": "ARC-Easy-Dev.jsonl"},
+              "arc_challenge": {"test": "ARC-Challenge-Test.jsonl", "validation": "ARC-Challenge-Dev.jsonl"}}
+EVAL_FIRST = {"test": 40, "validation": 20}
 EVAL_QUIRKS = {"numeric": 4, "three": 2, "five": 2}
 # OpenBookQA is left out: its licence is not confirmed by the data root's notes (SOURCES.md: card says "unknown").
 
@@ -129,7 +131,7 @@ Licensed under Creative Commons Attribution-ShareAlike 4.0 International (CC BY-
 https://creativecommons.org/licenses/by-sa/4.0/legalcode
 
 The files in eval/arc_easy and eval/arc_challenge are an unmodified selection of rows (whole lines)
-of the ARC-Easy and ARC-Challenge test sets; this selection is shared under the same licence.
+of the ARC-Easy and ARC-Challenge test and dev sets; this selection is shared under the same licence.
 """
 
 
@@ -186,9 +188,9 @@ def set_stats(lines: list[str]) -> dict:
     return dict(sorted(stats.items()))
 
 
-def pick_eval_rows(path: Path) -> list[str]:
+def pick_eval_rows(path: Path, first: int) -> list[str]:
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    keep = set(range(min(EVAL_FIRST, len(lines))))
+    keep = set(range(min(first, len(lines))))
     wanted = dict(EVAL_QUIRKS)
     for i, line in enumerate(lines):
         choices = json.loads(line)["question"]["choices"]
@@ -230,12 +232,13 @@ def build(data_root: Path, out: Path) -> dict:
         sources[f"tokenizers/gpt2/{name}"] = [f"tokenizers/gpt2/{name} (copy)"]
 
     eval_counts = {}
-    for task, name in EVAL_FILES.items():
-        rows = pick_eval_rows(data_root / "eval" / task / name)
+    for task, files in EVAL_FILES.items():
         (tmp / "eval" / task).mkdir(parents=True)
-        (tmp / "eval" / task / name).write_text("".join(r + "\n" for r in rows), encoding="utf-8")
-        sources[f"eval/{task}/{name}"] = [f"eval/{task}/{name}"]
-        eval_counts[task] = len(rows)
+        for split, name in files.items():
+            rows = pick_eval_rows(data_root / "eval" / task / name, EVAL_FIRST[split])
+            (tmp / "eval" / task / name).write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+            sources[f"eval/{task}/{name}"] = [f"eval/{task}/{name}"]
+            eval_counts[f"{task}_{split}"] = len(rows)
 
     (tmp / "LICENSES").mkdir()
     (tmp / "LICENSES" / "Go-BSD-3-Clause.txt").write_text(GO_LICENSE, encoding="utf-8")
@@ -305,9 +308,10 @@ the mount's files come from openai/whisper `whisper/assets/gpt2` and EleutherAI/
 
 ## Evaluation: `eval/`
 
-AI2 ARC test questions in the AI2 layout (file names as in the full mount, but only a selection of rows:
-the first {EVAL_FIRST} of each test file plus the first rows with numeric labels, 3 and 5 choices):
-{", ".join(f"{task} {n}" for task, n in eval_counts.items())} questions. Licence: CC BY-SA 4.0, Allen Institute for AI
+AI2 ARC questions in the AI2 layout, test and dev ("validation", what in-training evaluation scores) files
+only, no train files (zero-shot). File names are those of the full mount, but only a selection of rows is
+kept: the first {EVAL_FIRST["test"]} (test) or {EVAL_FIRST["validation"]} (dev) rows plus the first rows with numeric labels, 3 and 5 choices:
+{", ".join(f"{key} {n}" for key, n in eval_counts.items())} questions. Licence: CC BY-SA 4.0, Allen Institute for AI
 (LICENSES/ARC-CC-BY-SA-4.0.txt). OpenBookQA is not included: its licence could not be confirmed from the
 data root's notes (its dataset card says "unknown"); `make demo` then scores ARC only.
 

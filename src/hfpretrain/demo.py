@@ -9,6 +9,8 @@ from pathlib import Path
 
 from hfpretrain.data import tokenize_corpus
 from hfpretrain.eval import evaluate_checkpoint, generate
+from hfpretrain.eval.ai2 import available_tasks
+from hfpretrain.eval.local_tasks import DEFAULT_TASKS
 from hfpretrain.paths import data_root
 from hfpretrain.study.plots import plot_run
 from hfpretrain.training import pretrain
@@ -16,7 +18,9 @@ from hfpretrain.training import pretrain
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_demo(out: str | Path = "out/demo", max_steps: int = 300, eval_limit: int = 200) -> dict:
+def run_demo(out: str | Path = "out/demo", max_steps: int = 300, eval_limit: int = 200,
+             overrides: list[str] | None = None) -> dict:
+    """``overrides``: more ``section.key=value`` recipe overrides for the training step."""
     out, root, t0 = Path(out), data_root(), time.time()
     mix = root / "pretrain" / "mix"
     print("[1/5] tokenize the mini corpus (gpt2 tokenizer, 128-token blocks)")
@@ -26,10 +30,14 @@ def run_demo(out: str | Path = "out/demo", max_steps: int = 300, eval_limit: int
     run_dir = out / "run"
     summary = pretrain(REPO / "recipes" / "tiny_cpu.yaml",
                        [f"data.path={data}", f"training.output_dir={run_dir}", f"training.max_steps={max_steps}",
-                        "training.save_steps=100", "training.eval_steps=100"])
+                        "training.save_steps=100", "training.eval_steps=100", *(overrides or [])])
     checkpoint = run_dir / "final"
-    print(f"[3/5] evaluate with lm-eval (ARC-Easy, ARC-Challenge, OpenBookQA; first {eval_limit} questions each)")
-    results = evaluate_checkpoint(checkpoint, limit=eval_limit, batch_size=32, out_dir=out / "eval")
+    tasks = available_tasks(DEFAULT_TASKS, root)
+    missing = [t for t in DEFAULT_TASKS if t not in tasks]
+    print(f"[3/5] evaluate with lm-eval ({', '.join(tasks)}; first {eval_limit} questions each"
+          + (f"; {', '.join(missing)}: not in {root}" if missing else "") + ")")
+    results = evaluate_checkpoint(checkpoint, tasks=tasks, limit=eval_limit, batch_size=32, out_dir=out / "eval",
+                                  data_root=root)
     print("[4/5] generate")
     samples = generate(checkpoint, ["The history of", "def main():"], max_new_tokens=40, temperature=0.8, top_p=0.95,
                        seed=0)
@@ -40,7 +48,7 @@ def run_demo(out: str | Path = "out/demo", max_steps: int = 300, eval_limit: int
     report = {
         "validation_loss": summary["final_eval"].get("eval_loss"),
         "lm_eval": {task: {k: v for k, v in r.items() if k.startswith("acc")} for task, r in results["results"].items()},
-        "log": str(run_dir / "log.jsonl"), "plot": str(plot), "checkpoint": str(checkpoint),
+        "data_root": str(root), "log": str(run_dir / "log.jsonl"), "plot": str(plot), "checkpoint": str(checkpoint),
         "eval_summary": str(out / "eval" / "summary.md"), "minutes": round((time.time() - t0) / 60, 1),
     }
     print(json.dumps(report, indent=2))

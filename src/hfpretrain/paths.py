@@ -1,13 +1,22 @@
 """Where local data lives, and how a name that may be a Hub id or a local path is resolved.
 
 The data root (tokenizers/, eval/, pretrain/ as in the shared data mount) comes from the
-``DATA_ROOT`` environment variable; nothing in the project hard-codes it.
+``DATA_ROOT`` environment variable; nothing in the project hard-codes it. When it is not set,
+the small embedded root shipped with the package is used (:data:`EMBEDDED_DATA_ROOT`: a
+Pile-format sample, the GPT-2 tokenizer and a few dozen ARC questions; see its README.md),
+and one log line says so.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED_DATA_ROOT = Path(__file__).resolve().parent / "assets" / "default_data"
+_said_embedded = False
 
 
 class MissingDataError(FileNotFoundError):
@@ -15,23 +24,36 @@ class MissingDataError(FileNotFoundError):
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path:
-    """``root`` if given, else ``$DATA_ROOT``; one clear error line otherwise."""
+    """``root`` if given, else ``$DATA_ROOT``, else the embedded root (one log line, once per process)."""
+    global _said_embedded
     root = root if root not in (None, "") else os.environ.get("DATA_ROOT")
     if not root:
-        raise MissingDataError(
-            "DATA_ROOT is not set: point it at a folder holding tokenizers/, eval/ and pretrain/ "
-            "(e.g. `export DATA_ROOT=/path/to/data`)"
-        )
+        if not EMBEDDED_DATA_ROOT.is_dir():
+            raise MissingDataError(
+                f"DATA_ROOT is not set and the embedded data ({EMBEDDED_DATA_ROOT}) is missing: point DATA_ROOT "
+                "at a folder holding tokenizers/, eval/ and pretrain/ (e.g. `export DATA_ROOT=/path/to/data`)"
+            )
+        if not _said_embedded:
+            logger.warning("DATA_ROOT is not set: using the small embedded data in %s (set DATA_ROOT for the full data)",
+                           EMBEDDED_DATA_ROOT)
+            _said_embedded = True
+        return EMBEDDED_DATA_ROOT
     path = Path(root).expanduser()
     if not path.is_dir():
         raise MissingDataError(f"DATA_ROOT={root} is not a directory")
     return path
 
 
+def using_embedded_data(root: str | os.PathLike | None = None) -> bool:
+    """Whether :func:`data_root` (for this ``root``) is the embedded sample rather than a full data root."""
+    root = root if root not in (None, "") else os.environ.get("DATA_ROOT")
+    return not root or Path(root).expanduser().resolve() == EMBEDDED_DATA_ROOT
+
+
 def resolve(name: str | os.PathLike) -> str:
     """Turn ``name`` into something ``from_pretrained``/``load_dataset`` accept.
 
-    An existing path is returned as is; ``data:foo/bar`` means ``$DATA_ROOT/foo/bar``; anything
+    An existing path is returned as is; ``data:foo/bar`` means ``<data root>/foo/bar``; anything
     else is treated as a Hub id, which fails clearly when the Hub is unreachable (offline mode).
     """
     name = str(name)

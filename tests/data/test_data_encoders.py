@@ -41,7 +41,8 @@ def _json(data_root, name):
     return load_tokenizer(str(data_root / "tokenizers" / name)).backend_tokenizer.to_str()
 
 
-@pytest.mark.parametrize("name", ["gpt2", "qwen3", "llama3"])
+@pytest.mark.parametrize("name", ["gpt2", pytest.param("qwen3", marks=pytest.mark.full_data("Qwen3 tokenizer")),
+                                  pytest.param("llama3", marks=pytest.mark.full_data("Llama 3 tokenizer"))])
 def test_tiktoken_ids_equal_hf_on_mini_corpus_and_tricky_text(data_root, corpus, name):
     tj = _json(data_root, name)
     assert choose_encoder(tj)[0] == "tiktoken"
@@ -50,6 +51,7 @@ def test_tiktoken_ids_equal_hf_on_mini_corpus_and_tricky_text(data_root, corpus,
     assert sum(map(len, tk)) > 100_000  # the corpus was really encoded
 
 
+@pytest.mark.full_data("Qwen3 tokenizer")
 def test_conversion_details(data_root):
     gpt2, qwen3 = tiktoken_spec(_json(data_root, "gpt2")), tiktoken_spec(_json(data_root, "qwen3"))
     assert gpt2["pat_str"] == encoders.GPT2_PATTERN and not gpt2["nfc"] and gpt2["added"] == {}
@@ -115,6 +117,7 @@ def _run(tmp_path, data_root, name, encoder):
                            seq_len=64, val_inputs=[mix / "mini_val.jsonl.zst"], val_docs=50, encoder=encoder)
 
 
+@pytest.mark.full_data("Qwen3 tokenizer")
 def test_pipeline_output_is_the_same_with_either_encoder(tmp_path, data_root):
     hf, tk = _run(tmp_path, data_root, "qwen3", "hf"), _run(tmp_path, data_root, "qwen3", "auto")
     mh, mt = (json.loads((p / "manifest.json").read_text()) for p in (hf, tk))

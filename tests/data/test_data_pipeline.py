@@ -235,6 +235,7 @@ def test_parquet_glob_and_blend(tmp_path, gpt2_tokenizer):
     assert m["inputs"][0]["epochs"] == 2.0 and m["inputs"][1]["epochs"] == 0.5
 
 
+@pytest.mark.full_data("Qwen3 and Llama 3 tokenizers")
 def test_eos_choice_for_qwen3_and_llama3(data_root):
     qwen = load_tokenizer(data_root / "tokenizers" / "qwen3")
     assert qwen.eos_token == "<|im_end|>"
@@ -246,6 +247,7 @@ def test_eos_choice_for_qwen3_and_llama3(data_root):
         pick_eos(qwen, "<nope>")
 
 
+@pytest.mark.full_data("Qwen3 tokenizer")
 def test_qwen3_blocks_are_uint32(tmp_path, data_root):
     src = write_jsonl(tmp_path / "a.jsonl", [doc("Hello world! " * 20) for _ in range(6)])
     out = tokenize_corpus([src], tmp_path / "out", data_root / "tokenizers" / "qwen3", seq_len=16, val_docs=2)

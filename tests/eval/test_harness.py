@@ -12,10 +12,15 @@ import pytest
 
 from hfpretrain.eval import evaluate_checkpoint
 from hfpretrain.eval.harness import CheckpointNotFoundError
+from hfpretrain.eval.ai2 import FULL_SIZES
 from hfpretrain.eval.local_tasks import TASK_DIR
+from hfpretrain.paths import using_embedded_data
 
 REPO = Path(__file__).resolve().parents[2]
-TASKS = ("arc_easy", "arc_challenge", "openbookqa")
+# The embedded sample data (no DATA_ROOT) has 48 test questions of each ARC task and no OpenBookQA.
+EMBEDDED = using_embedded_data()
+TASKS = ("arc_easy", "arc_challenge") if EMBEDDED else ("arc_easy", "arc_challenge", "openbookqa")
+TEST_SIZES = {"arc_easy": 48, "arc_challenge": 48} if EMBEDDED else {t: FULL_SIZES[t]["test"] for t in TASKS}
 
 
 def _env(data_root):
@@ -39,7 +44,7 @@ def test_evaluate_checkpoint_runs_each_task(evaluated):
         for m in ("acc,none", "acc_norm,none", "acc_stderr,none", "acc_norm_stderr,none"):
             assert isinstance(r[m], float)
         assert 0.0 <= r["acc,none"] <= 1.0
-        assert res["n-samples"][t] == {"original": {"arc_easy": 2376, "arc_challenge": 1172, "openbookqa": 500}[t], "effective": 8}
+        assert res["n-samples"][t] == {"original": TEST_SIZES[t], "effective": 8}
         assert res["configs"][t]["num_fewshot"] == 0
     info = res["hfpretrain"]
     import lm_eval  # noqa: F401
@@ -72,17 +77,19 @@ def test_avg_logprob_scoring_consistent_with_lm_eval(evaluated):
 
 
 def test_per_token_average_rule(tiny_checkpoint, data_root):
-    """acc_avg_logprob picks argmax(sum_logprob / n_answer_tokens) with HFLM's tokenization."""
+    """acc_avg_logprob picks argmax(sum_logprob / n_answer_tokens) with HFLM's tokenization (on OpenBookQA,
+    whose lm-eval prompt differs from the reference one; on ARC-Easy with the embedded data)."""
     from lm_eval.models.huggingface import HFLM
 
     from hfpretrain.eval.local_tasks import load_tasks
     from hfpretrain.eval.scoring import continuation_token_count, reference_context, score_docs
 
     lm = HFLM(pretrained=str(tiny_checkpoint), tokenizer=str(tiny_checkpoint), device="cpu", batch_size=4)
-    task = load_tasks(["openbookqa"], data_root)["openbookqa"]
+    name = "arc_easy" if EMBEDDED else "openbookqa"
+    task = load_tasks([name], data_root)[name]
     doc = task.test_docs()[0]
     ctx = reference_context(doc)
-    assert ctx == f"Question: {doc['question_stem']}\nAnswer:"
+    assert ctx == f"Question: {doc['question' if EMBEDDED else 'question_stem']}\nAnswer:"
     import torch
 
     model, tok = lm.model, lm.tokenizer
@@ -107,7 +114,7 @@ def test_lm_eval_cli_offline_with_include_path(tiny_checkpoint, data_root, tmp_p
     cmd = [
         sys.executable, "-m", "lm_eval", "--model", "hf",
         "--model_args", f"pretrained={tiny_checkpoint},dtype=float32",
-        "--tasks", "arc_easy,arc_challenge,openbookqa", "--include_path", str(TASK_DIR),
+        "--tasks", ",".join(TASKS), "--include_path", str(TASK_DIR),
         "--device", "cpu", "--batch_size", "8", "--limit", "2", "--output_path", str(tmp_path),
     ]
     p = subprocess.run(cmd, env=_env(data_root), capture_output=True, text=True, timeout=300)

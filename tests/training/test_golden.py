@@ -7,7 +7,9 @@ To regenerate after an intended change (and say why in the commit message):
 
     HFPRETRAIN_REGEN_GOLDEN=1 python -m pytest tests/training/test_golden.py
 
-which rewrites the JSON from the reference run and then passes.
+which rewrites the JSON from the reference run and then passes. The losses depend on the data: the
+full data mount's mini corpus (DATA_ROOT set) has golden_tiny_loss.json, the embedded sample data
+(DATA_ROOT unset) golden_tiny_loss_embedded.json; regenerate each with its data.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import pytest
 import torch
 import transformers
 
+from hfpretrain.paths import using_embedded_data
 from train_utils import REFERENCE, step_losses
 
-GOLDEN = Path(__file__).with_name("golden_tiny_loss.json")
+GOLDEN = Path(__file__).with_name("golden_tiny_loss_embedded.json" if using_embedded_data() else "golden_tiny_loss.json")
 
 
 def test_golden_tiny_loss(reference_run):
@@ -30,7 +33,8 @@ def test_golden_tiny_loss(reference_run):
     steps = sorted(losses)
     if os.environ.get("HFPRETRAIN_REGEN_GOLDEN"):
         GOLDEN.write_text(json.dumps({
-            "what": "per-step train loss of the reference run (tests/training/train_utils.py: BASE + REFERENCE)",
+            "what": "per-step train loss of the reference run (tests/training/train_utils.py: BASE + REFERENCE)"
+                    + (" on the embedded sample data" if using_embedded_data() else ""),
             "overrides": REFERENCE, "torch": torch.__version__, "transformers": transformers.__version__,
             "losses": {str(s): losses[s] for s in steps},
         }, indent=2) + "\n")

@@ -117,6 +117,7 @@ def _plan(data_path, extra):
     return pretrain(None, make_overrides(data_path, "unused", {"training.max_steps": "2", **extra}), dry_run=True)
 
 
+@pytest.mark.full_data("Qwen3 tokenizer")
 def test_tokenizer_of_other_data_is_refused(mini_blocks, data_root):
     """GPT-2 data with the Qwen3 tokenizer trained, and shipped the Qwen3 tokenizer, exit 0."""
     qwen3 = data_root / "tokenizers" / "qwen3"

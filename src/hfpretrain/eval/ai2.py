@@ -1,6 +1,7 @@
 """Local AI2-format ARC / OpenBookQA files -> the Hugging Face layout lm-eval's tasks expect.
 
-Files live under ``$DATA_ROOT/eval/`` (see SOURCES.md section 1).  The AI2 layout is
+Files live under ``$DATA_ROOT/eval/`` (see SOURCES.md section 1); without ``DATA_ROOT``, under the
+embedded data root, which holds a few dozen ARC test and dev questions per task and no OpenBookQA.  The AI2 layout is
 ``{"id", "question": {"stem", "choices": [{"text", "label"}, ...]}, "answerKey"}``; the HF
 layout (``allenai/ai2_arc``, ``allenai/openbookqa``) that lm-eval's built-in task YAMLs
 template over is
@@ -53,7 +54,7 @@ class MissingEvalDataError(paths.MissingDataError):
 
 
 def resolve_data_root(data_root: str | os.PathLike | None = None) -> Path:
-    """``data_root`` if given, else ``$DATA_ROOT``; one clear error line otherwise."""
+    """``data_root`` if given, else ``$DATA_ROOT``, else the embedded data root (see ``hfpretrain.paths``)."""
     try:
         return paths.data_root(data_root)
     except paths.MissingDataError as err:
@@ -76,13 +77,25 @@ def base_task(task: str) -> str:
     return task
 
 
+def _missing(task: str, split: str, path: Path) -> MissingEvalDataError:
+    msg = f"missing evaluation file for {task} ({split}): {path}"
+    if path.is_relative_to(paths.EMBEDDED_DATA_ROOT):
+        msg += " (the embedded data holds ARC test and dev questions only: set DATA_ROOT to a full data root)"
+    return MissingEvalDataError(msg)
+
+
 def check_files(tasks, data_root=None, splits=("test",)) -> None:
     """Raise MissingEvalDataError (one line) if a needed file is absent."""
     for task in tasks:
         for split in splits:
             path = split_path(task, split, data_root)
             if not path.is_file():
-                raise MissingEvalDataError(f"missing evaluation file for {task} ({split}): {path}")
+                raise _missing(task, split, path)
+
+
+def available_tasks(tasks, data_root=None, split: str = "test") -> list[str]:
+    """The tasks of ``tasks`` whose ``split`` file exists (the embedded data root has no OpenBookQA)."""
+    return [t for t in tasks if split_path(t, split, data_root).is_file()]
 
 
 def to_hf(row: dict, task: str) -> dict:
@@ -99,7 +112,7 @@ def to_hf(row: dict, task: str) -> dict:
 def read_split(task: str, split: str, data_root=None) -> list[dict]:
     path = split_path(task, split, data_root)
     if not path.is_file():
-        raise MissingEvalDataError(f"missing evaluation file for {task} ({split}): {path}")
+        raise _missing(task, split, path)
     rows = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):

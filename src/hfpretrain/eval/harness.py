@@ -12,10 +12,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 from importlib import metadata as _md
 from pathlib import Path
 
+from hfpretrain.eval.ai2 import resolve_data_root
 from hfpretrain.eval.local_tasks import DEFAULT_TASKS, load_tasks, task_manager
 
 SCORINGS = ("lm_eval", "avg_logprob", "both")
@@ -120,7 +120,7 @@ def evaluate_checkpoint(
         "device": str(lm.device),
         "num_fewshot": 0,
         "limit": limit,
-        "data_root": str(Path(data_root or os.environ.get("DATA_ROOT", "")).expanduser()),
+        "data_root": str(resolve_data_root(data_root)),
         "scoring": scoring,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }

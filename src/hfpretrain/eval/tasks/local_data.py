@@ -2,7 +2,8 @@
 
 lm-eval calls ``custom_dataset(**metadata, **dataset_kwargs)``.  The data root comes from the
 ``data_root`` metadata key (``--metadata '{"data_root": "/path"}'`` or
-``TaskManager(metadata={"data_root": ...})``), else from the ``DATA_ROOT`` environment variable.
+``TaskManager(metadata={"data_root": ...})``), else from the ``DATA_ROOT`` environment variable, else the
+embedded data root (``hfpretrain.paths``).
 ``dataset_kwargs.local_task`` names which files to read.
 """
 
