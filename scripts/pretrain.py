@@ -32,6 +32,13 @@ def main() -> int:
     finally:
         shutdown_distributed()
     if args.dry_run:
+        data = result["plan"].get("data")
+        if data:  # a mixture: the phases, as a table (stderr; stdout stays JSON)
+            from hfpretrain.training.mixture import phase_lines
+            from hfpretrain.training.run import MAX_PASSES_WITHOUT_WARNING
+
+            print("\n".join(phase_lines(data, MAX_PASSES_WITHOUT_WARNING, result["plan"].get("lr_schedule"))),
+                  file=sys.stderr)
         print(json.dumps(result, indent=2, default=str))
     return 0
 

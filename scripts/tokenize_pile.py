@@ -26,6 +26,9 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="output folder (train/, validation/, tokenizer/, manifest.json)")
     p.add_argument("--num-proc", type=int, default=1, help="processes for reading and tokenizing")
     p.add_argument("--max-docs", type=int, default=None, help="limit train documents (for testing)")
+    p.add_argument("--sets", nargs="+", default=None, metavar="SET",
+                   help="keep only documents of these pile_set_names (train and validation), e.g. --sets Books "
+                        "TechDocs Math: a high-quality subset of a mix for a curriculum phase")
     p.add_argument("--eos-token", default=None, help="end-of-text token (default: <|endoftext|>/<|end_of_text|> if present, else eos)")
     p.add_argument("--on-bad", choices=["skip", "fail"], default="skip", help="bad input records: skip and count (default) or fail")
     p.add_argument("--max-bad-fraction", type=float, default=0.01, help="with --on-bad skip, fail above this fraction of bad records")
@@ -53,7 +56,7 @@ def main(argv=None) -> int:
             val_inputs=args.val_input, val_docs=args.val_docs, num_proc=args.num_proc,
             max_docs=args.max_docs, force=args.force, on_bad=args.on_bad,
             max_bad_fraction=args.max_bad_fraction, eos_token=args.eos_token, blend=args.blend,
-            encoder=args.encoder,
+            encoder=args.encoder, sets=args.sets,
         )
     except DataError as e:
         sys.exit(f"error: {e}")

@@ -41,3 +41,11 @@ def test_run_report_has_every_section(mini_blocks, tmp_path):
     assert "arc_easy" in (run / "report.md").read_text()
     proc = subprocess.run([*SCRIPT, str(tmp_path)], capture_output=True, text=True, env=_env(), cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1
+
+    # scripts/plot.py: the four panels of any run folder
+    plot = [sys.executable, str(REPO / "scripts" / "plot.py")]
+    proc = subprocess.run([*plot, str(run), "--out", str(tmp_path / "p.png")], capture_output=True, text=True,
+                          env=_env(), cwd=REPO)
+    assert proc.returncode == 0 and (tmp_path / "p.png").stat().st_size > 20_000, proc.stderr[-1000:]
+    proc = subprocess.run([*plot, str(tmp_path / "nothing")], capture_output=True, text=True, env=_env(), cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ")

@@ -45,6 +45,11 @@ def dry_run_overrides(path) -> list[str]:
     return vocab_overrides(path) + cpu_overrides(path)
 
 
+def source_overrides(path, data) -> list[str]:
+    """A mixture recipe's sources (recipes/curriculum_small.yaml), all pointed at ``data`` for its plan."""
+    return [f"data.sources.{name}={data}" for name in load_recipe(path, ["data.path=x"]).data.sources]
+
+
 def test_recipes_are_shipped():
     assert TINY_RECIPE in RECIPES and len(RECIPES) >= 2
 
@@ -63,7 +68,8 @@ def test_recipe_dry_run(path, mini_blocks, tmp_path):
     shapes cost no memory (peak RSS grows by far less than the 7 GB of fp32 weights of 1.8B)."""
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     out = pretrain(path, [f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}",
-                          "logging.peak_flops=1e15", *dry_run_overrides(path)], dry_run=True)
+                          "logging.peak_flops=1e15", *dry_run_overrides(path), *source_overrides(path, mini_blocks)],
+                   dry_run=True)
     grown_gib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024**2
     assert grown_gib < 0.5, f"dry run allocated {grown_gib:.2f} GiB"
     plan = out["plan"]

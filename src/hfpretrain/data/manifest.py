@@ -2,14 +2,15 @@
 
 The fingerprint is a sha256 over: the input sources (path, size and mtime for local files;
 the id for Hub datasets; fraction/pass for blends), the tokenizer hash, the end-of-text id,
-seq_len, val_docs, max_docs and :data:`PIPELINE_VERSION`. It is cheap (no file reads), so
-checking whether a finished output can be reused is instant; the manifest also records each
+seq_len, val_docs, max_docs, the selected sets (``--sets``, when given) and :data:`PIPELINE_VERSION`.
+It is cheap (no file reads), so checking whether a finished output can be reused is instant; the manifest also records each
 input's sha256, computed while building.
 
 Manifest keys (top level): ``format``, ``pipeline_version``, ``created``, ``fingerprint``,
 ``layout``, ``seq_len``, ``dtype``, ``tokenizer`` {name_or_path, vocab_size, eos_token,
 eos_token_id, sha256, class, encoder {name, reason}}, ``inputs`` / ``val_inputs`` [{path, kind, size, sha256}], ``val_docs``,
-``max_docs``, ``on_bad``, ``max_bad_fraction``, ``sets`` (index -> name for ``set_ids``),
+``max_docs``, ``select_sets`` (``--sets``: the only sets kept, or null), ``on_bad``, ``max_bad_fraction``,
+``sets`` (index -> name for ``set_ids``),
 ``train`` / ``validation`` {records_read, documents, skipped {reason: n}, bad_examples
 [{where, reason}], tokens, text_tokens, eos_tokens, blocks, block_tokens, dropped_tail_tokens,
 tokens_per_set, bytes, bare_id_bytes, bytes_overhead}, ``wall_time_s``, ``tokens_per_s``, ``num_proc``.
@@ -37,7 +38,7 @@ def _source_key(src: dict) -> list:
 
 
 def fingerprint(train_sources, val_sources, tokenizer_sha: str, eos_id: int, seq_len: int,
-                val_docs: int, max_docs: int | None) -> str:
+                val_docs: int, max_docs: int | None, sets=None) -> str:
     payload = {
         "train": [_source_key(s) for s in train_sources],
         "val": [_source_key(s) for s in val_sources] if val_sources is not None else None,
@@ -48,6 +49,8 @@ def fingerprint(train_sources, val_sources, tokenizer_sha: str, eos_id: int, seq
         "max_docs": max_docs,
         "version": PIPELINE_VERSION,
     }
+    if sets is not None:  # only when selecting: outputs of all sets keep their fingerprints
+        payload["sets"] = sorted(sets)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -59,6 +59,7 @@ def tokenize_corpus(
     eos_token: str | None = None,
     blend=None,
     encoder: str = "auto",
+    sets=None,
 ) -> Path:
     """Tokenize and pack ``inputs`` (paths/globs/Hub ids, or ``blend`` file) into ``out``.
 
@@ -68,6 +69,8 @@ def tokenize_corpus(
     working directory (or a folder holding it), the home folder or a filesystem root.
     ``encoder``: ``"auto"`` (tiktoken if installed and exact for this tokenizer, else HF),
     ``"hf"`` or ``"tiktoken"``; the ids are the same, so it is not part of the fingerprint.
+    ``sets``: keep only documents of these ``pile_set_name``s (train and validation), e.g. a
+    high-quality subset of a mix for a curriculum's last phase; every named set must occur.
     Raises :class:`DataError` (one-line message) for user-facing problems.
     """
     import datasets
@@ -87,6 +90,10 @@ def tokenize_corpus(
         raise DataError(f"encoder must be one of {ENCODERS}, got {encoder!r}")
     if max_docs is not None and max_docs < 1:
         raise DataError(f"max_docs must be >= 1, got {max_docs}")
+    if sets is not None:
+        sets = sorted({str(s).strip() for s in ([sets] if isinstance(sets, str) else sets)} - {""})
+        if not sets:
+            raise DataError("sets: name at least one pile_set_name to keep")
     out = Path(out).expanduser().resolve()
     num_proc = max(1, int(num_proc or 1))
     if force:
@@ -103,7 +110,7 @@ def tokenize_corpus(
     eos_name, eos_id = pick_eos(tok, eos_token)
     tok_json = tok.backend_tokenizer.to_str()  # serialised once: hashed here, run by the encoders
     tok_sha = tokenizer_sha256(tok_json)
-    fp = fingerprint(train_sources, val_sources, tok_sha, eos_id, seq_len, val_docs, max_docs)
+    fp = fingerprint(train_sources, val_sources, tok_sha, eos_id, seq_len, val_docs, max_docs, sets)
 
     old = read_manifest(out)
     if out.exists():
@@ -131,7 +138,7 @@ def tokenize_corpus(
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         return _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
-                      val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets)
+                      val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, sets)
 
     try:
         try:
@@ -205,7 +212,7 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
         os.replace(tmp, out)
 
 
-def _generate(sources, on_bad, limit, num_proc, cache_dir, datasets, name):
+def _generate(sources, on_bad, limit, num_proc, cache_dir, datasets, name, sets=None):
     if not sources:
         raise DataError(f"no {name} input")
     features = datasets.Features({c: datasets.Value("string") for c in RAW_COLUMNS})
@@ -214,11 +221,18 @@ def _generate(sources, on_bad, limit, num_proc, cache_dir, datasets, name):
             generate_records,
             features=features,
             cache_dir=str(cache_dir),
-            gen_kwargs={"files": sources, "on_bad": on_bad, "limit": limit},
+            # sets as a tuple: datasets shards over the lists in gen_kwargs (the files)
+            gen_kwargs={"files": sources, "on_bad": on_bad, "limit": limit,
+                        "sets": tuple(sets) if sets is not None else None},
             num_proc=min(num_proc, len(sources)) if len(sources) > 1 else None,
             split=datasets.Split.TRAIN,
         )
     except DataError:
+        raise
+    except ValueError as e:
+        if sets is not None and "corresponds to no data" in str(e):  # the generator yielded no row
+            raise DataError(f"{name}: no document of the sets {', '.join(sets)} in the input; set names are "
+                            "the inputs' meta.pile_set_name, case-sensitive") from None
         raise
     except Exception as e:  # datasets wraps generator errors; surface ours as one line
         cause = e
@@ -264,7 +278,7 @@ def _check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
 
 
 def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
-           val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets):
+           val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, select_sets=None):
     t_start = time.time()
     cache = tmp / "_cache"
     dtype = ids_dtype(len(tok))
@@ -273,14 +287,16 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
     # 1-2: read, count bad records, cut to the requested number of documents
     if val_sources is None:
         limit = None if max_docs is None else val_docs + max_docs
-        raw = _generate(train_sources, on_bad, limit, num_proc, cache / "train", datasets, "train")
+        raw = _generate(train_sources, on_bad, limit, num_proc, cache / "train", datasets, "train", select_sets)
         skip = np.asarray(raw.data.column("skip").to_numpy(zero_copy_only=False))
         split_at = _cut(skip, val_docs)
         end = _cut(skip, limit)
         parts = {"validation": (raw, 0, split_at), "train": (raw, split_at, end)}
     else:
-        raw_tr = _generate(train_sources, on_bad, max_docs, num_proc, cache / "train", datasets, "train")
-        raw_va = _generate(val_sources, on_bad, val_docs, num_proc, cache / "validation", datasets, "validation")
+        raw_tr = _generate(train_sources, on_bad, max_docs, num_proc, cache / "train", datasets, "train",
+                           select_sets)
+        raw_va = _generate(val_sources, on_bad, val_docs, num_proc, cache / "validation", datasets, "validation",
+                           select_sets)
         skip_tr = np.asarray(raw_tr.data.column("skip").to_numpy(zero_copy_only=False))
         skip_va = np.asarray(raw_va.data.column("skip").to_numpy(zero_copy_only=False))
         parts = {"train": (raw_tr, 0, _cut(skip_tr, max_docs)),
@@ -299,9 +315,10 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
     for split in ("train", "validation"):
         raw, lo, hi = parts[split]
         t_prev = time.time()
-        sub = raw.select(range(lo, hi)) if (lo, hi) != (0, len(raw)) else raw
         if hi - lo == 0 or stats[split]["records_read"] == sum(stats[split]["skipped"].values()):
-            raise DataError(f"{split}: no documents left to tokenize (read {hi - lo} records; skipped {stats[split]['skipped']})")
+            raise DataError(f"{split}: no documents left to tokenize (read {hi - lo} records; skipped {stats[split]['skipped']}"
+                            + (f"; only sets {select_sets} kept" if select_sets else "") + ")")
+        sub = raw.select(range(lo, hi)) if (lo, hi) != (0, len(raw)) else raw
         toks = sub.with_format("arrow").map(
             tokfn, batched=True, batch_size=TOKENIZE_BATCH, num_proc=num_proc if len(sub) >= 2 * TOKENIZE_BATCH else None,
             remove_columns=list(RAW_COLUMNS), desc=f"tokenize {split}",
@@ -347,6 +364,11 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
         }
         del toks, blocks
 
+    missing = [s for s in select_sets or [] if not result["train"]["tokens_per_set"].get(s)]
+    if missing:
+        raise DataError(f"sets: no train document of {', '.join(missing)} in the input (kept: "
+                        f"{', '.join(result['train']['tokens_per_set']) or 'none'}); set names are the inputs' "
+                        "meta.pile_set_name, case-sensitive")
     shutil.rmtree(cache, ignore_errors=True)
     tok.save_pretrained(str(tmp / "tokenizer"))
     sets = [None] * len(set_index)
@@ -374,6 +396,7 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
         "val_inputs": describe_inputs(val_sources) if val_sources is not None else "first val_docs documents of inputs",
         "val_docs": int(val_docs),
         "max_docs": max_docs,
+        "select_sets": select_sets,
         "on_bad": on_bad,
         "max_bad_fraction": max_bad_fraction,
         "num_proc": num_proc,

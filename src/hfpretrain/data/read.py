@@ -288,10 +288,12 @@ def _records(src: dict) -> Iterator[tuple[int, str | None, str | None, str, str]
             yield n, text, set_name, reason, ""
 
 
-def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None = None):
+def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None = None, sets=None):
     """``datasets.Dataset.from_generator`` generator: one row per record of ``files``.
 
     Stops after ``limit`` good documents (per worker; the caller cuts the concatenation).
+    ``sets``: keep only good documents whose ``pile_set_name`` is one of these (the others are
+    neither yielded nor counted: a subset, not bad input).
     """
     if on_bad not in POLICIES:
         raise DataError(f"on_bad must be one of {POLICIES}, got {on_bad!r}")
@@ -311,6 +313,8 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
                     logger.warning("%s: more bad records; see manifest.json for counts", src["path"])
                 warned += 1
                 yield {"text": None, "set": None, "skip": reason, "where": where}
+                continue
+            if sets is not None and set_name not in sets:
                 continue
             if frac < 1.0:
                 key = f"{src['path']}:{line}:{src.get('pass', 0)}".encode()

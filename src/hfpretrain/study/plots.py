@@ -11,7 +11,8 @@ def read_log(path: str | Path) -> list[dict]:
 
 
 def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = None) -> Path:
-    """Train loss per logging window and validation loss against tokens seen."""
+    """A run at a glance, from its log.jsonl: training and validation loss (and bits per byte) against tokens
+    seen, the learning rate, tokens/s and MFU per logging window, and the gradient norm."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,20 +21,48 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
     events = read_log(log_jsonl)
     config = next((e for e in events if e["event"] == "config"), {})
     tokens_per_step = config.get("plan", {}).get("tokens_per_step", 1)
-    train = [(e["step"] * tokens_per_step, e["loss"]) for e in events if e["event"] == "log" and "loss" in e]
-    val = [(e["step"] * tokens_per_step, e["eval_loss"]) for e in events if e["event"] == "eval" and "eval_loss" in e]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if train:
-        ax.plot(*zip(*train), label="train loss")
-    if val:
-        ax.plot(*zip(*val), "o-", label="validation loss")
-    ax.set_xlabel("tokens seen")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.set_title(title or Path(log_jsonl).parent.name)
-    ax.grid(alpha=0.3)
-    ax.legend()
+    logs = [e for e in events if e["event"] == "log" and "loss" in e]
+    evals = [e for e in events if e["event"] == "eval" and "eval_loss" in e]
+
+    def series(rows, key):
+        return [(e["step"] * tokens_per_step, e[key]) for e in rows if e.get(key) is not None]
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    (loss_ax, lr_ax), (speed_ax, grad_ax) = axes
+    if logs:
+        loss_ax.plot(*zip(*series(logs, "loss")), label="train loss", lw=1)
+    if evals:
+        loss_ax.plot(*zip(*series(evals, "eval_loss")), "o-", label="validation loss")
+        bpb = series(evals, "eval_bpb")
+        if bpb:
+            loss_ax.plot(*zip(*bpb), "s--", label="validation bits per byte")
+    loss_ax.set_ylabel("nats/token (bits/byte)")
+    lr = series(logs, "learning_rate")
+    if lr:
+        lr_ax.plot(*zip(*lr))
+    lr_ax.set_ylabel("learning rate")
+    speed = series(logs, "tokens_per_s")
+    if speed:
+        speed_ax.plot(*zip(*speed), label="tokens/s")
+        mfu = series(logs, "mfu")
+        if mfu:
+            twin = speed_ax.twinx()
+            twin.plot(*zip(*mfu), color="C1", lw=1)
+            twin.set_ylabel("MFU", color="C1")
+    speed_ax.set_ylabel("tokens/s (training steps only)")
+    grad = series(logs, "grad_norm")
+    if grad:
+        grad_ax.plot(*zip(*grad))
+        grad_ax.set_yscale("log")
+    grad_ax.set_ylabel("gradient norm (before clipping)")
+    for ax in axes.flat:
+        ax.set_xlabel("tokens seen")
+        ax.grid(alpha=0.3)
+    loss_ax.legend(fontsize=8)
+    fig.suptitle(title or Path(log_jsonl).parent.name)
     fig.tight_layout()
     out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=120)
     plt.close(fig)
     return out_png

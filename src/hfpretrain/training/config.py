@@ -2,7 +2,7 @@
 
 Sections:
   model       which config JSON to build, field overrides, attention backend, compilation, fused loss
-  data        the output folder of ``scripts/tokenize_pile.py``
+  data        the output folder of ``scripts/tokenize_pile.py``, or several with weights and phases
   training    exactly the field names of ``transformers.TrainingArguments``
   evaluation  validation token budget, optional lm-eval scoring during training
   logging     JSONL log, gradient statistics, profiler window, hardware peak override
@@ -56,8 +56,16 @@ class ModelSection:
 
 @dataclass
 class DataSection:
-    path: str = ""  # output folder of tokenize_pile.py (train/, validation/, manifest.json, tokenizer/)
+    # output folder of tokenize_pile.py (train/, validation/, manifest.json, tokenizer/). With `sources`: the
+    # output whose validation split and tokenizer/ the run uses (default: the first source)
+    path: str = ""
     tokenizer: Optional[str] = None  # defaults to <path>/tokenizer
+    # Weighted mixtures and phases (training/mixture.py, docs/training.md § Mixtures and phases):
+    sources: dict = field(default_factory=dict)  # name -> output folder of tokenize_pile.py
+    mixture: dict = field(default_factory=dict)  # name -> weight: one phase, the whole run
+    # [{mixture: {name: weight}, share: fraction of max_steps | steps: N, name: label}]; the last may omit both
+    phases: list = field(default_factory=list)
+    decay_in_last_phase: bool = False  # warmup_stable_decay's num_decay_steps = the last phase's steps
 
 
 @dataclass
@@ -68,6 +76,7 @@ class EvaluationSection:
     final_eval_tokens: Optional[int] = None
     lm_eval_task: Optional[str] = None  # e.g. arc_easy: scored on the live model at every evaluation
     lm_eval_limit: int = 200
+    per_set: bool = False  # final evaluation: loss per pile_set_name of the validation blocks (one more pass)
 
 
 @dataclass
@@ -79,6 +88,10 @@ class LoggingSection:
     peak_flops: Optional[float] = None  # override the detected per-GPU peak (FLOP/s)
     dtype_for_peak: str = "bf16"
     assumed_mfu: float = 0.4  # for the --dry-run time estimate
+    # with report_to including wandb: none | reference (the data and final/ as artifacts that point at their
+    # folders) | upload (final/'s files uploaded; the data is always a reference)
+    wandb_artifacts: str = "reference"
+    wandb_checkpoint_artifacts: bool = False  # each checkpoint as a model artifact too (a reference)
 
 
 @dataclass
@@ -123,6 +136,7 @@ _CHOICES = {
     "resume_mismatch": {"error", "allow"},
     "optimizer.name": {"adamw", "muon"},
     "optimizer.muon_lr_scale": {"match_rms_adamw", "original"},
+    "logging.wandb_artifacts": {"none", "reference", "upload"},
 }
 
 
@@ -226,9 +240,86 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     backends = list(recipe.model.sdpa_backends)
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
         raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")
+    check_data_section(recipe.data, recipe.training)
+    if not recipe.data.path and recipe.data.sources:
+        recipe.data.path = str(next(iter(recipe.data.sources.values())))  # validation + tokenizer: the first
     if not recipe.data.path:
-        raise RecipeError("data.path is not set: point it at the output folder of scripts/tokenize_pile.py")
+        raise RecipeError("data.path is not set: point it at the output folder of scripts/tokenize_pile.py "
+                          "(or name several in data.sources)")
     return recipe
+
+
+PHASE_KEYS = ("mixture", "share", "steps", "name")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_mixture(where: str, mixture, sources: dict) -> None:
+    if not isinstance(mixture, dict) or not mixture:
+        raise RecipeError(f"{where}: expected a mapping of source name -> weight, got {mixture!r}")
+    for name, weight in mixture.items():
+        if name not in sources:
+            raise RecipeError(f"{where}: unknown source '{name}'{_nearest(str(name), sources)}: data.sources "
+                              f"names {sorted(sources)}")
+        if not _number(weight) or weight != weight:
+            raise RecipeError(f"{where}.{name}: weight must be a number, got {weight!r}")
+        if weight < 0:
+            raise RecipeError(f"{where}.{name}: weight {weight} is negative")
+    if sum(mixture.values()) <= 0:
+        raise RecipeError(f"{where}: the weights sum to 0: give at least one source a positive weight")
+
+
+def check_data_section(data: DataSection, training: dict) -> None:
+    """Mixtures and phases, checked without reading any data: names, weights, shares (one line each)."""
+    sources, phases = data.sources, data.phases
+    if not sources:
+        for key in ("mixture", "phases"):
+            if getattr(data, key):
+                raise RecipeError(f"data.{key} needs data.sources (name -> output folder of tokenize_pile.py)")
+    else:
+        for name, path in sources.items():
+            if not isinstance(path, str) or not path:
+                raise RecipeError(f"data.sources.{name}: expected an output folder of tokenize_pile.py, got {path!r}")
+        if data.mixture and phases:
+            raise RecipeError("data.mixture and data.phases are both set: a one-phase run is data.mixture, "
+                              "several phases each have their own mixture")
+        if not data.mixture and not phases:
+            raise RecipeError("data.sources needs data.mixture (name -> weight) or data.phases")
+        if data.mixture:
+            _check_mixture("data.mixture", data.mixture, sources)
+    for k, phase in enumerate(phases):
+        where = f"data.phases[{k}]"
+        if not isinstance(phase, dict):
+            raise RecipeError(f"{where}: expected a mapping with mixture and share or steps, got {phase!r}")
+        for key in phase:
+            if key not in PHASE_KEYS:
+                raise RecipeError(f"{where}: unknown key '{key}'{_nearest(str(key), PHASE_KEYS)}: a phase takes "
+                                  f"{list(PHASE_KEYS)}")
+        if "mixture" not in phase:
+            raise RecipeError(f"{where}: no mixture (source name -> weight)")
+        _check_mixture(f"{where}.mixture", phase["mixture"], sources)
+        share, steps = phase.get("share"), phase.get("steps")
+        if share is not None and steps is not None:
+            raise RecipeError(f"{where}: give share (fraction of max_steps) or steps, not both")
+        if share is not None and (not _number(share) or not 0 < share <= 1):
+            raise RecipeError(f"{where}.share={share!r} is outside (0, 1]: a phase's share of training.max_steps")
+        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+            raise RecipeError(f"{where}.steps={steps!r}: expected a whole number of steps >= 1")
+        if share is None and steps is None and k < len(phases) - 1:
+            raise RecipeError(f"{where}: only the last phase may leave out share/steps (it takes the rest)")
+    if data.decay_in_last_phase:
+        schedule = training.get("lr_scheduler_type")
+        if getattr(schedule, "value", schedule) != "warmup_stable_decay":
+            raise RecipeError(f"data.decay_in_last_phase needs training.lr_scheduler_type=warmup_stable_decay "
+                              f"(got {schedule!r})")
+        for key in ("num_decay_steps", "num_stable_steps"):
+            if key in (training.get("lr_scheduler_kwargs") or {}):
+                raise RecipeError(f"training.lr_scheduler_kwargs.{key} is set by data.decay_in_last_phase (the decay "
+                                  "is the last phase's steps, the stable part the rest after warmup): leave it out")
+        if not sources:
+            raise RecipeError("data.decay_in_last_phase needs data.sources and data.phases")
 
 
 def recipe_to_yaml(recipe: Recipe) -> str:

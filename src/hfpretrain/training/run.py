@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, TrainingArguments, set_seed
 
+from hfpretrain.data import load_blocks
 from hfpretrain.models import (build_model, count_params, detect_peak_flops, device_name, estimate_memory,
                                flops_per_token, load_config)
 
@@ -27,7 +28,11 @@ from .callbacks import (SIGTERM_RECEIVED, CompileCheckCallback, DataPositionCall
 from .config import SDPA_BACKENDS, Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
 from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, load_input_ids
 from .fast_path import FastPath, choose_fast_path
+from .lineage import WandbLineageCallback, lineage, write_lineage
+from .mixture import (MixtureBlocks, MixtureLogCallback, MixtureSchedule, combined_fingerprint, describe_mixture,
+                      load_sources, mixture_plan, resolve_phases)
 from .loss import loss_chunk_tokens
+from .per_set import per_set_losses
 from .trainer import PretrainTrainer, last_complete_checkpoint
 from .zero import deepspeed_tag
 
@@ -86,7 +91,7 @@ def tokens_per_byte(manifest: dict, split: str = "validation") -> float | None:
 
 
 def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fast: FastPath, manifest: dict,
-              world_size: int | None = None, zero_stage: int | None = None) -> dict:
+              world_size: int | None = None, zero_stage: int | None = None, check_passes: bool = True) -> dict:
     world = world_size or args.world_size
     samples_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
     tokens_per_step = samples_per_step * seq_len
@@ -107,7 +112,7 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
     total_tokens = tokens_per_step * args.max_steps
     train_blocks = int(manifest["train"]["blocks"])
     passes = args.max_steps * samples_per_step / train_blocks
-    if passes > MAX_PASSES_WITHOUT_WARNING:
+    if check_passes and passes > MAX_PASSES_WITHOUT_WARNING:  # a mixture checks each of its sources instead
         logger.warning("this run reads its training data %.1f times (%d blocks, %d samples): repeated tokens "
                        "teach less; more data or a smaller budget is the usual fix", passes, train_blocks,
                        args.max_steps * samples_per_step)
@@ -234,7 +239,10 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
         for key in ("path", "tokenizer"):
             compare(f"data.{key}", (old.get("data") or {}).get(key), new["data"][key])
     else:
-        if old_data.get("fingerprint") != new_data["fingerprint"]:
+        if old_data.get("fingerprint") != new_data["fingerprint"] and ("mixture" in old_data or "mixture" in new_data):
+            diffs.append(f"data mixture ({old_data.get('mixture') or old_data.get('data_path')}) → "
+                         f"({new_data.get('mixture') or new_data.get('data_path')})")
+        elif old_data.get("fingerprint") != new_data["fingerprint"]:
             diffs.append(f"data (manifest fingerprint) {old_data.get('data_path')} {str(old_data.get('fingerprint'))[:8]} "
                          f"→ {new_data['data_path']} {str(new_data['fingerprint'])[:8]}")
         compare("data seq_len", old_data.get("seq_len"), new_data["seq_len"])
@@ -296,6 +304,19 @@ def check_resume(checkpoint: str, recipe: Recipe, data_info: dict, max_steps: in
                        "the summary are that checkpoint's. Raise training.max_steps to train on", folder, step, max_steps)
 
 
+def decay_in_last_phase(args: TrainingArguments, decay_steps: int) -> dict:
+    """warmup_stable_decay with its decay over the last phase: num_decay_steps = that phase's steps."""
+    warmup = args.get_warmup_steps(args.max_steps)
+    if warmup + decay_steps > args.max_steps:
+        raise ValueError(f"data.decay_in_last_phase: {warmup} warmup steps + {decay_steps} decay steps (the last phase) "
+                         f"> training.max_steps={args.max_steps}: shorten the warmup or the last phase")
+    kwargs = args.lr_scheduler_kwargs if isinstance(args.lr_scheduler_kwargs, dict) else {}
+    args.lr_scheduler_kwargs = {**kwargs, "num_decay_steps": decay_steps}
+    return {"type": "warmup_stable_decay", "warmup_steps": warmup,
+            "stable_steps": args.max_steps - warmup - decay_steps, "num_decay_steps": decay_steps,
+            "decay_starts_at_step": args.max_steps - decay_steps, **args.lr_scheduler_kwargs}
+
+
 def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None, dry_run: bool = False,
              world_size: int | None = None, zero_stage: int | None = None) -> dict:
     """Train (or with ``dry_run`` only plan; ``world_size``/``zero_stage`` then describe the launch
@@ -322,11 +343,27 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     args = training_arguments(recipe, dry_run)
     fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=dry_run)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size if dry_run else None,
-                     zero_stage if dry_run else None)
+                     zero_stage if dry_run else None, check_passes=not recipe.data.sources)
+    schedule = None
+    if recipe.data.sources:  # a weighted mixture, in phases (training/mixture.py)
+        sources = load_sources(recipe.data.sources, manifest, recipe.data.path, read_manifest)
+        schedule = MixtureSchedule(sources, resolve_phases(recipe.data, args.max_steps), plan["samples_per_step"])
+        plan["data"] = mixture_plan(schedule, seq_len, MAX_PASSES_WITHOUT_WARNING)
+        plan["train_blocks"] = sum(s.train_blocks for s in sources.values())
+        plan["passes_over_data"] = max(s["passes"] for s in plan["data"]["sources"].values())
+        data_info.update(fingerprint=combined_fingerprint(schedule, manifest.get("fingerprint")),
+                         mixture=describe_mixture(schedule))
+        if recipe.data.decay_in_last_phase:
+            plan["lr_schedule"] = decay_in_last_phase(args, schedule.phases[-1].steps)
     if dry_run:
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
     # Before anything is written to output_dir: is its checkpoint this run's?
     data_info["samples_per_step"] = plan["samples_per_step"]
+    data_seed = args.data_seed or args.seed
+    record = lineage(recipe.data.path, manifest, recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"),
+                     data_info["tokenizer_sha256"], seq_len, plan["samples_per_step"], args.max_steps, data_seed,
+                     schedule)
+    data_info["lineage"] = record  # in each checkpoint's data.json (a resume compares the keys above it)
     resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
     refuse_deepspeed_checkpoint(resume, bool(args.deepspeed) or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true")
     if resume:
@@ -349,7 +386,11 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     n_compiled = compile_model(model, fast.compile, recipe.model.compile_backend, fast.compile_mode)
 
     train_length = args.max_steps * plan["samples_per_step"]
-    train_blocks = ShuffledBlocks(load_input_ids(recipe.data.path, "train"), train_length, args.data_seed or args.seed)
+    if schedule is None:
+        train_blocks = ShuffledBlocks(load_input_ids(recipe.data.path, "train"), train_length, data_seed)
+    else:
+        train_blocks = MixtureBlocks([load_input_ids(s.path, "train") for s in schedule.sources.values()], schedule,
+                                     data_seed)
     val_blocks = load_input_ids(recipe.data.path, "validation")
     eval_blocks = EvalBlocks(val_blocks, recipe.evaluation.eval_tokens // seq_len)
     final_tokens = recipe.evaluation.final_eval_tokens
@@ -360,14 +401,19 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     if args.process_index == 0:
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(recipe_yaml)
+        write_lineage(out, record)
 
     jsonl = JsonlLogCallback(out / recipe.logging.jsonl, {"recipe": recipe_to_dict(recipe), "plan": plan,
-                                                           "loss_impl": loss_impl, "compiled_modules": n_compiled})
+                                                           "loss_impl": loss_impl, "compiled_modules": n_compiled,
+                                                           "lineage": record})
     throughput = ThroughputCallback(plan["tokens_per_step"], plan["flops_per_token"], plan["peak_flops_per_gpu"],
                                     args.world_size)
     grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
     callbacks = [throughput, MemoryCallback(), grad_stats, jsonl, PreemptionCallback(),
                  ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx)]
+    mixture_log = MixtureLogCallback(schedule, seq_len) if schedule is not None else None
+    if mixture_log:
+        callbacks.insert(0, mixture_log)  # before the JSONL log and wandb: tokens seen per source
     if recipe.evaluation.lm_eval_task:
         from hfpretrain.eval.callback import LmEvalCallback  # eval sits after training: import only on request
 
@@ -383,7 +429,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         liger_min_chunk_tokens=recipe.model.liger_min_chunk_tokens, nan_policy=recipe.nan_policy,
         compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode,
         decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
-        train_blocks=len(train_blocks.blocks), tokens_per_byte=plan["validation_tokens_per_byte"],
+        train_blocks=len(train_blocks.blocks) if schedule is None else None,
+        tokens_per_byte=plan["validation_tokens_per_byte"],
         optimizer_section=recipe.optimizer,
     )
     trainer.grad_stats = grad_stats
@@ -393,6 +440,12 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         trainer.add_callback(TelemetryProgressCallback())
     trainer.add_callback(DataPositionCallback(trainer))
     trainer.add_callback(CompileCheckCallback(n_compiled))
+    wandb_lineage = None
+    if "wandb" in args.report_to and recipe.logging.wandb_artifacts != "none" and args.process_index == 0:
+        # added last: runs after transformers' WandbCallback has started the W&B run
+        wandb_lineage = WandbLineageCallback(record, out, recipe.logging.wandb_artifacts,
+                                             recipe.logging.wandb_checkpoint_artifacts)
+        trainer.add_callback(wandb_lineage)
 
     trainer.data_info = data_info  # written into each checkpoint (data.json)
     refuse_deepspeed_checkpoint(resume, trainer.is_deepspeed_enabled)
@@ -413,15 +466,32 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
                 final_eval = trainer.evaluate(eval_dataset=final_blocks, metric_key_prefix="final")
                 final_eval = {k.replace("final_", "eval_", 1): v for k, v in final_eval.items()}
             final_eval["eval_tokens"] = len(final_blocks) * seq_len
+            if recipe.evaluation.per_set:
+                per_set = per_set_losses(trainer, load_blocks(recipe.data.path, "validation"), len(final_blocks),
+                                         manifest.get("sets") or [], config.eos_token_id,
+                                         args.per_device_eval_batch_size)
+                final_eval["eval_loss_per_set"] = {k: v["loss"] for k, v in per_set.items()}
+                final_eval["eval_tokens_per_set"] = {k: v["tokens"] for k, v in per_set.items()}
 
     summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
                "end_to_end": getattr(throughput, "end_to_end", {}), "skipped_steps": trainer.skipped_steps,
                "loss_impl": loss_impl, "compiled_modules": n_compiled, "plan": plan}
+    if mixture_log:
+        summary["data"] = mixture_log.figures(trainer.state.global_step)
     if trainer.state.global_step >= args.max_steps:
         trainer.save_model(str(out / "final"))
+        if args.process_index == 0:
+            write_lineage(out / "final", record)
+            if wandb_lineage:
+                wandb_lineage.log_model(out / "final", aliases=["final", f"step-{trainer.state.global_step}"])
     if args.process_index == 0:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     jsonl.write("summary", **summary)
+    if wandb_lineage:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()  # this run's records and artifacts complete (a study trains the next in this process)
     # A rank that exits while another still writes final/ aborted in gloo's teardown
     # ("terminate called without an active exception", SIGABRT, seen in CI under FSDP2).
     trainer.accelerator.wait_for_everyone()

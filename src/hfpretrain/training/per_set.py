@@ -1,0 +1,67 @@
+"""Validation loss per source set (``evaluation.per_set``): one more pass over the final evaluation's blocks.
+
+Each block's ``set_ids`` names the set of each document segment (segments end after each end-of-text
+id, see data/pack.py). A target token at position p belongs to segment (end-of-text ids before p), so its
+loss is counted for that segment's set. Losses are per token, computed like the training loss: the final
+hidden states times the output embedding, cross-entropy in fp32, a chunk of tokens at a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+CHUNK_TOKENS = 4096
+
+
+def target_sets(ids: np.ndarray, set_ids: list, eos_id: int) -> np.ndarray:
+    """(rows, seq_len - 1): the set index of each target token ids[:, 1:]."""
+    segment = np.cumsum(ids == eos_id, axis=1)[:, :-1]  # end-of-text ids at positions < p, for p = 1..T-1
+    return np.stack([np.asarray(s, dtype=np.int64)[np.minimum(seg, len(s) - 1)] for s, seg in zip(set_ids, segment)])
+
+
+@torch.no_grad()
+def token_losses(trainer, ids: torch.Tensor) -> torch.Tensor:
+    """(rows, seq_len - 1) losses in nats of the trainer's model on ``ids``."""
+    model = trainer.model
+    unwrapped = trainer.accelerator.unwrap_model(model)
+    tap = trainer._tap
+    with trainer.accelerator.autocast():
+        if tap is None:
+            logits = model(input_ids=ids, use_cache=False).logits[:, :-1]
+            return F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten(), reduction="none").view(
+                ids.shape[0], -1)
+        tap.active = True
+        try:
+            model(input_ids=ids, use_cache=False)
+        finally:
+            tap.active = False
+        hidden, tap.hidden = tap.hidden, None
+        weight = unwrapped.get_output_embeddings().weight
+        h, targets = hidden[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+        out = torch.cat([F.cross_entropy((h[a:a + CHUNK_TOKENS] @ weight.T).float(), targets[a:a + CHUNK_TOKENS],
+                                         reduction="none") for a in range(0, len(targets), CHUNK_TOKENS)])
+    return out.view(ids.shape[0], -1)
+
+
+def per_set_losses(trainer, blocks, n: int, set_names: list, eos_id: int, batch_size: int) -> dict:
+    """{set name: {"loss": mean nats per target token, "tokens": targets}} over the first ``n`` blocks."""
+    model = trainer.model
+    was_training = model.training
+    model.eval()
+    total = np.zeros(256, dtype=np.float64)  # set_ids are uint8
+    count = np.zeros_like(total)
+    device = trainer.args.device
+    try:
+        for a in range(0, n, batch_size):
+            rows = blocks[a:min(a + batch_size, n)]
+            ids = np.asarray(rows["input_ids"]).astype(np.int64)
+            sets = target_sets(ids, rows["set_ids"], eos_id).ravel()
+            losses = token_losses(trainer, torch.from_numpy(ids).to(device)).double().cpu().numpy().ravel()
+            total += np.bincount(sets, weights=losses, minlength=len(total))[: len(total)]
+            count += np.bincount(sets, minlength=len(total))[: len(total)]
+    finally:
+        model.train(was_training)
+    names = list(set_names) + [f"set{i}" for i in range(len(set_names), len(total))]
+    return {names[i]: {"loss": total[i] / count[i], "tokens": int(count[i])} for i in np.flatnonzero(count)}
