@@ -1,8 +1,10 @@
-"""The README's commands: the two leading ones are what CI and users run, and every script it
-documents exists and parses its documented flags; the planner reproduces the documented case."""
+"""The README's commands: the two leading ones are what CI and users run (with no argument: the embedded
+data when DATA_ROOT is not set), and every script it documents exists and parses its documented flags; the
+planner reproduces the documented case."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -33,12 +35,34 @@ def _commands() -> list[str]:
 
 
 def test_readme_leads_with_demo_and_test_and_ci_runs_the_test_command():
-    first = [line for line in _code_blocks()[0].splitlines() if not line.lstrip().startswith("#")]
-    assert first[0].startswith("make demo DATA_ROOT=") and first[1].startswith("make test DATA_ROOT=")
-    assert len(first) == 2
+    first = [line.split("#")[0].strip() for line in _code_blocks()[0].splitlines() if not line.lstrip().startswith("#")]
+    assert first == ["make demo", "make test"]
     assert "make test" in (REPO / ".ci" / "run").read_text()
     makefile = (REPO / "Makefile").read_text()
     assert "\ndemo:" in makefile and "\ntest:" in makefile and "torch==2.13.0" in makefile
+
+
+def _make(*args, data_root=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATA_ROOT", "MAKEFLAGS", "MAKELEVEL")}
+    if data_root is not None:
+        env["DATA_ROOT"] = str(data_root)
+    return subprocess.run(["make", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_make_demo_and_test_need_no_data_root(tmp_path):
+    """With no DATA_ROOT, `make demo` / `make test` run on the embedded data (DATA_ROOT removed from their
+    environment); a DATA_ROOT given is checked and passed on as before."""
+    check = _make("check-data")
+    assert check.returncode == 0 and "using the embedded sample data" in check.stdout
+    plan = _make("-n", "demo", "test").stdout.splitlines()
+    assert "env -u DATA_ROOT .venv/bin/python scripts/demo.py" in plan
+    assert any(line.startswith("env -u DATA_ROOT .venv/bin/python -m pytest") for line in plan)
+    (tmp_path / "tokenizers").mkdir()
+    assert _make("check-data", data_root=tmp_path).returncode == 0
+    plan = _make("-n", "demo", data_root=tmp_path).stdout
+    assert f'DATA_ROOT="{tmp_path}" .venv/bin/python scripts/demo.py' in plan
+    bad = _make("check-data", f"DATA_ROOT={tmp_path / 'nope'}")
+    assert bad.returncode == 2 and "has no tokenizers/ folder" in bad.stdout
 
 
 def test_documented_scripts_exist_and_accept_their_flags():
