@@ -4,6 +4,7 @@ planner reproduces the documented case."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -80,6 +81,24 @@ def test_documented_scripts_exist_and_accept_their_flags():
             config = argv[argv.index("--config_file") + 1]
             assert (REPO / config).is_file(), cmd
             assert (REPO / next(a for a in argv if a.endswith(".yaml") and a.startswith("recipes/"))).is_file()
+
+
+def test_first_training_command_plans_before_the_data_exists():
+    """The README's first training command (a dry run of the 1.8B recipe) runs as written on a fresh clone,
+    where its data folder does not exist yet, and gives the documented figures with the assumptions stated."""
+    cmd = next(c for c in _commands() if c.startswith("python scripts/pretrain.py") and "--dry-run" in c)
+    documented = re.search(re.escape(cmd.split(" --")[0]) + r" --dry-run[^#\n]*#\s*([\d,]+) tokens/step, ([\d.]+)B tokens",
+                           README)
+    env = {k: v for k, v in os.environ.items() if k != "DATA_ROOT"}
+    out = subprocess.run([sys.executable, *shlex.split(cmd)[1:]], capture_output=True, text=True, cwd=REPO,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    plan = json.loads(out.stdout[out.stdout.index("{"):])["plan"]
+    assert f"{plan['tokens_per_step']:,}" == documented.group(1)
+    assert f"{plan['total_tokens'] / 1e9:.1f}" == documented.group(2)
+    data = json.loads(out.stdout[out.stdout.index("{"):])["recipe"]["data"]["path"]
+    if not (REPO / data / "manifest.json").is_file():
+        assert "no manifest.json" in plan["assumed"]["why"] and "dry run without data" in out.stderr
 
 
 def test_documented_plan_reproduces_the_reference_case():

@@ -231,8 +231,30 @@ def test_cli_bad_key_exits_2(tmp_path):
 
 
 def test_cli_missing_data_folder_exits_2(tmp_path):
-    line = _one_error_line(_cli(f"data.path={tmp_path / 'nowhere'}", "--dry-run"))
+    line = _one_error_line(_cli(f"data.path={tmp_path / 'nowhere'}", f"training.output_dir={tmp_path / 'run'}"))
     assert "nowhere" in line and "manifest.json" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_dry_run_without_data_plans_with_stated_assumptions(tmp_path, gpt2_tokenizer, caplog):
+    """Before the data is tokenized, a dry run plans with an assumed seq_len (2048, at most the model's
+    context), the vocabulary of data.tokenizer (else the config's) and one pass over the data, and says so."""
+    path = REPO / "recipes" / "qwen3_1p8b.yaml"
+    with caplog.at_level("WARNING", logger="hfpretrain"):
+        plan = pretrain(path, [f"data.path={tmp_path / 'not_yet'}", *cpu_overrides(path)], dry_run=True,
+                        world_size=8, zero_stage=1)["plan"]
+    assert plan["tokens_per_step"] == 720_896 and plan["seq_len"] == 2048 and plan["passes_over_data"] == 1.0
+    assert plan["total_tokens"] == 720_896 * 162_000 and plan["shape"]["vocab_size"] == 151_680
+    assumed = plan["assumed"]
+    assert "no manifest.json" in assumed["why"] and assumed["vocab_size"] == 151_680
+    assert "model config qwen3_1p8b" in assumed["vocabulary"] and plan["validation_tokens_per_byte"] is None
+    assert "dry run without data" in caplog.text and "assumed seq_len 2048" in caplog.text
+    tiny = pretrain(TINY_RECIPE, [f"data.path={tmp_path / 'not_yet'}", f"data.tokenizer={gpt2_tokenizer}"],
+                    dry_run=True)["plan"]
+    assert tiny["shape"]["vocab_size"] == GPT2_PADDED_VOCAB and tiny["assumed"]["seq_len"] == 2048
+    assert str(gpt2_tokenizer) in tiny["assumed"]["vocabulary"]
+    with pytest.raises(FileNotFoundError, match="manifest.json"):  # a real run still needs the data
+        pretrain(TINY_RECIPE, [f"data.path={tmp_path / 'not_yet'}", f"training.output_dir={tmp_path / 'run'}"])
 
 
 def test_cli_dry_run_prints_plan(mini_blocks, tmp_path):

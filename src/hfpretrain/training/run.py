@@ -322,6 +322,11 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     """Train (or with ``dry_run`` only plan; ``world_size``/``zero_stage`` then describe the launch
     being planned, e.g. 8 GPUs with ZeRO-1, instead of the current process)."""
     recipe = load_recipe(recipe_path, overrides)
+    if dry_run:
+        from .dry_run import needs_assumed_data, plan_without_data
+
+        if needs_assumed_data(recipe):  # not tokenized yet: plan with stated assumptions
+            return plan_without_data(recipe, world_size, zero_stage)
     manifest = read_manifest(recipe.data.path)
     tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"))
     if recipe.data.tokenizer:
