@@ -29,6 +29,9 @@ def parse_args(argv=None):
     p.add_argument("--sets", nargs="+", default=None, metavar="SET",
                    help="keep only documents of these pile_set_names (train and validation), e.g. --sets Books "
                         "TechDocs Math: a high-quality subset of a mix for a curriculum phase")
+    p.add_argument("--text-field", default="text", metavar="FIELD",
+                   help="the record field (jsonl key, parquet column) that holds the document (default: text), "
+                        "like run_clm.py's --text_column_name")
     p.add_argument("--eos-token", default=None, help="end-of-text token (default: <|endoftext|>/<|end_of_text|> if present, else eos)")
     p.add_argument("--on-bad", choices=["skip", "fail"], default="skip", help="bad input records: skip and count (default) or fail")
     p.add_argument("--max-bad-fraction", type=float, default=0.01, help="with --on-bad skip, fail above this fraction of bad records")
@@ -56,7 +59,7 @@ def main(argv=None) -> int:
             val_inputs=args.val_input, val_docs=args.val_docs, num_proc=args.num_proc,
             max_docs=args.max_docs, force=args.force, on_bad=args.on_bad,
             max_bad_fraction=args.max_bad_fraction, eos_token=args.eos_token, blend=args.blend,
-            encoder=args.encoder, sets=args.sets,
+            encoder=args.encoder, sets=args.sets, text_field=args.text_field,
         )
     except DataError as e:
         sys.exit(f"error: {e}")

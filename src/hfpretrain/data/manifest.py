@@ -31,6 +31,8 @@ FORMAT = "hfpretrain.tokenized"
 
 def _source_key(src: dict) -> list:
     key = [src["kind"], src["path"], src.get("pass", 0), src.get("fraction", 1.0)]
+    if src.get("text_field", "text") != "text":  # only then: outputs read from "text" keep their fingerprints
+        key.append({"text_field": src["text_field"]})
     if src["kind"] in ("jsonl", "zst", "parquet") and os.path.exists(src["path"]):
         st = os.stat(src["path"])
         key += [st.st_size, st.st_mtime_ns]

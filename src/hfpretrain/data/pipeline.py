@@ -60,6 +60,7 @@ def tokenize_corpus(
     blend=None,
     encoder: str = "auto",
     sets=None,
+    text_field: str = "text",
 ) -> Path:
     """Tokenize and pack ``inputs`` (paths/globs/Hub ids, or ``blend`` file) into ``out``.
 
@@ -71,6 +72,8 @@ def tokenize_corpus(
     ``"hf"`` or ``"tiktoken"``; the ids are the same, so it is not part of the fingerprint.
     ``sets``: keep only documents of these ``pile_set_name``s (train and validation), e.g. a
     high-quality subset of a mix for a curriculum's last phase; every named set must occur.
+    ``text_field``: the record field that holds the document (default ``text``; e.g. ``content``), as
+    ``run_clm.py``'s ``--text_column_name``; part of the fingerprint when not ``text``.
     Raises :class:`DataError` (one-line message) for user-facing problems.
     """
     import datasets
@@ -105,6 +108,11 @@ def tokenize_corpus(
     if blend is not None:
         train_sources += expand_blend(blend)
     val_sources = expand_inputs(val_inputs) if val_inputs is not None else None
+    if not isinstance(text_field, str) or not text_field.strip():
+        raise DataError(f"text_field must be a field name, got {text_field!r}")
+    if text_field != "text":
+        for src in train_sources + (val_sources or []):
+            src["text_field"] = text_field
 
     tok = load_tokenizer(tokenizer)
     eos_name, eos_id = pick_eos(tok, eos_token)
@@ -150,6 +158,8 @@ def tokenize_corpus(
             logger.warning("%s; rebuilding with the HF tokenizer", mismatch)
             manifest = build(("hf", f"tiktoken fell back: {mismatch}"))
         manifest["fingerprint"] = fp
+        if text_field != "text":
+            manifest["text_field"] = text_field
         wall = time.time() - t0
         total = manifest["train"]["tokens"] + manifest["validation"]["tokens"]
         manifest["wall_time_s"] = round(wall, 3)
@@ -274,7 +284,9 @@ def _check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
         raise DataError(
             f"{split}: {n_bad} of {stats['records_read']} records are bad "
             f"({n_bad / stats['records_read']:.1%} > max_bad_fraction {max_bad_fraction:.1%}); "
-            f"first: {first['where']}: {first['reason']}; counts: {stats['skipped']}")
+            f"first: {first['where']}: {first['reason']}; counts: {stats['skipped']}"
+            + ("; missing_text: if the documents are in another field, name it with --text-field"
+               if "missing_text" in stats["skipped"] else ""))
 
 
 def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,

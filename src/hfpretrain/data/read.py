@@ -15,7 +15,7 @@ reason              what
 ==================  ===========================================================
 ``missing_file``    a path or glob that matches nothing (line 0)
 ``malformed_json``  a line that is not a JSON object
-``missing_text``    a record without a string ``text`` field
+``missing_text``    a record without a string ``text`` field (or the field ``text_field`` names)
 ``non_utf8``        bytes that are not UTF-8 (or lone surrogates in the JSON)
 ``empty_document``  ``text`` is empty or only whitespace
 ``truncated_zst``   the zstd frame ends early or is corrupt (line = first lost line)
@@ -203,12 +203,12 @@ def _iter_lines_zst(path: str) -> Iterator[tuple[int, bytes | None, str | None]]
         yield n + 1, buf, None
 
 
-def _iter_parquet(path: str) -> Iterator[tuple[int, dict]]:
+def _iter_parquet(path: str, text_field: str = "text") -> Iterator[tuple[int, dict]]:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
     names = set(pf.schema_arrow.names)
-    cols = [c for c in ("text", "meta", "pile_set_name") if c in names]
+    cols = [c for c in dict.fromkeys((text_field, "meta", "pile_set_name")) if c in names]
     n = 0
     for batch in pf.iter_batches(batch_size=1024, columns=cols or None):
         for row in batch.to_pylist():
@@ -236,11 +236,11 @@ def _set_name(obj: dict) -> str:
     return str(name) if name else UNKNOWN_SET
 
 
-def _check(obj) -> tuple[str | None, str | None, str]:
-    """-> (text, set, reason); reason is "" for a good record."""
+def _check(obj, text_field: str = "text") -> tuple[str | None, str | None, str]:
+    """-> (text, set, reason); reason is "" for a good record. The text is ``obj[text_field]``."""
     if not isinstance(obj, dict):
         return None, None, "malformed_json"
-    text = obj.get("text")
+    text = obj.get(text_field)
     if not isinstance(text, str):
         return None, None, "missing_text"
     if not text.strip():
@@ -253,8 +253,9 @@ def _check(obj) -> tuple[str | None, str | None, str]:
 
 
 def _records(src: dict) -> Iterator[tuple[int, str | None, str | None, str, str]]:
-    """-> (line, text, set, reason, detail) for one source."""
+    """-> (line, text, set, reason, detail) for one source (text from its ``text_field``, default "text")."""
     kind, path = src["kind"], src["path"]
+    field = src.get("text_field", "text")
     if kind == "missing":
         yield 0, None, None, "missing_file", src.get("error", "does not exist")
         return
@@ -279,12 +280,12 @@ def _records(src: dict) -> Iterator[tuple[int, str | None, str | None, str, str]
             except ValueError as e:
                 yield n, None, None, "malformed_json", str(e)
                 continue
-            text, set_name, reason = _check(obj)
+            text, set_name, reason = _check(obj, field)
             yield n, text, set_name, reason, ""
     else:
-        rows = _iter_parquet(path) if kind == "parquet" else _iter_hub(path)
+        rows = _iter_parquet(path, field) if kind == "parquet" else _iter_hub(path)
         for n, row in rows:
-            text, set_name, reason = _check(row)
+            text, set_name, reason = _check(row, field)
             yield n, text, set_name, reason, ""
 
 
