@@ -366,7 +366,7 @@ def test_lineage_everywhere(curriculum_run, mini_blocks, hq_blocks):
     assert read_log(curriculum_run)[0]["lineage"] == record  # the config event
     for step in range(1, 7):
         data = json.loads((curriculum_run / f"checkpoint-{step}" / "data.json").read_text())
-        assert data["lineage"] == record and data["mixture"].startswith("steps 0-3: 0.75×mix")
+        assert data["lineage"] == record and data["mixture"].startswith("from step 0: 0.75×mix")
     for name, folder in (("mix", mini_blocks), ("hq", hq_blocks)):
         manifest = json.loads((folder / "manifest.json").read_text())
         src = record["sources"][name]
@@ -389,8 +389,19 @@ def test_resuming_with_another_mixture_is_refused(curriculum_run, mini_blocks, h
     with pytest.raises(ValueError) as info:
         run_pretrain(mini_blocks, run, _mixture_overrides(mini_blocks, hq_blocks, {
             "training.resume_from_checkpoint": "auto", "data.phases": other}), recipe=CURRICULUM)
-    assert "data mixture (steps 0-3: 0.75×mix" in str(info.value) and "→ (steps 0-3: 0.5×mix" in str(info.value)
+    assert "data mixture (from step 0: 0.75×mix" in str(info.value) and "→ (from step 0: 0.5×mix" in str(info.value)
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint-2"]  # nothing written
+
+
+def test_a_longer_last_phase_is_the_same_run(curriculum_run, mini_blocks, hq_blocks, tmp_path):
+    """Raising max_steps lengthens the last phase (the samples so far are unchanged): the resume goes on (the
+    schedule's decay is then over the longer last phase: the learning rate of later steps changes)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copytree(curriculum_run / "checkpoint-6", run / "checkpoint-6")
+    summary = run_pretrain(mini_blocks, run, _mixture_overrides(mini_blocks, hq_blocks, {
+        "training.resume_from_checkpoint": "auto", "training.max_steps": "8"}), recipe=CURRICULUM)
+    assert summary["global_step"] == 8 and summary["data"]["tokens_seen/hq"] == (3 + 5 * 4) * 128
 
 
 def test_plain_data_path_run_records_its_lineage(reference_run, mini_blocks):
@@ -435,7 +446,8 @@ def test_wandb_artifacts_offline(mini_blocks, hq_blocks, tmp_path, monkeypatch):
     out = tmp_path / "run"
     run_pretrain(mini_blocks, out, {"data.sources.mix": str(mini_blocks), "data.sources.hq": str(hq_blocks),
                                     "data.mixture": "{mix: 1, hq: 1}", "training.max_steps": "2",
-                                    "training.report_to": "[wandb]"})
+                                    "training.report_to": "[wandb]", "logging.wandb_checkpoint_artifacts": "true",
+                                    "training.save_strategy": "steps", "training.save_steps": "1"})
     files = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(files) == 1, list(tmp_path.rglob("*"))
     artifacts = [r.artifact for r in _wandb_records(files[0]) if r.WhichOneof("record_type") == "artifact"]
@@ -449,13 +461,16 @@ def test_wandb_artifacts_offline(mini_blocks, hq_blocks, tmp_path, monkeypatch):
         refs = [e for p, e in entries.items() if p.startswith("data/")]
         assert refs and all(e.ref.startswith(folder.resolve().as_uri() + "/") for e in refs)  # the folder, by reference
         assert json.loads(art.metadata)["fingerprint"] == json.loads((folder / "manifest.json").read_text())["fingerprint"]
-    models = [a for a in artifacts if a.type == "model"]
-    assert len(models) == 1 and not models[0].use_after_commit  # final/: an output of the run
-    entries = {e.path: e for e in models[0].manifest.contents}
-    assert {"config.json", "lineage.json", "files/model.safetensors"} <= set(entries)
-    assert entries["files/model.safetensors"].ref == (out / "final" / "model.safetensors").resolve().as_uri()
-    lineage = json.loads(models[0].metadata)["lineage"]
-    assert lineage == json.loads((out / "lineage.json").read_text())
+    models = {tuple(sorted(set(a.aliases) - {"latest"})): a for a in artifacts if a.type == "model"}  # outputs
+    assert set(models) == {("step-1",), ("step-2",), ("final", "step-2")}, list(models)
+    for aliases, folder in ((("final", "step-2"), out / "final"), (("step-1",), out / "checkpoint-1")):
+        art = models[aliases]
+        assert art.name == "model-run" and not art.use_after_commit
+        entries = {e.path: e for e in art.manifest.contents}
+        assert {"config.json", "files/model.safetensors"} <= set(entries)
+        assert entries["files/model.safetensors"].ref == (folder / "model.safetensors").resolve().as_uri()
+        assert json.loads(art.metadata)["lineage"] == json.loads((out / "lineage.json").read_text())
+    assert "lineage.json" in {e.path for e in models[("final", "step-2")].manifest.contents}
 
 
 # ---- the shipped demonstration recipe ---------------------------------------------------------------------

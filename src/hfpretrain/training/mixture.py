@@ -296,11 +296,12 @@ class MixtureBlocks(Dataset):
 # ---- plan, lineage, logging --------------------------------------------------------------------------
 
 def describe_mixture(schedule: MixtureSchedule) -> str:
-    """One line per run, compared on resume: each phase's steps and weighted sources (with fingerprints)."""
+    """One line per run, compared on resume: where each phase starts and its weighted sources (with their
+    fingerprints). The last phase is open-ended: a longer run (max_steps raised) is the same run."""
     parts = []
     for p in schedule.phases:
         mix = " + ".join(f"{float(w):.4g}×{n}({str(schedule.sources[n].fingerprint)[:8]})" for n, w in p.weights.items())
-        parts.append(f"steps {p.start_step}-{p.end_step}: {mix}")
+        parts.append(f"from step {p.start_step}: {mix}")
     return "; ".join(parts)
 
 
@@ -380,6 +381,6 @@ class MixtureLogCallback(TrainerCallback):
 
 
 def combined_fingerprint(schedule: MixtureSchedule, validation_fingerprint: str | None) -> str:
-    payload = {"phases": [[p.start_step, p.end_step, {n: str(w) for n, w in p.weights.items()}] for p in schedule.phases],
+    payload = {"phases": [[p.start_step, {n: str(w) for n, w in p.weights.items()}] for p in schedule.phases],
                "sources": {n: s.fingerprint for n, s in schedule.sources.items()}, "validation": validation_fingerprint}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
