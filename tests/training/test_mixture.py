@@ -269,7 +269,7 @@ def test_tokenize_unknown_set_is_one_line(mini_train, gpt2_tokenizer, tmp_path):
                            "--tokenizer", str(gpt2_tokenizer), "--seq-len", "128", "--out", str(tmp_path / "x"),
                            "--max-docs", "20", "--val-docs", "3", "--sets", "Books", "Bookz"],
                           cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("error: sets: no train document of Bookz")
     assert not (tmp_path / "x").exists()
 
