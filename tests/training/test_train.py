@@ -309,9 +309,33 @@ def test_nan_policy_stop(mini_blocks, tmp_path):
 
 
 def test_nan_policy_skip(mini_blocks, tmp_path):
-    summary = run_pretrain(mini_blocks, tmp_path / "run", {**DIVERGE, "nan_policy": "skip"})
+    """Skipped steps are counted and logged as skipped (a window's loss is the mean of the steps taken, never a
+    0 for a skipped one); more skips than max_skipped_steps stop the run."""
+    summary = run_pretrain(mini_blocks, tmp_path / "run", {**DIVERGE, "nan_policy": "skip",
+                                                          "max_skipped_steps": "6"})
     assert summary["global_step"] == 6
     assert 0 < summary["skipped_steps"] <= 6
+    logs = [e for e in read_log(tmp_path / "run") if e["event"] == "log" and "loss" in e]
+    skipped = [e for e in logs if e.get("skipped_steps")]
+    assert sum(e["skipped_steps"] for e in skipped) == summary["skipped_steps"]
+    assert all(e["loss"] != 0 for e in logs)  # a skipped step used to be logged as loss 0
+    with pytest.raises(NonFiniteLossError, match="max_skipped_steps=0"):
+        run_pretrain(mini_blocks, tmp_path / "capped", {**DIVERGE, "nan_policy": "skip", "max_skipped_steps": "0"})
+
+
+def test_final_checkpoint_loads_like_a_hub_model(reference_run):
+    """KV cache on and no pad_token_id in config.json (padding_idx would freeze the end-of-text row for a
+    fine-tuner); the pad id generation needs is in generation_config.json; a model card is written."""
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    final = reference_run / "final"
+    config = json.loads((final / "config.json").read_text())
+    assert config["use_cache"] is True and config.get("pad_token_id") is None
+    model = AutoModelForCausalLM.from_pretrained(final)
+    assert model.get_input_embeddings().padding_idx is None
+    assert GenerationConfig.from_pretrained(final).pad_token_id is not None
+    card = (final / "README.md").read_text()
+    assert "pipeline_tag: text-generation" in card and "bits per byte" in card and str(final) in card
 
 
 def test_lm_eval_during_training_is_logged_beside_the_loss(mini_blocks, tmp_path):

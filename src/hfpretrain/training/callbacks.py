@@ -64,9 +64,10 @@ class ThroughputCallback(TrainerCallback):
     end-to-end figure at the end of the run), so the window measures training steps only.
     """
 
-    def __init__(self, tokens_per_step: int, flops_per_token: float, peak_flops_per_gpu: float | None, world_size: int):
+    def __init__(self, tokens_per_step: int, flops_per_token: float, peak_flops_per_gpu: float | None, world_size: int,
+                 peak_flops_fp8_per_gpu: float | None = None):
         self.tokens_per_step, self.flops_per_token = tokens_per_step, flops_per_token
-        self.peak, self.world = peak_flops_per_gpu, world_size
+        self.peak, self.world, self.peak_fp8 = peak_flops_per_gpu, world_size, peak_flops_fp8_per_gpu
         self._window_start = self._last_step_end = self._train_start = None
         self._window_steps, self._excluded, self._start_step = 0, 0.0, 0
 
@@ -91,6 +92,8 @@ class ThroughputCallback(TrainerCallback):
                "tflops_per_gpu": tok_s * self.flops_per_token / self.world / 1e12}
         if self.peak:
             out["mfu"] = out["tflops_per_gpu"] * 1e12 / self.peak
+        if self.peak_fp8:
+            out["mfu_fp8"] = out["tflops_per_gpu"] * 1e12 / self.peak_fp8
         return out
 
     def on_log(self, args, state, control, logs=None, **kwargs):

@@ -19,6 +19,7 @@ from transformers import AutoTokenizer, TrainingArguments, set_seed
 from hfpretrain.data import load_blocks
 from hfpretrain.models import (build_model, count_params, detect_peak_flops, device_name, estimate_memory,
                                flops_per_token, load_config)
+from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
 
 from transformers.trainer_callback import ProgressCallback
 
@@ -32,6 +33,7 @@ from .lineage import WandbLineageCallback, lineage, write_lineage
 from .mixture import (MixtureBlocks, MixtureLogCallback, MixtureSchedule, combined_fingerprint, describe_mixture,
                       load_sources, mixture_plan, resolve_phases)
 from .loss import loss_chunk_tokens
+from .model_card import write_model_card
 from .per_set import per_set_losses
 from .trainer import PretrainTrainer, last_complete_checkpoint
 from .zero import deepspeed_tag
@@ -129,6 +131,9 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
         "shape": {k: getattr(config, k, None) for k in ("model_type", "hidden_size", "num_hidden_layers",
                                                         "num_attention_heads", "vocab_size", "tie_word_embeddings")},
         "validation_tokens_per_byte": tokens_per_byte(manifest),
+        "precision": recipe.model.precision,
+        # fp8: MFU stays against the bf16 peak (comparable with every other figure); mfu_fp8 against fp8's
+        "peak_flops_fp8_per_gpu": detect_peak_flops("fp8") if recipe.model.precision != "bf16" else None,
     }
     if peak:
         plan["expected_hours"] = plan["total_flops"] / (peak * world * recipe.logging.assumed_mfu) / 3600
@@ -171,7 +176,7 @@ def sdpa_kernels(names: list[str]):
 
 
 def resolve_resume(value, output_dir: str) -> str | None:
-    if value in (None, False, "", "none", "false", "False"):
+    if value in (None, False, "", "none", "no", "false", "False"):
         return None
     if value in (True, "auto", "true", "True", "last"):
         return last_complete_checkpoint(output_dir)
@@ -344,6 +349,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     config.eos_token_id = tokenizer.convert_tokens_to_ids(eos)
     config.pad_token_id = None
     seq_len = int(manifest["seq_len"])
+    if not dry_run:
+        check_fp8_available(recipe.model.precision, recipe.model.fp8_emulate)  # before any work
 
     args = training_arguments(recipe, dry_run)
     fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=dry_run)
@@ -411,8 +418,9 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     jsonl = JsonlLogCallback(out / recipe.logging.jsonl, {"recipe": recipe_to_dict(recipe), "plan": plan,
                                                            "loss_impl": loss_impl, "compiled_modules": n_compiled,
                                                            "lineage": record})
+    n_fp8 = convert_to_fp8(model, recipe.model.precision, recipe.model.fp8_emulate)  # before compile: it traces them
     throughput = ThroughputCallback(plan["tokens_per_step"], plan["flops_per_token"], plan["peak_flops_per_gpu"],
-                                    args.world_size)
+                                    args.world_size, plan.get("peak_flops_fp8_per_gpu"))
     grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
     callbacks = [throughput, MemoryCallback(), grad_stats, jsonl, PreemptionCallback(),
                  ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx)]
@@ -455,6 +463,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     trainer.data_info = data_info  # written into each checkpoint (data.json)
     refuse_deepspeed_checkpoint(resume, trainer.is_deepspeed_enabled)
     if resume:
+        max_skipped_steps=recipe.max_skipped_steps,
         logger.info("resuming from %s", resume)
     with attention_kernels:  # torch.compile traces inside train(), so it sees the same choice
         result = trainer.train(resume_from_checkpoint=resume)
@@ -480,7 +489,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
 
     summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
                "end_to_end": getattr(throughput, "end_to_end", {}), "skipped_steps": trainer.skipped_steps,
-               "loss_impl": loss_impl, "compiled_modules": n_compiled, "plan": plan}
+               "loss_impl": loss_impl, "compiled_modules": n_compiled, "fp8_modules": n_fp8, "plan": plan}
     if mixture_log:
         summary["data"] = mixture_log.figures(trainer.state.global_step)
     if trainer.state.global_step >= args.max_steps:
@@ -507,3 +516,4 @@ def shutdown_distributed() -> None:
     """End of a launched process: close the process group explicitly (gloo aborts in its destructor otherwise)."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+            write_model_card(out / "final", config, plan, summary, recipe, manifest)

@@ -138,6 +138,7 @@ class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
                  compile_backend="inductor", compile_mode="default", train_blocks=None, tokens_per_byte=None,
+                 max_skipped_steps=10,
                  optimizer_section=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.train_blocks = train_blocks  # blocks in the training split: epochs are passes over them
@@ -159,6 +160,11 @@ class PretrainTrainer(Trainer):
         self.skipped_steps = 0
         self.grad_stats = None  # a GradStatsCallback, fed the pre-clip norm of every step
         self._skip_this_step = False
+        self.max_skipped_steps = max_skipped_steps  # nan_policy=skip: stop after more than this many skips
+        self._step_loss, self._window_sum, self._window_steps, self._window_skipped = None, None, 0, 0
+        if nan_policy == "skip" and self.is_deepspeed_enabled:  # DeepSpeed steps its own optimizer: no skipping
+            raise ValueError("nan_policy=skip is not supported under DeepSpeed (it steps its own optimizer): "
+                             "use nan_policy=stop")
         self._unchecked = []  # (what, step, tensor) awaiting the deferred finiteness check
         # Our compute_loss divides by num_items_in_batch itself, like HF's model losses do.
         self.model_accepts_loss_kwargs = True
@@ -197,10 +203,20 @@ class PretrainTrainer(Trainer):
             step = optimizer.step
 
             def guarded_step(*args, **kwargs):
+                step_loss, self._step_loss = self._step_loss, None
                 if self._skip_this_step:
                     self._skip_this_step = False
                     self.skipped_steps += 1
+                    self._window_skipped += 1
+                    if self.skipped_steps > self.max_skipped_steps:
+                        raise NonFiniteLossError(
+                            f"{self.skipped_steps} optimizer steps skipped for non-finite values (more than "
+                            f"max_skipped_steps={self.max_skipped_steps}): stopping; resume from the last checkpoint "
+                            "with a lower learning rate")
                     return None
+                if step_loss is not None:
+                    self._window_sum = step_loss if self._window_sum is None else self._window_sum + step_loss
+                    self._window_steps += 1
                 return step(*args, **kwargs)
 
             optimizer.step = guarded_step
@@ -237,6 +253,8 @@ class PretrainTrainer(Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
         self._watch("loss", loss)
+        if self.nan_policy == "skip":  # this step's loss, kept apart until we know whether the step is skipped
+            self._step_loss = loss.detach() if self._step_loss is None else self._step_loss + loss.detach()
         return torch.zeros_like(loss) if self._skip_this_step else loss  # keep the logged mean finite
 
     def _clip_grad_norm(self, model):
@@ -271,6 +289,11 @@ class PretrainTrainer(Trainer):
     def log(self, logs, *args, **kwargs):
         if "loss" in logs:  # a training window: its loss was just read from the GPU anyway
             self.check_finite()
+            if self._window_skipped:
+                # The Trainer's window mean counts a skipped step as loss 0: the mean of the steps taken instead.
+                logs["loss"] = float(self._window_sum / self._window_steps) if self._window_steps else float("nan")
+                logs["skipped_steps"] = self._window_skipped
+            self._window_sum, self._window_steps, self._window_skipped = None, 0, 0
         if self.train_blocks:
             # The Trainer's epoch is the fraction of planned steps (our dataset is the whole run's
             # virtual sequence); report passes over the data instead, continuous across resumes.
@@ -292,7 +315,17 @@ class PretrainTrainer(Trainer):
     # ---- checkpoints -------------------------------------------------------------------------
     def save_model(self, *args, **kwargs):
         self.check_finite()  # never save weights that a bad step has touched
-        super().save_model(*args, **kwargs)
+        # Saved as a model from the Hub is: the KV cache on (training runs without it; generate() and
+        # pipeline() read config.use_cache, 4x slower without), and no pad_token_id in config.json
+        # (from_pretrained would make the end-of-text row the embedding's frozen padding_idx for anyone who
+        # fine-tunes it; generation_config.json keeps the pad id generation needs).
+        config = self.accelerator.unwrap_model(self.model).config
+        saved = config.use_cache, config.pad_token_id
+        config.use_cache, config.pad_token_id = True, None
+        try:
+            super().save_model(*args, **kwargs)
+        finally:
+            config.use_cache, config.pad_token_id = saved
 
     def _save_checkpoint(self, model, trial):
         # The Trainer rotates inside its save, before our marker exists: with save_total_limit=1 a kill

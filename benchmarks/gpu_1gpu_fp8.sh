@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One GPU (issue 19): the Qwen3 1.8B recipe in bf16 and in fp8 (tensorwise, then rowwise) in the same call, same
+# data and seed; STEPS steps (>= 300 for the loss comparison), windows of 10. Not run yet (no device time in the
+# session that wrote it).   source .carry/setup.sh && STEPS=300 bash benchmarks/gpu_1gpu_fp8.sh
+source benchmarks/gpu_common.sh
+tokenize_corpus
+for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
+  rm -rf /tmp/fp8_$v
+  timed fp8_$v python3 scripts/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
+    model.precision=$v training.max_steps=${STEPS:-60} training.logging_steps=10 training.eval_strategy=no \
+    training.save_strategy=no training.report_to=none training.disable_tqdm=true \
+    training.resume_from_checkpoint=none training.output_dir=/tmp/fp8_$v --out "$OUT/fp8_$v.json"
+done
+for v in fp8 fp8_rowwise; do
+  [ -f /tmp/fp8_$v/log.jsonl ] && python3 benchmarks/compare_losses.py /tmp/fp8_$v/log.jsonl /tmp/fp8_bf16/log.jsonl \
+    | tee "$OUT/loss_$v.txt"
+done
+python3 - <<'PY' | tee -a "$N"
+import glob, json, os
+for f in sorted(glob.glob(os.environ["OUT"] + "/fp8_*.json")):
+    r = json.load(open(f))
+    w = (r.get("windows") or [{}])[-1]
+    print(f"{os.path.basename(f)[4:-5]:12s} {r.get('tokens_per_s', 0):>8,.0f} tok/s  MFU(bf16 peak) {r.get('mfu', 0):.1%}  "
+          f"MFU(fp8 peak) {w.get('mfu_fp8', 0):.1%}  peak {r.get('mem_peak_gib') or 0:.1f} GiB  loss {r.get('last_loss')}")
+PY

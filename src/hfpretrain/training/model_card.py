@@ -1,0 +1,72 @@
+"""``final/README.md``: the model card a checkpoint carries, so that the folder (or a Hub repo made from
+it) says what the model is, what it was trained on, how well it did, and how to load it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CARD = """\
+---
+library_name: transformers
+pipeline_tag: text-generation
+tags: [hfpretrain, pretraining, causal-lm]
+---
+
+# {name}
+
+A {model_type} causal language model with {total:,} parameters ({non_embedding:,} non-embedding), pretrained from
+scratch with hfpretrain (`scripts/pretrain.py`). A base model: it continues text, it does
+not follow instructions.
+
+| | |
+|---|---|
+| layers × width × heads | {layers} × {width} × {heads} |
+| vocabulary | {vocab:,} (tokenizer `{tokenizer}`) |
+| context | {seq_len} tokens |
+| training data | `{data_path}` (manifest fingerprint `{fingerprint}`) |
+| training tokens | {tokens:,} ({passes:.2f} passes over the data) |
+| steps × tokens per step | {steps:,} × {tokens_per_step:,} |
+| peak learning rate, schedule | {lr}, {schedule} |
+| training FLOPs | {flops:.3e} |
+| hardware | {world} × {device} |
+| final validation loss | {val_loss} nats/token, {val_bpb} bits per byte ({val_tokens} tokens) |
+
+The recipe that produced it is `recipe.yaml` in the run folder; `lineage.json` (when present) names the data.
+
+## Use
+
+```python
+from transformers import pipeline
+
+generate = pipeline("text-generation", model="{path}")
+print(generate("The history of the", max_new_tokens=40, do_sample=True, top_p=0.95)[0]["generated_text"])
+```
+
+Scores: `lm_eval --model hf --model_args pretrained={path} --tasks arc_easy,arc_challenge,openbookqa`
+(or `python scripts/evaluate.py {path}`, which writes `eval/summary.md` here).
+"""
+
+
+def _num(x, digits: int = 4) -> str:
+    return "–" if x is None else f"{x:.{digits}g}" if isinstance(x, float) else str(x)
+
+
+def write_model_card(folder: str | Path, config, plan: dict, summary: dict, recipe, manifest: dict) -> Path:
+    folder = Path(folder)
+    final = summary.get("final_eval") or {}
+    training = recipe.training
+    steps = summary["global_step"]
+    card = CARD.format(
+        name=folder.parent.name, model_type=config.model_type, total=plan["parameters"]["total"],
+        non_embedding=plan["parameters"]["non_embedding"],
+        layers=getattr(config, "num_hidden_layers", None), width=getattr(config, "hidden_size", None),
+        heads=getattr(config, "num_attention_heads", None), vocab=config.vocab_size,
+        tokenizer=manifest["tokenizer"].get("name_or_path"), seq_len=plan["seq_len"], data_path=recipe.data.path,
+        fingerprint=manifest.get("fingerprint"), tokens=steps * plan["tokens_per_step"],
+        passes=steps * plan["samples_per_step"] / plan["train_blocks"] if plan.get("train_blocks") else float("nan"),
+        steps=steps, tokens_per_step=plan["tokens_per_step"], lr=training.get("learning_rate"),
+        schedule=training.get("lr_scheduler_type"), flops=plan["flops_per_token"] * plan["tokens_per_step"] * steps,
+        world=plan["world_size"], device=plan.get("device"), val_loss=_num(final.get("eval_loss")),
+        val_bpb=_num(final.get("eval_bpb")), val_tokens=_num(final.get("eval_tokens")), path=folder)
+    (folder / "README.md").write_text(card)
+    return folder / "README.md"

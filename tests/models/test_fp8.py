@@ -1,0 +1,52 @@
+"""model.precision=fp8: which layers torchao converts and the one-line errors (a real emulated run:
+tests/training/test_fp8_training.py)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("torchao.float8", reason="torchao is in the [fp8] and [test] extras")
+
+from hfpretrain.models import build_model, load_config  # noqa: E402
+from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8  # noqa: E402
+from hfpretrain.training.config import RecipeError, load_recipe  # noqa: E402
+
+
+def _float8(model) -> list[str]:
+    return [name for name, m in model.named_modules() if type(m).__name__ == "Float8Linear"]
+
+
+def test_the_decoder_linears_are_converted_not_the_head():
+    model = build_model(load_config("tiny", {}, vocab_size=50304))
+    assert convert_to_fp8(model, "fp8", emulate=True) == 14  # 2 layers x (q, k, v, o, gate, up, down)
+    names = _float8(model)
+    assert len(names) == 14 and all(n.startswith("model.layers.") for n in names)
+    assert type(model.lm_head) is nn.Linear
+    ids = torch.randint(0, 50304, (2, 16))
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss) and model.model.layers[0].mlp.up_proj.weight.grad is not None
+
+
+def test_dimensions_not_multiple_of_16_stay_in_bf16():
+    model = build_model(load_config("tiny", {"intermediate_size": 200}, vocab_size=50304))
+    assert convert_to_fp8(model, "fp8_rowwise", emulate=True) == 8  # attention only: 200 is not a multiple of 16
+    assert not any(".mlp." in n for n in _float8(model))
+    assert convert_to_fp8(build_model(load_config("tiny", {}, vocab_size=50304)), "bf16") == 0
+
+
+def test_errors_are_one_line(monkeypatch):
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="compute capability >= 8.9"):
+            check_fp8_available("fp8")
+    check_fp8_available("fp8", emulate=True)  # emulation runs anywhere
+    check_fp8_available("bf16")
+    monkeypatch.setitem(sys.modules, "torchao.float8", None)  # as if torchao were not installed
+    with pytest.raises(ValueError, match=r"pip install 'hfpretrain\[fp8\]'"):
+        check_fp8_available("fp8", emulate=True)
+    with pytest.raises(RecipeError, match="model.precision"):
+        load_recipe(None, ["data.path=x", "model.precision=fp4"])
