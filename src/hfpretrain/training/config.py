@@ -41,10 +41,10 @@ class ModelSection:
     overrides: dict = field(default_factory=dict)  # config field overrides (an ablation is a diff here)
     # auto | flash_attention_2 | sdpa_packed (SDPA, causal without a mask) | sdpa | eager
     attn_implementation: str = "auto"
-    # auto | none | decoder (base model, loss outside) | layers (each decoder layer) | model
     # bf16 | fp8 (torchao float8 matmuls, tensorwise scales) | fp8_rowwise: the decoder's linears only (models/fp8.py)
     precision: str = "bf16"
     fp8_emulate: bool = False  # fp8 casts without a float8 GPU (tests, debugging numerics): slow, no speed-up
+    # auto | none | decoder (base model, loss outside) | layers (each decoder layer) | model
     compile: str = "auto"
     compile_backend: str = "inductor"  # inductor | aot_eager | eager: the last two bisect a compile failure
     compile_mode: str = "default"  # torch.compile mode: default | max-autotune-no-cudagraphs | ...
@@ -122,8 +122,8 @@ class Recipe:
     logging: LoggingSection = field(default_factory=LoggingSection)
     optimizer: OptimizerSection = field(default_factory=OptimizerSection)
     nan_policy: str = "stop"  # stop | skip
-    # resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | allow
     max_skipped_steps: int = 10  # nan_policy=skip: more skipped optimizer steps than this stop the run
+    # resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | allow
     resume_mismatch: str = "error"
 
 
@@ -133,8 +133,8 @@ SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
 _CHOICES = {
     "model.attn_implementation": {"auto", *KNOWN_IMPLEMENTATIONS},
     "model.compile": {"auto", "none", "decoder", "layers", "model"},
-    "model.compile_backend": {"inductor", "aot_eager", "eager"},
     "model.precision": {"bf16", "fp8", "fp8_rowwise"},
+    "model.compile_backend": {"inductor", "aot_eager", "eager"},
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},
     "model.fused_loss": {"auto", "compiled", "liger", "chunked", "none"},
     "nan_policy": {"stop", "skip"},
@@ -190,10 +190,10 @@ def _validate_training(training: dict) -> dict:
     for key, value in training.items():
         if key not in fields:
             raise RecipeError(f"unknown key training.{key}{_nearest(key, fields)}: training takes TrainingArguments fields")
-        checked[key] = _check_type(key, value, fields[key])
         if key == "resume_from_checkpoint" and isinstance(value, bool):
             checked[key] = "auto" if value else None  # true: the last complete checkpoint; false: start fresh
             continue
+        checked[key] = _check_type(key, value, fields[key])
     return checked
 
 

@@ -327,6 +327,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     """Train (or with ``dry_run`` only plan; ``world_size``/``zero_stage`` then describe the launch
     being planned, e.g. 8 GPUs with ZeRO-1, instead of the current process)."""
     recipe = load_recipe(recipe_path, overrides)
+    if not dry_run:
+        check_fp8_available(recipe.model.precision, recipe.model.fp8_emulate)  # before any work
     if dry_run:
         from .dry_run import needs_assumed_data, plan_without_data
 
@@ -349,8 +351,6 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     config.eos_token_id = tokenizer.convert_tokens_to_ids(eos)
     config.pad_token_id = None
     seq_len = int(manifest["seq_len"])
-    if not dry_run:
-        check_fp8_available(recipe.model.precision, recipe.model.fp8_emulate)  # before any work
 
     args = training_arguments(recipe, dry_run)
     fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=dry_run)
@@ -395,6 +395,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None
+    n_fp8 = convert_to_fp8(model, recipe.model.precision, recipe.model.fp8_emulate)  # before compile: it traces them
     n_compiled = compile_model(model, fast.compile, recipe.model.compile_backend, fast.compile_mode)
 
     train_length = args.max_steps * plan["samples_per_step"]
@@ -418,7 +419,6 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     jsonl = JsonlLogCallback(out / recipe.logging.jsonl, {"recipe": recipe_to_dict(recipe), "plan": plan,
                                                            "loss_impl": loss_impl, "compiled_modules": n_compiled,
                                                            "lineage": record})
-    n_fp8 = convert_to_fp8(model, recipe.model.precision, recipe.model.fp8_emulate)  # before compile: it traces them
     throughput = ThroughputCallback(plan["tokens_per_step"], plan["flops_per_token"], plan["peak_flops_per_gpu"],
                                     args.world_size, plan.get("peak_flops_fp8_per_gpu"))
     grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
@@ -440,6 +440,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"],
         loss_impl=loss_impl, loss_chunk_tokens=recipe.model.loss_chunk_tokens,
         liger_min_chunk_tokens=recipe.model.liger_min_chunk_tokens, nan_policy=recipe.nan_policy,
+        max_skipped_steps=recipe.max_skipped_steps,
         compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode,
         decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
         train_blocks=len(train_blocks.blocks) if schedule is None else None,
@@ -463,7 +464,6 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     trainer.data_info = data_info  # written into each checkpoint (data.json)
     refuse_deepspeed_checkpoint(resume, trainer.is_deepspeed_enabled)
     if resume:
-        max_skipped_steps=recipe.max_skipped_steps,
         logger.info("resuming from %s", resume)
     with attention_kernels:  # torch.compile traces inside train(), so it sees the same choice
         result = trainer.train(resume_from_checkpoint=resume)
@@ -496,6 +496,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         trainer.save_model(str(out / "final"))
         if args.process_index == 0:
             write_lineage(out / "final", record)
+            write_model_card(out / "final", config, plan, summary, recipe, manifest)
             if wandb_lineage:
                 wandb_lineage.log_model(out / "final", aliases=["final", f"step-{trainer.state.global_step}"])
     if args.process_index == 0:
@@ -516,4 +517,3 @@ def shutdown_distributed() -> None:
     """End of a launched process: close the process group explicitly (gloo aborts in its destructor otherwise)."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
-            write_model_card(out / "final", config, plan, summary, recipe, manifest)
