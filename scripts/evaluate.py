@@ -22,14 +22,15 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     p.add_argument("checkpoint", help="save_pretrained directory (model + tokenizer)")
-    p.add_argument("--tasks", default="arc_easy,arc_challenge,openbookqa")
+    p.add_argument("--tasks", default=None,
+                   help="comma-separated (default: those of arc_easy,arc_challenge,openbookqa the data root has)")
     p.add_argument("--limit", type=float, default=None, help="first N docs per task (or a fraction < 1)")
     p.add_argument("--out", default=None, help="output dir (default: CKPT/eval)")
     p.add_argument("--scoring", choices=("lm_eval", "avg_logprob", "both"), default="both")
     p.add_argument("--batch-size", default="8")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default=None)
-    p.add_argument("--data-root", default=None, help="default: $DATA_ROOT")
+    p.add_argument("--data-root", default=None, help="default: $DATA_ROOT, else the embedded sample data")
     a = p.parse_args(argv)
 
     from hfpretrain.eval.ai2 import MissingEvalDataError
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
     try:
         results = evaluate_checkpoint(
             a.checkpoint,
-            tasks=[t for t in a.tasks.split(",") if t],
+            tasks=None if a.tasks is None else [t for t in a.tasks.split(",") if t],
             limit=limit,
             batch_size=batch_size,
             dtype=a.dtype,

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import math
 from importlib import metadata as _md
 from pathlib import Path
 
-from hfpretrain.eval.ai2 import resolve_data_root
+from hfpretrain.eval.ai2 import available_tasks, resolve_data_root
 from hfpretrain.eval.local_tasks import DEFAULT_TASKS, load_tasks, task_manager
+
+logger = logging.getLogger(__name__)
 
 SCORINGS = ("lm_eval", "avg_logprob", "both")
 
@@ -63,7 +66,7 @@ def make_lm(checkpoint, batch_size=8, dtype="auto", device=None):
 
 def evaluate_checkpoint(
     checkpoint,
-    tasks=DEFAULT_TASKS,
+    tasks=None,
     limit=None,
     batch_size=8,
     dtype="auto",
@@ -74,6 +77,10 @@ def evaluate_checkpoint(
 ) -> dict:
     """Evaluate ``checkpoint`` 0-shot on ``tasks``; return lm-eval's results dict (+ run info).
 
+    ``tasks`` default: those of arc_easy, arc_challenge, openbookqa whose test file the data root has
+    (all three in a full data root; ARC only in the embedded one), one log line naming any left out.
+    Tasks named explicitly must all be there (one-line error otherwise).
+
     The returned dict is ``lm_eval.simple_evaluate``'s (``results``, ``configs``, ``n-samples``,
     ...), with ``hfpretrain`` (lm-eval version, batch size, dtype, device, limit, data root,
     scoring) and, for ``scoring`` in ("avg_logprob", "both"), ``avg_logprob``
@@ -82,10 +89,17 @@ def evaluate_checkpoint(
     """
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
+    check_checkpoint(checkpoint)
+    if tasks is None:
+        # none there: all of them, so that the error names the first missing file
+        tasks = available_tasks(DEFAULT_TASKS, data_root) or list(DEFAULT_TASKS)
+        left_out = [t for t in DEFAULT_TASKS if t not in tasks]
+        if left_out:
+            logger.warning("evaluating %s: %s not in the data root %s", ", ".join(tasks), ", ".join(left_out),
+                           resolve_data_root(data_root))
     if isinstance(tasks, str):
         tasks = [t for t in tasks.split(",") if t]
     tasks = list(tasks)
-    check_checkpoint(checkpoint)
     task_objs = load_tasks(tasks, data_root)  # checks data files (one-line error)
     lm = make_lm(checkpoint, batch_size=batch_size, dtype=dtype, device=device)
 
