@@ -34,7 +34,13 @@ def parse_args(argv=None):
                         "like run_clm.py's --text_column_name")
     p.add_argument("--eos-token", default=None, help="end-of-text token (default: <|endoftext|>/<|end_of_text|> if present, else eos)")
     p.add_argument("--on-bad", choices=["skip", "fail"], default="skip", help="bad input records: skip and count (default) or fail")
-    p.add_argument("--max-bad-fraction", type=float, default=0.01, help="with --on-bad skip, fail above this fraction of bad records")
+    p.add_argument("--max-bad-fraction", type=float, default=0.01,
+                   help="with --on-bad skip, fail above this fraction of bad records, or of bytes lost (bad records "
+                        "and the measured part of a cut .zst)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="go on when a whole input file is lost: missing, a glob matching nothing, empty, unreadable, "
+                        "or a .zst cut short by an unknown amount (listed in manifest.json input_files); without "
+                        "it each is an error")
     p.add_argument("--encoder", choices=["auto", "hf", "tiktoken"], default="auto",
                    help="tokenizer backend: auto (default: tiktoken if installed and exact for this tokenizer, else HF), hf, tiktoken; same ids")
     p.add_argument("--force", action="store_true",
@@ -59,10 +65,14 @@ def main(argv=None) -> int:
             val_inputs=args.val_input, val_docs=args.val_docs, num_proc=args.num_proc,
             max_docs=args.max_docs, force=args.force, on_bad=args.on_bad,
             max_bad_fraction=args.max_bad_fraction, eos_token=args.eos_token, blend=args.blend,
-            encoder=args.encoder, sets=args.sets, text_field=args.text_field,
+            encoder=args.encoder, sets=args.sets, text_field=args.text_field, allow_missing=args.allow_missing,
         )
-    except DataError as e:
-        sys.exit(f"error: {e}")
+    except DataError as e:  # bad input, flags or output folder: one line, nothing written
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the build itself failed (disk full, a file vanished): one line
+        print(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return 1
     print(out)
     return 0
 

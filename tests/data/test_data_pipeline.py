@@ -145,8 +145,14 @@ def test_each_bad_input_is_counted_and_reported(tmp_path, gpt2_tokenizer, caplog
     val = write_jsonl(tmp_path / "val.jsonl", [doc("validation text " * 30) for _ in range(5)])
     with caplog.at_level("WARNING"):
         out = tokenize_corpus([jsonl, cut, missing], tmp_path / "out", gpt2_tokenizer, seq_len=32,
-                              val_inputs=[val], max_bad_fraction=0.5)
+                              val_inputs=[val], max_bad_fraction=0.5, allow_missing=True)
     m = _manifest(out)
+    files = m["input_files"]["inputs"]
+    assert files["files_read"] == 3 and m["allow_missing"] is True
+    lost = {x["reason"]: x for x in files["lost_files"]}
+    assert lost["missing_file"] == {"path": str(missing), "reason": "missing_file", "bytes_lost": None}
+    assert lost["truncated_zst"]["path"] == str(cut) and lost["truncated_zst"]["bytes_lost"] > 0
+    assert files["bad_record_bytes"] > 0 and files["bytes_lost"] == lost["truncated_zst"]["bytes_lost"]
     assert m["train"]["skipped"] == {"malformed_json": 1, "missing_text": 1, "non_utf8": 1, "empty_document": 1,
                                      "truncated_zst": 1, "missing_file": 1}
     where = {e["reason"]: e["where"] for e in m["train"]["bad_examples"]}

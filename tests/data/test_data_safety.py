@@ -125,7 +125,7 @@ def test_cli_force_on_users_folder_is_one_error_line(tmp_path, src, gpt2_tokeniz
     r = subprocess.run([sys.executable, "scripts/tokenize_pile.py", "--input", str(src), "--tokenizer",
                         str(gpt2_tokenizer), "--seq-len", "16", "--val-docs", "2", "--out", str(out), "--force", "-q"],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1, r.stderr[-2000:]
+    assert r.returncode == 2, r.stderr[-2000:]
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ") and str(out) in lines[-1] and "not a tokenize_corpus output" in lines[-1]
     assert (out / "notes.txt").read_text() == "keep me"

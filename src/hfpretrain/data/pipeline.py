@@ -19,6 +19,7 @@ The validation split is the first ``val_docs`` good documents of ``val_inputs``;
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -29,11 +30,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
+from ..outdir import output_problem
 from .manifest import (FORMAT, MANIFEST, PIPELINE_VERSION, describe_inputs, dir_bytes, fingerprint, is_output,
                        read_manifest, write_manifest)
 from .encoders import ENCODERS, EncoderMismatch, Unsupported, choose_encoder
 from .pack import Packer
-from .read import POLICIES, RAW_COLUMNS, DataError, expand_blend, expand_inputs, generate_records
+from .read import FILE_ROW, POLICIES, RAW_COLUMNS, DataError, expand_blend, expand_inputs, generate_records
 from .tokenizer import BatchTokenizer, ids_dtype, load_tokenizer, pick_eos, tokenizer_sha256
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ def tokenize_corpus(
     encoder: str = "auto",
     sets=None,
     text_field: str = "text",
+    allow_missing: bool = False,
 ) -> Path:
     """Tokenize and pack ``inputs`` (paths/globs/Hub ids, or ``blend`` file) into ``out``.
 
@@ -74,6 +77,10 @@ def tokenize_corpus(
     high-quality subset of a mix for a curriculum's last phase; every named set must occur.
     ``text_field``: the record field that holds the document (default ``text``; e.g. ``content``), as
     ``run_clm.py``'s ``--text_column_name``; part of the fingerprint when not ``text``.
+    ``allow_missing``: go on when a whole input file is lost (missing, a glob matching nothing, empty,
+    unreadable, a ``.zst`` cut short by an unknown amount); without it each is an error naming the file.
+    Bytes lost (bad records, the measured part of a cut ``.zst``) count against ``max_bad_fraction``
+    too, and a file whose records are all bad is always an error (manifest ``input_files``).
     Raises :class:`DataError` (one-line message) for user-facing problems.
     """
     import datasets
@@ -93,6 +100,10 @@ def tokenize_corpus(
         raise DataError(f"encoder must be one of {ENCODERS}, got {encoder!r}")
     if max_docs is not None and max_docs < 1:
         raise DataError(f"max_docs must be >= 1, got {max_docs}")
+    if not 0 <= max_bad_fraction <= 1:
+        raise DataError(f"max_bad_fraction must be between 0 and 1, got {max_bad_fraction}")
+    if num_proc is not None and int(num_proc) < 1:
+        raise DataError(f"num_proc must be >= 1, got {num_proc}")
     if sets is not None:
         sets = sorted({str(s).strip() for s in ([sets] if isinstance(sets, str) else sets)} - {""})
         if not sets:
@@ -103,6 +114,9 @@ def tokenize_corpus(
         _refuse_protected(out)
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out} is a file, not a folder: choose another --out")
+    problem = output_problem(out)  # before any work: a build that cannot be written is lost
+    if problem:
+        raise DataError(f"--out {out}: {problem}: choose another --out")
 
     train_sources = expand_inputs(inputs) if inputs is not None else []
     if blend is not None:
@@ -113,6 +127,12 @@ def tokenize_corpus(
     if text_field != "text":
         for src in train_sources + (val_sources or []):
             src["text_field"] = text_field
+    missing = [s for s in train_sources + (val_sources or []) if s["kind"] == "missing"]
+    if missing and not allow_missing:  # before any work: a lost shard is not a bad record
+        names = sorted({s["path"] for s in missing})
+        more = f" (and {len(names) - 1} more: {', '.join(names[1:4])}{' ...' if len(names) > 4 else ''})" if len(names) > 1 else ""
+        raise DataError(f"{missing[0]['path']}:0: missing_file ({missing[0].get('error', 'does not exist')}){more}: "
+                        "its documents would be missing; pass --allow-missing to go on without it")
 
     tok = load_tokenizer(tokenizer)
     eos_name, eos_id = pick_eos(tok, eos_token)
@@ -146,7 +166,8 @@ def tokenize_corpus(
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         return _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
-                      val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, sets)
+                      val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, sets,
+                      allow_missing=allow_missing)
 
     try:
         try:
@@ -233,7 +254,7 @@ def _generate(sources, on_bad, limit, num_proc, cache_dir, datasets, name, sets=
             cache_dir=str(cache_dir),
             # sets as a tuple: datasets shards over the lists in gen_kwargs (the files)
             gen_kwargs={"files": sources, "on_bad": on_bad, "limit": limit,
-                        "sets": tuple(sets) if sets is not None else None},
+                        "sets": tuple(sets) if sets is not None else None, "file_rows": True},
             num_proc=min(num_proc, len(sources)) if len(sources) > 1 else None,
             split=datasets.Split.TRAIN,
         )
@@ -266,6 +287,7 @@ def _cut(skip: np.ndarray, n_good: int | None) -> int:
 
 def _bad_stats(raw, lo: int, hi: int) -> dict:
     sub = raw.data.table.slice(lo, hi - lo) if hasattr(raw.data, "table") else raw.data.slice(lo, hi - lo)
+    sub = sub.filter(pc.not_equal(sub.column("skip"), FILE_ROW))  # records only, not the per-file rows
     skip = sub.column("skip")
     bad_mask = pc.not_equal(skip, "")
     bad = sub.filter(bad_mask)
@@ -274,7 +296,62 @@ def _bad_stats(raw, lo: int, hi: int) -> dict:
         counts[item["values"]] = item["counts"]
     examples = [{"where": w, "reason": r} for w, r in
                 zip(bad.column("where").to_pylist()[:MAX_BAD_EXAMPLES], bad.column("skip").to_pylist())]
-    return {"records_read": hi - lo, "skipped": counts, "bad_examples": examples}
+    return {"records_read": len(sub), "skipped": counts, "bad_examples": examples}
+
+
+def _file_accounting(raw) -> dict:
+    """What was read and lost per input file, from generate_records' per-file rows (a blend's passes
+    over one file added up): manifest ``input_files``."""
+    table = raw.data.table if hasattr(raw.data, "table") else raw.data
+    rows = table.filter(pc.equal(table.column("skip"), FILE_ROW))
+    files: dict[str, dict] = {}
+    for text in rows.column("text").to_pylist():
+        a = json.loads(text)
+        f = files.setdefault(a["path"], {"path": a["path"], "records": 0, "good": 0, "bad": 0, "bytes": 0,
+                                         "bad_bytes": 0, "lost": None, "bytes_lost": 0, "first_bad": None})
+        for key in ("records", "good", "bad", "bytes", "bad_bytes"):
+            f[key] += a[key]
+        if a["lost"]:
+            f["lost"] = a["lost"]
+            f["bytes_lost"] = None if a["bytes_lost"] is None or f["bytes_lost"] is None else f["bytes_lost"] + a["bytes_lost"]
+        f["first_bad"] = f["first_bad"] or a["first_bad"]
+    lost = [{"path": f["path"], "reason": f["lost"], "bytes_lost": f["bytes_lost"]} for f in files.values() if f["lost"]]
+    all_bad = [{"path": f["path"], "records": f["records"], "first": f["first_bad"]} for f in files.values()
+               if f["records"] and not f["good"] and f["lost"] in (None, "truncated_zst")]
+    return {"files_read": len(files), "bytes_read": sum(f["bytes"] for f in files.values()),
+            "bad_record_bytes": sum(f["bad_bytes"] for f in files.values()),
+            "bytes_lost": sum(x["bytes_lost"] for x in lost if x["bytes_lost"] is not None),
+            "lost_files": lost, "all_bad_files": all_bad}
+
+
+_LOST_WHY = {"missing_file": "does not exist", "empty_file": "holds no records",
+             "unreadable_file": "cannot be read (a truncated or corrupt parquet file)",
+             "truncated_zst": "is cut short, by an amount its zstd frame header cannot tell (no size recorded)"}
+
+
+def _check_files(acc: dict, name: str, max_bad_fraction: float, allow_missing: bool) -> None:
+    """Whole-file losses are errors, not one bad record each: a file whose records are all bad; a file
+    lost by an unknown amount (unless allow_missing); bytes lost above max_bad_fraction."""
+    for f in acc["all_bad_files"]:
+        raise DataError(f"{f['path']}: all {f['records']} records are bad (first: {f['first']}): the whole file would "
+                        f"be lost; fix it or remove it from the {name}"
+                        + ("; missing_text: if the documents are in another field, name it with --text-field"
+                           if (f["first"] or "").endswith("missing_text") else ""))
+    unknown = [x for x in acc["lost_files"] if x["bytes_lost"] is None]
+    if unknown and not allow_missing:
+        x = unknown[0]
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        what = "the rest of its documents" if x["reason"] == "truncated_zst" else "its documents"
+        raise DataError(f"{x['path']}: {x['reason']}: {_LOST_WHY[x['reason']]}{more}; {what} would be "
+                        "missing: pass --allow-missing to go on without it")
+    total = acc["bytes_read"] + acc["bytes_lost"]
+    lost = acc["bad_record_bytes"] + acc["bytes_lost"]
+    if total and lost / total > max_bad_fraction:
+        known = [x for x in acc["lost_files"] if x["bytes_lost"]]
+        worst = max(known, key=lambda x: x["bytes_lost"]) if known else None
+        raise DataError(f"{name}: {lost:,} of {total:,} bytes lost ({lost / total:.1%} > max_bad_fraction "
+                        f"{max_bad_fraction:.1%})" + (f"; {worst['path']}: {worst['reason']}, {worst['bytes_lost']:,} "
+                                                      "bytes lost" if worst else "; in bad records"))
 
 
 def _check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
@@ -290,7 +367,7 @@ def _check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
 
 
 def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
-           val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, select_sets=None):
+           val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, select_sets=None, allow_missing=False):
     t_start = time.time()
     cache = tmp / "_cache"
     dtype = ids_dtype(len(tok))
@@ -300,7 +377,13 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
     if val_sources is None:
         limit = None if max_docs is None else val_docs + max_docs
         raw = _generate(train_sources, on_bad, limit, num_proc, cache / "train", datasets, "train", select_sets)
+        input_files = {"inputs": _file_accounting(raw), "val_inputs": None}
+        _check_files(input_files["inputs"], "inputs", max_bad_fraction, allow_missing)
         skip = np.asarray(raw.data.column("skip").to_numpy(zero_copy_only=False))
+        n_good = int((skip == "").sum())
+        if n_good <= val_docs:  # validation would take every document: nothing left to train on
+            raise DataError(f"validation takes the first {val_docs} documents of the input (--val-docs) but it holds "
+                            f"only {n_good}, leaving none to train on: lower --val-docs or pass --val-input")
         split_at = _cut(skip, val_docs)
         end = _cut(skip, limit)
         parts = {"validation": (raw, 0, split_at), "train": (raw, split_at, end)}
@@ -309,6 +392,9 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
                            select_sets)
         raw_va = _generate(val_sources, on_bad, val_docs, num_proc, cache / "validation", datasets, "validation",
                            select_sets)
+        input_files = {"inputs": _file_accounting(raw_tr), "val_inputs": _file_accounting(raw_va)}
+        _check_files(input_files["inputs"], "train inputs", max_bad_fraction, allow_missing)
+        _check_files(input_files["val_inputs"], "validation inputs", max_bad_fraction, allow_missing)
         skip_tr = np.asarray(raw_tr.data.column("skip").to_numpy(zero_copy_only=False))
         skip_va = np.asarray(raw_va.data.column("skip").to_numpy(zero_copy_only=False))
         parts = {"train": (raw_tr, 0, _cut(skip_tr, max_docs)),
@@ -411,6 +497,8 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
         "select_sets": select_sets,
         "on_bad": on_bad,
         "max_bad_fraction": max_bad_fraction,
+        "allow_missing": allow_missing,
+        "input_files": input_files,
         "num_proc": num_proc,
         "sets": sets + (["other"] if len(sets) == 255 else []),
         "train": result["train"],

@@ -19,7 +19,14 @@ reason              what
 ``non_utf8``        bytes that are not UTF-8 (or lone surrogates in the JSON)
 ``empty_document``  ``text`` is empty or only whitespace
 ``truncated_zst``   the zstd frame ends early or is corrupt (line = first lost line)
+``unreadable_file`` a parquet file pyarrow cannot read (truncated, corrupt)
 ==================  ===========================================================
+
+Whole-file losses are counted apart from records (``file_rows``): a missing file or a glob that
+matches nothing, an empty file, an unreadable parquet file, the bytes a truncated ``.zst`` lost
+(from its frame header; unknown for streamed files), a file whose records are all bad. The
+pipeline turns them into errors (:mod:`.pipeline`), so that losing a whole shard never passes a
+ceiling meant for a few bad lines.
 
 Policy ``skip`` (default) drops the record, logs a warning and counts it; ``fail`` raises
 :class:`DataError` at the first bad record. Blank lines are not records and are ignored.
@@ -39,7 +46,9 @@ from ..paths import MissingDataError, resolve
 
 logger = logging.getLogger(__name__)
 
-REASONS = ("missing_file", "malformed_json", "missing_text", "non_utf8", "empty_document", "truncated_zst")
+REASONS = ("missing_file", "malformed_json", "missing_text", "non_utf8", "empty_document", "truncated_zst",
+           "unreadable_file")
+FILE_ROW = "_file"  # the skip value of generate_records' per-file accounting rows (file_rows=True)
 POLICIES = ("skip", "fail")
 RAW_COLUMNS = ("text", "set", "skip", "where")
 UNKNOWN_SET = "unknown"
@@ -110,8 +119,8 @@ def _apply_epochs(files: list[dict], epochs: float) -> list[dict]:
     out = []
     for p in range(whole):
         out.extend({**f, "pass": p, "fraction": 1.0} for f in files)
-    if frac > 1e-9:
-        out.extend({**f, "pass": whole, "fraction": frac} for f in files if f["kind"] != "missing")
+    if frac > 1e-9:  # a missing file stays listed once (weight < 1 too): it must be reported, not dropped
+        out.extend({**f, "pass": whole, "fraction": frac} for f in files if f["kind"] != "missing" or not whole)
     return out
 
 
@@ -141,15 +150,24 @@ def expand_blend(blend_path) -> list[dict]:
         raise DataError(f"{path}: blend file needs a non-empty 'sources' list")
     files = []
     for i, src in enumerate(sources):
+        if not isinstance(src, dict):
+            raise DataError(f"{path}: sources[{i}] must be an object like {{\"paths\": [...], \"epochs\": 1}}, "
+                            f"got {json.dumps(src)}")
         paths = src.get("paths", src.get("path"))
         if isinstance(paths, str):
             paths = [paths]
         if not paths:
             raise DataError(f"{path}: sources[{i}] has no 'paths'")
+        if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+            raise DataError(f"{path}: sources[{i}].paths must be a path or a list of paths, got {json.dumps(paths)}")
         # relative paths are relative to the blend file
         paths = [p if (Path(p).is_absolute() or ":" in p.split("/")[0]) else str(path.parent / p) for p in paths]
-        epochs = float(src.get("epochs", src.get("weight", 1.0)))
-        files.extend(expand_inputs(paths, epochs=epochs))
+        key = "epochs" if "epochs" in src else "weight"
+        epochs = src.get(key, 1.0)
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0 or epochs == float("inf"):
+            raise DataError(f"{path}: sources[{i}].{key} must be a number > 0 (times the source is used), "
+                            f"got {json.dumps(epochs)}")
+        files.extend(expand_inputs(paths, epochs=float(epochs)))
     return files
 
 
@@ -160,33 +178,51 @@ def _iter_lines_plain(path: str) -> Iterator[tuple[int, bytes | None, str | None
             yield n, raw, None
 
 
-def _iter_lines_zst(path: str) -> Iterator[tuple[int, bytes | None, str | None]]:
-    """Decompress chunk by chunk; a frame that never ends (or corrupt data) is reported."""
+def _frame_content_size(header: bytes) -> int | None:
+    """The decompressed size a zstd frame header declares, or None (not recorded, e.g. streamed files)."""
+    import zstandard
+
+    try:
+        size = zstandard.get_frame_parameters(header).content_size
+    except zstandard.ZstdError:  # a header cut short
+        return None
+    return None if size in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR) else size
+
+
+def _iter_lines_zst(path: str, acct: dict | None = None) -> Iterator[tuple[int, bytes | None, str | None]]:
+    """Decompress chunk by chunk; a frame that never ends (or corrupt data) is reported.
+
+    On such an error ``acct["bytes_lost"]`` is set to the document bytes lost: what the broken frame's
+    header declares minus what came out of it, plus the partial last line; None when the header does
+    not record its size (files written by a streaming compressor), i.e. the loss cannot be measured.
+    """
     import zstandard
 
     dctx = zstandard.ZstdDecompressor(max_window_size=1 << 31)
     n = 0
     buf = b""
+    frame_size = frame_out = None
     with open(path, "rb") as fh:
-        dobj = dctx.decompressobj()
-        in_frame = False
+        dobj = None  # None between frames
         error = None
         while error is None:
             chunk = fh.read(_CHUNK)
             if not chunk:
                 break
             while chunk:
+                if dobj is None:  # a frame starts here: its header may declare its size
+                    dobj = dctx.decompressobj()
+                    frame_size, frame_out = _frame_content_size(chunk[:18]), 0
                 try:
                     data = dobj.decompress(chunk)
                 except zstandard.ZstdError as e:
                     error = f"corrupt zstd data ({e})"
                     break
-                in_frame = True
+                frame_out += len(data)
                 chunk = b""
                 if dobj.eof:  # frame complete; another frame may follow
                     chunk = dobj.unused_data
-                    dobj = dctx.decompressobj()
-                    in_frame = False
+                    dobj = None
                 if data:
                     buf += data
                     lines = buf.split(b"\n")
@@ -194,11 +230,15 @@ def _iter_lines_zst(path: str) -> Iterator[tuple[int, bytes | None, str | None]]
                     for line in lines:
                         n += 1
                         yield n, line, None
-        if error is None and in_frame:
+        if error is None and dobj is not None:
             error = "zstd frame ends early (truncated file)"
     if error is not None:
         # the partial last line is lost with the rest of the file
-        yield n + 1, None, error
+        lost = None if frame_size is None else max(frame_size - frame_out, 0) + len(buf)
+        if acct is not None:
+            acct["bytes_lost"] = lost
+        yield n + 1, None, error + (f": {lost:,} bytes lost" if lost is not None else
+                                    ": the amount lost is unknown (the frame header records no size)")
     elif buf:
         yield n + 1, buf, None
 
@@ -252,45 +292,63 @@ def _check(obj, text_field: str = "text") -> tuple[str | None, str | None, str]:
     return text, _set_name(obj), ""
 
 
-def _records(src: dict) -> Iterator[tuple[int, str | None, str | None, str, str]]:
-    """-> (line, text, set, reason, detail) for one source (text from its ``text_field``, default "text")."""
+def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | None, str, str, int]]:
+    """-> (line, text, set, reason, detail, bytes) for one source (text from its ``text_field``, default
+    "text"); ``acct`` gets what was lost of the file (``lost``: reason, ``bytes_lost``: bytes, None if unknown)."""
     kind, path = src["kind"], src["path"]
     field = src.get("text_field", "text")
     if kind == "missing":
-        yield 0, None, None, "missing_file", src.get("error", "does not exist")
+        acct.update(lost="missing_file", bytes_lost=None)
+        yield 0, None, None, "missing_file", src.get("error", "does not exist"), 0
         return
     if kind in ("jsonl", "zst"):
         if not os.path.exists(path):
-            yield 0, None, None, "missing_file", "does not exist"
+            acct.update(lost="missing_file", bytes_lost=None)
+            yield 0, None, None, "missing_file", "does not exist", 0
             return
-        lines = _iter_lines_zst(path) if kind == "zst" else _iter_lines_plain(path)
+        lines = _iter_lines_zst(path, acct) if kind == "zst" else _iter_lines_plain(path)
         for n, raw, error in lines:
             if error is not None:
-                yield n, None, None, "truncated_zst", error
+                acct["lost"] = "truncated_zst"
+                yield n, None, None, "truncated_zst", error, 0
                 return
             if not raw.strip():
                 continue
+            nbytes = len(raw) + (kind == "zst")  # plain lines keep their newline, decompressed ones do not
             try:
                 s = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                yield n, None, None, "non_utf8", f"invalid byte at offset {e.start}"
+                yield n, None, None, "non_utf8", f"invalid byte at offset {e.start}", nbytes
                 continue
             try:
                 obj = json.loads(s)
             except ValueError as e:
-                yield n, None, None, "malformed_json", str(e)
+                yield n, None, None, "malformed_json", str(e), nbytes
                 continue
             text, set_name, reason = _check(obj, field)
-            yield n, text, set_name, reason, ""
+            yield n, text, set_name, reason, "", nbytes
     else:
         rows = _iter_parquet(path, field) if kind == "parquet" else _iter_hub(path)
-        for n, row in rows:
-            text, set_name, reason = _check(row, field)
-            yield n, text, set_name, reason, ""
+        n = 0
+        try:
+            for n, row in rows:
+                text, set_name, reason = _check(row, field)
+                yield n, text, set_name, reason, "", len(text.encode("utf-8")) if text else 0
+        except Exception as e:  # pyarrow on a truncated or corrupt parquet file (ArrowInvalid, OSError)
+            if kind != "parquet":
+                raise
+            acct.update(lost="unreadable_file", bytes_lost=None)
+            yield n + 1, None, None, "unreadable_file", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}", 0
 
 
-def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None = None, sets=None):
+def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None = None, sets=None,
+                     file_rows: bool = False):
     """``datasets.Dataset.from_generator`` generator: one row per record of ``files``.
+
+    With ``file_rows``, each file read ends with one accounting row (``skip`` = :data:`FILE_ROW`,
+    ``where`` = the path, ``text`` = JSON: records, good, bad, bytes read, bytes of bad records,
+    ``lost`` (missing_file, empty_file, truncated_zst, unreadable_file or null), ``bytes_lost`` (None:
+    unknown), ``complete``), so whole-file losses are counted even when workers read the files.
 
     Stops after ``limit`` good documents (per worker; the caller cuts the concatenation).
     ``sets``: keep only good documents whose ``pile_set_name`` is one of these (the others are
@@ -302,9 +360,16 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
     for src in files:
         frac = src.get("fraction", 1.0)
         warned = 0
-        for line, text, set_name, reason, detail in _records(src):
+        acct = {"records": 0, "good": 0, "bad": 0, "bytes": 0, "bad_bytes": 0, "lost": None, "bytes_lost": 0,
+                "complete": True, "first_bad": None}
+        for line, text, set_name, reason, detail, nbytes in _records(src, acct):
             where = f"{src['path']}:{line}"
+            acct["records"] += 1
+            acct["bytes"] += nbytes
             if reason:
+                acct["bad"] += 1
+                acct["bad_bytes"] += nbytes
+                acct["first_bad"] = acct["first_bad"] or f"{where}: {reason}"
                 msg = f"{where}: {reason}" + (f" ({detail})" if detail else "")
                 if on_bad == "fail":
                     raise DataError(msg + " [on_bad=fail]")
@@ -315,6 +380,7 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
                 warned += 1
                 yield {"text": None, "set": None, "skip": reason, "where": where}
                 continue
+            acct["good"] += 1
             if sets is not None and set_name not in sets:
                 continue
             if frac < 1.0:
@@ -324,7 +390,16 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
             yield {"text": text, "set": set_name, "skip": "", "where": ""}
             good += 1
             if limit is not None and good >= limit:
-                return
+                acct["complete"] = False  # stopped early: what was not read is not lost
+                break
+        if acct["records"] == 0 and acct["lost"] is None and src["kind"] in ("jsonl", "zst", "parquet"):
+            acct["lost"] = "empty_file"
+            acct["bytes_lost"] = None
+        if file_rows:
+            yield {"text": json.dumps({**acct, "path": src["path"], "kind": src["kind"], "pass": src.get("pass", 0)}),
+                   "set": None, "skip": FILE_ROW, "where": src["path"]}
+        if not acct["complete"]:
+            return
 
 
 def source_label(src: dict) -> str:

@@ -12,6 +12,7 @@ import json
 import logging
 from pathlib import Path
 
+from ..outdir import output_problem
 from .read import DataError, expand_inputs, generate_records
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,9 @@ def train_tokenizer(inputs, vocab_size: int, out: str | Path, max_docs: int | No
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out}: exists and is not a folder")
+    problem = output_problem(out)  # before training: a tokenizer that cannot be saved is lost
+    if problem:
+        raise DataError(f"--out {out}: {problem}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
