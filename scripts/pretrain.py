@@ -12,6 +12,7 @@ import sys
 
 from hfpretrain.training import pretrain, shutdown_distributed
 from hfpretrain.training.config import RecipeError
+from hfpretrain.training.trainer import NonFiniteLossError
 
 
 def main() -> int:
@@ -29,6 +30,9 @@ def main() -> int:
     except (RecipeError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except (NonFiniteLossError, OSError) as err:  # the run failed: a NaN stop, disk full (its checkpoints stay)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     finally:
         shutdown_distributed()
     if args.dry_run:

@@ -15,6 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
+from hfpretrain.outdir import output_problem
 from hfpretrain.study.design import check_plan, format_plan
 from hfpretrain.study.grid import load_spec, plan_study, run_study
 from hfpretrain.study.report import analyse
@@ -46,6 +47,9 @@ def main() -> int:
             errors, warnings = check_plan([p for _, p in planned], spec.rules)
             print(format_plan([p for _, p in planned], errors, warnings))
             return 2 if errors else 0
+        problem = None if args.report_only else output_problem(out)
+        if problem:  # before the first run, not after it
+            raise ValueError(f"--out {out}: {problem}")
         rows = run_study(spec, out, only_existing=args.report_only)
     except (RecipeError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -26,6 +26,22 @@ DEFAULT_VOCAB = 151669  # the Qwen3 tokenizer, for zoo shapes whose vocab comes 
 MEMORY_HEADROOM = 0.92  # CUDA context, allocator fragmentation, NCCL buffers
 
 
+def check_plan_arguments(**values) -> None:
+    """ValueError naming the first argument that makes no sense (a count below 1, hours or MFU out of range)."""
+    for name, value in values.items():
+        if name == "hours":
+            ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+            need = "a number of hours > 0"
+        elif name == "mfu":
+            ok = isinstance(value, (int, float)) and 0 < value <= 1
+            need = "a fraction in (0, 1]"
+        else:
+            ok = isinstance(value, int) and value >= 1
+            need = "an integer >= 1"
+        if not ok:
+            raise ValueError(f"{name} must be {need}, got {value!r}")
+
+
 def chinchilla_optimal(compute_flops: float, fit: str = "hoffmann") -> tuple[float, float]:
     """(N*, D*) for a budget of ``compute_flops`` with C = 6·N·D."""
     if fit == "rule20":
@@ -105,6 +121,8 @@ def plan(
     vocab_size: int = DEFAULT_VOCAB,
     shapes: list[str] | None = None,
 ) -> Plan:
+    check_plan_arguments(num_gpus=num_gpus, hours=hours, mfu=mfu, seq_len=seq_len, micro_batch=micro_batch,
+                         global_batch_tokens=global_batch_tokens, n_nearest=n_nearest, vocab_size=vocab_size)
     gpu_key = canonical_gpu(gpu)
     peak = peak_flops(gpu_key, dtype)
     compute = num_gpus * hours * 3600 * peak * mfu

@@ -128,9 +128,27 @@ def _size(entry) -> Size:
                 overrides=tuple(entry.get("overrides") or ()))
 
 
+def _read_spec(path: Path) -> dict:
+    """The spec file as a dict; FileNotFoundError / ValueError with one line naming the file (and line)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"study spec {path} does not exist")
+    try:
+        d = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValueError(f"{path}{f':{mark.line + 1}' if mark else ''}: YAML syntax error: {problem}") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: a study spec is a mapping (recipe:, sizes:, flops: ...), got "
+                         f"{'an empty file' if d is None else type(d).__name__}")
+    return d
+
+
 def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     """Read a study spec from YAML (or a dict of the same shape); validate it."""
-    d = dict(path_or_dict) if isinstance(path_or_dict, dict) else yaml.safe_load(Path(path_or_dict).read_text())
+    d = dict(path_or_dict) if isinstance(path_or_dict, dict) else _read_spec(Path(path_or_dict))
     kinds = [k for k in BUDGET_KINDS if k in d]
     if len(kinds) != 1:
         raise ValueError(f"a study spec needs exactly one of {BUDGET_KINDS}, got {kinds or 'none'}")
@@ -140,6 +158,8 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         raise ValueError(f"unknown spec keys {sorted(set(d) - known)}; known: {sorted(known)}")
     if not d.get("sizes"):
         raise ValueError("a study spec needs a non-empty list of sizes")
+    if not d.get("recipe"):
+        raise ValueError("a study spec needs a recipe (the base recipe YAML every run starts from)")
     budgets = [float(b) for b in d[kinds[0]]]
     if not budgets or any(b <= 0 for b in budgets):
         raise ValueError(f"{kinds[0]}: needs positive budgets, got {budgets}")

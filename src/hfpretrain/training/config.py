@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 from transformers import TrainingArguments
@@ -207,6 +208,9 @@ def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             raise RecipeError(f"unknown section '{top}' in override '{item}'{_nearest(top, cfg.keys())}")
         try:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+        except yaml.YAMLError as err:
+            raise RecipeError(f"override '{item}': the value is not valid YAML "
+                              f"({getattr(err, 'problem', None) or str(err).splitlines()[0]})") from None
         except (ConfigKeyError, ConfigAttributeError):
             raise RecipeError(f"unknown key '{key}'{_nearest(key.split('.')[-1], _section_keys(cfg, top))}") from None
         except ValidationError as err:
@@ -219,6 +223,22 @@ def _section_keys(cfg: DictConfig, top: str):
     return section.keys() if isinstance(section, DictConfig) else []
 
 
+def _read_yaml(path: Path) -> DictConfig:
+    """The recipe file; a YAML syntax error or a file that is not a mapping is one RecipeError line naming it."""
+    try:
+        cfg = OmegaConf.load(path)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise RecipeError(f"{path}{f':{mark.line + 1}' if mark else ''}: YAML syntax error: {problem}") from None
+    except UnicodeDecodeError as err:
+        raise RecipeError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if not isinstance(cfg, DictConfig):
+        raise RecipeError(f"{path}: a recipe is a mapping of sections (model:, data:, training:, ...), "
+                          f"got a {type(cfg).__name__.replace('Config', '').lower()}")
+    return cfg
+
+
 def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
     """Read a recipe YAML (or the defaults when path is None), apply overrides, validate."""
     schema = OmegaConf.structured(Recipe)
@@ -227,7 +247,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             path = Path(path)
             if not path.is_file():
                 raise RecipeError(f"recipe {path} does not exist")
-            schema = OmegaConf.merge(schema, OmegaConf.load(path))
+            schema = OmegaConf.merge(schema, _read_yaml(path))
     except (ConfigKeyError, ConfigAttributeError) as err:
         key = getattr(err, "full_key", None) or str(err).splitlines()[0]
         leaf = str(key).split(".")[-1]

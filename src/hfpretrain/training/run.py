@@ -175,6 +175,28 @@ def sdpa_kernels(names: list[str]):
     return sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS[n]) for n in names], set_priority=True)
 
 
+def load_tokenizer(path: str):
+    """AutoTokenizer, with a missing or unreadable tokenizer as one line (FileNotFoundError) naming it."""
+    if not Path(path).exists() and (Path(path).is_absolute() or path.startswith(".") or path.count("/") > 1):
+        raise FileNotFoundError(f"tokenizer {path} does not exist (data.path's tokenizer/ folder, or data.tokenizer)")
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise FileNotFoundError(f"tokenizer {path}: cannot load it ({str(err).strip().splitlines()[0]})") from None
+
+
+def check_output_dir(output_dir: str) -> None:
+    """One line (RecipeError) when ``output_dir`` cannot be created or written: a file in the way, a
+    read-only mount, no permission. Checked before the model is built, not at the first save."""
+    from hfpretrain.outdir import output_problem
+
+    from .config import RecipeError
+
+    problem = output_problem(output_dir)
+    if problem:
+        raise RecipeError(f"training.output_dir={output_dir}: {problem}")
+
+
 def resolve_resume(value, output_dir: str) -> str | None:
     if value in (None, False, "", "none", "no", "false", "False"):
         return None
@@ -335,7 +357,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         if needs_assumed_data(recipe):  # not tokenized yet: plan with stated assumptions
             return plan_without_data(recipe, world_size, zero_stage)
     manifest = read_manifest(recipe.data.path)
-    tokenizer = AutoTokenizer.from_pretrained(recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"))
+    tokenizer = load_tokenizer(recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"))
     if recipe.data.tokenizer:
         check_tokenizer(tokenizer, recipe.data.tokenizer, manifest, recipe.data.path)
     data_info = {"data_path": str(recipe.data.path), "fingerprint": manifest.get("fingerprint"),
@@ -369,6 +391,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
             plan["lr_schedule"] = decay_in_last_phase(args, schedule.phases[-1].steps)
     if dry_run:
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
+    check_output_dir(args.output_dir)  # before the work: a run that cannot save is lost
     # Before anything is written to output_dir: is its checkpoint this run's?
     data_info["samples_per_step"] = plan["samples_per_step"]
     data_seed = args.data_seed or args.seed

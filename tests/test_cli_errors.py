@@ -1,0 +1,130 @@
+"""Every CLI answers ordinary bad input with one ``error:`` line, never a traceback (issue #20, item 9).
+
+Exit codes: 2 for usage, configuration and data errors (the command did nothing), 1 for runtime failures.
+Each case runs the script as a user would (a subprocess) on inputs that fail before any training or
+tokenizing, so the whole catalogue takes a few seconds per case. Also checked: the error line names the
+file, flag or key at fault, and nothing is left behind where the output would have gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def d(tmp_path_factory, gpt2_tokenizer, data_root):
+    """A folder of bad inputs, and the few good ones the cases need."""
+    from hfpretrain.data import tokenize_corpus
+
+    root = tmp_path_factory.mktemp("cli_errors")
+    (root / "empty.jsonl").write_text("")
+    (root / "small.jsonl").write_text("".join(
+        json.dumps({"text": f"a small document number {i} " * 10, "meta": {"pile_set_name": "S"}}) + "\n"
+        for i in range(20)))
+    (root / "afile").write_text("not a folder\n")
+    (root / "bad.yaml").write_text("model:\n  config: tiny\n  overrides: [1, 2\n")
+    (root / "list.yaml").write_text("- model\n- data\n")
+    (root / "spec_empty.yaml").write_text("")
+    (root / "blend_epochs.json").write_text(json.dumps({"sources": [{"paths": ["small.jsonl"], "epochs": "two"}]}))
+    (root / "blend_items.json").write_text(json.dumps({"sources": ["small.jsonl"]}))
+    (root / "blend_paths.json").write_text(json.dumps({"sources": [{"paths": 5}]}))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist([{"text": f"row {i} " * 20} for i in range(50)]), root / "whole.parquet")
+    (root / "cut.parquet").write_bytes((root / "whole.parquet").read_bytes()[:300])
+    tokenize_corpus([str(root / "small.jsonl")], root / "data", gpt2_tokenizer, seq_len=16, val_docs=4)
+    (root / "incomplete").mkdir()
+    (root / "incomplete" / "manifest.json").write_text(json.dumps({"format": "hfpretrain.tokenized"}))
+    # a folder nobody may write in: root ignores permission bits, but not sysfs
+    if os.geteuid() == 0:
+        ro = Path("/sys/hfpretrain-test")
+    else:
+        (root / "ro").mkdir()
+        (root / "ro").chmod(0o555)
+        ro = root / "ro"
+    return {"d": str(root), "tok": str(gpt2_tokenizer), "ro": str(ro), "data": str(root / "data")}
+
+
+TOK = ["--tokenizer", "{tok}", "--seq-len", "16"]
+CASES = {
+    # tokenize_pile.py
+    "tokenize-empty-file": (["tokenize_pile.py", "--input", "{d}/empty.jsonl", *TOK, "--out", "{d}/o"], 2,
+                            ["{d}/empty.jsonl", "empty_file"]),
+    "tokenize-default-val-docs": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--out", "{d}/o"], 2,
+                                  ["--val-docs", "only 20"]),
+    "tokenize-out-is-file": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2", "--out",
+                              "{d}/afile"], 2, ["{d}/afile", "is a file"]),
+    "tokenize-out-under-file": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2", "--out",
+                                 "{d}/afile/sub"], 2, ["{d}/afile is a file"]),
+    "tokenize-out-not-writable": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2",
+                                   "--out", "{ro}/o"], 2, ["{ro}/o", "cannot write in"]),
+    "tokenize-blend-epochs": (["tokenize_pile.py", "--blend", "{d}/blend_epochs.json", *TOK, "--out", "{d}/o"], 2,
+                              ["blend_epochs.json", "sources[0].epochs", '"two"']),
+    "tokenize-blend-items": (["tokenize_pile.py", "--blend", "{d}/blend_items.json", *TOK, "--out", "{d}/o"], 2,
+                             ["blend_items.json", "sources[0] must be an object"]),
+    "tokenize-blend-paths": (["tokenize_pile.py", "--blend", "{d}/blend_paths.json", *TOK, "--out", "{d}/o"], 2,
+                             ["blend_paths.json", "sources[0].paths"]),
+    "tokenize-truncated-parquet": (["tokenize_pile.py", "--input", "{d}/cut.parquet", "{d}/small.jsonl", *TOK,
+                                    "--val-docs", "2", "--out", "{d}/o"], 2, ["{d}/cut.parquet", "unreadable_file"]),
+    "tokenize-missing-input": (["tokenize_pile.py", "--input", "{d}/small.jsonl", "{d}/nope-*.jsonl.zst", *TOK,
+                                "--val-docs", "2", "--out", "{d}/o"], 2, ["nope-*.jsonl.zst", "--allow-missing"]),
+    "tokenize-bad-fraction": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--max-bad-fraction", "2",
+                               "--out", "{d}/o"], 2, ["max_bad_fraction"]),
+    # train_tokenizer.py
+    "train-tokenizer-empty-file": (["train_tokenizer.py", "--input", "{d}/empty.jsonl", "--vocab-size", "300",
+                                    "--out", "{d}/o"], 2, ["{d}/empty.jsonl"]),
+    "train-tokenizer-out-not-writable": (["train_tokenizer.py", "--input", "{d}/small.jsonl", "--vocab-size", "300",
+                                          "--out", "{ro}/tok"], 2, ["{ro}/tok", "cannot write in"]),
+    # pretrain.py
+    "pretrain-yaml-syntax": (["pretrain.py", "{d}/bad.yaml", "--dry-run"], 2, ["{d}/bad.yaml:4", "YAML syntax error"]),
+    "pretrain-recipe-not-mapping": (["pretrain.py", "{d}/list.yaml", "--dry-run"], 2, ["{d}/list.yaml", "mapping"]),
+    "pretrain-override-yaml": (["pretrain.py", "recipes/tiny_cpu.yaml", "--dry-run", "training.max_steps=[1,"], 2,
+                               ["training.max_steps=[1,"]),
+    "pretrain-no-tokenizer": (["pretrain.py", "recipes/tiny_cpu.yaml", "--dry-run", "data.path={d}/incomplete"], 2,
+                              ["{d}/incomplete/tokenizer", "does not exist"]),
+    "pretrain-output-dir-is-file": (["pretrain.py", "recipes/tiny_cpu.yaml", "data.path={data}",
+                                     "training.output_dir={d}/afile"], 2, ["training.output_dir={d}/afile", "is a file"]),
+    "pretrain-output-dir-not-writable": (["pretrain.py", "recipes/tiny_cpu.yaml", "data.path={data}",
+                                          "training.output_dir={ro}/run"], 2, ["training.output_dir", "cannot write in"]),
+    # plan.py
+    "plan-unknown-gpu": (["plan.py", "--gpu", "Z100", "--hours", "1"], 2, ["unknown GPU 'Z100'"]),
+    "plan-negative-hours": (["plan.py", "--gpu", "H100", "--hours", "-1"], 2, ["hours", "-1"]),
+    "plan-zero-gpus": (["plan.py", "--gpu", "H100", "--hours", "1", "--num-gpus", "0"], 2, ["num_gpus"]),
+    "plan-negative-micro-batch": (["plan.py", "--gpu", "H100", "--hours", "1", "--micro-batch", "-3"], 2,
+                                  ["micro_batch", "-3"]),
+    "plan-mfu-above-one": (["plan.py", "--gpu", "H100", "--hours", "1", "--mfu", "2"], 2, ["mfu"]),
+    # study.py
+    "study-yaml-syntax": (["study.py", "{d}/bad.yaml", "--list"], 2, ["{d}/bad.yaml:4", "YAML syntax error"]),
+    "study-empty-spec": (["study.py", "{d}/spec_empty.yaml", "--list"], 2, ["{d}/spec_empty.yaml", "empty file"]),
+    # show_batches.py
+    "show-batches-not-an-output": (["show_batches.py", "{d}/afile"], 2, ["{d}/afile", "not a tokenize_pile.py output"]),
+    "show-batches-incomplete": (["show_batches.py", "{d}/incomplete"], 2, ["{d}/incomplete", "tokenizer/"]),
+    "show-batches-zero-batches": (["show_batches.py", "{data}", "--batches", "0"], 2, ["--batches"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_error_line(case, d):
+    argv, code, needles = CASES[case]
+    argv = [a.format(**d) for a in argv]
+    out = Path(d["d"]) / "o"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / argv[0]), *argv[1:]], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.returncode == code, r.stderr[-3000:]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and r.stderr.strip().splitlines()[-1] == errors[0], r.stderr[-3000:]
+    for needle in needles:
+        assert needle.format(**d) in errors[0], errors[0]
+    assert not out.exists() and not list(Path(d["d"]).glob("o.tmp-*"))  # nothing written where the output goes
