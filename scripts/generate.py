@@ -57,8 +57,14 @@ def main(argv=None) -> int:
         print("error: no prompt: pass --prompt, --prompt-file or --unconditional", file=sys.stderr)
         return 2
 
-    from hfpretrain.eval.generation import CheckpointNotFoundError, format_results, generate
+    from hfpretrain.eval.generation import CheckpointNotFoundError, check_settings, format_results, generate
 
+    try:  # the settings, then the checkpoint (config, weights, tokenizer files), before anything is loaded
+        check_settings(a.max_new_tokens, a.temperature, a.top_p, a.top_k, a.repetition_penalty, a.num_samples)
+    except ValueError as err:  # "top_p must be ..." -> "--top-p must be ..."
+        name, rest = str(err).split(" ", 1)
+        print(f"error: --{name.replace('_', '-')} {rest}", file=sys.stderr)
+        return 2
     try:
         results = generate(
             a.model,

@@ -43,6 +43,7 @@ def d(tmp_path_factory, gpt2_tokenizer, data_root):
     (root / "cut.parquet").write_bytes((root / "whole.parquet").read_bytes()[:300])
     tokenize_corpus([str(root / "small.jsonl")], root / "data", gpt2_tokenizer, seq_len=16, val_docs=4)
     (root / "incomplete").mkdir()
+    _checkpoints(root, gpt2_tokenizer)
     (root / "incomplete" / "manifest.json").write_text(json.dumps({"format": "hfpretrain.tokenized"}))
     # a folder nobody may write in: root ignores permission bits, but not sysfs
     if os.geteuid() == 0:
@@ -52,6 +53,23 @@ def d(tmp_path_factory, gpt2_tokenizer, data_root):
         (root / "ro").chmod(0o555)
         ro = root / "ro"
     return {"d": str(root), "tok": str(gpt2_tokenizer), "ro": str(ro), "data": str(root / "data")}
+
+
+def _checkpoints(root: Path, tokenizer: Path) -> None:
+    """ckpt: a tiny model with its tokenizer; notok: without tokenizer files; trunc: weights cut short."""
+    import shutil
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=50304, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64))
+    model.save_pretrained(root / "notok")
+    for name in ("ckpt", "trunc"):
+        shutil.copytree(root / "notok", root / name)
+        for f in Path(tokenizer).iterdir():
+            shutil.copy(f, root / name / f.name)
+    weights = root / "trunc" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
 
 
 TOK = ["--tokenizer", "{tok}", "--seq-len", "16"]
@@ -105,6 +123,25 @@ CASES = {
     # study.py
     "study-yaml-syntax": (["study.py", "{d}/bad.yaml", "--list"], 2, ["{d}/bad.yaml:4", "YAML syntax error"]),
     "study-empty-spec": (["study.py", "{d}/spec_empty.yaml", "--list"], 2, ["{d}/spec_empty.yaml", "empty file"]),
+    # generate.py, evaluate.py: inputs and the output folder checked before any work
+    "generate-no-tokenizer": (["generate.py", "--model", "{d}/notok", "--prompt", "hi"], 2,
+                              ["{d}/notok has no tokenizer files"]),  # was exit 0 with an empty completion
+    "generate-truncated-weights": (["generate.py", "--model", "{d}/trunc", "--prompt", "hi"], 2,
+                                   ["{d}/trunc/model.safetensors is truncated"]),
+    "generate-top-p": (["generate.py", "--model", "{d}/ckpt", "--prompt", "hi", "--top-p", "0"], 2, ["--top-p"]),
+    "generate-max-new-tokens": (["generate.py", "--model", "{d}/ckpt", "--prompt", "hi", "--max-new-tokens", "0"], 2,
+                                ["--max-new-tokens"]),
+    "evaluate-no-tokenizer": (["evaluate.py", "{d}/notok", "--limit", "2", "--out", "{d}/o"], 2,
+                              ["{d}/notok has no tokenizer files"]),  # was a bare AssertionError
+    "evaluate-truncated-weights": (["evaluate.py", "{d}/trunc", "--limit", "2", "--out", "{d}/o"], 2,
+                                   ["{d}/trunc/model.safetensors is truncated"]),
+    "evaluate-out-not-writable": (["evaluate.py", "{d}/ckpt", "--limit", "2", "--out", "{ro}/eval"], 2,
+                                  ["--out {ro}/eval", "cannot write in"]),  # was found after all the scoring
+    "evaluate-out-is-file": (["evaluate.py", "{d}/ckpt", "--limit", "2", "--out", "{d}/afile"], 2,
+                             ["{d}/afile is a file"]),
+    "evaluate-limit": (["evaluate.py", "{d}/ckpt", "--limit", "-2", "--out", "{d}/o"], 2, ["--limit"]),
+    "evaluate-batch-size": (["evaluate.py", "{d}/ckpt", "--batch-size", "many", "--out", "{d}/o"], 2,
+                            ["--batch-size"]),
     # show_batches.py
     "show-batches-not-an-output": (["show_batches.py", "{d}/afile"], 2, ["{d}/afile", "not a tokenize_pile.py output"]),
     "show-batches-incomplete": (["show_batches.py", "{d}/incomplete"], 2, ["{d}/incomplete", "tokenizer/"]),

@@ -8,29 +8,41 @@ For a fixed seed the outputs are reproducible (same machine / library versions).
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
+from hfpretrain.eval.checkpoint import CheckpointNotFoundError, check_checkpoint
 
-class CheckpointNotFoundError(FileNotFoundError):
-    """One-line error for a missing / incomplete checkpoint directory."""
+__all__ = ["CheckpointNotFoundError", "check_settings", "format_results", "generate", "start_token"]
 
 
 def _load(model, device=None):
     """-> (model, tokenizer) from a path, a (model, tokenizer) pair or a pipeline."""
+    if isinstance(model, (tuple, list)) and len(model) == 2:
+        return model[0], model[1]
+    if isinstance(model, (str, os.PathLike)):  # config, whole weights, tokenizer files: before importing anything
+        path = check_checkpoint(model)
     from transformers import AutoModelForCausalLM, AutoTokenizer, Pipeline
 
     if isinstance(model, Pipeline):
         return model.model, model.tokenizer
-    if isinstance(model, (tuple, list)) and len(model) == 2:
-        return model[0], model[1]
-    path = Path(model).expanduser()
-    if not path.is_dir():
-        raise CheckpointNotFoundError(f"checkpoint not found: {path} (expected a save_pretrained directory)")
-    if not (path / "config.json").is_file():
-        raise CheckpointNotFoundError(f"not a checkpoint: {path} has no config.json")
+    path = check_checkpoint(model)
     tok = AutoTokenizer.from_pretrained(str(path))
     lm = AutoModelForCausalLM.from_pretrained(str(path))
     return lm, tok
+
+
+def check_settings(max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=50, repetition_penalty=1.0,
+                   num_samples=1) -> None:
+    """ValueError naming the first sampling setting out of range (before the model is loaded)."""
+    checks = (("max_new_tokens", max_new_tokens, isinstance(max_new_tokens, int) and max_new_tokens >= 1, "an integer >= 1"),
+              ("num_samples", num_samples, isinstance(num_samples, int) and num_samples >= 1, "an integer >= 1"),
+              ("temperature", temperature, temperature is None or temperature >= 0, ">= 0 (0: greedy)"),
+              ("top_p", top_p, 0 < top_p <= 1, "in (0, 1]"),
+              ("top_k", top_k, isinstance(top_k, int) and top_k >= 0, "an integer >= 0"),
+              ("repetition_penalty", repetition_penalty, repetition_penalty > 0, "> 0"))
+    for name, value, ok, need in checks:
+        if not ok:
+            raise ValueError(f"{name} must be {need}, got {value!r}")
 
 
 def start_token(tokenizer) -> str:
@@ -60,10 +72,11 @@ def generate(
     (``num_samples`` samples from the start token).  Returns one dict per sample:
     ``{"prompt", "completion", "text", "unconditional", "seed", "settings"}``.
     """
+    check_settings(max_new_tokens, temperature, top_p, top_k, repetition_penalty, num_samples)
+    lm, tok = _load(model, device)  # checks a checkpoint folder before importing transformers
     import torch
     from transformers import pipeline, set_seed
 
-    lm, tok = _load(model, device)
     if isinstance(prompts, str):
         prompts = [prompts]
     prompts = list(prompts or [])

@@ -17,6 +17,7 @@ from importlib import metadata as _md
 from pathlib import Path
 
 from hfpretrain.eval.ai2 import available_tasks, resolve_data_root
+from hfpretrain.eval.checkpoint import CheckpointNotFoundError, OutputFolderError, check_checkpoint, check_output_folder
 from hfpretrain.eval.local_tasks import DEFAULT_TASKS, load_tasks, task_manager
 
 logger = logging.getLogger(__name__)
@@ -24,17 +25,8 @@ logger = logging.getLogger(__name__)
 SCORINGS = ("lm_eval", "avg_logprob", "both")
 
 
-class CheckpointNotFoundError(FileNotFoundError):
-    """One-line error for a missing / incomplete checkpoint directory."""
-
-
-def check_checkpoint(checkpoint) -> Path:
-    path = Path(checkpoint).expanduser()
-    if not path.is_dir():
-        raise CheckpointNotFoundError(f"checkpoint not found: {path} (expected a save_pretrained directory)")
-    if not (path / "config.json").is_file():
-        raise CheckpointNotFoundError(f"not a checkpoint: {path} has no config.json")
-    return path
+__all__ = ["CheckpointNotFoundError", "OutputFolderError", "check_checkpoint", "evaluate_checkpoint", "make_lm",
+           "summary_markdown", "write_outputs"]
 
 
 def _default_device() -> str:
@@ -89,7 +81,10 @@ def evaluate_checkpoint(
     """
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
-    check_checkpoint(checkpoint)
+    # every input and the output folder before any scoring: one-line errors, nothing computed in vain
+    check_checkpoint(checkpoint)  # config, whole weights, tokenizer files
+    if out_dir is not None:
+        check_output_folder(out_dir)
     if tasks is None:
         # none there: all of them, so that the error names the first missing file
         tasks = available_tasks(DEFAULT_TASKS, data_root) or list(DEFAULT_TASKS)

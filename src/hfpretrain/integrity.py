@@ -1,0 +1,131 @@
+"""Cheap checks that saved files are whole, without loading them: is a checkpoint usable before a resume,
+an evaluation or a generation starts (a truncated ``model.safetensors`` or ``optimizer.pt`` otherwise fails
+minutes later with a traceback, or not at all).
+
+Each ``*_problem`` function returns a one-line reason naming the file, or None when it looks whole.
+
+* safetensors: the 8-byte header length, the JSON header, and the file size = 8 + header + the end of the
+  last tensor's data (a file cut short, or with bytes appended, fails);
+* ``torch.save`` files (``optimizer.pt``, ``scheduler.pt``, ``pytorch_model.bin``) are zip archives: the
+  central directory at the end must read (a truncated file fails), and every member must lie inside the file;
+  files up to :data:`CRC_CHECK_MAX_BYTES` are also CRC-checked member by member (``ZipFile.testzip``), larger
+  ones are not (that reads the whole file, gigabytes for a large run's optimizer state);
+* JSON files must parse.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zipfile
+from pathlib import Path
+
+CRC_CHECK_MAX_BYTES = 256 << 20
+SAFETENSORS_MAX_HEADER = 100 << 20
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+# any one of these lets AutoTokenizer load a tokenizer from the folder
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+
+
+def json_problem(path) -> str | None:
+    path = Path(path)
+    if not path.is_file():
+        return f"{path} is missing"
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return f"{path} is not valid JSON ({str(e).splitlines()[0]})"
+    return None
+
+
+def safetensors_problem(path) -> str | None:
+    path = Path(path)
+    if not path.is_file():
+        return f"{path} is missing"
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"{path} is truncated ({size} bytes: no safetensors header)"
+            (n,) = struct.unpack("<Q", head)
+            if n > min(SAFETENSORS_MAX_HEADER, size - 8):
+                return f"{path} is truncated or not safetensors (header of {n:,} bytes in a file of {size:,})"
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError) as e:
+        return f"{path}: unreadable safetensors header ({str(e).splitlines()[0]})"
+    if not isinstance(header, dict):
+        return f"{path}: unreadable safetensors header (not a JSON object)"
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            end = max(end, int(info["data_offsets"][1]))
+        except (TypeError, KeyError, IndexError, ValueError):
+            return f"{path}: unreadable safetensors header (tensor {name!r} has no data_offsets)"
+    expected = 8 + n + end
+    if size != expected:
+        return (f"{path} is truncated ({size:,} of {expected:,} bytes)" if size < expected else
+                f"{path} has {size - expected:,} bytes after the tensors its header lists")
+    return None
+
+
+def zip_problem(path, crc_max_bytes: int = CRC_CHECK_MAX_BYTES) -> str | None:
+    """For ``torch.save`` files (zip archives since torch 1.6)."""
+    path = Path(path)
+    if not path.is_file():
+        return f"{path} is missing"
+    size = path.stat().st_size
+    if size == 0:
+        return f"{path} is empty"
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.header_offset + info.compress_size > size:
+                    return f"{path} is truncated (member {info.filename} ends past the end of the file)"
+            if size <= crc_max_bytes:
+                bad = zf.testzip()
+                if bad is not None:
+                    return f"{path} is corrupt (CRC mismatch in {bad})"
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        return f"{path} is truncated or corrupt ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    return None
+
+
+def weights_problem(folder) -> str | None:
+    """The model weights of a save_pretrained folder: present and whole (every shard of a sharded save)."""
+    folder = Path(folder)
+    if (folder / "model.safetensors").exists():
+        return safetensors_problem(folder / "model.safetensors")
+    for index_name, check in (("model.safetensors.index.json", safetensors_problem),
+                              ("pytorch_model.bin.index.json", zip_problem)):
+        index = folder / index_name
+        if index.exists():
+            problem = json_problem(index)
+            if problem:
+                return problem
+            shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+            if not shards:
+                return f"{index} lists no weight files"
+            for shard in shards:
+                problem = check(folder / shard)
+                if problem:
+                    return problem
+            return None
+    if (folder / "pytorch_model.bin").exists():
+        return zip_problem(folder / "pytorch_model.bin")
+    return f"{folder} has no model weights (model.safetensors or pytorch_model.bin)"
+
+
+def tokenizer_problem(folder) -> str | None:
+    folder = Path(folder)
+    if any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    return (f"{folder} has no tokenizer files (tokenizer.json, tokenizer.model or vocab.json): copy in the "
+            "tokenizer/ folder of the data it was trained on (tokenizer.save_pretrained)")
+
+
+__all__ = ["json_problem", "safetensors_problem", "zip_problem", "weights_problem", "tokenizer_problem",
+           "WEIGHT_FILES", "TOKENIZER_FILES", "CRC_CHECK_MAX_BYTES"]
