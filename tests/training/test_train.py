@@ -381,3 +381,17 @@ def test_each_run_in_a_process_compiles(mini_blocks, tmp_path, monkeypatch):
             "training.max_steps": "2", "model.compile": "decoder", "model.compile_backend": "eager",
             "model.overrides.intermediate_size": str(width)})
         assert counters["stats"]["unique_graphs"] > before, width
+
+
+def test_the_overridden_trainer_hooks_exist():
+    """A transformers whose Trainer lacks a private method PretrainTrainer overrides would silently skip the
+    override's behaviour: the run stops at start instead, naming it."""
+    trainer_mod.check_trainer_hooks()  # the installed transformers has them all
+
+    class OldTrainer:
+        def _get_train_sampler(self):
+            pass
+
+    with pytest.raises(RuntimeError, match="_clip_grad_norm") as info:
+        trainer_mod.check_trainer_hooks(OldTrainer)
+    assert "transformers>=5.17" in str(info.value)

@@ -134,12 +134,29 @@ def steps_beside_params(optimizer) -> None:
                 state["step"] = step.to(p.device, torch.float32)
 
 
+# The Trainer's private methods PretrainTrainer overrides. A transformers version without one of them would
+# silently skip what the override does (the data order, the gradient check, the checkpoint marker), so a
+# missing one stops the run at start instead.
+PRIVATE_HOOKS = ("_get_train_sampler", "_get_eval_sampler", "_load_optimizer_and_scheduler", "_clip_grad_norm",
+                 "_save_checkpoint")
+
+
+def check_trainer_hooks(trainer_class=Trainer) -> None:
+    missing = [name for name in PRIVATE_HOOKS if not callable(getattr(trainer_class, name, None))]
+    if missing:
+        import transformers
+
+        raise RuntimeError(f"transformers {transformers.__version__}: Trainer has no {', '.join(missing)}, which "
+                           "PretrainTrainer overrides; install a tested version (setup.cfg: transformers>=5.17)")
+
+
 class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
                  compile_backend="inductor", compile_mode="default", train_blocks=None, tokens_per_byte=None,
                  max_skipped_steps=10,
                  optimizer_section=None, **kwargs):
+        check_trainer_hooks()
         super().__init__(*args, **kwargs)
         self.train_blocks = train_blocks  # blocks in the training split: epochs are passes over them
         self.tokens_per_byte = tokens_per_byte  # of the validation text: loss -> bits per byte
