@@ -56,6 +56,12 @@ class JsonlLogCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         self.write("end", step=state.global_step)  # the file stays open: the run's summary follows
 
+    def close(self) -> None:
+        """After the run's summary: one open handle per run would pile up in a study's process."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
 
 class ThroughputCallback(TrainerCallback):
     """Tokens/s, TFLOP/s and MFU per GPU and in total over each logging window.

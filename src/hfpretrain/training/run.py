@@ -525,6 +525,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     if args.process_index == 0:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     jsonl.write("summary", **summary)
+    jsonl.close()
     if wandb_lineage:
         import wandb
 
