@@ -64,14 +64,16 @@ def make_overrides(data_path: str | Path, output_dir: str | Path, extra: dict | 
 
 
 def run_pretrain(data_path, output_dir, extra: dict | None = None, recipe=TINY_RECIPE) -> dict:
-    """``pretrain`` in this process. PreemptionCallback installs a SIGTERM handler: restore pytest's."""
+    """``pretrain`` in this process; a finished run must have put pytest's SIGTERM handler back."""
     from hfpretrain.training import pretrain
 
     previous = signal.getsignal(signal.SIGTERM)
     try:
-        return pretrain(str(recipe), make_overrides(data_path, output_dir, extra))
+        summary = pretrain(str(recipe), make_overrides(data_path, output_dir, extra))
+        assert signal.getsignal(signal.SIGTERM) is previous, "pretrain left its SIGTERM handler installed"
+        return summary
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous)  # after a failed run too
 
 
 def read_log(output_dir: str | Path, name: str = "log.jsonl") -> list[dict]:

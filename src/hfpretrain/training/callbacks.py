@@ -185,10 +185,23 @@ SIGTERM_RECEIVED = threading.Event()
 
 
 class PreemptionCallback(TrainerCallback):
-    """SIGTERM (cluster preemption): finish the current step, save a checkpoint, stop cleanly."""
+    """SIGTERM (cluster preemption): finish the current step, save a checkpoint, stop cleanly.
+
+    The handler is this run's: installed when training starts and put back by :meth:`restore` when the run
+    is over (after its final save), so importing the library or finishing a run leaves the process's
+    signal handling as it was. The flag stays set: a study stops before its next run."""
 
     def __init__(self):
-        signal.signal(signal.SIGTERM, lambda signum, frame: SIGTERM_RECEIVED.set())
+        self._previous = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self._previous is None:
+            self._previous = signal.signal(signal.SIGTERM, lambda signum, frame: SIGTERM_RECEIVED.set())
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
 
     def on_step_end(self, args, state, control, **kwargs):
         if SIGTERM_RECEIVED.is_set():

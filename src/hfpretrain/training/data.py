@@ -112,7 +112,16 @@ def _kill_workers_at_exit() -> None:
             child.kill()
 
 
-atexit.register(_kill_workers_at_exit)
+_cleanup_installed = False
+
+
+def install_worker_cleanup() -> None:
+    """Register :func:`_kill_workers_at_exit` once, when a run uses loader workers (not at import: a library
+    user's process keeps its own exit behaviour and SIGCHLD handling)."""
+    global _cleanup_installed
+    if not _cleanup_installed:
+        atexit.register(_kill_workers_at_exit)
+        _cleanup_installed = True
 
 
 def collate_blocks(rows: list[np.ndarray]) -> dict[str, torch.Tensor]:

@@ -27,7 +27,7 @@ from .callbacks import (SIGTERM_RECEIVED, CompileCheckCallback, DataPositionCall
                         JsonlLogCallback, MemoryCallback, PreemptionCallback, ProfilerCallback,
                         TelemetryProgressCallback, ThroughputCallback)
 from .config import SDPA_BACKENDS, Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
-from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, load_input_ids
+from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, install_worker_cleanup, load_input_ids
 from .fast_path import FastPath, choose_fast_path
 from .lineage import WandbLineageCallback, lineage, write_lineage
 from .mixture import (MixtureBlocks, MixtureLogCallback, MixtureSchedule, combined_fingerprint, describe_mixture,
@@ -445,7 +445,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     throughput = ThroughputCallback(plan["tokens_per_step"], plan["flops_per_token"], plan["peak_flops_per_gpu"],
                                     args.world_size, plan.get("peak_flops_fp8_per_gpu"))
     grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
-    callbacks = [throughput, MemoryCallback(), grad_stats, jsonl, PreemptionCallback(),
+    preemption = PreemptionCallback()
+    callbacks = [throughput, MemoryCallback(), grad_stats, jsonl, preemption,
                  ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx)]
     mixture_log = MixtureLogCallback(schedule, seq_len) if schedule is not None else None
     if mixture_log:
@@ -488,6 +489,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     refuse_deepspeed_checkpoint(resume, trainer.is_deepspeed_enabled)
     if resume:
         logger.info("resuming from %s", resume)
+    if args.dataloader_num_workers > 0:
+        install_worker_cleanup()
     with attention_kernels:  # torch.compile traces inside train(), so it sees the same choice
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.check_finite()  # the last step's loss and gradient norm
@@ -526,6 +529,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     jsonl.write("summary", **summary)
     jsonl.close()
+    preemption.restore()
     if wandb_lineage:
         import wandb
 
