@@ -23,7 +23,13 @@ REPO = Path(__file__).resolve().parents[1]
 # ships with the package (src/hfpretrain/assets/default_data: GPT-2 tokenizer, mini_train/mini_val,
 # a few dozen ARC test questions). Tests marked `full_data` need files only the full mount has and are
 # skipped, with the reason, on the embedded sample.
-FULL_DATA = bool(os.environ.get("DATA_ROOT"))
+def _full_data() -> bool:
+    from hfpretrain.paths import using_embedded_data
+
+    return not using_embedded_data()  # DATA_ROOT set, and not to the embedded root itself
+
+
+FULL_DATA = _full_data()
 
 
 def pytest_configure(config):
@@ -40,7 +46,7 @@ def pytest_collection_modifyitems(config, items):
         if marker is not None:
             what = f" ({marker.args[0]})" if marker.args else ""
             item.add_marker(pytest.mark.skip(
-                reason=f"needs the full data mount{what}: DATA_ROOT is not set, only the embedded sample is available"))
+                reason=f"needs the full data mount{what}: only the embedded sample data is in use (set DATA_ROOT)"))
 
 
 @pytest.fixture(scope="session")
