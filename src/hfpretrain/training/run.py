@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -493,6 +494,11 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         install_worker_cleanup()
     with attention_kernels:  # torch.compile traces inside train(), so it sees the same choice
         result = trainer.train(resume_from_checkpoint=resume)
+        # The Trainer's train_loss averages this session's steps only (after a resume: not the run's); the
+        # mean of every logged window, earlier sessions' included (log_history comes back with a checkpoint).
+        windows = [h["loss"] for h in trainer.state.log_history if "loss" in h and math.isfinite(h["loss"])]
+        if windows:
+            result.metrics["train_loss"] = sum(windows) / len(windows)
         trainer.check_finite()  # the last step's loss and gradient norm
         final_eval = {}
         # The last step's validation loss and bits per byte on the final set (all validation blocks by
