@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from ..outdir import output_problem
 from .manifest import (FORMAT, MANIFEST, PIPELINE_VERSION, describe_inputs, dir_bytes, fingerprint, is_output,
                        read_manifest, write_manifest)
+from .guard import BuildGuard, raise_if_terminated
 from .encoders import ENCODERS, EncoderMismatch, Unsupported, choose_encoder
 from .pack import Packer
 from .read import FILE_ROW, POLICIES, RAW_COLUMNS, DataError, expand_blend, expand_inputs, generate_records
@@ -140,60 +141,65 @@ def tokenize_corpus(
     tok_sha = tokenizer_sha256(tok_json)
     fp = fingerprint(train_sources, val_sources, tok_sha, eos_id, seq_len, val_docs, max_docs, sets)
 
-    old = read_manifest(out)
-    if out.exists():
-        ours = is_output(old)
-        if ours and old.get("fingerprint") == fp and not force and _complete(out):
-            logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
-            return out
-        if not ours and any(out.iterdir()):
-            # Replacing it would delete what is there: only this tool's own outputs are ever replaced.
-            raise DataError(f"{out} exists and is not a tokenize_corpus output (no {MANIFEST} with format "
-                            f"{FORMAT!r}); nothing was changed{' (--force only rebuilds outputs of this tool)' if force else ''}: "
-                            "choose another --out, or empty or remove that folder yourself")
-        _refuse_protected(out)  # about to be replaced
-
+    guard = BuildGuard(out).acquire()  # one build per --out; workers end with this process; stale tmp removed
     try:
-        enc = choose_encoder(tok_json, encoder)
-    except Unsupported as e:
-        raise DataError(f"encoder tiktoken: {e}") from None
-    logger.info("encoder: %s (%s)", *enc)
+        old = read_manifest(out)
+        if out.exists():
+            ours = is_output(old)
+            if ours and old.get("fingerprint") == fp and not force and _complete(out):
+                logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
+                return out
+            if not ours and any(out.iterdir()):
+                # Replacing it would delete what is there: only this tool's own outputs are ever replaced.
+                raise DataError(f"{out} exists and is not a tokenize_corpus output (no {MANIFEST} with format "
+                                f"{FORMAT!r}); nothing was changed{' (--force only rebuilds outputs of this tool)' if force else ''}: "
+                                "choose another --out, or empty or remove that folder yourself")
+            _refuse_protected(out)  # about to be replaced
 
-    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
-
-    def build(enc):
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        return _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
-                      val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, sets,
-                      allow_missing=allow_missing)
-
-    try:
         try:
-            manifest = build(enc)
-        except Exception as e:
-            mismatch = _cause(e, EncoderMismatch)
-            if mismatch is None or enc[0] == "hf":
-                raise
-            logger.warning("%s; rebuilding with the HF tokenizer", mismatch)
-            manifest = build(("hf", f"tiktoken fell back: {mismatch}"))
-        manifest["fingerprint"] = fp
-        if text_field != "text":
-            manifest["text_field"] = text_field
-        wall = time.time() - t0
-        total = manifest["train"]["tokens"] + manifest["validation"]["tokens"]
-        manifest["wall_time_s"] = round(wall, 3)
-        manifest["tokens_per_s"] = round(total / wall, 1) if wall > 0 else None
-        write_manifest(tmp, manifest)
-        _swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    logger.info("wrote %s: %d train / %d validation blocks of %d tokens, %.0f tokens/s",
-                out, manifest["train"]["blocks"], manifest["validation"]["blocks"], seq_len,
-                manifest["tokens_per_s"] or 0)
-    return out
+            enc = choose_encoder(tok_json, encoder)
+        except Unsupported as e:
+            raise DataError(f"encoder tiktoken: {e}") from None
+        logger.info("encoder: %s (%s)", *enc)
+
+        tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
+
+        def build(enc):
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir(parents=True)
+            return _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
+                          val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, sets,
+                          allow_missing=allow_missing)
+
+        try:
+            try:
+                manifest = build(enc)
+            except Exception as e:
+                mismatch = _cause(e, EncoderMismatch)
+                if mismatch is None or enc[0] == "hf":
+                    raise
+                logger.warning("%s; rebuilding with the HF tokenizer", mismatch)
+                manifest = build(("hf", f"tiktoken fell back: {mismatch}"))
+            manifest["fingerprint"] = fp
+            if text_field != "text":
+                manifest["text_field"] = text_field
+            wall = time.time() - t0
+            total = manifest["train"]["tokens"] + manifest["validation"]["tokens"]
+            manifest["wall_time_s"] = round(wall, 3)
+            manifest["tokens_per_s"] = round(total / wall, 1) if wall > 0 else None
+            write_manifest(tmp, manifest)
+            raise_if_terminated()  # a SIGTERM whose exception got lost on the way: never put it in place
+            _swap_into_place(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        logger.info("wrote %s: %d train / %d validation blocks of %d tokens, %.0f tokens/s",
+                    out, manifest["train"]["blocks"], manifest["validation"]["blocks"], seq_len,
+                    manifest["tokens_per_s"] or 0)
+        return out
+    finally:
+        guard.release()
 
 
 def protected_reason(out: Path) -> str | None:
@@ -411,6 +417,7 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
     set_index: dict[str, int] = {}
     result = {}
     for split in ("train", "validation"):
+        raise_if_terminated()
         raw, lo, hi = parts[split]
         t_prev = time.time()
         if hi - lo == 0 or stats[split]["records_read"] == sum(stats[split]["skipped"].values()):

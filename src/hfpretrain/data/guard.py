@@ -1,0 +1,175 @@
+"""One build per output folder, and nothing left behind by a killed one.
+
+:class:`BuildGuard` is held by ``tokenize_corpus`` for the whole build of ``OUT``:
+
+* **Lock**: an exclusive ``fcntl.flock`` on ``OUT.lock`` (beside the output), holding the builder's pid. A
+  second build of the same ``OUT`` fails at once with one line naming the first one's pid (two builds used to
+  both exit 0, each reporting its own counts, and only the last one's data remained). The kernel drops the
+  lock when the process dies, however it dies.
+* **Leftovers**: ``OUT.tmp-<pid>`` / ``OUT.old-<pid>`` folders of builds whose process is gone (killed runs
+  used to leave them forever) are removed, each with a log line; those of a live process are left alone.
+* **Workers end with the build**: ``datasets`` reads and tokenizes in ``multiprocess`` pools (and a queue
+  manager process). During the build, SIGTERM to the main process raises :class:`BuildTerminated` there, so
+  the pools are terminated and the temporary folder removed on the way out, and then the process ends by
+  SIGTERM as it would have. (Only over the default action: a caller's own SIGTERM handler stays in charge.)
+  Every process ``multiprocess`` forks during the build gets the default SIGTERM action back and asks the
+  kernel (Linux ``PR_SET_PDEATHSIG``) for SIGKILL when its parent dies, so that even a SIGKILLed build leaves
+  no worker behind. The handler's exception can be lost (Python only prints an exception raised inside an
+  at-fork callback, and datasets forks often), so the build also calls :func:`raise_if_terminated` between
+  its phases and before its output is put in place.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import signal
+import threading
+from pathlib import Path
+
+from .read import DataError
+
+logger = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+
+
+class BuildTerminated(BaseException):
+    """SIGTERM arrived during a build (a BaseException, like KeyboardInterrupt: nothing should swallow it)."""
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+_ACTIVE: list[BuildGuard] = []  # guards that got SIGTERM
+
+
+def raise_if_terminated() -> None:
+    """Raise BuildTerminated if SIGTERM arrived: the handler's own exception can be lost (raised inside an
+    at-fork callback, e.g. while datasets starts a worker, Python only prints it), so the build also checks
+    between its phases and before the output is put in place."""
+    if _ACTIVE:
+        raise BuildTerminated(f"SIGTERM: building {_ACTIVE[-1].out} stopped")
+
+
+class _DieWithParent:
+    """Registered with ``multiprocess.util.register_after_fork``: runs in each forked child."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        try:  # resolved here: dlopen in a child forked from a threaded parent can deadlock
+            import ctypes
+
+            self.prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):  # not Linux
+            self.prctl = None
+
+    def arm(self) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the build's handler is the parent's, not the workers'
+        if self.prctl is None or self.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+            return
+        if os.getppid() != self.pid:  # the parent died before the request took effect
+            os._exit(1)
+        self.pid = os.getpid()  # for this child's own children
+
+
+class BuildGuard:
+    def __init__(self, out: Path):
+        self.out = Path(out)
+        self.lock_path = self.out.parent / f"{self.out.name}.lock"
+        self._fd: int | None = None
+        self._previous = None
+        self._armer = None
+        self.terminated = False
+
+    # ---- lock ------------------------------------------------------------------------------
+    def acquire(self) -> "BuildGuard":
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise DataError(f"{self.out} is being built by another process (pid {holder}, lock {self.lock_path}): "
+                                "wait for it to finish, or choose another --out") from None
+            try:  # the file may have been removed by the previous holder between open and flock: retry
+                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        self._remove_leftovers()
+        self._install()
+        return self
+
+    def release(self) -> None:
+        self._uninstall()
+        if self._fd is not None:
+            try:
+                os.unlink(self.lock_path)  # while still holding it: a waiter re-checks the inode
+            except FileNotFoundError:
+                pass
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+        if self.terminated:  # the default action was in place: end as the signal meant, now that all is cleaned up
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _remove_leftovers(self) -> None:
+        pattern = re.compile(rf"{re.escape(self.out.name)}\.(tmp|old)-(\d+)")
+        for path in self.out.parent.iterdir():
+            m = pattern.fullmatch(path.name)
+            if not m or not path.is_dir():
+                continue
+            pid = int(m.group(2))
+            if pid == os.getpid():
+                continue
+            if pid_alive(pid):
+                logger.warning("leaving %s alone: its process %d is still alive", path, pid)
+                continue
+            logger.warning("removing %s, left by a build that did not finish (process %d is gone)", path, pid)
+            shutil.rmtree(path, ignore_errors=True)
+
+    # ---- signals and workers -------------------------------------------------------------
+    def _on_sigterm(self, signum, frame):
+        self.terminated = True
+        _ACTIVE.append(self)
+        raise BuildTerminated(f"SIGTERM: building {self.out} stopped")
+
+    def _install(self) -> None:
+        # only over the default action (terminate): a caller's own SIGTERM handler (or SIG_IGN) keeps its meaning
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            import multiprocess.util
+
+            self._armer = _DieWithParent()
+            multiprocess.util.register_after_fork(self._armer, _DieWithParent.arm)
+        except ImportError:
+            pass
+
+    def _uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        self._armer = None  # the after-fork registry holds it weakly: gone with the build
+
+
+__all__ = ["BuildGuard", "BuildTerminated", "pid_alive", "raise_if_terminated"]
