@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
 import subprocess
 import time
 from fractions import Fraction
@@ -29,7 +28,7 @@ from hfpretrain.paths import using_embedded_data
 from hfpretrain.training import RecipeError, load_recipe, pretrain
 from hfpretrain.training.mixture import (MixtureBlocks, MixtureSchedule, Source, build_pattern, quotas,
                                          resolve_phases)
-from train_utils import (PRETRAIN_SCRIPT, REPO, TINY_RECIPE, load_weights, python, read_log, run_pretrain,
+from train_utils import (wandb_records, PRETRAIN_SCRIPT, REPO, TINY_RECIPE, load_weights, python, read_log, run_pretrain,
                          step_losses, subprocess_env)
 
 CURRICULUM = REPO / "recipes" / "curriculum_small.yaml"
@@ -418,29 +417,6 @@ def test_plain_data_path_run_records_its_lineage(reference_run, mini_blocks):
 
 # ---- W&B artifacts, offline ---------------------------------------------------------------------------
 
-def _wandb_records(run_file: Path):
-    """The records of a W&B transaction log (run-*.wandb): a 7-byte header, then LevelDB-style blocks of
-    32 KiB holding chunks (crc32, length, type: full/first/middle/last) of protobuf Records."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data, pos, pending = run_file.read_bytes(), 7, b""
-    while pos + 7 <= len(data):
-        left = 32768 - pos % 32768
-        if left < 7:
-            pos += left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if kind == 0 and length == 0:  # block padding
-            pos += left
-            continue
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        pending = chunk if kind in (1, 2) else pending + chunk
-        if kind in (1, 4):
-            record = pb.Record()
-            record.ParseFromString(pending)
-            yield record
-
-
 def test_wandb_artifacts_offline(mini_blocks, hq_blocks, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
@@ -452,7 +428,7 @@ def test_wandb_artifacts_offline(mini_blocks, hq_blocks, tmp_path, monkeypatch):
                                     "training.save_strategy": "steps", "training.save_steps": "1"})
     files = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(files) == 1, list(tmp_path.rglob("*"))
-    artifacts = [r.artifact for r in _wandb_records(files[0]) if r.WhichOneof("record_type") == "artifact"]
+    artifacts = [r.artifact for r in wandb_records(files[0]) if r.WhichOneof("record_type") == "artifact"]
     datasets = {a.name: a for a in artifacts if a.type == "dataset"}
     assert set(datasets) == {f"data-{mini_blocks.name}", f"data-{hq_blocks.name}"}
     for name, folder in ((f"data-{mini_blocks.name}", mini_blocks), (f"data-{hq_blocks.name}", hq_blocks)):

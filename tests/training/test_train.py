@@ -409,3 +409,27 @@ def test_importing_the_library_leaves_the_process_alone():
             "print('ok')")
     proc = subprocess.run([python(), "-c", code], capture_output=True, text=True, env=subprocess_env(), cwd=REPO)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_wandb_logs_in_the_run_folder_with_the_recipe(mini_blocks, tmp_path, monkeypatch):
+    """report_to=wandb: offline without a login (never a prompt), wandb/ inside the run folder (not the current
+    directory), and the resolved recipe and plan in the W&B run's config."""
+    from train_utils import wandb_records
+
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: not logged in
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    run_pretrain(mini_blocks, out, {"training.max_steps": "2", "training.report_to": "[wandb]",
+                                    "logging.wandb_artifacts": "none"})
+    assert not (tmp_path / "wandb").exists()
+    (run_file,) = out.glob("wandb/offline-run-*/run-*.wandb")
+    config = {}
+    for record in wandb_records(run_file):
+        if record.WhichOneof("record_type") == "config":
+            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+    assert config["hfpretrain/recipe"]["training"]["max_steps"] == 2
+    assert config["hfpretrain/plan"]["tokens_per_step"] == TOKENS_PER_STEP

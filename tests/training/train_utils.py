@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import sys
 from pathlib import Path
 
@@ -126,3 +127,26 @@ def sigterm_after_first_log(cmd: list[str], log: Path, timeout: float = 240) -> 
         if proc.poll() is None:
             proc.kill()
     return proc.returncode, output
+
+
+def wandb_records(run_file: Path):
+    """The records of a W&B transaction log (run-*.wandb): a 7-byte header, then LevelDB-style blocks of
+    32 KiB holding chunks (crc32, length, type: full/first/middle/last) of protobuf Records."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, pos, pending = run_file.read_bytes(), 7, b""
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 and length == 0:  # block padding
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(pending)
+            yield record

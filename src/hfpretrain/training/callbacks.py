@@ -63,6 +63,19 @@ class JsonlLogCallback(TrainerCallback):
             self._file = None
 
 
+class WandbConfigCallback(TrainerCallback):
+    """The resolved recipe and the plan in the W&B run's config (the Trainer logs only TrainingArguments)."""
+
+    def __init__(self, config: dict):
+        self.config = config
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import wandb
+
+        if wandb.run is not None and state.is_world_process_zero:
+            wandb.run.config.update({f"hfpretrain/{k}": v for k, v in self.config.items()}, allow_val_change=True)
+
+
 class ThroughputCallback(TrainerCallback):
     """Tokens/s, TFLOP/s and MFU per GPU and in total over each logging window.
 

@@ -26,7 +26,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from .callbacks import (SIGTERM_RECEIVED, CompileCheckCallback, DataPositionCallback, GradStatsCallback,
                         JsonlLogCallback, MemoryCallback, PreemptionCallback, ProfilerCallback,
-                        TelemetryProgressCallback, ThroughputCallback)
+                        TelemetryProgressCallback, ThroughputCallback, WandbConfigCallback)
 from .config import SDPA_BACKENDS, Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
 from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, install_worker_cleanup, load_input_ids
 from .fast_path import FastPath, choose_fast_path
@@ -55,14 +55,36 @@ def read_manifest(data_path: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
+_wandb_dir = None  # the WANDB_DIR this module set, if any
+
+
+def wandb_logged_in() -> bool:
+    """An API key in the environment or from `wandb login` (~/.netrc): then W&B logs online."""
+    import netrc
+
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
 def training_arguments(recipe: Recipe, dry_run: bool = False) -> TrainingArguments:
     gpu = {"accelerator_config": {"non_blocking": True}} if torch.cuda.is_available() else {}
     # non_blocking (GPU): batch copies from pinned memory overlap the step before
     fields = {**DEFAULT_ARGS, **gpu, **recipe.training, **FORCED_ARGS}
     if dry_run and not torch.cuda.is_available():
         fields.update(bf16=False, fp16=False, use_cpu=True)  # plan a GPU recipe from a CPU login node
-    if "wandb" in str(fields.get("report_to")) and not os.environ.get("WANDB_API_KEY"):
-        os.environ.setdefault("WANDB_MODE", "offline")  # no key: log locally instead of prompting
+    if "wandb" in str(fields.get("report_to")) and not dry_run:
+        if not wandb_logged_in():
+            os.environ.setdefault("WANDB_MODE", "offline")  # no key, no `wandb login`: log locally, never prompt
+        # wandb/ in the run folder, not in whatever directory the run was started from (a user's WANDB_DIR wins;
+        # ours follows each run of a study)
+        global _wandb_dir
+        if os.environ.get("WANDB_DIR") in (None, _wandb_dir):
+            _wandb_dir = os.environ["WANDB_DIR"] = str(Path(fields.get("output_dir") or DEFAULT_ARGS["output_dir"]))
+            Path(_wandb_dir).mkdir(parents=True, exist_ok=True)
     if fields.get("max_steps", -1) <= 0:
         raise ValueError("training.max_steps must be set (> 0): pretraining runs are counted in optimizer steps")
     fields.pop("resume_from_checkpoint", None)
@@ -479,6 +501,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         trainer.add_callback(TelemetryProgressCallback())
     trainer.add_callback(DataPositionCallback(trainer))
     trainer.add_callback(CompileCheckCallback(n_compiled))
+    if "wandb" in args.report_to and args.process_index == 0:  # after transformers' WandbCallback starts the run
+        trainer.add_callback(WandbConfigCallback({"recipe": recipe_to_dict(recipe), "plan": plan}))
     wandb_lineage = None
     if "wandb" in args.report_to and recipe.logging.wandb_artifacts != "none" and args.process_index == 0:
         # added last: runs after transformers' WandbCallback has started the W&B run
@@ -536,7 +560,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     jsonl.write("summary", **summary)
     jsonl.close()
     preemption.restore()
-    if wandb_lineage:
+    if "wandb" in args.report_to and args.process_index == 0:
         import wandb
 
         if wandb.run is not None:
