@@ -227,6 +227,11 @@ def resolve_resume(value, output_dir: str) -> str | None:
         return last_complete_checkpoint(output_dir)
     if not Path(value).is_dir():
         raise FileNotFoundError(f"training.resume_from_checkpoint={value} does not exist")
+    from .trainer import NoCompleteCheckpointError, checkpoint_problem
+
+    problem = checkpoint_problem(value)  # named explicitly: no fallback, one line naming the damaged file
+    if problem:
+        raise NoCompleteCheckpointError(f"training.resume_from_checkpoint={value}: {problem}")
     return str(value)
 
 
@@ -565,6 +570,9 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
 
         if wandb.run is not None:
             wandb.finish()  # this run's records and artifacts complete (a study trains the next in this process)
+        # wandb keeps the settings of its first run in the process (its WANDB_DIR above all): reset them, so the
+        # next run of a study logs into its own folder
+        wandb.teardown()
     # A rank that exits while another still writes final/ aborted in gloo's teardown
     # ("terminate called without an active exception", SIGABRT, seen in CI under FSDP2).
     trainer.accelerator.wait_for_everyone()
