@@ -256,7 +256,10 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
                 passes = budget / plan["flops_per_token"] / (plan["train_blocks"] * plan["seq_len"])
                 if passes <= spec.rules.max_passes:
                     costs.append((name, plan["flops_per_token"], ratio_params(plan)))
-            return pick_sizes(sorted(costs, key=lambda c: c[2]), budget, spec.isoflop) if costs else []
+            if not costs:
+                raise ValueError(f"{arm} at {budget:.3g} FLOPs: every size reads the training data more than "
+                                 f"rules.max_passes={spec.rules.max_passes:g} times: a smaller budget or more data")
+            return pick_sizes(sorted(costs, key=lambda c: c[2]), budget, spec.isoflop)
 
     planned = []
     for run in expand(spec, out, sizes_for):
