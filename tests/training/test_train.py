@@ -14,9 +14,9 @@ import torch
 from hfpretrain.training import trainer as trainer_mod
 from hfpretrain.training.trainer import (COMPLETE_MARKER, NoCompleteCheckpointError, NonFiniteLossError,
                                          last_complete_checkpoint, rotate_checkpoints)
-from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REFERENCE_STEPS, REPO, TINY_RECIPE, load_weights,
-                         make_overrides, python, read_log, run_pretrain, sigterm_after_first_log, step_losses,
-                         subprocess_env)
+from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REFERENCE_STEPS, REPO, TINY_RECIPE, fake_checkpoint,
+                         load_weights, make_overrides, python, read_log, run_pretrain, sigterm_after_first_log,
+                         step_losses, subprocess_env)
 
 TOKENS_PER_STEP = 4 * 128
 
@@ -151,9 +151,7 @@ def test_end_of_text_embedding_is_trained(reference_run, mini_blocks):
 def test_last_complete_checkpoint(tmp_path):
     assert last_complete_checkpoint(tmp_path) is None
     for step, complete in ((3, True), (10, True), (12, False), (7, True)):
-        (tmp_path / f"checkpoint-{step}").mkdir()
-        if complete:
-            (tmp_path / f"checkpoint-{step}" / COMPLETE_MARKER).write_text(f"step {step}\n")
+        fake_checkpoint(tmp_path / f"checkpoint-{step}", step, complete)
     (tmp_path / "checkpoint-final").mkdir()
     assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")  # numeric, not 12 (no marker)
 

@@ -150,3 +150,21 @@ def wandb_records(run_file: Path):
             record = pb.Record()
             record.ParseFromString(pending)
             yield record
+
+
+def fake_checkpoint(folder: Path, step: int, complete: bool = True) -> Path:
+    """A small checkpoint folder that passes trainer.checkpoint_problem (a trainer state, safetensors
+    weights, optimizer and scheduler state): for tests of checkpoint selection and rotation."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    save_file({"w": torch.zeros(4)}, str(folder / "model.safetensors"))
+    torch.save({"state": {}, "param_groups": []}, folder / "optimizer.pt")
+    torch.save({"last_epoch": step}, folder / "scheduler.pt")
+    if complete:
+        (folder / "COMPLETE").write_text(f"step {step}\n")
+    return folder

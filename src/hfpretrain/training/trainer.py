@@ -31,8 +31,11 @@ import torch
 from torch import nn
 from transformers import Trainer
 
+from hfpretrain.integrity import json_problem, weights_problem, zip_problem
+
 from .loss import causal_lm_loss
 from .optim import build_muon_adamw
+from .zero import deepspeed_tag
 
 logger = logging.getLogger("hfpretrain")
 
@@ -52,9 +55,55 @@ def _checkpoint_step(path: Path) -> int | None:
     return int(tail) if path.name.startswith("checkpoint-") and tail.isdigit() else None
 
 
+def checkpoint_problem(path: str | Path) -> str | None:
+    """The first damaged file of a checkpoint (one line naming it), or None when it looks resumable.
+
+    Cheap, without loading anything (hfpretrain.integrity): trainer_state.json, data.json and recipe.yaml
+    parse; the weights' safetensors header matches the file size; optimizer.pt / scheduler.pt / rng_state*.pth
+    are whole zip archives (central directory; CRC too up to 256 MiB: a large run's optimizer.pt is only
+    checked for truncation). Under DeepSpeed the optimizer (and scheduler) live in the ``latest`` tag's folder,
+    under FSDP in ``optimizer_*`` / ``pytorch_model_fsdp*``: those must exist and not be empty.
+    """
+    path = Path(path)
+    problem = json_problem(path / "trainer_state.json")
+    if problem is None and (path / "data.json").exists():
+        problem = json_problem(path / "data.json")
+    if problem is None and (path / "recipe.yaml").exists():
+        import yaml
+
+        try:
+            yaml.safe_load((path / "recipe.yaml").read_text())
+        except (OSError, ValueError, yaml.YAMLError) as e:
+            problem = f"{path / 'recipe.yaml'} is not readable YAML ({str(e).splitlines()[0]})"
+    if problem:
+        return problem
+    tag = deepspeed_tag(path) if (path / "latest").is_file() else None
+    sharded = [p for p in path.glob("pytorch_model_fsdp*") if p.is_dir()]
+    problem = weights_problem(path)
+    if problem and not ((tag or sharded) and "has no model weights" in problem):
+        return problem
+    if tag:
+        if not (path / tag).is_dir() or not any((path / tag).iterdir()):
+            return f"{path / tag} (DeepSpeed's optimizer states, named by {path / 'latest'}) is missing or empty"
+    elif (path / "optimizer.pt").exists() or (path / "optimizer.bin").exists():
+        problem = zip_problem(path / ("optimizer.pt" if (path / "optimizer.pt").exists() else "optimizer.bin"))
+    elif not any(p.is_dir() and any(p.iterdir()) for p in path.glob("optimizer_*")):
+        return f"{path / 'optimizer.pt'} is missing (no optimizer state)"
+    if problem:
+        return problem
+    if (path / "scheduler.pt").exists() or not tag:  # DeepSpeed keeps the HF scheduler's state in its own
+        problem = zip_problem(path / "scheduler.pt")
+    for rng in sorted(path.glob("rng_state*.pth")):
+        problem = problem or zip_problem(rng)
+    return problem
+
+
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:
-    """Newest ``checkpoint-N`` that finished saving; partial ones are reported and ignored. Checkpoints
-    that all failed to finish are an error: resuming would silently start over at step 0."""
+    """Newest ``checkpoint-N`` that finished saving and whose files are whole; partial ones are reported
+    and ignored, and a complete one with a damaged file (truncated weights or optimizer state, broken
+    trainer state: :func:`checkpoint_problem`) is reported naming the file and the previous complete one is
+    taken. Checkpoints that all failed to finish, or are all damaged, are an error: resuming would silently
+    start over at step 0."""
     done, partial = [], []
     for path in Path(output_dir).glob("checkpoint-*"):
         if _checkpoint_step(path) is None:
@@ -68,7 +117,20 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
         raise NoCompleteCheckpointError(
             f"{output_dir} holds checkpoints but none finished saving ({', '.join(sorted(p.name for p in partial))}): "
             "refusing to start over at step 0; delete them or set training.resume_from_checkpoint=none")
-    return str(max(done, key=_checkpoint_step)) if done else None
+    damaged = []
+    for path in sorted(done, key=_checkpoint_step, reverse=True):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            if damaged:
+                logger.warning("resuming from %s instead: the newest complete checkpoint whose files are whole", path)
+            return str(path)
+        logger.warning("ignoring %s: marked %s, but %s", path, COMPLETE_MARKER, problem)
+        damaged.append((path, problem))
+    if damaged:
+        raise NoCompleteCheckpointError(
+            f"{output_dir}: every complete checkpoint is damaged ({'; '.join(f'{p.name}: {why}' for p, why in damaged)}): "
+            "refusing to start over at step 0; restore or delete them, or set training.resume_from_checkpoint=none")
+    return None
 
 
 def _fsync(path: Path) -> None:
@@ -348,6 +410,9 @@ class PretrainTrainer(Trainer):
         # The Trainer rotates inside its save, before our marker exists: with save_total_limit=1 a kill
         # there left no complete checkpoint. Rotation is ours, after the marker and the barrier.
         limit, self.args.save_total_limit = self.args.save_total_limit, None
+        stale = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}" / COMPLETE_MARKER
+        if self.args.should_save and stale.exists():  # saving over an older one (e.g. a damaged one resume skipped):
+            stale.unlink()  # its marker must not vouch for the files while they are rewritten
         try:
             super()._save_checkpoint(model, trial)
         finally:
