@@ -10,9 +10,15 @@ import json
 import logging
 import sys
 
-from hfpretrain.training import pretrain, shutdown_distributed
-from hfpretrain.training.config import RecipeError
-from hfpretrain.training.trainer import NonFiniteLossError
+# --dry-run's stdout is one JSON document; libraries print on import (transformers: "[INFO] Running in WANDB
+# offline mode"), so until the JSON is written, stdout goes to stderr
+JSON_OUT = sys.stdout
+if "--dry-run" in sys.argv:
+    sys.stdout = sys.stderr
+
+from hfpretrain.training import pretrain, shutdown_distributed  # noqa: E402
+from hfpretrain.training.config import RecipeError  # noqa: E402
+from hfpretrain.training.trainer import NonFiniteLossError  # noqa: E402
 
 
 def main() -> int:
@@ -43,7 +49,7 @@ def main() -> int:
 
             print("\n".join(phase_lines(data, MAX_PASSES_WITHOUT_WARNING, result["plan"].get("lr_schedule"))),
                   file=sys.stderr)
-        print(json.dumps(result, indent=2, default=str))
+        print(json.dumps(result, indent=2, default=str), file=JSON_OUT)
     return 0
 
 
