@@ -197,3 +197,18 @@ def test_ranks_read_disjoint_halves_of_each_step(mini_blocks, start_step):
         assert not set(r0) & set(r1)
         seen |= set(whole)
     assert len(seen) == 4 * (steps - start_step)  # no block twice within an epoch
+
+
+def test_zero1_refuses_what_it_would_silently_skip(mini_blocks, tmp_path):
+    """Under DeepSpeed, per-layer gradient statistics would log nothing and nan_policy=skip cannot skip a step
+    (the engine steps its own optimizer): each is one error line at start, exit 2, nothing written."""
+    pytest.importorskip("deepspeed")
+    for extra, expected in (({"logging.grad_stats_interval": "5"}, "grad_stats_interval is not supported under DeepSpeed"),
+                            ({"nan_policy": "skip"}, "nan_policy=skip is not supported under DeepSpeed")):
+        out = tmp_path / next(iter(extra)).replace(".", "_")
+        cmd = ["accelerate", "launch", "--config_file", str(_zero1_config(tmp_path)), "--main_process_port",
+               str(_free_port()), str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
+               *make_overrides(mini_blocks, out, {**DIST, **extra})]
+        proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+        assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-3000:]
+        assert not (out / "final").exists()

@@ -431,3 +431,16 @@ def test_wandb_logs_in_the_run_folder_with_the_recipe(mini_blocks, tmp_path, mon
             config.update({item.key: json.loads(item.value_json) for item in record.config.update})
     assert config["hfpretrain/recipe"]["training"]["max_steps"] == 2
     assert config["hfpretrain/plan"]["tokens_per_step"] == TOKENS_PER_STEP
+
+
+def test_init_from_plans_the_loaded_model(reference_run, mini_blocks, tmp_path):
+    """model.init_from: the plan (parameters, FLOPs, MFU) is the loaded checkpoint's, not model.config's, and
+    model.overrides (which cannot reshape loaded weights) are refused."""
+    from hfpretrain.training import RecipeError, pretrain
+
+    base = make_overrides(mini_blocks, tmp_path / "run", {"model.init_from": str(reference_run / "final")})
+    plan = pretrain(str(TINY_RECIPE), [*base, "model.config=scale_7m"], dry_run=True)["plan"]
+    reference = json.loads((reference_run / "summary.json").read_text())["plan"]
+    assert plan["parameters"] == reference["parameters"] and plan["flops_per_token"] == reference["flops_per_token"]
+    with pytest.raises(RecipeError, match="do not apply to model.init_from"):
+        pretrain(str(TINY_RECIPE), [*base, "model.overrides.hidden_size=32"], dry_run=True)

@@ -279,16 +279,6 @@ class TelemetryProgressCallback(ProgressCallback):
         super().on_log(args, state, control, logs=logs, **kwargs)
 
 
-class DataPositionCallback(TrainerCallback):
-    """Puts the data sampler at the resumed step before the first batch is drawn."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.trainer.position_data(state.global_step)
-
-
 class CompileCheckCallback(TrainerCallback):
     """torch.compile can silently fall back to eager: after the first step, check that this run
     made graphs (the counter is per process: a study trains many models in one)."""

@@ -24,10 +24,10 @@ from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
 
 from transformers.trainer_callback import ProgressCallback
 
-from .callbacks import (SIGTERM_RECEIVED, CompileCheckCallback, DataPositionCallback, GradStatsCallback,
+from .callbacks import (SIGTERM_RECEIVED, CompileCheckCallback, GradStatsCallback,
                         JsonlLogCallback, MemoryCallback, PreemptionCallback, ProfilerCallback,
                         TelemetryProgressCallback, ThroughputCallback, WandbConfigCallback)
-from .config import SDPA_BACKENDS, Recipe, load_recipe, recipe_to_dict, recipe_to_yaml
+from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_dict, recipe_to_yaml
 from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, install_worker_cleanup, load_input_ids
 from .fast_path import FastPath, choose_fast_path
 from .lineage import WandbLineageCallback, lineage, write_lineage
@@ -395,7 +395,12 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     tokenizer.eos_token = eos  # the end-of-text token the data was packed with, not a chat token
     if tokenizer.pad_token is None:
         tokenizer.pad_token = eos
-    config = load_config(recipe.model.config, dict(recipe.model.overrides), vocab_size=len(tokenizer))
+    if recipe.model.init_from and recipe.model.overrides:
+        raise RecipeError(f"model.overrides {dict(recipe.model.overrides)} do not apply to model.init_from="
+                          f"{recipe.model.init_from} (its weights define the model): remove them")
+    # With init_from the loaded model's own config is the plan's (parameters, FLOPs, MFU), not model.config's
+    config = load_config(recipe.model.init_from or recipe.model.config, dict(recipe.model.overrides),
+                         vocab_size=len(tokenizer))
     # Only eos: a pad_token_id would become the embedding's padding_idx, freezing the end-of-text
     # row at zero although it is a real token of every packed block.
     config.eos_token_id = tokenizer.convert_tokens_to_ids(eos)
@@ -500,11 +505,14 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         optimizer_section=recipe.optimizer,
     )
     trainer.grad_stats = grad_stats
+    if trainer.is_deepspeed_enabled and recipe.logging.grad_stats_interval:
+        # DeepSpeed reduces and clips the gradients inside its engine: per-layer statistics would log nothing
+        raise RecipeError("logging.grad_stats_interval is not supported under DeepSpeed (it owns the gradients): "
+                          "set it to 0, or use DDP/FSDP2 for per-layer gradient statistics")
     if recipe.evaluation.lm_eval_task:
         lm_eval_cb.attach(trainer)  # its scores then go through trainer.log, beside the loss
     if trainer.pop_callback(ProgressCallback):
         trainer.add_callback(TelemetryProgressCallback())
-    trainer.add_callback(DataPositionCallback(trainer))
     trainer.add_callback(CompileCheckCallback(n_compiled))
     if "wandb" in args.report_to and args.process_index == 0:  # after transformers' WandbCallback starts the run
         trainer.add_callback(WandbConfigCallback({"recipe": recipe_to_dict(recipe), "plan": plan}))

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
 from hfpretrain.integrity import json_problem, weights_problem, zip_problem
 
@@ -212,6 +212,17 @@ def check_trainer_hooks(trainer_class=Trainer) -> None:
                            "PretrainTrainer overrides; install a tested version (setup.cfg: transformers>=5.17)")
 
 
+class _PositionData(TrainerCallback):
+    """Puts the sampler at the resumed step when training begins: after the Trainer has restored
+    ``global_step`` from the checkpoint, before the first batch is drawn."""
+
+    def __init__(self, trainer: "PretrainTrainer"):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trainer.position_data(state.global_step)
+
+
 class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
@@ -253,6 +264,8 @@ class PretrainTrainer(Trainer):
         handler = self.callback_handler
         ours = [cb for cb in handler.callbacks if type(cb).__module__.startswith("hfpretrain")]
         handler.callbacks = ours + [cb for cb in handler.callbacks if cb not in ours]
+        # The exact data position on resume is the trainer's own business, not a callback its caller must add.
+        self.add_callback(_PositionData(self))
 
     # ---- data ------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset=None):
@@ -344,9 +357,10 @@ class PretrainTrainer(Trainer):
             norm = norm.full_tensor()
         if self.grad_stats is not None:
             self.grad_stats.record(self.state.global_step + 1, norm)
-        # A finite loss can still give non-finite gradients; catch them before the optimizer step.
-        if torch.is_tensor(norm):
-            self._watch("gradient norm", norm)
+        # A finite loss can still give non-finite gradients; catch them before the optimizer step. (DeepSpeed
+        # hands the norm back as a Python float, already read from the GPU: checked as well.)
+        if norm is not None:
+            self._watch("gradient norm", norm if torch.is_tensor(norm) else torch.tensor(float(norm)))
         return norm
 
     def _watch(self, what: str, value: torch.Tensor) -> None:
