@@ -402,10 +402,6 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
             return
 
 
-def source_label(src: dict) -> str:
-    return src["path"]
-
-
 __all__ = [
     "DataError", "REASONS", "POLICIES", "expand_inputs", "expand_blend", "generate_records",
 ]

@@ -5,7 +5,7 @@ Each piece lives in a small module; this package re-exports the public API.
 """
 
 from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS, choose_attn_implementation
-from hfpretrain.models.flops import FORMULA, FlopsPerToken, flops_per_token, matmul_params, mfu
+from hfpretrain.models.flops import FORMULA, FlopsPerToken, flops_per_token, matmul_params
 from hfpretrain.models.hardware import GPU_PEAK_FLOPS, canonical_gpu, detect_peak_flops, device_name, peak_flops
 from hfpretrain.models.memory import MemoryEstimate, estimate_memory
 from hfpretrain.models.params import ParamCounts, count_params, meta_model
@@ -41,7 +41,6 @@ __all__ = [
     "load_config",
     "matmul_params",
     "meta_model",
-    "mfu",
     "pad_vocab",
     "peak_flops",
     "plan",

@@ -65,8 +65,3 @@ def flops_per_token(config: PretrainedConfig, seq_len: int) -> FlopsPerToken:
     layers, d_attn = attention_dims(config)
     attn = 12.0 * layers * d_attn * seq_len
     return FlopsPerToken(total=6.0 * n + attn, causal=6.0 * n + attn / 2, matmul_params=n, attention=attn, head=head)
-
-
-def mfu(tokens_per_second: float, flops_per_token_value: float, peak_flops_per_second: float) -> float:
-    """Model FLOPs utilisation = achieved model FLOPs/s ÷ peak FLOPs/s (of all GPUs counted)."""
-    return tokens_per_second * flops_per_token_value / peak_flops_per_second

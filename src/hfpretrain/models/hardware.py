@@ -83,10 +83,8 @@ def device_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
-def detect_peak_flops(dtype: str = "bf16", override: float | None = None) -> float | None:
-    """Peak FLOP/s of the current CUDA device (``override`` wins); None on CPU or an unknown GPU."""
-    if override:
-        return float(override)
+def detect_peak_flops(dtype: str = "bf16") -> float | None:
+    """Peak FLOP/s of the current CUDA device; None on CPU or an unknown GPU (``logging.peak_flops`` sets one)."""
     import torch
 
     if not torch.cuda.is_available():

@@ -143,7 +143,6 @@ def resolve_attn_implementation(config: PretrainedConfig, requested: str = "auto
 def build_model(
     config: PretrainedConfig,
     attn_implementation: str = "auto",
-    dtype=None,
 ) -> PreTrainedModel:
     """Build a randomly initialised causal LM for ``config`` with the chosen attention backend.
 
@@ -154,22 +153,7 @@ def build_model(
     logger.info("attention backend: %s (%s)", impl, reason)
     if impl == PACKED_SDPA:
         register_packed_sdpa()
-    kwargs: dict[str, Any] = {"attn_implementation": impl}
-    if dtype is not None:
-        kwargs["dtype"] = _torch_dtype(dtype)
-    return AutoModelForCausalLM.from_config(config, **kwargs)
-
-
-def _torch_dtype(dtype):
-    import torch
-
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-             "fp32": torch.float32, "float32": torch.float32}
-    if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(names)}")
-    return names[dtype]
+    return AutoModelForCausalLM.from_config(config, attn_implementation=impl)
 
 
 # ---------------------------------------------------------------------------------------------
