@@ -377,13 +377,16 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     """Train (or with ``dry_run`` only plan; ``world_size``/``zero_stage`` then describe the launch
     being planned, e.g. 8 GPUs with ZeRO-1, instead of the current process)."""
     recipe = load_recipe(recipe_path, overrides)
-    if not dry_run:
-        check_fp8_available(recipe.model.precision, recipe.model.fp8_emulate)  # before any work
+    if recipe.model.init_from and recipe.model.overrides:
+        raise RecipeError(f"model.overrides {dict(recipe.model.overrides)} do not apply to model.init_from="
+                          f"{recipe.model.init_from} (its weights define the model): remove them")
     if dry_run:
         from .dry_run import needs_assumed_data, plan_without_data
 
         if needs_assumed_data(recipe):  # not tokenized yet: plan with stated assumptions
             return plan_without_data(recipe, world_size, zero_stage)
+    else:
+        check_fp8_available(recipe.model.precision, recipe.model.fp8_emulate)  # before any work
     manifest = read_manifest(recipe.data.path)
     tokenizer = load_tokenizer(recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"))
     if recipe.data.tokenizer:
@@ -395,9 +398,6 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     tokenizer.eos_token = eos  # the end-of-text token the data was packed with, not a chat token
     if tokenizer.pad_token is None:
         tokenizer.pad_token = eos
-    if recipe.model.init_from and recipe.model.overrides:
-        raise RecipeError(f"model.overrides {dict(recipe.model.overrides)} do not apply to model.init_from="
-                          f"{recipe.model.init_from} (its weights define the model): remove them")
     # With init_from the loaded model's own config is the plan's (parameters, FLOPs, MFU), not model.config's
     config = load_config(recipe.model.init_from or recipe.model.config, dict(recipe.model.overrides),
                          vocab_size=len(tokenizer))
