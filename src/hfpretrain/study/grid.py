@@ -132,14 +132,12 @@ def _read_spec(path: Path) -> dict:
     """The spec file as a dict; FileNotFoundError / ValueError with one line naming the file (and line)."""
     if not path.is_file():
         raise FileNotFoundError(f"study spec {path} does not exist")
+    from hfpretrain.training.config import yaml_problem
+
     try:
         d = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ValueError(f"{path}{f':{mark.line + 1}' if mark else ''}: YAML syntax error: {problem}") from None
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ValueError(yaml_problem(path, err)) from None
     if not isinstance(d, dict):
         raise ValueError(f"{path}: a study spec is a mapping (recipe:, sizes:, flops: ...), got "
                          f"{'an empty file' if d is None else type(d).__name__}")

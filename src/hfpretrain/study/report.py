@@ -58,6 +58,16 @@ def verdict(rows: list[dict], fits: dict[str, dict]) -> dict:
     return out
 
 
+def _link(path, base: Path) -> str:
+    """A markdown link target: relative to the report's folder when the file is inside it."""
+    path = Path(path)
+    try:
+        path = path.relative_to(base)
+    except ValueError:
+        pass
+    return path.as_posix()
+
+
 def _ci(iv) -> str:
     return f" [{iv[0]:+.4f}, {iv[1]:+.4f}]" if iv else ""
 
@@ -256,12 +266,7 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
     else:
         lines += frontier_lines(spec, rows, fits)
     if plot_png:
-        rel = Path(plot_png)
-        try:
-            rel = rel.relative_to(out_md.parent)
-        except ValueError:
-            pass
-        lines += ["## Plot", "", f"![validation loss vs training FLOPs]({rel.as_posix()})", ""]
+        lines += ["## Plot", "", f"![validation loss vs training FLOPs]({_link(plot_png, out_md.parent)})", ""]
 
     n_points = min((f["fit"].n for f in fits.values() if f["fit"] is not None), default=0)
     caveats = [f"- Few points: each fit has 3 free parameters and as few as {n_points} points; α and E trade off "
@@ -278,14 +283,10 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
                 "validation block)."]
     lines += ["## Caveats", "", *caveats, ""]
     if best_report:
-        rel = Path(best_report)
-        try:
-            rel = rel.relative_to(out_md.parent)
-        except ValueError:
-            pass
+        link = _link(best_report, out_md.parent)
         lines += ["## The best model", "",
                   f"The best configuration, trained once more with periodic evaluation: its curves, lm-eval scores and "
-                  f"generations are in [{rel.as_posix()}]({rel.as_posix()}).", ""]
+                  f"generations are in [{link}]({link}).", ""]
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text("\n".join(lines))
     return out_md

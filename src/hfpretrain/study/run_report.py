@@ -42,10 +42,9 @@ def _table(rows: list[tuple]) -> list[str]:
     return ["| | |", "|---|---|", *(f"| {k} | {_fmt(v)} |" for k, v in rows), ""]
 
 
-def data_lines(data_path: Path) -> list[str]:
+def data_lines(data_path: Path, manifest: dict) -> list[str]:
     from hfpretrain.data.show import render_batches
 
-    manifest = json.loads((data_path / "manifest.json").read_text())
     train, val, tok = manifest["train"], manifest["validation"], manifest["tokenizer"]
     lines = ["## Data", "",
              f"`{data_path}`: Pile-format documents tokenized with `{tok['name_or_path']}` ({tok['vocab_size']:,} "
@@ -141,8 +140,7 @@ def generation_lines(checkpoint: Path, prompts, max_new_tokens: int) -> list[str
     return lines
 
 
-def reproduce_lines(run_dir: Path, data_path: Path) -> list[str]:
-    manifest = json.loads((data_path / "manifest.json").read_text())
+def reproduce_lines(run_dir: Path, data_path: Path, manifest: dict) -> list[str]:
     inputs = " ".join(shlex.quote(i["path"]) for i in manifest.get("inputs", []))
     val_inputs = manifest.get("val_inputs")
     val = " ".join(shlex.quote(i["path"]) for i in val_inputs) if isinstance(val_inputs, list) else ""
@@ -174,14 +172,16 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     summary = json.loads((run_dir / "summary.json").read_text())
     data_path = Path(recipe["data"]["path"])
     lines = [f"# Run report: {run_dir.name}", "", f"Generated from `{run_dir}` by `scripts/report.py`.", ""]
-    lines += data_lines(data_path) if (data_path / "manifest.json").is_file() else \
+    manifest_path = data_path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
+    lines += data_lines(data_path, manifest) if manifest else \
         ["## Data", "", f"`{data_path}` is not on this machine: data section left out.", ""]
     lines += model_lines(run_dir, recipe, summary)
     lines += curve_lines(run_dir, out_md.parent, summary)
     lines += eval_lines(checkpoint, eval_limit, run_eval)
     if prompts is not None:
         lines += generation_lines(checkpoint, prompts, max_new_tokens)
-    if (data_path / "manifest.json").is_file():
-        lines += reproduce_lines(run_dir, data_path)
+    if manifest:
+        lines += reproduce_lines(run_dir, data_path, manifest)
     out_md.write_text("\n".join(lines))
     return out_md

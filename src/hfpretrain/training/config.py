@@ -223,16 +223,21 @@ def _section_keys(cfg: DictConfig, top: str):
     return section.keys() if isinstance(section, DictConfig) else []
 
 
+def yaml_problem(path, err: Exception) -> str:
+    """One line for a YAML file that does not parse (a syntax error, with its line) or is not UTF-8 text."""
+    if isinstance(err, UnicodeDecodeError):
+        return f"{path}: not UTF-8 text ({err.reason} at byte {err.start})"
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return f"{path}{f':{mark.line + 1}' if mark else ''}: YAML syntax error: {problem}"
+
+
 def _read_yaml(path: Path) -> DictConfig:
     """The recipe file; a YAML syntax error or a file that is not a mapping is one RecipeError line naming it."""
     try:
         cfg = OmegaConf.load(path)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise RecipeError(f"{path}{f':{mark.line + 1}' if mark else ''}: YAML syntax error: {problem}") from None
-    except UnicodeDecodeError as err:
-        raise RecipeError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise RecipeError(yaml_problem(path, err)) from None
     if not isinstance(cfg, DictConfig):
         raise RecipeError(f"{path}: a recipe is a mapping of sections (model:, data:, training:, ...), "
                           f"got a {type(cfg).__name__.replace('Config', '').lower()}")
