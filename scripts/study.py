@@ -5,6 +5,7 @@
     python scripts/study.py SPEC.yaml --out DIR --report-only     # re-analyse the finished runs
     python scripts/study.py SPEC.yaml --list                      # the runs it would do, and which are done
     python scripts/study.py SPEC.yaml --plan                      # sizes, tokens, LR, warmup, passes, GPU time; checks
+    python scripts/study.py SPEC.yaml --workers 3                 # 3 runs at a time (small models on one GPU)
 
 Outputs in DIR (default: the spec's ``out``): runs/<arm>/<size>__<budget>/ (ordinary run folders),
 results.csv, results.json, fits.json, loss_vs_flops.png, report.md. See docs/study.md.
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from hfpretrain.outdir import output_problem
 from hfpretrain.study.design import check_plan, format_plan
-from hfpretrain.study.grid import load_spec, plan_study, run_study
+from hfpretrain.study.grid import load_spec, plan_study, run_study, run_study_workers
 from hfpretrain.study.report import analyse
 from hfpretrain.training.config import RecipeError
 
@@ -30,6 +31,8 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="print the runs and their state, do nothing")
     parser.add_argument("--plan", action="store_true",
                         help="print every run's size, tokens, hyper-parameters and GPU time, check the design, do nothing")
+    parser.add_argument("--workers", type=int, help="runs trained at a time on this machine (default: the spec's "
+                        "workers, else 1); logs in DIR/logs/worker<i>.log")
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
     args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -50,8 +53,13 @@ def main() -> int:
         problem = None if args.report_only else output_problem(out)
         if problem:  # before the first run, not after it
             raise ValueError(f"--out {out}: {problem}")
-        rows = run_study(spec, out, only_existing=args.report_only)
-    except (RecipeError, FileNotFoundError, ValueError) as err:
+        workers = args.workers or spec.workers
+        if workers > 1 and not args.report_only:
+            spec.workers = workers  # recorded in the study's spec.yaml: the runs shared the machine
+            rows = run_study_workers(spec, out, workers)
+        else:
+            rows = run_study(spec, out, only_existing=args.report_only)
+    except (RecipeError, FileNotFoundError, ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     result = analyse(spec, rows, out, n_planned=len(runs))

@@ -32,7 +32,8 @@ MICRO = {
     "overrides": ["training.per_device_train_batch_size=4", "training.per_device_eval_batch_size=16",
                   "training.warmup_steps=1", "training.logging_steps=1", "training.save_strategy=no",
                   "training.eval_steps=100000", "training.disable_tqdm=true", "training.report_to=none",
-                  "training.dataloader_num_workers=0", "evaluation.eval_tokens=2048"],
+                  "training.dataloader_num_workers=0", "evaluation.eval_tokens=2048",
+                  "evaluation.final_eval_tokens=4096"],
 }
 
 
@@ -213,3 +214,36 @@ def test_frontier_buckets_hold_a_nominal_budget():
     rows = [{"run": "12m", "flops": 9.964e14, "val_loss": 6.758}, {"run": "7m", "flops": 1.002e15, "val_loss": 6.534},
             {"run": "27m", "flops": 1.005e15, "val_loss": 7.133}, {"run": "7m_3e15", "flops": 2.999e15, "val_loss": 5.536}]
     assert [r["run"] for r in frontier(rows)] == ["7m", "7m_3e15"]
+
+
+def test_a_claimed_run_is_not_claimed_again(tmp_path):
+    """``claim`` is what keeps --workers processes apart: a run held by one is skipped by the others,
+    and free again once the holder lets go (or dies: the OS drops the lock)."""
+    from hfpretrain.study.grid import claim
+
+    run = expand(load_spec(MICRO), tmp_path)[0]
+    with claim(run) as first:
+        with claim(run) as second:
+            assert first and not second
+    with claim(run) as again:
+        assert again
+
+
+def test_workers_share_the_runs_and_train_each_once(mini_blocks, tmp_path):
+    import yaml
+
+    spec = {**MICRO, "sizes": MICRO["sizes"][:1], "steps": [2, 3, 4],
+            "overrides": [f"data.path={mini_blocks}", *MICRO["overrides"]]}
+    spec_path, out = tmp_path / "spec.yaml", tmp_path / "study"
+    spec_path.write_text(yaml.safe_dump(spec))
+    cli = subprocess.run([sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out),
+                          "--workers", "2"], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert "3/3 runs finished" in cli.stdout
+    logs = [(out / "logs" / f"worker{i}.log").read_text() for i in (0, 1)]
+    trained = [line for log in logs for line in log.splitlines() if ": training (" in line]
+    assert len(trained) == 3, logs  # every run once, by one worker or the other
+    for log in out.glob("runs/*/*/log.jsonl"):
+        events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
+        assert events.count("config") == 1
+    assert "2 at a time" in (out / "report.md").read_text()

@@ -19,11 +19,16 @@ Budgets are one of (per spec):
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import gc
 import json
 import logging
 import math
+import multiprocessing
+import os
+import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -70,6 +75,7 @@ class StudySpec:
     mfu: dict = field(default_factory=dict)  # size name or "default" -> measured MFU, for the GPU-time estimate
     gpu: str | None = None  # GPU the estimate is for (default: this machine's)
     overhead_s: float = 0.0  # per run, for the estimate: start, compile, final evaluation (measure it once)
+    workers: int = 1  # runs trained at a time on the machine (small models leave a GPU mostly idle)
 
     def seeds_for(self, budget: float) -> list[int | None]:
         if not self.seeds:
@@ -151,7 +157,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     if len(kinds) != 1:
         raise ValueError(f"a study spec needs exactly one of {BUDGET_KINDS}, got {kinds or 'none'}")
     known = {"name", "recipe", "sizes", "arms", "overrides", "out", "description", "isoflop", "seeds",
-             "seed_budgets", "rules", "mfu", "gpu", "overhead_s", *BUDGET_KINDS}
+             "seed_budgets", "rules", "mfu", "gpu", "overhead_s", "workers", *BUDGET_KINDS}
     if set(d) - known:
         raise ValueError(f"unknown spec keys {sorted(set(d) - known)}; known: {sorted(known)}")
     if not d.get("sizes"):
@@ -182,7 +188,13 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
                      overrides=[str(o) for o in d.get("overrides") or []], out=str(d.get("out") or f"studies/{name}"),
                      description=str(d.get("description") or ""), isoflop=isoflop, seeds=seeds,
                      seed_budgets=seed_budgets, rules=Rules.from_dict(d.get("rules")), mfu=dict(d.get("mfu") or {}),
-                     gpu=d.get("gpu"), overhead_s=float(d.get("overhead_s") or 0.0))
+                     gpu=d.get("gpu"), overhead_s=float(d.get("overhead_s") or 0.0), workers=_workers(d.get("workers", 1)))
+
+
+def _workers(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"workers: needs a whole number ≥ 1, got {value!r}")
+    return value
 
 
 def budget_label(kind: str, budget: float) -> str:
@@ -284,6 +296,18 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
     return planned
 
 
+def checked_plan(spec: StudySpec, out: str | Path | None = None, only_existing: bool = False):
+    """``plan_study`` with its warnings logged; its errors raised unless only finished runs are wanted."""
+    planned = plan_study(spec, out)
+    errors, warnings = check_plan([p for _, p in planned], spec.rules)
+    for w in warnings:
+        logger.warning("plan: %s", w)
+    if errors and not only_existing:
+        raise ValueError(f"the study plan has {len(errors)} error(s), first: {errors[0]} "
+                         "(scripts/study.py SPEC --plan lists them all)")
+    return planned
+
+
 def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: bool = False) -> list[dict]:
     """Run every unfinished run of the study (in process, one after another); return the results rows.
 
@@ -295,14 +319,8 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
     from hfpretrain.training import pretrain
     from hfpretrain.training.callbacks import SIGTERM_RECEIVED
 
-    planned = plan_study(spec, out)
+    planned = checked_plan(spec, out, only_existing)
     runs = [run for run, _ in planned]
-    errors, warnings = check_plan([p for _, p in planned], spec.rules)
-    for w in warnings:
-        logger.warning("plan: %s", w)
-    if errors and not only_existing:
-        raise ValueError(f"the study plan has {len(errors)} error(s), first: {errors[0]} "
-                         "(scripts/study.py SPEC --plan lists them all)")
     for i, (run, p) in enumerate(planned, 1):
         if run.done:
             logger.info("[%d/%d] %s: done, skipped", i, len(runs), run.name)
@@ -312,8 +330,14 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
             continue
         if SIGTERM_RECEIVED.is_set():
             break
-        logger.info("[%d/%d] %s: training (%d steps)", i, len(runs), run.name, p.steps)
-        pretrain(spec.recipe, p.overrides)
+        with claim(run) as mine:
+            if not mine:
+                logger.info("[%d/%d] %s: another worker is training it", i, len(runs), run.name)
+                continue
+            if run.done:  # another worker finished it a moment ago
+                continue
+            logger.info("[%d/%d] %s: training (%d steps)", i, len(runs), run.name, p.steps)
+            pretrain(spec.recipe, p.overrides)
         if not run.done:  # SIGTERM (preemption, a time limit): the whole study stops, resumable
             logger.warning("[%d/%d] %s: stopped before its last step; the study stops here (run it again to "
                            "continue from the run's checkpoint)", i, len(runs), run.name)
@@ -322,6 +346,57 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return collect(runs)
+
+
+def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[dict]:
+    """``run_study`` in ``workers`` processes at once on this machine, each taking the next unclaimed run
+    (see :func:`claim`); logs in OUT/logs/worker<i>.log. Small models leave a GPU mostly idle and spend
+    tens of seconds per run compiling on one CPU core, so a few runs side by side finish a grid of them
+    sooner; the runs' own tokens/s and wall times are then those of a shared GPU. SIGTERM (a time limit,
+    a preemption) reaches every worker: each saves its run in progress, as one process would."""
+    out = Path(out)
+    checked_plan(spec, out)  # a bad plan fails here, once, not in every worker
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    ctx = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
+    procs = [ctx.Process(target=_worker, args=(spec, out, out / "logs" / f"worker{i}.log"), name=f"worker{i}")
+             for i in range(workers)]
+    for proc in procs:
+        proc.start()
+    previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs if p.is_alive()])
+    try:
+        for proc in procs:
+            proc.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    failed = [f"{p.name} (exit {p.exitcode}, see logs/{p.name}.log)" for p in procs
+              if p.exitcode not in (0, -signal.SIGTERM)]
+    if failed:
+        raise RuntimeError(f"study workers failed: {', '.join(failed)}")
+    return run_study(spec, out, only_existing=True)
+
+
+def _worker(spec: StudySpec, out: Path, log_path: Path) -> None:
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 1)  # the descriptors, not sys.stdout: loader workers and compiler subprocesses write there too
+    os.dup2(log, 2)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", force=True)
+    run_study(spec, out)
+
+
+@contextlib.contextmanager
+def claim(run: Run):
+    """Yield whether this process holds ``run``: an exclusive lock file per run under OUT/runs/.claims, so
+    that several study processes (``--workers``) on one machine never train the same run. The operating
+    system drops the lock when its process ends, killed or not: no stale claims after a preemption."""
+    folder = run.out_dir.parent.parent / ".claims"  # OUT/runs/<arm>/<cell> -> OUT/runs/.claims
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{run.arm}__{run.out_dir.name}.lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True  # closing the file releases the lock
 
 
 def result_row(run: Run) -> dict:

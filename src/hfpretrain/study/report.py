@@ -277,6 +277,9 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
     if spec.rules == type(spec.rules)():
         caveats.append("- Hyper-parameters (learning rate, warmup, batch) are the base recipe's for every size and "
                        "budget (no `rules`), not tuned per size; short runs are dominated by warmup and the schedule.")
+    if spec.workers > 1:
+        caveats.append(f"- Runs were trained {spec.workers} at a time on one machine (`workers`): the tokens/s and "
+                       "wall times in the run table are those of a shared GPU, not of a run alone.")
     caveats += ["- Compute counts training FLOPs only (6·N_matmul + attention), not evaluation; arms that change "
                 "the parameter count (e.g. tied vs untied embeddings) differ in params at equal FLOPs/token.",
                 "- Final validation loss on the final evaluation set (evaluation.final_eval_tokens; default: every "
