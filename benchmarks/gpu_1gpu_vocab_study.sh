@@ -17,7 +17,9 @@ SHARDS=7 NUM_PROC=16 OUT=out bash benchmarks/prepare_vocab_study.sh 2>&1 | tail 
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
 mkdir -p "$STUDY"
 [ -f .carry/gpu_vocab_runs.tgz ] && tar -xzf .carry/gpu_vocab_runs.tgz -C "$STUDY"
-timeout -s TERM $(( $(left) - 60 )) python3 scripts/study.py $SPEC > "$OUT/study.log" 2>&1
+# --foreground: the signal goes to study.py alone, which passes it to its workers (a group-wide TERM would
+# also reach loader workers in their first instants, before they ignore it); -k: a hung study cannot eat the call
+timeout --foreground -k 30 -s TERM $(( $(left) - 90 )) python3 scripts/study.py $SPEC > "$OUT/study.log" 2>&1
 echo "== study rc $? (${SECONDS}s)" | tee -a "$N"
 grep -hE ": (training|done)|Error|error" "$STUDY"/logs/worker*.log | cut -c1-200 | tail -60 >> "$OUT/runs.log"
 (cd "$STUDY" && tar -czf "$OUT/gpu_vocab_runs.tgz" runs/*/*/summary.json runs/*/*/log.jsonl runs/*/*/recipe.yaml \

@@ -376,11 +376,18 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[di
 
 
 def _worker(spec: StudySpec, out: Path, log_path: Path) -> None:
+    from hfpretrain.training.data import kill_loader_workers
+
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)  # the descriptors, not sys.stdout: loader workers and compiler subprocesses write there too
     os.dup2(log, 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", force=True)
-    run_study(spec, out)
+    try:
+        run_study(spec, out)
+    finally:
+        # A Process ends through multiprocessing's exit, not atexit: after a crash it would SIGTERM the
+        # loader workers (which ignore it) and wait for them forever.
+        kill_loader_workers()
 
 
 @contextlib.contextmanager

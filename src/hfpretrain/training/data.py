@@ -11,7 +11,7 @@ sequence to the ranks in turn, so ranks see disjoint blocks.
 from __future__ import annotations
 
 import atexit
-import multiprocessing.util  # before atexit.register below: see _kill_workers_at_exit
+import multiprocessing.util  # before atexit.register below: see kill_loader_workers
 import signal
 from functools import lru_cache
 from pathlib import Path
@@ -101,7 +101,7 @@ def _ignore_sigterm_in_worker() -> None:
         _worker_ignores_sigterm = True
 
 
-def _kill_workers_at_exit() -> None:
+def kill_loader_workers() -> None:
     """The other side of workers ignoring SIGTERM: Python's exit ends daemon children with SIGTERM,
     then waits for them. After a crash the loader never shut its workers down, so that wait lasted
     forever; kill them first. (Registered after multiprocessing's own exit hook, so it runs before.)"""
@@ -116,11 +116,11 @@ _cleanup_installed = False
 
 
 def install_worker_cleanup() -> None:
-    """Register :func:`_kill_workers_at_exit` once, when a run uses loader workers (not at import: a library
+    """Register :func:`kill_loader_workers` once, when a run uses loader workers (not at import: a library
     user's process keeps its own exit behaviour and SIGCHLD handling)."""
     global _cleanup_installed
     if not _cleanup_installed:
-        atexit.register(_kill_workers_at_exit)
+        atexit.register(kill_loader_workers)
         _cleanup_installed = True
 
 
