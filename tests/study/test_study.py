@@ -247,3 +247,9 @@ def test_workers_share_the_runs_and_train_each_once(mini_blocks, tmp_path):
         events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
         assert events.count("config") == 1
     assert "2 at a time" in (out / "report.md").read_text()
+
+    # a run that reached its last step but was stopped before its final evaluation (SIGTERM then) is not done
+    summary_path = next(out.glob("runs/*/*/summary.json"))
+    summary = json.loads(summary_path.read_text())
+    summary_path.write_text(json.dumps({**summary, "final_eval": {}}))
+    assert sum(not r.done for r in expand(load_spec(spec), out)) == 1

@@ -106,12 +106,14 @@ class Run:
 
     @property
     def done(self) -> bool:
-        """Trained to its last step. A preempted run writes a summary.json too, at the step it stopped."""
+        """Trained to its last step and evaluated. A preempted run writes a summary.json too, at the step it
+        stopped, and without the final evaluation when the signal came during its last steps: run again, it
+        resumes from that checkpoint (nothing left to train) and evaluates."""
         path = self.out_dir / "summary.json"
         if not path.is_file():
             return False
         summary = json.loads(path.read_text())
-        return summary["global_step"] >= summary["plan"]["max_steps"]
+        return summary["global_step"] >= summary["plan"]["max_steps"] and "eval_loss" in (summary.get("final_eval") or {})
 
 
 def _yaml_value(v) -> str:
