@@ -146,7 +146,8 @@ def tokenize_corpus(
         old = read_manifest(out)
         if out.exists():
             ours = is_output(old)
-            if ours and old.get("fingerprint") == fp and not force and _complete(out):
+            if ours and old.get("fingerprint") == fp and not force and _complete(out) \
+                    and "text_bytes" in old.get("validation", {}):  # older outputs: no bits per byte
                 logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
                 return out
             if not ours and any(out.iterdir()):
@@ -372,6 +373,15 @@ def _check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
                if "missing_text" in stats["skipped"] else ""))
 
 
+def _text_bytes(raw) -> int:
+    """UTF-8 bytes of the text of the documents kept (not skipped), streamed in record batches."""
+    total = 0
+    for batch in raw.with_format("arrow").iter(batch_size=PACK_BATCH):
+        kept = pc.filter(batch.column("text"), pc.equal(batch.column("skip"), ""))
+        total += pc.sum(pc.binary_length(kept)).as_py() or 0
+    return int(total)
+
+
 def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
            val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, select_sets=None, allow_missing=False):
     t_start = time.time()
@@ -424,6 +434,7 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
             raise DataError(f"{split}: no documents left to tokenize (read {hi - lo} records; skipped {stats[split]['skipped']}"
                             + (f"; only sets {select_sets} kept" if select_sets else "") + ")")
         sub = raw.select(range(lo, hi)) if (lo, hi) != (0, len(raw)) else raw
+        text_bytes = _text_bytes(sub)
         toks = sub.with_format("arrow").map(
             tokfn, batched=True, batch_size=TOKENIZE_BATCH, num_proc=num_proc if len(sub) >= 2 * TOKENIZE_BATCH else None,
             remove_columns=list(RAW_COLUMNS), desc=f"tokenize {split}",
@@ -463,7 +474,8 @@ def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id
             "block_tokens": packer.blocks * seq_len,
             "dropped_tail_tokens": packer.dropped_tail_tokens,
             "tokens_per_set": dict(sorted(packer.tokens_per_set.items())),
-            "bytes": nbytes,
+            "text_bytes": text_bytes,  # UTF-8 bytes of the documents' text: nats/token -> bits per byte
+            "bytes": nbytes,  # on disk
             "bare_id_bytes": bare,
             "bytes_overhead": round(nbytes / bare - 1, 5) if bare else None,
         }

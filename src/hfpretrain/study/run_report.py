@@ -56,7 +56,7 @@ def data_lines(data_path: Path, manifest: dict) -> list[str]:
                      ("train blocks", train["blocks"]), ("train text bytes", train.get("bytes")),
                      ("bad records skipped", sum((train.get("skipped") or {}).values())),
                      ("validation documents", val["documents"]), ("validation tokens", val["tokens"]),
-                     ("validation bytes per token", val["bytes"] / val["tokens"] if val.get("bytes") else None)])
+                     ("validation bytes per token", val["text_bytes"] / val["tokens"] if val.get("text_bytes") else None)])
     inputs = [i["path"] for i in manifest.get("inputs", [])]
     if inputs:
         lines += ["Inputs: " + ", ".join(f"`{Path(p).name}`" for p in inputs[:12]) +

@@ -110,9 +110,11 @@ MAX_PASSES_WITHOUT_WARNING = 4  # beyond ~4 passes repeated tokens are worth muc
 
 
 def tokens_per_byte(manifest: dict, split: str = "validation") -> float | None:
-    """Tokens (end-of-text included) per UTF-8 byte of text: nats/token x this / ln 2 = bits per byte."""
+    """Tokens (end-of-text included) per UTF-8 byte of the split's text: nats/token x this / ln 2 = bits
+    per byte. None for an output tokenized before ``text_bytes`` was recorded (its ``bytes`` is the size
+    on disk, not the text)."""
     stats = manifest.get(split) or {}
-    return stats["tokens"] / stats["bytes"] if stats.get("bytes") else None
+    return stats["tokens"] / stats["text_bytes"] if stats.get("text_bytes") else None
 
 
 def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fast: FastPath, manifest: dict,
