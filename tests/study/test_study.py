@@ -253,3 +253,15 @@ def test_workers_share_the_runs_and_train_each_once(mini_blocks, tmp_path):
     summary = json.loads(summary_path.read_text())
     summary_path.write_text(json.dumps({**summary, "final_eval": {}}))
     assert sum(not r.done for r in expand(load_spec(spec), out)) == 1
+
+    # a run folder without its recipe.yaml still reports its hyper-parameters (from log.jsonl's config event),
+    # and bits per byte come from the data's text bytes
+    from hfpretrain.study.grid import result_row
+
+    run = expand(load_spec(spec), out)[0]
+    before = result_row(run)
+    (run.out_dir / "recipe.yaml").unlink()
+    after = result_row(run)
+    assert after == before and after["learning_rate"] is not None
+    val = json.loads((mini_blocks / "manifest.json").read_text())["validation"]
+    assert after["val_bpb"] == pytest.approx(after["val_loss"] * val["tokens"] / val["text_bytes"] / np.log(2))

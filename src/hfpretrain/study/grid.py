@@ -408,11 +408,35 @@ def claim(run: Run):
         yield True  # closing the file releases the lock
 
 
+def _run_recipe(out_dir: Path) -> dict:
+    """The run's resolved recipe: recipe.yaml, else the config event its log.jsonl starts with (a run
+    folder copied without its recipe.yaml still says what it was)."""
+    if (out_dir / "recipe.yaml").is_file():
+        return yaml.safe_load((out_dir / "recipe.yaml").read_text()) or {}
+    if (out_dir / "log.jsonl").is_file():
+        with open(out_dir / "log.jsonl") as f:
+            first = json.loads(f.readline() or "{}")
+        return first.get("recipe") or {}
+    return {}
+
+
+def _bits_per_byte(final_eval: dict, recipe: dict) -> float | None:
+    """The final loss in bits per byte, from the data's manifest when it has the text's bytes (runs made
+    before ``text_bytes`` logged bits per byte of the Arrow files instead); else the run's own figure."""
+    from hfpretrain.training.run import tokens_per_byte
+
+    path = Path(str((recipe.get("data") or {}).get("path") or "")) / "manifest.json"
+    ratio = tokens_per_byte(json.loads(path.read_text())) if path.is_file() else None
+    if ratio and "eval_loss" in final_eval:
+        return final_eval["eval_loss"] * ratio / math.log(2)
+    return final_eval.get("eval_bpb")
+
+
 def result_row(run: Run) -> dict:
     """One results row from a finished run: summary.json, recipe.yaml (hyper-parameters), the plan."""
     summary = json.loads((run.out_dir / "summary.json").read_text())
     plan = summary["plan"]
-    recipe = yaml.safe_load((run.out_dir / "recipe.yaml").read_text()) if (run.out_dir / "recipe.yaml").is_file() else {}
+    recipe = _run_recipe(run.out_dir)
     training = recipe.get("training") or {}
     steps = summary.get("global_step", plan["max_steps"])
     tokens = plan["tokens_per_step"] * steps
@@ -430,7 +454,7 @@ def result_row(run: Run) -> dict:
         "flops_per_token": plan["flops_per_token"], "flops": plan["flops_per_token"] * tokens,
         "passes": plan.get("passes_over_data"), "device": plan.get("device"),
         "wall_time_s": (summary.get("train") or {}).get("train_runtime"),
-        "val_loss": _final_loss(run.out_dir, summary), "val_bpb": final.get("eval_bpb"),
+        "val_loss": _final_loss(run.out_dir, summary), "val_bpb": _bits_per_byte(final, recipe),
         "out_dir": str(run.out_dir),
     }
 
