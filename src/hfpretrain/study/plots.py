@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 
@@ -10,9 +11,11 @@ def read_log(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = None) -> Path:
+def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = None,
+             tokens_per_byte: float | None = None) -> Path:
     """A run at a glance, from its log.jsonl: training and validation loss (and bits per byte) against tokens
-    seen, the learning rate, tokens/s and MFU per logging window, and the gradient norm."""
+    seen, the learning rate, tokens/s and MFU per logging window, and the gradient norm. ``tokens_per_byte``
+    (the data manifest's): bits per byte from the validation loss, rather than the figure the run logged."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,7 +36,8 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
         loss_ax.plot(*zip(*series(logs, "loss")), label="train loss", lw=1)
     if evals:
         loss_ax.plot(*zip(*series(evals, "eval_loss")), "o-", label="validation loss")
-        bpb = series(evals, "eval_bpb")
+        bpb = ([(t, loss * tokens_per_byte / math.log(2)) for t, loss in series(evals, "eval_loss")]
+               if tokens_per_byte else series(evals, "eval_bpb"))
         if bpb:
             loss_ax.plot(*zip(*bpb), "s--", label="validation bits per byte")
     loss_ax.set_ylabel("nats/token (bits/byte)")

@@ -10,6 +10,7 @@ commands that reproduce each step. Reads ``RUN/recipe.yaml``, ``summary.json``, 
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def data_lines(data_path: Path, manifest: dict) -> list[str]:
              "block is dropped), saved as Arrow with `datasets.save_to_disk`. Fingerprint "
              f"`{manifest['fingerprint']}`.", ""]
     lines += _table([("train documents", train["documents"]), ("train tokens", train["tokens"]),
-                     ("train blocks", train["blocks"]), ("train text bytes", train.get("bytes")),
+                     ("train blocks", train["blocks"]), ("train text bytes", train.get("text_bytes")),
                      ("bad records skipped", sum((train.get("skipped") or {}).values())),
                      ("validation documents", val["documents"]), ("validation tokens", val["tokens"]),
                      ("validation bytes per token", val["text_bytes"] / val["tokens"] if val.get("text_bytes") else None)])
@@ -102,11 +103,17 @@ def model_lines(run_dir: Path, recipe: dict, summary: dict) -> list[str]:
             TRAINING_CODE, ""]
 
 
-def curve_lines(run_dir: Path, out_dir: Path, summary: dict) -> list[str]:
+def curve_lines(run_dir: Path, out_dir: Path, summary: dict, manifest: dict | None) -> list[str]:
     from hfpretrain.study.plots import plot_run
+    from hfpretrain.training.run import tokens_per_byte
 
-    png = plot_run(run_dir / "log.jsonl", out_dir / "curves.png", title=run_dir.name)
-    final = summary.get("final_eval") or {}
+    # bits per byte from the loss and the data's text bytes (runs evaluated before the manifest had
+    # text_bytes logged them per byte on disk)
+    ratio = tokens_per_byte(manifest) if manifest else None
+    png = plot_run(run_dir / "log.jsonl", out_dir / "curves.png", title=run_dir.name, tokens_per_byte=ratio)
+    final = dict(summary.get("final_eval") or {})
+    if ratio and "eval_loss" in final:
+        final["eval_bpb"] = final["eval_loss"] * ratio / math.log(2)
     lines = ["## Training and validation curves", "", f"![training and validation loss]({png.name})", "",
              "Final validation (the whole validation set unless the recipe limits it):", ""]
     lines += _table([("loss (nats/token)", final.get("eval_loss")), ("bits per byte", final.get("eval_bpb")),
@@ -177,7 +184,7 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     lines += data_lines(data_path, manifest) if manifest else \
         ["## Data", "", f"`{data_path}` is not on this machine: data section left out.", ""]
     lines += model_lines(run_dir, recipe, summary)
-    lines += curve_lines(run_dir, out_md.parent, summary)
+    lines += curve_lines(run_dir, out_md.parent, summary, manifest)
     lines += eval_lines(checkpoint, eval_limit, run_eval)
     if prompts is not None:
         lines += generation_lines(checkpoint, prompts, max_new_tokens)
