@@ -309,6 +309,9 @@ def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int |
     from hfpretrain.study.analysis import analyse_isoflop, to_json
     from hfpretrain.study.plots import plot_isoflop
 
+    out.mkdir(parents=True, exist_ok=True)
+    # the spec as run (with --workers and command-line overrides): scripts/report.py STUDY_DIR reads it back
+    (out / "spec.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
     csv_path, json_path = write_results(rows, out)
     fits = fit_arms(rows)
     isoflop, isoflop_png = None, None
