@@ -99,3 +99,17 @@ def test_isoflop_optimum_needs_three_points_and_a_minimum():
     o = isoflop_optimum(np.array([1.0, 2.0, 4.0]), np.array([3.0, 2.0, 3.0]))
     assert o["bracketed"] and o["n_opt"] == pytest.approx(2.0) and o["loss_opt"] == pytest.approx(2.0)
     assert noise_floor([{"arm": "a", "budget": 1, "size": "s", "params": 1, "flops": 1, "val_loss": 2.0}]) is None
+
+
+def test_isoflop_plot_has_the_gap_panel_with_two_arms(tmp_path):
+    """Two arms: a third panel, the gap vs compute with its intervals and the 10× point; one arm: two panels."""
+    from matplotlib import image
+
+    from hfpretrain.study.plots import plot_isoflop
+
+    rows = study({"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}, seeds=2, sigma=0.01)
+    two = plot_isoflop(rows, analyse_isoflop(rows, n_boot=20), tmp_path / "two.png")
+    one_rows = [r for r in rows if r["arm"] == "base"]
+    one = plot_isoflop(one_rows, analyse_isoflop(one_rows, n_boot=20), tmp_path / "one.png")
+    width = {p.name: image.imread(p).shape[1] for p in (two, one)}
+    assert width["two.png"] == pytest.approx(1.5 * width["one.png"], rel=0.01)

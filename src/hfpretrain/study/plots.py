@@ -123,10 +123,35 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
     return out_png
 
 
+def _plot_gap(ax, result: dict, arms: list[str], unit: str) -> None:
+    intervals = result.get("intervals") or {}
+    base = result["baseline"]
+    for i, arm in enumerate(arms, 1):
+        gaps = result["gap"][arm]
+        cis = (intervals.get("gap") or {}).get(arm) or {}
+        xs = [b for b in result["budgets"] if b in gaps]
+        ys = [gaps[b] for b in xs]
+        err = [[y - cis[b][0] for b, y in zip(xs, ys)], [cis[b][1] - y for b, y in zip(xs, ys)]] \
+            if all(b in cis for b in xs) else None
+        ax.errorbar(xs, ys, yerr=err, fmt="o-", color=f"C{i}", capsize=3, label=f"{arm} − {base}")
+        gap10 = result["extrapolated"][arm] - result["extrapolated"][base]
+        ci = (intervals.get("gap_extrapolated") or {}).get(arm)
+        ax.errorbar([result["extrapolate_to"]], [gap10], yerr=[[gap10 - ci[0]], [ci[1] - gap10]] if ci else None,
+                    fmt="s", mfc="none", color=f"C{i}", capsize=3)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("training FLOPs")
+    ax.set_ylabel(f"gap in best loss ({unit}; < 0: the arm is better)")
+    ax.set_title("the ablation's effect vs compute (95% intervals; □: 10×)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+
+
 def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
-    """Two panels from ``analysis.analyse_isoflop``: left, loss vs size per budget (IsoFLOP curves, one
-    colour per budget, one line style per arm, the optimum starred); right, per-budget optimum vs compute
-    per arm with the fitted law, bootstrap error bars from the noise floor, and the 10× extrapolation."""
+    """Panels from ``analysis.analyse_isoflop``: loss vs size per budget (IsoFLOP curves, one colour per
+    budget, one line style per arm, the optimum starred); per-budget optimum vs compute per arm with the
+    fitted law, bootstrap error bars from the noise floor, and the 10× extrapolation; with two arms or more,
+    the gap of each arm to the baseline vs compute, with its intervals (the question an ablation asks)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -137,7 +162,9 @@ def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
 
     y, arms, budgets = result["y"], result["arms"], result["budgets"]
     unit = "bits per byte" if y == "val_bpb" else "nats/token"
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    others = [a for a in arms if a != result.get("baseline") and result.get("gap", {}).get(a)]
+    fig, axes = plt.subplots(1, 3 if others else 2, figsize=(18 if others else 12, 4.8))
+    left, right = axes[0], axes[1]
     styles = ["-", "--", ":", "-."]
     cell_map = cells(rows, y)
     for j, b in enumerate(budgets):
@@ -173,6 +200,8 @@ def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
     right.set_title("per-budget optimum vs compute (□: 10× extrapolation)")
     right.grid(alpha=0.3, which="both")
     right.legend(fontsize=8)
+    if others:
+        _plot_gap(axes[2], result, others, unit)
     fig.tight_layout()
     out_png = Path(out_png)
     fig.savefig(out_png, dpi=120)
