@@ -93,6 +93,15 @@ def read_manifest(out: Path) -> dict | None:
         return None
 
 
+def require_manifest(data_path) -> dict:
+    """The manifest of a data folder a run reads (:func:`read_manifest` is for folders that may not be one)."""
+    manifest = read_manifest(data_path)
+    if manifest is None:
+        raise FileNotFoundError(f"{Path(data_path) / MANIFEST} is missing or not JSON: data.path must be an output "
+                                "folder of scripts/tokenize_pile.py")
+    return manifest
+
+
 def is_output(manifest) -> bool:
     """Whether ``manifest`` (from :func:`read_manifest`) marks its folder as a tokenize_corpus output:
     any valid JSON named manifest.json is not enough, it must carry this tool's ``format``."""

@@ -423,10 +423,12 @@ def _run_recipe(out_dir: Path) -> dict:
 def _bits_per_byte(final_eval: dict, recipe: dict) -> float | None:
     """The final loss in bits per byte, from the data's manifest when it has the text's bytes (runs made
     before ``text_bytes`` logged bits per byte of the Arrow files instead); else the run's own figure."""
+    from hfpretrain.data.manifest import read_manifest
     from hfpretrain.training.run import tokens_per_byte
 
-    path = Path(str((recipe.get("data") or {}).get("path") or "")) / "manifest.json"
-    ratio = tokens_per_byte(json.loads(path.read_text())) if path.is_file() else None
+    data_path = (recipe.get("data") or {}).get("path")
+    manifest = read_manifest(data_path) if data_path else None
+    ratio = tokens_per_byte(manifest) if manifest else None
     if ratio and "eval_loss" in final_eval:
         return final_eval["eval_loss"] * ratio / math.log(2)
     return final_eval.get("eval_bpb")

@@ -7,6 +7,17 @@ import math
 from pathlib import Path
 
 
+def _save(fig, out_png: str | Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+    return out_png
+
+
 def read_log(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
@@ -64,12 +75,7 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
         ax.grid(alpha=0.3)
     loss_ax.legend(fontsize=8)
     fig.suptitle(title or Path(log_jsonl).parent.name)
-    fig.tight_layout()
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=120)
-    plt.close(fig)
-    return out_png
+    return _save(fig, out_png)
 
 
 def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, title: str | None = None) -> Path:
@@ -115,12 +121,7 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
     ax.set_title(title or "validation loss vs compute (filled: frontier)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=120)
-    plt.close(fig)
-    return out_png
+    return _save(fig, out_png)
 
 
 def _plot_gap(ax, result: dict, arms: list[str], unit: str) -> None:
@@ -202,8 +203,4 @@ def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
     right.legend(fontsize=8)
     if others:
         _plot_gap(axes[2], result, others, unit)
-    fig.tight_layout()
-    out_png = Path(out_png)
-    fig.savefig(out_png, dpi=120)
-    plt.close(fig)
-    return out_png
+    return _save(fig, out_png)

@@ -21,7 +21,7 @@ from hfpretrain.models import detect_peak_flops, estimate_memory, flops_per_toke
 
 from .callbacks import ThroughputCallback
 from .config import load_recipe
-from .run import read_manifest
+from hfpretrain.data.manifest import require_manifest
 
 WARMUP_WINDOWS = 2  # logging windows holding torch.compile and allocator warm-up
 
@@ -66,7 +66,7 @@ class _WindowRecorder(ThroughputCallback):
 
 def run_stock(recipe_path: str, overrides: list[str], micro_batch: int, max_steps: int, output_dir: str) -> dict:
     recipe = load_recipe(recipe_path, overrides)
-    manifest = read_manifest(recipe.data.path)
+    manifest = require_manifest(recipe.data.path)
     tokenizer = AutoTokenizer.from_pretrained(str(Path(recipe.data.path) / "tokenizer"))
     tokenizer.pad_token = tokenizer.pad_token or manifest["tokenizer"]["eos_token"]
     # As a user's own config.json: the vocab unpadded (GPT-2's 50,257 stays), no project defaults.

@@ -21,9 +21,10 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
+from hfpretrain.models.memory import GIB
+
 logger = logging.getLogger("hfpretrain")
 
-GIB = 1024**3
 
 
 class JsonlLogCallback(TrainerCallback):

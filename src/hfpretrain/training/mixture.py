@@ -80,14 +80,14 @@ def manifest_sha256(path: str | Path) -> str | None:
     return hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None
 
 
-def load_sources(sources: dict, reference: dict, reference_path: str, read_manifest) -> dict[str, Source]:
+def load_sources(sources: dict, reference: dict, reference_path: str, require_manifest) -> dict[str, Source]:
     """Read each source's manifest; all must have ``reference``'s tokenizer and seq_len (the output
     that gives the run its validation split and tokenizer, ``data.path``). One line on a mismatch."""
     want_sha = (reference.get("tokenizer") or {}).get("sha256")
     want_len = int(reference["seq_len"])
     out = {}
     for name, path in sources.items():
-        manifest = read_manifest(path)
+        manifest = require_manifest(path)
         src = Source(str(name), str(path), manifest)
         if src.tokenizer_sha256 != want_sha:
             tok = manifest.get("tokenizer") or {}

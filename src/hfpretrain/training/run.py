@@ -18,6 +18,7 @@ import torch
 from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from hfpretrain.data import load_blocks
+from hfpretrain.data.manifest import require_manifest
 from hfpretrain.models import (build_model, count_params, detect_peak_flops, device_name, estimate_memory,
                                flops_per_token, load_config)
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
@@ -46,13 +47,6 @@ FORCED_ARGS = dict(ignore_data_skip=True, logging_nan_inf_filter=False, predicti
                    remove_unused_columns=False)
 DEFAULT_ARGS = dict(output_dir="runs/default", report_to="none", save_strategy="steps", eval_strategy="steps",
                     logging_steps=10, include_num_input_tokens_seen="no")
-
-
-def read_manifest(data_path: str | Path) -> dict:
-    path = Path(data_path) / "manifest.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: data.path must be an output folder of scripts/tokenize_pile.py")
-    return json.loads(path.read_text())
 
 
 _wandb_dir = None  # the WANDB_DIR this module set, if any
@@ -389,7 +383,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
             return plan_without_data(recipe, world_size, zero_stage)
     else:
         check_fp8_available(recipe.model.precision, recipe.model.fp8_emulate)  # before any work
-    manifest = read_manifest(recipe.data.path)
+    manifest = require_manifest(recipe.data.path)
     tokenizer = load_tokenizer(recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"))
     if recipe.data.tokenizer:
         check_tokenizer(tokenizer, recipe.data.tokenizer, manifest, recipe.data.path)
@@ -415,7 +409,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
                      zero_stage if dry_run else None, check_passes=not recipe.data.sources)
     schedule = None
     if recipe.data.sources:  # a weighted mixture, in phases (training/mixture.py)
-        sources = load_sources(recipe.data.sources, manifest, recipe.data.path, read_manifest)
+        sources = load_sources(recipe.data.sources, manifest, recipe.data.path, require_manifest)
         schedule = MixtureSchedule(sources, resolve_phases(recipe.data, args.max_steps), plan["samples_per_step"])
         plan["data"] = mixture_plan(schedule, seq_len, MAX_PASSES_WITHOUT_WARNING)
         plan["train_blocks"] = sum(s.train_blocks for s in sources.values())
