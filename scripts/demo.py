@@ -1,23 +1,9 @@
 #!/usr/bin/env python
-"""The whole pipeline, small, on CPU (what `make demo` runs). Reads $DATA_ROOT, else the embedded sample data."""
+"""Alias of `hfpretrain demo` (src/hfpretrain/cli/demo.py): see `python scripts/demo.py --help`."""
 
-import argparse
-import logging
 import sys
 
-from hfpretrain.demo import run_demo
-from hfpretrain.paths import MissingDataError
+from hfpretrain.cli.demo import main
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", default="out/demo")
-    parser.add_argument("--max-steps", type=int, default=300)
-    parser.add_argument("--eval-limit", type=int, default=200)
-    parser.add_argument("--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="a recipe override for the training step (repeatable)")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    try:
-        run_demo(args.out, args.max_steps, args.eval_limit, args.override)
-    except (MissingDataError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
+    sys.exit(main())

@@ -1,31 +1,9 @@
 #!/usr/bin/env python
-"""Plot a run from its log.jsonl: loss (train, validation, bits per byte), learning rate, tokens/s and MFU,
-gradient norm, against tokens seen.
+"""Alias of `hfpretrain plot` (src/hfpretrain/cli/plot.py): see `python scripts/plot.py --help`."""
 
-    python scripts/plot.py RUN_DIR [--out RUN_DIR/curves.png]
-"""
-
-from __future__ import annotations
-
-import argparse
 import sys
-from pathlib import Path
 
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run", help="a run folder (holds log.jsonl)")
-    p.add_argument("--out", help="PNG to write (default: RUN/curves.png)")
-    args = p.parse_args(argv)
-    log = Path(args.run) / "log.jsonl"
-    if not log.is_file():
-        print(f"error: {log} does not exist: not a run folder", file=sys.stderr)
-        return 2
-    from hfpretrain.study.plots import plot_run
-
-    print(plot_run(log, args.out or Path(args.run) / "curves.png"))
-    return 0
-
+from hfpretrain.cli.plot import main
 
 if __name__ == "__main__":
     sys.exit(main())

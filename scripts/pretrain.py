@@ -1,57 +1,9 @@
 #!/usr/bin/env python
-"""Pretrain a model from a recipe.
+"""Alias of `hfpretrain train` (src/hfpretrain/cli/pretrain.py): see `python scripts/pretrain.py --help`."""
 
-    accelerate launch [--config_file accelerate_configs/X.yaml] scripts/pretrain.py recipes/X.yaml [section.key=value ...]
-    python scripts/pretrain.py recipes/X.yaml --dry-run      # the plan, no training
-"""
-
-import argparse
-import json
-import logging
 import sys
 
-# --dry-run's stdout is one JSON document; libraries print on import (transformers: "[INFO] Running in WANDB
-# offline mode"), so until the JSON is written, stdout goes to stderr
-JSON_OUT = sys.stdout
-if "--dry-run" in sys.argv:
-    sys.stdout = sys.stderr
-
-from hfpretrain.training import pretrain, shutdown_distributed  # noqa: E402
-from hfpretrain.training.config import RecipeError  # noqa: E402
-from hfpretrain.training.trainer import NonFiniteLossError  # noqa: E402
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("recipe", help="recipe YAML (recipes/*.yaml)")
-    parser.add_argument("overrides", nargs="*", help="section.key=value, e.g. training.max_steps=100")
-    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and plan, do not train")
-    parser.add_argument("--world-size", type=int, help="--dry-run: plan for this many GPUs (default: this launch)")
-    parser.add_argument("--zero-stage", type=int, help="--dry-run: plan with this ZeRO stage (default: from the launch)")
-    args = parser.parse_intermixed_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    try:
-        result = pretrain(args.recipe, args.overrides, dry_run=args.dry_run, world_size=args.world_size,
-                          zero_stage=args.zero_stage)
-    except (RecipeError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (NonFiniteLossError, OSError) as err:  # the run failed: a NaN stop, disk full (its checkpoints stay)
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    finally:
-        shutdown_distributed()
-    if args.dry_run:
-        data = result["plan"].get("data")
-        if data:  # a mixture: the phases, as a table (stderr; stdout stays JSON)
-            from hfpretrain.training.mixture import phase_lines
-            from hfpretrain.training.run import MAX_PASSES_WITHOUT_WARNING
-
-            print("\n".join(phase_lines(data, MAX_PASSES_WITHOUT_WARNING, result["plan"].get("lr_schedule"))),
-                  file=sys.stderr)
-        print(json.dumps(result, indent=2, default=str), file=JSON_OUT)
-    return 0
-
+from hfpretrain.cli.pretrain import main
 
 if __name__ == "__main__":
     sys.exit(main())

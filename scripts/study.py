@@ -1,71 +1,9 @@
 #!/usr/bin/env python
-"""Run a scaling / ablation study: every run of the grid (resumable), the fits, the plot, report.md.
+"""Alias of `hfpretrain study` (src/hfpretrain/cli/study.py): see `python scripts/study.py --help`."""
 
-    python scripts/study.py src/hfpretrain/study/specs/cpu_tiny.yaml [--out DIR]
-    python scripts/study.py SPEC.yaml --out DIR --report-only     # re-analyse the finished runs
-    python scripts/study.py SPEC.yaml --list                      # the runs it would do, and which are done
-    python scripts/study.py SPEC.yaml --plan                      # sizes, tokens, LR, warmup, passes, GPU time; checks
-    python scripts/study.py SPEC.yaml --workers 3                 # 3 runs at a time (small models on one GPU)
-
-Outputs in DIR (default: the spec's ``out``): runs/<arm>/<size>__<budget>/ (ordinary run folders),
-results.csv, results.json, fits.json, loss_vs_flops.png, report.md. See docs/study.md.
-"""
-
-import argparse
-import logging
 import sys
-from pathlib import Path
 
-from hfpretrain.outdir import output_problem
-from hfpretrain.study.design import check_plan, format_plan
-from hfpretrain.study.grid import load_spec, plan_study, run_study, run_study_workers
-from hfpretrain.study.report import analyse
-from hfpretrain.training.config import RecipeError
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("spec", help="study spec YAML (src/hfpretrain/study/specs/*.yaml)")
-    parser.add_argument("--out", help="study folder (default: the spec's out)")
-    parser.add_argument("--report-only", action="store_true", help="train nothing: analyse the finished runs")
-    parser.add_argument("--list", action="store_true", help="print the runs and their state, do nothing")
-    parser.add_argument("--plan", action="store_true",
-                        help="print every run's size, tokens, hyper-parameters and GPU time, check the design, do nothing")
-    parser.add_argument("--workers", type=int, help="runs trained at a time on this machine (default: the spec's "
-                        "workers, else 1); logs in DIR/logs/worker<i>.log")
-    parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
-    args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    try:
-        spec = load_spec(args.spec)
-        spec.overrides += args.overrides
-        out = Path(args.out or spec.out)
-        planned = plan_study(spec, out)
-        runs = [run for run, _ in planned]
-        if args.list:
-            for run in runs:
-                print(f"{'done' if run.done else 'todo'}  {run.name}")
-            return 0
-        if args.plan:
-            errors, warnings = check_plan([p for _, p in planned], spec.rules)
-            print(format_plan([p for _, p in planned], errors, warnings))
-            return 2 if errors else 0
-        problem = None if args.report_only else output_problem(out)
-        if problem:  # before the first run, not after it
-            raise ValueError(f"--out {out}: {problem}")
-        workers = args.workers or spec.workers
-        if workers > 1 and not args.report_only:
-            spec.workers = workers  # recorded in the study's spec.yaml: the runs shared the machine
-            rows = run_study_workers(spec, out, workers)
-        else:
-            rows = run_study(spec, out, only_existing=args.report_only)
-    except (RecipeError, FileNotFoundError, ValueError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    result = analyse(spec, rows, out, n_planned=len(runs))
-    print(f"{len(rows)}/{len(runs)} runs finished; report: {result['report']}")
-    return 0
-
+from hfpretrain.cli.study import main
 
 if __name__ == "__main__":
     sys.exit(main())

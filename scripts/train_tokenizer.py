@@ -1,36 +1,9 @@
 #!/usr/bin/env python
-"""Train a byte-level BPE tokenizer on Pile-format text (see docs/data.md).
+"""Alias of `hfpretrain train-tokenizer` (src/hfpretrain/cli/train_tokenizer.py): see `python scripts/train_tokenizer.py --help`."""
 
-    python scripts/train_tokenizer.py --input 'data/train-*.jsonl.zst' --vocab-size 8192 --out runs/tok8k
-    python scripts/tokenize_pile.py --tokenizer runs/tok8k ...      # then use it like any other
-"""
-
-from __future__ import annotations
-
-import argparse
-import logging
 import sys
 
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--input", nargs="+", required=True, help=".jsonl/.jsonl.zst/.parquet files, globs, folders or a Hub id")
-    p.add_argument("--vocab-size", type=int, required=True, help="tokens in all, bytes and <|endoftext|> included")
-    p.add_argument("--out", required=True, help="output folder (AutoTokenizer.from_pretrained loads it)")
-    p.add_argument("--max-docs", type=int, default=None, help="train on the first N documents only")
-    p.add_argument("--min-frequency", type=int, default=2, help="merges seen fewer times are not learned")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from hfpretrain.data import DataError
-    from hfpretrain.data.train_tokenizer import train_tokenizer
-
-    try:
-        print(train_tokenizer(args.input, args.vocab_size, args.out, args.max_docs, args.min_frequency))
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
+from hfpretrain.cli.train_tokenizer import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,43 @@
+"""The ``hfpretrain`` entry point: commands dispatch to the same modules as scripts/*.py, errors exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hfpretrain.cli import COMMANDS, main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_command_has_a_module_and_its_script_alias():
+    import importlib.util
+
+    for name, (module, _) in COMMANDS.items():
+        assert importlib.util.find_spec(f"hfpretrain.cli.{module}") is not None, name
+        assert f"from hfpretrain.cli.{module} import main" in (REPO / "scripts" / f"{module}.py").read_text()
+
+
+def test_help_and_unknown_commands(capsys):
+    assert main(["--help"]) == 0 and "show-batches" in capsys.readouterr().out
+    assert main([]) == 2
+    assert main(["trian"]) == 2
+    assert "did you mean 'train'?" in capsys.readouterr().err
+
+
+def test_a_command_runs_with_its_own_errors(tmp_path, capsys):
+    assert main(["plot", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'log.jsonl'} does not exist: not a run folder"
+
+
+@pytest.mark.parametrize("entry", [["-m", "hfpretrain"], [str(REPO / "scripts" / "pretrain.py")]])
+def test_train_dry_run_prints_one_json_document(entry):
+    """`python -m hfpretrain train` and the script alias: the plan as clean JSON on stdout."""
+    out = subprocess.run([sys.executable, *entry, *(["train"] if entry[0] == "-m" else []),
+                          str(REPO / "recipes" / "tiny_cpu.yaml"), "--dry-run"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout)["recipe"]["model"]["config"] == "tiny"
