@@ -280,6 +280,41 @@ class TelemetryProgressCallback(ProgressCallback):
         super().on_log(args, state, control, logs=logs, **kwargs)
 
 
+class LineProgressCallback(TrainerCallback):
+    """Progress as one readable line per logging step, for logs that are files (a batch job, `| tee`, a
+    study's worker log) or runs with ``disable_tqdm``: a progress bar's carriage returns were most of such
+    a log's bytes, and each loss dict was printed raw. On a terminal the bar stays (TelemetryProgressCallback)."""
+
+    def __init__(self):
+        self.t0 = self.step0 = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.t0, self.step0 = time.time(), state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        parts = [f"step {state.global_step}/{state.max_steps}"]
+        for key, label in (("loss", "loss"), ("eval_loss", "val loss"), ("eval_bpb", "val bpb"),
+                           ("final_loss", "final val loss"), ("final_bpb", "final val bpb"), ("grad_norm", "grad norm")):
+            if isinstance(logs.get(key), (int, float)):
+                parts.append(f"{label} {logs[key]:.4g}")
+        if isinstance(logs.get("learning_rate"), (int, float)):
+            parts.append(f"lr {logs['learning_rate']:.3g}")
+        if isinstance(logs.get("tokens_per_s"), (int, float)):
+            parts.append(f"{logs['tokens_per_s']:,.0f} tok/s")
+        if isinstance(logs.get("mfu"), (int, float)):
+            parts.append(f"MFU {100 * logs['mfu']:.1f}%")
+        done = state.global_step - (self.step0 or 0)
+        if self.t0 is not None and done > 0 and "loss" in logs and state.max_steps > state.global_step:
+            eta = (time.time() - self.t0) / done * (state.max_steps - state.global_step)
+            parts.append(f"eta {int(eta // 60)}m{int(eta % 60):02d}s")
+        if "train_runtime" in logs:
+            parts.append(f"done in {logs['train_runtime']:.1f}s, mean train loss {logs.get('train_loss', float('nan')):.4g}")
+        if len(parts) > 1:
+            print(" | ".join(parts), flush=True)
+
+
 class CompileCheckCallback(TrainerCallback):
     """torch.compile can silently fall back to eager: after the first step, check that this run
     made graphs (the counter is per process: a study trains many models in one)."""

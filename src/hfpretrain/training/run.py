@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import sys
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
@@ -23,10 +24,10 @@ from hfpretrain.models import (build_model, count_params, detect_peak_flops, dev
                                flops_per_token, load_config)
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
 
-from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from .callbacks import (SIGTERM_RECEIVED, CompileCheckCallback, GradStatsCallback,
-                        JsonlLogCallback, MemoryCallback, PreemptionCallback, ProfilerCallback,
+from .callbacks import (SIGTERM_RECEIVED, CompileCheckCallback, GradStatsCallback, JsonlLogCallback,
+                        LineProgressCallback, MemoryCallback, PreemptionCallback, ProfilerCallback,
                         TelemetryProgressCallback, ThroughputCallback, WandbConfigCallback)
 from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_dict, recipe_to_yaml
 from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, install_worker_cleanup, load_input_ids
@@ -507,8 +508,12 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
                           "set it to 0, or use DDP/FSDP2 for per-layer gradient statistics")
     if recipe.evaluation.lm_eval_task:
         lm_eval_cb.attach(trainer)  # its scores then go through trainer.log, beside the loss
-    if trainer.pop_callback(ProgressCallback):
+    # a progress bar on a terminal; one line per logging step in a log file or with disable_tqdm
+    bar = trainer.pop_callback(ProgressCallback)
+    if bar and sys.stderr.isatty():
         trainer.add_callback(TelemetryProgressCallback())
+    elif bar or trainer.pop_callback(PrinterCallback):
+        trainer.add_callback(LineProgressCallback())
     trainer.add_callback(CompileCheckCallback(n_compiled))
     if "wandb" in args.report_to and args.process_index == 0:  # after transformers' WandbCallback starts the run
         trainer.add_callback(WandbConfigCallback({"recipe": recipe_to_dict(recipe), "plan": plan}))
