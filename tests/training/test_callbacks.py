@@ -1,4 +1,6 @@
 """Training callbacks that can be checked without a Trainer run."""
+
+
 def test_line_progress_prints_one_readable_line_per_log(capsys):
     """Off a terminal: `step s/N | loss | val loss | lr | tok/s | MFU | eta`, no dicts, no carriage returns."""
     from types import SimpleNamespace
