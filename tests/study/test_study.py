@@ -265,3 +265,19 @@ def test_workers_share_the_runs_and_train_each_once(mini_blocks, tmp_path):
     assert after == before and after["learning_rate"] is not None
     val = json.loads((mini_blocks / "manifest.json").read_text())["validation"]
     assert after["val_bpb"] == pytest.approx(after["val_loss"] * val["tokens"] / val["text_bytes"] / np.log(2))
+
+
+def test_done_needs_the_final_evaluation_only_when_the_run_evaluates(tmp_path):
+    import yaml
+
+    from hfpretrain.study.grid import Run
+
+    run = Run(name="a/s", arm="a", size="s", budget_kind="steps", budget=3, out_dir=tmp_path, overrides=())
+    summary = {"global_step": 3, "plan": {"max_steps": 3}, "final_eval": {}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({"training": {"eval_strategy": "steps"}}))
+    assert not run.done  # stopped before its final evaluation
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({"training": {"eval_strategy": "no"}}))
+    assert run.done  # it never evaluates: its last step is the end
+    (tmp_path / "summary.json").write_text('{"global_st')  # torn (another worker writing): not done
+    assert not run.done

@@ -52,10 +52,12 @@ def main() -> int:
         problem = None if args.report_only else output_problem(out)
         if problem:  # before the first run, not after it
             raise ValueError(f"--out {out}: {problem}")
-        workers = args.workers or spec.workers
-        if workers > 1 and not args.report_only:
-            spec.workers = workers  # recorded in the study's spec.yaml: the runs shared the machine
-            rows = run_study_workers(spec, out, workers)
+        if args.workers is not None:
+            if args.workers < 1:
+                raise ValueError(f"--workers {args.workers}: needs a whole number ≥ 1")
+            spec.workers = args.workers  # recorded in the study's spec.yaml (the report says runs shared the GPU)
+        if spec.workers > 1 and not args.report_only:
+            rows = run_study_workers(spec, out, spec.workers)
         else:
             rows = run_study(spec, out, only_existing=args.report_only)
     except (RecipeError, FileNotFoundError, ValueError, RuntimeError) as err:

@@ -112,8 +112,13 @@ class Run:
         path = self.out_dir / "summary.json"
         if not path.is_file():
             return False
-        summary = json.loads(path.read_text())
-        return summary["global_step"] >= summary["plan"]["max_steps"] and "eval_loss" in (summary.get("final_eval") or {})
+        try:
+            summary = json.loads(path.read_text())
+        except ValueError:  # being written by another worker (it is replaced whole): not done yet
+            return False
+        evaluates = (_run_recipe(self.out_dir).get("training") or {}).get("eval_strategy", "steps") != "no"
+        return summary["global_step"] >= summary["plan"]["max_steps"] and (
+            not evaluates or "eval_loss" in (summary.get("final_eval") or {}))
 
 
 def _yaml_value(v) -> str:
@@ -362,10 +367,10 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[di
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
     procs = [ctx.Process(target=_worker, args=(spec, out, out / "logs" / f"worker{i}.log"), name=f"worker{i}")
              for i in range(workers)]
-    for proc in procs:
-        proc.start()
-    previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs if p.is_alive()])
+    previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs if p.pid and p.is_alive()])
     try:
+        for proc in procs:
+            proc.start()
         for proc in procs:
             proc.join()
     finally:
@@ -397,6 +402,9 @@ def claim(run: Run):
     """Yield whether this process holds ``run``: an exclusive lock file per run under OUT/runs/.claims, so
     that several study processes (``--workers``) on one machine never train the same run. The operating
     system drops the lock when its process ends, killed or not: no stale claims after a preemption."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # the ranks of one launch train the same run, together
+        yield True
+        return
     folder = run.out_dir.parent.parent / ".claims"  # OUT/runs/<arm>/<cell> -> OUT/runs/.claims
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{run.arm}__{run.out_dir.name}.lock", "w") as f:
@@ -420,9 +428,10 @@ def _run_recipe(out_dir: Path) -> dict:
     return {}
 
 
-def _bits_per_byte(final_eval: dict, recipe: dict) -> float | None:
-    """The final loss in bits per byte, from the data's manifest when it has the text's bytes (runs made
-    before ``text_bytes`` logged bits per byte of the Arrow files instead); else the run's own figure."""
+def _bits_per_byte(final_eval: dict, recipe: dict, plan: dict) -> float | None:
+    """The final loss in bits per byte, from the data's manifest when it has the text's bytes; else the
+    run's own figure if it was made from them (runs made before ``text_bytes`` logged bits per byte of the
+    Arrow files: None for those)."""
     from hfpretrain.data.manifest import read_manifest
     from hfpretrain.training.run import tokens_per_byte
 
@@ -431,7 +440,7 @@ def _bits_per_byte(final_eval: dict, recipe: dict) -> float | None:
     ratio = tokens_per_byte(manifest) if manifest else None
     if ratio and "eval_loss" in final_eval:
         return final_eval["eval_loss"] * ratio / math.log(2)
-    return final_eval.get("eval_bpb")
+    return final_eval.get("eval_bpb") if plan.get("validation_text_bytes") else None
 
 
 def result_row(run: Run) -> dict:
@@ -456,7 +465,7 @@ def result_row(run: Run) -> dict:
         "flops_per_token": plan["flops_per_token"], "flops": plan["flops_per_token"] * tokens,
         "passes": plan.get("passes_over_data"), "device": plan.get("device"),
         "wall_time_s": (summary.get("train") or {}).get("train_runtime"),
-        "val_loss": _final_loss(run.out_dir, summary), "val_bpb": _bits_per_byte(final, recipe),
+        "val_loss": _final_loss(run.out_dir, summary), "val_bpb": _bits_per_byte(final, recipe, plan),
         "out_dir": str(run.out_dir),
     }
 

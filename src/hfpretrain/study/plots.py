@@ -47,8 +47,10 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
         loss_ax.plot(*zip(*series(logs, "loss")), label="train loss", lw=1)
     if evals:
         loss_ax.plot(*zip(*series(evals, "eval_loss")), "o-", label="validation loss")
+        # the logged figure only from runs that had the text's bytes (earlier ones logged per byte on disk)
+        logged_ok = bool(config.get("plan", {}).get("validation_text_bytes"))
         bpb = ([(t, loss * tokens_per_byte / math.log(2)) for t, loss in series(evals, "eval_loss")]
-               if tokens_per_byte else series(evals, "eval_bpb"))
+               if tokens_per_byte else series(evals, "eval_bpb") if logged_ok else [])
         if bpb:
             loss_ax.plot(*zip(*bpb), "s--", label="validation bits per byte")
     loss_ax.set_ylabel("nats/token (bits/byte)")
@@ -132,12 +134,14 @@ def _plot_gap(ax, result: dict, arms: list[str], unit: str) -> None:
         cis = (intervals.get("gap") or {}).get(arm) or {}
         xs = [b for b in result["budgets"] if b in gaps]
         ys = [gaps[b] for b in xs]
-        err = [[y - cis[b][0] for b, y in zip(xs, ys)], [cis[b][1] - y for b, y in zip(xs, ys)]] \
-            if all(b in cis for b in xs) else None
+        # the point comes from the full fit, the interval from the bootstrap's: clamp, never a negative bar
+        err = [[max(0.0, y - cis[b][0]) for b, y in zip(xs, ys)], [max(0.0, cis[b][1] - y) for b, y in zip(xs, ys)]] \
+            if all(cis.get(b) for b in xs) else None
         ax.errorbar(xs, ys, yerr=err, fmt="o-", color=f"C{i}", capsize=3, label=f"{arm} − {base}")
         gap10 = result["extrapolated"][arm] - result["extrapolated"][base]
         ci = (intervals.get("gap_extrapolated") or {}).get(arm)
-        ax.errorbar([result["extrapolate_to"]], [gap10], yerr=[[gap10 - ci[0]], [ci[1] - gap10]] if ci else None,
+        ax.errorbar([result["extrapolate_to"]], [gap10],
+                    yerr=[[max(0.0, gap10 - ci[0])], [max(0.0, ci[1] - gap10)]] if ci else None,
                     fmt="s", mfc="none", color=f"C{i}", capsize=3)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xscale("log")

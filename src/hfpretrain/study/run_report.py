@@ -114,6 +114,8 @@ def curve_lines(run_dir: Path, out_dir: Path, summary: dict, manifest: dict | No
     final = dict(summary.get("final_eval") or {})
     if ratio and "eval_loss" in final:
         final["eval_bpb"] = final["eval_loss"] * ratio / math.log(2)
+    elif not (summary.get("plan") or {}).get("validation_text_bytes"):
+        final["eval_bpb"] = None  # logged per byte on disk, before the manifest had the text's bytes
     lines = ["## Training and validation curves", "", f"![training and validation loss]({png.name})", "",
              "Final validation (the whole validation set unless the recipe limits it):", ""]
     lines += _table([("loss (nats/token)", final.get("eval_loss")), ("bits per byte", final.get("eval_bpb")),

@@ -150,7 +150,8 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
         "device": device_name(), "train_blocks": train_blocks, "passes_over_data": passes,
         "shape": {k: getattr(config, k, None) for k in ("model_type", "hidden_size", "num_hidden_layers",
                                                         "num_attention_heads", "vocab_size", "tie_word_embeddings")},
-        "validation_tokens_per_byte": tokens_per_byte(manifest),
+        "validation_tokens_per_byte": tokens_per_byte(manifest),  # None without the text's bytes: no bpb
+        "validation_text_bytes": (manifest.get("validation") or {}).get("text_bytes"),
         "precision": recipe.model.precision,
         # fp8: MFU stays against the bf16 peak (comparable with every other figure); mfu_fp8 against fp8's
         "peak_flops_fp8_per_gpu": detect_peak_flops("fp8") if recipe.model.precision != "bf16" else None,
@@ -570,7 +571,9 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
             if wandb_lineage:
                 wandb_lineage.log_model(out / "final", aliases=["final", f"step-{trainer.state.global_step}"])
     if args.process_index == 0:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        tmp = out / "summary.json.tmp"  # whole or absent: a study's other workers read it while it is written
+        tmp.write_text(json.dumps(summary, indent=2, default=str))
+        os.replace(tmp, out / "summary.json")
     jsonl.write("summary", **summary)
     jsonl.close()
     preemption.restore()
