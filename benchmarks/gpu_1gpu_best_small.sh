@@ -6,6 +6,10 @@
 # Carry: .carry (TOKENIZERS=gpt2 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval), out/tok_bpe8k, and
 # .carry_eval (lm-eval without its bundled task folders, which hfpretrain does not use, + its small wheels).
 #   source .carry/setup.sh && bash benchmarks/gpu_1gpu_best_small.sh
+# Measured 2026-11-22 on an H100: the training alone takes ~8 minutes (1,553 steps at ~555k tokens/s plus the
+# compile and evaluations), so in one 600-s device call it was stopped at step 1,514 (docs/benchmarks.md); give
+# it ~11 minutes (a longer time box, or a second call on the same warm machine, which resumes from the
+# checkpoint the SIGTERM saved: a second call that found no checkpoint started over).
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry_eval/*.whl && tar -xJf .carry_eval/lm_eval_slim.tar.xz -C /tmp/site
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/notes.txt"
