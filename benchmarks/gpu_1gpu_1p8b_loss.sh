@@ -8,7 +8,7 @@ tokenize_corpus
 for v in ${VARIANTS:-auto liger}; do
   loss=(); [ $v = auto ] || loss=(model.fused_loss=$v)
   rm -rf /tmp/1p8b_$v
-  timed 1p8b_$v python3 scripts/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA \
+  timed 1p8b_$v python3 benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA \
     training.gradient_accumulation_steps=1 training.max_steps=${STEPS:-30} training.logging_steps=5 \
     training.eval_strategy=no training.save_strategy=no training.report_to=none training.disable_tqdm=true \
     training.resume_from_checkpoint=none training.output_dir=/tmp/1p8b_$v "${loss[@]}" --out "$OUT/1p8b_$v.json"

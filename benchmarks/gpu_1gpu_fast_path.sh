@@ -16,7 +16,7 @@ COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true train
 OLD="model.attn_implementation=sdpa model.compile=decoder model.fused_loss=liger"
 variant() {  # name, overrides...
   rm -rf /tmp/$1  # log.jsonl appends: a run left by an earlier call on a warm machine would mix in
-  timed $1 python3 scripts/benchmark.py ours ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \
+  timed $1 python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \
     training.output_dir=/tmp/$1 "${@:2}" --out "$OUT/fp_$1.json"
 }
 for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
@@ -38,7 +38,7 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
       python3 benchmarks/compare_losses.py /tmp/num_fast/log.jsonl /tmp/num_plain/log.jsonl | tee "$OUT/numerics.txt" ;;
     profile) variant $v 'logging.profile_steps=[20,22]' training.output_dir=/tmp/profile
              cp /tmp/profile/profile/kernels-*.txt /tmp/profile/profile/syncs-*.txt "$OUT/" ;;
-    stock) timed stock python3 scripts/benchmark.py stock ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \
+    stock) timed stock python3 benchmarks/benchmark.py stock ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \
              --micro-batch ${STOCK_MB:-32,16,8} --max-steps $STEPS --out "$OUT/fp_stock.json" ;;
     e2e) variant $v training.max_steps=200 training.logging_steps=20 training.eval_strategy=steps \
            training.eval_steps=100 training.save_strategy=steps training.save_steps=100 ;;

@@ -6,7 +6,7 @@ source benchmarks/gpu_common.sh
 tokenize_corpus
 for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   rm -rf /tmp/fp8_$v
-  timed fp8_$v python3 scripts/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
+  timed fp8_$v python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
     model.precision=$v training.max_steps=${STEPS:-60} training.logging_steps=10 training.eval_strategy=no \
     training.save_strategy=no training.report_to=none training.disable_tqdm=true \
     training.resume_from_checkpoint=none training.output_dir=/tmp/fp8_$v --out "$OUT/fp8_$v.json"

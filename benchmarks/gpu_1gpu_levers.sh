@@ -9,12 +9,12 @@ tokenize_corpus
 STEPS=${STEPS:-25}
 COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.gradient_accumulation_steps=1 training.logging_steps=5 training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS"
 variant() {  # name, overrides...
-  timed $1 accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/benchmark.py ours \
+  timed $1 accelerate launch --config_file accelerate_configs/1gpu.yaml benchmarks/benchmark.py ours \
     recipes/qwen3_1p8b_1gpu.yaml $COMMON training.output_dir=/tmp/$1 "${@:2}" --out "$OUT/$1.json"
 }
 CUDNN="model.sdpa_backends=[cudnn,flash,efficient,math]"
 variant layers_liger_cudnn_mb16 model.compile=layers model.fused_loss=liger training.per_device_train_batch_size=16 "$CUDNN"
-timed stock python3 scripts/benchmark.py stock recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA --micro-batch 16,12 \
+timed stock python3 benchmarks/benchmark.py stock recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA --micro-batch 16,12 \
   --max-steps 30 --out "$OUT/stock.json"
 variant layers_liger_flash_mb16 model.compile=layers model.fused_loss=liger training.per_device_train_batch_size=16
 variant layers_liger_cudnn_mb20 model.compile=layers model.fused_loss=liger training.per_device_train_batch_size=20 "$CUDNN"

@@ -13,7 +13,7 @@ for run in ${RUNS:-gpt2/1024/scale_12m gpt2/1024/scale_53m gpt2/1024/scale_146m 
     --val-input .carry/data/pretrain/mix/val.jsonl.zst --val-docs 10000 --tokenizer "$DATA_ROOT/tokenizers/$tok" \
     --seq-len $seq --out $data --num-proc 16 -q 2>&1 | tail -1
   rm -rf /tmp/$tok$seq$size  # log.jsonl appends: a run left by an earlier call on a warm machine would mix in
-  timed ${tok}_${seq}_$size python3 scripts/benchmark.py ours recipes/small_1gpu.yaml data.path=$data \
+  timed ${tok}_${seq}_$size python3 benchmarks/benchmark.py ours recipes/small_1gpu.yaml data.path=$data \
     model.config=$size training.per_device_train_batch_size=$((32768 / seq)) training.gradient_accumulation_steps=1 \
     training.report_to=none training.disable_tqdm=true training.logging_steps=5 training.eval_strategy=no \
     training.save_strategy=no training.max_steps=$STEPS training.output_dir=/tmp/$tok$seq$size "$@" \

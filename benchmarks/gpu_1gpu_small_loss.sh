@@ -13,7 +13,7 @@ COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true train
 variant() {  # name, size, overrides...: micro-batch 8 as in the pilot study; scale_146m keeps its recipe's 32
   local mb=8; [ $2 = scale_146m ] && mb=32
   echo "${@:3}" > /tmp/loss_$1.overrides  # for best_loss below (not under $OUT: 8 files come back at most)
-  timed $1 python3 scripts/benchmark.py ours recipes/small_1gpu.yaml $COMMON model.config=$2 \
+  timed $1 python3 benchmarks/benchmark.py ours recipes/small_1gpu.yaml $COMMON model.config=$2 \
     training.per_device_train_batch_size=$mb \
     training.output_dir=/tmp/$1 "${@:3}" --out "$OUT/loss_$1.json"
 }

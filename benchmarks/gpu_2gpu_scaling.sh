@@ -9,7 +9,7 @@ source benchmarks/gpu_common.sh
 tokenize_corpus
 STEPS=${STEPS:-20}
 bench() {  # name, accelerate config, extra overrides
-  timed $1 accelerate launch --config_file "$2" scripts/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml \
+  timed $1 accelerate launch --config_file "$2" benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml \
     data.path=$DATA training.report_to=none training.disable_tqdm=true training.gradient_accumulation_steps=1 \
     training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
     training.max_steps=$STEPS training.output_dir=/tmp/$1 "${@:3}" --out "$OUT/$1.json"

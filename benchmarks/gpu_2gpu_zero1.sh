@@ -11,7 +11,7 @@ tokenize_corpus
 STEPS=${STEPS:-20}; HALF=$((STEPS / 2))
 COMMON="recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA training.report_to=none training.disable_tqdm=true
   training.logging_steps=5 training.eval_strategy=no training.max_steps=$STEPS"
-timed zero1 accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml scripts/benchmark.py ours $COMMON \
+timed zero1 accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml benchmarks/benchmark.py ours $COMMON \
   training.gradient_accumulation_steps=1 training.output_dir=/tmp/zero1 training.save_strategy=steps \
   training.save_steps=$HALF training.resume_from_checkpoint=null --out "$OUT/zero1.json"
 python3 benchmarks/scaling_table.py "$OUT" | tee -a "$N"

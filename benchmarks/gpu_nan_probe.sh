@@ -12,7 +12,7 @@ probe() {  # name, extra overrides
 }
 BACK="model.sdpa_backends=[flash,efficient,cudnn,math]"
 probe default || { probe efficient "model.sdpa_backends=[efficient,math]" && BACK="model.sdpa_backends=[efficient,math]"; }
-accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml $COMMON "$BACK" \
+accelerate launch --config_file accelerate_configs/1gpu.yaml benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml $COMMON "$BACK" \
   training.max_steps=24 training.eval_steps=24 evaluation.eval_tokens=524288 training.output_dir=/tmp/ours \
   --out "$OUT/ours_1p8b.json" > /tmp/ours.log 2>&1
 { echo "== throughput ($BACK)"; grep -E "'loss'|'eval_loss'|Error" /tmp/ours.log | tail -5 | cut -c1-400; } | tee -a "$N"

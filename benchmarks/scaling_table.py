@@ -1,5 +1,5 @@
 """Tokens/s, MFU, peak memory and scaling efficiency of the 2-GPU runs in a folder of benchmark JSONs
-(scripts/benchmark.py ours --out DIR/NAME.json; efficiency = tokens/s / (2 x one_gpu's))."""
+(benchmarks/benchmark.py ours --out DIR/NAME.json; efficiency = tokens/s / (2 x one_gpu's))."""
 import json
 import sys
 from pathlib import Path

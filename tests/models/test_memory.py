@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from hfpretrain.models import build_model, count_params, estimate_memory, load_config
-from hfpretrain.models.memory import GIB, measure_saved_activations
+from hfpretrain.models.memory import GIB
 
 B, S, V = 2, 256, 512
 SHAPES = {
@@ -12,6 +12,30 @@ SHAPES = {
                     "head_dim": 32, "intermediate_size": 384, "vocab_size": V},
     "gpt2_1p29b": {"n_layer": 3, "n_embd": 128, "n_head": 4, "n_inner": 512, "vocab_size": V},
 }
+
+
+def measure_saved_activations(model, input_ids, autocast_dtype=None) -> int:
+    """Bytes of the distinct tensors autograd saves during one forward with labels (parameters excluded):
+    the CPU check of :func:`estimate_memory`'s activation model (on a GPU, benchmarks/check_memory.py
+    compares ``torch.cuda.max_memory_allocated()`` instead)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            storages[s.data_ptr()] = s.nbytes()
+        return t
+
+    device = input_ids.device.type
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        if autocast_dtype is not None:
+            with torch.autocast(device, dtype=autocast_dtype):
+                out = model(input_ids=input_ids, labels=input_ids)
+        else:
+            out = model(input_ids=input_ids, labels=input_ids)
+    del out
+    return sum(storages.values())
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])

@@ -184,31 +184,3 @@ def estimate_memory(
     return MemoryEstimate(weights=weights, grads=grads, optimizer=optimizer, activations=activations, total=total,
                           activations_per_layer=per_layer * tokens, logits=logits, optimizer_step_peak=step,
                           backward_start_peak=backward_start)
-
-
-def measure_saved_activations(model, input_ids, autocast_dtype=None) -> int:
-    """Bytes of the distinct tensors autograd saves during one forward with labels (parameters excluded).
-
-    Used to check :func:`estimate_memory`'s activation model on CPU; on a GPU compare
-    ``torch.cuda.max_memory_allocated()`` with ``estimate_memory(...).total`` instead.
-    """
-    import torch
-
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    storages: dict[int, int] = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in params:
-            storages[s.data_ptr()] = s.nbytes()
-        return t
-
-    device = input_ids.device.type
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        if autocast_dtype is not None:
-            with torch.autocast(device, dtype=autocast_dtype):
-                out = model(input_ids=input_ids, labels=input_ids)
-        else:
-            out = model(input_ids=input_ids, labels=input_ids)
-    del out
-    return sum(storages.values())

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark tokenize_corpus against the classic run_clm.py recipe (see docs/data.md).
 
-    python scripts/bench_tokenize.py --input $DATA_ROOT/pretrain/mix/mini_train.jsonl.zst \
+    python benchmarks/bench_tokenize.py --input $DATA_ROOT/pretrain/mix/mini_train.jsonl.zst \
         $DATA_ROOT/pretrain/mix/train-00000.jsonl.zst --tokenizer $DATA_ROOT/tokenizers/gpt2 --num-proc 2
 """
 
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
 
     datasets.disable_progress_bars()
     from hfpretrain.data import DataError
-    from hfpretrain.data.bench import format_result, run_benchmark
+    from classic_tokenize import format_result, run_benchmark  # benchmarks/classic_tokenize.py
 
     try:
         r = run_benchmark(args.input, args.tokenizer, seq_len=args.seq_len, num_proc=args.num_proc, workdir=args.workdir,

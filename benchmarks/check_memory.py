@@ -1,6 +1,6 @@
 """Measure peak GPU memory of real training steps and compare with :func:`estimate_memory`.
 
-    python -m hfpretrain.models.check_memory qwen3_1p8b:2:2048 scale_218m:8:2048 ...
+    python benchmarks/check_memory.py qwen3_1p8b:2:2048 scale_218m:8:2048 ...
 
 Each step is what ``Trainer(bf16=True)`` does: fp32 model, autocast bf16 forward + loss, backward,
 AdamW (foreach) step, ``zero_grad(set_to_none=True)``. Prints one JSON line per case.

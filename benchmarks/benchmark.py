@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Throughput benchmark: this project's trainer vs a stock transformers.Trainer on the same shape and data.
 
-    python scripts/benchmark.py ours  recipes/qwen3_1p8b_1gpu.yaml data.path=... training.max_steps=60 --out ours.json
-    python scripts/benchmark.py stock recipes/qwen3_1p8b_1gpu.yaml data.path=... --micro-batch 12,10,8 --max-steps 60 --out stock.json
-    python scripts/benchmark.py table ours.json stock.json
+    python benchmarks/benchmark.py ours  recipes/qwen3_1p8b_1gpu.yaml data.path=... training.max_steps=60 --out ours.json
+    python benchmarks/benchmark.py stock recipes/qwen3_1p8b_1gpu.yaml data.path=... --micro-batch 12,10,8 --max-steps 60 --out stock.json
+    python benchmarks/benchmark.py table ours.json stock.json
 """
 
 import argparse
@@ -16,7 +16,7 @@ import sys
 import torch
 
 from hfpretrain.training import pretrain
-from hfpretrain.training.benchmark import run_stock, summarize_run
+from stock_trainer import run_stock, summarize_run  # benchmarks/stock_trainer.py, beside this file
 from hfpretrain.training.config import load_recipe
 
 

@@ -19,8 +19,8 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, DataCollatorForLa
 
 from hfpretrain.models import detect_peak_flops, estimate_memory, flops_per_token, load_config
 
-from .callbacks import ThroughputCallback
-from .config import load_recipe
+from hfpretrain.training.callbacks import ThroughputCallback
+from hfpretrain.training.config import load_recipe
 from hfpretrain.data.manifest import require_manifest
 
 WARMUP_WINDOWS = 2  # logging windows holding torch.compile and allocator warm-up

@@ -71,7 +71,7 @@ def run_benchmark(files, tokenizer_dir, seq_len=1024, num_proc=2, workdir=None, 
     ``encoder`` is ours (see :mod:`.encoders`); the classic recipe always uses the HF tokenizer."""
     import datasets
 
-    from .pipeline import tokenize_corpus
+    from hfpretrain.data.pipeline import tokenize_corpus
 
     work = Path(workdir or tempfile.mkdtemp(prefix="bench-tok-"))
     work.mkdir(parents=True, exist_ok=True)
