@@ -295,3 +295,17 @@ def test_accelerate_config_loads(path):
         ds = json.loads((REPO / config.deepspeed_config["deepspeed_config_file"]).read_text())
         assert ds["zero_optimization"]["stage"] == 1
         assert ds["train_micro_batch_size_per_gpu"] == ds["gradient_accumulation_steps"] == "auto"
+
+
+def test_a_missing_optional_package_is_named_with_its_extra(monkeypatch):
+    """W&B, TensorBoard and DeepSpeed are extras: a run that needs one this environment lacks says which."""
+    import importlib.util
+
+    from hfpretrain.training.run import missing_extras
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir="/tmp/x", report_to=["wandb", "tensorboard"], use_cpu=True)
+    assert missing_extras(args) == []  # the test environment has them all
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    assert missing_extras(args) == ["training.report_to=wandb needs the wandb package: pip install 'hfpretrain[wandb]'"]

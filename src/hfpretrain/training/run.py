@@ -6,6 +6,7 @@ build the model, the data and the trainer, train, write the summary.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
@@ -65,6 +66,17 @@ def wandb_logged_in() -> bool:
         return False
 
 
+def missing_extras(args: TrainingArguments) -> list[str]:
+    """One line for each optional package this run needs and this environment lacks (they are extras,
+    so that a CPU user does not install DeepSpeed or W&B): said before the Trainer fails on it mid-start."""
+    need = [(name, f"training.report_to={name}") for name in ("wandb", "tensorboard") if name in args.report_to]
+    if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
+        need.append(("deepspeed", "a DeepSpeed launch (accelerate config / ds_configs)"))
+    modules = {"tensorboard": ("tensorboard", "tensorboardX")}
+    return [f"{what} needs the {name} package: pip install 'hfpretrain[{name}]'" for name, what in need
+            if not any(importlib.util.find_spec(m) for m in modules.get(name, (name,)))]
+
+
 def training_arguments(recipe: Recipe, dry_run: bool = False) -> TrainingArguments:
     gpu = {"accelerator_config": {"non_blocking": True}} if torch.cuda.is_available() else {}
     # non_blocking (GPU): batch copies from pinned memory overlap the step before
@@ -84,6 +96,9 @@ def training_arguments(recipe: Recipe, dry_run: bool = False) -> TrainingArgumen
         raise ValueError("training.max_steps must be set (> 0): pretraining runs are counted in optimizer steps")
     fields.pop("resume_from_checkpoint", None)
     args = TrainingArguments(**fields)
+    missing = missing_extras(args)
+    if missing and not dry_run:
+        raise RecipeError(missing[0])
     kwargs = args.lr_scheduler_kwargs
     if isinstance(kwargs, dict) and "min_lr" in kwargs and "min_lr_rate" not in kwargs:
         # transformers turns min_lr into a rate through optimizer.defaults, which DeepSpeed's ZeRO

@@ -28,6 +28,10 @@ def convert_to_universal(checkpoint: str | Path, workers: int | None = None) -> 
     tag = deepspeed_tag(ckpt)
     if tag is None:
         raise FileNotFoundError(f"{ckpt}: no DeepSpeed 'latest' file (not a checkpoint saved under DeepSpeed?)")
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise RuntimeError("converting a ZeRO checkpoint needs the deepspeed package: pip install 'hfpretrain[deepspeed]'")
     universal = f"{tag}_universal"
     cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(ckpt / tag),
            "--output_folder", str(ckpt / universal), "--num_extract_workers", workers, "--num_merge_workers", workers,
