@@ -18,6 +18,7 @@ COMMANDS = {
     "train": ("pretrain", "pretrain from a recipe (--dry-run: the plan); multi-GPU: accelerate launch scripts/pretrain.py"),
     "eval": ("evaluate", "lm-eval (ARC-Easy, ARC-Challenge, OpenBookQA) on a checkpoint"),
     "generate": ("generate", "sample from a checkpoint with transformers.pipeline"),
+    "export": ("export", "a checkpoint in bf16 with its tokenizer and model card; --push-to-hub REPO_ID"),
     "plan": ("plan", "model sizes, FLOPs, memory and time for a GPU budget"),
     "study": ("study", "a scaling / ablation study: plan, run (resumable), report"),
     "report": ("report", "the report of a run or a study folder"),

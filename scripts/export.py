@@ -1,0 +1,9 @@
+#!/usr/bin/env python
+"""Alias of `hfpretrain export` (src/hfpretrain/cli/export.py): see `python scripts/export.py --help`."""
+
+import sys
+
+from hfpretrain.cli.export import main
+
+if __name__ == "__main__":
+    sys.exit(main())

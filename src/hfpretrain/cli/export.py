@@ -1,0 +1,38 @@
+"""Export a checkpoint to share it: bf16 weights (default), tokenizer, model card; optionally push it to the Hub.
+
+    python scripts/export.py runs/my_run/final --out exports/my_model
+    python scripts/export.py runs/my_run/final --out exports/my_model --push-to-hub user/my-model [--private]
+
+The export loads with AutoModelForCausalLM.from_pretrained(DIR), transformers.pipeline and lm_eval --model hf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", help="a save_pretrained folder (a run's final/ or a checkpoint-N)")
+    p.add_argument("--out", required=True, help="the export folder")
+    p.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
+    p.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload to this Hub model repo (user/name)")
+    p.add_argument("--private", action="store_true", help="with --push-to-hub: create the repo private")
+    args = p.parse_args(argv)
+    from hfpretrain.eval.export import PushError, export_checkpoint
+
+    try:
+        out = export_checkpoint(args.checkpoint, args.out, args.dtype, args.push_to_hub, args.private)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except PushError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
