@@ -40,6 +40,8 @@ def parse_args(argv=None):
                    help="go on when a whole input file is lost: missing, a glob matching nothing, empty, unreadable, "
                         "or a .zst cut short by an unknown amount (listed in manifest.json input_files); without "
                         "it each is an error")
+    p.add_argument("--txt-split", choices=["file", "paragraph"], default="file",
+                   help=".txt inputs: one document per file (default) or per blank-line-separated paragraph")
     p.add_argument("--encoder", choices=["auto", "hf", "tiktoken"], default="auto",
                    help="tokenizer backend: auto (default: tiktoken if installed and exact for this tokenizer, else HF), hf, tiktoken; same ids")
     p.add_argument("--force", action="store_true",
@@ -64,7 +66,8 @@ def main(argv=None) -> int:
             val_inputs=args.val_input, val_docs=args.val_docs, num_proc=args.num_proc,
             max_docs=args.max_docs, force=args.force, on_bad=args.on_bad,
             max_bad_fraction=args.max_bad_fraction, eos_token=args.eos_token, blend=args.blend,
-            encoder=args.encoder, sets=args.sets, text_field=args.text_field, allow_missing=args.allow_missing,
+            encoder=args.encoder, sets=args.sets, text_field=args.text_field, txt_split=args.txt_split,
+            allow_missing=args.allow_missing,
         )
     except DataError as e:  # bad input, flags or output folder: one line, nothing written
         print(f"error: {e}", file=sys.stderr)

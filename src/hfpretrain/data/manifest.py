@@ -33,7 +33,9 @@ def _source_key(src: dict) -> list:
     key = [src["kind"], src["path"], src.get("pass", 0), src.get("fraction", 1.0)]
     if src.get("text_field", "text") != "text":  # only then: outputs read from "text" keep their fingerprints
         key.append({"text_field": src["text_field"]})
-    if src["kind"] in ("jsonl", "zst", "parquet") and os.path.exists(src["path"]):
+    if src["kind"] == "txt":
+        key.append({"txt_split": src.get("txt_split", "file")})
+    if src["kind"] in ("jsonl", "zst", "parquet", "txt") and os.path.exists(src["path"]):
         st = os.stat(src["path"])
         key += [st.st_size, st.st_mtime_ns]
     return key
@@ -74,7 +76,7 @@ def describe_inputs(sources) -> list[dict]:
         e = out.get(s["path"])
         if e is None:
             e = {"path": s["path"], "kind": s["kind"]}
-            if s["kind"] in ("jsonl", "zst", "parquet") and os.path.exists(s["path"]):
+            if s["kind"] in ("jsonl", "zst", "parquet", "txt") and os.path.exists(s["path"]):
                 e["size"] = os.path.getsize(s["path"])
                 e["sha256"] = file_sha256(s["path"])
             out[s["path"]] = e

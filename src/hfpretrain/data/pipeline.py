@@ -64,6 +64,7 @@ def tokenize_corpus(
     encoder: str = "auto",
     sets=None,
     text_field: str = "text",
+    txt_split: str = "file",
     allow_missing: bool = False,
 ) -> Path:
     """Tokenize and pack ``inputs`` (paths/globs/Hub ids, or ``blend`` file) into ``out``.
@@ -76,6 +77,7 @@ def tokenize_corpus(
     ``"hf"`` or ``"tiktoken"``; the ids are the same, so it is not part of the fingerprint.
     ``sets``: keep only documents of these ``pile_set_name``s (train and validation), e.g. a
     high-quality subset of a mix for a curriculum's last phase; every named set must occur.
+    ``txt_split``: a ``.txt`` input is one document (``file``) or one per blank-line paragraph (``paragraph``).
     ``text_field``: the record field that holds the document (default ``text``; e.g. ``content``), as
     ``run_clm.py``'s ``--text_column_name``; part of the fingerprint when not ``text``.
     ``allow_missing``: go on when a whole input file is lost (missing, a glob matching nothing, empty,
@@ -128,6 +130,11 @@ def tokenize_corpus(
     if text_field != "text":
         for src in train_sources + (val_sources or []):
             src["text_field"] = text_field
+    if txt_split not in ("file", "paragraph"):
+        raise DataError(f"txt_split must be 'file' or 'paragraph', got {txt_split!r}")
+    for src in train_sources + (val_sources or []):
+        if src["kind"] == "txt":
+            src["txt_split"] = txt_split
     missing = [s for s in train_sources + (val_sources or []) if s["kind"] == "missing"]
     if missing and not allow_missing:  # before any work: a lost shard is not a bad record
         names = sorted({s["path"] for s in missing})

@@ -38,6 +38,7 @@ import glob
 import json
 import logging
 import os
+import re
 import hashlib
 from pathlib import Path
 from typing import Iterator
@@ -70,6 +71,8 @@ def _kind(path: str) -> str:
         return "zst"
     if p.endswith(".parquet"):
         return "parquet"
+    if p.endswith(".txt"):
+        return "txt"
     return "jsonl"
 
 
@@ -100,10 +103,11 @@ def expand_inputs(specs, epochs: float = 1.0) -> list[dict]:
         if Path(resolved).is_dir():
             inner = sorted(
                 str(p) for p in Path(resolved).rglob("*")
-                if p.is_file() and p.name.lower().endswith((".jsonl", ".jsonl.zst", ".json.zst", ".parquet"))
+                if p.is_file() and p.name.lower().endswith((".jsonl", ".jsonl.zst", ".json.zst", ".parquet", ".txt"))
             )
             if not inner:
-                files.append({"kind": "missing", "path": spec, "error": "folder holds no .jsonl/.jsonl.zst/.parquet file"})
+                files.append({"kind": "missing", "path": spec,
+                              "error": "folder holds no .jsonl/.jsonl.zst/.parquet/.txt file"})
             files.extend({"kind": _kind(p), "path": p} for p in inner)
         elif Path(resolved).exists():
             files.append({"kind": _kind(resolved), "path": str(Path(resolved).resolve())})
@@ -292,6 +296,32 @@ def _check(obj, text_field: str = "text") -> tuple[str | None, str | None, str]:
     return text, _set_name(obj), ""
 
 
+def _txt_records(path: str, split: str, acct: dict) -> Iterator[tuple[int, str | None, str | None, str, str, int]]:
+    """A plain-text file: one document (``split="file"``) or one per blank-line-separated paragraph
+    (``"paragraph"``, numbered by the line it starts on). Its set is the name of its folder."""
+    if not os.path.exists(path):
+        acct.update(lost="missing_file", bytes_lost=None)
+        yield 0, None, None, "missing_file", "does not exist", 0
+        return
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        yield 1 + raw[:e.start].count(b"\n"), None, None, "non_utf8", f"invalid byte at offset {e.start}", len(raw)
+        return
+    set_name = Path(path).parent.name or UNKNOWN_SET
+    if split == "file":
+        yield (1, text, set_name, "", "", len(raw)) if text.strip() else (1, None, None, "empty_document", "", len(raw))
+        return
+    start = 0
+    for sep in [*re.finditer(r"\n[ \t]*\n\s*", text), None]:
+        end = sep.start() if sep else len(text)
+        paragraph = text[start:end].rstrip("\n")  # the file's final newline is not part of its last paragraph
+        if paragraph.strip():
+            yield 1 + text.count("\n", 0, start), paragraph, set_name, "", "", len(paragraph.encode("utf-8"))
+        start = sep.end() if sep else end
+
+
 def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | None, str, str, int]]:
     """-> (line, text, set, reason, detail, bytes) for one source (text from its ``text_field``, default
     "text"); ``acct`` gets what was lost of the file (``lost``: reason, ``bytes_lost``: bytes, None if unknown)."""
@@ -300,6 +330,9 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
     if kind == "missing":
         acct.update(lost="missing_file", bytes_lost=None)
         yield 0, None, None, "missing_file", src.get("error", "does not exist"), 0
+        return
+    if kind == "txt":
+        yield from _txt_records(path, src.get("txt_split", "file"), acct)
         return
     if kind in ("jsonl", "zst"):
         if not os.path.exists(path):
