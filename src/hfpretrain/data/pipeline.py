@@ -153,10 +153,11 @@ def tokenize_corpus(
         old = read_manifest(out)
         if out.exists():
             ours = is_output(old)
-            if ours and old.get("fingerprint") == fp and not force and _complete(out) \
-                    and "text_bytes" in old.get("validation", {}):  # older outputs: no bits per byte
-                logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
-                return out
+            if ours and old.get("fingerprint") == fp and not force and _complete(out):
+                if "text_bytes" in old.get("validation", {}):
+                    logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
+                    return out
+                logger.info("rebuilding %s: made before manifests recorded the text's bytes (bits per byte)", out)
             if not ours and any(out.iterdir()):
                 # Replacing it would delete what is there: only this tool's own outputs are ever replaced.
                 raise DataError(f"{out} exists and is not a tokenize_corpus output (no {MANIFEST} with format "
