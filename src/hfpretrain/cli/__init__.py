@@ -28,6 +28,13 @@ COMMANDS = {
 }
 
 
+def error(message, code: int = 2) -> int:
+    """Print ``error: message`` on stderr and return the exit code: 2 for a usage, config or input error
+    (nothing was done), 1 for a failure while running."""
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: hfpretrain COMMAND [ARGS]   (hfpretrain COMMAND --help for its options)", "", "commands:"]
@@ -44,8 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; commands: {', '.join(COMMANDS)}"
-        print(f"error: unknown command {name!r}{hint}", file=sys.stderr)
-        return 2
+        return error(f"unknown command {name!r}{hint}")
     # the modules parse sys.argv (pretrain also reads it at import, for --dry-run's clean stdout)
     sys.argv = [f"hfpretrain {name}", *rest]
     module = importlib.import_module(f"hfpretrain.cli.{COMMANDS[name][0]}")

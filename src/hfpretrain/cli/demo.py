@@ -4,6 +4,7 @@ import argparse
 import logging
 import sys
 
+from hfpretrain.cli import error
 from hfpretrain.demo import run_demo
 from hfpretrain.paths import MissingDataError
 
@@ -19,8 +20,7 @@ def main() -> int:
     try:
         run_demo(args.out, args.max_steps, args.eval_limit, args.override)
     except (MissingDataError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return error(err)
     return 0
 
 

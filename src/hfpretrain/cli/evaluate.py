@@ -14,6 +14,8 @@ import argparse
 import os
 import sys
 
+from hfpretrain.cli import error
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
@@ -36,12 +38,10 @@ def main(argv=None) -> int:
     from hfpretrain.eval.harness import CheckpointNotFoundError, evaluate_checkpoint, summary_markdown
 
     if a.limit is not None and not a.limit > 0:
-        print(f"error: --limit must be > 0 (documents per task, or a fraction < 1), got {a.limit:g}", file=sys.stderr)
-        return 2
+        return error(f"--limit must be > 0 (documents per task, or a fraction < 1), got {a.limit:g}")
     if not (a.batch_size.isdigit() and int(a.batch_size) >= 1) and a.batch_size != "auto" \
             and not (a.batch_size.startswith("auto:") and a.batch_size[5:].isdigit()):
-        print(f"error: --batch-size must be an integer >= 1, auto or auto:N, got {a.batch_size!r}", file=sys.stderr)
-        return 2
+        return error(f"--batch-size must be an integer >= 1, auto or auto:N, got {a.batch_size!r}")
     limit = None if a.limit is None else (int(a.limit) if a.limit >= 1 else a.limit)
     batch_size = int(a.batch_size) if a.batch_size.isdigit() else a.batch_size
     out = a.out or os.path.join(a.checkpoint, "eval")
@@ -58,8 +58,7 @@ def main(argv=None) -> int:
             scoring=a.scoring,
         )
     except (CheckpointNotFoundError, MissingEvalDataError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return error(err)
     print(summary_markdown(results))
     print(f"wrote {os.path.join(out, 'results.json')} and {os.path.join(out, 'summary.md')}")
     return 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hfpretrain.cli import error
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -25,11 +27,9 @@ def main(argv=None) -> int:
     try:
         out = export_checkpoint(args.checkpoint, args.out, args.dtype, args.push_to_hub, args.private)
     except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return error(err)
     except PushError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return error(err, 1)
     print(out)
     return 0
 

@@ -16,6 +16,8 @@ import json
 import os
 import sys
 
+from hfpretrain.cli import error
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
@@ -47,8 +49,7 @@ def main(argv=None) -> int:
             with open(a.prompt_file, encoding="utf-8") as f:
                 prompts += [_unescape(line.rstrip("\n")) for line in f if line.strip()]
         except OSError as err:
-            print(f"error: cannot read prompt file {a.prompt_file}: {err.strerror}", file=sys.stderr)
-            return 2
+            return error(f"cannot read prompt file {a.prompt_file}: {err.strerror}")
     if prompts and a.unconditional:
         print("error: give prompts or --unconditional, not both", file=sys.stderr)
         return 2
@@ -62,8 +63,7 @@ def main(argv=None) -> int:
         check_settings(a.max_new_tokens, a.temperature, a.top_p, a.top_k, a.repetition_penalty, a.num_samples)
     except ValueError as err:  # "top_p must be ..." -> "--top-p must be ..."
         name, rest = str(err).split(" ", 1)
-        print(f"error: --{name.replace('_', '-')} {rest}", file=sys.stderr)
-        return 2
+        return error(f"--{name.replace('_', '-')} {rest}")
     try:
         results = generate(
             a.model,
@@ -78,8 +78,7 @@ def main(argv=None) -> int:
             num_samples=a.num_samples,
         )
     except CheckpointNotFoundError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return error(err)
     if a.json:
         print(json.dumps(results, indent=2, ensure_ascii=False))
     else:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
+from hfpretrain.cli import error
 from hfpretrain.models.planner import plan
 
 
@@ -37,8 +37,7 @@ def main(argv=None) -> int:
                       grad_checkpointing=a.grad_checkpointing, attn_implementation=a.attn, fit=a.fit,
                       n_nearest=a.nearest, vocab_size=a.vocab_size)
     except ValueError as err:  # an unknown GPU or dtype, a negative size: one line naming it
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return error(err)
     print(json.dumps(result.as_dict(), indent=2) if a.json else result.table())
     return 0
 

@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from hfpretrain.cli import error
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -18,8 +20,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     log = Path(args.run) / "log.jsonl"
     if not log.is_file():
-        print(f"error: {log} does not exist: not a run folder", file=sys.stderr)
-        return 2
+        return error(f"{log} does not exist: not a run folder")
     from hfpretrain.study.plots import plot_run
 
     print(plot_run(log, args.out or Path(args.run) / "curves.png"))

@@ -9,6 +9,8 @@ import json
 import logging
 import sys
 
+from hfpretrain.cli import error
+
 # --dry-run's stdout is one JSON document; libraries print on import (transformers: "[INFO] Running in WANDB
 # offline mode"), so until the JSON is written, stdout goes to stderr
 JSON_OUT = sys.stdout
@@ -33,11 +35,9 @@ def main() -> int:
         result = pretrain(args.recipe, args.overrides, dry_run=args.dry_run, world_size=args.world_size,
                           zero_stage=args.zero_stage)
     except (RecipeError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return error(err)
     except (NonFiniteLossError, OSError) as err:  # the run failed: a NaN stop, disk full (its checkpoints stay)
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        return error(err, 1)
     finally:
         shutdown_distributed()
     if args.dry_run:

@@ -16,6 +16,8 @@ import logging
 import sys
 from pathlib import Path
 
+from hfpretrain.cli import error
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
@@ -44,11 +46,9 @@ def main(argv=None) -> int:
         elif (folder / "summary.json").is_file():
             report = write_run_report(folder, eval_limit=limit, run_eval=not args.no_eval, prompts=prompts)
         else:
-            print(f"error: {folder} is neither a run folder (summary.json) nor a study folder (spec.yaml)", file=sys.stderr)
-            return 2
+            return error(f"{folder} is neither a run folder (summary.json) nor a study folder (spec.yaml)")
     except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return error(err)
     print(report)
     return 0
 

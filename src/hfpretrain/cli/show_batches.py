@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from hfpretrain.cli import error
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -22,8 +24,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     problem = _problem(Path(args.out), args)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        return error(problem)
     from hfpretrain.data.show import render_batches
 
     try:

@@ -15,6 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
+from hfpretrain.cli import error
 from hfpretrain.outdir import output_problem
 from hfpretrain.study.design import check_plan, format_plan
 from hfpretrain.study.grid import load_spec, plan_study, run_study, run_study_workers
@@ -61,8 +62,7 @@ def main() -> int:
         else:
             rows = run_study(spec, out, only_existing=args.report_only)
     except (RecipeError, FileNotFoundError, ValueError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return error(err)
     result = analyse(spec, rows, out, n_planned=len(runs))
     print(f"{len(rows)}/{len(runs)} runs finished; report: {result['report']}")
     return 0

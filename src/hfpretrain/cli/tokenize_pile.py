@@ -11,6 +11,8 @@ import logging
 import os
 import sys
 
+from hfpretrain.cli import error
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
@@ -70,11 +72,9 @@ def main(argv=None) -> int:
             allow_missing=args.allow_missing,
         )
     except DataError as e:  # bad input, flags or output folder: one line, nothing written
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error(e)
     except OSError as e:  # the build itself failed (disk full, a file vanished): one line
-        print(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
-        return 1
+        return error(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}", 1)
     print(out)
     return 0
 

@@ -10,6 +10,8 @@ import argparse
 import logging
 import sys
 
+from hfpretrain.cli import error
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -26,8 +28,7 @@ def main(argv=None) -> int:
     try:
         print(train_tokenizer(args.input, args.vocab_size, args.out, args.max_docs, args.min_frequency))
     except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error(e)
     return 0
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -93,6 +94,18 @@ def read_manifest(out: Path) -> dict | None:
         return json.loads(p.read_text())
     except ValueError:
         return None
+
+
+def tokens_per_byte(manifest: dict, split: str = "validation") -> float | None:
+    """Tokens (end-of-text included) per UTF-8 byte of the split's text. None for an output tokenized before
+    ``text_bytes`` was recorded (its ``bytes`` is the size on disk, not the text)."""
+    stats = manifest.get(split) or {}
+    return stats["tokens"] / stats["text_bytes"] if stats.get("text_bytes") else None
+
+
+def bits_per_byte(nats_per_token: float, tokens_per_byte: float) -> float:
+    """A loss in nats per token as bits per byte of text: comparable across tokenizers."""
+    return nats_per_token * tokens_per_byte / math.log(2)
 
 
 def require_manifest(data_path) -> dict:

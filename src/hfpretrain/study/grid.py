@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
+import functools
 import gc
 import json
 import logging
@@ -428,18 +429,25 @@ def _run_recipe(out_dir: Path) -> dict:
     return {}
 
 
+@functools.lru_cache(maxsize=None)
+def _validation_tokens_per_byte(data_path: str) -> float | None:
+    """Per data folder, once: a study's runs share a few (one per arm)."""
+    from hfpretrain.data.manifest import read_manifest, tokens_per_byte
+
+    manifest = read_manifest(data_path)
+    return tokens_per_byte(manifest) if manifest else None
+
+
 def _bits_per_byte(final_eval: dict, recipe: dict, plan: dict) -> float | None:
     """The final loss in bits per byte, from the data's manifest when it has the text's bytes; else the
     run's own figure if it was made from them (runs made before ``text_bytes`` logged bits per byte of the
     Arrow files: None for those)."""
-    from hfpretrain.data.manifest import read_manifest
-    from hfpretrain.training.run import tokens_per_byte
+    from hfpretrain.data.manifest import bits_per_byte
 
     data_path = (recipe.get("data") or {}).get("path")
-    manifest = read_manifest(data_path) if data_path else None
-    ratio = tokens_per_byte(manifest) if manifest else None
+    ratio = _validation_tokens_per_byte(str(data_path)) if data_path else None
     if ratio and "eval_loss" in final_eval:
-        return final_eval["eval_loss"] * ratio / math.log(2)
+        return bits_per_byte(final_eval["eval_loss"], ratio)
     return final_eval.get("eval_bpb") if plan.get("validation_text_bytes") else None
 
 

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
+
+from hfpretrain.data.manifest import bits_per_byte
+
+
+def _log_axes(ax, xlabel: str, ylabel: str, title: str, **legend) -> None:
+    """The study plots' common frame: log x, labels, title, a light grid, the legend."""
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(**{"fontsize": 8, **legend})
 
 
 def _save(fig, out_png: str | Path) -> Path:
@@ -49,7 +60,7 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
         loss_ax.plot(*zip(*series(evals, "eval_loss")), "o-", label="validation loss")
         # the logged figure only from runs that had the text's bytes (earlier ones logged per byte on disk)
         logged_ok = bool(config.get("plan", {}).get("validation_text_bytes"))
-        bpb = ([(t, loss * tokens_per_byte / math.log(2)) for t, loss in series(evals, "eval_loss")]
+        bpb = ([(t, bits_per_byte(loss, tokens_per_byte)) for t, loss in series(evals, "eval_loss")]
                if tokens_per_byte else series(evals, "eval_bpb") if logged_ok else [])
         if bpb:
             loss_ax.plot(*zip(*bpb), "s--", label="validation bits per byte")
@@ -117,12 +128,8 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
     if len(sizes) > 1:
         for size in sizes:
             ax.scatter([], [], marker=marker[size], facecolors="none", edgecolors="grey", label=size)
-    ax.set_xscale("log")
-    ax.set_xlabel("training FLOPs (6·N_matmul + attention, × tokens)")
-    ax.set_ylabel("final validation loss (nats/token)")
-    ax.set_title(title or "validation loss vs compute (filled: frontier)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    _log_axes(ax, "training FLOPs (6·N_matmul + attention, × tokens)", "final validation loss (nats/token)",
+              title or "validation loss vs compute (filled: frontier)")
     return _save(fig, out_png)
 
 
@@ -144,12 +151,8 @@ def _plot_gap(ax, result: dict, arms: list[str], unit: str) -> None:
                     yerr=[[max(0.0, gap10 - ci[0])], [max(0.0, ci[1] - gap10)]] if ci else None,
                     fmt="s", mfc="none", color=f"C{i}", capsize=3)
     ax.axhline(0, color="k", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("training FLOPs")
-    ax.set_ylabel(f"gap in best loss ({unit}; < 0: the arm is better)")
-    ax.set_title("the ablation's effect vs compute (95% intervals; □: 10×)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    _log_axes(ax, "training FLOPs", f"gap in best loss ({unit}; < 0: the arm is better)",
+              "the ablation's effect vs compute (95% intervals; □: 10×)")
 
 
 def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
@@ -181,12 +184,8 @@ def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
             left.plot(*zip(*pts), styles[i % 4], marker="o", color=f"C{j}", label=f"{arm}, C={b:.2g}")
             o = result["optima"][arm, b]
             left.plot(o["n_opt"], o["loss_opt"], "*", ms=12, color=f"C{j}", mec="k" if o["bracketed"] else "r")
-    left.set_xscale("log")
-    left.set_xlabel("parameters N (non-embedding + LM head)")
-    left.set_ylabel(f"final validation loss ({unit})")
-    left.set_title("IsoFLOP curves (★ optimum; red edge: not bracketed)")
-    left.grid(alpha=0.3, which="both")
-    left.legend(fontsize=7, ncol=2)
+    _log_axes(left, "parameters N (non-embedding + LM head)", f"final validation loss ({unit})",
+              "IsoFLOP curves (★ optimum; red edge: not bracketed)", fontsize=7, ncol=2)
 
     sigma = (result.get("noise") or {}).get("sigma")
     xs = np.logspace(np.log10(min(budgets)) - 0.2, np.log10(result["extrapolate_to"]), 200)
@@ -199,12 +198,8 @@ def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
         if fit is not None:
             right.plot(xs, fit.predict(xs), styles[i % 4], color=f"C{i}")
             right.plot(result["extrapolate_to"], result["extrapolated"][arm], "s", mfc="none", color=f"C{i}")
-    right.set_xscale("log")
-    right.set_xlabel("training FLOPs")
-    right.set_ylabel(f"best loss at the budget ({unit})")
-    right.set_title("per-budget optimum vs compute (□: 10× extrapolation)")
-    right.grid(alpha=0.3, which="both")
-    right.legend(fontsize=8)
+    _log_axes(right, "training FLOPs", f"best loss at the budget ({unit})",
+              "per-budget optimum vs compute (□: 10× extrapolation)")
     if others:
         _plot_gap(axes[2], result, others, unit)
     return _save(fig, out_png)

@@ -10,7 +10,6 @@ commands that reproduce each step. Reads ``RUN/recipe.yaml``, ``summary.json``, 
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from pathlib import Path
 
@@ -105,7 +104,7 @@ def model_lines(run_dir: Path, recipe: dict, summary: dict) -> list[str]:
 
 def curve_lines(run_dir: Path, out_dir: Path, summary: dict, manifest: dict | None) -> list[str]:
     from hfpretrain.study.plots import plot_run
-    from hfpretrain.training.run import tokens_per_byte
+    from hfpretrain.data.manifest import bits_per_byte, tokens_per_byte
 
     # bits per byte from the loss and the data's text bytes (runs evaluated before the manifest had
     # text_bytes logged them per byte on disk)
@@ -113,7 +112,7 @@ def curve_lines(run_dir: Path, out_dir: Path, summary: dict, manifest: dict | No
     png = plot_run(run_dir / "log.jsonl", out_dir / "curves.png", title=run_dir.name, tokens_per_byte=ratio)
     final = dict(summary.get("final_eval") or {})
     if ratio and "eval_loss" in final:
-        final["eval_bpb"] = final["eval_loss"] * ratio / math.log(2)
+        final["eval_bpb"] = bits_per_byte(final["eval_loss"], ratio)
     elif not (summary.get("plan") or {}).get("validation_text_bytes"):
         final["eval_bpb"] = None  # logged per byte on disk, before the manifest had the text's bytes
     lines = ["## Training and validation curves", "", f"![training and validation loss]({png.name})", "",

@@ -20,7 +20,7 @@ import torch
 from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from hfpretrain.data import load_blocks
-from hfpretrain.data.manifest import require_manifest
+from hfpretrain.data.manifest import require_manifest, tokens_per_byte
 from hfpretrain.models import (build_model, count_params, detect_peak_flops, device_name, estimate_memory,
                                flops_per_token, load_config)
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
@@ -117,14 +117,6 @@ def launch_sharding(args: TrainingArguments) -> int:
 
 
 MAX_PASSES_WITHOUT_WARNING = 4  # beyond ~4 passes repeated tokens are worth much less (Muennighoff et al. 2023)
-
-
-def tokens_per_byte(manifest: dict, split: str = "validation") -> float | None:
-    """Tokens (end-of-text included) per UTF-8 byte of the split's text: nats/token x this / ln 2 = bits
-    per byte. None for an output tokenized before ``text_bytes`` was recorded (its ``bytes`` is the size
-    on disk, not the text)."""
-    stats = manifest.get(split) or {}
-    return stats["tokens"] / stats["text_bytes"] if stats.get("text_bytes") else None
 
 
 def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fast: FastPath, manifest: dict,

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from transformers import Trainer, TrainerCallback
 
+from hfpretrain.data.manifest import bits_per_byte
 from hfpretrain.integrity import json_problem, weights_problem, zip_problem
 
 from .loss import causal_lm_loss
@@ -449,5 +450,5 @@ class PretrainTrainer(Trainer):
         for key in [k for k in output.metrics if k.endswith("_loss")]:
             output.metrics[key.replace("_loss", "_perplexity")] = math.exp(min(output.metrics[key], 50.0))
             if self.tokens_per_byte:  # tokenizer-independent: comparable across vocabularies
-                output.metrics[key.replace("_loss", "_bpb")] = output.metrics[key] * self.tokens_per_byte / math.log(2)
+                output.metrics[key.replace("_loss", "_bpb")] = bits_per_byte(output.metrics[key], self.tokens_per_byte)
         return output
