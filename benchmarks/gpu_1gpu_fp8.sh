@@ -9,7 +9,7 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   timed fp8_$v python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
     model.precision=$v training.max_steps=${STEPS:-60} training.logging_steps=10 training.eval_strategy=no \
     training.save_strategy=no training.report_to=none training.disable_tqdm=true \
-    training.resume_from_checkpoint=none training.output_dir=/tmp/fp8_$v --out "$OUT/fp8_$v.json"
+    training.resume_from_checkpoint=none training.output_dir=/tmp/fp8_$v "$@" --out "$OUT/fp8_$v.json"
 done
 for v in fp8 fp8_rowwise; do
   [ -f /tmp/fp8_$v/log.jsonl ] && python3 benchmarks/compare_losses.py /tmp/fp8_$v/log.jsonl /tmp/fp8_bf16/log.jsonl \

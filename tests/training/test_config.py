@@ -58,7 +58,7 @@ def test_recipes_are_shipped():
 def test_recipe_validates(path):
     recipe = load_recipe(path, ["data.path=x"])
     assert recipe.data.path == "x"
-    assert recipe.training["max_steps"] > 0
+    assert recipe.training.get("max_steps", 0) > 0 or recipe.training_flops > 0  # the budget, one way or the other
     assert recipe.nan_policy in {"stop", "skip"}
 
 
@@ -106,6 +106,28 @@ def test_dry_run_plans_another_launch(mini_blocks):
     mem1, mem8 = one["memory_per_gpu_gib"], eight["memory_per_gpu_gib"]
     assert mem8["optimizer"] == pytest.approx(mem1["optimizer"] / 8, rel=1e-3)  # ZeRO-1 shards AdamW states
     assert mem8["weights"] == mem1["weights"] and mem8["grads"] == mem1["grads"]
+
+
+def test_training_flops_derives_max_steps(mini_blocks):
+    """training_flops fixes the budget: max_steps follows the shape, the batch and the GPU count, the planned FLOPs
+    land within half a step of it, and a max_steps that disagrees fails at start naming both keys."""
+    base = [f"data.path={mini_blocks}", "training.max_steps=-1", "training.per_device_train_batch_size=4"]
+    per_step = pretrain(TINY_RECIPE, [*base[:1], "training.per_device_train_batch_size=4"], dry_run=True)["plan"]
+    step_flops = per_step["flops_per_token"] * per_step["tokens_per_step"]
+    plan = pretrain(TINY_RECIPE, [*base, f"training_flops={100.4 * step_flops}"], dry_run=True)["plan"]
+    assert plan["max_steps"] == 100 and abs(plan["total_flops"] - 100.4 * step_flops) <= step_flops / 2
+    four = pretrain(TINY_RECIPE, [*base, f"training_flops={100.4 * step_flops}"], dry_run=True, world_size=4)["plan"]
+    assert four["max_steps"] == 25  # four GPUs: four times the tokens per step
+    wider = pretrain(TINY_RECIPE, [*base, f"training_flops={100.4 * step_flops}", "model.overrides.hidden_size=128"],
+                     dry_run=True)["plan"]
+    assert wider["max_steps"] < 100 and wider["total_flops"] == pytest.approx(100.4 * step_flops, rel=0.02)
+    # A resolved recipe (recipe.yaml holds both) plans again; a max_steps that disagrees is refused.
+    again = pretrain(TINY_RECIPE, [*base[:1], "training.per_device_train_batch_size=4", "training.max_steps=100",
+                                   f"training_flops={100.4 * step_flops}"], dry_run=True)["plan"]
+    assert again["max_steps"] == 100
+    with pytest.raises(RecipeError, match=r"training_flops=.* means training.max_steps=100 .* training.max_steps=7"):
+        pretrain(TINY_RECIPE, [*base[:1], "training.max_steps=7", "training.per_device_train_batch_size=4",
+                               f"training_flops={100.4 * step_flops}"], dry_run=True)
 
 
 def test_no_peak_no_expected_hours(mini_blocks):

@@ -7,6 +7,7 @@ Sections:
   evaluation  validation token budget, optional lm-eval scoring during training
   logging     JSONL log, gradient statistics, profiler window, hardware peak override
   optimizer   adamw (TrainingArguments' optim) or muon (Muon for hidden matrices, AdamW for the rest)
+  training_flops  the compute budget; training.max_steps follows from it
   nan_policy  what to do with a non-finite loss
 
 Typed sections are dataclasses read through OmegaConf (which rejects unknown keys and wrong
@@ -122,6 +123,10 @@ class Recipe:
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
     optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    # train for this many FLOPs (the project formula, as --dry-run prints it): training.max_steps is derived,
+    # round(training_flops / (FLOPs per token x tokens per step)), so a recipe keeps its budget when its
+    # model, batch or data change. Set this or training.max_steps; both must agree.
+    training_flops: Optional[float] = None
     nan_policy: str = "stop"  # stop | skip
     max_skipped_steps: int = 10  # nan_policy=skip: more skipped optimizer steps than this stop the run
     # resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | allow

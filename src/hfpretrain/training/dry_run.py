@@ -40,11 +40,12 @@ def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | N
     """``pretrain(..., dry_run=True)``'s result for a recipe whose data is not tokenized yet."""
     from .fast_path import choose_fast_path
     from .config import recipe_to_dict
-    from .run import make_plan, training_arguments
+    from .run import make_plan, resolve_max_steps, training_arguments
 
     vocab, why = _tokenizer_vocab(recipe.data.tokenizer)
     config = load_config(recipe.model.config, dict(recipe.model.overrides), vocab_size=vocab)
     seq_len = min(ASSUMED_SEQ_LEN, getattr(config, "max_position_embeddings", None) or ASSUMED_SEQ_LEN)
+    resolve_max_steps(recipe, config, seq_len, world_size)
     args = training_arguments(recipe, dry_run=True)
     world = world_size or args.world_size
     train_blocks = args.max_steps * args.per_device_train_batch_size * world * args.gradient_accumulation_steps

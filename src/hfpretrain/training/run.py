@@ -77,6 +77,27 @@ def missing_extras(args: TrainingArguments) -> list[str]:
             if not any(importlib.util.find_spec(m) for m in modules.get(name, (name,)))]
 
 
+def resolve_max_steps(recipe: Recipe, config, seq_len: int, world_size: int | None = None) -> None:
+    """``training_flops`` -> ``training.max_steps`` (in place): the steps whose FLOPs come nearest the budget."""
+    if recipe.training_flops is None:
+        return
+    t = recipe.training
+    world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    tokens_per_step = (int(t.get("per_device_train_batch_size", 8)) * int(t.get("gradient_accumulation_steps", 1))
+                       * world * seq_len)  # TrainingArguments' defaults: 8 and 1
+    per_token = flops_per_token(config, seq_len).total
+    steps = max(1, round(recipe.training_flops / (per_token * tokens_per_step)))
+    given = t.get("max_steps")
+    if given not in (None, -1) and int(given) != steps:
+        raise RecipeError(f"training_flops={recipe.training_flops:.4g} means training.max_steps={steps} "
+                          f"({per_token / 1e6:.1f}M FLOPs per token x {tokens_per_step:,} tokens per step), but "
+                          f"training.max_steps={given} is set too: drop one (training_flops=null keeps max_steps)")
+    t["max_steps"] = steps
+    logger.info("training_flops %.4g: training.max_steps = %d (%.1fM FLOPs per token x %s tokens per step = "
+                "%.4g FLOPs)", recipe.training_flops, steps, per_token / 1e6, f"{tokens_per_step:,}",
+                per_token * tokens_per_step * steps)
+
+
 def training_arguments(recipe: Recipe, dry_run: bool = False) -> TrainingArguments:
     gpu = {"accelerator_config": {"non_blocking": True}} if torch.cuda.is_available() else {}
     # non_blocking (GPU): batch copies from pinned memory overlap the step before
@@ -412,6 +433,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     config.pad_token_id = None
     seq_len = int(manifest["seq_len"])
 
+    resolve_max_steps(recipe, config, seq_len, world_size if dry_run else None)
     args = training_arguments(recipe, dry_run)
     fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=dry_run)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size if dry_run else None,
