@@ -83,7 +83,7 @@ def test_data_root_falls_back_to_the_embedded_root_with_one_log_line(monkeypatch
 
 def test_embedded_tokenizer_and_eval_tasks_load():
     from hfpretrain.data.tokenizer import load_tokenizer, pick_eos
-    from hfpretrain.eval.ai2 import MissingEvalDataError, available_tasks
+    from hfpretrain.eval.task_data import MissingEvalDataError, available_tasks
     from hfpretrain.eval.local_tasks import DEFAULT_TASKS, load_tasks
 
     tok = load_tokenizer(EMBEDDED_DATA_ROOT / "tokenizers" / "gpt2")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hfpretrain.data import tokenize_corpus
 from hfpretrain.eval import evaluate_checkpoint, generate
-from hfpretrain.eval.ai2 import available_tasks
+from hfpretrain.eval.task_data import available_tasks
 from hfpretrain.eval.local_tasks import DEFAULT_TASKS
 from hfpretrain.paths import data_root
 from hfpretrain.study.plots import plot_run

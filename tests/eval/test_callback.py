@@ -68,3 +68,21 @@ def test_callback_without_trainer_appends_to_state(tiny_checkpoint, data_root):
     assert metrics["eval/arc_easy_acc"] == state.log_history[-1]["eval/arc_easy_acc"]
     with pytest.raises(ValueError):
         LmEvalCallback(tok, every_n_steps=0)
+
+
+@pytest.mark.full_data("HellaSwag and PIQA")
+@pytest.mark.parametrize("task", ["hellaswag", "piqa"])
+def test_callback_scores_the_other_multiple_choice_tasks(task, tiny_checkpoint, data_root):
+    """The in-loop tasks beyond ARC/OpenBookQA (evaluation.lm_eval_task): their validation split, lm-eval's prompt."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hfpretrain.eval.callback import LmEvalCallback
+    from hfpretrain.training import RecipeError, load_recipe
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_checkpoint))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint))
+    metrics = LmEvalCallback(tok, every_n_steps=5, task=task, limit=3, data_root=data_root).score(model)
+    assert 0.0 <= metrics[f"eval/{task}_acc"] <= 1.0 and f"eval/{task}_acc_norm" in metrics
+    assert load_recipe(None, ["data.path=x", f"evaluation.lm_eval_task={task}"]).evaluation.lm_eval_task == task
+    with pytest.raises(RecipeError, match="evaluation.lm_eval_task='winogrande' is not one of"):
+        load_recipe(None, ["data.path=x", "evaluation.lm_eval_task=winogrande"])

@@ -12,7 +12,7 @@ import pytest
 
 from hfpretrain.eval import evaluate_checkpoint
 from hfpretrain.eval.harness import CheckpointNotFoundError
-from hfpretrain.eval.ai2 import FULL_SIZES
+from hfpretrain.eval.task_data import FULL_SIZES
 from hfpretrain.eval.local_tasks import TASK_DIR
 from hfpretrain.paths import using_embedded_data
 
@@ -62,6 +62,22 @@ def test_outputs_written(evaluated):
     md = (out / "summary.md").read_text()
     assert md.count("\n| ") == 1 + len(TASKS)  # header + one row per task (one table)
     assert "lm-eval " + data["hfpretrain"]["lm_eval_version"] in md and "batch size 8" in md and "dtype float32" in md
+
+
+@pytest.mark.full_data("HellaSwag, PIQA, WinoGrande, LAMBADA")
+def test_more_tasks_through_lm_eval(tiny_checkpoint, data_root, tmp_path):
+    """The four tasks beside ARC and OpenBookQA, 4 documents each, through lm-eval; the reference rule (question
+    tasks only) leaves them out, and LAMBADA's perplexity lands in the summary's last column."""
+    more = ("hellaswag", "piqa", "winogrande", "lambada_openai")
+    res = evaluate_checkpoint(tiny_checkpoint, tasks=more, limit=4, batch_size=8, dtype="float32", device="cpu",
+                              out_dir=tmp_path, data_root=data_root, scoring="both")
+    for t in more:
+        assert 0.0 <= res["results"][t]["acc,none"] <= 1.0
+        assert res["n-samples"][t]["effective"] == 4
+    assert res["results"]["lambada_openai"]["perplexity,none"] > 1
+    assert res["avg_logprob"] == {}
+    md = (tmp_path / "summary.md").read_text()
+    assert "| lambada_openai | 4 |" in md and "perplexity " in md
 
 
 def test_avg_logprob_scoring_consistent_with_lm_eval(evaluated):

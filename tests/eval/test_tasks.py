@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hfpretrain.eval.ai2 import FULL_SIZES, MissingEvalDataError, gold_index, load_dataset_dict, read_split
+from hfpretrain.eval.task_data import FULL_SIZES, TASKS as TASK_SPECS, MissingEvalDataError, gold_index, load_dataset_dict, \
+    read_split
 from hfpretrain.eval.local_tasks import TASK_DIR, load_tasks
 from hfpretrain.paths import using_embedded_data
 
@@ -102,9 +103,83 @@ def test_full_document_counts(name, local_tasks):
 
 
 def test_full_sizes_are_the_published_ones():
-    assert {k: v["test"] for k, v in FULL_SIZES.items()} == {
-        "arc_easy": 2376, "arc_challenge": 1172, "openbookqa": 500
-    }
+    scored = {k: FULL_SIZES[k][TASK_SPECS[k].scored_split] for k in FULL_SIZES}
+    assert scored == {"arc_easy": 2376, "arc_challenge": 1172, "openbookqa": 500, "hellaswag": 10042, "piqa": 1838,
+                      "winogrande": 1267, "lambada_openai": 5153}
+
+
+# ---- HellaSwag, PIQA, WinoGrande, LAMBADA: lm-eval's own YAML (with its !function helpers) on the local rows --
+BUILTIN_YAML = {"hellaswag": "hellaswag/hellaswag.yaml", "piqa": "piqa/piqa.yaml",
+                "winogrande": "winogrande/default.yaml", "lambada_openai": "lambada/lambada_openai.yaml"}
+MORE = [pytest.param(n, marks=pytest.mark.full_data(n)) for n in BUILTIN_YAML]
+
+
+def _builtin_yaml_with_functions(name: str) -> dict:
+    """lm-eval's task YAML, its ``!function module.fn`` tags resolved from the files beside it."""
+    import importlib.util
+
+    import lm_eval
+
+    path = Path(lm_eval.__file__).parent / "tasks" / BUILTIN_YAML[name]
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def function(loader, node):
+        module, fn = loader.construct_scalar(node).rsplit(".", 1)
+        spec = importlib.util.spec_from_file_location(module, path.parent / f"{module}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return getattr(mod, fn)
+
+    Loader.add_constructor("!function", function)
+    return yaml.load(path.read_text(), Loader=Loader)
+
+
+@pytest.mark.parametrize("name", MORE)
+def test_more_tasks_render_like_builtin(name, data_root):
+    """The same documents, prompts, choices, targets and requests as lm-eval's built-in task on the same rows."""
+    from lm_eval.api.task import ConfigurableTask
+
+    ours = load_tasks([name], data_root)[name]
+    cfg = _builtin_yaml_with_functions(name)
+    for key in ("task", "output_type", "metric_list"):
+        assert getattr(ours.config, key) == cfg[key], key
+    cfg.pop("tag", None), cfg.pop("dataset_path"), cfg.pop("dataset_name", None)
+    cfg["custom_dataset"] = lambda **_: load_dataset_dict(name, data_root)
+    theirs = ConfigurableTask(config=cfg)
+    split = TASK_SPECS[name].scored_split
+    docs_o = ours.test_docs() if split == "test" else ours.validation_docs()
+    docs_t = theirs.test_docs() if split == "test" else theirs.validation_docs()
+    assert len(docs_o) == len(docs_t) == FULL_SIZES[name][split]
+    for i in (0, 1, 2, len(docs_o) // 2, len(docs_o) - 1):
+        assert ours.doc_to_text(docs_o[i]) == theirs.doc_to_text(docs_t[i])
+        assert ours.doc_to_target(docs_o[i]) == theirs.doc_to_target(docs_t[i])
+        if ours.config.doc_to_choice is not None:
+            assert ours.doc_to_choice(docs_o[i]) == theirs.doc_to_choice(docs_t[i])
+    ours.build_all_requests(limit=5, rank=0, world_size=1)
+    theirs.build_all_requests(limit=5, rank=0, world_size=1)
+    assert [x.args for x in ours.instances] == [x.args for x in theirs.instances]
+    assert len(ours.instances) >= 5
+
+
+@pytest.mark.full_data("LAMBADA")
+def test_lambada_text_is_context_and_last_word(data_root):
+    raw = json.loads((data_root / "eval" / "lambada" / "lambada_openai_test.jsonl").open().readline())
+    task = load_tasks(["lambada_openai"], data_root)["lambada_openai"]
+    doc = task.test_docs()[0]
+    assert doc["text"] == raw["context"] + " " + raw["continuation"]
+    assert task.doc_to_text(doc) == raw["context"] and task.doc_to_target(doc) == " " + raw["continuation"]
+
+
+def test_bad_row_names_file_line_and_task(tmp_path):
+    folder = tmp_path / "eval" / "piqa"
+    folder.mkdir(parents=True)
+    (folder / "piqa_validation.jsonl").write_text('{"goal": "g", "sol1": "a", "sol2": "b", "label": 0}\n{"goal": "g"}\n')
+    with pytest.raises(ValueError, match=r"piqa_validation.jsonl:2: not a piqa row \(KeyError: 'sol1, sol2, label'\)"):
+        read_split("piqa", "validation", tmp_path)
+    with pytest.raises(MissingEvalDataError, match="hellaswag_validation.jsonl.zst"):
+        load_tasks(["hellaswag"], tmp_path)
 
 
 @pytest.mark.full_data("a given ARC-Easy row and OpenBookQA")
@@ -173,7 +248,8 @@ def test_missing_data_file_is_one_clear_line(tmp_path):
 
 def test_task_dir_is_package_data():
     names = sorted(p.name for p in TASK_DIR.iterdir() if p.suffix in (".yaml", ".py"))
-    assert names == ["arc_challenge.yaml", "arc_easy.yaml", "local_data.py", "openbookqa.yaml"]
+    assert names == ["arc_challenge.yaml", "arc_easy.yaml", "hellaswag.yaml", "lambada_openai.yaml", "local_data.py",
+                     "openbookqa.yaml", "piqa.yaml", "winogrande.yaml"]
 
 
 @pytest.mark.full_data("full evaluation sets")
@@ -181,14 +257,14 @@ def test_slim_data_root_with_test_files_only(data_root, tmp_path):
     """The GPU kit carries only test/dev files: lm-eval's task must still build (zero-shot)."""
     import shutil
 
-    from hfpretrain.eval.ai2 import split_path
+    from hfpretrain.eval.task_data import split_path
 
     for name in TASKS:
         src = split_path(name, "test", data_root)
         dst = tmp_path / src.relative_to(data_root)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dst)
-    tasks = load_tasks(TASKS, tmp_path, splits=("test",))
+    tasks = load_tasks(TASKS, tmp_path)
     for name in TASKS:
         assert len(tasks[name].test_docs()) == FULL_SIZES[name]["test"]
         assert len(load_dataset_dict(name, tmp_path)["train"]) == 0

@@ -1,4 +1,4 @@
-"""Score a checkpoint on ARC-Easy, ARC-Challenge and OpenBookQA (0-shot, local AI2 files).
+"""Score a checkpoint 0-shot on local copies of lm-eval tasks (ARC-Easy, ARC-Challenge, OpenBookQA by default).
 
     python scripts/evaluate.py CKPT [--tasks arc_easy,arc_challenge,openbookqa] [--limit N]
         [--out DIR] [--scoring lm_eval|avg_logprob|both] [--batch-size 8] [--dtype auto]
@@ -24,7 +24,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     p.add_argument("checkpoint", help="save_pretrained directory (model + tokenizer)")
     p.add_argument("--tasks", default=None,
-                   help="comma-separated (default: those of arc_easy,arc_challenge,openbookqa the data root has)")
+                   help="comma-separated, of arc_easy, arc_challenge, openbookqa, hellaswag, piqa, winogrande, "
+                        "lambada_openai (default: those of the first three the data root has)")
     p.add_argument("--limit", type=float, default=None, help="first N docs per task (or a fraction < 1)")
     p.add_argument("--out", default=None, help="output dir (default: CKPT/eval)")
     p.add_argument("--scoring", choices=("lm_eval", "avg_logprob", "both"), default="both")
@@ -34,7 +35,7 @@ def main(argv=None) -> int:
     p.add_argument("--data-root", default=None, help="default: $DATA_ROOT, else the embedded sample data")
     a = p.parse_args(argv)
 
-    from hfpretrain.eval.ai2 import MissingEvalDataError
+    from hfpretrain.eval.task_data import MissingEvalDataError
     from hfpretrain.eval.harness import CheckpointNotFoundError, evaluate_checkpoint, summary_markdown
 
     if a.limit is not None and not a.limit > 0:

@@ -16,7 +16,9 @@ import math
 from importlib import metadata as _md
 from pathlib import Path
 
-from hfpretrain.eval.ai2 import available_tasks, resolve_data_root
+from hfpretrain.eval.task_data import available_tasks, base_task, resolve_data_root
+
+QUESTION_TASKS = ("arc_easy", "arc_challenge", "openbookqa")  # "Question: X\nAnswer:" fits these
 from hfpretrain.eval.checkpoint import CheckpointNotFoundError, OutputFolderError, check_checkpoint, check_output_folder
 from hfpretrain.eval.local_tasks import DEFAULT_TASKS, load_tasks, task_manager
 
@@ -113,9 +115,13 @@ def evaluate_checkpoint(
     if scoring in ("avg_logprob", "both"):
         from hfpretrain.eval.scoring import apply_limit, score_docs
 
+        asked = [name for name in task_objs if base_task(name) in QUESTION_TASKS]
+        if len(asked) < len(task_objs):
+            logger.warning("the reference rule scores question-answer tasks only (%s); not %s",
+                           ", ".join(QUESTION_TASKS), ", ".join(n for n in task_objs if n not in asked))
         results["avg_logprob"] = {
-            name: score_docs(lm, task, apply_limit(task.test_docs(), limit), prompt="reference")
-            for name, task in task_objs.items()
+            name: score_docs(lm, task_objs[name], apply_limit(task_objs[name].test_docs(), limit), prompt="reference")
+            for name in asked
         }
     results["hfpretrain"] = {
         "checkpoint": str(Path(checkpoint).expanduser().resolve()),
@@ -146,6 +152,13 @@ def _fmt(value, stderr) -> str:
     return f"{value:.4f} ± {stderr:.4f}"
 
 
+def _other_metrics(r: dict) -> str:
+    """lm-eval's metrics besides acc and acc_norm (LAMBADA's perplexity), as "name value ± stderr"."""
+    names = [k.split(",")[0] for k in r if "," in k and "_stderr" not in k]
+    return "; ".join(f"{n} {_fmt(r[f'{n},none'], r.get(f'{n}_stderr,none'))}" for n in names
+                     if n not in ("acc", "acc_norm") and f"{n},none" in r) or "–"
+
+
 def summary_markdown(results: dict) -> str:
     """One markdown table: task, docs, lm-eval acc / acc_norm, reference-rule acc (if computed)."""
     info = results.get("hfpretrain", {})
@@ -159,8 +172,8 @@ def summary_markdown(results: dict) -> str:
         f"dtype {info.get('dtype')}, device {info.get('device')}, limit {info.get('limit')}, "
         f"scoring {info.get('scoring')}, {info.get('date')}.",
         "",
-        "| task | docs | acc | acc_norm | acc (avg log-prob/token, reference prompt) |",
-        "|---|---:|---|---|---|",
+        "| task | docs | acc | acc_norm | acc (avg log-prob/token, reference prompt) | other |",
+        "|---|---:|---|---|---|---|",
     ]
     n_samples = results.get("n-samples", {})
     for t in tasks:
@@ -170,7 +183,7 @@ def summary_markdown(results: dict) -> str:
         lines.append(
             f"| {t} | {n} | {_fmt(r.get('acc,none'), r.get('acc_stderr,none'))} | "
             f"{_fmt(r.get('acc_norm,none'), r.get('acc_norm_stderr,none'))} | "
-            f"{_fmt(a.get('acc_avg_logprob'), a.get('acc_avg_logprob_stderr'))} |"
+            f"{_fmt(a.get('acc_avg_logprob'), a.get('acc_avg_logprob_stderr'))} | {_other_metrics(r)} |"
         )
     lines += [
         "",

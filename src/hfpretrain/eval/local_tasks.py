@@ -1,7 +1,8 @@
-"""The project's lm-eval task directory (offline twins of arc_easy, arc_challenge, openbookqa).
+"""The project's lm-eval task directory: offline twins of arc_easy, arc_challenge, openbookqa, hellaswag, piqa,
+winogrande and lambada_openai.
 
 The YAMLs in ``hfpretrain/eval/tasks/`` keep lm-eval's task names, prompts, choices, targets and
-metrics and read the local AI2 files through a ``custom_dataset`` loader; the data root comes
+metrics and read the local files through a ``custom_dataset`` loader; the data root comes
 from TaskManager metadata ``data_root`` or ``$DATA_ROOT``. Passing this directory as
 ``--include_path`` (CLI) or ``TaskManager(include_path=...)`` overrides the built-in tasks of the
 same names, so no YAML rendering or temp directory is needed.
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hfpretrain.eval.ai2 import TASK_FILES, check_files, resolve_data_root
+from hfpretrain.eval.task_data import TASKS, check_files, resolve_data_root
 
 TASK_DIR = Path(__file__).resolve().parent / "tasks"
 DEFAULT_TASKS = ("arc_easy", "arc_challenge", "openbookqa")
-KNOWN_TASKS = tuple(TASK_FILES)
+KNOWN_TASKS = tuple(TASKS)
 
 
 def task_manager(data_root=None, include_defaults: bool = False):
@@ -28,8 +29,9 @@ def task_manager(data_root=None, include_defaults: bool = False):
     )
 
 
-def load_tasks(tasks=DEFAULT_TASKS, data_root=None, splits=("test",)) -> dict:
-    """``{name: lm_eval Task}`` for the local tasks (checks files first: one-line error if absent)."""
+def load_tasks(tasks=DEFAULT_TASKS, data_root=None, splits=None) -> dict:
+    """``{name: lm_eval Task}`` for the local tasks (checks the files of ``splits``, default each task's scored
+    split, first: one-line error if absent)."""
     tasks = list(tasks)
     unknown = [t for t in tasks if t not in KNOWN_TASKS]
     if unknown:

@@ -79,7 +79,8 @@ class EvaluationSection:
     # the evaluation after the last step: None = every validation block (tokenize_pile.py's first 10,000
     # documents by default), so final losses and bits per byte compare across runs and tokenizers
     final_eval_tokens: Optional[int] = None
-    lm_eval_task: Optional[str] = None  # e.g. arc_easy: scored on the live model at every evaluation
+    # arc_easy | arc_challenge | openbookqa | hellaswag | piqa: scored on the live model at every evaluation
+    lm_eval_task: Optional[str] = None
     lm_eval_limit: int = 200
     per_set: bool = False  # final evaluation: loss per pile_set_name of the validation blocks (one more pass)
 
@@ -148,6 +149,9 @@ _CHOICES = {
     "optimizer.name": {"adamw", "muon"},
     "optimizer.muon_lr_scale": {"match_rms_adamw", "original"},
     "logging.wandb_artifacts": {"none", "reference", "upload"},
+    # the local tasks scored as one prompt and N choices (eval/task_data.py; WinoGrande's partial scoring and
+    # LAMBADA's greedy check run through lm-eval only, after training)
+    "evaluation.lm_eval_task": {None, "arc_easy", "arc_challenge", "openbookqa", "hellaswag", "piqa"},
 }
 
 
@@ -274,7 +278,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
         for part in key.split("."):
             obj = getattr(obj, part)
         if obj not in allowed:
-            raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed)}")
+            raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed, key=str)}")
     backends = list(recipe.model.sdpa_backends)
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
         raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")
