@@ -18,7 +18,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--input", nargs="+", help="train inputs: .jsonl/.jsonl.zst/.parquet files, globs, folders or a Hub dataset id")
+    p.add_argument("--input", nargs="+", help="train inputs: .jsonl/.jsonl.zst/.parquet/.txt files, globs, folders, or a Hub dataset id with "
+                   "options: allenai/c4?name=en&split=train&data_files=en/c4-train.0000[0-3]-of-01024.json.gz (quote it)")
     p.add_argument("--blend", help="blend JSON: {\"sources\": [{\"paths\": [...], \"epochs\": 1.5}, ...]}")
     p.add_argument("--val-input", nargs="+", help="validation inputs (default: the first --val-docs documents of --input)")
     p.add_argument("--val-docs", type=int, default=10000, help="validation = the first N documents (default 10000)")

@@ -1,8 +1,9 @@
 """Streaming readers for Pile-format input, and the bad-input policy.
 
 Inputs are expanded into *sources* (plain dicts, so they pickle into ``datasets`` worker
-processes): local ``.jsonl`` / ``.jsonl.zst`` / ``.parquet`` files or globs, a Hub dataset id,
-or the sources of a blend file. :func:`generate_records` reads them one record at a time with
+processes): local ``.jsonl`` / ``.jsonl.zst`` / ``.parquet`` / ``.txt`` files, globs or folders, a Hub dataset
+id with its options (``allenai/c4?name=en&split=validation&data_files=...``: :func:`hub_arguments`), or the
+sources of a blend file. :func:`generate_records` reads them one record at a time with
 bounded memory (a zstd frame is decompressed chunk by chunk; only one line is held at a time)
 and yields one row per record: good rows carry ``text`` and ``set``; bad rows carry ``skip``
 (the reason) and ``where`` (``file:line``) so the caller can count and report them after the
@@ -35,11 +36,11 @@ Policy ``skip`` (default) drops the record, logs a warning and counts it; ``fail
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import logging
 import os
 import re
-import hashlib
 from pathlib import Path
 from typing import Iterator
 
@@ -59,6 +60,9 @@ _MAX_WARNINGS_PER_FILE = 20
 
 class DataError(Exception):
     """A user-facing data problem; the message is one line naming the file (and line or key)."""
+
+
+_HUB_QUERY = re.compile(r"[\w.\-/]+\?\w+=[^&]*(&\w+=[^&]*)*")  # a Hub id with options: allenai/c4?name=en
 
 
 def _has_glob(s: str) -> bool:
@@ -88,6 +92,10 @@ def expand_inputs(specs, epochs: float = 1.0) -> list[dict]:
     files: list[dict] = []
     for spec in specs:
         spec = str(spec)
+        if _HUB_QUERY.fullmatch(spec) and not os.path.exists(spec):  # "ID?name=...": not a glob
+            hub_arguments(spec)  # a malformed option fails here, before any work
+            files.append({"kind": "hub", "path": spec})
+            continue
         if _has_glob(spec):
             matches = sorted(glob.glob(os.path.expanduser(spec), recursive=True))
             if not matches:
@@ -112,6 +120,7 @@ def expand_inputs(specs, epochs: float = 1.0) -> list[dict]:
         elif Path(resolved).exists():
             files.append({"kind": _kind(resolved), "path": str(Path(resolved).resolve())})
         else:
+            hub_arguments(resolved)  # a malformed option fails here, before any work
             files.append({"kind": "hub", "path": resolved})
     return _apply_epochs(files, epochs)
 
@@ -260,10 +269,37 @@ def _iter_parquet(path: str, text_field: str = "text") -> Iterator[tuple[int, di
             yield n, row
 
 
-def _iter_hub(name: str) -> Iterator[tuple[int, dict]]:
+HUB_OPTIONS = ("name", "split", "data_files", "revision")  # load_dataset's arguments a Hub input may set
+
+
+def hub_arguments(spec: str) -> tuple[str, dict]:
+    """``ID?name=CONFIG&split=SPLIT&data_files=GLOB[,GLOB]&revision=REV`` -> (ID, load_dataset keyword arguments).
+
+    E.g. ``allenai/c4?name=en&split=validation&data_files=en/c4-validation.00000-of-00008.json.gz``; ``split``
+    defaults to ``train``. A packaged builder reads local files the same way: ``json?data_files=/data/*.jsonl``.
+    """
+    from urllib.parse import parse_qsl
+
+    dataset, _, query = spec.partition("?")
+    kwargs: dict = {"split": "train"}
+    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
+        if key not in HUB_OPTIONS:
+            raise DataError(f"{spec}: unknown Hub option {key!r} (known: {', '.join(HUB_OPTIONS)})")
+        kwargs[key] = value.split(",") if key == "data_files" else value
+    if not dataset:
+        raise DataError(f"{spec}: no dataset id before '?'")
+    return dataset, kwargs
+
+
+def _iter_hub(spec: str) -> Iterator[tuple[int, dict]]:
     import datasets
 
-    ds = datasets.load_dataset(name, split="train", streaming=True)
+    dataset, kwargs = hub_arguments(spec)
+    try:
+        ds = datasets.load_dataset(dataset, streaming=True, **kwargs)
+    except Exception as e:  # offline, unknown id, config or split: one line that names the input
+        raise DataError(f"{spec}: cannot load it as a Hub dataset nor find a local file of that name "
+                        f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
     for n, row in enumerate(ds, 1):
         yield n, row
 
