@@ -53,6 +53,9 @@ class ModelSection:
     fused_loss: str = "auto"  # auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)
     loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
     liger_min_chunk_tokens: int = 1024  # liger's chunks at least this long (0: its own sizing, logits ~ hidden)
+    # attend within each packed document only (position ids restart after every end-of-text; transformers
+    # builds the block-causal mask from them): sdpa (or flash_attention_2), not sdpa_packed, which has no mask
+    document_mask: bool = False
     init_from: Optional[str] = None  # start from these weights instead of random init
     decay_embeddings: bool = False  # weight decay on embedding tables too
     # PyTorch SDPA kernels allowed, in the order they are tried (PyTorch's default order)

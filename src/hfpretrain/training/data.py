@@ -124,8 +124,25 @@ def install_worker_cleanup() -> None:
         _cleanup_installed = True
 
 
-def collate_blocks(rows: list[np.ndarray]) -> dict[str, torch.Tensor]:
+def collate_blocks(rows: list[np.ndarray], eos_id: int | None = None) -> dict[str, torch.Tensor]:
+    """Stack blocks into ``input_ids`` and ``labels``; with ``eos_id`` (``model.document_mask``) also
+    ``position_ids`` that restart after every end-of-text, from which transformers builds a block-causal mask
+    (each document attends to itself only) and RoPE counts positions from each document's start."""
     _ignore_sigterm_in_worker()  # collation runs in the worker: its first batch sets this up
     # Causal LMs shift labels inside the loss, so labels are the inputs themselves (same tensor, no copy).
     ids = torch.from_numpy(np.stack(rows).astype(np.int64))
-    return {"input_ids": ids, "labels": ids}
+    batch = {"input_ids": ids, "labels": ids}
+    if eos_id is not None:
+        batch["position_ids"] = document_positions(ids, eos_id)
+    return batch
+
+
+def document_positions(ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """Per row, each token's offset from the start of its document; a document starts at the row's first
+    token and after each ``eos_id`` (the end-of-text belongs to the document it ends)."""
+    seq = torch.arange(ids.shape[-1]).expand_as(ids)
+    starts = torch.zeros_like(ids, dtype=torch.bool)
+    starts[:, 0] = True
+    starts[:, 1:] = ids[:, :-1] == eos_id
+    start_of_doc = torch.where(starts, seq, torch.zeros_like(seq)).cummax(dim=-1).values
+    return seq - start_of_doc

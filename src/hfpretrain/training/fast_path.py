@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
+from hfpretrain.models.backend import PACKED_SDPA
 from hfpretrain.models.zoo import resolve_attn_implementation
 
+from .config import RecipeError
 from .loss import choose_fused_loss
 
 # A dry run on a machine without a GPU plans for this one (the loss choice depends on its memory).
@@ -46,6 +48,12 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
         if not planning:
             raise
         attn, reasons["attn_implementation"] = model_section.attn_implementation, "set in the recipe"
+    if model_section.document_mask and attn == PACKED_SDPA:
+        if model_section.attn_implementation != "auto":
+            raise RecipeError("model.document_mask=true needs a mask, which model.attn_implementation=sdpa_packed does "
+                             "not take: use sdpa, flash_attention_2 or auto")
+        attn, reasons["attn_implementation"] = "sdpa", ("document_mask: SDPA with the block-causal mask transformers "
+                                                        "builds from the position ids (sdpa_packed has no mask)")
 
     compile_scope = model_section.compile
     if compile_scope == "auto":

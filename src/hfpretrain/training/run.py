@@ -14,6 +14,7 @@ import os
 import sys
 from contextlib import nullcontext
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -474,7 +475,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
 
         model = AutoModelForCausalLM.from_pretrained(recipe.model.init_from)
     else:
-        model = build_model(config, attn_implementation=recipe.model.attn_implementation)
+        model = build_model(config, attn_implementation=fast.attn_implementation)
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None
@@ -518,8 +519,9 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
                                     task=recipe.evaluation.lm_eval_task, limit=recipe.evaluation.lm_eval_limit)
         callbacks.append(lm_eval_cb)
 
+    collator = partial(collate_blocks, eos_id=config.eos_token_id) if recipe.model.document_mask else collate_blocks
     trainer = PretrainTrainer(
-        model=model, args=args, train_dataset=train_blocks, eval_dataset=eval_blocks, data_collator=collate_blocks,
+        model=model, args=args, train_dataset=train_blocks, eval_dataset=eval_blocks, data_collator=collator,
         processing_class=tokenizer, callbacks=callbacks,
         train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"],
         loss_impl=loss_impl, loss_chunk_tokens=recipe.model.loss_chunk_tokens,

@@ -327,7 +327,7 @@ class PretrainTrainer(Trainer):
         labels = inputs["labels"]
         self._tap.active = True
         try:
-            model(input_ids=inputs["input_ids"], use_cache=False)
+            model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False)
         finally:
             self._tap.active = False
         hidden, self._tap.hidden = self._tap.hidden, None
