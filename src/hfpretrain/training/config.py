@@ -53,6 +53,8 @@ class ModelSection:
     fused_loss: str = "auto"  # auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)
     loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
     liger_min_chunk_tokens: int = 1024  # liger's chunks at least this long (0: its own sizing, logits ~ hidden)
+    # PaLM's z-loss: + z_loss * logsumexp(logits)^2 per token in training (1e-4 in PaLM); evaluation stays CE
+    z_loss: float = 0.0
     # attend within each packed document only (position ids restart after every end-of-text; transformers
     # builds the block-causal mask from them): sdpa (or flash_attention_2), not sdpa_packed, which has no mask
     document_mask: bool = False

@@ -17,6 +17,10 @@ HF's default loss builds them, upcasts them and keeps them for backward. Three w
 Both give the same value as HF's ``ForCausalLMLoss``: labels shifted left by one, the sum of
 token losses divided by ``num_items_in_batch`` (the token count of the whole accumulated batch)
 when given, else the mean.
+
+``z_loss`` (``model.z_loss``, training only) adds PaLM's auxiliary term ``z_loss * logsumexp(logits)**2`` per
+token, which keeps the softmax normaliser near 1 (log near 0) and the logits from drifting: in all three paths
+(liger's ``lse_square_scale``); HF's own loss (``fused_loss=none``) has no such term and is refused with it.
 """
 
 from __future__ import annotations
@@ -104,7 +108,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk_tokens):
+    def forward(ctx, hidden, weight, targets, chunk_tokens, z_loss=0.0):
         dtype = torch.get_autocast_dtype(hidden.device.type) if torch.is_autocast_enabled(hidden.device.type) \
             else hidden.dtype
         with torch.autocast(hidden.device.type, enabled=False):
@@ -119,9 +123,11 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 keep = t_c != IGNORE_INDEX
                 safe_t = t_c.clamp(min=0)
                 lse = torch.logsumexp(logits, dim=-1)
-                total += ((lse - logits.gather(1, safe_t[:, None]).squeeze(1)) * keep).sum()
+                total += ((lse - logits.gather(1, safe_t[:, None]).squeeze(1) + z_loss * lse.square()) * keep).sum()
                 if needs_grad:
                     probs = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
+                    if z_loss:  # d(z * lse^2)/dlogits = 2 z lse * softmax
+                        probs.mul_((1.0 + 2.0 * z_loss * lse)[:, None])
                     probs[torch.arange(len(t_c), device=t_c.device), safe_t] -= 1.0
                     grad = probs.masked_fill_(~keep[:, None], 0.0).to(dtype)
                     grad_h[start:start + chunk_tokens] = grad @ w
@@ -133,28 +139,31 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         grad_h, grad_w = ctx.saved_tensors
-        return ((grad_h * grad_out).to(ctx.hidden_dtype), (grad_w * grad_out).to(ctx.weight_dtype), None, None)
+        return ((grad_h * grad_out).to(ctx.hidden_dtype), (grad_w * grad_out).to(ctx.weight_dtype), None, None, None)
 
 
-def chunked_cross_entropy_sum(hidden, weight, targets, chunk_tokens: int = 8192) -> torch.Tensor:
+def chunked_cross_entropy_sum(hidden, weight, targets, chunk_tokens: int = 8192, z_loss: float = 0.0) -> torch.Tensor:
     hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-    return _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_tokens)
+    return _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_tokens, z_loss)
 
 
 
-def liger_cross_entropy_sum(hidden, weight, targets, min_chunk_tokens: int = 0) -> torch.Tensor:
+def liger_cross_entropy_sum(hidden, weight, targets, min_chunk_tokens: int = 0, z_loss: float = 0.0) -> torch.Tensor:
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     mem_const = liger_chunk_mem_const(hidden.shape[0], weight.shape[0], weight.shape[1], min_chunk_tokens)
     extra = {"chunk_mem_const": mem_const} if mem_const > 1 else {}  # liger >= 0.8.5
     return liger_fused_linear_cross_entropy(hidden, weight, targets, ignore_index=IGNORE_INDEX, reduction="sum",
-                                            **extra)
+                                            lse_square_scale=z_loss, **extra)
 
 
-def _head_cross_entropy_sum(hidden, weight, targets):
+def _head_cross_entropy_sum(hidden, weight, targets, z_loss: float = 0.0):
     logits = F.linear(hidden, weight).float()  # under autocast: a bf16 matmul; the upcast fuses into the loss
-    return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+    total = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+    if z_loss:
+        total = total + z_loss * (torch.logsumexp(logits, dim=-1).square() * (targets != IGNORE_INDEX)).sum()
+    return total
 
 
 @functools.lru_cache(maxsize=4)
@@ -164,15 +173,15 @@ def compiled_cross_entropy_sum(backend: str = "inductor", mode: str = "default")
 
 
 def causal_lm_loss(hidden, weight, labels, num_items_in_batch=None, impl="chunked", chunk_tokens=8192,
-                   liger_min_chunk_tokens=0, compile_backend="inductor", compile_mode="default"):
+                   liger_min_chunk_tokens=0, compile_backend="inductor", compile_mode="default", z_loss=0.0):
     targets = shift_labels(labels)
     if impl == "compiled":
         hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-        total = compiled_cross_entropy_sum(compile_backend, compile_mode)(hidden, weight, targets)
+        total = compiled_cross_entropy_sum(compile_backend, compile_mode)(hidden, weight, targets, z_loss)
     elif impl == "liger":
-        total = liger_cross_entropy_sum(hidden, weight, targets, liger_min_chunk_tokens)
+        total = liger_cross_entropy_sum(hidden, weight, targets, liger_min_chunk_tokens, z_loss)
     else:
-        total = chunked_cross_entropy_sum(hidden, weight, targets, chunk_tokens)
+        total = chunked_cross_entropy_sum(hidden, weight, targets, chunk_tokens, z_loss)
     if num_items_in_batch is None:
         return total / (targets != IGNORE_INDEX).sum().clamp(min=1)
     if torch.is_tensor(num_items_in_batch):

@@ -228,7 +228,7 @@ class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
                  compile_backend="inductor", compile_mode="default", train_blocks=None, tokens_per_byte=None,
-                 max_skipped_steps=10,
+                 max_skipped_steps=10, z_loss=0.0,
                  optimizer_section=None, **kwargs):
         check_trainer_hooks()
         super().__init__(*args, **kwargs)
@@ -239,6 +239,7 @@ class PretrainTrainer(Trainer):
         self.loss_impl = loss_impl
         self.loss_chunk_tokens = loss_chunk_tokens
         self.liger_min_chunk_tokens = liger_min_chunk_tokens
+        self.z_loss = z_loss  # PaLM's z-loss weight, training steps only (training/loss.py)
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.nan_policy = nan_policy
         self.decay_embeddings = decay_embeddings
@@ -336,7 +337,8 @@ class PretrainTrainer(Trainer):
         # without this the LM-head matmuls (a fifth of all FLOPs at a 151k vocabulary) run in fp32.
         with self.accelerator.autocast():
             loss = causal_lm_loss(hidden, weight, labels, num_items_in_batch, self.loss_impl, self.loss_chunk_tokens,
-                                  self.liger_min_chunk_tokens, self.compile_backend, self.compile_mode)
+                                  self.liger_min_chunk_tokens, self.compile_backend, self.compile_mode,
+                                  z_loss=self.z_loss if model.training else 0.0)  # evaluation: cross-entropy only
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
             # gradients over ranks, so scale back up.
