@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from hfpretrain.models.memory import GIB, estimate_memory
+from hfpretrain.models.memory import GIB, TrainingLayout, estimate_memory
 from hfpretrain.models.zoo import build_model, load_config
 
 
@@ -33,7 +33,7 @@ def measure(name: str, micro_batch: int, seq_len: int, attn: str = "sdpa", ckpt:
         opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
-    est = estimate_memory(cfg, micro_batch, seq_len, attn_implementation=attn, grad_checkpointing=ckpt)
+    est = estimate_memory(cfg, TrainingLayout(micro_batch, seq_len, attn_implementation=attn, grad_checkpointing=ckpt))
     del model, opt
     torch.cuda.empty_cache()
     return {"shape": name, "micro_batch": micro_batch, "seq_len": seq_len, "attn": attn, "grad_ckpt": ckpt,

@@ -1,7 +1,9 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
-from hfpretrain.models import build_model, count_params, estimate_memory, load_config
+from hfpretrain.models import TrainingLayout, build_model, count_params, estimate_memory, load_config
 from hfpretrain.models.memory import GIB
 
 B, S, V = 2, 256, 512
@@ -45,34 +47,34 @@ def test_activation_model_matches_saved_tensors_under_autocast(name, attn):
     torch.manual_seed(0)
     model = build_model(cfg, attn_implementation=attn)
     measured = measure_saved_activations(model, torch.randint(0, V, (B, S)), torch.bfloat16)
-    est = estimate_memory(cfg, B, S, attn_implementation=attn)
+    est = estimate_memory(cfg, TrainingLayout(B, S, attn_implementation=attn))
     saved = est.activations - est.logits + B * S * 4 * V  # autograd keeps fp32 log-probs; 12V is the peak
     assert abs(saved - measured) / measured < 0.10, (saved, measured)
 
 
 def test_eager_costs_more_and_checkpointing_less():
     cfg = load_config("qwen3_1p8b")
-    sdpa = estimate_memory(cfg, 4, 2048, attn_implementation="sdpa")
-    eager = estimate_memory(cfg, 4, 2048, attn_implementation="eager")
-    ckpt = estimate_memory(cfg, 4, 2048, attn_implementation="sdpa", grad_checkpointing=True)
+    sdpa = estimate_memory(cfg, TrainingLayout(4, 2048, attn_implementation="sdpa"))
+    eager = estimate_memory(cfg, TrainingLayout(4, 2048, attn_implementation="eager"))
+    ckpt = estimate_memory(cfg, TrainingLayout(4, 2048, attn_implementation="sdpa", grad_checkpointing=True))
     assert eager.activations > sdpa.activations > ckpt.activations
     assert sdpa.logits == 4 * 2048 * 12 * 151680
 
 
 def test_states_and_zero1_sharding():
     cfg = load_config("qwen3_1p8b")
-    one = estimate_memory(cfg, 1, 2048)
+    one = estimate_memory(cfg, TrainingLayout(1, 2048))
     n = count_params(cfg).total
     assert abs(n - 1.83e9) / 1.83e9 < 0.01
     assert one.weights == 4 * n and one.grads == 4 * n and one.optimizer == 8 * n
-    z1 = estimate_memory(cfg, 1, 2048, n_gpus=8, zero_stage=1)
+    z1 = estimate_memory(cfg, TrainingLayout(1, 2048, n_gpus=8, zero_stage=1))
     assert z1.optimizer == 8 * n // 8 and z1.grads == 4 * n and z1.weights == 4 * n
-    z3 = estimate_memory(cfg, 1, 2048, n_gpus=8, zero_stage=3)
+    z3 = estimate_memory(cfg, TrainingLayout(1, 2048, n_gpus=8, zero_stage=3))
     assert z3.weights == 4 * n // 8
     assert one.total >= one.weights + one.optimizer + one.activations
     assert 0 < one.gib()["total"] == pytest.approx(one.total / GIB, abs=1e-3)
     with pytest.raises(ValueError):
-        estimate_memory(cfg, 1, 2048, zero_stage=4)
+        estimate_memory(cfg, TrainingLayout(1, 2048, zero_stage=4))
 
 
 # Peaks measured with torch.cuda.max_memory_allocated (docs/benchmarks.md, 2026-11-22), seq 2048, bf16
@@ -96,10 +98,11 @@ def test_compiled_estimate_within_15_percent_of_measured(name, micro, loss, lige
 
     cfg = load_config(name, {}, vocab_size=151680)
     chunk = loss_chunk_tokens(loss, micro * 2048, cfg.vocab_size, cfg.hidden_size, 8192, liger_min)
-    est = estimate_memory(cfg, micro, 2048, fused_loss_chunk=chunk, compiled=True, fused_loss=loss).total / GIB
+    layout = TrainingLayout(micro, 2048, fused_loss_chunk=chunk, compiled=True, fused_loss=loss)
+    est = estimate_memory(cfg, layout).total / GIB
     assert abs(est / measured - 1) <= 0.15, (est, measured)
     # the eager model overestimates compiled runs: compile is what the numbers depend on
-    assert estimate_memory(cfg, micro, 2048, fused_loss_chunk=chunk, fused_loss=loss).total / GIB > est
+    assert estimate_memory(cfg, replace(layout, compiled=False)).total / GIB > est
 
 
 # Per-GPU peaks on 2 x H200 (docs/benchmarks.md § two H200s): Qwen3 1.8B, micro-batch 20, liger, compile=layers.
@@ -113,8 +116,8 @@ def test_sharded_estimate_within_15_percent_of_2_h200(zero_stage, measured):
 
     cfg = load_config("qwen3_1p8b", {}, vocab_size=151680)
     chunk = loss_chunk_tokens("liger", 20 * 2048, cfg.vocab_size, cfg.hidden_size, 8192)
-    est = estimate_memory(cfg, 20, 2048, n_gpus=2, zero_stage=zero_stage, fused_loss_chunk=chunk,
-                          compiled=True, fused_loss="liger").total / GIB
+    est = estimate_memory(cfg, TrainingLayout(20, 2048, n_gpus=2, zero_stage=zero_stage, fused_loss_chunk=chunk,
+                                              compiled=True, fused_loss="liger")).total / GIB
     assert abs(est / measured - 1) <= 0.15, (est, measured)
 
 
@@ -123,5 +126,6 @@ def test_sharded_estimate_within_15_percent_of_2_h200(zero_stage, measured):
 @pytest.mark.parametrize("micro,measured", [(32, 15.6), (64, 29.1), (8, 5.1)])
 def test_gpt2_compiled_loss_estimate_within_15_percent(micro, measured):
     cfg = load_config("gpt2_124m", {}, vocab_size=50257)
-    est = estimate_memory(cfg, micro, 1024, compiled=True, fused_loss="compiled", attn_implementation="sdpa_packed")
+    est = estimate_memory(cfg, TrainingLayout(micro, 1024, compiled=True, fused_loss="compiled",
+                                              attn_implementation="sdpa_packed"))
     assert abs(est.total / GIB / measured - 1) <= 0.15, (est.total / GIB, measured)

@@ -7,7 +7,7 @@ Each piece lives in a small module; this package re-exports the public API.
 from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS, choose_attn_implementation
 from hfpretrain.models.flops import FORMULA, FlopsPerToken, flops_per_token, matmul_params
 from hfpretrain.models.hardware import GPU_PEAK_FLOPS, canonical_gpu, detect_peak_flops, device_name, peak_flops
-from hfpretrain.models.memory import MemoryEstimate, estimate_memory
+from hfpretrain.models.memory import MemoryEstimate, TrainingLayout, estimate_memory
 from hfpretrain.models.params import ParamCounts, count_params, meta_model
 from hfpretrain.models.planner import Plan, chinchilla_optimal, plan
 from hfpretrain.models.zoo import (
@@ -27,6 +27,7 @@ __all__ = [
     "KNOWN_IMPLEMENTATIONS",
     "FlopsPerToken",
     "MemoryEstimate",
+    "TrainingLayout",
     "ParamCounts",
     "Plan",
     "build_model",

@@ -115,29 +115,35 @@ def activation_bytes_per_token_per_layer(config: PretrainedConfig, seq_len: int,
     return int(total)
 
 
-def estimate_memory(
-    config: PretrainedConfig,
-    micro_batch: int,
-    seq_len: int,
-    n_gpus: int = 1,
-    zero_stage: int = 0,
-    grad_checkpointing: bool = False,
-    attn_implementation: str = "sdpa",
-    dtype: str = "bf16",
-    grad_accum: int = 1,
-    fused_loss_chunk: int | None = None,
-    compiled: bool = False,
-    fused_loss: str = "chunked",
-) -> MemoryEstimate:
-    """Estimated peak memory of one GPU training ``config`` on ``micro_batch × seq_len`` tokens.
+@dataclass(frozen=True)
+class TrainingLayout:
+    """How one GPU trains a model: everything besides the model's config that its memory depends on (the
+    trainer builds it from the recipe and the fast path; the planner from its arguments)."""
 
-    ``fused_loss_chunk``: tokens per chunk of a fused/chunked linear cross-entropy (the project's
-    trainer, ``fused_loss`` liger or chunked); logits then exist for one chunk only, next to the
-    head's gradient buffers.
-    ``compiled``: the decoder runs under ``torch.compile`` (see the module notes).
-    """
+    micro_batch: int
+    seq_len: int
+    n_gpus: int = 1
+    zero_stage: int = 0  # 1: optimizer states sharded (DeepSpeed ZeRO-1), 3: everything (FSDP full shard)
+    grad_checkpointing: bool = False
+    attn_implementation: str = "sdpa"
+    dtype: str = "bf16"
+    grad_accum: int = 1
+    # tokens per chunk of a fused/chunked linear cross-entropy (fused_loss liger or chunked): logits then exist
+    # for one chunk only, next to the head's gradient buffers
+    fused_loss_chunk: int | None = None
+    compiled: bool = False  # the decoder runs under torch.compile (see the module notes)
+    fused_loss: str = "chunked"
+
+
+def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryEstimate:
+    """Estimated peak memory of one GPU training ``config`` on ``layout.micro_batch × layout.seq_len`` tokens."""
     from hfpretrain.models.flops import matmul_params
     from hfpretrain.models.params import count_params
+
+    micro_batch, seq_len, n_gpus, zero_stage = layout.micro_batch, layout.seq_len, layout.n_gpus, layout.zero_stage
+    attn_implementation, dtype, compiled, fused_loss = (layout.attn_implementation, layout.dtype, layout.compiled,
+                                                        layout.fused_loss)
+    grad_checkpointing, grad_accum, fused_loss_chunk = layout.grad_checkpointing, layout.grad_accum, layout.fused_loss_chunk
 
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0..3, got {zero_stage}")

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from hfpretrain.models.flops import flops_per_token
 from hfpretrain.models.hardware import canonical_gpu, gpu_memory_bytes, peak_flops
-from hfpretrain.models.memory import GIB, estimate_memory
+from hfpretrain.models.memory import GIB, TrainingLayout, estimate_memory
 from hfpretrain.models.params import count_params
 from hfpretrain.models.zoo import load_config, zoo_names
 
@@ -139,13 +139,14 @@ def plan(
                   compute_flops=compute, fit=fit, optimal_params=n_opt, optimal_tokens=d_opt)
     per_step = micro_batch * seq_len * num_gpus
     accum = max(1, math.ceil(global_batch_tokens / per_step))
+    layout = TrainingLayout(micro_batch, seq_len, n_gpus=num_gpus, zero_stage=zero_stage, dtype=dtype,
+                            grad_checkpointing=grad_checkpointing, attn_implementation=attn_implementation,
+                            grad_accum=accum)
     for name in nearest:
         cfg = configs[name]
         fpt = flops_per_token(cfg, seq_len).total
         tokens = compute / fpt
-        mem = estimate_memory(cfg, micro_batch, seq_len, n_gpus=num_gpus, zero_stage=zero_stage,
-                              grad_checkpointing=grad_checkpointing, attn_implementation=attn_implementation,
-                              dtype=dtype, grad_accum=accum)
+        mem = estimate_memory(cfg, layout)
         batch_tokens = per_step * accum
         result.candidates.append(Candidate(
             name=name, params=counts[name].total, non_embedding=counts[name].non_embedding, flops_per_token=fpt,

@@ -22,8 +22,8 @@ from transformers import AutoTokenizer, TrainingArguments, set_seed
 
 from hfpretrain.data import load_blocks
 from hfpretrain.data.manifest import require_manifest, tokens_per_byte
-from hfpretrain.models import (build_model, count_params, detect_peak_flops, device_name, estimate_memory,
-                               flops_per_token, load_config)
+from hfpretrain.models import (TrainingLayout, build_model, count_params, detect_peak_flops, device_name,
+                               estimate_memory, flops_per_token, load_config)
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -151,15 +151,13 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
     peak = recipe.logging.peak_flops or detect_peak_flops(recipe.logging.dtype_for_peak)
     zero = zero_stage if zero_stage is not None else launch_sharding(args)
     loss = fast.fused_loss
-    memory = estimate_memory(config, args.per_device_train_batch_size, seq_len, n_gpus=world, zero_stage=zero,
-                             grad_checkpointing=bool(args.gradient_checkpointing),
-                             attn_implementation=fast.attn_implementation,
-                             grad_accum=args.gradient_accumulation_steps, compiled=fast.compile != "none",
-                             fused_loss_chunk=loss_chunk_tokens(loss, args.per_device_train_batch_size * seq_len,
-                                                                config.vocab_size, config.hidden_size,
-                                                                recipe.model.loss_chunk_tokens,
-                                                                recipe.model.liger_min_chunk_tokens),
-                             fused_loss=loss)
+    memory = estimate_memory(config, TrainingLayout(
+        args.per_device_train_batch_size, seq_len, n_gpus=world, zero_stage=zero,
+        grad_checkpointing=bool(args.gradient_checkpointing), attn_implementation=fast.attn_implementation,
+        grad_accum=args.gradient_accumulation_steps, compiled=fast.compile != "none", fused_loss=loss,
+        fused_loss_chunk=loss_chunk_tokens(loss, args.per_device_train_batch_size * seq_len, config.vocab_size,
+                                           config.hidden_size, recipe.model.loss_chunk_tokens,
+                                           recipe.model.liger_min_chunk_tokens)))
     total_tokens = tokens_per_step * args.max_steps
     train_blocks = int(manifest["train"]["blocks"])
     passes = args.max_steps * samples_per_step / train_blocks
