@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -173,13 +174,14 @@ def tokenize_corpus(
 
         tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
 
+        corpus = _Corpus(train_sources, val_sources, val_docs, max_docs, sets, on_bad, max_bad_fraction,
+                         allow_missing, num_proc)
+
         def build(enc):
             if tmp.exists():
                 shutil.rmtree(tmp)
             tmp.mkdir(parents=True)
-            return _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
-                          val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, sets,
-                          allow_missing=allow_missing)
+            return _build(tmp, corpus, _Encoding(tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len), datasets)
 
         try:
             try:
@@ -390,8 +392,42 @@ def _text_bytes(raw) -> int:
     return int(total)
 
 
-def _build(tmp, train_sources, val_sources, tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len,
-           val_docs, num_proc, max_docs, on_bad, max_bad_fraction, datasets, select_sets=None, allow_missing=False):
+@dataclass(frozen=True)
+class _Corpus:
+    """What a build reads and how it cuts it (tokenize_corpus's arguments, checked)."""
+
+    train_sources: list
+    val_sources: list | None  # None: validation = the first val_docs documents of the train sources
+    val_docs: int
+    max_docs: int | None
+    sets: list | None  # keep only these pile_set_names
+    on_bad: str
+    max_bad_fraction: float
+    allow_missing: bool
+    num_proc: int
+
+
+@dataclass(frozen=True)
+class _Encoding:
+    """The tokenizer as a build runs it."""
+
+    tok: object  # the transformers tokenizer (saved beside the blocks)
+    tok_json: str  # its serialised backend, which the encoders run
+    enc: tuple  # (encoder name, why it was chosen)
+    eos_name: str
+    eos_id: int
+    sha256: str
+    seq_len: int
+
+
+def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
+    train_sources, val_sources, val_docs, max_docs = (corpus.train_sources, corpus.val_sources, corpus.val_docs,
+                                                      corpus.max_docs)
+    on_bad, max_bad_fraction, num_proc = corpus.on_bad, corpus.max_bad_fraction, corpus.num_proc
+    select_sets, allow_missing = corpus.sets, corpus.allow_missing
+    tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len = (
+        encoding.tok, encoding.tok_json, encoding.enc, encoding.eos_name, encoding.eos_id, encoding.sha256,
+        encoding.seq_len)
     t_start = time.time()
     cache = tmp / "_cache"
     dtype = ids_dtype(len(tok))
