@@ -29,8 +29,8 @@ def test_options_parse_into_load_dataset_arguments():
     assert hub_arguments("org/ds?revision=v1.0") == ("org/ds", {"split": "train", "revision": "v1.0"})
     [src] = expand_inputs(["allenai/c4?name=en&data_files=en/c4-train.0000[0-3]-of-01024.json.gz"])
     assert src["kind"] == "hub"  # a "?" and "[...]" of options, not a glob of local files
-    with pytest.raises(DataError, match=r"^allenai/c4\?nmae=en: unknown Hub option 'nmae' \(known: name, split"):
-        expand_inputs(["allenai/c4?nmae=en"])
+    with pytest.raises(DataError, match=r"^allenai/c4\?name=en&splt=train: unknown Hub option 'splt' \(known: name, "):
+        expand_inputs(["allenai/c4?name=en&splt=train"])
 
 
 def test_builder_with_data_files_and_split_gives_the_same_blocks_as_the_file(tmp_path, gpt2_tokenizer):
@@ -58,3 +58,14 @@ def test_an_unreachable_hub_id_is_one_line(tmp_path, gpt2_tokenizer, monkeypatch
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("no-such-org/no-such-dataset?name=en: cannot load it as a Hub dataset")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_globs_and_local_paths_are_not_hub_specs(tmp_path):
+    (tmp_path / "shard1.jsonl").write_text('{"text": "a"}\n')
+    [glob_src] = expand_inputs([str(tmp_path / "shard?.jsonl")])  # a "?" glob, no Hub option after it
+    assert glob_src["kind"] == "jsonl" and glob_src["path"].endswith("shard1.jsonl")
+    for spec in (f"{tmp_path}/c4?name=en", "./c4?name=en", "data/shard?a=1.jsonl"):
+        assert all(s["kind"] != "hub" for s in expand_inputs([spec])), spec
+    assert hub_arguments("json?data_files=a+b%20c.jsonl")[1]["data_files"] == ["a+b%20c.jsonl"]  # taken as written
+    with pytest.raises(DataError, match="option 'split' is not key=value"):
+        hub_arguments("org/ds?split")

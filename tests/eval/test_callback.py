@@ -86,3 +86,14 @@ def test_callback_scores_the_other_multiple_choice_tasks(task, tiny_checkpoint, 
     assert load_recipe(None, ["data.path=x", f"evaluation.lm_eval_task={task}"]).evaluation.lm_eval_task == task
     with pytest.raises(RecipeError, match="evaluation.lm_eval_task='winogrande' is not one of"):
         load_recipe(None, ["data.path=x", "evaluation.lm_eval_task=winogrande"])
+
+
+def test_callback_refuses_tasks_it_cannot_score(tiny_checkpoint):
+    from transformers import AutoTokenizer
+
+    from hfpretrain.eval.callback import LmEvalCallback
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_checkpoint))
+    for task in ("winogrande", "lambada_openai"):
+        with pytest.raises(ValueError, match=f"{task} cannot be scored during training"):
+            LmEvalCallback(tok, every_n_steps=5, task=task)

@@ -80,6 +80,11 @@ def test_more_tasks_through_lm_eval(tiny_checkpoint, data_root, tmp_path):
     assert "| lambada_openai | 4 |" in md and "perplexity " in md
 
 
+def test_reference_rule_alone_on_tasks_it_cannot_score(tiny_checkpoint, data_root):
+    with pytest.raises(ValueError, match="--scoring avg_logprob scores question-answer tasks .* none of piqa"):
+        evaluate_checkpoint(tiny_checkpoint, tasks=["piqa"], data_root=data_root, scoring="avg_logprob")
+
+
 def test_avg_logprob_scoring_consistent_with_lm_eval(evaluated):
     """Same HFLM log-likelihoods: on ARC (same prompt) our acc/acc_norm equal lm-eval's."""
     res, _ = evaluated

@@ -55,7 +55,10 @@ def test_training_with_document_mask(mini_blocks, tmp_path):
         assert events[0]["plan"]["fast_path"]["attn_implementation"] != "sdpa_packed"
         return [e["loss"] for e in events if e["event"] == "log" and "loss" in e], out
 
-    masked, out = losses("masked", "model.document_mask=true")
+    masked, out = losses("masked", "model.document_mask=true", "evaluation.per_set=true", "training.eval_strategy=steps",
+                         "training.eval_steps=3", "evaluation.eval_tokens=1024", "evaluation.final_eval_tokens=2048")
+    summary = json.loads((out / "summary.json").read_text())["final_eval"]
+    assert summary["eval_loss_per_set"] and all(v > 0 for v in summary["eval_loss_per_set"].values())
     plain, _ = losses("plain")
     assert len(masked) == len(plain) == 3 and masked != plain
     AutoModelForCausalLM.from_pretrained(out / "final")

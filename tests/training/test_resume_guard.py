@@ -162,3 +162,19 @@ def test_global_batch_not_gpu_count_makes_the_run():
         "samples per step (global batch) 4 → 8"]
     assert resume_differences(old, new, None, {**data, "samples_per_step": 4}) == [
         "training.per_device_train_batch_size 2 → 4"]
+
+
+def test_document_mask_and_z_loss_make_another_run():
+    """Both change what the model learns: resuming with either toggled is another run; a recipe saved before
+    they existed reads as both off."""
+    from hfpretrain.training.config import load_recipe, recipe_to_dict
+    from hfpretrain.training.run import resume_differences
+
+    data = {"data_path": "x", "fingerprint": "f", "seq_len": 128, "tokenizer": "t", "tokenizer_sha256": "s",
+            "samples_per_step": 4}
+    plain = recipe_to_dict(load_recipe(None, ["data.path=x"]))
+    masked = recipe_to_dict(load_recipe(None, ["data.path=x", "model.document_mask=true", "model.z_loss=1e-4"]))
+    assert resume_differences(plain, masked, data, data) == ["model.document_mask False → True",
+                                                            "model.z_loss 0.0 → 0.0001"]
+    older = {**plain, "model": {k: v for k, v in plain["model"].items() if k not in ("document_mask", "z_loss")}}
+    assert resume_differences(older, plain, data, data) == []

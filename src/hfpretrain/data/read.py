@@ -62,7 +62,9 @@ class DataError(Exception):
     """A user-facing data problem; the message is one line naming the file (and line or key)."""
 
 
-_HUB_QUERY = re.compile(r"[\w.\-/]+\?\w+=[^&]*(&\w+=[^&]*)*")  # a Hub id with options: allenai/c4?name=en
+HUB_OPTIONS = ("name", "split", "data_files", "revision")  # load_dataset's arguments a Hub input may set
+# a Hub id with options, e.g. allenai/c4?name=en (a relative id, and its first option a known one: "?" is a glob too)
+_HUB_QUERY = re.compile(r"\w[\w.\-/]*\?(%s)=[^&]*(&\w+=[^&]*)*" % "|".join(HUB_OPTIONS))
 
 
 def _has_glob(s: str) -> bool:
@@ -269,20 +271,18 @@ def _iter_parquet(path: str, text_field: str = "text") -> Iterator[tuple[int, di
             yield n, row
 
 
-HUB_OPTIONS = ("name", "split", "data_files", "revision")  # load_dataset's arguments a Hub input may set
-
-
 def hub_arguments(spec: str) -> tuple[str, dict]:
     """``ID?name=CONFIG&split=SPLIT&data_files=GLOB[,GLOB]&revision=REV`` -> (ID, load_dataset keyword arguments).
 
     E.g. ``allenai/c4?name=en&split=validation&data_files=en/c4-validation.00000-of-00008.json.gz``; ``split``
     defaults to ``train``. A packaged builder reads local files the same way: ``json?data_files=/data/*.jsonl``.
     """
-    from urllib.parse import parse_qsl
-
     dataset, _, query = spec.partition("?")
     kwargs: dict = {"split": "train"}
-    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
+    for item in query.split("&") if query else []:  # not URL-decoded: a "+" or "%" in a file name stays itself
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise DataError(f"{spec}: option {item!r} is not key=value")
         if key not in HUB_OPTIONS:
             raise DataError(f"{spec}: unknown Hub option {key!r} (known: {', '.join(HUB_OPTIONS)})")
         kwargs[key] = value.split(",") if key == "data_files" else value

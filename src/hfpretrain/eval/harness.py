@@ -17,14 +17,13 @@ from importlib import metadata as _md
 from pathlib import Path
 
 from hfpretrain.eval.task_data import available_tasks, base_task, resolve_data_root
-
-QUESTION_TASKS = ("arc_easy", "arc_challenge", "openbookqa")  # "Question: X\nAnswer:" fits these
 from hfpretrain.eval.checkpoint import CheckpointNotFoundError, OutputFolderError, check_checkpoint, check_output_folder
 from hfpretrain.eval.local_tasks import DEFAULT_TASKS, load_tasks, task_manager
 
 logger = logging.getLogger(__name__)
 
 SCORINGS = ("lm_eval", "avg_logprob", "both")
+QUESTION_TASKS = ("arc_easy", "arc_challenge", "openbookqa")  # the reference rule's "Question: X\nAnswer:" fits these
 
 
 __all__ = ["CheckpointNotFoundError", "OutputFolderError", "check_checkpoint", "evaluate_checkpoint", "make_lm",
@@ -97,6 +96,9 @@ def evaluate_checkpoint(
     if isinstance(tasks, str):
         tasks = [t for t in tasks.split(",") if t]
     tasks = list(tasks)
+    if scoring == "avg_logprob" and not any(base_task(t) in QUESTION_TASKS for t in tasks):
+        raise ValueError(f"--scoring avg_logprob scores question-answer tasks ({', '.join(QUESTION_TASKS)}), none of "
+                         f"{', '.join(tasks)}: use --scoring lm_eval")
     task_objs = load_tasks(tasks, data_root)  # checks data files (one-line error)
     lm = make_lm(checkpoint, batch_size=batch_size, dtype=dtype, device=device)
 

@@ -285,7 +285,8 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
         plan, training = dry["plan"], dry["recipe"]["training"]
         steps, extra = rule_overrides(spec.rules, plan, steps_for(run, plan), run.budget_kind, training)
         # a run stopped by SIGTERM left a checkpoint: the next pass continues from it
-        overrides = [*run.overrides, *extra, "training.resume_from_checkpoint=auto", f"training.max_steps={steps}"]
+        overrides = [*run.overrides, *extra, "training.resume_from_checkpoint=auto", "training_flops=null",
+                     f"training.max_steps={steps}"]
         micro = _last(overrides, "training.per_device_train_batch_size", int(training.get("per_device_train_batch_size", 8)))
         accum = _last(overrides, "training.gradient_accumulation_steps", int(training.get("gradient_accumulation_steps", 1)))
         samples = micro * accum * plan["world_size"]

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .data import document_positions
+
 CHUNK_TOKENS = 4096
 
 
@@ -27,14 +29,16 @@ def token_losses(trainer, ids: torch.Tensor) -> torch.Tensor:
     model = trainer.model
     unwrapped = trainer.accelerator.unwrap_model(model)
     tap = trainer._tap
+    # the positions (and so the mask) the model trained with: model.document_mask's, when on
+    positions = document_positions(ids, trainer.document_eos_id) if trainer.document_eos_id is not None else None
     with trainer.accelerator.autocast():
         if tap is None:
-            logits = model(input_ids=ids, use_cache=False).logits[:, :-1]
+            logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, :-1]
             return F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten(), reduction="none").view(
                 ids.shape[0], -1)
         tap.active = True
         try:
-            model(input_ids=ids, use_cache=False)
+            model(input_ids=ids, position_ids=positions, use_cache=False)
         finally:
             tap.active = False
         hidden, tap.hidden = tap.hidden, None

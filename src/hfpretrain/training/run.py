@@ -92,7 +92,8 @@ def resolve_max_steps(recipe: Recipe, config, seq_len: int, world_size: int | No
     if given not in (None, -1) and int(given) != steps:
         raise RecipeError(f"training_flops={recipe.training_flops:.4g} means training.max_steps={steps} "
                           f"({per_token / 1e6:.1f}M FLOPs per token x {tokens_per_step:,} tokens per step), but "
-                          f"training.max_steps={given} is set too: drop one (training_flops=null keeps max_steps)")
+                          f"training.max_steps={given} is set too: drop one (training_flops=null keeps max_steps, "
+                          "e.g. to extend a run, or to resume a run's recipe.yaml on another number of GPUs)")
     t["max_steps"] = steps
     logger.info("training_flops %.4g: training.max_steps = %d (%.1fM FLOPs per token x %s tokens per step = "
                 "%.4g FLOPs)", recipe.training_flops, steps, per_token / 1e6, f"{tokens_per_step:,}",
@@ -315,6 +316,8 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
 
     for key in ("config", "overrides"):
         compare(f"model.{key}", (old.get("model") or {}).get(key), new["model"][key])
+    for key, default in (("document_mask", False), ("z_loss", 0.0)):  # what the model learns from (absent: off)
+        compare(f"model.{key}", (old.get("model") or {}).get(key, default), new["model"].get(key, default))
     if old_data is None:  # saved before data.json existed: the recipe is all there is
         for key in ("path", "tokenizer"):
             compare(f"data.{key}", (old.get("data") or {}).get(key), new["data"][key])
@@ -434,6 +437,10 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
 
     resolve_max_steps(recipe, config, seq_len, world_size if dry_run else None)
     args = training_arguments(recipe, dry_run)
+    if recipe.training_flops is not None and not dry_run and args.world_size != int(os.environ.get("WORLD_SIZE", "1")):
+        raise RecipeError(f"training_flops: max_steps was derived for WORLD_SIZE={os.environ.get('WORLD_SIZE', '1')} "
+                          f"processes but the Trainer runs {args.world_size}: launch with accelerate or torchrun, or "
+                          "set training.max_steps instead")
     fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=dry_run)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size if dry_run else None,
                      zero_stage if dry_run else None, check_passes=not recipe.data.sources)
@@ -525,6 +532,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         loss_impl=loss_impl, loss_chunk_tokens=recipe.model.loss_chunk_tokens,
         liger_min_chunk_tokens=recipe.model.liger_min_chunk_tokens, nan_policy=recipe.nan_policy,
         max_skipped_steps=recipe.max_skipped_steps, z_loss=recipe.model.z_loss,
+        document_eos_id=config.eos_token_id if recipe.model.document_mask else None,
         compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode,
         decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
         train_blocks=len(train_blocks.blocks) if schedule is None else None,
