@@ -26,23 +26,27 @@ from typing import Callable
 from hfpretrain import paths
 
 
-def _ai2(row: dict, stem_key: str) -> dict:
-    q = row["question"]
-    choices = {"text": [c["text"] for c in q["choices"]], "label": [c["label"] for c in q["choices"]]}
-    return {"id": row["id"], stem_key: q["stem"], "choices": choices, "answerKey": row["answerKey"]}
+def _ai2(stem_key: str = "question") -> Callable[[dict], dict]:
+    """AI2's layout -> the HF datasets' (``question`` for ARC, ``question_stem`` for OpenBookQA)."""
+    def to_hf(row: dict) -> dict:
+        q = row["question"]
+        choices = {"text": [c["text"] for c in q["choices"]], "label": [c["label"] for c in q["choices"]]}
+        return {"id": row["id"], stem_key: q["stem"], "choices": choices, "answerKey": row["answerKey"]}
+    return to_hf
+
+
+def _as_is(*fields: str) -> Callable[[dict], dict]:
+    """Rows already in the HF dataset's layout, checked for the fields the task reads."""
+    def to_hf(row: dict) -> dict:
+        missing = [n for n in fields if n not in row]
+        if missing:
+            raise KeyError(", ".join(missing))
+        return row
+    return to_hf
 
 
 def _lambada(row: dict) -> dict:
     return {"text": f"{row['context']} {row['continuation']}"}
-
-
-def _check_fields(*names: str) -> Callable[[dict], dict]:
-    def same(row: dict) -> dict:
-        missing = [n for n in names if n not in row]
-        if missing:
-            raise KeyError(", ".join(missing))
-        return row
-    return same
 
 
 @dataclass(frozen=True)
@@ -54,30 +58,26 @@ class LocalTask:
     scored_split: str = "test"  # the split lm-eval's task scores
 
 
-def _arc(stem_key: str = "question") -> Callable[[dict], dict]:
-    return lambda row: _ai2(row, stem_key)
-
-
 TASKS: dict[str, LocalTask] = {
     "arc_easy": LocalTask(
         "arc_easy", {"train": "ARC-Easy-Train.jsonl", "validation": "ARC-Easy-Dev.jsonl", "test": "ARC-Easy-Test.jsonl"},
-        {"train": 2251, "validation": 570, "test": 2376}, _arc()),
+        {"train": 2251, "validation": 570, "test": 2376}, _ai2()),
     "arc_challenge": LocalTask(
         "arc_challenge",
         {"train": "ARC-Challenge-Train.jsonl", "validation": "ARC-Challenge-Dev.jsonl", "test": "ARC-Challenge-Test.jsonl"},
-        {"train": 1119, "validation": 299, "test": 1172}, _arc()),
+        {"train": 1119, "validation": 299, "test": 1172}, _ai2()),
     "openbookqa": LocalTask(
         "openbookqa", {"train": "train.jsonl", "validation": "dev.jsonl", "test": "test.jsonl"},
-        {"train": 4957, "validation": 500, "test": 500}, _arc("question_stem")),
+        {"train": 4957, "validation": 500, "test": 500}, _ai2("question_stem")),
     "hellaswag": LocalTask(
         "hellaswag", {"validation": "hellaswag_validation.jsonl.zst"}, {"validation": 10042},
-        _check_fields("activity_label", "ctx_a", "ctx_b", "endings", "label"), "validation"),
+        _as_is("activity_label", "ctx_a", "ctx_b", "endings", "label"), "validation"),
     "piqa": LocalTask(
         "piqa", {"validation": "piqa_validation.jsonl"}, {"validation": 1838},
-        _check_fields("goal", "sol1", "sol2", "label"), "validation"),
+        _as_is("goal", "sol1", "sol2", "label"), "validation"),
     "winogrande": LocalTask(
         "winogrande", {"validation": "winogrande_xl_validation.jsonl"}, {"validation": 1267},
-        _check_fields("sentence", "option1", "option2", "answer"), "validation"),
+        _as_is("sentence", "option1", "option2", "answer"), "validation"),
     "lambada_openai": LocalTask(
         "lambada", {"test": "lambada_openai_test.jsonl"}, {"test": 5153}, _lambada),
 }
