@@ -122,7 +122,6 @@ def expand_inputs(specs, epochs: float = 1.0) -> list[dict]:
         elif Path(resolved).exists():
             files.append({"kind": _kind(resolved), "path": str(Path(resolved).resolve())})
         else:
-            hub_arguments(resolved)  # a malformed option fails here, before any work
             files.append({"kind": "hub", "path": resolved})
     return _apply_epochs(files, epochs)
 
