@@ -97,3 +97,11 @@ def test_callback_refuses_tasks_it_cannot_score(tiny_checkpoint):
     for task in ("winogrande", "lambada_openai"):
         with pytest.raises(ValueError, match=f"{task} cannot be scored during training"):
             LmEvalCallback(tok, every_n_steps=5, task=task)
+
+
+def test_recipe_lists_the_tasks_the_callback_scores():
+    """training.config cannot import eval (it comes first): its list of in-training tasks is a copy, kept equal."""
+    from hfpretrain.eval.task_data import IN_TRAINING_TASKS
+    from hfpretrain.training.config import _CHOICES
+
+    assert _CHOICES["evaluation.lm_eval_task"] == {None, *IN_TRAINING_TASKS}

@@ -30,6 +30,8 @@ import logging
 
 from transformers import TrainerCallback
 
+from hfpretrain.eval.task_data import IN_TRAINING_TASKS, base_task
+
 log = logging.getLogger(__name__)
 
 
@@ -50,10 +52,9 @@ class LmEvalCallback(TrainerCallback):
             raise ValueError("every_n_steps must be >= 1 (or None to score only on evaluate)")
         if split not in ("train", "validation", "test"):
             raise ValueError(f"split must be train/validation/test, not {split!r}")
-        if task in ("winogrande", "lambada_openai"):  # not one prompt and N choices: lm-eval after training
+        if base_task(task) not in IN_TRAINING_TASKS:
             raise ValueError(f"{task} cannot be scored during training (WinoGrande's partial scoring and LAMBADA's "
-                             "greedy check run through lm-eval): use arc_easy, arc_challenge, openbookqa, hellaswag "
-                             "or piqa")
+                             f"greedy check run through lm-eval): use {', '.join(IN_TRAINING_TASKS)}")
         self.tokenizer = tokenizer
         self.every_n_steps = every_n_steps
         self.task = task

@@ -16,14 +16,13 @@ import math
 from importlib import metadata as _md
 from pathlib import Path
 
-from hfpretrain.eval.task_data import available_tasks, base_task, resolve_data_root
+from hfpretrain.eval.task_data import QUESTION_TASKS, available_tasks, base_task, resolve_data_root
 from hfpretrain.eval.checkpoint import CheckpointNotFoundError, OutputFolderError, check_checkpoint, check_output_folder
 from hfpretrain.eval.local_tasks import DEFAULT_TASKS, load_tasks, task_manager
 
 logger = logging.getLogger(__name__)
 
 SCORINGS = ("lm_eval", "avg_logprob", "both")
-QUESTION_TASKS = ("arc_easy", "arc_challenge", "openbookqa")  # the reference rule's "Question: X\nAnswer:" fits these
 
 
 __all__ = ["CheckpointNotFoundError", "OutputFolderError", "check_checkpoint", "evaluate_checkpoint", "make_lm",

@@ -81,6 +81,11 @@ TASKS: dict[str, LocalTask] = {
     "lambada_openai": LocalTask(
         "lambada", {"test": "lambada_openai_test.jsonl"}, {"test": 5153}, _lambada),
 }
+# the reference rule's "Question: X\nAnswer:" fits these (hfpretrain.eval.scoring)
+QUESTION_TASKS = ("arc_easy", "arc_challenge", "openbookqa")
+# one prompt and N choices, which hfpretrain.eval.scoring scores on the live model during training; WinoGrande's
+# partial scoring and LAMBADA's greedy check run through lm-eval only (training.config lists the same names)
+IN_TRAINING_TASKS = (*QUESTION_TASKS, "hellaswag", "piqa")
 # the published sizes of the scored splits and the others (tests compare)
 FULL_SIZES = {name: dict(task.sizes) for name, task in TASKS.items()}
 

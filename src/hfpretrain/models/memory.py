@@ -140,51 +140,48 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     from hfpretrain.models.flops import matmul_params
     from hfpretrain.models.params import count_params
 
-    micro_batch, seq_len, n_gpus, zero_stage = layout.micro_batch, layout.seq_len, layout.n_gpus, layout.zero_stage
-    attn_implementation, dtype, compiled, fused_loss = (layout.attn_implementation, layout.dtype, layout.compiled,
-                                                        layout.fused_loss)
-    grad_checkpointing, grad_accum, fused_loss_chunk = layout.grad_checkpointing, layout.grad_accum, layout.fused_loss_chunk
-
-    if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be 0..3, got {zero_stage}")
-    if attn_implementation not in KNOWN_IMPLEMENTATIONS:
-        raise ValueError(f"unknown attn_implementation {attn_implementation!r}")
+    if layout.zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0..3, got {layout.zero_stage}")
+    if layout.attn_implementation not in KNOWN_IMPLEMENTATIONS:
+        raise ValueError(f"unknown attn_implementation {layout.attn_implementation!r}")
     n = count_params(config).total
-    shard = max(1, int(n_gpus))
-    weights = 4 * n // (shard if zero_stage >= 3 else 1)
-    grads = 4 * n // (shard if zero_stage >= 2 else 1)
-    optimizer = 8 * n // (shard if zero_stage >= 1 else 1)
-    opt_temp = 4 * n // (shard if zero_stage >= 1 else 1)
+    shard = max(1, int(layout.n_gpus))
+    weights = 4 * n // (shard if layout.zero_stage >= 3 else 1)
+    grads = 4 * n // (shard if layout.zero_stage >= 2 else 1)
+    optimizer = 8 * n // (shard if layout.zero_stage >= 1 else 1)
+    opt_temp = 4 * n // (shard if layout.zero_stage >= 1 else 1)
 
     x = _dims(config)
-    tokens = micro_batch * seq_len
-    mixed = dtype not in ("fp32", "float32")
+    tokens = layout.micro_batch * layout.seq_len
+    mixed = layout.dtype not in ("fp32", "float32")
     a = 2 if mixed else 4
-    per_layer = activation_bytes_per_token_per_layer(config, seq_len, attn_implementation, dtype, compiled)
+    per_layer = activation_bytes_per_token_per_layer(config, layout.seq_len, layout.attn_implementation, layout.dtype,
+                                                     layout.compiled)
     outside = 8 + 8 * x["d"] + a * x["d"]  # input ids, final norm (in + out), LM-head cast input
-    if attn_implementation == "eager":
-        outside += 4 * seq_len  # the materialised causal mask (shared by all layers)
-    if grad_checkpointing:
+    if layout.attn_implementation == "eager":
+        outside += 4 * layout.seq_len  # the materialised causal mask (shared by all layers)
+    if layout.grad_checkpointing:
         layers_bytes = tokens * (x["L"] * 4 * x["d"] + per_layer)
     else:
         layers_bytes = tokens * x["L"] * per_layer
-    if fused_loss == "compiled":
+    if layout.fused_loss == "compiled":
         # Head + loss in one graph: the bf16 logits, saved for backward; inductor's fused backward
         # writes their gradient over them (measured: one copy, within 2% at GPT-2 124M and scale_12m..146m).
         logits = tokens * x["V"] * a + a * tokens * x["d"]
-    elif fused_loss_chunk:
+    elif layout.fused_loss_chunk:
         # One chunk of logits: liger turns its bf16 logits into their gradient in place (a bytes each);
         # the chunked loss holds the bf16 matmul output, fp32 logits and logsumexp's two fp32
         # temporaries (a + 12). Measured on an H100/H200 to within 4% (docs/benchmarks.md).
         # Beside them: fp32 dW, the bf16 W copy, bf16 dX.
-        per_logit = a if fused_loss == "liger" else a + 12
-        logits = min(tokens, fused_loss_chunk) * x["V"] * per_logit + (4 + a) * x["V"] * x["d"] + a * tokens * x["d"]
+        per_logit = a if layout.fused_loss == "liger" else a + 12
+        logits = (min(tokens, layout.fused_loss_chunk) * x["V"] * per_logit + (4 + a) * x["V"] * x["d"]
+                  + a * tokens * x["d"])
     else:
         logits = tokens * 12 * x["V"]
-    weight_cache = 2 * matmul_params(config) if mixed and not compiled else 0
+    weight_cache = 2 * matmul_params(config) if mixed and not layout.compiled else 0
     activations = layers_bytes + tokens * outside + logits + weight_cache
 
-    backward_start = weights + optimizer + activations + (grads if grad_accum > 1 else 4 * x["V"] * x["d"])
+    backward_start = weights + optimizer + activations + (grads if layout.grad_accum > 1 else 4 * x["V"] * x["d"])
     step = weights + grads + optimizer + opt_temp
     total = max(backward_start, step)
     return MemoryEstimate(weights=weights, grads=grads, optimizer=optimizer, activations=activations, total=total,

@@ -26,7 +26,6 @@ from hfpretrain.models.memory import GIB
 logger = logging.getLogger("hfpretrain")
 
 
-
 class JsonlLogCallback(TrainerCallback):
     """One JSON object per line: the config snapshot, every log/eval record, checkpoints, the end."""
 

@@ -154,8 +154,7 @@ _CHOICES = {
     "optimizer.name": {"adamw", "muon"},
     "optimizer.muon_lr_scale": {"match_rms_adamw", "original"},
     "logging.wandb_artifacts": {"none", "reference", "upload"},
-    # the local tasks scored as one prompt and N choices (eval/task_data.py; WinoGrande's partial scoring and
-    # LAMBADA's greedy check run through lm-eval only, after training)
+    # eval.task_data.IN_TRAINING_TASKS (training comes before eval, so not imported; a test compares)
     "evaluation.lm_eval_task": {None, "arc_easy", "arc_challenge", "openbookqa", "hellaswag", "piqa"},
 }
 
@@ -284,6 +283,8 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             obj = getattr(obj, part)
         if obj not in allowed:
             raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed, key=str)}")
+    if recipe.model.z_loss < 0:
+        raise RecipeError(f"model.z_loss={recipe.model.z_loss} must be >= 0")
     backends = list(recipe.model.sdpa_backends)
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
         raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")

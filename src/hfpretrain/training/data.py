@@ -140,7 +140,7 @@ def collate_blocks(rows: list[np.ndarray], eos_id: int | None = None) -> dict[st
 def document_positions(ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     """Per row, each token's offset from the start of its document; a document starts at the row's first
     token and after each ``eos_id`` (the end-of-text belongs to the document it ends)."""
-    seq = torch.arange(ids.shape[-1]).expand_as(ids)
+    seq = torch.arange(ids.shape[-1], device=ids.device).expand_as(ids)
     starts = torch.zeros_like(ids, dtype=torch.bool)
     starts[:, 0] = True
     starts[:, 1:] = ids[:, :-1] == eos_id

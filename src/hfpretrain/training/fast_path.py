@@ -75,8 +75,6 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
     if model_section.z_loss and loss == "none":
         raise RecipeError("model.z_loss needs the project's loss (model.fused_loss compiled, liger, chunked or auto): "
                           "HF's own loss (none) has no z-loss term")
-    if model_section.z_loss < 0:
-        raise RecipeError(f"model.z_loss={model_section.z_loss} must be >= 0")
     if planning and not cuda and model_section.fused_loss == "auto":
         reasons["fused_loss"] += f" (planned for a {ASSUMED_GPU_MEMORY / 1e9:.0f} GB GPU)"
     return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons)

@@ -24,21 +24,19 @@ def target_sets(ids: np.ndarray, set_ids: list, eos_id: int) -> np.ndarray:
 
 
 @torch.no_grad()
-def token_losses(trainer, ids: torch.Tensor) -> torch.Tensor:
-    """(rows, seq_len - 1) losses in nats of the trainer's model on ``ids``."""
+def token_losses(trainer, ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """(rows, seq_len - 1) losses in nats of the trainer's model on ``ids`` (at ``position_ids``, if given)."""
     model = trainer.model
     unwrapped = trainer.accelerator.unwrap_model(model)
     tap = trainer._tap
-    # the positions (and so the mask) the model trained with: model.document_mask's, when on
-    positions = document_positions(ids, trainer.document_eos_id) if trainer.document_eos_id is not None else None
     with trainer.accelerator.autocast():
         if tap is None:
-            logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, :-1]
+            logits = model(input_ids=ids, position_ids=position_ids, use_cache=False).logits[:, :-1]
             return F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten(), reduction="none").view(
                 ids.shape[0], -1)
         tap.active = True
         try:
-            model(input_ids=ids, position_ids=positions, use_cache=False)
+            model(input_ids=ids, position_ids=position_ids, use_cache=False)
         finally:
             tap.active = False
         hidden, tap.hidden = tap.hidden, None
@@ -49,7 +47,8 @@ def token_losses(trainer, ids: torch.Tensor) -> torch.Tensor:
     return out.view(ids.shape[0], -1)
 
 
-def per_set_losses(trainer, blocks, n: int, set_names: list, eos_id: int, batch_size: int) -> dict:
+def per_set_losses(trainer, blocks, n: int, set_names: list, eos_id: int, batch_size: int,
+                   document_mask: bool = False) -> dict:
     """{set name: {"loss": mean nats per target token, "tokens": targets}} over the first ``n`` blocks."""
     model = trainer.model
     was_training = model.training
@@ -62,7 +61,10 @@ def per_set_losses(trainer, blocks, n: int, set_names: list, eos_id: int, batch_
             rows = blocks[a:min(a + batch_size, n)]
             ids = np.asarray(rows["input_ids"]).astype(np.int64)
             sets = target_sets(ids, rows["set_ids"], eos_id).ravel()
-            losses = token_losses(trainer, torch.from_numpy(ids).to(device)).double().cpu().numpy().ravel()
+            batch = torch.from_numpy(ids).to(device)
+            # the positions (and so the mask) the model trained with: model.document_mask's, when on
+            positions = document_positions(batch, eos_id) if document_mask else None
+            losses = token_losses(trainer, batch, positions).double().cpu().numpy().ravel()
             total += np.bincount(sets, weights=losses, minlength=len(total))[: len(total)]
             count += np.bincount(sets, minlength=len(total))[: len(total)]
     finally:

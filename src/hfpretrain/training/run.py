@@ -532,7 +532,6 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         loss_impl=loss_impl, loss_chunk_tokens=recipe.model.loss_chunk_tokens,
         liger_min_chunk_tokens=recipe.model.liger_min_chunk_tokens, nan_policy=recipe.nan_policy,
         max_skipped_steps=recipe.max_skipped_steps, z_loss=recipe.model.z_loss,
-        document_eos_id=config.eos_token_id if recipe.model.document_mask else None,
         compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode,
         decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
         train_blocks=len(train_blocks.blocks) if schedule is None else None,
@@ -591,7 +590,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
             if recipe.evaluation.per_set:
                 per_set = per_set_losses(trainer, load_blocks(recipe.data.path, "validation"), len(final_blocks),
                                          manifest.get("sets") or [], config.eos_token_id,
-                                         args.per_device_eval_batch_size)
+                                         args.per_device_eval_batch_size, recipe.model.document_mask)
                 final_eval["eval_loss_per_set"] = {k: v["loss"] for k, v in per_set.items()}
                 final_eval["eval_tokens_per_set"] = {k: v["tokens"] for k, v in per_set.items()}
 

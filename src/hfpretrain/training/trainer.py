@@ -228,7 +228,7 @@ class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
                  compile_backend="inductor", compile_mode="default", train_blocks=None, tokens_per_byte=None,
-                 max_skipped_steps=10, z_loss=0.0, document_eos_id=None,
+                 max_skipped_steps=10, z_loss=0.0,
                  optimizer_section=None, **kwargs):
         check_trainer_hooks()
         super().__init__(*args, **kwargs)
@@ -240,7 +240,6 @@ class PretrainTrainer(Trainer):
         self.loss_chunk_tokens = loss_chunk_tokens
         self.liger_min_chunk_tokens = liger_min_chunk_tokens
         self.z_loss = z_loss  # PaLM's z-loss weight, training steps only (training/loss.py)
-        self.document_eos_id = document_eos_id  # model.document_mask: positions restart after this id
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.nan_policy = nan_policy
         self.decay_embeddings = decay_embeddings
