@@ -421,51 +421,45 @@ class _Encoding:
 
 
 def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
-    train_sources, val_sources, val_docs, max_docs = (corpus.train_sources, corpus.val_sources, corpus.val_docs,
-                                                      corpus.max_docs)
-    on_bad, max_bad_fraction, num_proc = corpus.on_bad, corpus.max_bad_fraction, corpus.num_proc
-    select_sets, allow_missing = corpus.sets, corpus.allow_missing
-    tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len = (
-        encoding.tok, encoding.tok_json, encoding.enc, encoding.eos_name, encoding.eos_id, encoding.sha256,
-        encoding.seq_len)
     t_start = time.time()
     cache = tmp / "_cache"
-    dtype = ids_dtype(len(tok))
-    tokfn = BatchTokenizer(tok_json, eos_id, dtype, encoder=enc[0])
+    dtype = ids_dtype(len(encoding.tok))
+    tokfn = BatchTokenizer(encoding.tok_json, encoding.eos_id, dtype, encoder=encoding.enc[0])
 
     # 1-2: read, count bad records, cut to the requested number of documents
-    if val_sources is None:
-        limit = None if max_docs is None else val_docs + max_docs
-        raw = _generate(train_sources, on_bad, limit, num_proc, cache / "train", datasets, "train", select_sets)
+    if corpus.val_sources is None:
+        limit = None if corpus.max_docs is None else corpus.val_docs + corpus.max_docs
+        raw = _generate(corpus.train_sources, corpus.on_bad, limit, corpus.num_proc, cache / "train", datasets, "train",
+                        corpus.sets)
         input_files = {"inputs": _file_accounting(raw), "val_inputs": None}
-        _check_files(input_files["inputs"], "inputs", max_bad_fraction, allow_missing)
+        _check_files(input_files["inputs"], "inputs", corpus.max_bad_fraction, corpus.allow_missing)
         skip = np.asarray(raw.data.column("skip").to_numpy(zero_copy_only=False))
         n_good = int((skip == "").sum())
-        if n_good <= val_docs:  # validation would take every document: nothing left to train on
-            raise DataError(f"validation takes the first {val_docs} documents of the input (--val-docs) but it holds "
-                            f"only {n_good}, leaving none to train on: lower --val-docs or pass --val-input")
-        split_at = _cut(skip, val_docs)
+        if n_good <= corpus.val_docs:  # validation would take every document: nothing left to train on
+            raise DataError(f"validation takes the first {corpus.val_docs} documents of the input (--val-docs) but it "
+                            f"holds only {n_good}, leaving none to train on: lower --val-docs or pass --val-input")
+        split_at = _cut(skip, corpus.val_docs)
         end = _cut(skip, limit)
         parts = {"validation": (raw, 0, split_at), "train": (raw, split_at, end)}
     else:
-        raw_tr = _generate(train_sources, on_bad, max_docs, num_proc, cache / "train", datasets, "train",
-                           select_sets)
-        raw_va = _generate(val_sources, on_bad, val_docs, num_proc, cache / "validation", datasets, "validation",
-                           select_sets)
+        raw_tr = _generate(corpus.train_sources, corpus.on_bad, corpus.max_docs, corpus.num_proc, cache / "train",
+                           datasets, "train", corpus.sets)
+        raw_va = _generate(corpus.val_sources, corpus.on_bad, corpus.val_docs, corpus.num_proc, cache / "validation",
+                           datasets, "validation", corpus.sets)
         input_files = {"inputs": _file_accounting(raw_tr), "val_inputs": _file_accounting(raw_va)}
-        _check_files(input_files["inputs"], "train inputs", max_bad_fraction, allow_missing)
-        _check_files(input_files["val_inputs"], "validation inputs", max_bad_fraction, allow_missing)
+        _check_files(input_files["inputs"], "train inputs", corpus.max_bad_fraction, corpus.allow_missing)
+        _check_files(input_files["val_inputs"], "validation inputs", corpus.max_bad_fraction, corpus.allow_missing)
         skip_tr = np.asarray(raw_tr.data.column("skip").to_numpy(zero_copy_only=False))
         skip_va = np.asarray(raw_va.data.column("skip").to_numpy(zero_copy_only=False))
-        parts = {"train": (raw_tr, 0, _cut(skip_tr, max_docs)),
-                 "validation": (raw_va, 0, _cut(skip_va, val_docs))}
+        parts = {"train": (raw_tr, 0, _cut(skip_tr, corpus.max_docs)),
+                 "validation": (raw_va, 0, _cut(skip_va, corpus.val_docs))}
 
     timings = {"read_s": round(time.time() - t_start, 3)}
     stats = {}
     for split in ("train", "validation"):
         raw, lo, hi = parts[split]
         stats[split] = _bad_stats(raw, lo, hi)
-        _check_bad(stats[split], max_bad_fraction, split)
+        _check_bad(stats[split], corpus.max_bad_fraction, split)
 
     # 3-4: tokenize (parallel), pack (sequential, carried remainder)
     set_index: dict[str, int] = {}
@@ -476,22 +470,23 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
         t_prev = time.time()
         if hi - lo == 0 or stats[split]["records_read"] == sum(stats[split]["skipped"].values()):
             raise DataError(f"{split}: no documents left to tokenize (read {hi - lo} records; skipped {stats[split]['skipped']}"
-                            + (f"; only sets {select_sets} kept" if select_sets else "") + ")")
+                            + (f"; only sets {corpus.sets} kept" if corpus.sets else "") + ")")
         sub = raw.select(range(lo, hi)) if (lo, hi) != (0, len(raw)) else raw
         text_bytes = _text_bytes(sub)
         toks = sub.with_format("arrow").map(
-            tokfn, batched=True, batch_size=TOKENIZE_BATCH, num_proc=num_proc if len(sub) >= 2 * TOKENIZE_BATCH else None,
+            tokfn, batched=True, batch_size=TOKENIZE_BATCH,
+            num_proc=corpus.num_proc if len(sub) >= 2 * TOKENIZE_BATCH else None,
             remove_columns=list(RAW_COLUMNS), desc=f"tokenize {split}",
             new_fingerprint=f"tok-{split}-{os.getpid()}-{time.time_ns()}",
         )
         t1 = time.time()
         timings[f"tokenize_{split}_s"] = round(t1 - t_prev, 3)
-        packer = Packer(seq_len, eos_id, dtype, set_index)
+        packer = Packer(encoding.seq_len, encoding.eos_id, dtype, set_index)
         blocks = toks.with_format("arrow").map(
             packer, batched=True, batch_size=PACK_BATCH, num_proc=None,
             remove_columns=["input_ids", "set"], desc=f"pack {split}",
             features=datasets.Features({
-                "input_ids": datasets.List(datasets.Value(np.dtype(dtype).name), length=seq_len),
+                "input_ids": datasets.List(datasets.Value(np.dtype(dtype).name), length=encoding.seq_len),
                 "set_ids": datasets.List(datasets.Value("uint8")),
             }),
             new_fingerprint=f"pack-{split}-{os.getpid()}-{time.time_ns()}",
@@ -501,13 +496,14 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
         timings[f"pack_save_{split}_s"] = round(time.time() - t1, 3)
         logger.info("%s: %s", split, {k: v for k, v in timings.items() if split in k or k == "read_s"})
         if packer.blocks == 0:
-            raise DataError(f"{split}: {packer.tokens} tokens is fewer than one block of seq_len={seq_len}")
+            raise DataError(f"{split}: {packer.tokens} tokens is fewer than one block of seq_len={encoding.seq_len}")
         # token conservation, checked not assumed
-        if packer.tokens != packer.blocks * seq_len + packer.dropped_tail_tokens or len(blocks) != packer.blocks:
+        if (packer.tokens != packer.blocks * encoding.seq_len + packer.dropped_tail_tokens
+                or len(blocks) != packer.blocks):
             raise RuntimeError(f"{split}: token conservation failed: {packer.tokens} != "
-                               f"{packer.blocks} * {seq_len} + {packer.dropped_tail_tokens}")
+                               f"{packer.blocks} * {encoding.seq_len} + {packer.dropped_tail_tokens}")
         nbytes = dir_bytes(tmp / split)
-        bare = packer.blocks * seq_len * np.dtype(dtype).itemsize
+        bare = packer.blocks * encoding.seq_len * np.dtype(dtype).itemsize
         result[split] = {
             **stats[split],
             "documents": packer.documents,
@@ -515,7 +511,7 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
             "text_tokens": packer.tokens - packer.documents,
             "eos_tokens": packer.documents,
             "blocks": packer.blocks,
-            "block_tokens": packer.blocks * seq_len,
+            "block_tokens": packer.blocks * encoding.seq_len,
             "dropped_tail_tokens": packer.dropped_tail_tokens,
             "tokens_per_set": dict(sorted(packer.tokens_per_set.items())),
             "text_bytes": text_bytes,  # UTF-8 bytes of the documents' text: nats/token -> bits per byte
@@ -525,13 +521,13 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
         }
         del toks, blocks
 
-    missing = [s for s in select_sets or [] if not result["train"]["tokens_per_set"].get(s)]
+    missing = [s for s in corpus.sets or [] if not result["train"]["tokens_per_set"].get(s)]
     if missing:
         raise DataError(f"sets: no train document of {', '.join(missing)} in the input (kept: "
                         f"{', '.join(result['train']['tokens_per_set']) or 'none'}); set names are the inputs' "
                         "meta.pile_set_name, case-sensitive")
     shutil.rmtree(cache, ignore_errors=True)
-    tok.save_pretrained(str(tmp / "tokenizer"))
+    encoding.tok.save_pretrained(str(tmp / "tokenizer"))
     sets = [None] * len(set_index)
     for name, i in set_index.items():
         sets[i] = name
@@ -542,27 +538,28 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
         "fingerprint": None,
         "layout": "non-shifted blocks of seq_len tokens; labels = input_ids (the model shifts); "
                   "documents end with eos; boundaries = eos positions",
-        "seq_len": int(seq_len),
+        "seq_len": int(encoding.seq_len),
         "dtype": np.dtype(dtype).name,
         "tokenizer": {
-            "name_or_path": str(tok.name_or_path),
-            "class": type(tok).__name__,
-            "vocab_size": len(tok),
-            "eos_token": eos_name,
-            "eos_token_id": int(eos_id),
-            "sha256": tok_sha,
-            "encoder": {"name": enc[0], "reason": enc[1]},
+            "name_or_path": str(encoding.tok.name_or_path),
+            "class": type(encoding.tok).__name__,
+            "vocab_size": len(encoding.tok),
+            "eos_token": encoding.eos_name,
+            "eos_token_id": int(encoding.eos_id),
+            "sha256": encoding.sha256,
+            "encoder": {"name": encoding.enc[0], "reason": encoding.enc[1]},
         },
-        "inputs": describe_inputs(train_sources),
-        "val_inputs": describe_inputs(val_sources) if val_sources is not None else "first val_docs documents of inputs",
-        "val_docs": int(val_docs),
-        "max_docs": max_docs,
-        "select_sets": select_sets,
-        "on_bad": on_bad,
-        "max_bad_fraction": max_bad_fraction,
-        "allow_missing": allow_missing,
+        "inputs": describe_inputs(corpus.train_sources),
+        "val_inputs": (describe_inputs(corpus.val_sources) if corpus.val_sources is not None
+                       else "first val_docs documents of inputs"),
+        "val_docs": int(corpus.val_docs),
+        "max_docs": corpus.max_docs,
+        "select_sets": corpus.sets,
+        "on_bad": corpus.on_bad,
+        "max_bad_fraction": corpus.max_bad_fraction,
+        "allow_missing": corpus.allow_missing,
         "input_files": input_files,
-        "num_proc": num_proc,
+        "num_proc": corpus.num_proc,
         "sets": sets + (["other"] if len(sets) == 255 else []),
         "train": result["train"],
         "validation": result["validation"],
