@@ -12,7 +12,7 @@ import torch
 
 from hfpretrain.training import RecipeError, load_recipe, pretrain
 
-from train_utils import PRETRAIN_SCRIPT, REPO, TINY_RECIPE, python, subprocess_env
+from train_utils import PRETRAIN_SCRIPT, REPO, TINY_RECIPE, python, read_log, subprocess_env
 
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
 GPT2_PADDED_VOCAB = 50304  # the mini blocks use gpt2 (50,257 tokens), padded to a multiple of 128
@@ -128,6 +128,42 @@ def test_training_flops_derives_max_steps(mini_blocks):
     with pytest.raises(RecipeError, match=r"training_flops=.* means training.max_steps=100 .* training.max_steps=7"):
         pretrain(TINY_RECIPE, [*base[:1], "training.max_steps=7", "training.per_device_train_batch_size=4",
                                f"training_flops={100.4 * step_flops}"], dry_run=True)
+
+
+WSD = "training.lr_scheduler_type=warmup_stable_decay"
+
+
+@pytest.mark.parametrize("extra, expect", [
+    (["training.lr_scheduler_kwargs={decay_ratio: 0.2}"], "decay_ratio needs lr_scheduler_type=warmup_stable_decay"),
+    ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 1.5}"], r"decay_ratio=1.5 is outside \(0, 1\)"),
+    ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 0.2, num_decay_steps: 3}"], "both set the decay's length"),
+])
+def test_bad_decay_ratio_is_refused_at_load(extra, expect):
+    with pytest.raises(RecipeError, match=expect):
+        load_recipe(TINY_RECIPE, ["data.path=x", *extra])
+
+
+def test_decay_ratio_follows_max_steps(mini_blocks, tmp_path):
+    """lr_scheduler_kwargs.decay_ratio: warmup_stable_decay's decay is that share of max_steps (so a recipe whose
+    max_steps follows from training_flops keeps its shape); the learning rate of a real run is HF's schedule."""
+    from transformers import get_wsd_schedule
+
+    recipe = tmp_path / "wsd.yaml"  # the tiny recipe with a WSD schedule (an override would merge the kwargs)
+    recipe.write_text(TINY_RECIPE.read_text().replace("lr_scheduler_type: cosine_with_min_lr", f"lr_scheduler_type: "
+                      "warmup_stable_decay").replace("{min_lr_rate: 0.1}", "{decay_ratio: 0.25, min_lr_ratio: 0.1}"))
+    base = [f"data.path={mini_blocks}", "training.max_steps=12", "training.warmup_steps=2"]
+    plan = pretrain(recipe, base, dry_run=True)["plan"]
+    assert plan["lr_schedule"] == {"type": "warmup_stable_decay", "warmup_steps": 2, "stable_steps": 7,
+                                   "num_decay_steps": 3, "decay_starts_at_step": 9, "min_lr_ratio": 0.1}
+    summary = pretrain(recipe, [*base, f"training.output_dir={tmp_path / 'run'}", "training.logging_steps=1",
+                                "training.eval_strategy=no", "training.save_strategy=no",
+                                "training.per_device_train_batch_size=2"])
+    logged = {e["step"]: e["learning_rate"] for e in read_log(tmp_path / "run") if "learning_rate" in e}
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=3e-3)
+    expected = get_wsd_schedule(optimizer, 2, num_decay_steps=3, num_training_steps=12, min_lr_ratio=0.1)
+    for step in range(1, 13):  # the rate logged at step s is the one step s used: HF's at s - 1
+        assert logged[step] == pytest.approx(3e-3 * expected.lr_lambdas[0](step - 1), rel=1e-6), step
+    assert summary["global_step"] == 12
 
 
 def test_no_peak_no_expected_hours(mini_blocks):

@@ -479,4 +479,7 @@ def test_curriculum_small_recipe_trains(mini_blocks, hq_blocks, tmp_path):
     assert sum(tokens.values()) == 32 * 127  # every target token of the 32 final blocks, once
     mean = sum(per_set[k] * tokens[k] for k in per_set) / sum(tokens.values())
     assert mean == pytest.approx(final["eval_loss"], abs=2e-3)  # the same losses, counted by set
+    val = manifest["validation"]  # each set's bits per byte: its loss x its own tokens per byte of text
+    assert final["eval_bpb_per_set"] == pytest.approx({k: per_set[k] * val["tokens_per_set"][k] / val["text_bytes_per_set"][k]
+                                                       / np.log(2) for k in per_set}, rel=1e-9)
     assert (out / "final" / "lineage.json").is_file()

@@ -45,12 +45,18 @@ def test_bits_per_byte_and_passes(reference_run, mini_blocks, mini_val):
 
     import zstandard
 
+    per_set = {}
     with open(mini_val, "rb") as f:
         lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(f), encoding="utf-8")
-        text_bytes = sum(len(json.loads(next(lines))["text"].encode("utf-8")) for _ in range(100))
+        for _ in range(100):
+            doc = json.loads(next(lines))
+            name = doc["meta"]["pile_set_name"]
+            per_set[name] = per_set.get(name, 0) + len(doc["text"].encode("utf-8"))
+    text_bytes = sum(per_set.values())
     manifest = json.loads((mini_blocks / "manifest.json").read_text())
     val = manifest["validation"]
     assert val["text_bytes"] == text_bytes and val["documents"] == 100
+    assert val["text_bytes_per_set"] == per_set  # each set's bits per byte (evaluation.per_set)
     summary = json.loads((reference_run / "summary.json").read_text())
     final = summary["final_eval"]
     assert final["eval_bpb"] == pytest.approx(final["eval_loss"] * val["tokens"] / text_bytes / np.log(2), rel=1e-9)

@@ -13,7 +13,7 @@ eos_token_id, sha256, class, encoder {name, reason}}, ``inputs`` / ``val_inputs`
 ``sets`` (index -> name for ``set_ids``),
 ``train`` / ``validation`` {records_read, documents, skipped {reason: n}, bad_examples
 [{where, reason}], tokens, text_tokens, eos_tokens, blocks, block_tokens, dropped_tail_tokens,
-tokens_per_set, text_bytes (UTF-8 bytes of the documents: bits per byte), bytes (on disk), bare_id_bytes, bytes_overhead}, ``wall_time_s``, ``tokens_per_s``, ``num_proc``.
+tokens_per_set, text_bytes (UTF-8 bytes of the documents: bits per byte), text_bytes_per_set, bytes (on disk), bare_id_bytes, bytes_overhead}, ``wall_time_s``, ``tokens_per_s``, ``num_proc``.
 """
 
 from __future__ import annotations

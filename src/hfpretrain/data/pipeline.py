@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..outdir import output_problem
@@ -383,13 +384,15 @@ def _check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
                if "missing_text" in stats["skipped"] else ""))
 
 
-def _text_bytes(raw) -> int:
-    """UTF-8 bytes of the text of the documents kept (not skipped), streamed in record batches."""
-    total = 0
+def _text_bytes(raw) -> dict[str, int]:
+    """{set name: UTF-8 bytes of the text of its documents kept (not skipped)}, streamed in record batches."""
+    per_set: dict[str, int] = {}
     for batch in raw.with_format("arrow").iter(batch_size=PACK_BATCH):
-        kept = pc.filter(batch.column("text"), pc.equal(batch.column("skip"), ""))
-        total += pc.sum(pc.binary_length(kept)).as_py() or 0
-    return int(total)
+        kept = batch.filter(pc.equal(batch.column("skip"), ""))
+        sizes = pa.table({"set": kept.column("set"), "n": pc.binary_length(kept.column("text"))})
+        for row in sizes.group_by("set").aggregate([("n", "sum")]).to_pylist():
+            per_set[row["set"]] = per_set.get(row["set"], 0) + int(row["n_sum"])
+    return per_set
 
 
 @dataclass(frozen=True)
@@ -472,7 +475,7 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
             raise DataError(f"{split}: no documents left to tokenize (read {hi - lo} records; skipped {stats[split]['skipped']}"
                             + (f"; only sets {corpus.sets} kept" if corpus.sets else "") + ")")
         sub = raw.select(range(lo, hi)) if (lo, hi) != (0, len(raw)) else raw
-        text_bytes = _text_bytes(sub)
+        text_bytes = _text_bytes(sub)  # per set: bits per byte of each set (evaluation.per_set)
         toks = sub.with_format("arrow").map(
             tokfn, batched=True, batch_size=TOKENIZE_BATCH,
             num_proc=corpus.num_proc if len(sub) >= 2 * TOKENIZE_BATCH else None,
@@ -514,7 +517,8 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
             "block_tokens": packer.blocks * encoding.seq_len,
             "dropped_tail_tokens": packer.dropped_tail_tokens,
             "tokens_per_set": dict(sorted(packer.tokens_per_set.items())),
-            "text_bytes": text_bytes,  # UTF-8 bytes of the documents' text: nats/token -> bits per byte
+            "text_bytes": sum(text_bytes.values()),  # UTF-8 bytes of the documents' text: nats/token -> bits per byte
+            "text_bytes_per_set": dict(sorted(text_bytes.items())),
             "bytes": nbytes,  # on disk
             "bare_id_bytes": bare,
             "bytes_overhead": round(nbytes / bare - 1, 5) if bare else None,

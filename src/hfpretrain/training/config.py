@@ -289,6 +289,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
         raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")
     check_data_section(recipe.data, recipe.training)
+    _check_decay_ratio(recipe.training, recipe.data.decay_in_last_phase)
     if not recipe.data.path and recipe.data.sources:
         recipe.data.path = str(next(iter(recipe.data.sources.values())))  # validation + tokenizer: the first
     if not recipe.data.path:
@@ -368,6 +369,25 @@ def check_data_section(data: DataSection, training: dict) -> None:
                                   "is the last phase's steps, the stable part the rest after warmup): leave it out")
         if not sources:
             raise RecipeError("data.decay_in_last_phase needs data.sources and data.phases")
+
+
+def _check_decay_ratio(training: dict, decay_in_last_phase: bool) -> None:
+    """training.lr_scheduler_kwargs.decay_ratio: warmup_stable_decay's decay as a share of max_steps (like
+    warmup_ratio), so that a recipe whose max_steps follows from training_flops keeps its schedule's shape."""
+    kwargs = training.get("lr_scheduler_kwargs") or {}
+    if "decay_ratio" not in kwargs:
+        return
+    ratio, schedule = kwargs["decay_ratio"], training.get("lr_scheduler_type")
+    if getattr(schedule, "value", schedule) != "warmup_stable_decay":
+        raise RecipeError(f"training.lr_scheduler_kwargs.decay_ratio needs lr_scheduler_type=warmup_stable_decay "
+                          f"(got {schedule!r})")
+    if not _number(ratio) or not 0 < ratio < 1:
+        raise RecipeError(f"training.lr_scheduler_kwargs.decay_ratio={ratio!r} is outside (0, 1): the share of "
+                          "training.max_steps spent decaying")
+    if "num_decay_steps" in kwargs or decay_in_last_phase:
+        raise RecipeError("training.lr_scheduler_kwargs.decay_ratio and "
+                          + ("num_decay_steps" if "num_decay_steps" in kwargs else "data.decay_in_last_phase")
+                          + " both set the decay's length: keep one")
 
 
 def recipe_to_yaml(recipe: Recipe) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hfpretrain.data.manifest import bits_per_byte
 from .data import document_positions
 
 CHUNK_TOKENS = 4096
@@ -71,3 +72,12 @@ def per_set_losses(trainer, blocks, n: int, set_names: list, eos_id: int, batch_
         model.train(was_training)
     names = list(set_names) + [f"set{i}" for i in range(len(set_names), len(total))]
     return {names[i]: {"loss": total[i] / count[i], "tokens": int(count[i])} for i in np.flatnonzero(count)}
+
+
+def per_set_bits_per_byte(losses: dict, validation: dict) -> dict:
+    """{set name: bits per byte}: each set's loss times its own tokens per byte of text (the manifest's
+    validation ``tokens_per_set`` / ``text_bytes_per_set``); sets without a byte count are left out (an
+    output tokenized before the per-set counts were recorded)."""
+    tokens, text_bytes = validation.get("tokens_per_set") or {}, validation.get("text_bytes_per_set") or {}
+    return {name: bits_per_byte(loss, tokens[name] / text_bytes[name]) for name, loss in losses.items()
+            if tokens.get(name) and text_bytes.get(name)}

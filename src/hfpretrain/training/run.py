@@ -39,7 +39,7 @@ from .mixture import (MixtureBlocks, MixtureLogCallback, MixtureSchedule, combin
                       load_sources, mixture_plan, resolve_phases)
 from .loss import loss_chunk_tokens
 from .model_card import write_model_card
-from .per_set import per_set_losses
+from .per_set import per_set_bits_per_byte, per_set_losses
 from .trainer import PretrainTrainer, last_complete_checkpoint
 from .zero import deepspeed_tag
 
@@ -387,13 +387,15 @@ def check_resume(checkpoint: str, recipe: Recipe, data_info: dict, max_steps: in
                        "the summary are that checkpoint's. Raise training.max_steps to train on", folder, step, max_steps)
 
 
-def decay_in_last_phase(args: TrainingArguments, decay_steps: int) -> dict:
-    """warmup_stable_decay with its decay over the last phase: num_decay_steps = that phase's steps."""
+def wsd_decay(args: TrainingArguments, decay_steps: int, source: str) -> dict:
+    """warmup_stable_decay with ``decay_steps`` of decay, set from ``source`` (data.decay_in_last_phase: the last
+    phase's steps; lr_scheduler_kwargs.decay_ratio: that share of max_steps). The schedule's plan entry."""
     warmup = args.get_warmup_steps(args.max_steps)
     if warmup + decay_steps > args.max_steps:
-        raise ValueError(f"data.decay_in_last_phase: {warmup} warmup steps + {decay_steps} decay steps (the last phase) "
-                         f"> training.max_steps={args.max_steps}: shorten the warmup or the last phase")
+        raise ValueError(f"{source}: {warmup} warmup steps + {decay_steps} decay steps "
+                         f"> training.max_steps={args.max_steps}: shorten the warmup or the decay")
     kwargs = args.lr_scheduler_kwargs if isinstance(args.lr_scheduler_kwargs, dict) else {}
+    kwargs = {k: v for k, v in kwargs.items() if k != "decay_ratio"}  # ours, not get_wsd_schedule's
     args.lr_scheduler_kwargs = {**kwargs, "num_decay_steps": decay_steps}
     return {"type": "warmup_stable_decay", "warmup_steps": warmup,
             "stable_steps": args.max_steps - warmup - decay_steps, "num_decay_steps": decay_steps,
@@ -454,7 +456,10 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         data_info.update(fingerprint=combined_fingerprint(schedule, manifest.get("fingerprint")),
                          mixture=describe_mixture(schedule))
         if recipe.data.decay_in_last_phase:
-            plan["lr_schedule"] = decay_in_last_phase(args, schedule.phases[-1].steps)
+            plan["lr_schedule"] = wsd_decay(args, schedule.phases[-1].steps, "data.decay_in_last_phase")
+    decay_ratio = (args.lr_scheduler_kwargs or {}).get("decay_ratio")
+    if decay_ratio is not None:
+        plan["lr_schedule"] = wsd_decay(args, round(decay_ratio * args.max_steps), "training.lr_scheduler_kwargs.decay_ratio")
     if dry_run:
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
     check_output_dir(args.output_dir)  # before the work: a run that cannot save is lost
@@ -593,6 +598,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
                                          args.per_device_eval_batch_size, recipe.model.document_mask)
                 final_eval["eval_loss_per_set"] = {k: v["loss"] for k, v in per_set.items()}
                 final_eval["eval_tokens_per_set"] = {k: v["tokens"] for k, v in per_set.items()}
+                final_eval["eval_bpb_per_set"] = per_set_bits_per_byte(final_eval["eval_loss_per_set"],
+                                                                       manifest.get("validation") or {})
 
     summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
                "end_to_end": getattr(throughput, "end_to_end", {}), "skipped_steps": trainer.skipped_steps,
