@@ -18,7 +18,7 @@ import pytest
 
 from hfpretrain.study.fit import fit_arms, fit_power_law, frontier
 from hfpretrain.study.grid import expand, load_spec, run_study
-from hfpretrain.study.report import analyse, verdict, write_report
+from hfpretrain.study.report import analyse, measure, verdict, write_report
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "src" / "hfpretrain" / "study" / "specs"
@@ -132,6 +132,24 @@ def test_report_has_table_fits_and_verdict(tmp_path):
     assert "| arm | α | E | A |" in text and "0.1500" in text
     assert "**better** wins by 0.1000 nats" in text
     assert "## Caveats" in text
+
+
+def test_bits_per_byte_decide_across_tokenizers(tmp_path):
+    """When every run has bits per byte, the fits, the verdict and the report use them, not nats per token
+    (a vocabulary ablation: "better" has more nats per token of its own tokenizer, but fewer bits per byte)."""
+    rows = _synthetic_rows()
+    for r in rows:
+        r["val_bpb"] = r["val_loss"] / (2.0 if r["arm"] == "better" else 1.5)
+        r["val_loss"] = r["val_loss"] + (1.0 if r["arm"] == "better" else 0.0)
+    y = measure(rows)
+    assert y == "val_bpb" and measure([{**rows[0], "val_bpb": None}, *rows[1:]]) == "val_loss"
+    fits = fit_arms(rows, y=y)
+    assert fits["better"]["fit"].E == pytest.approx(1.9 / 2.0, rel=1e-3)
+    v = verdict(rows, fits, y)
+    assert v["observed"]["winner"] == "better"
+    spec = load_spec({**MICRO, "arms": {"base": [], "better": []}})
+    assert "**better** wins by" in write_report(spec, rows, fits, tmp_path / "report.md").read_text()
+    assert verdict(rows, fit_arms(rows))["observed"]["winner"] == "base"  # in nats the other arm "wins"
 
 
 def test_micro_study_end_to_end_and_resumable(mini_blocks, tmp_path):

@@ -111,18 +111,19 @@ def frontier(rows: list[dict], bucket_decades: float = 0.25, x: str = "flops", y
     return out
 
 
-def fit_arms(rows: list[dict], bucket_decades: float = 0.25) -> dict[str, dict]:
+def fit_arms(rows: list[dict], bucket_decades: float = 0.25, y: str = "val_loss") -> dict[str, dict]:
     """Per arm: the frontier points and the fit on them (on every point if the frontier has < 3
-    points and the arm has more). Value: {"fit": PowerLawFit | None, "frontier": rows, "on": str}."""
+    points and the arm has more), of ``y`` (val_loss, or val_bpb across tokenizers).
+    Value: {"fit": PowerLawFit | None, "frontier": rows, "on": str}."""
     out = {}
     for arm in dict.fromkeys(r["arm"] for r in rows):
-        arm_rows = [r for r in rows if r["arm"] == arm and r.get("val_loss") is not None]
-        front = frontier(arm_rows, bucket_decades)
+        arm_rows = [r for r in rows if r["arm"] == arm and r.get(y) is not None]
+        front = frontier(arm_rows, bucket_decades, y=y)
         points, on = front, "frontier"
         if len(front) < 3 and len(arm_rows) > len(front):
             points, on = arm_rows, "all points"
         try:
-            fit = fit_power_law([r["flops"] for r in points], [r["val_loss"] for r in points])
+            fit = fit_power_law([r["flops"] for r in points], [r[y] for r in points])
         except ValueError:
             fit = None
         out[arm] = {"fit": fit, "frontier": front, "on": on}

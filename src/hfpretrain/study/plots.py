@@ -91,10 +91,11 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
     return _save(fig, out_png)
 
 
-def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, title: str | None = None) -> Path:
-    """Final validation loss against training FLOPs (log x), one colour per arm and one marker per
-    model size: every run as a point (frontier points filled, the others hollow) and each arm's
-    fitted E + A·C^(−α) curve.
+def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, title: str | None = None,
+               y: str = "val_loss") -> Path:
+    """Final validation loss (``y``: val_loss, or val_bpb across tokenizers) against training FLOPs (log x),
+    one colour per arm and one marker per model size: every run as a point (frontier points filled, the
+    others hollow) and each arm's fitted E + A·C^(−α) curve.
 
     ``fits`` is the output of ``hfpretrain.study.fit.fit_arms``.
     """
@@ -105,16 +106,16 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    flops = [r["flops"] for r in rows if r.get("val_loss") is not None]
+    flops = [r["flops"] for r in rows if r.get(y) is not None]
     sizes = list(dict.fromkeys(r["size"] for r in rows))
     marker = {size: "osD^vP*Xhp<>"[i % 12] for i, size in enumerate(sizes)}
     for i, arm in enumerate(dict.fromkeys(r["arm"] for r in rows)):
         colour = f"C{i}"
-        pts = [r for r in rows if r["arm"] == arm and r.get("val_loss") is not None]
+        pts = [r for r in rows if r["arm"] == arm and r.get(y) is not None]
         front = {r["run"] for r in fits.get(arm, {}).get("frontier", [])}
         for r in pts:
             filled = r["run"] in front
-            ax.scatter(r["flops"], r["val_loss"], marker=marker[r["size"]], zorder=3 if filled else 2,
+            ax.scatter(r["flops"], r[y], marker=marker[r["size"]], zorder=3 if filled else 2,
                        facecolors=colour if filled else "none", edgecolors=colour, alpha=1.0 if filled else 0.7)
         label = arm
         fit = fits.get(arm, {}).get("fit")
@@ -128,7 +129,8 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
     if len(sizes) > 1:
         for size in sizes:
             ax.scatter([], [], marker=marker[size], facecolors="none", edgecolors="grey", label=size)
-    _log_axes(ax, "training FLOPs (6·N_matmul + attention, × tokens)", "final validation loss (nats/token)",
+    unit = "bits per byte" if y == "val_bpb" else "nats/token"
+    _log_axes(ax, "training FLOPs (6·N_matmul + attention, × tokens)", f"final validation loss ({unit})",
               title or "validation loss vs compute (filled: frontier)")
     return _save(fig, out_png)
 

@@ -25,7 +25,13 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def verdict(rows: list[dict], fits: dict[str, dict]) -> dict:
+def measure(rows: list[dict]) -> str:
+    """What a study compares: bits per byte when every run has it (comparable across tokenizers: a vocabulary
+    ablation), else nats per token."""
+    return "val_bpb" if rows and all(r.get("val_bpb") is not None for r in rows) else "val_loss"
+
+
+def verdict(rows: list[dict], fits: dict[str, dict], y: str = "val_loss") -> dict:
     """Which arm wins at the largest compute, and by how much.
 
     ``predicted``: each fitted arm's L(C_max), C_max = the largest training FLOPs of the study.
@@ -33,7 +39,7 @@ def verdict(rows: list[dict], fits: dict[str, dict]) -> dict:
     in every arm, so this compares like with like).
     """
     out: dict = {"arms": list(fits)}
-    measured = [r for r in rows if r.get("val_loss") is not None]
+    measured = [r for r in rows if r.get(y) is not None]
     if not measured:
         return out
     c_max = max(r["flops"] for r in measured)
@@ -41,7 +47,7 @@ def verdict(rows: list[dict], fits: dict[str, dict]) -> dict:
     top = max(r["budget"] for r in measured)
     observed = {}
     for arm in fits:
-        losses = [r["val_loss"] for r in measured if r["arm"] == arm and r["budget"] == top]
+        losses = [r[y] for r in measured if r["arm"] == arm and r["budget"] == top]
         if losses:
             observed[arm] = min(losses)
     out.update(c_max=c_max, top_budget=top)
@@ -206,9 +212,9 @@ def discussion_lines(result: dict) -> list[str]:
     return out
 
 
-def frontier_lines(spec: StudySpec, rows: list[dict], fits: dict[str, dict]) -> list[str]:
+def frontier_lines(spec: StudySpec, rows: list[dict], fits: dict[str, dict], y: str = "val_loss") -> list[str]:
     """Without an IsoFLOP grid: fits on the compute-efficient frontier and the verdict at the largest compute."""
-    v = verdict(rows, fits)
+    v = verdict(rows, fits, y)
     lines: list[str] = []
     lines += ["## Fits: L(C) = E + A · C^(−α)", "",
               "Per arm, on the compute-efficient frontier (lowest loss per quarter-decade of compute) "
@@ -225,11 +231,13 @@ def frontier_lines(spec: StudySpec, rows: list[dict], fits: dict[str, dict]) -> 
     lines += [_table(["arm", "α", "E", "A", "points", "R²", "RMSE / fitted on"], fit_rows), ""]
 
     lines += ["## Verdict at the largest compute", ""]
+    unit = "bits/byte" if y == "val_bpb" else "nats"
+
     def verdict_lines(label: str, where: str, r: dict) -> None:
         lines.append(f"- **{label}** {where}: " +
                      ", ".join(f"{a} {loss:.4f}" for a, loss in sorted(r["losses"].items(), key=lambda kv: kv[1])) + ".")
         if "margin" in r:
-            lines.append(f"  **{r['winner']}** wins by {r['margin']:.4f} nats ({100 * r['relative']:.2f}%) over "
+            lines.append(f"  **{r['winner']}** wins by {r['margin']:.4f} {unit} ({100 * r['relative']:.2f}%) over "
                          f"{r['runner_up']}.")
 
     if "predicted" in v:
@@ -264,7 +272,7 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
     if isoflop and isoflop.get("optima"):
         lines += isoflop_lines(isoflop, isoflop_png)
     else:
-        lines += frontier_lines(spec, rows, fits)
+        lines += frontier_lines(spec, rows, fits, measure(rows))
     if plot_png:
         lines += ["## Plot", "", f"![validation loss vs training FLOPs]({_link(plot_png, out_md.parent)})", ""]
 
@@ -313,11 +321,10 @@ def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int |
     # the spec as run (with --workers and command-line overrides): scripts/report.py STUDY_DIR reads it back
     (out / "spec.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
     csv_path, json_path = write_results(rows, out)
-    fits = fit_arms(rows)
+    y = measure(rows)
+    fits = fit_arms(rows, y=y)
     isoflop, isoflop_png = None, None
     if spec.budget_kind == "flops" and rows:
-        # bits per byte when every run has it: comparable across tokenizers (a vocabulary ablation)
-        y = "val_bpb" if all(r.get("val_bpb") is not None for r in rows) else "val_loss"
         isoflop = analyse_isoflop(rows, y=y)
         (out / "analysis.json").write_text(json.dumps(to_json(isoflop), indent=2, default=str))
         if isoflop.get("optima"):
@@ -325,7 +332,7 @@ def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int |
     (out / "fits.json").write_text(json.dumps(
         {arm: {"fit": f["fit"].as_dict() if f["fit"] else None, "on": f["on"],
                "frontier": [r["run"] for r in f["frontier"]]} for arm, f in fits.items()}, indent=2))
-    plot = plot_study(rows, fits, out / "loss_vs_flops.png", title=spec.name) if rows else None
+    plot = plot_study(rows, fits, out / "loss_vs_flops.png", title=spec.name, y=y) if rows else None
     report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report)
     return {"results_csv": csv_path, "results_json": json_path, "fits": fits, "plot": plot, "report": report,
             "isoflop": isoflop}
