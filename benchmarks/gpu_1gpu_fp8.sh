@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU (issue 19): the Qwen3 1.8B recipe in bf16 and in fp8 (tensorwise, then rowwise) in the same call, same
-# data and seed; STEPS steps (>= 300 for the loss comparison), windows of 10. Not run yet (no device time in the
-# session that wrote it).   source .carry/setup.sh && STEPS=300 bash benchmarks/gpu_1gpu_fp8.sh
+# data and seed; STEPS steps (>= 300 for the loss comparison), windows of 10 (docs/benchmarks.md § FP8).
+#   source .carry/setup.sh && STEPS=300 bash benchmarks/gpu_1gpu_fp8.sh
 source benchmarks/gpu_common.sh
 tokenize_corpus
 for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
@@ -19,7 +19,8 @@ python3 - <<'PY' | tee -a "$N"
 import glob, json, os
 for f in sorted(glob.glob(os.environ["OUT"] + "/fp8_*.json")):
     r = json.load(open(f))
-    w = (r.get("windows") or [{}])[-1]
+    fp8_peak = 1979e12  # dense fp8, H100 SXM and H200 (models/hardware.py)
     print(f"{os.path.basename(f)[4:-5]:12s} {r.get('tokens_per_s', 0):>8,.0f} tok/s  MFU(bf16 peak) {r.get('mfu', 0):.1%}  "
-          f"MFU(fp8 peak) {w.get('mfu_fp8', 0):.1%}  peak {r.get('mem_peak_gib') or 0:.1f} GiB  loss {r.get('last_loss')}")
+          f"MFU(fp8 peak) {r.get('tflops_per_gpu', 0) * 1e12 / fp8_peak:.1%}  peak {r.get('mem_peak_gib') or 0:.1f} GiB  "
+          f"loss {r.get('last_loss')}  val loss {(r.get('final_eval') or {}).get('eval_loss')}")
 PY

@@ -6,7 +6,7 @@
 # only while the machine stays warm), and packs what is finished into $OUT/gpu_vocab_runs.tgz (copy it to
 # .carry/ for the next call). Once every run is done and time is left, it trains the best configuration of
 # the largest budget again with periodic evaluation (curves) and packs it as $OUT/best.tgz.part-* (the
-# checkpoint: lm-eval, generations and the report are made on any machine with scripts/report.py).
+# checkpoint: lm-eval, generations and the report are made on any machine with scripts/report.py; BEST=0: not).
 # Carry: TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval (7 shards) + out/tok_bpe8k (trained
 # by benchmarks/prepare_vocab_study.sh; carried so that both sides use the same merges).
 #   source .carry/setup.sh && BUDGET_S=570 bash benchmarks/gpu_1gpu_vocab_study.sh
@@ -16,7 +16,9 @@ STUDY=studies/gpu_vocab
 SHARDS=7 NUM_PROC=16 OUT=out bash benchmarks/prepare_vocab_study.sh 2>&1 | tail -2
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
 mkdir -p "$STUDY"
-[ -f .carry/gpu_vocab_runs.tgz ] && tar -xzf .carry/gpu_vocab_runs.tgz -C "$STUDY"
+# the finished runs: an earlier call's (carried), else the committed ones (docs/study_gpu_vocab/runs)
+if [ -f .carry/gpu_vocab_runs.tgz ]; then tar -xzf .carry/gpu_vocab_runs.tgz -C "$STUDY"
+elif [ ! -d "$STUDY/runs" ]; then cp -r docs/study_gpu_vocab/runs "$STUDY/"; fi
 # --foreground: the signal goes to study.py alone, which passes it to its workers (a group-wide TERM would
 # also reach loader workers in their first instants, before they ignore it); -k: a hung study cannot eat the call
 timeout --foreground -k 30 -s TERM $(( $(left) - 90 )) python3 scripts/study.py $SPEC > "$OUT/study.log" 2>&1
@@ -26,7 +28,7 @@ grep -hE ": (training|done)|Error|error" "$STUDY"/logs/worker*.log | cut -c1-200
   runs/*/*/lineage.json logs)
 todo=$(python3 scripts/study.py $SPEC --list | grep -c ^todo)
 echo "== runs left: $todo" | tee -a "$N"
-if [ "$todo" = 0 ] && [ $(left) -gt 150 ]; then
+if [ "$todo" = 0 ] && [ "${BEST:-1}" = 1 ] && [ $(left) -gt 150 ]; then
   # the best run of the largest budget (lowest bits per byte), trained again with periodic evaluation
   best=$(python3 -c "
 import json; rows = json.load(open('$STUDY/results.json')); top = max(r['budget'] for r in rows)
