@@ -14,7 +14,7 @@ H128="model.overrides.num_attention_heads=6 model.overrides.num_key_value_heads=
 W1024="model.overrides.hidden_size=1024 model.overrides.num_attention_heads=8 model.overrides.num_key_value_heads=8 model.overrides.head_dim=128 model.overrides.intermediate_size=2816"
 variant() {  # name, overrides...
   rm -rf /tmp/bs_$1
-  timed bs_$1 python3 benchmarks/benchmark.py ours recipes/best_small.yaml data.path=$DATA training_flops=null training.max_steps=${STEPS:-40} \
+  timed bs_$1 python3 benchmarks/benchmark.py ours recipes/best_small.yaml data.path=$DATA training_flops=null training.max_steps=${STEPS:-40} training.warmup_steps=4 \
     training.logging_steps=5 training.eval_strategy=no training.save_strategy=no training.report_to=none \
     training.disable_tqdm=true training.output_dir=/tmp/bs_$1 "${@:2}" --out "$OUT/bs_$1.json"
 }

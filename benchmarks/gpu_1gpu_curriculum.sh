@@ -7,6 +7,7 @@
 #   source .carry/setup.sh && ARM=curriculum bash benchmarks/gpu_1gpu_curriculum.sh
 #   source .carry/setup.sh && ARM=single bash benchmarks/gpu_1gpu_curriculum.sh
 set -o pipefail
+case "${ARM:-}" in curriculum|single) ;; *) echo "ARM=curriculum or ARM=single (got '${ARM:-}')" >&2; exit 2 ;; esac
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/notes.txt"
 tok() {  # out folder, extra arguments: the first 6 train shards with the 8k BPE (kept while the machine is warm)
   [ -f "$1/manifest.json" ] || python3 scripts/tokenize_pile.py --input .carry/data/pretrain/mix/train-0000[0-5].jsonl.zst \
@@ -16,7 +17,7 @@ tok() {  # out folder, extra arguments: the first 6 train shards with the 8k BPE
 tok out/mix6_bpe8k_1024
 tok out/mix6hq_bpe8k_1024 --sets Books TechDocs Math
 echo "== data (${SECONDS}s)" | tee -a "$OUT/notes.txt"
-run=runs/curriculum_${ARM:?ARM=curriculum or single}
+run=runs/curriculum_$ARM
 if [ "$ARM" = single ]; then
   # the control: one phase on the whole mix (the same sampler); the decay steps the curriculum's phase 2 has
   decay=$(python3 scripts/pretrain.py recipes/curriculum_best_small.yaml --dry-run 2>&1 \

@@ -17,9 +17,10 @@ for v in fp8 fp8_rowwise; do
 done
 python3 - <<'PY' | tee -a "$N"
 import glob, json, os
+from hfpretrain.models.hardware import detect_peak_flops
+fp8_peak = detect_peak_flops("fp8") or float("nan")  # this GPU's dense fp8 peak (models/hardware.py)
 for f in sorted(glob.glob(os.environ["OUT"] + "/fp8_*.json")):
     r = json.load(open(f))
-    fp8_peak = 1979e12  # dense fp8, H100 SXM and H200 (models/hardware.py)
     print(f"{os.path.basename(f)[4:-5]:12s} {r.get('tokens_per_s', 0):>8,.0f} tok/s  MFU(bf16 peak) {r.get('mfu', 0):.1%}  "
           f"MFU(fp8 peak) {r.get('tflops_per_gpu', 0) * 1e12 / fp8_peak:.1%}  peak {r.get('mem_peak_gib') or 0:.1f} GiB  "
           f"loss {r.get('last_loss')}  val loss {(r.get('final_eval') or {}).get('eval_loss')}")

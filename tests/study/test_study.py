@@ -148,7 +148,8 @@ def test_bits_per_byte_decide_across_tokenizers(tmp_path):
     v = verdict(rows, fits, y)
     assert v["observed"]["winner"] == "better"
     spec = load_spec({**MICRO, "arms": {"base": [], "better": []}})
-    assert "**better** wins by" in write_report(spec, rows, fits, tmp_path / "report.md").read_text()
+    text = write_report(spec, rows, fits, tmp_path / "report.md").read_text()
+    assert "**Observed**" in text and "**better** wins by" in text and "bits/byte" in text and " nats (" not in text
     assert verdict(rows, fit_arms(rows))["observed"]["winner"] == "base"  # in nats the other arm "wins"
 
 

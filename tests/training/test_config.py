@@ -136,7 +136,10 @@ WSD = "training.lr_scheduler_type=warmup_stable_decay"
 @pytest.mark.parametrize("extra, expect", [
     (["training.lr_scheduler_kwargs={decay_ratio: 0.2}"], "decay_ratio needs lr_scheduler_type=warmup_stable_decay"),
     ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 1.5}"], r"decay_ratio=1.5 is outside \(0, 1\)"),
-    ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 0.2, num_decay_steps: 3}"], "both set the decay's length"),
+    ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 0.2, num_decay_steps: 3}"], "decay_ratio and num_decay_steps"),
+    ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 0.2, num_stable_steps: 3}"], "decay_ratio and num_stable_steps"),
+    ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 0.2}", "data.sources={a: x}", "data.mixture={a: 1}",
+      "data.decay_in_last_phase=true"], "decay_ratio and data.decay_in_last_phase"),
 ])
 def test_bad_decay_ratio_is_refused_at_load(extra, expect):
     with pytest.raises(RecipeError, match=expect):
@@ -153,7 +156,8 @@ def test_decay_ratio_follows_max_steps(mini_blocks, tmp_path):
                       "warmup_stable_decay").replace("{min_lr_rate: 0.1}", "{decay_ratio: 0.25, min_lr_ratio: 0.1}"))
     base = [f"data.path={mini_blocks}", "training.max_steps=12", "training.warmup_steps=2"]
     plan = pretrain(recipe, base, dry_run=True)["plan"]
-    assert plan["lr_schedule"] == {"type": "warmup_stable_decay", "warmup_steps": 2, "stable_steps": 7,
+    assert plan["lr_schedule"] == {"type": "warmup_stable_decay", "set_by": "training.lr_scheduler_kwargs.decay_ratio",
+                                   "warmup_steps": 2, "stable_steps": 7,
                                    "num_decay_steps": 3, "decay_starts_at_step": 9, "min_lr_ratio": 0.1}
     summary = pretrain(recipe, [*base, f"training.output_dir={tmp_path / 'run'}", "training.logging_steps=1",
                                 "training.eval_strategy=no", "training.save_strategy=no",
@@ -164,6 +168,10 @@ def test_decay_ratio_follows_max_steps(mini_blocks, tmp_path):
     for step in range(1, 13):  # the rate logged at step s is the one step s used: HF's at s - 1
         assert logged[step] == pytest.approx(3e-3 * expected.lr_lambdas[0](step - 1), rel=1e-6), step
     assert summary["global_step"] == 12
+    # decay_ratio=null (an override that takes it out) leaves the kwargs get_wsd_schedule accepts
+    plan = pretrain(recipe, [*base, "training.lr_scheduler_kwargs.decay_ratio=null",
+                             "training.lr_scheduler_kwargs.num_decay_steps=4"], dry_run=True)["plan"]
+    assert "lr_schedule" not in plan
 
 
 def test_no_peak_no_expected_hours(mini_blocks):

@@ -295,7 +295,7 @@ def test_dry_run_prints_the_phases(mini_blocks, hq_blocks, tmp_path):
     assert plan["lr_schedule"]["num_decay_steps"] == 200 and plan["lr_schedule"]["decay_starts_at_step"] == 800
     table = proc.stderr
     assert "phase 1 (diverse): steps 0-800" in table and "starts at step 800 = token 1,638,400" in table
-    assert "decay steps from step 800 (the last phase)" in table
+    assert "decay steps from step 800 (set by data.decay_in_last_phase)" in table
     mix_passes = data["sources"]["mix"]["passes"]
     assert mix_passes > 4 and "WARNING: more than 4 passes" in table  # 800 x 16 blocks of a 300-document corpus
     assert "data.sources.mix" in table and "is read" in table  # the log warning too

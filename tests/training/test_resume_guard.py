@@ -178,3 +178,20 @@ def test_document_mask_and_z_loss_make_another_run():
                                                             "model.z_loss 0.0 → 0.0001"]
     older = {**plain, "model": {k: v for k, v in plain["model"].items() if k not in ("document_mask", "z_loss")}}
     assert resume_differences(older, plain, data, data) == []
+
+
+def test_schedule_shape_makes_another_run():
+    """lr_scheduler_kwargs (the decay's length and floor) are not in the scheduler's saved state: resuming with
+    other ones is another run; a recipe without them reads as {} (TrainingArguments' default)."""
+    from hfpretrain.training.config import load_recipe, recipe_to_dict
+    from hfpretrain.training.run import resume_differences
+
+    data = {"data_path": "x", "fingerprint": "f", "seq_len": 128, "tokenizer": "t", "tokenizer_sha256": "s",
+            "samples_per_step": 4}
+    wsd = ["data.path=x", "training.lr_scheduler_type=warmup_stable_decay"]
+    a = recipe_to_dict(load_recipe(None, [*wsd, "training.lr_scheduler_kwargs={decay_ratio: 0.2}"]))
+    b = recipe_to_dict(load_recipe(None, [*wsd, "training.lr_scheduler_kwargs={decay_ratio: 0.1}"]))
+    assert resume_differences(a, b, data, data) == [
+        "training.lr_scheduler_kwargs {'decay_ratio': 0.2} → {'decay_ratio': 0.1}"]
+    plain = recipe_to_dict(load_recipe(None, ["data.path=x"]))
+    assert "lr_scheduler_kwargs" not in plain["training"] and resume_differences(plain, plain, data, data) == []

@@ -330,7 +330,7 @@ def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int |
         if isoflop.get("optima"):
             isoflop_png = plot_isoflop(rows, isoflop, out / "isoflop.png").name
     (out / "fits.json").write_text(json.dumps(
-        {arm: {"fit": f["fit"].as_dict() if f["fit"] else None, "on": f["on"],
+        {arm: {"fit": f["fit"].as_dict() if f["fit"] else None, "of": y, "on": f["on"],
                "frontier": [r["run"] for r in f["frontier"]]} for arm, f in fits.items()}, indent=2))
     plot = plot_study(rows, fits, out / "loss_vs_flops.png", title=spec.name, y=y) if rows else None
     report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report)

@@ -375,7 +375,7 @@ def _check_decay_ratio(training: dict, decay_in_last_phase: bool) -> None:
     """training.lr_scheduler_kwargs.decay_ratio: warmup_stable_decay's decay as a share of max_steps (like
     warmup_ratio), so that a recipe whose max_steps follows from training_flops keeps its schedule's shape."""
     kwargs = training.get("lr_scheduler_kwargs") or {}
-    if "decay_ratio" not in kwargs:
+    if kwargs.get("decay_ratio") is None:  # absent, or removed by an override (decay_ratio=null)
         return
     ratio, schedule = kwargs["decay_ratio"], training.get("lr_scheduler_type")
     if getattr(schedule, "value", schedule) != "warmup_stable_decay":
@@ -384,10 +384,13 @@ def _check_decay_ratio(training: dict, decay_in_last_phase: bool) -> None:
     if not _number(ratio) or not 0 < ratio < 1:
         raise RecipeError(f"training.lr_scheduler_kwargs.decay_ratio={ratio!r} is outside (0, 1): the share of "
                           "training.max_steps spent decaying")
-    if "num_decay_steps" in kwargs or decay_in_last_phase:
-        raise RecipeError("training.lr_scheduler_kwargs.decay_ratio and "
-                          + ("num_decay_steps" if "num_decay_steps" in kwargs else "data.decay_in_last_phase")
-                          + " both set the decay's length: keep one")
+    for other in ("num_decay_steps", "num_stable_steps"):
+        if other in kwargs:
+            raise RecipeError(f"training.lr_scheduler_kwargs.decay_ratio and {other} both set the schedule's "
+                              "lengths: keep decay_ratio (the stable part is what warmup and decay leave)")
+    if decay_in_last_phase:
+        raise RecipeError("training.lr_scheduler_kwargs.decay_ratio and data.decay_in_last_phase both set the "
+                          "decay's length: keep one")
 
 
 def recipe_to_yaml(recipe: Recipe) -> str:

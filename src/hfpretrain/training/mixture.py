@@ -339,7 +339,7 @@ def phase_lines(data_plan: dict, max_passes: float, lr_schedule: dict | None = N
     if lr_schedule:
         lines.append(f"learning rate: {lr_schedule['type']}, {lr_schedule['warmup_steps']} warmup, "
                      f"{lr_schedule['stable_steps']} stable, {lr_schedule['num_decay_steps']} decay steps from step "
-                     f"{lr_schedule['decay_starts_at_step']} (the last phase)")
+                     f"{lr_schedule['decay_starts_at_step']} (set by {lr_schedule.get('set_by', 'the last phase')})")
     for p in data_plan["phases"]:
         lines.append(f"phase {p['index']} ({p['name']}): steps {p['start_step']}-{p['end_step']} ({p['steps']} steps, "
                      f"starts at step {p['start_step']} = token {p['starts_at_tokens']:,}), {p['tokens']:,} tokens")

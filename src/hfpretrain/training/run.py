@@ -6,6 +6,7 @@ build the model, the data and the trainer, train, write the summary.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -265,7 +266,7 @@ def resolve_resume(value, output_dir: str) -> str | None:
 # (manifest fingerprint, seq_len), the tokenizer, the global batch (samples per step), and these training
 # fields. max_steps (extending a run), logging/eval/save cadence and output paths may differ, and so may the
 # GPU count at the same global batch (a ZeRO-1 universal resume).
-RESUME_TRAINING_KEYS = ("learning_rate", "lr_scheduler_type", "seed", "data_seed")
+RESUME_TRAINING_KEYS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "seed", "data_seed")
 BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")  # for checkpoints without data.json
 CHECKPOINT_DATA = "data.json"  # beside a checkpoint's recipe.yaml, written by PretrainTrainer._save_checkpoint
 
@@ -301,7 +302,9 @@ def check_tokenizer(tokenizer, name: str, manifest: dict, data_path: str | Path)
 
 
 def _training_value(training: dict, key: str):
-    value = training[key] if key in training else TrainingArguments.__dataclass_fields__[key].default
+    field = TrainingArguments.__dataclass_fields__[key]
+    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+    value = training[key] if key in training else default
     return getattr(value, "value", value)  # enums (lr_scheduler_type) as their names
 
 
@@ -397,7 +400,7 @@ def wsd_decay(args: TrainingArguments, decay_steps: int, source: str) -> dict:
     kwargs = args.lr_scheduler_kwargs if isinstance(args.lr_scheduler_kwargs, dict) else {}
     kwargs = {k: v for k, v in kwargs.items() if k != "decay_ratio"}  # ours, not get_wsd_schedule's
     args.lr_scheduler_kwargs = {**kwargs, "num_decay_steps": decay_steps}
-    return {"type": "warmup_stable_decay", "warmup_steps": warmup,
+    return {"type": "warmup_stable_decay", "set_by": source, "warmup_steps": warmup,
             "stable_steps": args.max_steps - warmup - decay_steps, "num_decay_steps": decay_steps,
             "decay_starts_at_step": args.max_steps - decay_steps, **args.lr_scheduler_kwargs}
 
@@ -457,9 +460,12 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
                          mixture=describe_mixture(schedule))
         if recipe.data.decay_in_last_phase:
             plan["lr_schedule"] = wsd_decay(args, schedule.phases[-1].steps, "data.decay_in_last_phase")
-    decay_ratio = (args.lr_scheduler_kwargs or {}).get("decay_ratio")
-    if decay_ratio is not None:
-        plan["lr_schedule"] = wsd_decay(args, round(decay_ratio * args.max_steps), "training.lr_scheduler_kwargs.decay_ratio")
+    kwargs = args.lr_scheduler_kwargs if isinstance(args.lr_scheduler_kwargs, dict) else {}
+    if kwargs.get("decay_ratio") is not None:
+        plan["lr_schedule"] = wsd_decay(args, max(1, round(kwargs["decay_ratio"] * args.max_steps)),
+                                        "training.lr_scheduler_kwargs.decay_ratio")
+    elif "decay_ratio" in kwargs:  # decay_ratio=null: not get_wsd_schedule's to see
+        args.lr_scheduler_kwargs = {k: v for k, v in kwargs.items() if k != "decay_ratio"}
     if dry_run:
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
     check_output_dir(args.output_dir)  # before the work: a run that cannot save is lost
@@ -600,6 +606,9 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
                 final_eval["eval_tokens_per_set"] = {k: v["tokens"] for k, v in per_set.items()}
                 final_eval["eval_bpb_per_set"] = per_set_bits_per_byte(final_eval["eval_loss_per_set"],
                                                                        manifest.get("validation") or {})
+                if not final_eval["eval_bpb_per_set"]:
+                    logger.warning("%s was tokenized before the manifest counted each set's text bytes: the loss "
+                                   "per set is in nats only (tokenize again for bits per byte per set)", recipe.data.path)
 
     summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
                "end_to_end": getattr(throughput, "end_to_end", {}), "skipped_steps": trainer.skipped_steps,
