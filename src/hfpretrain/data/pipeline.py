@@ -388,9 +388,9 @@ def _text_bytes(raw) -> dict[str, int]:
     """{set name: UTF-8 bytes of the text of its documents kept (not skipped)}, streamed in record batches."""
     per_set: dict[str, int] = {}
     for batch in raw.with_format("arrow").iter(batch_size=PACK_BATCH):
-        kept = batch.filter(pc.equal(batch.column("skip"), ""))
-        sizes = pa.table({"set": kept.column("set"), "n": pc.binary_length(kept.column("text"))})
-        for row in sizes.group_by("set").aggregate([("n", "sum")]).to_pylist():
+        sizes = pa.table({"set": batch.column("set"), "n": pc.binary_length(batch.column("text"))})
+        kept = sizes.filter(pc.equal(batch.column("skip"), ""))
+        for row in kept.group_by("set").aggregate([("n", "sum")]).to_pylist():
             per_set[row["set"]] = per_set.get(row["set"], 0) + int(row["n_sum"])
     return per_set
 

@@ -91,6 +91,10 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
     return _save(fig, out_png)
 
 
+def _unit(y: str) -> str:
+    return "bits per byte" if y == "val_bpb" else "nats/token"
+
+
 def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, title: str | None = None,
                y: str = "val_loss") -> Path:
     """Final validation loss (``y``: val_loss, or val_bpb across tokenizers) against training FLOPs (log x),
@@ -129,7 +133,7 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
     if len(sizes) > 1:
         for size in sizes:
             ax.scatter([], [], marker=marker[size], facecolors="none", edgecolors="grey", label=size)
-    unit = "bits per byte" if y == "val_bpb" else "nats/token"
+    unit = _unit(y)
     _log_axes(ax, "training FLOPs (6·N_matmul + attention, × tokens)", f"final validation loss ({unit})",
               title or "validation loss vs compute (filled: frontier)")
     return _save(fig, out_png)
@@ -171,7 +175,7 @@ def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
     from hfpretrain.study.analysis import cells
 
     y, arms, budgets = result["y"], result["arms"], result["budgets"]
-    unit = "bits per byte" if y == "val_bpb" else "nats/token"
+    unit = _unit(y)
     others = [a for a in arms if a != result.get("baseline") and result.get("gap", {}).get(a)]
     fig, axes = plt.subplots(1, 3 if others else 2, figsize=(18 if others else 12, 4.8))
     left, right = axes[0], axes[1]

@@ -256,7 +256,7 @@ def frontier_lines(spec: StudySpec, rows: list[dict], fits: dict[str, dict], y: 
 
 def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_md: str | Path,
                  plot_png: str | Path | None = None, n_planned: int | None = None, isoflop: dict | None = None,
-                 isoflop_png: str | None = None, best_report: str | Path | None = None) -> Path:
+                 isoflop_png: str | None = None, best_report: str | Path | None = None, y: str | None = None) -> Path:
     out_md = Path(out_md)
     lines = [f"# Study: {spec.name}", ""]
     if spec.description:
@@ -272,7 +272,7 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
     if isoflop and isoflop.get("optima"):
         lines += isoflop_lines(isoflop, isoflop_png)
     else:
-        lines += frontier_lines(spec, rows, fits, measure(rows))
+        lines += frontier_lines(spec, rows, fits, y or measure(rows))
     if plot_png:
         lines += ["## Plot", "", f"![validation loss vs training FLOPs]({_link(plot_png, out_md.parent)})", ""]
 
@@ -333,6 +333,6 @@ def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int |
         {arm: {"fit": f["fit"].as_dict() if f["fit"] else None, "of": y, "on": f["on"],
                "frontier": [r["run"] for r in f["frontier"]]} for arm, f in fits.items()}, indent=2))
     plot = plot_study(rows, fits, out / "loss_vs_flops.png", title=spec.name, y=y) if rows else None
-    report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report)
+    report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report, y)
     return {"results_csv": csv_path, "results_json": json_path, "fits": fits, "plot": plot, "report": report,
             "isoflop": isoflop}

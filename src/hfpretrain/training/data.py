@@ -141,8 +141,7 @@ def document_positions(ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     """Per row, each token's offset from the start of its document; a document starts at the row's first
     token and after each ``eos_id`` (the end-of-text belongs to the document it ends)."""
     seq = torch.arange(ids.shape[-1], device=ids.device).expand_as(ids)
-    starts = torch.zeros_like(ids, dtype=torch.bool)
-    starts[:, 0] = True
+    starts = torch.zeros_like(ids, dtype=torch.bool)  # column 0 starts a document too: its seq is 0 anyway
     starts[:, 1:] = ids[:, :-1] == eos_id
-    start_of_doc = torch.where(starts, seq, torch.zeros_like(seq)).cummax(dim=-1).values
+    start_of_doc = (seq * starts).cummax(dim=-1).values
     return seq - start_of_doc

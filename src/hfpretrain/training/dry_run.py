@@ -12,6 +12,7 @@ bits-per-byte factor. Parameters, FLOPs, tokens per step, memory and expected ti
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from hfpretrain.models import load_config
@@ -45,7 +46,7 @@ def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | N
     vocab, why = _tokenizer_vocab(recipe.data.tokenizer)
     config = load_config(recipe.model.config, dict(recipe.model.overrides), vocab_size=vocab)
     seq_len = min(ASSUMED_SEQ_LEN, getattr(config, "max_position_embeddings", None) or ASSUMED_SEQ_LEN)
-    resolve_max_steps(recipe, config, seq_len, world_size)
+    resolve_max_steps(recipe, config, seq_len, world_size or int(os.environ.get("WORLD_SIZE", "1")))
     args = training_arguments(recipe, dry_run=True)
     world = world_size or args.world_size
     train_blocks = args.max_steps * args.per_device_train_batch_size * world * args.gradient_accumulation_steps

@@ -123,7 +123,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 keep = t_c != IGNORE_INDEX
                 safe_t = t_c.clamp(min=0)
                 lse = torch.logsumexp(logits, dim=-1)
-                total += ((lse - logits.gather(1, safe_t[:, None]).squeeze(1) + z_loss * lse.square()) * keep).sum()
+                per_token = lse - logits.gather(1, safe_t[:, None]).squeeze(1)
+                if z_loss:
+                    per_token = per_token + z_loss * lse.square()
+                total += (per_token * keep).sum()
                 if needs_grad:
                     probs = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
                     if z_loss:  # d(z * lse^2)/dlogits = 2 z lse * softmax

@@ -79,14 +79,14 @@ def missing_extras(args: TrainingArguments) -> list[str]:
             if not any(importlib.util.find_spec(m) for m in modules.get(name, (name,)))]
 
 
-def resolve_max_steps(recipe: Recipe, config, seq_len: int, world_size: int | None = None) -> None:
-    """``training_flops`` -> ``training.max_steps`` (in place): the steps whose FLOPs come nearest the budget."""
+def resolve_max_steps(recipe: Recipe, config, seq_len: int, world: int) -> None:
+    """``training_flops`` -> ``training.max_steps`` (in place) for ``world`` processes: the steps whose FLOPs come
+    nearest the budget."""
     if recipe.training_flops is None:
         return
     t = recipe.training
-    world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
-    tokens_per_step = (int(t.get("per_device_train_batch_size", 8)) * int(t.get("gradient_accumulation_steps", 1))
-                       * world * seq_len)  # TrainingArguments' defaults: 8 and 1
+    tokens_per_step = (int(_training_value(t, "per_device_train_batch_size"))
+                       * int(_training_value(t, "gradient_accumulation_steps")) * world * seq_len)
     per_token = flops_per_token(config, seq_len).total
     steps = max(1, round(recipe.training_flops / (per_token * tokens_per_step)))
     given = t.get("max_steps")
@@ -398,7 +398,6 @@ def wsd_decay(args: TrainingArguments, decay_steps: int, source: str) -> dict:
         raise ValueError(f"{source}: {warmup} warmup steps + {decay_steps} decay steps "
                          f"> training.max_steps={args.max_steps}: shorten the warmup or the decay")
     kwargs = args.lr_scheduler_kwargs if isinstance(args.lr_scheduler_kwargs, dict) else {}
-    kwargs = {k: v for k, v in kwargs.items() if k != "decay_ratio"}  # ours, not get_wsd_schedule's
     args.lr_scheduler_kwargs = {**kwargs, "num_decay_steps": decay_steps}
     return {"type": "warmup_stable_decay", "set_by": source, "warmup_steps": warmup,
             "stable_steps": args.max_steps - warmup - decay_steps, "num_decay_steps": decay_steps,
@@ -440,10 +439,11 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     config.pad_token_id = None
     seq_len = int(manifest["seq_len"])
 
-    resolve_max_steps(recipe, config, seq_len, world_size if dry_run else None)
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    resolve_max_steps(recipe, config, seq_len, (world_size if dry_run else None) or launched)
     args = training_arguments(recipe, dry_run)
-    if recipe.training_flops is not None and not dry_run and args.world_size != int(os.environ.get("WORLD_SIZE", "1")):
-        raise RecipeError(f"training_flops: max_steps was derived for WORLD_SIZE={os.environ.get('WORLD_SIZE', '1')} "
+    if recipe.training_flops is not None and not dry_run and args.world_size != launched:
+        raise RecipeError(f"training_flops: max_steps was derived for WORLD_SIZE={launched} "
                           f"processes but the Trainer runs {args.world_size}: launch with accelerate or torchrun, or "
                           "set training.max_steps instead")
     fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=dry_run)
@@ -461,11 +461,11 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         if recipe.data.decay_in_last_phase:
             plan["lr_schedule"] = wsd_decay(args, schedule.phases[-1].steps, "data.decay_in_last_phase")
     kwargs = args.lr_scheduler_kwargs if isinstance(args.lr_scheduler_kwargs, dict) else {}
-    if kwargs.get("decay_ratio") is not None:
-        plan["lr_schedule"] = wsd_decay(args, max(1, round(kwargs["decay_ratio"] * args.max_steps)),
-                                        "training.lr_scheduler_kwargs.decay_ratio")
-    elif "decay_ratio" in kwargs:  # decay_ratio=null: not get_wsd_schedule's to see
+    if "decay_ratio" in kwargs:  # ours, not get_wsd_schedule's: taken out, turned into num_decay_steps
         args.lr_scheduler_kwargs = {k: v for k, v in kwargs.items() if k != "decay_ratio"}
+        if kwargs["decay_ratio"] is not None:  # null: an override took it out
+            plan["lr_schedule"] = wsd_decay(args, max(1, round(kwargs["decay_ratio"] * args.max_steps)),
+                                            "training.lr_scheduler_kwargs.decay_ratio")
     if dry_run:
         return {"recipe": recipe_to_dict(recipe), "plan": plan}
     check_output_dir(args.output_dir)  # before the work: a run that cannot save is lost
