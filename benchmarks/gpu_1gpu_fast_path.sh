@@ -13,6 +13,7 @@ fi
 STEPS=${STEPS:-40}
 COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.logging_steps=5
   training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS"
+CDT='model.inductor_options={coordinate_descent_tuning: true}'
 OLD="model.attn_implementation=sdpa model.compile=decoder model.fused_loss=liger"
 variant() {  # name, overrides...
   rm -rf /tmp/$1  # log.jsonl appends: a run left by an earlier call on a warm machine would mix in
@@ -28,6 +29,17 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     model) variant $v model.compile=model ;;
     autotune) variant $v model.compile_mode=max-autotune-no-cudagraphs ;;
     mb64) variant $v training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
+    cdt) variant $v "$CDT" ;;  # inductor tunes each Triton kernel's block sizes (slower compile)
+    cdt_mb64) variant $v "$CDT" training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
+    cdt_model) variant $v "$CDT" model.compile=model ;;
+    fp8) variant $v model.precision=fp8 ;;  # torchao float8 (tensorwise) in the decoder's linears
+    s146m) variant $v model.config=scale_146m ;;
+    s146m_fp8) variant $v model.config=scale_146m model.precision=fp8 ;;
+    s311m) variant $v model.config=scale_311m ;;
+    s311m_fp8) variant $v model.config=scale_311m model.precision=fp8 ;;
+    no_online) variant $v 'model.inductor_options={online_softmax: false}' ;;
+    profile_cdt) variant $v "$CDT" 'logging.profile_steps=[20,22]' training.output_dir=/tmp/profile
+             cp /tmp/profile/profile/kernels-*.txt "$OUT/" ;;
     flash) variant $v 'model.sdpa_backends=[flash]' ;;
     cudnn) variant $v 'model.sdpa_backends=[cudnn,flash]' ;;
     numerics)  # 200 steps of 8 x 1024 tokens: the fast path against the plain one (eager, HF's loss, sdpa)

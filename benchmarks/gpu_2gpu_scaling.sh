@@ -3,7 +3,8 @@
 # micro-batch 20 per GPU, no accumulation, the case where communication is least hidden) on 1 GPU, then on 2 with
 # plain DDP and FSDP2 (ZeRO-1: gpu_2gpu_zero1.sh). Scaling efficiency = tokens/s on 2 GPUs / (2 x tokens/s on 1).
 # Each run is time-boxed (a 1.8B run takes 80-120 s: start, per-layer compile, STEPS steps);
-# $OUT gets notes.txt, runs.log (log tails) and one JSON per run. RUNS picks the runs.
+# $OUT gets notes.txt, runs.log (log tails) and one JSON per run. RUNS picks the runs (zero1: DeepSpeed ZeRO-1
+# without checkpoints); EXTRA adds overrides to every run (the fp8 scaling: EXTRA=model.precision=fp8).
 #   source .carry/setup.sh && bash benchmarks/gpu_2gpu_scaling.sh
 source benchmarks/gpu_common.sh
 tokenize_corpus
@@ -12,13 +13,14 @@ bench() {  # name, accelerate config, extra overrides
   timed $1 accelerate launch --config_file "$2" benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml \
     data.path=$DATA training.report_to=none training.disable_tqdm=true training.gradient_accumulation_steps=1 \
     training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
-    training.max_steps=$STEPS training.output_dir=/tmp/$1 "${@:3}" --out "$OUT/$1.json"
+    training.max_steps=$STEPS training.output_dir=/tmp/$1 $EXTRA "${@:3}" --out "$OUT/$1.json"
 }
 for run in ${RUNS:-one_gpu ddp fsdp2}; do
   case $run in
     one_gpu) CUDA_VISIBLE_DEVICES=0 bench one_gpu accelerate_configs/1gpu.yaml ;;
     ddp) bench ddp accelerate_configs/2gpu_ddp.yaml ;;
     fsdp2) bench fsdp2 accelerate_configs/2gpu_fsdp2.yaml ;;
+    zero1) bench zero1 accelerate_configs/2gpu_zero1.yaml ;;
   esac
 done
 python3 benchmarks/scaling_table.py "$OUT" | tee -a "$N"

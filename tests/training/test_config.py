@@ -375,3 +375,14 @@ def test_a_missing_optional_package_is_named_with_its_extra(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     assert missing_extras(args) == ["training.report_to=wandb needs the wandb package: pip install 'hfpretrain[wandb]'"]
+
+
+def test_inductor_options_are_checked():
+    """A misspelt inductor setting would be a silent no-op: it is refused, with the nearest name."""
+    r = load_recipe(TINY_RECIPE, ["data.path=x", "model.inductor_options={coordinate_descent_tuning: true, "
+                                               "triton.multi_kernel: 1}"])
+    assert r.model.inductor_options == {"coordinate_descent_tuning": True, "triton.multi_kernel": 1}
+    err = _error(["data.path=x", "model.inductor_options={coordinate_descent_tunin: true}"])
+    assert "model.inductor_options.coordinate_descent_tunin" in err and "coordinate_descent_tuning?" in err
+    assert "a group of settings" in _error(["data.path=x", "model.inductor_options={triton: 1}"])
+    assert "triton.nope" in _error(["data.path=x", "model.inductor_options={triton.nope: 1}"])

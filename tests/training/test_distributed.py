@@ -87,7 +87,9 @@ def test_ddp_two_processes_match_single_process(reference_run, mini_blocks, tmp_
 
 
 def test_fsdp2_two_processes_match_single_process(reference_run, mini_blocks, tmp_path):
-    """FSDP2 shards parameters as DTensors: the gradient norm comes back as one (the telemetry once failed on it)."""
+    """The FSDP2 config's plan (fully sharded) and run. On a CPU accelerate runs an FSDP config as DDP
+    (MULTI_CPU): the sharding itself (DTensor gradient norms, the gathered final export) is checked on GPUs
+    (benchmarks/gpu_2gpu_scaling.sh) and by test_a_sharded_fsdp_run_still_exports_whole_weights."""
     out = tmp_path / "fsdp2"
     _launch(REPO / "accelerate_configs" / "cpu_2proc_fsdp2.yaml", mini_blocks, out)
     assert read_log(out)[0]["plan"]["zero_stage"] == 3  # planned (memory) as fully sharded
@@ -230,8 +232,8 @@ def fp8_reference(mini_blocks, tmp_path_factory):
 
 @pytest.mark.parametrize("config", ["fsdp2", "zero1"])
 def test_fp8_composes_with_sharding(fp8_reference, mini_blocks, tmp_path, config):
-    """fp8 (torchao's Float8Linear, converted before accelerate wraps the model) under FSDP2 and ZeRO-1 follows the
-    one-process fp8 run step by step. Looser than bf16's match: each rank scales its own activations (tensorwise
+    """fp8 (torchao's Float8Linear, converted before accelerate wraps the model) under the FSDP2 config (DDP on a
+    CPU: see above) and ZeRO-1 follows the one-process fp8 run step by step. Looser than bf16's match: each rank scales its own activations (tensorwise
     amax of its half of the batch), so the float8 rounding differs a little."""
     if config == "zero1":
         pytest.importorskip("deepspeed")

@@ -399,6 +399,46 @@ def test_each_run_in_a_process_compiles(mini_blocks, tmp_path, monkeypatch):
         assert counters["stats"]["unique_graphs"] > before, width
 
 
+def test_inductor_options_hold_while_training(mini_blocks, tmp_path, monkeypatch):
+    """model.inductor_options are in effect where torch.compile compiles (inside train()), and only there."""
+    import torch._inductor.config as inductor_config
+
+    seen = []
+    train = trainer_mod.PretrainTrainer.train
+
+    def spy(self, *args, **kwargs):
+        seen.append(inductor_config.coordinate_descent_tuning)
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod.PretrainTrainer, "train", spy)
+    run_pretrain(mini_blocks, tmp_path / "run", {"training.max_steps": "1", "training.save_strategy": "no",
+                                                 "model.inductor_options": "{coordinate_descent_tuning: true}"})
+    assert seen == [True] and inductor_config.coordinate_descent_tuning is False
+
+
+def test_a_sharded_fsdp_run_still_exports_whole_weights(tmp_path):
+    """Under FSDP with SHARDED_STATE_DICT (accelerate_configs/2gpu_fsdp2.yaml) the Trainer's save_model writes
+    nothing: on 2 H200s final/ came out empty. The project gathers the full state dict instead. (accelerate runs
+    an FSDP config as DDP on a CPU, so the flag is set here by hand; the gather itself is accelerate's.)"""
+    from types import SimpleNamespace
+
+    from transformers import TrainingArguments
+
+    from hfpretrain.models import build_model, load_config
+
+    model = build_model(load_config("tiny", {}, vocab_size=512), attn_implementation="sdpa")
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True)
+    trainer = trainer_mod.PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1)
+    trainer.is_fsdp_enabled = True
+    trainer.accelerator.state.fsdp_plugin = SimpleNamespace(state_dict_type="StateDictType.SHARDED_STATE_DICT")
+    try:
+        trainer.save_model(str(tmp_path / "final"))
+    finally:
+        trainer.accelerator.state.fsdp_plugin = None
+    saved = load_weights(tmp_path / "final")
+    assert saved.keys() and all(torch.equal(saved[k], v) for k, v in model.state_dict().items() if k in saved)
+
+
 def test_the_overridden_trainer_hooks_exist():
     """A transformers whose Trainer lacks a private method PretrainTrainer overrides would silently skip the
     override's behaviour: the run stops at start instead, naming it."""

@@ -50,6 +50,8 @@ class ModelSection:
     compile: str = "auto"
     compile_backend: str = "inductor"  # inductor | aot_eager | eager: the last two bisect a compile failure
     compile_mode: str = "default"  # torch.compile mode: default | max-autotune-no-cudagraphs | ...
+    # torch._inductor.config settings for this run's compiles, e.g. {coordinate_descent_tuning: true}
+    inductor_options: dict = field(default_factory=dict)
     fused_loss: str = "auto"  # auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)
     loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
     liger_min_chunk_tokens: int = 1024  # liger's chunks at least this long (0: its own sizing, logits ~ hidden)
@@ -257,6 +259,22 @@ def _read_yaml(path: Path) -> DictConfig:
     return cfg
 
 
+def _check_inductor_options(options) -> None:
+    """Each key must name a setting of ``torch._inductor.config`` (dotted for its sub-configs, e.g.
+    ``triton.multi_kernel``): a misspelt one would otherwise be a silent no-op."""
+    import torch._inductor.config as inductor_config
+
+    names = inductor_config.get_config_copy().keys()
+    for key in map(str, options):
+        if key in names:
+            continue
+        if any(name.startswith(key + ".") for name in names):
+            raise RecipeError(f"model.inductor_options.{key}: a group of settings, not one (name one inside it)")
+        near = difflib.get_close_matches(key, names, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise RecipeError(f"model.inductor_options.{key}: not a setting of torch._inductor.config{hint}")
+
+
 def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
     """Read a recipe YAML (or the defaults when path is None), apply overrides, validate."""
     schema = OmegaConf.structured(Recipe)
@@ -288,6 +306,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     backends = list(recipe.model.sdpa_backends)
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
         raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")
+    _check_inductor_options(recipe.model.inductor_options)
     check_data_section(recipe.data, recipe.training)
     _check_decay_ratio(recipe.training, recipe.data.decay_in_last_phase)
     if not recipe.data.path and recipe.data.sources:

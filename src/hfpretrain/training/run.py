@@ -578,7 +578,8 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         logger.info("resuming from %s", resume)
     if args.dataloader_num_workers > 0:
         install_worker_cleanup()
-    with attention_kernels:  # torch.compile traces inside train(), so it sees the same choice
+    # torch.compile traces inside train() (and evaluate()), so both see the same kernels and inductor settings
+    with attention_kernels, torch._inductor.config.patch(dict(recipe.model.inductor_options)):
         result = trainer.train(resume_from_checkpoint=resume)
         # The Trainer's train_loss averages this session's steps only (after a resume: not the run's); the
         # mean of every logged window, earlier sessions' included (log_history comes back with a checkpoint).

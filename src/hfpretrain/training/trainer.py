@@ -363,7 +363,7 @@ class PretrainTrainer(Trainer):
         # A finite loss can still give non-finite gradients; catch them before the optimizer step. (DeepSpeed
         # hands the norm back as a Python float, already read from the GPU: checked as well.)
         if norm is not None:
-            self._watch("gradient norm", norm if torch.is_tensor(norm) else torch.tensor(float(norm)))
+            self._watch("gradient norm", norm if torch.is_tensor(norm) else torch.tensor(float(norm), device=self.args.device))
         return norm
 
     def _watch(self, what: str, value: torch.Tensor) -> None:
@@ -375,7 +375,8 @@ class PretrainTrainer(Trainer):
 
     def check_finite(self) -> None:
         pending, self._unchecked = self._unchecked, []
-        if not pending or bool(torch.stack([v.float().reshape(()) for _, _, v in pending]).isfinite().all()):
+        values = [v.float().reshape(()).to(self.args.device) for _, _, v in pending]  # (DeepSpeed's norm: a host float)
+        if not pending or bool(torch.stack(values).isfinite().all()):
             return  # one read of the GPU for the whole window
         for what, step, value in pending:
             if not torch.isfinite(value):
@@ -419,9 +420,19 @@ class PretrainTrainer(Trainer):
         saved = config.use_cache, config.pad_token_id
         config.use_cache, config.pad_token_id = True, None
         try:
-            super().save_model(*args, **kwargs)
+            if self.is_fsdp_enabled and "FULL_STATE_DICT" not in str(self.accelerator.state.fsdp_plugin.state_dict_type):
+                self._save_gathered(*args, **kwargs)
+            else:
+                super().save_model(*args, **kwargs)
         finally:
             config.use_cache, config.pad_token_id = saved
+
+    def _save_gathered(self, output_dir=None, _internal_call=False):
+        """FSDP with sharded state dicts: the Trainer's save_model writes nothing (its checkpoints hold the
+        shards, for resuming), so a final export came out empty. Every rank gathers, the main one saves."""
+        state_dict = self.accelerator.get_state_dict(self.model)
+        if self.args.should_save:
+            self._save(output_dir or self.args.output_dir, state_dict=state_dict)
 
     def _save_checkpoint(self, model, trial):
         # The Trainer rotates inside its save, before our marker exists: with save_total_limit=1 a kill
