@@ -50,3 +50,31 @@ def test_errors_are_one_line(monkeypatch):
         check_fp8_available("fp8", emulate=True)
     with pytest.raises(RecipeError, match="model.precision"):
         load_recipe(None, ["data.path=x", "model.precision=fp4"])
+
+
+def test_a_model_without_nn_linear_is_refused_not_run_in_bf16():
+    """GPT-2's layers are transformers' Conv1D: nothing converts, and an fp8 label on a bf16 run is refused."""
+    model = build_model(load_config("gpt2_124m", {"n_layer": 1, "n_embd": 64, "n_head": 2, "vocab_size": 512}))
+    with pytest.raises(ValueError, match="Conv1D"):
+        convert_to_fp8(model, "fp8", emulate=True)
+
+
+@pytest.mark.parametrize("name,overrides,planning,want", [
+    ("tiny", {}, False, ("bf16", "hidden size 64 < 2048")),
+    ("gpt2_124m", {"vocab_size": 512}, True, ("bf16", "Conv1D")),
+    ("qwen3_1p8b", {"vocab_size": 512}, True, ("fp8", ">= 2048")),  # a dry run on a login node plans the GPU's choice
+])
+def test_auto_precision_by_width(name, overrides, planning, want):
+    from types import SimpleNamespace
+
+    from hfpretrain.training.fast_path import choose_precision
+
+    section = SimpleNamespace(precision="auto", fp8_emulate=False)
+    precision, reason = choose_precision(section, load_config(name, overrides, vocab_size=512), planning)
+    assert precision == want[0] and want[1] in reason
+    if not torch.cuda.is_available() and name == "qwen3_1p8b":  # a real run here: no float8 GPU, so bf16
+        precision, reason = choose_precision(section, load_config(name, overrides, vocab_size=512))
+        assert precision == "bf16" and "compute capability" in reason
+    section.precision = "fp8_rowwise"
+    assert choose_precision(section, load_config(name, overrides, vocab_size=512)) == ("fp8_rowwise",
+                                                                                       "set in the recipe")

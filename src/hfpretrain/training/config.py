@@ -44,6 +44,7 @@ class ModelSection:
     # auto | flash_attention_2 | sdpa_packed (SDPA, causal without a mask) | sdpa | eager
     attn_implementation: str = "auto"
     # bf16 | fp8 (torchao float8 matmuls, tensorwise scales) | fp8_rowwise: the decoder's linears only (models/fp8.py)
+    # | auto (fp8 from hidden size 2048 on a float8 GPU with torchao, else bf16: training/fast_path.py)
     precision: str = "bf16"
     fp8_emulate: bool = False  # fp8 casts without a float8 GPU (tests, debugging numerics): slow, no speed-up
     # auto | none | decoder (base model, loss outside) | layers (each decoder layer) | model
@@ -147,7 +148,7 @@ SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
 _CHOICES = {
     "model.attn_implementation": {"auto", *KNOWN_IMPLEMENTATIONS},
     "model.compile": {"auto", "none", "decoder", "layers", "model"},
-    "model.precision": {"bf16", "fp8", "fp8_rowwise"},
+    "model.precision": {"bf16", "fp8", "fp8_rowwise", "auto"},
     "model.compile_backend": {"inductor", "aot_eager", "eager"},
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},
     "model.fused_loss": {"auto", "compiled", "liger", "chunked", "none"},

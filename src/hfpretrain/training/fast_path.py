@@ -7,7 +7,8 @@ and each choice comes with its reason (logged at start, and in ``--dry-run``'s p
   (``sdpa_packed``: the flash kernel, not the masked memory-efficient one);
 * compile: ``decoder`` (the base model as one graph) on a GPU, ``none`` on a CPU;
 * loss: the LM head and cross-entropy compiled whole when one micro-batch's logits are small
-  (GPT-2's 50k vocabulary at small shapes), liger's fused chunks when they are not.
+  (GPT-2's 50k vocabulary at small shapes), liger's fused chunks when they are not;
+* precision (``auto``): fp8 from a hidden size of FP8_MIN_HIDDEN up, on a float8 GPU with torchao, else bf16.
 
 Measured in docs/benchmarks.md (benchmarks/gpu_1gpu_fast_path.sh).
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from hfpretrain.models.backend import PACKED_SDPA
+from hfpretrain.models.fp8 import check_fp8_available
 from hfpretrain.models.zoo import resolve_attn_implementation
 
 from .config import RecipeError
@@ -26,6 +28,9 @@ from .loss import choose_fused_loss
 
 # A dry run on a machine without a GPU plans for this one (the loss choice depends on its memory).
 ASSUMED_GPU_MEMORY = 80 * 10**9
+# fp8 over bf16 on one H200 (docs/benchmarks.md § FP8): 1.04x at hidden 896, 1.08x at 1152, 1.21x at 2048,
+# and the loss matched over 300 steps at 2048. Below that auto keeps bf16: little speed for a new rounding.
+FP8_MIN_HIDDEN = 2048
 
 
 @dataclass
@@ -35,6 +40,7 @@ class FastPath:
     compile_mode: str
     fused_loss: str
     reasons: dict
+    precision: str = "bf16"
 
 
 def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, planning: bool = False) -> FastPath:
@@ -77,4 +83,21 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
                           "HF's own loss (none) has no z-loss term")
     if planning and not cuda and model_section.fused_loss == "auto":
         reasons["fused_loss"] += f" (planned for a {ASSUMED_GPU_MEMORY / 1e9:.0f} GB GPU)"
-    return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons)
+    precision, reasons["precision"] = choose_precision(model_section, config, planning)
+    return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision)
+
+
+def choose_precision(model_section, config, planning: bool = False) -> tuple[str, str]:
+    if model_section.precision != "auto":
+        return model_section.precision, "set in the recipe"
+    if config.model_type == "gpt2":
+        return "bf16", "auto: GPT-2's layers are transformers' Conv1D, which torchao's float8 does not convert"
+    if config.hidden_size < FP8_MIN_HIDDEN:
+        return "bf16", f"auto: hidden size {config.hidden_size} < {FP8_MIN_HIDDEN}, where fp8 pays little"
+    try:
+        check_fp8_available("fp8", model_section.fp8_emulate)
+    except ValueError as err:
+        if planning:  # a login node planning a GPU run
+            return "fp8", f"auto: hidden size {config.hidden_size} >= {FP8_MIN_HIDDEN} (if the GPU has float8)"
+        return "bf16", f"auto: bf16 here, as {err}"
+    return "fp8", f"auto: hidden size {config.hidden_size} >= {FP8_MIN_HIDDEN} on a float8 GPU"

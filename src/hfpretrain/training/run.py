@@ -181,9 +181,9 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
                                                         "num_attention_heads", "vocab_size", "tie_word_embeddings")},
         "validation_tokens_per_byte": tokens_per_byte(manifest),  # None without the text's bytes: no bpb
         "validation_text_bytes": (manifest.get("validation") or {}).get("text_bytes"),
-        "precision": recipe.model.precision,
+        "precision": fast.precision,
         # fp8: MFU stays against the bf16 peak (comparable with every other figure); mfu_fp8 against fp8's
-        "peak_flops_fp8_per_gpu": detect_peak_flops("fp8") if recipe.model.precision != "bf16" else None,
+        "peak_flops_fp8_per_gpu": detect_peak_flops("fp8") if fast.precision != "bf16" else None,
     }
     if peak:
         plan["expected_hours"] = plan["total_flops"] / (peak * world * recipe.logging.assumed_mfu) / 3600
@@ -483,7 +483,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
 
     set_seed(args.seed)
     attention_kernels = sdpa_kernels(recipe.model.sdpa_backends) if torch.cuda.is_available() else nullcontext()
-    for what in ("compile", "fused_loss"):
+    for what in ("compile", "fused_loss", "precision"):
         logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
     loss_impl = fast.fused_loss
     if recipe.model.init_from:
@@ -495,7 +495,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None
-    n_fp8 = convert_to_fp8(model, recipe.model.precision, recipe.model.fp8_emulate)  # before compile: it traces them
+    n_fp8 = convert_to_fp8(model, fast.precision, recipe.model.fp8_emulate)  # before compile: it traces them
     n_compiled = compile_model(model, fast.compile, recipe.model.compile_backend, fast.compile_mode)
 
     train_length = args.max_steps * plan["samples_per_step"]
