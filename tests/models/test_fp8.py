@@ -76,5 +76,9 @@ def test_auto_precision_by_width(name, overrides, planning, want):
         precision, reason = choose_precision(section, load_config(name, overrides, vocab_size=512))
         assert precision == "bf16" and "compute capability" in reason
     section.precision = "fp8_rowwise"
+    if name == "gpt2_124m":  # refused already in the plan (a dry run), not only at conversion
+        with pytest.raises(RecipeError, match="Conv1D"):
+            choose_precision(section, load_config(name, overrides, vocab_size=512), planning=True)
+        return
     assert choose_precision(section, load_config(name, overrides, vocab_size=512)) == ("fp8_rowwise",
                                                                                        "set in the recipe")

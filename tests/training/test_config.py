@@ -386,3 +386,4 @@ def test_inductor_options_are_checked():
     assert "model.inductor_options.coordinate_descent_tunin" in err and "coordinate_descent_tuning?" in err
     assert "a group of settings" in _error(["data.path=x", "model.inductor_options={triton: 1}"])
     assert "triton.nope" in _error(["data.path=x", "model.inductor_options={triton.nope: 1}"])
+    assert "expected a bool" in _error(["data.path=x", "model.inductor_options={coordinate_descent_tuning: 5}"])

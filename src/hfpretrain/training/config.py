@@ -265,9 +265,16 @@ def _check_inductor_options(options) -> None:
     ``triton.multi_kernel``): a misspelt one would otherwise be a silent no-op."""
     import torch._inductor.config as inductor_config
 
-    names = inductor_config.get_config_copy().keys()
-    for key in map(str, options):
+    defaults = inductor_config.get_config_copy()
+    names = defaults.keys()
+    for key, value in options.items():
+        key = str(key)
         if key in names:
+            default = defaults[key]  # a value of another type would fail only at the first compile, in train()
+            if isinstance(default, (bool, int, float, str)) and not (
+                    type(value) is type(default) or (type(default) is float and type(value) is int)):
+                raise RecipeError(f"model.inductor_options.{key}={value!r}: expected a {type(default).__name__} "
+                                  f"(default {default!r})")
             continue
         if any(name.startswith(key + ".") for name in names):
             raise RecipeError(f"model.inductor_options.{key}: a group of settings, not one (name one inside it)")

@@ -88,9 +88,13 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
 
 
 def choose_precision(model_section, config, planning: bool = False) -> tuple[str, str]:
+    conv1d = config.model_type == "gpt2"  # transformers' Conv1D, not nn.Linear: torchao converts none of it
     if model_section.precision != "auto":
+        if conv1d and model_section.precision != "bf16":  # refused in the plan too, not only at conversion
+            raise RecipeError(f"model.precision={model_section.precision}: GPT-2's layers are transformers' Conv1D, "
+                              "which torchao's float8 does not convert: use a Qwen3/Llama config or bf16")
         return model_section.precision, "set in the recipe"
-    if config.model_type == "gpt2":
+    if conv1d:
         return "bf16", "auto: GPT-2's layers are transformers' Conv1D, which torchao's float8 does not convert"
     if config.hidden_size < FP8_MIN_HIDDEN:
         return "bf16", f"auto: hidden size {config.hidden_size} < {FP8_MIN_HIDDEN}, where fp8 pays little"
@@ -100,4 +104,5 @@ def choose_precision(model_section, config, planning: bool = False) -> tuple[str
         if planning:  # a login node planning a GPU run
             return "fp8", f"auto: hidden size {config.hidden_size} >= {FP8_MIN_HIDDEN} (if the GPU has float8)"
         return "bf16", f"auto: bf16 here, as {err}"
-    return "fp8", f"auto: hidden size {config.hidden_size} >= {FP8_MIN_HIDDEN} on a float8 GPU"
+    where = "emulated (model.fp8_emulate)" if model_section.fp8_emulate else "on a float8 GPU"
+    return "fp8", f"auto: hidden size {config.hidden_size} >= {FP8_MIN_HIDDEN}, {where}"

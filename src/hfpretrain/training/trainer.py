@@ -420,7 +420,8 @@ class PretrainTrainer(Trainer):
         saved = config.use_cache, config.pad_token_id
         config.use_cache, config.pad_token_id = True, None
         try:
-            if self.is_fsdp_enabled and "FULL_STATE_DICT" not in str(self.accelerator.state.fsdp_plugin.state_dict_type):
+            if (self.is_fsdp_enabled and not kwargs.get("_internal_call")
+                    and "FULL_STATE_DICT" not in str(self.accelerator.state.fsdp_plugin.state_dict_type)):
                 self._save_gathered(*args, **kwargs)
             else:
                 super().save_model(*args, **kwargs)
@@ -428,8 +429,9 @@ class PretrainTrainer(Trainer):
             config.use_cache, config.pad_token_id = saved
 
     def _save_gathered(self, output_dir=None, _internal_call=False):
-        """FSDP with sharded state dicts: the Trainer's save_model writes nothing (its checkpoints hold the
-        shards, for resuming), so a final export came out empty. Every rank gathers, the main one saves."""
+        """FSDP with sharded state dicts: the Trainer's save_model writes nothing, so a final export came out
+        empty. Every rank gathers, the main one saves. Checkpoints (``_internal_call``) keep only the Trainer's
+        shards, which resume reads: gathering the whole model at every save would cost time and disk."""
         state_dict = self.accelerator.get_state_dict(self.model)
         if self.args.should_save:
             self._save(output_dir or self.args.output_dir, state_dict=state_dict)
