@@ -233,8 +233,8 @@ def fp8_reference(mini_blocks, tmp_path_factory):
 @pytest.mark.parametrize("config", ["fsdp2", "zero1"])
 def test_fp8_composes_with_sharding(fp8_reference, mini_blocks, tmp_path, config):
     """fp8 (torchao's Float8Linear, converted before accelerate wraps the model) under the FSDP2 config (DDP on a
-    CPU: see above) and ZeRO-1 follows the one-process fp8 run step by step. Looser than bf16's match: each rank scales its own activations (tensorwise
-    amax of its half of the batch), so the float8 rounding differs a little."""
+    CPU: see above) and ZeRO-1 follows the one-process fp8 run step by step. Looser than bf16's match: each rank
+    scales its own activations (tensorwise amax of its half of the batch), so the float8 rounding differs a little."""
     if config == "zero1":
         pytest.importorskip("deepspeed")
     out = tmp_path / config

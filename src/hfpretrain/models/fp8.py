@@ -70,9 +70,9 @@ def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False) -> i
     convert_to_float8_training(model, module_filter_fn=fp8_module_filter(model.get_output_embeddings()), config=config)
     converted = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
     if not converted:  # a silent no-op otherwise: bf16 speed under an fp8 label
-        raise ValueError(f"model.precision={precision}: none of this model's layers can run in float8 (torchao converts "
-                         "nn.Linear with dimensions that are multiples of 16; GPT-2's layers are transformers' Conv1D): "
-                         "use a Qwen3/Llama config or model.precision=bf16")
+        raise ValueError(f"model.precision={precision}: none of this model's layers can run in float8 (torchao "
+                         "converts nn.Linear with dimensions that are multiples of 16; GPT-2's layers are transformers' "
+                         "Conv1D): use a Qwen3/Llama config or model.precision=bf16")
     logger.info("fp8 (%s scaling%s): %d of %d linear layers in float8 (LM head and layers with dimensions not "
                 "multiples of 16 stay in the training dtype)", RECIPES[precision], ", emulated" if emulate else "",
                 converted, len(linears))

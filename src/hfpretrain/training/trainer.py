@@ -363,7 +363,9 @@ class PretrainTrainer(Trainer):
         # A finite loss can still give non-finite gradients; catch them before the optimizer step. (DeepSpeed
         # hands the norm back as a Python float, already read from the GPU: checked as well.)
         if norm is not None:
-            self._watch("gradient norm", norm if torch.is_tensor(norm) else torch.tensor(float(norm), device=self.args.device))
+            if not torch.is_tensor(norm):
+                norm = torch.tensor(float(norm), device=self.args.device)
+            self._watch("gradient norm", norm)
         return norm
 
     def _watch(self, what: str, value: torch.Tensor) -> None:
