@@ -32,7 +32,6 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     cdt) variant $v "$CDT" ;;  # inductor tunes each Triton kernel's block sizes (slower compile)
     cdt_mb64) variant $v "$CDT" training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
     cdt_model) variant $v "$CDT" model.compile=model ;;
-    fp8) variant $v model.precision=fp8 ;;  # torchao float8 (tensorwise) in the decoder's linears
     s146m) variant $v model.config=scale_146m ;;
     s146m_fp8) variant $v model.config=scale_146m model.precision=fp8 ;;
     s311m) variant $v model.config=scale_311m ;;

@@ -47,6 +47,13 @@ def check_fp8_available(precision: str, emulate: bool = False) -> None:
                          f"{torch.cuda.get_device_name()} has {cc[0]}.{cc[1]}: use model.precision=bf16")
 
 
+def fp8_unsupported(config) -> str | None:
+    """Why torchao's float8 would convert none of this model's layers (None: it converts them)."""
+    if config.model_type == "gpt2":
+        return "GPT-2's layers are transformers' Conv1D, which torchao's float8 does not convert"
+    return None
+
+
 def fp8_module_filter(head: nn.Module):
     """torchao's ``module_filter_fn``: the decoder's linears with dimensions that are multiples of 16."""
     def keep(module: nn.Module, fqn: str) -> bool:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from hfpretrain.models.backend import PACKED_SDPA
-from hfpretrain.models.fp8 import check_fp8_available
+from hfpretrain.models.fp8 import check_fp8_available, fp8_unsupported
 from hfpretrain.models.zoo import resolve_attn_implementation
 
 from .config import RecipeError
@@ -88,14 +88,14 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
 
 
 def choose_precision(model_section, config, planning: bool = False) -> tuple[str, str]:
-    conv1d = config.model_type == "gpt2"  # transformers' Conv1D, not nn.Linear: torchao converts none of it
+    unsupported = fp8_unsupported(config)
     if model_section.precision != "auto":
-        if conv1d and model_section.precision != "bf16":  # refused in the plan too, not only at conversion
-            raise RecipeError(f"model.precision={model_section.precision}: GPT-2's layers are transformers' Conv1D, "
-                              "which torchao's float8 does not convert: use a Qwen3/Llama config or bf16")
+        if unsupported and model_section.precision != "bf16":  # refused in the plan too, not only at conversion
+            raise RecipeError(f"model.precision={model_section.precision}: {unsupported}: use a Qwen3/Llama config "
+                              "or bf16")
         return model_section.precision, "set in the recipe"
-    if conv1d:
-        return "bf16", "auto: GPT-2's layers are transformers' Conv1D, which torchao's float8 does not convert"
+    if unsupported:
+        return "bf16", f"auto: {unsupported}"
     if config.hidden_size < FP8_MIN_HIDDEN:
         return "bf16", f"auto: hidden size {config.hidden_size} < {FP8_MIN_HIDDEN}, where fp8 pays little"
     try:

@@ -361,7 +361,8 @@ class PretrainTrainer(Trainer):
         if self.grad_stats is not None:
             self.grad_stats.record(self.state.global_step + 1, norm)
         # A finite loss can still give non-finite gradients; catch them before the optimizer step. (DeepSpeed
-        # hands the norm back as a Python float, already read from the GPU: checked as well.)
+        # hands the norm back as a Python float, already read from the GPU: checked as well, on the device of
+        # the other watched values, which check_finite stacks.)
         if norm is not None:
             if not torch.is_tensor(norm):
                 norm = torch.tensor(float(norm), device=self.args.device)
@@ -377,8 +378,7 @@ class PretrainTrainer(Trainer):
 
     def check_finite(self) -> None:
         pending, self._unchecked = self._unchecked, []
-        values = [v.float().reshape(()).to(self.args.device) for _, _, v in pending]  # (DeepSpeed's norm: a host float)
-        if not pending or bool(torch.stack(values).isfinite().all()):
+        if not pending or bool(torch.stack([v.float().reshape(()) for _, _, v in pending]).isfinite().all()):
             return  # one read of the GPU for the whole window
         for what, step, value in pending:
             if not torch.isfinite(value):
@@ -412,7 +412,7 @@ class PretrainTrainer(Trainer):
         self.model.zero_grad(set_to_none=True)
 
     # ---- checkpoints -------------------------------------------------------------------------
-    def save_model(self, *args, **kwargs):
+    def save_model(self, output_dir=None, _internal_call=False):
         self.check_finite()  # never save weights that a bad step has touched
         # Saved as a model from the Hub is: the KV cache on (training runs without it; generate() and
         # pipeline() read config.use_cache, 4x slower without), and no pad_token_id in config.json
@@ -422,21 +422,21 @@ class PretrainTrainer(Trainer):
         saved = config.use_cache, config.pad_token_id
         config.use_cache, config.pad_token_id = True, None
         try:
-            if (self.is_fsdp_enabled and not kwargs.get("_internal_call")
+            if (self.is_fsdp_enabled and not _internal_call
                     and "FULL_STATE_DICT" not in str(self.accelerator.state.fsdp_plugin.state_dict_type)):
-                self._save_gathered(*args, **kwargs)
+                self._save_gathered(output_dir or self.args.output_dir)
             else:
-                super().save_model(*args, **kwargs)
+                super().save_model(output_dir, _internal_call=_internal_call)
         finally:
             config.use_cache, config.pad_token_id = saved
 
-    def _save_gathered(self, output_dir=None, _internal_call=False):
+    def _save_gathered(self, output_dir: str):
         """FSDP with sharded state dicts: the Trainer's save_model writes nothing, so a final export came out
         empty. Every rank gathers, the main one saves. Checkpoints (``_internal_call``) keep only the Trainer's
         shards, which resume reads: gathering the whole model at every save would cost time and disk."""
         state_dict = self.accelerator.get_state_dict(self.model)
         if self.args.should_save:
-            self._save(output_dir or self.args.output_dir, state_dict=state_dict)
+            self._save(output_dir, state_dict=state_dict)
 
     def _save_checkpoint(self, model, trial):
         # The Trainer rotates inside its save, before our marker exists: with save_total_limit=1 a kill
