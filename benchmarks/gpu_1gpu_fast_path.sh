@@ -29,6 +29,10 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     model) variant $v model.compile=model ;;
     autotune) variant $v model.compile_mode=max-autotune-no-cudagraphs ;;
     mb64) variant $v training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
+    mb128) variant $v training.per_device_train_batch_size=128 training.gradient_accumulation_steps=1 ;;
+    s53m|s92m) variant $v model.config=scale_${v#s} ;;
+    s53m_mb128|s92m_mb128|s146m_mb128) m=${v#s}; variant $v model.config=scale_${m%_mb128} \
+      training.per_device_train_batch_size=128 training.gradient_accumulation_steps=1 ;;
     cdt) variant $v "$CDT" ;;  # inductor tunes each Triton kernel's block sizes (slower compile)
     cdt_mb64) variant $v "$CDT" training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
     cdt_model) variant $v "$CDT" model.compile=model ;;
