@@ -41,3 +41,25 @@ def test_train_dry_run_prints_one_json_document(entry):
                           str(REPO / "recipes" / "tiny_cpu.yaml"), "--dry-run"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)["recipe"]["model"]["config"] == "tiny"
+
+
+def test_every_command_help_is_complete_without_torch():
+    """`--help` of every command, and importing its module, loads neither torch nor transformers (seconds
+    each): the heavy imports come after parsing. One subprocess for all, since each is what a user runs."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from hfpretrain.cli import COMMANDS, main\n"
+        "for name, (module, _) in COMMANDS.items():\n"
+        "    __import__(f'hfpretrain.cli.{module}')\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        try:\n"
+        "            main([name, '--help'])\n"
+        "        except SystemExit as e:\n"
+        "            assert e.code == 0, (name, e.code)\n"
+        "    assert out.getvalue().startswith('usage: '), (name, out.getvalue())\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'lm_eval', 'datasets') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; commands: {', '.join(COMMANDS)}"
         return error(f"unknown command {name!r}{hint}")
-    # the modules parse sys.argv (pretrain also reads it at import, for --dry-run's clean stdout)
+    # the modules parse sys.argv
     sys.argv = [f"hfpretrain {name}", *rest]
     module = importlib.import_module(f"hfpretrain.cli.{COMMANDS[name][0]}")
     return module.main()

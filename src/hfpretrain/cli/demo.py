@@ -5,8 +5,7 @@ import logging
 import sys
 
 from hfpretrain.cli import error
-from hfpretrain.demo import run_demo
-from hfpretrain.paths import MissingDataError
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -16,6 +15,9 @@ def main() -> int:
     parser.add_argument("--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="a recipe override for the training step (repeatable)")
     args = parser.parse_args()
+    from hfpretrain.demo import run_demo  # imports torch and transformers: after parsing, so --help is instant
+    from hfpretrain.paths import MissingDataError
+
     logging.basicConfig(level=logging.WARNING)
     try:
         run_demo(args.out, args.max_steps, args.eval_limit, args.override)

@@ -10,7 +10,6 @@ import argparse
 import json
 
 from hfpretrain.cli import error
-from hfpretrain.models.planner import plan
 
 
 def main(argv=None) -> int:
@@ -31,6 +30,8 @@ def main(argv=None) -> int:
     p.add_argument("--vocab-size", type=int, default=151669, help="tokenizer length for tokenizer-sized shapes")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     a = p.parse_args(argv)
+    from hfpretrain.models.planner import plan  # imports transformers: after parsing, so --help is instant
+
     try:
         result = plan(a.gpu, a.num_gpus, a.hours, mfu=a.mfu, seq_len=a.seq_len, micro_batch=a.micro_batch,
                       global_batch_tokens=a.global_batch_tokens, dtype=a.dtype, zero_stage=a.zero_stage,

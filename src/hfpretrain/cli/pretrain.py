@@ -11,16 +11,6 @@ import sys
 
 from hfpretrain.cli import error
 
-# --dry-run's stdout is one JSON document; libraries print on import (transformers: "[INFO] Running in WANDB
-# offline mode"), so until the JSON is written, stdout goes to stderr
-JSON_OUT = sys.stdout
-if "--dry-run" in sys.argv:
-    sys.stdout = sys.stderr
-
-from hfpretrain.training import pretrain, shutdown_distributed  # noqa: E402
-from hfpretrain.training.config import RecipeError  # noqa: E402
-from hfpretrain.training.trainer import NonFiniteLossError  # noqa: E402
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,6 +20,16 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, help="--dry-run: plan for this many GPUs (default: this launch)")
     parser.add_argument("--zero-stage", type=int, help="--dry-run: plan with this ZeRO stage (default: from the launch)")
     args = parser.parse_intermixed_args()
+    # --dry-run's stdout is one JSON document; libraries print on import (transformers: "[INFO] Running in WANDB
+    # offline mode"), so until the JSON is written, stdout goes to stderr
+    json_out = sys.stdout
+    if args.dry_run:
+        sys.stdout = sys.stderr
+    # imported after parsing so that --help and usage errors need no torch (seconds)
+    from hfpretrain.training import pretrain, shutdown_distributed
+    from hfpretrain.training.config import RecipeError
+    from hfpretrain.training.trainer import NonFiniteLossError
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         result = pretrain(args.recipe, args.overrides, dry_run=args.dry_run, world_size=args.world_size,
@@ -48,7 +48,7 @@ def main() -> int:
 
             print("\n".join(phase_lines(data, MAX_PASSES_WITHOUT_WARNING, result["plan"].get("lr_schedule"))),
                   file=sys.stderr)
-        print(json.dumps(result, indent=2, default=str), file=JSON_OUT)
+        print(json.dumps(result, indent=2, default=str), file=json_out)
     return 0
 
 

@@ -16,11 +16,6 @@ import sys
 from pathlib import Path
 
 from hfpretrain.cli import error
-from hfpretrain.outdir import output_problem
-from hfpretrain.study.design import check_plan, format_plan
-from hfpretrain.study.grid import load_spec, plan_study, run_study, run_study_workers
-from hfpretrain.study.report import analyse
-from hfpretrain.training.config import RecipeError
 
 
 def main() -> int:
@@ -35,6 +30,13 @@ def main() -> int:
                         "workers, else 1); logs in DIR/logs/worker<i>.log")
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
     args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides
+    # these import torch and transformers: after parsing, so --help is instant
+    from hfpretrain.outdir import output_problem
+    from hfpretrain.study.design import check_plan, format_plan
+    from hfpretrain.study.grid import load_spec, plan_study, run_study, run_study_workers
+    from hfpretrain.study.report import analyse
+    from hfpretrain.training.config import RecipeError
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         spec = load_spec(args.spec)
