@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
@@ -29,6 +28,8 @@ import shutil
 import signal
 import threading
 from pathlib import Path
+
+from hfpretrain.outdir import OutputBusyError, OutputLock
 
 from .read import DataError
 
@@ -87,47 +88,25 @@ class BuildGuard:
     def __init__(self, out: Path):
         self.out = Path(out)
         self.lock_path = self.out.parent / f"{self.out.name}.lock"
-        self._fd: int | None = None
+        self._lock = OutputLock(self.lock_path, f"{self.out} is being built by another process",
+                                "wait for it to finish, or choose another --out")
         self._previous = None
         self._armer = None
         self.terminated = False
 
     # ---- lock ------------------------------------------------------------------------------
     def acquire(self) -> "BuildGuard":
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-                os.close(fd)
-                raise DataError(f"{self.out} is being built by another process (pid {holder}, lock {self.lock_path}): "
-                                "wait for it to finish, or choose another --out") from None
-            try:  # the file may have been removed by the previous holder between open and flock: retry
-                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+        try:
+            self._lock.acquire()
+        except OutputBusyError as e:
+            raise DataError(str(e)) from None
         self._remove_leftovers()
         self._install()
         return self
 
     def release(self) -> None:
         self._uninstall()
-        if self._fd is not None:
-            try:
-                os.unlink(self.lock_path)  # while still holding it: a waiter re-checks the inode
-            except FileNotFoundError:
-                pass
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        self._lock.release()
         if self.terminated:  # the default action was in place: end as the signal meant, now that all is cleaned up
             os.kill(os.getpid(), signal.SIGTERM)
 

@@ -26,6 +26,7 @@ from hfpretrain.data.manifest import require_manifest, tokens_per_byte
 from hfpretrain.models import (TrainingLayout, build_model, count_params, detect_peak_flops, device_name,
                                estimate_memory, flops_per_token, load_config)
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
+from hfpretrain.outdir import OutputLock
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -167,6 +168,9 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
         logger.warning("this run reads its training data %.1f times (%d blocks, %d samples): repeated tokens "
                        "teach less; more data or a smaller budget is the usual fix", passes, train_blocks,
                        args.max_steps * samples_per_step)
+    elif check_passes and passes > 1:
+        logger.info("this run reads its training data %.2f times (%d blocks, %d samples)", passes, train_blocks,
+                    args.max_steps * samples_per_step)
     plan = {
         "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
         "zero_stage": zero, "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step,
@@ -404,6 +408,33 @@ def wsd_decay(args: TrainingArguments, decay_steps: int, source: str) -> dict:
             "decay_starts_at_step": args.max_steps - decay_steps, **args.lr_scheduler_kwargs}
 
 
+@dataclasses.dataclass
+class RunSetup:
+    """What a run is, resolved from its recipe before any model is built: enough for ``--dry-run``'s plan."""
+
+    recipe: Recipe
+    manifest: dict
+    tokenizer: object
+    config: object  # the model's PretrainedConfig
+    seq_len: int
+    args: TrainingArguments
+    fast: FastPath
+    plan: dict
+    schedule: MixtureSchedule | None  # a weighted mixture in phases, or None for one data folder
+    data_info: dict  # what each checkpoint's data.json records: a resume compares it
+
+
+@dataclasses.dataclass
+class RunLogs:
+    """The callbacks ``pretrain`` reads back after training (the summary, the final export, teardown)."""
+
+    jsonl: JsonlLogCallback
+    throughput: ThroughputCallback
+    preemption: PreemptionCallback
+    mixture: MixtureLogCallback | None
+    wandb_lineage: WandbLineageCallback | None
+
+
 def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None, dry_run: bool = False,
              world_size: int | None = None, zero_stage: int | None = None) -> dict:
     """Train (or with ``dry_run`` only plan; ``world_size``/``zero_stage`` then describe the launch
@@ -419,13 +450,30 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
             return plan_without_data(recipe, world_size, zero_stage)
     else:
         check_fp8_available(recipe.model.precision, recipe.model.fp8_emulate)  # before any work
+    run = setup_run(recipe, dry_run, world_size if dry_run else None, zero_stage if dry_run else None)
+    if dry_run:
+        return {"recipe": recipe_to_dict(recipe), "plan": run.plan}
+    check_output_dir(run.args.output_dir)  # before the work: a run that cannot save is lost
+    # One run per output_dir: two would overwrite each other's checkpoints and resume from each other's
+    out = run.args.output_dir
+    lock = OutputLock(Path(out) / RUN_LOCK, f"training.output_dir={out} is in use by another training run",
+                      "wait for it to finish, or choose another training.output_dir")
+    with lock if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
+        return train_run(run)
+
+
+RUN_LOCK = ".run.lock"
+
+
+def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage: int | None) -> RunSetup:
+    """The data's manifest and tokenizer, the model config, TrainingArguments, the fast path and the plan."""
     manifest = require_manifest(recipe.data.path)
     tokenizer = load_tokenizer(recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"))
     if recipe.data.tokenizer:
         check_tokenizer(tokenizer, recipe.data.tokenizer, manifest, recipe.data.path)
     data_info = {"data_path": str(recipe.data.path), "fingerprint": manifest.get("fingerprint"),
                  "seq_len": int(manifest["seq_len"]), "tokenizer": recipe.data.tokenizer or "<data.path>/tokenizer",
-                 "tokenizer_sha256": tokenizer_hash(tokenizer)}  # checkpoints keep it: a resume compares
+                 "tokenizer_sha256": tokenizer_hash(tokenizer)}
     eos = manifest["tokenizer"]["eos_token"]
     tokenizer.eos_token = eos  # the end-of-text token the data was packed with, not a chat token
     if tokenizer.pad_token is None:
@@ -440,15 +488,15 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     seq_len = int(manifest["seq_len"])
 
     launched = int(os.environ.get("WORLD_SIZE", "1"))
-    resolve_max_steps(recipe, config, seq_len, (world_size if dry_run else None) or launched)
+    resolve_max_steps(recipe, config, seq_len, world_size or launched)
     args = training_arguments(recipe, dry_run)
     if recipe.training_flops is not None and not dry_run and args.world_size != launched:
         raise RecipeError(f"training_flops: max_steps was derived for WORLD_SIZE={launched} "
                           f"processes but the Trainer runs {args.world_size}: launch with accelerate or torchrun, or "
                           "set training.max_steps instead")
     fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=dry_run)
-    plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size if dry_run else None,
-                     zero_stage if dry_run else None, check_passes=not recipe.data.sources)
+    plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage,
+                     check_passes=not recipe.data.sources)
     schedule = None
     if recipe.data.sources:  # a weighted mixture, in phases (training/mixture.py)
         sources = load_sources(recipe.data.sources, manifest, recipe.data.path, require_manifest)
@@ -466,86 +514,151 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         if kwargs["decay_ratio"] is not None:  # null: an override took it out
             plan["lr_schedule"] = wsd_decay(args, max(1, round(kwargs["decay_ratio"] * args.max_steps)),
                                             "training.lr_scheduler_kwargs.decay_ratio")
-    if dry_run:
-        return {"recipe": recipe_to_dict(recipe), "plan": plan}
-    check_output_dir(args.output_dir)  # before the work: a run that cannot save is lost
-    # Before anything is written to output_dir: is its checkpoint this run's?
     data_info["samples_per_step"] = plan["samples_per_step"]
+    return RunSetup(recipe, manifest, tokenizer, config, seq_len, args, fast, plan, schedule, data_info)
+
+
+def train_run(run: RunSetup) -> dict:
+    """Build the model, the data and the trainer; train; evaluate on the final set; export final/; summarise."""
+    recipe, args, plan, seq_len = run.recipe, run.args, run.plan, run.seq_len
     data_seed = args.data_seed or args.seed
-    record = lineage(recipe.data.path, manifest, recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"),
-                     data_info["tokenizer_sha256"], seq_len, plan["samples_per_step"], args.max_steps, data_seed,
-                     schedule)
-    data_info["lineage"] = record  # in each checkpoint's data.json (a resume compares the keys above it)
+    record = lineage(recipe.data.path, run.manifest, recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"),
+                     run.data_info["tokenizer_sha256"], seq_len, plan["samples_per_step"], args.max_steps, data_seed,
+                     run.schedule)
+    run.data_info["lineage"] = record  # in each checkpoint's data.json (a resume compares the keys above it)
+    # Before anything is written to output_dir: is its checkpoint this run's?
     resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
     refuse_deepspeed_checkpoint(resume, bool(args.deepspeed) or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true")
     if resume:
-        check_resume(resume, recipe, data_info, args.max_steps)
+        check_resume(resume, recipe, run.data_info, args.max_steps)
 
     set_seed(args.seed)
-    attention_kernels = sdpa_kernels(recipe.model.sdpa_backends) if torch.cuda.is_available() else nullcontext()
-    for what in ("compile", "fused_loss", "precision"):
-        logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
-    loss_impl = fast.fused_loss
-    if recipe.model.init_from:
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(recipe.model.init_from)
-    else:
-        model = build_model(config, attn_implementation=fast.attn_implementation)
-    # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
-    # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
-    model.get_input_embeddings().padding_idx = None
-    n_fp8 = convert_to_fp8(model, fast.precision, recipe.model.fp8_emulate)  # before compile: it traces them
-    n_compiled = compile_model(model, fast.compile, recipe.model.compile_backend, fast.compile_mode)
-
+    model, n_fp8, n_compiled = build_run_model(run)
     train_length = args.max_steps * plan["samples_per_step"]
-    if schedule is None:
+    if run.schedule is None:
         train_blocks = ShuffledBlocks(load_input_ids(recipe.data.path, "train"), train_length, data_seed)
     else:
-        train_blocks = MixtureBlocks([load_input_ids(s.path, "train") for s in schedule.sources.values()], schedule,
-                                     data_seed)
+        train_blocks = MixtureBlocks([load_input_ids(s.path, "train") for s in run.schedule.sources.values()],
+                                     run.schedule, data_seed)
     val_blocks = load_input_ids(recipe.data.path, "validation")
     eval_blocks = EvalBlocks(val_blocks, recipe.evaluation.eval_tokens // seq_len)
     final_tokens = recipe.evaluation.final_eval_tokens
     final_blocks = EvalBlocks(val_blocks, len(val_blocks) if final_tokens is None else final_tokens // seq_len)
 
     out = Path(args.output_dir)
-    recipe_yaml = recipe_to_yaml(recipe)
     if args.process_index == 0:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "recipe.yaml").write_text(recipe_yaml)
+        (out / "recipe.yaml").write_text(recipe_to_yaml(recipe))
         write_lineage(out, record)
+    trainer, logs = build_trainer(run, model, train_blocks, eval_blocks, train_length, record,
+                                  {"loss_impl": run.fast.fused_loss, "compiled_modules": n_compiled})
+    refuse_deepspeed_checkpoint(resume, trainer.is_deepspeed_enabled)
+    if resume:
+        logger.info("resuming from %s", resume)
+    if args.dataloader_num_workers > 0:
+        install_worker_cleanup()
+    attention_kernels = sdpa_kernels(recipe.model.sdpa_backends) if torch.cuda.is_available() else nullcontext()
+    try:
+        # torch.compile traces inside train() (and evaluate()), so both see the same kernels and inductor settings
+        with attention_kernels, torch._inductor.config.patch(dict(recipe.model.inductor_options)):
+            result = trainer.train(resume_from_checkpoint=resume)
+            # The Trainer's train_loss averages this session's steps only (after a resume: not the run's); the
+            # mean of every logged window, earlier sessions' included (log_history comes back with a checkpoint).
+            windows = [h["loss"] for h in trainer.state.log_history if "loss" in h and math.isfinite(h["loss"])]
+            if windows:
+                result.metrics["train_loss"] = sum(windows) / len(windows)
+            trainer.check_finite()  # the last step's loss and gradient norm
+            final_eval = final_evaluation(trainer, run, final_blocks, len(eval_blocks))
+        summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
+                   "end_to_end": getattr(logs.throughput, "end_to_end", {}), "skipped_steps": trainer.skipped_steps,
+                   "loss_impl": run.fast.fused_loss, "compiled_modules": n_compiled, "fp8_modules": n_fp8,
+                   "plan": plan}
+        if logs.mixture:
+            summary["data"] = logs.mixture.figures(trainer.state.global_step)
+        if trainer.state.global_step >= args.max_steps:
+            trainer.save_model(str(out / "final"))
+            if args.process_index == 0:
+                write_lineage(out / "final", record)
+                write_model_card(out / "final", run.config, plan, summary, recipe, run.manifest)
+                if logs.wandb_lineage:
+                    logs.wandb_lineage.log_model(out / "final", aliases=["final", f"step-{trainer.state.global_step}"])
+        if args.process_index == 0:
+            tmp = out / "summary.json.tmp"  # whole or absent: a study's other workers read it while it is written
+            tmp.write_text(json.dumps(summary, indent=2, default=str))
+            os.replace(tmp, out / "summary.json")
+        logs.jsonl.write("summary", **summary)
+    finally:  # a failed run too: its log file closed, the process's SIGTERM handler put back
+        logs.jsonl.close()
+        logs.preemption.restore()
+    if "wandb" in args.report_to and args.process_index == 0:
+        import wandb
 
+        if wandb.run is not None:
+            wandb.finish()  # this run's records and artifacts complete (a study trains the next in this process)
+        # wandb keeps the settings of its first run in the process (its WANDB_DIR above all): reset them, so the
+        # next run of a study logs into its own folder
+        wandb.teardown()
+    # A rank that exits while another still writes final/ aborted in gloo's teardown
+    # ("terminate called without an active exception", SIGABRT, seen in CI under FSDP2).
+    trainer.accelerator.wait_for_everyone()
+    return summary
+
+
+def build_run_model(run: RunSetup):
+    """The model (built from its config, or ``init_from``'s weights), fp8-converted and compiled as the fast path
+    says: ``(model, fp8 modules, compiled modules)``."""
+    fast = run.fast
+    for what in ("compile", "fused_loss", "precision"):
+        logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
+    if run.recipe.model.init_from:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(run.recipe.model.init_from)
+    else:
+        model = build_model(run.config, attn_implementation=fast.attn_implementation)
+    # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
+    # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
+    model.get_input_embeddings().padding_idx = None
+    n_fp8 = convert_to_fp8(model, fast.precision, run.recipe.model.fp8_emulate)  # before compile: it traces them
+    n_compiled = compile_model(model, fast.compile, run.recipe.model.compile_backend, fast.compile_mode)
+    return model, n_fp8, n_compiled
+
+
+def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length: int, record: dict,
+                  header: dict) -> tuple[PretrainTrainer, RunLogs]:
+    """PretrainTrainer with the run's callbacks, in the order they must run (telemetry, then the log)."""
+    recipe, args, plan = run.recipe, run.args, run.plan
+    out = Path(args.output_dir)
     jsonl = JsonlLogCallback(out / recipe.logging.jsonl, {"recipe": recipe_to_dict(recipe), "plan": plan,
-                                                           "loss_impl": loss_impl, "compiled_modules": n_compiled,
-                                                           "lineage": record})
+                                                           **header, "lineage": record})
     throughput = ThroughputCallback(plan["tokens_per_step"], plan["flops_per_token"], plan["peak_flops_per_gpu"],
                                     args.world_size, plan.get("peak_flops_fp8_per_gpu"))
     grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
     preemption = PreemptionCallback()
     callbacks = [throughput, MemoryCallback(), grad_stats, jsonl, preemption,
                  ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx)]
-    mixture_log = MixtureLogCallback(schedule, seq_len) if schedule is not None else None
+    mixture_log = MixtureLogCallback(run.schedule, run.seq_len) if run.schedule is not None else None
     if mixture_log:
         callbacks.insert(0, mixture_log)  # before the JSONL log and wandb: tokens seen per source
     if recipe.evaluation.lm_eval_task:
         from hfpretrain.eval.callback import LmEvalCallback  # eval sits after training: import only on request
 
-        lm_eval_cb = LmEvalCallback(tokenizer, every_n_steps=args.eval_steps or args.save_steps,
+        lm_eval_cb = LmEvalCallback(run.tokenizer, every_n_steps=args.eval_steps or args.save_steps,
                                     task=recipe.evaluation.lm_eval_task, limit=recipe.evaluation.lm_eval_limit)
         callbacks.append(lm_eval_cb)
 
-    collator = partial(collate_blocks, eos_id=config.eos_token_id) if recipe.model.document_mask else collate_blocks
+    eos_id = run.config.eos_token_id
+    collator = partial(collate_blocks, eos_id=eos_id) if recipe.model.document_mask else collate_blocks
     trainer = PretrainTrainer(
         model=model, args=args, train_dataset=train_blocks, eval_dataset=eval_blocks, data_collator=collator,
-        processing_class=tokenizer, callbacks=callbacks,
+        processing_class=run.tokenizer, callbacks=callbacks,
         train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"],
-        loss_impl=loss_impl, loss_chunk_tokens=recipe.model.loss_chunk_tokens,
+        loss_impl=run.fast.fused_loss, loss_chunk_tokens=recipe.model.loss_chunk_tokens,
         liger_min_chunk_tokens=recipe.model.liger_min_chunk_tokens, nan_policy=recipe.nan_policy,
         max_skipped_steps=recipe.max_skipped_steps, z_loss=recipe.model.z_loss,
-        compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode,
-        decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_yaml,
-        train_blocks=len(train_blocks.blocks) if schedule is None else None,
+        compile_backend=recipe.model.compile_backend, compile_mode=run.fast.compile_mode,
+        decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_to_yaml(recipe),
+        train_blocks=len(train_blocks.blocks) if run.schedule is None else None,
         tokens_per_byte=plan["validation_tokens_per_byte"],
         optimizer_section=recipe.optimizer,
     )
@@ -562,7 +675,7 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         trainer.add_callback(TelemetryProgressCallback())
     elif bar or trainer.pop_callback(PrinterCallback):
         trainer.add_callback(LineProgressCallback())
-    trainer.add_callback(CompileCheckCallback(n_compiled))
+    trainer.add_callback(CompileCheckCallback(header["compiled_modules"]))
     if "wandb" in args.report_to and args.process_index == 0:  # after transformers' WandbCallback starts the run
         trainer.add_callback(WandbConfigCallback({"recipe": recipe_to_dict(recipe), "plan": plan}))
     wandb_lineage = None
@@ -571,77 +684,36 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         wandb_lineage = WandbLineageCallback(record, out, recipe.logging.wandb_artifacts,
                                              recipe.logging.wandb_checkpoint_artifacts)
         trainer.add_callback(wandb_lineage)
+    trainer.data_info = run.data_info  # written into each checkpoint (data.json)
+    return trainer, RunLogs(jsonl, throughput, preemption, mixture_log, wandb_lineage)
 
-    trainer.data_info = data_info  # written into each checkpoint (data.json)
-    refuse_deepspeed_checkpoint(resume, trainer.is_deepspeed_enabled)
-    if resume:
-        logger.info("resuming from %s", resume)
-    if args.dataloader_num_workers > 0:
-        install_worker_cleanup()
-    # torch.compile traces inside train() (and evaluate()), so both see the same kernels and inductor settings
-    with attention_kernels, torch._inductor.config.patch(dict(recipe.model.inductor_options)):
-        result = trainer.train(resume_from_checkpoint=resume)
-        # The Trainer's train_loss averages this session's steps only (after a resume: not the run's); the
-        # mean of every logged window, earlier sessions' included (log_history comes back with a checkpoint).
-        windows = [h["loss"] for h in trainer.state.log_history if "loss" in h and math.isfinite(h["loss"])]
-        if windows:
-            result.metrics["train_loss"] = sum(windows) / len(windows)
-        trainer.check_finite()  # the last step's loss and gradient norm
-        final_eval = {}
-        # The last step's validation loss and bits per byte on the final set (all validation blocks by
-        # default); not after a SIGTERM: the grace period is short, and on the GPU an evaluation after a
-        # preemption hung (docs/benchmarks.md).
-        if args.eval_strategy != "no" and not SIGTERM_RECEIVED.is_set():
-            last = next((h for h in reversed(trainer.state.log_history) if "eval_loss" in h), None)
-            if last and last.get("step") == trainer.state.global_step and len(final_blocks) == len(eval_blocks):
-                final_eval = last
-            else:
-                final_eval = trainer.evaluate(eval_dataset=final_blocks, metric_key_prefix="final")
-                final_eval = {k.replace("final_", "eval_", 1): v for k, v in final_eval.items()}
-            final_eval["eval_tokens"] = len(final_blocks) * seq_len
-            if recipe.evaluation.per_set:
-                per_set = per_set_losses(trainer, load_blocks(recipe.data.path, "validation"), len(final_blocks),
-                                         manifest.get("sets") or [], config.eos_token_id,
-                                         args.per_device_eval_batch_size, recipe.model.document_mask)
-                final_eval["eval_loss_per_set"] = {k: v["loss"] for k, v in per_set.items()}
-                final_eval["eval_tokens_per_set"] = {k: v["tokens"] for k, v in per_set.items()}
-                final_eval["eval_bpb_per_set"] = per_set_bits_per_byte(final_eval["eval_loss_per_set"],
-                                                                       manifest.get("validation") or {})
-                if not final_eval["eval_bpb_per_set"]:
-                    logger.warning("%s was tokenized before the manifest counted each set's text bytes: the loss "
-                                   "per set is in nats only (tokenize again for bits per byte per set)", recipe.data.path)
 
-    summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
-               "end_to_end": getattr(throughput, "end_to_end", {}), "skipped_steps": trainer.skipped_steps,
-               "loss_impl": loss_impl, "compiled_modules": n_compiled, "fp8_modules": n_fp8, "plan": plan}
-    if mixture_log:
-        summary["data"] = mixture_log.figures(trainer.state.global_step)
-    if trainer.state.global_step >= args.max_steps:
-        trainer.save_model(str(out / "final"))
-        if args.process_index == 0:
-            write_lineage(out / "final", record)
-            write_model_card(out / "final", config, plan, summary, recipe, manifest)
-            if wandb_lineage:
-                wandb_lineage.log_model(out / "final", aliases=["final", f"step-{trainer.state.global_step}"])
-    if args.process_index == 0:
-        tmp = out / "summary.json.tmp"  # whole or absent: a study's other workers read it while it is written
-        tmp.write_text(json.dumps(summary, indent=2, default=str))
-        os.replace(tmp, out / "summary.json")
-    jsonl.write("summary", **summary)
-    jsonl.close()
-    preemption.restore()
-    if "wandb" in args.report_to and args.process_index == 0:
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish()  # this run's records and artifacts complete (a study trains the next in this process)
-        # wandb keeps the settings of its first run in the process (its WANDB_DIR above all): reset them, so the
-        # next run of a study logs into its own folder
-        wandb.teardown()
-    # A rank that exits while another still writes final/ aborted in gloo's teardown
-    # ("terminate called without an active exception", SIGABRT, seen in CI under FSDP2).
-    trainer.accelerator.wait_for_everyone()
-    return summary
+def final_evaluation(trainer: PretrainTrainer, run: RunSetup, final_blocks: EvalBlocks, eval_blocks: int) -> dict:
+    """The last step's validation loss and bits per byte on the final set (all validation blocks by default),
+    and per validation set with ``evaluation.per_set``. Not after a SIGTERM: the grace period is short, and on the
+    GPU an evaluation after a preemption hung (docs/benchmarks.md)."""
+    recipe, args = run.recipe, run.args
+    if args.eval_strategy == "no" or SIGTERM_RECEIVED.is_set():
+        return {}
+    last = next((h for h in reversed(trainer.state.log_history) if "eval_loss" in h), None)
+    if last and last.get("step") == trainer.state.global_step and len(final_blocks) == eval_blocks:
+        final_eval = dict(last)
+    else:
+        final_eval = trainer.evaluate(eval_dataset=final_blocks, metric_key_prefix="final")
+        final_eval = {k.replace("final_", "eval_", 1): v for k, v in final_eval.items()}
+    final_eval["eval_tokens"] = len(final_blocks) * run.seq_len
+    if recipe.evaluation.per_set:
+        per_set = per_set_losses(trainer, load_blocks(recipe.data.path, "validation"), len(final_blocks),
+                                 run.manifest.get("sets") or [], run.config.eos_token_id,
+                                 args.per_device_eval_batch_size, recipe.model.document_mask)
+        final_eval["eval_loss_per_set"] = {k: v["loss"] for k, v in per_set.items()}
+        final_eval["eval_tokens_per_set"] = {k: v["tokens"] for k, v in per_set.items()}
+        final_eval["eval_bpb_per_set"] = per_set_bits_per_byte(final_eval["eval_loss_per_set"],
+                                                               run.manifest.get("validation") or {})
+        if not final_eval["eval_bpb_per_set"]:
+            logger.warning("%s was tokenized before the manifest counted each set's text bytes: the loss "
+                           "per set is in nats only (tokenize again for bits per byte per set)", recipe.data.path)
+    return final_eval
 
 
 def shutdown_distributed() -> None:
