@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hfpretrain.data.manifest import dir_bytes
+
 
 def classic_run_clm(files, tokenizer_dir, seq_len, out, num_proc, eos_id, cache_dir):
     import datasets
@@ -61,10 +63,6 @@ def _cpu_s() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
-def _dir_bytes(p):
-    return sum(f.stat().st_size for f in Path(p).rglob("*.arrow"))
-
-
 def run_benchmark(files, tokenizer_dir, seq_len=1024, num_proc=2, workdir=None, val_docs=100, encoder="auto"):
     """Run both on ``files`` (the first ``val_docs`` documents become our validation split and are
     included in our token count and time; the classic recipe tokenizes all of them as train).
@@ -103,9 +101,9 @@ def run_benchmark(files, tokenizer_dir, seq_len=1024, num_proc=2, workdir=None, 
             and np.array_equal(classic_stream[: len(ours[0][0])], ours[0][0])
             and np.array_equal(classic_stream[n_val: n_val + len(ours[1][0])], ours[1][0]))
     itemsize = np.dtype(m["dtype"]).itemsize
-    ours_bytes = _dir_bytes(ours_out / "train") + _dir_bytes(ours_out / "validation")
+    ours_bytes = dir_bytes(ours_out / "train") + dir_bytes(ours_out / "validation")
     bare = (m["train"]["block_tokens"] + m["validation"]["block_tokens"]) * itemsize
-    classic_bytes = _dir_bytes(work / "classic")
+    classic_bytes = dir_bytes(work / "classic")
     result = {
         "inputs": [str(f) for f in files],
         "tokenizer": str(tokenizer_dir),

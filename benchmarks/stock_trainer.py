@@ -18,6 +18,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, DataCollatorForLa
                           TrainingArguments)
 
 from hfpretrain.models import TrainingLayout, detect_peak_flops, estimate_memory, flops_per_token, load_config
+from hfpretrain.models.memory import GIB
 
 from hfpretrain.training.callbacks import ThroughputCallback
 from hfpretrain.training.config import load_recipe
@@ -99,8 +100,8 @@ def run_stock(recipe_path: str, overrides: list[str], micro_batch: int, max_step
     trainer.train()
     return {
         "trainer": "stock transformers.Trainer", **steady_state(recorder.windows), "micro_batch": micro_batch,
-        "mem_peak_gib": torch.cuda.max_memory_allocated() / 1024**3 if torch.cuda.is_available() else None,
-        "memory_estimate_gib": {k: v / 1024**3 for k, v in
+        "mem_peak_gib": torch.cuda.max_memory_allocated() / GIB if torch.cuda.is_available() else None,
+        "memory_estimate_gib": {k: v / GIB for k, v in
                                 estimate_memory(config, TrainingLayout(micro_batch, seq_len)).__dict__.items()},
         "last_loss": recorder.windows[-1].get("loss") if recorder.windows else None,
     }

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hfpretrain.models import chinchilla_optimal, peak_flops, plan
+from hfpretrain.models import PlanRequest, chinchilla_optimal, peak_flops, plan
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE_HOURS = 46.6  # 8 x B200 at MFU 0.40 (docs/models.md)
@@ -29,16 +29,16 @@ def test_chinchilla_fits():
 
 
 def test_reference_case_gives_the_1p8b_117b_plan():
-    p = plan("B200", 8, REFERENCE_HOURS, mfu=0.4, seq_len=2048, micro_batch=8)
+    p = plan(PlanRequest("B200", 8, REFERENCE_HOURS, mfu=0.4, seq_len=2048, micro_batch=8))
     best = p.candidates[0]
     assert best.name == "qwen3_1p8b"
     assert abs(best.params - 1.83e9) / 1.83e9 < 0.01
     assert abs(best.tokens - 117e9) / 117e9 < 0.01
     assert best.fits and best.wall_hours == pytest.approx(REFERENCE_HOURS)
     assert best.steps == pytest.approx(best.tokens / best.global_batch_tokens, abs=1)
-    small = plan("A6000", 1, 24, micro_batch=64)
+    small = plan(PlanRequest("A6000", 1, 24, micro_batch=64))
     assert small.optimal_params < 2e8 and not any(c.name == "qwen3_1p8b" for c in small.candidates)
-    big_batch = plan("A6000", 1, REFERENCE_HOURS, micro_batch=64, shapes=["qwen3_1p8b"])
+    big_batch = plan(PlanRequest("A6000", 1, REFERENCE_HOURS, micro_batch=64, shapes=("qwen3_1p8b",)))
     assert not big_batch.candidates[0].fits
 
 

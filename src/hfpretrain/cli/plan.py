@@ -30,13 +30,14 @@ def main(argv=None) -> int:
     p.add_argument("--vocab-size", type=int, default=151669, help="tokenizer length for tokenizer-sized shapes")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     a = p.parse_args(argv)
-    from hfpretrain.models.planner import plan  # imports transformers: after parsing, so --help is instant
+    from hfpretrain.models.planner import PlanRequest, plan  # imports transformers: after parsing (--help)
 
     try:
-        result = plan(a.gpu, a.num_gpus, a.hours, mfu=a.mfu, seq_len=a.seq_len, micro_batch=a.micro_batch,
-                      global_batch_tokens=a.global_batch_tokens, dtype=a.dtype, zero_stage=a.zero_stage,
-                      grad_checkpointing=a.grad_checkpointing, attn_implementation=a.attn, fit=a.fit,
-                      n_nearest=a.nearest, vocab_size=a.vocab_size)
+        result = plan(PlanRequest(
+            a.gpu, a.num_gpus, a.hours, mfu=a.mfu, seq_len=a.seq_len, micro_batch=a.micro_batch,
+            global_batch_tokens=a.global_batch_tokens, dtype=a.dtype, zero_stage=a.zero_stage,
+            grad_checkpointing=a.grad_checkpointing, attn_implementation=a.attn, fit=a.fit, n_nearest=a.nearest,
+            vocab_size=a.vocab_size))
     except ValueError as err:  # an unknown GPU or dtype, a negative size: one line naming it
         return error(err)
     print(json.dumps(result.as_dict(), indent=2) if a.json else result.table())

@@ -9,7 +9,7 @@ from hfpretrain.models.flops import FORMULA, FlopsPerToken, flops_per_token, mat
 from hfpretrain.models.hardware import GPU_PEAK_FLOPS, canonical_gpu, detect_peak_flops, device_name, peak_flops
 from hfpretrain.models.memory import MemoryEstimate, TrainingLayout, estimate_memory
 from hfpretrain.models.params import ParamCounts, count_params, meta_model
-from hfpretrain.models.planner import Plan, chinchilla_optimal, plan
+from hfpretrain.models.planner import Plan, PlanRequest, chinchilla_optimal, plan
 from hfpretrain.models.zoo import (
     CONFIG_DIR,
     build_model,

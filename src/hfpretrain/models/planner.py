@@ -104,47 +104,57 @@ class Plan:
         return "\n".join(lines)
 
 
-def plan(
-    gpu: str,
-    num_gpus: int,
-    hours: float,
-    mfu: float = 0.4,
-    seq_len: int = 2048,
-    micro_batch: int = 8,
-    global_batch_tokens: int = 2**20,
-    dtype: str = "bf16",
-    zero_stage: int = 1,
-    grad_checkpointing: bool = False,
-    attn_implementation: str = "flash_attention_2",
-    fit: str = "hoffmann",
-    n_nearest: int = 3,
-    vocab_size: int = DEFAULT_VOCAB,
-    shapes: list[str] | None = None,
-) -> Plan:
-    check_plan_arguments(num_gpus=num_gpus, hours=hours, mfu=mfu, seq_len=seq_len, micro_batch=micro_batch,
-                         global_batch_tokens=global_batch_tokens, n_nearest=n_nearest, vocab_size=vocab_size)
-    gpu_key = canonical_gpu(gpu)
-    peak = peak_flops(gpu_key, dtype)
-    compute = num_gpus * hours * 3600 * peak * mfu
-    n_opt, d_opt = chinchilla_optimal(compute, fit)
+@dataclass(frozen=True)
+class PlanRequest:
+    """What to plan: the budget (GPU model x count x hours x MFU), the training layout the memory fit is judged
+    at, and which shapes to consider (default: the zoo's, less ``tiny``). Checked when made."""
+
+    gpu: str
+    num_gpus: int
+    hours: float
+    mfu: float = 0.4
+    seq_len: int = 2048
+    micro_batch: int = 8
+    global_batch_tokens: int = 2**20
+    dtype: str = "bf16"
+    zero_stage: int = 1
+    grad_checkpointing: bool = False
+    attn_implementation: str = "flash_attention_2"
+    fit: str = "hoffmann"
+    n_nearest: int = 3
+    vocab_size: int = DEFAULT_VOCAB
+    shapes: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        check_plan_arguments(num_gpus=self.num_gpus, hours=self.hours, mfu=self.mfu, seq_len=self.seq_len,
+                             micro_batch=self.micro_batch, global_batch_tokens=self.global_batch_tokens,
+                             n_nearest=self.n_nearest, vocab_size=self.vocab_size)
+
+
+def plan(r: PlanRequest) -> Plan:
+    gpu_key = canonical_gpu(r.gpu)
+    peak = peak_flops(gpu_key, r.dtype)
+    compute = r.num_gpus * r.hours * 3600 * peak * r.mfu
+    n_opt, d_opt = chinchilla_optimal(compute, r.fit)
     configs = {}
-    for name in shapes or [s for s in zoo_names() if s != "tiny"]:
+    for name in r.shapes or [s for s in zoo_names() if s != "tiny"]:
         try:
-            configs[name] = load_config(name, vocab_size=vocab_size)
+            configs[name] = load_config(name, vocab_size=r.vocab_size)
         except ValueError:  # a reference shape made for another tokenizer: take it as it is
             configs[name] = load_config(name)
     counts = {name: count_params(cfg) for name, cfg in configs.items()}
-    nearest = sorted(configs, key=lambda s: abs(math.log(counts[s].total / n_opt)))[:n_nearest]
-    result = Plan(gpu=gpu_key, num_gpus=num_gpus, hours=hours, mfu=mfu, seq_len=seq_len, micro_batch=micro_batch,
-                  compute_flops=compute, fit=fit, optimal_params=n_opt, optimal_tokens=d_opt)
-    per_step = micro_batch * seq_len * num_gpus
-    accum = max(1, math.ceil(global_batch_tokens / per_step))
-    layout = TrainingLayout(micro_batch, seq_len, n_gpus=num_gpus, zero_stage=zero_stage, dtype=dtype,
-                            grad_checkpointing=grad_checkpointing, attn_implementation=attn_implementation,
+    nearest = sorted(configs, key=lambda s: abs(math.log(counts[s].total / n_opt)))[:r.n_nearest]
+    result = Plan(gpu=gpu_key, num_gpus=r.num_gpus, hours=r.hours, mfu=r.mfu, seq_len=r.seq_len,
+                  micro_batch=r.micro_batch, compute_flops=compute, fit=r.fit, optimal_params=n_opt,
+                  optimal_tokens=d_opt)
+    per_step = r.micro_batch * r.seq_len * r.num_gpus
+    accum = max(1, math.ceil(r.global_batch_tokens / per_step))
+    layout = TrainingLayout(r.micro_batch, r.seq_len, n_gpus=r.num_gpus, zero_stage=r.zero_stage, dtype=r.dtype,
+                            grad_checkpointing=r.grad_checkpointing, attn_implementation=r.attn_implementation,
                             grad_accum=accum)
     for name in nearest:
         cfg = configs[name]
-        fpt = flops_per_token(cfg, seq_len).total
+        fpt = flops_per_token(cfg, r.seq_len).total
         tokens = compute / fpt
         mem = estimate_memory(cfg, layout)
         batch_tokens = per_step * accum
@@ -153,6 +163,6 @@ def plan(
             tokens=tokens, tokens_per_param=tokens / counts[name].total, memory_gib=mem.total / GIB,
             fits=mem.total <= MEMORY_HEADROOM * gpu_memory_bytes(gpu_key), grad_accum=accum,
             global_batch_tokens=batch_tokens, steps=math.ceil(tokens / batch_tokens),
-            wall_hours=tokens * fpt / (num_gpus * peak * mfu) / 3600,
+            wall_hours=tokens * fpt / (r.num_gpus * peak * r.mfu) / 3600,
         ))
     return result

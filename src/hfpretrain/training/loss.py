@@ -31,6 +31,8 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
+from hfpretrain.models.memory import GIB
+
 IGNORE_INDEX = -100
 
 
@@ -50,7 +52,7 @@ def choose_fused_loss(requested: str, logits_bytes: int | None = None,
             return "chunked", "no CUDA GPU: chunked PyTorch cross-entropy"
         share = (logits_bytes or 0) / gpu_memory_bytes
         if logits_bytes is not None and share <= COMPILED_LOGITS_MEMORY_SHARE:
-            return "compiled", (f"one micro-batch's logits take {logits_bytes / 2**30:.1f} GiB "
+            return "compiled", (f"one micro-batch's logits take {logits_bytes / GIB:.1f} GiB "
                                 f"({share:.1%} of the GPU, at most {COMPILED_LOGITS_MEMORY_SHARE:.1%}): "
                                 "LM head + cross-entropy compiled whole")
         if has_liger:

@@ -26,6 +26,7 @@ from hfpretrain.data.manifest import require_manifest, tokens_per_byte
 from hfpretrain.models import (TrainingLayout, build_model, count_params, detect_peak_flops, device_name,
                                estimate_memory, flops_per_token, load_config)
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
+from hfpretrain.models.memory import GIB
 from hfpretrain.outdir import OutputLock
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -178,7 +179,7 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
         "total_tokens": total_tokens, "flops_per_token": flops.total, "flops_per_token_causal": flops.causal,
         "flops_per_token_head": flops.head,
         "flops_formula": flops.formula, "total_flops": flops.total * total_tokens,
-        "memory_per_gpu_gib": {k: v / 1024**3 for k, v in asdict(memory).items()},
+        "memory_per_gpu_gib": {k: v / GIB for k, v in asdict(memory).items()},
         "peak_flops_per_gpu": peak, "assumed_mfu": recipe.logging.assumed_mfu, "fast_path": asdict(fast),
         "device": device_name(), "train_blocks": train_blocks, "passes_over_data": passes,
         "shape": {k: getattr(config, k, None) for k in ("model_type", "hidden_size", "num_hidden_layers",
