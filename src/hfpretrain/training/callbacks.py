@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import signal
 import threading
@@ -157,17 +156,18 @@ class GradStatsCallback(TrainerCallback):
         self.jsonl, self.interval = jsonl, interval
         self._norms, self._first_step = [], None
 
-    def record(self, step: int, grad_norm) -> None:  # called by PretrainTrainer after clipping
+    def record(self, step: int, grad_norm) -> None:  # called by PretrainTrainer with each step's pre-clip norm
         if grad_norm is None:
             return
         if self._first_step is None:
             self._first_step = step
-        self._norms.append(grad_norm if torch.is_tensor(grad_norm) else torch.tensor(float(grad_norm)))
+        self._norms.append(grad_norm.detach() if torch.is_tensor(grad_norm) else torch.tensor(float(grad_norm)))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not self._norms or logs is None or "loss" not in logs:
             return
-        norms = torch.stack([n.float().cpu() for n in self._norms]).tolist()
+        device = self._norms[0].device  # one copy to the host for the window, not one per step
+        norms = torch.stack([n.to(device, torch.float32).reshape(()) for n in self._norms]).tolist()
         logs["grad_norm_max"] = max(norms)
         self.jsonl.write("grad_norm", first_step=self._first_step, values=norms)
         self._norms, self._first_step = [], None
@@ -175,21 +175,30 @@ class GradStatsCallback(TrainerCallback):
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         if not self.interval or (state.global_step + 1) % self.interval or model is None:
             return
-        per_layer, logs = {}, []
+        per_layer, samples = {}, []
         for name, p in model.named_parameters():
             if p.grad is None:
                 continue
-            g = p.grad.detach().float()
+            g = p.grad.detach()
             match = re.search(r"\.(\d+)\.", name)
             key = f"layer_{match.group(1)}" if match else name.rsplit(".", 1)[0]
-            per_layer[key] = per_layer.get(key, 0.0) + g.pow(2).sum()
-            logs.append(g.abs().clamp_min(1e-30).log10().flatten()[::97])  # strided sample: cheap, unbiased enough
+            # accumulated in fp32 without an fp32 copy of the gradient (a bf16 model's would double its size)
+            norm = torch.linalg.vector_norm(g, dtype=torch.float32)
+            if hasattr(norm, "full_tensor"):  # FSDP2: the norm of a sharded gradient, summed over the ranks
+                norm = norm.full_tensor()
+            per_layer.setdefault(key, []).append(norm)
+            # Every 97th element (a strided sample: cheap, unbiased enough), taken before the transform so that
+            # only the sample is converted; of this rank's shard under FSDP2.
+            local = g.to_local() if hasattr(g, "to_local") else g
+            samples.append(local.reshape(-1)[::97].float().abs().clamp_min(1e-30).log10())
         if not per_layer:  # e.g. DeepSpeed keeps gradients in its own buffers
             return
-        hist = torch.histc(torch.cat(logs), bins=40, min=-12, max=2)
+        hist = torch.histc(torch.cat(samples), bins=40, min=-12, max=2)
+        layer_norms = [torch.linalg.vector_norm(torch.stack(norms)) for norms in per_layer.values()]
+        host = torch.cat([torch.stack(layer_norms).to(hist.device), hist]).tolist()  # one read of the GPU
         self.jsonl.write("grad_stats", step=state.global_step + 1,
-                         per_layer_norm={k: math.sqrt(float(v)) for k, v in per_layer.items()},
-                         log10_abs_grad_hist={"min": -12, "max": 2, "counts": hist.tolist()})
+                         per_layer_norm=dict(zip(per_layer, host[:len(per_layer)])),
+                         log10_abs_grad_hist={"min": -12, "max": 2, "counts": host[len(per_layer):]})
 
 
 # Set by SIGTERM and never cleared: a study (many runs in one process) must stop too, even when the
