@@ -15,6 +15,12 @@ def main() -> int:
     parser.add_argument("--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="a recipe override for the training step (repeatable)")
     args = parser.parse_args()
+    from hfpretrain.eval.extras import MissingExtraError, require_lm_eval
+
+    try:
+        require_lm_eval("hfpretrain demo")  # its third step: said before the first two, minutes of work
+    except MissingExtraError as err:
+        return error(err)
     from hfpretrain.demo import run_demo  # imports torch and transformers: after parsing, so --help is instant
     from hfpretrain.paths import MissingDataError
 

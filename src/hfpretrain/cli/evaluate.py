@@ -35,6 +35,12 @@ def main(argv=None) -> int:
     p.add_argument("--data-root", default=None, help="default: $DATA_ROOT, else the embedded sample data")
     a = p.parse_args(argv)
 
+    from hfpretrain.eval.extras import MissingExtraError, require_lm_eval
+
+    try:
+        require_lm_eval("hfpretrain eval")
+    except MissingExtraError as err:
+        return error(err)
     from hfpretrain.eval.task_data import MissingEvalDataError
     from hfpretrain.eval.harness import CheckpointNotFoundError, evaluate_checkpoint, summary_markdown
 

@@ -28,6 +28,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-generate", action="store_true", help="leave generations out")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from hfpretrain.eval.extras import MissingExtraError
     from hfpretrain.study.run_report import DEFAULT_PROMPTS, write_run_report
 
     folder = Path(args.folder)
@@ -47,6 +48,8 @@ def main(argv=None) -> int:
             report = write_run_report(folder, eval_limit=limit, run_eval=not args.no_eval, prompts=prompts)
         else:
             return error(f"{folder} is neither a run folder (summary.json) nor a study folder (spec.yaml)")
+    except MissingExtraError as err:
+        return error(f"{err} (or --no-eval)")
     except (FileNotFoundError, ValueError) as err:
         return error(err)
     print(report)

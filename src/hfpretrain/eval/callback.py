@@ -30,6 +30,7 @@ import logging
 
 from transformers import TrainerCallback
 
+from hfpretrain.eval.extras import require_lm_eval
 from hfpretrain.eval.task_data import IN_TRAINING_TASKS, base_task
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ class LmEvalCallback(TrainerCallback):
         if base_task(task) not in IN_TRAINING_TASKS:
             raise ValueError(f"{task} cannot be scored during training (WinoGrande's partial scoring and LAMBADA's "
                              f"greedy check run through lm-eval): use {', '.join(IN_TRAINING_TASKS)}")
+        # at the run's start, not at the first scoring step, hours in
+        require_lm_eval(f"evaluation.lm_eval_task={task}")
         self.tokenizer = tokenizer
         self.every_n_steps = every_n_steps
         self.task = task

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hfpretrain.eval.task_data import QUESTION_TASKS, available_tasks, base_task, resolve_data_root
 from hfpretrain.eval.checkpoint import CheckpointNotFoundError, OutputFolderError, check_checkpoint, check_output_folder
+from hfpretrain.eval.extras import MissingExtraError, require_lm_eval
 from hfpretrain.eval.local_tasks import DEFAULT_TASKS, load_tasks, task_manager
 
 logger = logging.getLogger(__name__)
@@ -25,8 +26,8 @@ logger = logging.getLogger(__name__)
 SCORINGS = ("lm_eval", "avg_logprob", "both")
 
 
-__all__ = ["CheckpointNotFoundError", "OutputFolderError", "check_checkpoint", "evaluate_checkpoint", "make_lm",
-           "summary_markdown", "write_outputs"]
+__all__ = ["CheckpointNotFoundError", "MissingExtraError", "OutputFolderError", "check_checkpoint",
+           "evaluate_checkpoint", "make_lm", "summary_markdown", "write_outputs"]
 
 
 def _default_device() -> str:
@@ -44,6 +45,7 @@ def _version(pkg: str) -> str:
 
 def make_lm(checkpoint, batch_size=8, dtype="auto", device=None):
     """``HFLM`` for a checkpoint dir (tokenizer from the same dir; pad = eos when missing)."""
+    require_lm_eval("scoring a checkpoint")
     from lm_eval.models.huggingface import HFLM
 
     path = check_checkpoint(checkpoint)
@@ -81,6 +83,7 @@ def evaluate_checkpoint(
     """
     if scoring not in SCORINGS:
         raise ValueError(f"scoring must be one of {SCORINGS}, not {scoring!r}")
+    require_lm_eval("evaluating a checkpoint")  # both scorings run through lm-eval's tasks and HFLM
     # every input and the output folder before any scoring: one-line errors, nothing computed in vain
     check_checkpoint(checkpoint)  # config, whole weights, tokenizer files
     if out_dir is not None:
@@ -197,6 +200,7 @@ def summary_markdown(results: dict) -> str:
 
 
 def write_outputs(results: dict, out_dir) -> tuple[Path, Path]:
+    require_lm_eval("writing lm-eval results")
     from lm_eval.utils import handle_non_serializable
 
     out = Path(out_dir)

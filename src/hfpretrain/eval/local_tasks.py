@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hfpretrain.eval.extras import require_lm_eval
 from hfpretrain.eval.task_data import TASKS, check_files, resolve_data_root
 
 TASK_DIR = Path(__file__).resolve().parent / "tasks"
@@ -21,6 +22,7 @@ KNOWN_TASKS = tuple(TASKS)
 
 def task_manager(data_root=None, include_defaults: bool = False):
     """A ``lm_eval.tasks.TaskManager`` that knows the local tasks (and, optionally, lm-eval's)."""
+    require_lm_eval("the local lm-eval tasks")
     from lm_eval.tasks import TaskManager
 
     root = resolve_data_root(data_root)
