@@ -58,6 +58,17 @@ def test_missing_checkpoint(tmp_path):
         generate(tmp_path / "nope", "hi")
 
 
+def test_a_folder_is_checked_once_and_other_models_are_refused(tiny_checkpoint, monkeypatch):
+    from hfpretrain.eval import generation
+
+    calls = []
+    monkeypatch.setattr(generation, "check_checkpoint", lambda path: calls.append(path) or Path(path))
+    generate(str(tiny_checkpoint), "Rocks are", max_new_tokens=2)
+    assert calls == [str(tiny_checkpoint)]  # the weights' header is read once, not once more after the import
+    with pytest.raises(TypeError, match="a checkpoint folder, a \\(model, tokenizer\\) pair or a text-generation"):
+        generate(object(), "hi")
+
+
 def _run(args, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     return subprocess.run([sys.executable, SCRIPT, *args], env=env, capture_output=True, text=True, timeout=180)

@@ -15,20 +15,21 @@ from hfpretrain.eval.checkpoint import CheckpointNotFoundError, check_checkpoint
 __all__ = ["CheckpointNotFoundError", "check_settings", "format_results", "generate", "start_token"]
 
 
-def _load(model, device=None):
+def _load(model):
     """-> (model, tokenizer) from a path, a (model, tokenizer) pair or a pipeline."""
     if isinstance(model, (tuple, list)) and len(model) == 2:
         return model[0], model[1]
-    if isinstance(model, (str, os.PathLike)):  # config, whole weights, tokenizer files: before importing anything
-        path = check_checkpoint(model)
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Pipeline
+    if isinstance(model, (str, os.PathLike)):
+        path = check_checkpoint(model)  # config, whole weights, tokenizer files: before importing transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        return AutoModelForCausalLM.from_pretrained(str(path)), AutoTokenizer.from_pretrained(str(path))
+    from transformers import Pipeline
 
     if isinstance(model, Pipeline):
         return model.model, model.tokenizer
-    path = check_checkpoint(model)
-    tok = AutoTokenizer.from_pretrained(str(path))
-    lm = AutoModelForCausalLM.from_pretrained(str(path))
-    return lm, tok
+    raise TypeError(f"model must be a checkpoint folder, a (model, tokenizer) pair or a text-generation pipeline, "
+                    f"not {type(model).__name__}")
 
 
 def check_settings(max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=50, repetition_penalty=1.0,
@@ -73,7 +74,7 @@ def generate(
     ``{"prompt", "completion", "text", "unconditional", "seed", "settings"}``.
     """
     check_settings(max_new_tokens, temperature, top_p, top_k, repetition_penalty, num_samples)
-    lm, tok = _load(model, device)  # checks a checkpoint folder before importing transformers
+    lm, tok = _load(model)  # checks a checkpoint folder before importing transformers
     import torch
     from transformers import pipeline, set_seed
 
