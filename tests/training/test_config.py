@@ -263,6 +263,13 @@ def test_bad_choice(item, key):
     assert key in msg and "is not one of" in msg
 
 
+@pytest.mark.parametrize("item,key", [("max_skipped_fraction=1.5", "max_skipped_fraction=1.5"),
+                                      ("max_skipped_fraction=-0.1", "max_skipped_fraction=-0.1"),
+                                      ("max_skipped_steps=-1", "max_skipped_steps=-1")])
+def test_skip_ceilings_out_of_range(item, key):
+    assert key in _error(["data.path=x", item])
+
+
 def test_malformed_override_and_missing_data_path():
     assert "section.key=value" in _error(["data.path=x", "training.max_steps"])
     assert "data.path is not set" in _error([], path=None)

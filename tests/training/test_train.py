@@ -325,18 +325,57 @@ def test_nan_policy_stop(mini_blocks, tmp_path):
 
 
 def test_nan_policy_skip(mini_blocks, tmp_path):
-    """Skipped steps are counted and logged as skipped (a window's loss is the mean of the steps taken, never a
-    0 for a skipped one); more skips than max_skipped_steps stop the run."""
-    summary = run_pretrain(mini_blocks, tmp_path / "run", {**DIVERGE, "nan_policy": "skip",
-                                                          "max_skipped_steps": "6"})
+    """Skipped steps are counted and logged as skipped: a window's loss (and the session's train_loss) is the
+    mean of the steps taken, never pulled down by a 0 for a skipped one. More skips than max_skipped_steps, or
+    than max_skipped_fraction of the run's steps (here at the end, after the last save), stop the run."""
+    skip = {**DIVERGE, "nan_policy": "skip", "max_skipped_steps": "6"}
+    summary = run_pretrain(mini_blocks, tmp_path / "run", {**skip, "max_skipped_fraction": "1"})
     assert summary["global_step"] == 6
-    assert 0 < summary["skipped_steps"] <= 6
+    assert 0 < summary["skipped_steps"] < 6
     logs = [e for e in read_log(tmp_path / "run") if e["event"] == "log" and "loss" in e]
     skipped = [e for e in logs if e.get("skipped_steps")]
     assert sum(e["skipped_steps"] for e in skipped) == summary["skipped_steps"]
-    assert all(e["loss"] != 0 for e in logs)  # a skipped step used to be logged as loss 0
+    taken = {e["step"]: e["loss"] for e in logs if not e.get("skipped_steps")}  # logging_steps=1: one step each
+    assert all(np.isfinite(v) and v != 0 for v in taken.values()) and all(np.isnan(e["loss"]) for e in skipped)
+    end = next(e for e in read_log(tmp_path / "run") if "train_loss" in e)
+    assert end["train_loss"] == pytest.approx(np.mean(list(taken.values())), rel=1e-5)
+
+    # The same run logged in windows of 4 steps, the first with a skipped step: its loss is the mean of the others.
+    # 3 of 6 steps skipped is more than the default 5%: the run stops at its end, checkpoint-6 saved first.
+    with pytest.raises(NonFiniteLossError, match=r"of 6 optimizer steps skipped .*max_skipped_fraction=0.05"):
+        run_pretrain(mini_blocks, tmp_path / "windows", {**skip, "training.logging_steps": "4",
+                                                         "training.save_strategy": "steps", "training.save_steps": "6"})
+    window, = [e for e in read_log(tmp_path / "windows") if e["event"] == "log" and "loss" in e]
+    steps = [s for s in taken if s <= 4]
+    assert window["step"] == 4 and window["skipped_steps"] == 4 - len(steps) > 0
+    assert window["loss"] == pytest.approx(np.mean([taken[s] for s in steps]), rel=1e-5)
+    assert last_complete_checkpoint(tmp_path / "windows") == str(tmp_path / "windows" / "checkpoint-6")
+    assert not (tmp_path / "windows" / "final").exists()
+
     with pytest.raises(NonFiniteLossError, match="max_skipped_steps=0"):
         run_pretrain(mini_blocks, tmp_path / "capped", {**DIVERGE, "nan_policy": "skip", "max_skipped_steps": "0"})
+
+
+def test_skipped_fraction_stops_during_training(tmp_path):
+    """From the 20th optimizer step on the share is checked at each skip, counting the skips of the sessions
+    before a resume (here 1): the run stops there, not only at its end. (Driven step by step: a real run of 20
+    steps would take 15 s on CPU.)"""
+    from transformers import TrainingArguments
+
+    from hfpretrain.models import build_model, load_config
+
+    model = build_model(load_config("tiny", {}, vocab_size=512), attn_implementation="sdpa")
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    trainer = trainer_mod.PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1,
+                                          nan_policy="skip", max_skipped_steps=100, max_skipped_fraction=0.2)
+    optimizer = trainer.create_optimizer()
+    trainer.skipped_before = 1
+    for step in range(19):  # 1 + 4 of the first 19 steps skipped: more than 20%, but not checked yet
+        trainer.state.global_step, trainer._skip_this_step = step, step >= 15
+        optimizer.step()
+    trainer.state.global_step, trainer._skip_this_step = 19, True
+    with pytest.raises(NonFiniteLossError, match=r"6 of 20 optimizer steps skipped .*max_skipped_fraction=0.2"):
+        optimizer.step()
 
 
 def test_final_checkpoint_loads_like_a_hub_model(reference_run):

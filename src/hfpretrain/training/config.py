@@ -138,6 +138,8 @@ class Recipe:
     training_flops: Optional[float] = None
     nan_policy: str = "stop"  # stop | skip
     max_skipped_steps: int = 10  # nan_policy=skip: more skipped optimizer steps than this stop the run
+    # ... and so does a larger share of the run's steps: checked from step 20 on and at the end, after the last save
+    max_skipped_fraction: float = 0.05
     # resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | allow
     resume_mismatch: str = "error"
 
@@ -309,6 +311,11 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             obj = getattr(obj, part)
         if obj not in allowed:
             raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed, key=str)}")
+    if recipe.max_skipped_steps < 0:
+        raise RecipeError(f"max_skipped_steps={recipe.max_skipped_steps} must be >= 0")
+    if not 0 <= recipe.max_skipped_fraction <= 1:
+        raise RecipeError(f"max_skipped_fraction={recipe.max_skipped_fraction} is outside [0, 1]: the share of the "
+                          "run's optimizer steps nan_policy=skip may skip")
     if recipe.model.z_loss < 0:
         raise RecipeError(f"model.z_loss={recipe.model.z_loss} must be >= 0")
     backends = list(recipe.model.sdpa_backends)

@@ -8,6 +8,8 @@ What it changes, and why:
   micro-batch x accumulation equals one big batch; evaluation never keeps logits;
 * weight decay on matrices only (not on norms, biases or, unless asked, embeddings);
 * a non-finite loss stops the run (or skips that optimizer step) instead of training on garbage;
+  skipped steps are left out of the logged losses, and more of them than ``max_skipped_steps`` or than
+  ``max_skipped_fraction`` of the run's steps stop it;
   under ``stop`` the losses and gradient norms of a logging window are checked together when the
   window is logged (the log reads the loss anyway) and always before a checkpoint, so the check
   adds no host synchronisation: the CPU keeps queueing steps ahead of the GPU;
@@ -215,20 +217,22 @@ def check_trainer_hooks(trainer_class=Trainer) -> None:
 
 class _PositionData(TrainerCallback):
     """Puts the sampler at the resumed step when training begins: after the Trainer has restored
-    ``global_step`` from the checkpoint, before the first batch is drawn."""
+    ``global_step`` from the checkpoint, before the first batch is drawn. The steps earlier sessions
+    skipped (their log windows came back with the checkpoint) count towards this run's ceiling."""
 
     def __init__(self, trainer: "PretrainTrainer"):
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.trainer.position_data(state.global_step)
+        self.trainer.skipped_before = sum(h.get("skipped_steps", 0) for h in state.log_history)
 
 
 class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
                  compile_backend="inductor", compile_mode="default", train_blocks=None, tokens_per_byte=None,
-                 max_skipped_steps=10, z_loss=0.0,
+                 max_skipped_steps=10, max_skipped_fraction=None, z_loss=0.0,
                  optimizer_section=None, **kwargs):
         check_trainer_hooks()
         super().__init__(*args, **kwargs)
@@ -249,11 +253,19 @@ class PretrainTrainer(Trainer):
                 self.is_deepspeed_enabled or self.is_fsdp_enabled):
             raise ValueError("optimizer.name=muon is not supported under DeepSpeed or FSDP (Muon needs whole "
                              "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw")
-        self.skipped_steps = 0
+        self.skipped_steps = 0  # in this session (train() call)
+        self.skipped_before = 0  # in the sessions before a resume
         self.grad_stats = None  # a GradStatsCallback, fed the pre-clip norm of every step
         self._skip_this_step = False
         self.max_skipped_steps = max_skipped_steps  # nan_policy=skip: stop after more than this many skips
+        if max_skipped_fraction is None:  # the recipe's (run.pretrain hands over the resolved recipe, not the key)
+            import yaml
+
+            recipe = yaml.safe_load(recipe_yaml) if recipe_yaml else None
+            max_skipped_fraction = (recipe or {}).get("max_skipped_fraction", 0.05)
+        self.max_skipped_fraction = max_skipped_fraction  # ... or than this share of the run's steps
         self._step_loss, self._window_sum, self._window_steps, self._window_skipped = None, None, 0, 0
+        self._taken_loss, self._taken_steps = 0.0, 0  # sum of the logged windows' losses x their steps taken
         if nan_policy == "skip" and self.is_deepspeed_enabled:  # DeepSpeed steps its own optimizer: no skipping
             raise ValueError("nan_policy=skip is not supported under DeepSpeed (it steps its own optimizer): "
                              "use nan_policy=stop")
@@ -298,15 +310,24 @@ class PretrainTrainer(Trainer):
 
             def guarded_step(*args, **kwargs):
                 step_loss, self._step_loss = self._step_loss, None
-                if self._skip_this_step:
-                    self._skip_this_step = False
+                skip, self._skip_this_step = self._skip_this_step, False
+                if self.args.world_size > 1 and torch.distributed.is_initialized():
+                    # Every rank skips, or none: a rank whose micro-step was non-finite zeroed its gradients
+                    # before the all-reduce, so the others may see a finite norm (and would step alone).
+                    flag = torch.tensor(float(skip), device=self.args.device)
+                    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+                    skip = bool(flag)
+                if skip:
                     self.skipped_steps += 1
                     self._window_skipped += 1
-                    if self.skipped_steps > self.max_skipped_steps:
+                    skipped = self.skipped_before + self.skipped_steps
+                    if skipped > self.max_skipped_steps:
                         raise NonFiniteLossError(
-                            f"{self.skipped_steps} optimizer steps skipped for non-finite values (more than "
+                            f"{skipped} optimizer steps skipped for non-finite values (more than "
                             f"max_skipped_steps={self.max_skipped_steps}): stopping; resume from the last checkpoint "
                             "with a lower learning rate")
+                    if self.state.global_step + 1 >= 20:  # fewer steps: a share says little until the end
+                        self.check_skipped_fraction(self.state.global_step + 1)
                     return None
                 if step_loss is not None:
                     self._window_sum = step_loss if self._window_sum is None else self._window_sum + step_loss
@@ -315,6 +336,22 @@ class PretrainTrainer(Trainer):
 
             optimizer.step = guarded_step
         return optimizer
+
+    def check_skipped_fraction(self, steps: int) -> None:
+        """Stop when more than ``max_skipped_fraction`` of the run's first ``steps`` optimizer steps were skipped."""
+        skipped = self.skipped_before + self.skipped_steps
+        if skipped and skipped > self.max_skipped_fraction * steps:
+            raise NonFiniteLossError(
+                f"{skipped} of {steps} optimizer steps skipped for non-finite values (more than "
+                f"max_skipped_fraction={self.max_skipped_fraction:g}): stopping; resume from an earlier checkpoint "
+                "with a lower learning rate")
+
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
+        # After the last checkpoint's save, so that nothing is lost; a run stopped early (SIGTERM) is not over.
+        if self.nan_policy == "skip" and self.state.global_step >= self.state.max_steps:
+            self.check_skipped_fraction(self.state.global_step)
+        return output
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -389,15 +426,34 @@ class PretrainTrainer(Trainer):
         if "loss" in logs:  # a training window: its loss was just read from the GPU anyway
             self.check_finite()
             if self._window_skipped:
-                # The Trainer's window mean counts a skipped step as loss 0: the mean of the steps taken instead.
-                logs["loss"] = float(self._window_sum / self._window_steps) if self._window_steps else float("nan")
+                # The Trainer's window mean counts a skipped step as loss 0 (training_step's return; or its finite
+                # loss, when only the gradients were not): the mean of the steps taken instead.
+                logs["loss"] = self._mean_over_ranks(self._window_sum, self._window_steps)
                 logs["skipped_steps"] = self._window_skipped
+            if self._window_steps:
+                self._taken_loss += logs["loss"] * self._window_steps
+                self._taken_steps += self._window_steps
             self._window_sum, self._window_steps, self._window_skipped = None, 0, 0
+        if "train_loss" in logs and self.skipped_steps:  # the end of train(): the same, for the session's mean
+            pending = self._window_steps  # the steps after the last logged window
+            taken = self._taken_loss + (self._mean_over_ranks(self._window_sum, pending) * pending if pending else 0.0)
+            logs["train_loss"] = taken / (self._taken_steps + pending) if self._taken_steps + pending else float("nan")
         if self.train_blocks:
             # The Trainer's epoch is the fraction of planned steps (our dataset is the whole run's
             # virtual sequence); report passes over the data instead, continuous across resumes.
             self.state.epoch = self.state.global_step * self.samples_per_step / self.train_blocks
         super().log(logs, *args, **kwargs)
+
+    def _mean_over_ranks(self, total: torch.Tensor | None, steps: int) -> float:
+        """Mean loss per step of ``steps`` steps whose losses sum to ``total`` on this rank, over all ranks (every
+        rank skips the same steps, so this is called on all of them together, as the Trainer gathers its loss)."""
+        if not steps:
+            return float("nan")
+        total = total.detach().float().clone()
+        if self.args.world_size > 1 and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(total)
+            total /= self.args.world_size
+        return float(total) / steps
 
     def _non_finite(self, what: str, step: int) -> None:
         if self.nan_policy == "stop" or self.is_deepspeed_enabled:  # DeepSpeed steps its own optimizer
