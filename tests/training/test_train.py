@@ -321,6 +321,10 @@ def test_nan_policy_stop(mini_blocks, tmp_path):
         run_pretrain(mini_blocks, tmp_path / "run", {**DIVERGE, "nan_policy": "stop"})
     msg = str(info.value)
     assert "nan_policy=stop" in msg and "at step" in msg and ("nan" in msg or "inf" in msg)
+    # max_grad_norm 0: the Trainer does not clip, yet the overflowing gradients of step 3 are caught before the
+    # loss turns non-finite at step 4 (and their norms are logged)
+    assert msg.startswith("gradient norm is") and "at step 3" in msg, msg
+    assert [e["first_step"] for e in read_log(tmp_path / "run") if e["event"] == "grad_norm"] == [1, 2]
     assert not (tmp_path / "run" / "final").exists()
 
 
@@ -494,6 +498,16 @@ def test_the_overridden_trainer_hooks_exist():
     with pytest.raises(RuntimeError, match="_clip_grad_norm") as info:
         trainer_mod.check_trainer_hooks(OldTrainer)
     assert "transformers>=5.17" in str(info.value)
+
+    class NoSave(OldTrainer):  # every hook overridden, but a private method PretrainTrainer calls is gone
+        pass
+
+    for name in trainer_mod.PRIVATE_HOOKS + trainer_mod.PRIVATE_CALLS:
+        setattr(NoSave, name, lambda self: None)
+    trainer_mod.check_trainer_hooks(NoSave)
+    del NoSave._save
+    with pytest.raises(RuntimeError, match="Trainer has no _save, which PretrainTrainer overrides or calls"):
+        trainer_mod.check_trainer_hooks(NoSave)
 
 
 def test_importing_the_library_leaves_the_process_alone():

@@ -199,20 +199,23 @@ def steps_beside_params(optimizer) -> None:
                 state["step"] = step.to(p.device, torch.float32)
 
 
-# The Trainer's private methods PretrainTrainer overrides. A transformers version without one of them would
-# silently skip what the override does (the data order, the gradient check, the checkpoint marker), so a
-# missing one stops the run at start instead.
+# The Trainer's private methods PretrainTrainer overrides, and those it calls without overriding. A transformers
+# version without one it overrides would silently skip what the override does (the data order, the gradient check,
+# the checkpoint marker), one without one it calls would fail mid-run (at the first save), so a missing one stops
+# the run at start instead.
 PRIVATE_HOOKS = ("_get_train_sampler", "_get_eval_sampler", "_load_optimizer_and_scheduler", "_clip_grad_norm",
-                 "_save_checkpoint")
+                 "_get_grad_norm", "_save_checkpoint")
+PRIVATE_CALLS = ("_save", "_get_output_dir")
 
 
 def check_trainer_hooks(trainer_class=Trainer) -> None:
-    missing = [name for name in PRIVATE_HOOKS if not callable(getattr(trainer_class, name, None))]
+    missing = [name for name in PRIVATE_HOOKS + PRIVATE_CALLS if not callable(getattr(trainer_class, name, None))]
     if missing:
         import transformers
 
         raise RuntimeError(f"transformers {transformers.__version__}: Trainer has no {', '.join(missing)}, which "
-                           "PretrainTrainer overrides; install a tested version (setup.cfg: transformers>=5.17)")
+                           "PretrainTrainer overrides or calls; install a tested version (setup.cfg: "
+                           "transformers>=5.17)")
 
 
 class _PositionData(TrainerCallback):
@@ -392,18 +395,24 @@ class PretrainTrainer(Trainer):
     def _clip_grad_norm(self, model):
         if self._skip_this_step:
             model.zero_grad(set_to_none=True)  # grads of later micro-steps too
-        norm = super()._clip_grad_norm(model)
+        return super()._clip_grad_norm(model)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        # Every optimizer step comes here, with _clip_grad_norm's norm, or at max_grad_norm 0 (where the Trainer
+        # does not clip) with none: the Trainer then measures it unclipped, so the check and telemetry run anyway.
+        if grad_norm is None and self._skip_this_step:
+            model.zero_grad(set_to_none=True)
+        norm = super()._get_grad_norm(model, grad_norm)
         if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor, which .cpu()/.tolist()/.item() refuse
             norm = norm.full_tensor()
-        if self.grad_stats is not None:
-            self.grad_stats.record(self.state.global_step + 1, norm)
-        # A finite loss can still give non-finite gradients; catch them before the optimizer step. (DeepSpeed
-        # hands the norm back as a Python float, already read from the GPU: checked as well, on the device of
-        # the other watched values, which check_finite stacks.)
         if norm is not None:
-            if not torch.is_tensor(norm):
-                norm = torch.tensor(float(norm), device=self.args.device)
-            self._watch("gradient norm", norm)
+            # DeepSpeed hands the norm back as a Python float, already read from the GPU: watched as well, on the
+            # device of the other watched values, which check_finite stacks.
+            watched = norm if torch.is_tensor(norm) else torch.tensor(float(norm), device=self.args.device)
+            if self.grad_stats is not None:
+                self.grad_stats.record(self.state.global_step + 1, watched)
+            # A finite loss can still give non-finite gradients; catch them before the optimizer step.
+            self._watch("gradient norm", watched)
         return norm
 
     def _watch(self, what: str, value: torch.Tensor) -> None:
