@@ -67,7 +67,9 @@ def main(argv=None) -> int:
     except (CheckpointNotFoundError, MissingEvalDataError, ValueError) as err:
         return error(err)
     print(summary_markdown(results))
-    print(f"wrote {os.path.join(out, 'results.json')} and {os.path.join(out, 'summary.md')}")
+    card = results["hfpretrain"].get("model_card")
+    print(f"wrote {os.path.join(out, 'results.json')} and {os.path.join(out, 'summary.md')}"
+          + (f"; the scores are in the model card {card}" if card else ""))
     return 0
 
 

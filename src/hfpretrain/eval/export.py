@@ -1,5 +1,6 @@
 """Export a checkpoint to share it: weights in bf16 by default (half of fp32, what Hub models ship), the
-tokenizer, the model card and lineage beside them, and optionally a push to the Hugging Face Hub.
+tokenizer, the model card (its load lines naming the export, or the Hub repo it is pushed to) and lineage beside
+them, and optionally a push to the Hugging Face Hub.
 
 The export is written first; a push that fails (offline, no token) leaves it in place with one line saying
 how to upload it later.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from hfpretrain.eval.card import refresh_card
 from hfpretrain.eval.checkpoint import OutputFolderError, check_checkpoint, check_output_folder
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -38,9 +40,10 @@ def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str
     model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype))
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(src).save_pretrained(out)
-    for name in ("README.md", "lineage.json"):  # the model card and where the model came from
-        if (src / name).is_file():
-            shutil.copyfile(src / name, out / name)
+    if (src / "lineage.json").is_file():  # where the model came from
+        shutil.copyfile(src / "lineage.json", out / "lineage.json")
+    if (src / "README.md").is_file():  # the model card (with the scores hfpretrain eval added), loading the copy
+        (out / "README.md").write_text(refresh_card((src / "README.md").read_text(), push_to_hub or out))
     if push_to_hub:
         push(out, push_to_hub, private)
     return out

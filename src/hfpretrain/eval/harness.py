@@ -144,6 +144,13 @@ def evaluate_checkpoint(
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     if out_dir is not None:
+        # the checkpoint's own eval/ (the default): its model card shows these scores, and an export ships them
+        if Path(out_dir).expanduser().resolve() == Path(checkpoint).expanduser().resolve() / "eval":
+            from hfpretrain.eval.card import update_scores
+
+            card = update_scores(checkpoint, summary_markdown(results))
+            if card is not None:
+                results["hfpretrain"]["model_card"] = str(card)
         write_outputs(results, out_dir)
     return results
 

@@ -1,5 +1,9 @@
 """``final/README.md``: the model card a checkpoint carries, so that the folder (or a Hub repo made from
-it) says what the model is, what it was trained on, how well it did, and how to load it."""
+it) says what the model is, what it was trained on, how well it did, and how to load it.
+
+The lm-eval scores come after training: ``hfpretrain eval`` adds them, and ``hfpretrain export`` points the load
+lines at the export or the Hub repo (``hfpretrain.eval.card``). An ``eval/`` folder already in ``final/`` is not
+read here: it scored the weights this run has just replaced."""
 
 from __future__ import annotations
 
@@ -31,19 +35,23 @@ not follow instructions.
 | hardware | {world} × {device} |
 | final validation loss | {val_loss} nats/token, {val_bpb} bits per byte ({val_tokens} tokens) |
 
-The recipe that produced it is `recipe.yaml` in the run folder; `lineage.json` (when present) names the data.
+The recipe that produced it is below; `lineage.json` (when present) names the data.
 
 ## Use
 
-```python
-from transformers import pipeline
+{use}
 
-generate = pipeline("text-generation", model="{path}")
-print(generate("The history of the", max_new_tokens=40, do_sample=True, top_p=0.95)[0]["generated_text"])
-```
+## Evaluation (lm-eval, 0-shot)
 
-Scores: `lm_eval --model hf --model_args pretrained={path} --tasks arc_easy,arc_challenge,openbookqa`
-(or `python scripts/evaluate.py {path}`, which writes `eval/summary.md` here).
+{scores}
+
+## Recipe
+
+The resolved recipe; saved as `recipe.yaml`, `hfpretrain train recipe.yaml` trains the model again (given the data
+at `data.path`):
+
+```yaml
+{recipe}```
 """
 
 
@@ -52,6 +60,11 @@ def _num(x, digits: int = 4) -> str:
 
 
 def write_model_card(folder: str | Path, config, plan: dict, summary: dict, recipe, manifest: dict) -> Path:
+    # the load lines and the scores change after training (hfpretrain eval, export): eval.card rewrites them
+    from hfpretrain.eval.card import scores_section, use_section
+
+    from .config import recipe_to_yaml
+
     folder = Path(folder)
     final = summary.get("final_eval") or {}
     training = recipe.training
@@ -67,6 +80,7 @@ def write_model_card(folder: str | Path, config, plan: dict, summary: dict, reci
         steps=steps, tokens_per_step=plan["tokens_per_step"], lr=training.get("learning_rate"),
         schedule=training.get("lr_scheduler_type"), flops=plan["flops_per_token"] * plan["tokens_per_step"] * steps,
         world=plan["world_size"], device=plan.get("device"), val_loss=_num(final.get("eval_loss")),
-        val_bpb=_num(final.get("eval_bpb")), val_tokens=_num(final.get("eval_tokens")), path=folder)
+        val_bpb=_num(final.get("eval_bpb")), val_tokens=_num(final.get("eval_tokens")), use=use_section(folder),
+        scores=scores_section(folder), recipe=recipe_to_yaml(recipe))
     (folder / "README.md").write_text(card)
     return folder / "README.md"
