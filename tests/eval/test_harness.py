@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,18 @@ def test_script_runs(tiny_checkpoint, data_root, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "| arc_easy | 3 |" in p.stdout
     assert (tmp_path / "o" / "results.json").is_file() and (tmp_path / "o" / "summary.md").is_file()
+
+
+def test_tasks_all_scores_every_task_the_data_root_has(tiny_checkpoint, data_root, tmp_path):
+    """--tasks all: each of the seven local tasks whose file is there (here ARC-Easy and PIQA), the rest named
+    in a warning."""
+    root = tmp_path / "data"
+    (root / "eval" / "arc_easy").mkdir(parents=True)
+    (root / "eval" / "piqa").mkdir()
+    shutil.copy(data_root / "eval" / "arc_easy" / "ARC-Easy-Test.jsonl", root / "eval" / "arc_easy")
+    (root / "eval" / "piqa" / "piqa_validation.jsonl").write_text("".join(
+        json.dumps({"goal": f"To dry a towel number {i},", "sol1": "hang it in the sun.", "sol2": "soak it.",
+                    "label": 0}) + "\n" for i in range(3)))
+    res = evaluate_checkpoint(tiny_checkpoint, tasks="all", limit=2, dtype="float32", device="cpu", data_root=root,
+                              scoring="lm_eval")
+    assert res["hfpretrain"]["tasks"] == ["arc_easy", "piqa"] and set(res["results"]) == {"arc_easy", "piqa"}

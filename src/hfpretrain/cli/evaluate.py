@@ -1,6 +1,6 @@
 """Score a checkpoint 0-shot on local copies of lm-eval tasks (ARC-Easy, ARC-Challenge, OpenBookQA by default).
 
-    python scripts/evaluate.py CKPT [--tasks arc_easy,arc_challenge,openbookqa] [--limit N]
+    python scripts/evaluate.py CKPT [--tasks arc_easy,arc_challenge,openbookqa|all] [--limit N]
         [--out DIR] [--scoring lm_eval|avg_logprob|both] [--batch-size 8] [--dtype auto]
         [--device cuda] [--data-root DIR]
 
@@ -25,7 +25,8 @@ def main(argv=None) -> int:
     p.add_argument("checkpoint", help="save_pretrained directory (model + tokenizer)")
     p.add_argument("--tasks", default=None,
                    help="comma-separated, of arc_easy, arc_challenge, openbookqa, hellaswag, piqa, winogrande, "
-                        "lambada_openai (default: those of the first three the data root has)")
+                        "lambada_openai (default: those of the first three the data root has); all: those of the "
+                        "seven the data root has")
     p.add_argument("--limit", type=float, default=None, help="first N docs per task (or a fraction < 1)")
     p.add_argument("--out", default=None, help="output dir (default: CKPT/eval)")
     p.add_argument("--scoring", choices=("lm_eval", "avg_logprob", "both"), default="both")

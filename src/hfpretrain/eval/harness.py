@@ -19,7 +19,7 @@ from pathlib import Path
 from hfpretrain.eval.task_data import QUESTION_TASKS, available_tasks, base_task, resolve_data_root
 from hfpretrain.eval.checkpoint import CheckpointNotFoundError, OutputFolderError, check_checkpoint, check_output_folder
 from hfpretrain.eval.extras import MissingExtraError, require_lm_eval
-from hfpretrain.eval.local_tasks import DEFAULT_TASKS, load_tasks, task_manager
+from hfpretrain.eval.local_tasks import DEFAULT_TASKS, KNOWN_TASKS, load_tasks, task_manager
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,8 @@ def evaluate_checkpoint(
     """Evaluate ``checkpoint`` 0-shot on ``tasks``; return lm-eval's results dict (+ run info).
 
     ``tasks`` default: those of arc_easy, arc_challenge, openbookqa whose test file the data root has
-    (all three in a full data root; ARC only in the embedded one), one log line naming any left out.
+    (all three in a full data root; ARC only in the embedded one), one log line naming any left out;
+    ``"all"``: likewise of every local task (HellaSwag, PIQA, WinoGrande, LAMBADA too).
     Tasks named explicitly must all be there (one-line error otherwise).
 
     The returned dict is ``lm_eval.simple_evaluate``'s (``results``, ``configs``, ``n-samples``,
@@ -88,15 +89,16 @@ def evaluate_checkpoint(
     check_checkpoint(checkpoint)  # config, whole weights, tokenizer files
     if out_dir is not None:
         check_output_folder(out_dir)
-    if tasks is None:
+    if isinstance(tasks, str):
+        tasks = [t for t in tasks.split(",") if t]
+    if tasks is None or list(tasks) == ["all"]:
+        wanted = DEFAULT_TASKS if tasks is None else KNOWN_TASKS
         # none there: all of them, so that the error names the first missing file
-        tasks = available_tasks(DEFAULT_TASKS, data_root) or list(DEFAULT_TASKS)
-        left_out = [t for t in DEFAULT_TASKS if t not in tasks]
+        tasks = available_tasks(wanted, data_root) or list(wanted)
+        left_out = [t for t in wanted if t not in tasks]
         if left_out:
             logger.warning("evaluating %s: %s not in the data root %s", ", ".join(tasks), ", ".join(left_out),
                            resolve_data_root(data_root))
-    if isinstance(tasks, str):
-        tasks = [t for t in tasks.split(",") if t]
     tasks = list(tasks)
     if scoring == "avg_logprob" and not any(base_task(t) in QUESTION_TASKS for t in tasks):
         raise ValueError(f"--scoring avg_logprob scores question-answer tasks ({', '.join(QUESTION_TASKS)}), none of "
