@@ -270,6 +270,13 @@ def test_skip_ceilings_out_of_range(item, key):
     assert key in _error(["data.path=x", item])
 
 
+def test_the_trainers_sampling_strategies_are_refused():
+    """PretrainTrainer's sampler replaces the Trainer's: group_by_length or sequential would silently do nothing."""
+    assert "training.train_sampling_strategy='group_by_length'" in _error(
+        ["data.path=x", "training.train_sampling_strategy=group_by_length"])
+    load_recipe(TINY_RECIPE, ["data.path=x", "training.train_sampling_strategy=random"])
+
+
 def test_malformed_override_and_missing_data_path():
     assert "section.key=value" in _error(["data.path=x", "training.max_steps"])
     assert "data.path is not set" in _error([], path=None)

@@ -238,6 +238,20 @@ def test_resume_is_exact(reference_run, mini_blocks, tmp_path):
         assert torch.equal(a[name], b[name]), name
 
 
+def test_resume_puts_optimizer_steps_beside_their_parameters():
+    """DeepSpeed's universal loader leaves fused AdamW's step counters on the CPU (bypassing torch's
+    load_state_dict); once the Trainer has loaded the checkpoint, before the first step, they are moved beside
+    their parameters, through accelerate's and DeepSpeed's wrappers. (A meta parameter stands in for a GPU one.)"""
+    from types import SimpleNamespace
+
+    param = torch.nn.Parameter(torch.zeros(2, device="meta"))
+    inner = SimpleNamespace(param_groups=[{"fused": True, "params": [param]}], state={param: {"step": torch.tensor(3.0)}})
+    trainer = SimpleNamespace(position_data=lambda step: None)
+    state = SimpleNamespace(global_step=3, log_history=[])
+    trainer_mod._Resume(trainer).on_train_begin(None, state, None, optimizer=SimpleNamespace(optimizer=inner))
+    assert inner.state[param]["step"].device.type == "meta"
+
+
 def test_resume_from_missing_path_fails(mini_blocks, tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         run_pretrain(mini_blocks, tmp_path / "x", {"training.max_steps": "2",

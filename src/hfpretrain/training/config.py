@@ -311,6 +311,10 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             obj = getattr(obj, part)
         if obj not in allowed:
             raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed, key=str)}")
+    strategy = recipe.training.get("train_sampling_strategy", "random")
+    if strategy != "random":  # PretrainTrainer replaces the Trainer's samplers: the setting would do nothing
+        raise RecipeError(f"training.train_sampling_strategy={strategy!r}: the data order is the project's (blocks "
+                          "of one length, shuffled by seed, resumed exactly): leave the key out")
     if recipe.max_skipped_steps < 0:
         raise RecipeError(f"max_skipped_steps={recipe.max_skipped_steps} must be >= 0")
     if not 0 <= recipe.max_skipped_fraction <= 1:

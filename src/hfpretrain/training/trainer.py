@@ -203,8 +203,7 @@ def steps_beside_params(optimizer) -> None:
 # version without one it overrides would silently skip what the override does (the data order, the gradient check,
 # the checkpoint marker), one without one it calls would fail mid-run (at the first save), so a missing one stops
 # the run at start instead.
-PRIVATE_HOOKS = ("_get_train_sampler", "_get_eval_sampler", "_load_optimizer_and_scheduler", "_clip_grad_norm",
-                 "_get_grad_norm", "_save_checkpoint")
+PRIVATE_HOOKS = ("_get_train_sampler", "_clip_grad_norm", "_get_grad_norm", "_save_checkpoint")
 PRIVATE_CALLS = ("_save", "_get_output_dir")
 
 
@@ -218,16 +217,19 @@ def check_trainer_hooks(trainer_class=Trainer) -> None:
                            "transformers>=5.17)")
 
 
-class _PositionData(TrainerCallback):
-    """Puts the sampler at the resumed step when training begins: after the Trainer has restored
-    ``global_step`` from the checkpoint, before the first batch is drawn. The steps earlier sessions
-    skipped (their log windows came back with the checkpoint) count towards this run's ceiling."""
+class _Resume(TrainerCallback):
+    """What a resume needs once the Trainer has loaded the checkpoint (its state, weights and optimizer) and
+    before the first batch is drawn: the sampler at the resumed step, the optimizer's step counters beside
+    their parameters, and the steps earlier sessions skipped (their log windows came back with the
+    checkpoint), which count towards this run's ceiling."""
 
     def __init__(self, trainer: "PretrainTrainer"):
         self.trainer = trainer
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
         self.trainer.position_data(state.global_step)
+        if optimizer is not None:
+            steps_beside_params(optimizer)
         self.trainer.skipped_before = sum(h.get("skipped_steps", 0) for h in state.log_history)
 
 
@@ -282,14 +284,11 @@ class PretrainTrainer(Trainer):
         ours = [cb for cb in handler.callbacks if type(cb).__module__.startswith("hfpretrain")]
         handler.callbacks = ours + [cb for cb in handler.callbacks if cb not in ours]
         # The exact data position on resume is the trainer's own business, not a callback its caller must add.
-        self.add_callback(_PositionData(self))
+        self.add_callback(_Resume(self))
 
     # ---- data ------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset=None):
         return self.train_sampler
-
-    def _get_eval_sampler(self, eval_dataset):
-        return torch.utils.data.SequentialSampler(eval_dataset)
 
     def position_data(self, global_step: int) -> None:
         self.train_sampler.start = global_step * self.samples_per_step
@@ -355,11 +354,6 @@ class PretrainTrainer(Trainer):
         if self.nan_policy == "skip" and self.state.global_step >= self.state.max_steps:
             self.check_skipped_fraction(self.state.global_step)
         return output
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            steps_beside_params(self.optimizer)
 
     # ---- loss --------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
