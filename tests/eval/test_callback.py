@@ -99,6 +99,17 @@ def test_callback_refuses_tasks_it_cannot_score(tiny_checkpoint):
             LmEvalCallback(tok, every_n_steps=5, task=task)
 
 
+def test_callback_checks_its_file_at_the_start(tmp_path, monkeypatch):
+    """Offline, a missing validation file stops the run when the callback is made, not at the first scoring step
+    hours in; the line names the file and the Hub dataset lm-eval would read online."""
+    from hfpretrain.eval.callback import LmEvalCallback
+    from hfpretrain.eval.task_data import MissingEvalDataError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(MissingEvalDataError, match=r"piqa_validation.jsonl; .*Hub dataset baber/piqa, but HF_HUB_OFF"):
+        LmEvalCallback(None, every_n_steps=5, task="piqa", data_root=tmp_path)
+
+
 def test_recipe_lists_the_tasks_the_callback_scores():
     """training.config cannot import eval (it comes first): its list of in-training tasks is a copy, kept equal."""
     from hfpretrain.eval.task_data import IN_TRAINING_TASKS

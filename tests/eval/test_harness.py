@@ -53,6 +53,29 @@ def test_evaluate_checkpoint_runs_each_task(evaluated):
 
     assert info["lm_eval_version"] == version("lm_eval")
     assert info["batch_size"] == 8 and info["dtype"] == "float32" and info["limit"] == 8
+    assert info["from_hub"] == {}  # every file local: no task read from the Hub
+
+
+def test_task_from_the_hub_is_scored_by_its_builtin_task(tiny_checkpoint, data_root, monkeypatch):
+    """A task whose file is missing (online) reaches simple_evaluate as lm-eval's own Task object, not by name
+    through the local task manager (which would load the local twin and fail on the missing file); results.json
+    says which. lm-eval's built-in task is stood in for by the local one (no network in the tests)."""
+    from hfpretrain.eval import harness
+
+    hub = "allenai/ai2_arc (ARC-Easy)"
+    monkeypatch.setattr(harness, "task_sources", lambda tasks, data_root=None: {"arc_easy": hub})
+    given = {}
+    real = harness.load_tasks
+
+    def load_tasks(tasks, data_root=None, sources=None):
+        given["sources"] = sources
+        return real(tasks, data_root, sources={t: None for t in tasks})
+
+    monkeypatch.setattr(harness, "load_tasks", load_tasks)
+    res = evaluate_checkpoint(tiny_checkpoint, tasks=["arc_easy"], limit=2, batch_size=8, dtype="float32",
+                              device="cpu", data_root=data_root, scoring="lm_eval")
+    assert given["sources"] == {"arc_easy": hub} and res["hfpretrain"]["from_hub"] == {"arc_easy": hub}
+    assert res["n-samples"]["arc_easy"]["effective"] == 2 and 0.0 <= res["results"]["arc_easy"]["acc,none"] <= 1.0
 
 
 def test_outputs_written(evaluated):

@@ -268,3 +268,125 @@ def test_slim_data_root_with_test_files_only(data_root, tmp_path):
     for name in TASKS:
         assert len(tasks[name].test_docs()) == FULL_SIZES[name]["test"]
         assert len(load_dataset_dict(name, tmp_path)["train"]) == 0
+
+
+def _builtin_dataset(name: str) -> tuple[str, str | None]:
+    """dataset_path and dataset_name of lm-eval's built-in YAML (read as text: some hold !function tags)."""
+    import re
+
+    import lm_eval
+
+    base = Path(lm_eval.__file__).parent / "tasks"
+    files = {"arc_easy": ["arc/arc_easy.yaml"], "arc_challenge": ["arc/arc_easy.yaml", "arc/arc_challenge.yaml"],
+             "openbookqa": ["openbookqa/openbookqa.yaml"], "hellaswag": ["hellaswag/hellaswag.yaml"],
+             "piqa": ["piqa/piqa.yaml"], "winogrande": ["winogrande/default.yaml"],
+             "lambada_openai": ["lambada/lambada_openai.yaml"]}[name]
+    found = {}
+    for f in files:  # the included file first, the task's own keys over it
+        found.update(re.findall(r"^(dataset_path|dataset_name): *(\S+)", (base / f).read_text(), flags=re.M))
+    name_ = found.get("dataset_name")
+    return found["dataset_path"], None if name_ in (None, "null") else name_
+
+
+@pytest.mark.parametrize("name", sorted(TASK_SPECS))
+def test_hub_dataset_is_the_builtin_tasks(name):
+    from hfpretrain.eval.task_data import HUB_DATASETS
+
+    assert HUB_DATASETS[name] == _builtin_dataset(name)
+
+
+def _online(monkeypatch):
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.mark.parametrize("var", ["HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"])
+def test_missing_file_offline_names_the_file_and_the_hub_dataset(var, tmp_path, monkeypatch):
+    """Offline, a missing file stays an error (no download is tried), one line naming what lm-eval would read."""
+    import huggingface_hub
+
+    _online(monkeypatch)
+    monkeypatch.setenv(var, "1")
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", lambda *a, **k: pytest.fail("asked the Hub offline"))
+    (tmp_path / "eval").mkdir()
+    with pytest.raises(MissingEvalDataError) as err:
+        load_tasks(["openbookqa"], tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert str(tmp_path / "eval" / "openbookqa" / "test.jsonl") in msg
+    assert "Hub dataset allenai/openbookqa (main)" in msg and f"{var}=1" in msg
+
+
+def test_missing_file_unreachable_hub_is_one_line(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    def refuse(*args, **kwargs):
+        raise ConnectionError("Failed to resolve 'huggingface.co'\nmore detail")
+
+    _online(monkeypatch)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", refuse)
+    with pytest.raises(MissingEvalDataError) as err:
+        load_tasks(["piqa"], tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg and "piqa_validation.jsonl" in msg and "Hub dataset baber/piqa" in msg
+    assert "the Hub did not answer (ConnectionError: Failed to resolve 'huggingface.co')" in msg
+
+
+def test_missing_file_reachable_hub_uses_the_builtin_task(tmp_path, monkeypatch, caplog):
+    """Online, the missing file's task is lm-eval's own (its Hub dataset), said in one log line; the tasks whose
+    files are there stay local. The download itself is not run here (no network in the tests)."""
+    import logging
+
+    import huggingface_hub
+
+    from hfpretrain.eval.local_tasks import task_sources
+    from hfpretrain.eval.task_data import split_path
+
+    asked = []
+    _online(monkeypatch)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", lambda self, repo_id, **kw: asked.append(repo_id))
+    arc = split_path("arc_easy", "test", tmp_path)
+    arc.parent.mkdir(parents=True)
+    arc.write_text("")
+    with caplog.at_level(logging.WARNING, logger="hfpretrain.eval.local_tasks"):
+        sources = task_sources(["arc_easy", "openbookqa"], tmp_path)
+    assert sources == {"arc_easy": None, "openbookqa": "allenai/openbookqa (main)"} and asked == ["allenai/openbookqa"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "openbookqa: no local file" in lines[0] and "allenai/openbookqa (main)" in lines[0]
+
+
+def test_local_files_present_never_ask_the_hub(data_root, monkeypatch, caplog):
+    """With the files there, online or not, the local twins are loaded as before and the Hub is not asked."""
+    import huggingface_hub
+
+    from hfpretrain.eval.local_tasks import TASK_DIR as task_dir, task_sources
+
+    _online(monkeypatch)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", lambda *a, **k: pytest.fail("asked the Hub"))
+    assert task_sources(TASKS, data_root) == {t: None for t in TASKS}
+    tasks = load_tasks(["arc_easy"], data_root)
+    assert Path(tasks["arc_easy"].config.custom_dataset.__code__.co_filename).parent == task_dir
+    assert not [r for r in caplog.records if r.name.startswith("hfpretrain")]
+
+
+def test_load_tasks_takes_hub_tasks_from_lm_evals_own_manager(data_root, monkeypatch):
+    """Local tasks from the project's task manager, the others from lm-eval's built-in one (faked: no network)."""
+    import lm_eval.tasks
+
+    real, built_in = lm_eval.tasks.TaskManager, []
+
+    class Manager:
+        def __new__(cls, *args, **kwargs):
+            if "include_path" in kwargs:
+                return real(*args, **kwargs)
+            return super().__new__(cls)
+
+        def load(self, names):
+            built_in.extend(names)
+            return {"tasks": {n: f"built-in {n}" for n in names}}
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", Manager)
+    tasks = load_tasks(["openbookqa", "arc_easy"], data_root, sources={"openbookqa": "allenai/openbookqa (main)",
+                                                                      "arc_easy": None})
+    assert list(tasks) == ["openbookqa", "arc_easy"] and tasks["openbookqa"] == "built-in openbookqa"
+    assert built_in == ["openbookqa"] and tasks["arc_easy"].config.task == "arc_easy"

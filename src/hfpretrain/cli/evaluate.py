@@ -5,7 +5,9 @@
         [--device cuda] [--data-root DIR]
 
 Thin wrapper around hfpretrain.eval.evaluate_checkpoint (lm_eval.simple_evaluate + the project's
-task directory). Writes DIR/results.json (lm-eval's output + run info) and DIR/summary.md.
+task directory). Writes DIR/results.json (lm-eval's output + run info) and DIR/summary.md. A task named in
+--tasks whose file the data root lacks runs as lm-eval's built-in task, downloading its Hub dataset, unless
+HF_HUB_OFFLINE or HF_DATASETS_OFFLINE is set (then one error line names the file and the dataset).
 """
 
 from __future__ import annotations
@@ -15,9 +17,6 @@ import os
 import sys
 
 from hfpretrain.cli import error
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 def main(argv=None) -> int:

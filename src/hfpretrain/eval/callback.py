@@ -58,6 +58,10 @@ class LmEvalCallback(TrainerCallback):
                              f"greedy check run through lm-eval): use {', '.join(IN_TRAINING_TASKS)}")
         # at the run's start, not at the first scoring step, hours in
         require_lm_eval(f"evaluation.lm_eval_task={task}")
+        from hfpretrain.eval.local_tasks import task_sources
+
+        # likewise the task's file, or the Hub's copy of it (one line either way)
+        self._sources = task_sources([task], data_root, splits=(split,))
         self.tokenizer = tokenizer
         self.every_n_steps = every_n_steps
         self.task = task
@@ -84,7 +88,7 @@ class LmEvalCallback(TrainerCallback):
             from hfpretrain.eval.local_tasks import load_tasks
             from hfpretrain.eval.scoring import apply_limit
 
-            self._task_obj = load_tasks([self.task], self.data_root, splits=(self.split,))[self.task]
+            self._task_obj = load_tasks([self.task], self.data_root, splits=(self.split,), sources=self._sources)[self.task]
             docs = {
                 "train": self._task_obj.training_docs,
                 "validation": self._task_obj.validation_docs,

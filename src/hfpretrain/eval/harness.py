@@ -19,7 +19,7 @@ from pathlib import Path
 from hfpretrain.eval.task_data import QUESTION_TASKS, available_tasks, base_task, resolve_data_root
 from hfpretrain.eval.checkpoint import CheckpointNotFoundError, OutputFolderError, check_checkpoint, check_output_folder
 from hfpretrain.eval.extras import MissingExtraError, require_lm_eval
-from hfpretrain.eval.local_tasks import DEFAULT_TASKS, KNOWN_TASKS, load_tasks, task_manager
+from hfpretrain.eval.local_tasks import DEFAULT_TASKS, KNOWN_TASKS, load_tasks, task_manager, task_sources
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,8 @@ def make_lm(checkpoint, batch_size=8, dtype="auto", device=None):
     require_lm_eval("scoring a checkpoint")
     from lm_eval.models.huggingface import HFLM
 
-    path = check_checkpoint(checkpoint)
+    # absolute: HFLM looks a relative name like "final" up on the Hub as a model id for its results
+    path = check_checkpoint(checkpoint).resolve()
     return HFLM(
         pretrained=str(path),
         tokenizer=str(path),
@@ -74,7 +75,8 @@ def evaluate_checkpoint(
     ``tasks`` default: those of arc_easy, arc_challenge, openbookqa whose test file the data root has
     (all three in a full data root; ARC only in the embedded one), one log line naming any left out;
     ``"all"``: likewise of every local task (HellaSwag, PIQA, WinoGrande, LAMBADA too).
-    Tasks named explicitly must all be there (one-line error otherwise).
+    A task named explicitly whose file is missing is lm-eval's built-in one, downloading its Hub dataset, when
+    the Hub is allowed and answers (one log line; ``hfpretrain.from_hub`` lists them); else a one-line error.
 
     The returned dict is ``lm_eval.simple_evaluate``'s (``results``, ``configs``, ``n-samples``,
     ...), with ``hfpretrain`` (lm-eval version, batch size, dtype, device, limit, data root,
@@ -103,7 +105,8 @@ def evaluate_checkpoint(
     if scoring == "avg_logprob" and not any(base_task(t) in QUESTION_TASKS for t in tasks):
         raise ValueError(f"--scoring avg_logprob scores question-answer tasks ({', '.join(QUESTION_TASKS)}), none of "
                          f"{', '.join(tasks)}: use --scoring lm_eval")
-    task_objs = load_tasks(tasks, data_root)  # checks data files (one-line error)
+    sources = task_sources(tasks, data_root)  # a missing file: the Hub's copy, or a one-line error
+    task_objs = load_tasks(tasks, data_root, sources=sources)
     lm = make_lm(checkpoint, batch_size=batch_size, dtype=dtype, device=device)
 
     results: dict = {}
@@ -112,7 +115,8 @@ def evaluate_checkpoint(
 
         results = lm_eval.simple_evaluate(
             model=lm,
-            tasks=tasks,
+            # the local task manager would load the local twin of a task that reads the Hub: its Task instead
+            tasks=[t if sources[t] is None else task_objs[t] for t in tasks],
             num_fewshot=0,
             limit=limit,
             task_manager=task_manager(data_root),
@@ -142,6 +146,7 @@ def evaluate_checkpoint(
         "num_fewshot": 0,
         "limit": limit,
         "data_root": str(resolve_data_root(data_root)),
+        "from_hub": {t: hub for t, hub in sources.items() if hub is not None},
         "scoring": scoring,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }

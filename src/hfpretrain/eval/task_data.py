@@ -81,6 +81,17 @@ TASKS: dict[str, LocalTask] = {
     "lambada_openai": LocalTask(
         "lambada", {"test": "lambada_openai_test.jsonl"}, {"test": 5153}, _lambada),
 }
+# lm-eval's built-in task of the same name reads this Hub dataset (dataset_path, dataset_name of its YAML): the
+# source when the local file is missing and the Hub can be reached (hfpretrain.eval.local_tasks.task_sources)
+HUB_DATASETS: dict[str, tuple[str, str | None]] = {
+    "arc_easy": ("allenai/ai2_arc", "ARC-Easy"),
+    "arc_challenge": ("allenai/ai2_arc", "ARC-Challenge"),
+    "openbookqa": ("allenai/openbookqa", "main"),
+    "hellaswag": ("Rowan/hellaswag", None),
+    "piqa": ("baber/piqa", None),
+    "winogrande": ("allenai/winogrande", "winogrande_xl"),
+    "lambada_openai": ("EleutherAI/lambada_openai", "default"),
+}
 # the reference rule's "Question: X\nAnswer:" fits these (hfpretrain.eval.scoring)
 QUESTION_TASKS = ("arc_easy", "arc_challenge", "openbookqa")
 # one prompt and N choices, which hfpretrain.eval.scoring scores on the live model during training; WinoGrande's
@@ -129,21 +140,47 @@ def base_task(task: str) -> str:
     return task
 
 
-def _missing(task: str, split: str, path: Path | None) -> MissingEvalDataError:
+def hub_dataset(task: str) -> str:
+    """``allenai/ai2_arc (ARC-Easy)``: the Hub dataset lm-eval's built-in ``task`` reads."""
+    path, name = HUB_DATASETS[base_task(task)]
+    return path if name is None else f"{path} ({name})"
+
+
+def hub_offline() -> str | None:
+    """The variable that keeps the Hub out, else None: ``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE`` or (which
+    huggingface_hub reads as the first) ``TRANSFORMERS_OFFLINE`` set true."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+            return var
+    return None
+
+
+def missing_error(task: str, split: str, path: Path | None, hub_why: str | None = None) -> MissingEvalDataError:
+    """``hub_why``: why lm-eval's built-in task (the Hub dataset) cannot stand in, said in the same line."""
     if path is None:
-        return MissingEvalDataError(f"{task} has no {split} split here; its files: {local_task(task).files}")
-    msg = f"missing evaluation file for {task} ({split}): {path}"
-    if path.is_relative_to(paths.EMBEDDED_DATA_ROOT):
-        msg += " (the embedded data holds ARC test and dev questions only: set DATA_ROOT to a full data root)"
+        msg = f"{task} has no {split} split here; its files: {local_task(task).files}"
+    else:
+        msg = f"missing evaluation file for {task} ({split}): {path}"
+        if path.is_relative_to(paths.EMBEDDED_DATA_ROOT):
+            msg += " (the embedded data holds ARC test and dev questions only: set DATA_ROOT to a full data root)"
+    if hub_why:
+        msg += f"; lm-eval's built-in {base_task(task)} would read Hub dataset {hub_dataset(task)}, but {hub_why}"
     return MissingEvalDataError(msg)
+
+
+def missing_file(task: str, data_root=None, splits=None) -> tuple[str, Path | None] | None:
+    """The first ``(split, path)`` of ``splits`` (default: the scored one) without its file, or None."""
+    for split in splits or (local_task(task).scored_split,):
+        if not has_split(task, split, data_root):
+            return split, split_path(task, split, data_root)
+    return None
 
 
 def check_files(tasks, data_root=None, splits=None) -> None:
     """Raise MissingEvalDataError (one line) if a needed file is absent (default: each task's scored split)."""
     for task in tasks:
-        for split in splits or (local_task(task).scored_split,):
-            if not has_split(task, split, data_root):
-                raise _missing(task, split, split_path(task, split, data_root))
+        if gap := missing_file(task, data_root, splits):
+            raise missing_error(task, *gap)
 
 
 def available_tasks(tasks, data_root=None) -> list[str]:
@@ -162,7 +199,7 @@ def _lines(path: Path):
 def read_split(task: str, split: str, data_root=None) -> list[dict]:
     path = split_path(task, split, data_root)
     if path is None or not path.is_file():
-        raise _missing(task, split, path)
+        raise missing_error(task, split, path)
     to_hf, rows = local_task(task).to_hf, []
     with _lines(path) as f:
         for n, line in enumerate(f, 1):
