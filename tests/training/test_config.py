@@ -277,6 +277,11 @@ def test_the_trainers_sampling_strategies_are_refused():
     load_recipe(TINY_RECIPE, ["data.path=x", "training.train_sampling_strategy=random"])
 
 
+def test_load_best_model_at_end_is_refused():
+    msg = _error(["data.path=x", "training.load_best_model_at_end=true"])
+    assert msg.startswith("training.load_best_model_at_end") and "metric_for_best_model" in msg
+
+
 def test_malformed_override_and_missing_data_path():
     assert "section.key=value" in _error(["data.path=x", "training.max_steps"])
     assert "data.path is not set" in _error([], path=None)

@@ -191,7 +191,9 @@ def test_rotation_keeps_the_newest_complete(tmp_path):
 
 def test_rotation_waits_for_the_marker(mini_blocks, tmp_path, monkeypatch):
     """save_total_limit=1: when checkpoint-4's marker is written, checkpoint-2 (the last complete one)
-    still exists; the Trainer used to delete it before the marker, so a kill there lost both."""
+    still exists; the Trainer used to delete it before the marker, so a kill there lost both. With a best
+    checkpoint (metric_for_best_model; the highest loss here, so checkpoint-2), rotation keeps it beside the
+    newest: at the end of training the Trainer used to delete every checkpoint but the best, the newest included."""
     seen = []
     write = trainer_mod.write_complete_marker
 
@@ -206,6 +208,15 @@ def test_rotation_waits_for_the_marker(mini_blocks, tmp_path, monkeypatch):
     assert seen == [(2, ["checkpoint-2"]), (4, ["checkpoint-2", "checkpoint-4"])]
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-4"]
     assert (tmp_path / "checkpoint-4" / COMPLETE_MARKER).is_file()
+
+    best = tmp_path / "best"
+    run_pretrain(mini_blocks, best, {"training.max_steps": "4", "training.save_strategy": "steps",
+                                     "training.save_steps": "2", "training.save_total_limit": "1",
+                                     "training.eval_strategy": "steps", "training.eval_steps": "2",
+                                     "evaluation.eval_tokens": "256", "evaluation.final_eval_tokens": "256",
+                                     "training.metric_for_best_model": "loss", "training.greater_is_better": "true"})
+    assert sorted(p.name for p in best.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert last_complete_checkpoint(best) == str(best / "checkpoint-4")
 
 
 def test_resume_is_exact(reference_run, mini_blocks, tmp_path):

@@ -311,6 +311,10 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             obj = getattr(obj, part)
         if obj not in allowed:
             raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed, key=str)}")
+    if recipe.training.get("load_best_model_at_end"):
+        raise RecipeError("training.load_best_model_at_end: final/ is the last step's model (its evaluation, model "
+                          "card and lineage describe that step); metric_for_best_model alone keeps the best "
+                          "checkpoint through rotation: load it from there")
     strategy = recipe.training.get("train_sampling_strategy", "random")
     if strategy != "random":  # PretrainTrainer replaces the Trainer's samplers: the setting would do nothing
         raise RecipeError(f"training.train_sampling_strategy={strategy!r}: the data order is the project's (blocks "

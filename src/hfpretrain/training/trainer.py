@@ -258,6 +258,7 @@ class PretrainTrainer(Trainer):
                 self.is_deepspeed_enabled or self.is_fsdp_enabled):
             raise ValueError("optimizer.name=muon is not supported under DeepSpeed or FSDP (Muon needs whole "
                              "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw")
+        self._keep = self.args.save_total_limit  # checkpoints rotation keeps (train() takes it from the Trainer)
         self.skipped_steps = 0  # in this session (train() call)
         self.skipped_before = 0  # in the sessions before a resume
         self.grad_stats = None  # a GradStatsCallback, fed the pre-clip norm of every step
@@ -349,7 +350,14 @@ class PretrainTrainer(Trainer):
                 "with a lower learning rate")
 
     def train(self, *args, **kwargs):
-        output = super().train(*args, **kwargs)
+        # Rotation is ours (_save_checkpoint, after the marker): the Trainer rotates inside its save, before the
+        # marker exists, and again at the end, where with save_total_limit 1 and a best checkpoint
+        # (metric_for_best_model) it deletes every other one, the newest complete one included.
+        self._keep, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            output = super().train(*args, **kwargs)
+        finally:
+            self.args.save_total_limit = self._keep
         # After the last checkpoint's save, so that nothing is lost; a run stopped early (SIGTERM) is not over.
         if self.nan_policy == "skip" and self.state.global_step >= self.state.max_steps:
             self.check_skipped_fraction(self.state.global_step)
@@ -498,16 +506,12 @@ class PretrainTrainer(Trainer):
             self._save(output_dir, state_dict=state_dict)
 
     def _save_checkpoint(self, model, trial):
-        # The Trainer rotates inside its save, before our marker exists: with save_total_limit=1 a kill
-        # there left no complete checkpoint. Rotation is ours, after the marker and the barrier.
-        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        # The Trainer's rotation is off (train()): with save_total_limit=1 it deleted the last complete
+        # checkpoint before our marker existed, and a kill there left none. Ours comes after the marker and the barrier.
         stale = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}" / COMPLETE_MARKER
         if self.args.should_save and stale.exists():  # saving over an older one (e.g. a damaged one resume skipped):
             stale.unlink()  # its marker must not vouch for the files while they are rewritten
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = limit
+        super()._save_checkpoint(model, trial)
         run_dir = Path(self._get_output_dir(trial))
         if self.args.should_save:
             folder = run_dir / f"checkpoint-{self.state.global_step}"
@@ -519,7 +523,7 @@ class PretrainTrainer(Trainer):
         if self.args.world_size > 1:
             self.accelerator.wait_for_everyone()
         if self.args.should_save:
-            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint)
+            rotate_checkpoints(run_dir, self._keep, self.state.best_model_checkpoint)
 
     def evaluation_loop(self, *args, **kwargs):
         output = super().evaluation_loop(*args, **kwargs)
