@@ -45,6 +45,7 @@ def d(tmp_path_factory, gpt2_tokenizer, data_root):
     (root / "incomplete").mkdir()
     _checkpoints(root, gpt2_tokenizer)
     (root / "incomplete" / "manifest.json").write_text(json.dumps({"format": "hfpretrain.tokenized"}))
+    _runs(root)
     # a folder nobody may write in: root ignores permission bits, but not sysfs
     if os.geteuid() == 0:
         ro = Path("/sys/hfpretrain-test")
@@ -70,6 +71,17 @@ def _checkpoints(root: Path, tokenizer: Path) -> None:
             shutil.copy(f, root / name / f.name)
     weights = root / "trunc" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+
+
+def _runs(root: Path) -> None:
+    """Run folders for plot and report: nolog (no log.jsonl), badlog (a line cut short in the middle), noevent (a
+    JSON line that is not a log record), goodlog (a readable log)."""
+    good = json.dumps({"event": "log", "step": 1, "loss": 9.5, "learning_rate": 1e-3}) + "\n"
+    for name, text in (("nolog", None), ("badlog", good + '{"event": "log", "step": 2, "lo\n' + good),
+                       ("noevent", good + '{"step": 2, "loss": 9.1}\n'), ("goodlog", good)):
+        (root / name).mkdir()
+        if text is not None:
+            (root / name / "log.jsonl").write_text(text)
 
 
 TOK = ["--tokenizer", "{tok}", "--seq-len", "16"]
@@ -142,6 +154,25 @@ CASES = {
     "evaluate-limit": (["evaluate.py", "{d}/ckpt", "--limit", "-2", "--out", "{d}/o"], 2, ["--limit"]),
     "evaluate-batch-size": (["evaluate.py", "{d}/ckpt", "--batch-size", "many", "--out", "{d}/o"], 2,
                             ["--batch-size"]),
+    "evaluate-task-file-offline": (["evaluate.py", "{d}/ckpt", "--tasks", "openbookqa", "--data-root", "{d}", "--out",
+                                    "{d}/o"], 2, ["{d}/eval/openbookqa/test.jsonl", "Hub dataset allenai/openbookqa"]),
+    # export.py
+    "export-missing-checkpoint": (["export.py", "{d}/nope", "--out", "{d}/o"], 2, ["checkpoint not found: {d}/nope"]),
+    "export-out-is-file": (["export.py", "{d}/ckpt", "--out", "{d}/afile"], 2, ["{d}/afile is a file"]),
+    "export-bad-dtype": (["export.py", "{d}/ckpt", "--out", "{d}/o", "--dtype", "int7"], 2,
+                         ["--dtype int7", "bfloat16"]),
+    "export-truncated-weights": (["export.py", "{d}/trunc", "--out", "{d}/o"], 2,
+                                 ["{d}/trunc/model.safetensors is truncated"]),
+    # plot.py
+    "plot-missing-run": (["plot.py", "{d}/nope"], 2, ["{d}/nope/log.jsonl does not exist"]),
+    "plot-no-log": (["plot.py", "{d}/nolog"], 2, ["{d}/nolog/log.jsonl does not exist"]),
+    "plot-corrupt-line": (["plot.py", "{d}/badlog"], 2, ["{d}/badlog/log.jsonl:2: not a JSON record"]),  # a traceback
+    "plot-not-a-record": (["plot.py", "{d}/noevent"], 2, ["{d}/noevent/log.jsonl:2: not a log record"]),  # a KeyError
+    "plot-out-not-writable": (["plot.py", "{d}/goodlog", "--out", "{ro}/curves.png"], 2,
+                              ["--out {ro}/curves.png", "cannot write in"]),  # a PermissionError after the plotting
+    # report.py
+    "report-missing-run": (["report.py", "{d}/nope"], 2, ["{d}/nope is neither a run folder"]),
+    "report-not-a-run": (["report.py", "{d}/nolog"], 2, ["{d}/nolog is neither a run folder (summary.json)"]),
     # show_batches.py
     "show-batches-not-an-output": (["show_batches.py", "{d}/afile"], 2, ["{d}/afile", "not a tokenize_pile.py output"]),
     "show-batches-incomplete": (["show_batches.py", "{d}/incomplete"], 2, ["{d}/incomplete", "tokenizer/"]),
@@ -165,3 +196,4 @@ def test_one_error_line(case, d):
     for needle in needles:
         assert needle.format(**d) in errors[0], errors[0]
     assert not out.exists() and not list(Path(d["d"]).glob("o.tmp-*"))  # nothing written where the output goes
+    assert not list(Path(d["d"]).glob("*/curves.png"))

@@ -25,18 +25,18 @@ def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str
                       private: bool = False) -> Path:
     """Write ``checkpoint`` (a ``save_pretrained`` folder) to ``out`` in ``dtype``; push it to the Hub
     repo ``push_to_hub`` (``user/name``) if given. Returns ``out``."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # "Loading weights" bars: noise in a one-line-per-outcome command
-
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype}: one of {', '.join(DTYPES)}")
     src = check_checkpoint(checkpoint)
     out = check_output_folder(out)
     if out.resolve() == src.resolve():
         raise OutputFolderError(f"--out {out}: is the checkpoint itself; export to another folder")
+    # after the checks: a bad input is answered at once, not after seconds of importing torch
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars: noise in a one-line-per-outcome command
     model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype))
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(src).save_pretrained(out)
