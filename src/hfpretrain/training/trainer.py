@@ -479,6 +479,20 @@ class PretrainTrainer(Trainer):
         self.model.zero_grad(set_to_none=True)
 
     # ---- checkpoints -------------------------------------------------------------------------
+    def _issue_warnings_after_load(self, load_result):
+        # A head tied to the embedding is saved once, as the embedding, so every resume found "missing keys:
+        # ['lm_head.weight']": harmless, and it taught users to ignore the warning. Only that case is quiet.
+        # (Not in PRIVATE_HOOKS: a transformers without this method brings the warning back, nothing worse.)
+        model = self.accelerator.unwrap_model(self.model)
+        head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+        if (getattr(model.config, "tie_word_embeddings", False) and head is not None and embeddings is not None
+                and head.weight is embeddings.weight):
+            tied = {name for name, p in model.named_parameters(remove_duplicate=False) if p is head.weight}
+            if not tied <= set(load_result.missing_keys):  # the shared tensor was loaded under one of its names
+                load_result = load_result._replace(
+                    missing_keys=[k for k in load_result.missing_keys if k not in tied])
+        super()._issue_warnings_after_load(load_result)
+
     def save_model(self, output_dir=None, _internal_call=False):
         self.check_finite()  # never save weights that a bad step has touched
         # Saved as a model from the Hub is: the KV cache on (training runs without it; generate() and
