@@ -287,6 +287,33 @@ def test_only_the_tied_head_is_quiet_when_missing(tmp_path, caplog):
         assert (reported in warned[0]) if reported else not warned, (missing, warned)
 
 
+def test_saves_draw_no_progress_bar(tmp_path, capsys):
+    """A save printed tqdm's "Writing model shards" bar, carriage returns and all, into every log; the bar is off
+    for the project's saves only (the hook transformers calls for each bar is put back, and still consulted)."""
+    from transformers import TrainingArguments
+    from transformers.utils import logging as hf_logging
+
+    from hfpretrain.models import build_model, load_config
+
+    model = build_model(load_config("tiny", {}, vocab_size=512), attn_implementation="sdpa")
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    trainer = trainer_mod.PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1)
+    seen = []
+
+    def users_hook(factory, args, kwargs):
+        seen.append(kwargs.get("desc"))
+        return factory(*args, **kwargs)
+
+    capsys.readouterr()
+    previous = hf_logging.set_tqdm_hook(users_hook)
+    try:
+        trainer.save_model(str(tmp_path / "final"))
+    finally:
+        assert hf_logging.set_tqdm_hook(previous) is users_hook
+    assert (tmp_path / "final" / "model.safetensors").is_file() and seen == ["Writing model shards"]
+    assert "Writing model shards" not in capsys.readouterr().err
+
+
 def test_resume_from_missing_path_fails(mini_blocks, tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         run_pretrain(mini_blocks, tmp_path / "x", {"training.max_steps": "2",

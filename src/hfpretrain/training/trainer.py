@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -164,6 +165,27 @@ def rotate_checkpoints(output_dir: str | Path, keep: int | None, protect: str | 
     for path in folders:
         if path not in kept:
             shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def _no_progress_bars():
+    """transformers' progress bars off for the block: a save's "Writing model shards" bar put carriage returns
+    into every log. Through the public hook transformers consults for each bar (5.17 on), chained to any other."""
+    from transformers.utils import logging as hf_logging
+
+    if not hasattr(hf_logging, "set_tqdm_hook"):
+        yield
+        return
+
+    def quiet(factory, args, kwargs):
+        kwargs = {**kwargs, "disable": True}
+        return previous(factory, args, kwargs) if previous is not None else factory(*args, **kwargs)
+
+    previous = hf_logging.set_tqdm_hook(quiet)
+    try:
+        yield
+    finally:
+        hf_logging.set_tqdm_hook(previous)
 
 
 class _HiddenStateTap:
@@ -503,11 +525,12 @@ class PretrainTrainer(Trainer):
         saved = config.use_cache, config.pad_token_id
         config.use_cache, config.pad_token_id = True, None
         try:
-            if (self.is_fsdp_enabled and not _internal_call
-                    and "FULL_STATE_DICT" not in str(self.accelerator.state.fsdp_plugin.state_dict_type)):
-                self._save_gathered(output_dir or self.args.output_dir)
-            else:
-                super().save_model(output_dir, _internal_call=_internal_call)
+            with _no_progress_bars():
+                if (self.is_fsdp_enabled and not _internal_call
+                        and "FULL_STATE_DICT" not in str(self.accelerator.state.fsdp_plugin.state_dict_type)):
+                    self._save_gathered(output_dir or self.args.output_dir)
+                else:
+                    super().save_model(output_dir, _internal_call=_internal_call)
         finally:
             config.use_cache, config.pad_token_id = saved
 
