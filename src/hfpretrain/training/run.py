@@ -571,7 +571,8 @@ def train_run(run: RunSetup) -> dict:
             trainer.check_finite()  # the last step's loss and gradient norm
             final_eval = final_evaluation(trainer, run, final_blocks, len(eval_blocks))
         summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
-                   "end_to_end": getattr(logs.throughput, "end_to_end", {}), "skipped_steps": trainer.skipped_steps,
+                   "end_to_end": getattr(logs.throughput, "end_to_end", {}),
+                   "skipped_steps": trainer.skipped_before + trainer.skipped_steps,  # earlier sessions' included
                    "loss_impl": run.fast.fused_loss, "compiled_modules": n_compiled, "fp8_modules": n_fp8,
                    "plan": plan}
         if logs.mixture:
@@ -656,7 +657,8 @@ def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length:
         train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"],
         loss_impl=run.fast.fused_loss, loss_chunk_tokens=recipe.model.loss_chunk_tokens,
         liger_min_chunk_tokens=recipe.model.liger_min_chunk_tokens, nan_policy=recipe.nan_policy,
-        max_skipped_steps=recipe.max_skipped_steps, z_loss=recipe.model.z_loss,
+        max_skipped_steps=recipe.max_skipped_steps, max_skipped_fraction=recipe.max_skipped_fraction,
+        z_loss=recipe.model.z_loss,
         compile_backend=recipe.model.compile_backend, compile_mode=run.fast.compile_mode,
         decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_to_yaml(recipe),
         train_blocks=len(train_blocks.blocks) if run.schedule is None else None,

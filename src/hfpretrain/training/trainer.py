@@ -259,7 +259,7 @@ class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
                  compile_backend="inductor", compile_mode="default", train_blocks=None, tokens_per_byte=None,
-                 max_skipped_steps=10, max_skipped_fraction=None, z_loss=0.0,
+                 max_skipped_steps=10, max_skipped_fraction=0.05, z_loss=0.0,
                  optimizer_section=None, **kwargs):
         check_trainer_hooks()
         super().__init__(*args, **kwargs)
@@ -286,11 +286,6 @@ class PretrainTrainer(Trainer):
         self.grad_stats = None  # a GradStatsCallback, fed the pre-clip norm of every step
         self._skip_this_step = False
         self.max_skipped_steps = max_skipped_steps  # nan_policy=skip: stop after more than this many skips
-        if max_skipped_fraction is None:  # the recipe's (run.pretrain hands over the resolved recipe, not the key)
-            import yaml
-
-            recipe = yaml.safe_load(recipe_yaml) if recipe_yaml else None
-            max_skipped_fraction = (recipe or {}).get("max_skipped_fraction", 0.05)
         self.max_skipped_fraction = max_skipped_fraction  # ... or than this share of the run's steps
         self._step_loss, self._window_sum, self._window_steps, self._window_skipped = None, None, 0, 0
         self._taken_loss, self._taken_steps = 0.0, 0  # sum of the logged windows' losses x their steps taken
