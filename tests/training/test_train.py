@@ -243,8 +243,16 @@ def test_resume_is_exact(reference_run, mini_blocks, tmp_path, caplog):
     reference = json.loads((reference_run / "summary.json").read_text())
     assert summary["train"]["train_loss"] == pytest.approx(reference["train"]["train_loss"], rel=1e-6)
 
+    # ... and the console's last line says the same (LineProgressCallback prints the Trainer's train_loss log)
+    end = next(e for e in read_log(run) if "train_loss" in e)
+    assert end["train_loss"] == pytest.approx(reference["train"]["train_loss"], rel=1e-6)
+
     ref, resumed = step_losses(reference_run), step_losses(run)
     assert sorted(resumed) == list(range(6, REFERENCE_STEPS + 1))  # no replay of steps 1..5
+    # the logged epoch is passes over the data, continuous across the resume (it restarted from 0)
+    epochs = {e["step"]: e["epoch"] for e in read_log(run) if e["event"] == "log" and "loss" in e}
+    ref_epochs = {e["step"]: e["epoch"] for e in read_log(reference_run) if e["event"] == "log" and "loss" in e}
+    assert epochs[6] > 0 and epochs == {s: ref_epochs[s] for s in epochs}
     assert [resumed[s] for s in resumed] == [ref[s] for s in resumed]  # bitwise
     a, b = load_weights(reference_run / "final"), load_weights(run / "final")
     assert a.keys() == b.keys()

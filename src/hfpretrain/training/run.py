@@ -10,7 +10,6 @@ import dataclasses
 import importlib.util
 import json
 import logging
-import math
 import os
 import sys
 from contextlib import nullcontext
@@ -563,11 +562,7 @@ def train_run(run: RunSetup) -> dict:
         # torch.compile traces inside train() (and evaluate()), so both see the same kernels and inductor settings
         with attention_kernels, torch._inductor.config.patch(dict(recipe.model.inductor_options)):
             result = trainer.train(resume_from_checkpoint=resume)
-            # The Trainer's train_loss averages this session's steps only (after a resume: not the run's); the
-            # mean of every logged window, earlier sessions' included (log_history comes back with a checkpoint).
-            windows = [h["loss"] for h in trainer.state.log_history if "loss" in h and math.isfinite(h["loss"])]
-            if windows:
-                result.metrics["train_loss"] = sum(windows) / len(windows)
+            result.metrics["train_loss"] = trainer.run_train_loss(result.metrics.get("train_loss"))
             trainer.check_finite()  # the last step's loss and gradient norm
             final_eval = final_evaluation(trainer, run, final_blocks, len(eval_blocks))
         summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
@@ -621,6 +616,15 @@ def build_run_model(run: RunSetup):
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None
+    # The same alignment done here, now that the embedding exists: the Trainer then finds nothing to change and
+    # does not warn about it at every run (save_model leaves pad_token_id out of the export again).
+    generation = getattr(model, "generation_config", None)
+    for name in ("eos_token_id", "bos_token_id", "pad_token_id"):
+        value = getattr(run.tokenizer, name)
+        if value is not None:
+            setattr(model.config, name, value)
+            if generation is not None:
+                setattr(generation, name, value)
     n_fp8 = convert_to_fp8(model, fast.precision, run.recipe.model.fp8_emulate)  # before compile: it traces them
     n_compiled = compile_model(model, fast.compile, run.recipe.model.compile_backend, fast.compile_mode)
     return model, n_fp8, n_compiled

@@ -288,7 +288,6 @@ class PretrainTrainer(Trainer):
         self.max_skipped_steps = max_skipped_steps  # nan_policy=skip: stop after more than this many skips
         self.max_skipped_fraction = max_skipped_fraction  # ... or than this share of the run's steps
         self._step_loss, self._window_sum, self._window_steps, self._window_skipped = None, None, 0, 0
-        self._taken_loss, self._taken_steps = 0.0, 0  # sum of the logged windows' losses x their steps taken
         if nan_policy == "skip" and self.is_deepspeed_enabled:  # DeepSpeed steps its own optimizer: no skipping
             raise ValueError("nan_policy=skip is not supported under DeepSpeed (it steps its own optimizer): "
                              "use nan_policy=stop")
@@ -458,19 +457,21 @@ class PretrainTrainer(Trainer):
                 # loss, when only the gradients were not): the mean of the steps taken instead.
                 logs["loss"] = self._mean_over_ranks(self._window_sum, self._window_steps)
                 logs["skipped_steps"] = self._window_skipped
-            if self._window_steps:
-                self._taken_loss += logs["loss"] * self._window_steps
-                self._taken_steps += self._window_steps
             self._window_sum, self._window_steps, self._window_skipped = None, 0, 0
-        if "train_loss" in logs and self.skipped_steps:  # the end of train(): the same, for the session's mean
-            pending = self._window_steps  # the steps after the last logged window
-            taken = self._taken_loss + (self._mean_over_ranks(self._window_sum, pending) * pending if pending else 0.0)
-            logs["train_loss"] = taken / (self._taken_steps + pending) if self._taken_steps + pending else float("nan")
+        if "train_loss" in logs:  # the end of train(): the console's last line and summary.json say the same
+            logs["train_loss"] = self.run_train_loss(logs["train_loss"])
         if self.train_blocks:
             # The Trainer's epoch is the fraction of planned steps (our dataset is the whole run's
             # virtual sequence); report passes over the data instead, continuous across resumes.
             self.state.epoch = self.state.global_step * self.samples_per_step / self.train_blocks
         super().log(logs, *args, **kwargs)
+
+    def run_train_loss(self, session_loss: float) -> float:
+        """The whole run's mean training loss: the mean of every logged window, earlier sessions' included
+        (log_history comes back with a checkpoint). The Trainer's own train_loss averages this session's steps
+        only (after a resume: not the run's) and counts a skipped step as a loss of 0."""
+        windows = [h["loss"] for h in self.state.log_history if "loss" in h and math.isfinite(h["loss"])]
+        return sum(windows) / len(windows) if windows else session_loss
 
     def _mean_over_ranks(self, total: torch.Tensor | None, steps: int) -> float:
         """Mean loss per step of ``steps`` steps whose losses sum to ``total`` on this rank, over all ranks (every
