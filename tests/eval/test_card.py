@@ -65,5 +65,5 @@ def test_a_card_from_before_the_sections_gets_its_path_replaced():
            '--model hf --model_args pretrained=final --tasks arc_easy` (or `python scripts/evaluate.py final`, ...)')
     new = refresh_card(old, "user/model")
     assert new == old.replace('"final"', '"user/model"').replace("=final ", "=user/model ").replace(
-        "py final)", "py user/model)")
+        "py final`", "py user/model`")
     assert "| final validation loss |" in new

@@ -219,7 +219,7 @@ def test_rotation_waits_for_the_marker(mini_blocks, tmp_path, monkeypatch):
     assert last_complete_checkpoint(best) == str(best / "checkpoint-4")
 
 
-def test_resume_is_exact(reference_run, mini_blocks, tmp_path, caplog):
+def test_resume_is_exact(reference_run, mini_blocks, tmp_path, caplog, monkeypatch):
     """Killed after checkpoint-5 (its folder copied into a fresh run dir, nothing after it), plus an
     interrupted save checkpoint-8 (no COMPLETE marker, truncated weights). resume=auto must take
     checkpoint-5, and steps 6..10 must be bitwise the reference's (losses and final weights). The tied head,
@@ -234,10 +234,15 @@ def test_resume_is_exact(reference_run, mini_blocks, tmp_path, caplog):
     (partial / "model.safetensors").write_bytes(data[: len(data) // 3])
 
     assert last_complete_checkpoint(run) == str(run / "checkpoint-5")
+    # the optimizer the trainer's on_train_begin hands to steps_beside_params is the checkpoint's, loaded
+    seen = []
+    real = trainer_mod.steps_beside_params
+    monkeypatch.setattr(trainer_mod, "steps_beside_params", lambda opt: (seen.append(len(opt.state)), real(opt)))
     with caplog.at_level("WARNING"):
         summary = run_pretrain(mini_blocks, run, {**REFERENCE, "training.eval_on_start": "false",
                                                   "training.resume_from_checkpoint": "auto"})
     assert summary["global_step"] == REFERENCE_STEPS
+    assert seen and seen[0] > 0  # after the Trainer loaded the optimizer state, not before
     assert not [r for r in caplog.records if "missing keys" in r.getMessage()]
     # the whole run's mean loss, not only the resumed steps' (it was 7.40 vs 8.44 in the issue's report)
     reference = json.loads((reference_run / "summary.json").read_text())

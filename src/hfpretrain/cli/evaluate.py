@@ -66,6 +66,8 @@ def main(argv=None) -> int:
         )
     except (CheckpointNotFoundError, MissingEvalDataError, ValueError) as err:
         return error(err)
+    except OSError as err:  # a Hub task's download that failed after the check (network, dataset gone)
+        return error(err, 1)
     print(summary_markdown(results))
     card = results["hfpretrain"].get("model_card")
     print(f"wrote {os.path.join(out, 'results.json')} and {os.path.join(out, 'summary.md')}"

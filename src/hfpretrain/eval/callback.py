@@ -76,6 +76,8 @@ class LmEvalCallback(TrainerCallback):
         self._task_obj = None
         self._docs = None
         self._last_step = None
+        if self._sources.get(task):  # the Hub's copy: downloaded now, not at the first scoring step, hours in
+            self._load()
 
     def attach(self, trainer):
         """Log through ``trainer.log`` (reaches all reporting callbacks). Returns self."""

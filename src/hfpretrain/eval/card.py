@@ -1,5 +1,5 @@
-"""The parts of a model card (``final/README.md``, written by ``hfpretrain.training.model_card``) that change after
-training: the load lines, which name where the model is (the run's ``final/``, an export folder, a Hub repo id),
+"""The parts of a model card (``final/README.md``, written by ``hfpretrain.training.model_card``, which also makes
+the two sections) that change after training: the load lines, which name where the model is (the run's ``final/``, an export folder, a Hub repo id),
 and the lm-eval scores, which ``hfpretrain eval`` computes later. Each sits between two HTML comments, invisible
 on the Hub and on GitHub, so that evaluation and export rewrite it in place and leave the rest as written.
 """
@@ -9,32 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-TASKS = "arc_easy,arc_challenge,openbookqa"
-
-
-def _section(name: str, body: str) -> str:
-    return f"<!-- hfpretrain:{name} -->\n{body.strip()}\n<!-- /hfpretrain:{name} -->"
-
-
-def use_section(path) -> str:
-    return _section("use", f'''```python
-from transformers import pipeline
-
-generate = pipeline("text-generation", model="{path}")
-print(generate("The history of the", max_new_tokens=40, do_sample=True, top_p=0.95)[0]["generated_text"])
-```''')
-
-
-def scores_section(path, summary: str | None = None) -> str:
-    """``summary``: the ``summary.md`` of ``hfpretrain eval`` (its title, which names the folder scored, left out);
-    without it, how to compute the scores."""
-    if summary is None:
-        body = (f"Not scored yet: `hfpretrain eval {path}` writes `eval/summary.md` beside the weights and the scores "
-                f"here; or `lm_eval --model hf --model_args pretrained={path} --tasks {TASKS}`.")
-    else:
-        body = "\n".join(line for line in summary.strip().splitlines() if not line.startswith("# "))
-    return _section("scores", body)
-
+from hfpretrain.training.model_card import scores_section, use_section
 
 def _replace(card: str, section: str) -> str:
     name = re.match(r"<!-- hfpretrain:(\w+) -->", section).group(1)
@@ -51,7 +26,7 @@ def refresh_card(card: str, path) -> str:
     before these sections existed gets its old path replaced."""
     if not has_sections(card):
         old = re.search(r'pipeline\("text-generation", model="([^"]+)"\)', card)
-        for form in ('model="{}"', "pretrained={} ", "evaluate.py {})") if old else ():  # its three mentions
+        for form in ('model="{}"', "pretrained={} ", "evaluate.py {}`") if old else ():  # its three mentions
             card = card.replace(form.format(old.group(1)), form.format(path))
         return card
     card = _replace(card, use_section(path))

@@ -95,7 +95,7 @@ def evaluate_checkpoint(
         tasks = [t for t in tasks.split(",") if t]
     if tasks is None or list(tasks) == ["all"]:
         wanted = DEFAULT_TASKS if tasks is None else KNOWN_TASKS
-        # none there: all of them, so that the error names the first missing file
+        # none there: all of them, from the Hub when it answers (offline: the error names the first missing file)
         tasks = available_tasks(wanted, data_root) or list(wanted)
         left_out = [t for t in wanted if t not in tasks]
         if left_out:

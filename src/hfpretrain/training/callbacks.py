@@ -175,27 +175,33 @@ class GradStatsCallback(TrainerCallback):
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         if not self.interval or (state.global_step + 1) % self.interval or model is None:
             return
-        per_layer, samples = {}, []
+        per_layer, samples, sharded, device = {}, [], False, None
         for name, p in model.named_parameters():
+            match = re.search(r"\.(\d+)\.", name)
+            squares = per_layer.setdefault(f"layer_{match.group(1)}" if match else name.rsplit(".", 1)[0], [])
+            # FSDP2: a DTensor parameter, its gradient sharded likewise. Told by the parameter, not the gradient:
+            # a rank that skipped a step has none, and every rank must still join the one all-reduce below.
+            sharded = sharded or hasattr(p, "to_local")
             if p.grad is None:
                 continue
             g = p.grad.detach()
-            match = re.search(r"\.(\d+)\.", name)
-            key = f"layer_{match.group(1)}" if match else name.rsplit(".", 1)[0]
-            # accumulated in fp32 without an fp32 copy of the gradient (a bf16 model's would double its size)
-            norm = torch.linalg.vector_norm(g, dtype=torch.float32)
-            if hasattr(norm, "full_tensor"):  # FSDP2: the norm of a sharded gradient, summed over the ranks
-                norm = norm.full_tensor()
-            per_layer.setdefault(key, []).append(norm)
+            local = g.to_local() if hasattr(g, "to_local") else g
+            device = local.device
+            # squared norms, in fp32 without an fp32 copy of the gradient (a bf16 model's would double its size)
+            squares.append(torch.linalg.vector_norm(local, dtype=torch.float32).square())
             # Every 97th element (a strided sample: cheap, unbiased enough), taken before the transform so that
             # only the sample is converted; of this rank's shard under FSDP2.
-            local = g.to_local() if hasattr(g, "to_local") else g
             samples.append(local.reshape(-1)[::97].float().abs().clamp_min(1e-30).log10())
-        if not per_layer:  # e.g. DeepSpeed keeps gradients in its own buffers
+        if not samples and not sharded:  # e.g. DeepSpeed keeps gradients in its own buffers
             return
-        hist = torch.histc(torch.cat(samples), bins=40, min=-12, max=2)
-        layer_norms = [torch.linalg.vector_norm(torch.stack(norms)) for norms in per_layer.values()]
-        host = torch.cat([torch.stack(layer_norms).to(hist.device), hist]).tolist()  # one read of the GPU
+        if device is None:
+            device = next(model.parameters()).to_local().device
+        layer_squares = torch.stack([torch.stack(v).sum().to(device) if v else torch.zeros((), device=device)
+                                     for v in per_layer.values()])
+        if sharded and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(layer_squares)  # the shards' squares, summed: one collective per step
+        hist = torch.histc(torch.cat(samples), bins=40, min=-12, max=2) if samples else torch.zeros(40, device=device)
+        host = torch.cat([layer_squares.sqrt(), hist.to(device)]).tolist()  # one read of the GPU
         self.jsonl.write("grad_stats", step=state.global_step + 1,
                          per_layer_norm=dict(zip(per_layer, host[:len(per_layer)])),
                          log10_abs_grad_hist={"min": -12, "max": 2, "counts": host[len(per_layer):]})

@@ -55,14 +55,38 @@ at `data.path`):
 """
 
 
+TASKS = "arc_easy,arc_challenge,openbookqa"
+
+
+def _section(name: str, body: str) -> str:
+    return f"<!-- hfpretrain:{name} -->\n{body.strip()}\n<!-- /hfpretrain:{name} -->"
+
+
+def use_section(path) -> str:
+    return _section("use", f'''```python
+from transformers import pipeline
+
+generate = pipeline("text-generation", model="{path}")
+print(generate("The history of the", max_new_tokens=40, do_sample=True, top_p=0.95)[0]["generated_text"])
+```''')
+
+
+def scores_section(path, summary: str | None = None) -> str:
+    """``summary``: the ``summary.md`` of ``hfpretrain eval`` (its title, which names the folder scored, left out);
+    without it, how to compute the scores."""
+    if summary is None:
+        body = (f"Not scored yet: `hfpretrain eval {path}` writes `eval/summary.md` beside the weights and the scores "
+                f"here; or `lm_eval --model hf --model_args pretrained={path} --tasks {TASKS}`.")
+    else:
+        body = "\n".join(line for line in summary.strip().splitlines() if not line.startswith("# "))
+    return _section("scores", body)
+
+
 def _num(x, digits: int = 4) -> str:
     return "–" if x is None else f"{x:.{digits}g}" if isinstance(x, float) else str(x)
 
 
 def write_model_card(folder: str | Path, config, plan: dict, summary: dict, recipe, manifest: dict) -> Path:
-    # the load lines and the scores change after training (hfpretrain eval, export): eval.card rewrites them
-    from hfpretrain.eval.card import scores_section, use_section
-
     from .config import recipe_to_yaml
 
     folder = Path(folder)

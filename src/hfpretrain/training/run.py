@@ -26,7 +26,7 @@ from hfpretrain.models import (TrainingLayout, build_model, count_params, detect
                                estimate_memory, flops_per_token, load_config)
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
 from hfpretrain.models.memory import GIB
-from hfpretrain.outdir import OutputLock
+from hfpretrain.outdir import OutputBusyError, OutputLock
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -454,15 +454,36 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     if dry_run:
         return {"recipe": recipe_to_dict(recipe), "plan": run.plan}
     check_output_dir(run.args.output_dir)  # before the work: a run that cannot save is lost
-    # One run per output_dir: two would overwrite each other's checkpoints and resume from each other's
-    out = run.args.output_dir
-    lock = OutputLock(Path(out) / RUN_LOCK, f"training.output_dir={out} is in use by another training run",
-                      "wait for it to finish, or choose another training.output_dir")
-    with lock if int(os.environ.get("RANK", "0")) == 0 else nullcontext():
+    lock = hold_run_lock(run.args)
+    try:
         return train_run(run)
+    finally:
+        lock.release()
 
 
 RUN_LOCK = ".run.lock"
+
+
+def hold_run_lock(args: TrainingArguments) -> OutputLock:
+    """One run per output_dir: two would overwrite each other's checkpoints and resume from each other's. The
+    first process takes the lock and tells the others, so that a refused launch stops on every rank (the others
+    would otherwise wait at their first collective for a rank that is gone)."""
+    out = args.output_dir
+    lock = OutputLock(Path(out) / RUN_LOCK, f"training.output_dir={out} is in use by another training run",
+                      "wait for it to finish, or choose another training.output_dir")
+    problem = None
+    if args.process_index == 0:
+        try:
+            lock.acquire()
+        except OutputBusyError as e:
+            problem = str(e)
+    if args.world_size > 1 and torch.distributed.is_initialized():
+        box = [problem]
+        torch.distributed.broadcast_object_list(box, src=0)
+        problem = box[0]
+    if problem:
+        raise OutputBusyError(problem)
+    return lock
 
 
 def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage: int | None) -> RunSetup:
@@ -550,8 +571,7 @@ def train_run(run: RunSetup) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(recipe_to_yaml(recipe))
         write_lineage(out, record)
-    trainer, logs = build_trainer(run, model, train_blocks, eval_blocks, train_length, record,
-                                  {"loss_impl": run.fast.fused_loss, "compiled_modules": n_compiled})
+    trainer, logs = build_trainer(run, model, train_blocks, eval_blocks, train_length, record, n_compiled)
     refuse_deepspeed_checkpoint(resume, trainer.is_deepspeed_enabled)
     if resume:
         logger.info("resuming from %s", resume)
@@ -561,8 +581,7 @@ def train_run(run: RunSetup) -> dict:
     try:
         # torch.compile traces inside train() (and evaluate()), so both see the same kernels and inductor settings
         with attention_kernels, torch._inductor.config.patch(dict(recipe.model.inductor_options)):
-            result = trainer.train(resume_from_checkpoint=resume)
-            result.metrics["train_loss"] = trainer.run_train_loss(result.metrics.get("train_loss"))
+            result = trainer.train(resume_from_checkpoint=resume)  # its train_loss: the whole run's (trainer.log)
             trainer.check_finite()  # the last step's loss and gradient norm
             final_eval = final_evaluation(trainer, run, final_blocks, len(eval_blocks))
         summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
@@ -631,12 +650,13 @@ def build_run_model(run: RunSetup):
 
 
 def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length: int, record: dict,
-                  header: dict) -> tuple[PretrainTrainer, RunLogs]:
+                  n_compiled: int) -> tuple[PretrainTrainer, RunLogs]:
     """PretrainTrainer with the run's callbacks, in the order they must run (telemetry, then the log)."""
     recipe, args, plan = run.recipe, run.args, run.plan
     out = Path(args.output_dir)
     jsonl = JsonlLogCallback(out / recipe.logging.jsonl, {"recipe": recipe_to_dict(recipe), "plan": plan,
-                                                           **header, "lineage": record})
+                                                           "loss_impl": run.fast.fused_loss,
+                                                           "compiled_modules": n_compiled, "lineage": record})
     throughput = ThroughputCallback(plan["tokens_per_step"], plan["flops_per_token"], plan["peak_flops_per_gpu"],
                                     args.world_size, plan.get("peak_flops_fp8_per_gpu"))
     grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
@@ -682,7 +702,7 @@ def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length:
         trainer.add_callback(TelemetryProgressCallback())
     elif bar or trainer.pop_callback(PrinterCallback):
         trainer.add_callback(LineProgressCallback())
-    trainer.add_callback(CompileCheckCallback(header["compiled_modules"]))
+    trainer.add_callback(CompileCheckCallback(n_compiled))
     if "wandb" in args.report_to and args.process_index == 0:  # after transformers' WandbCallback starts the run
         trainer.add_callback(WandbConfigCallback({"recipe": recipe_to_dict(recipe), "plan": plan}))
     wandb_lineage = None
@@ -695,7 +715,7 @@ def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length:
     return trainer, RunLogs(jsonl, throughput, preemption, mixture_log, wandb_lineage)
 
 
-def final_evaluation(trainer: PretrainTrainer, run: RunSetup, final_blocks: EvalBlocks, eval_blocks: int) -> dict:
+def final_evaluation(trainer: PretrainTrainer, run: RunSetup, final_blocks: EvalBlocks, n_eval_blocks: int) -> dict:
     """The last step's validation loss and bits per byte on the final set (all validation blocks by default),
     and per validation set with ``evaluation.per_set``. Not after a SIGTERM: the grace period is short, and on the
     GPU an evaluation after a preemption hung (docs/benchmarks.md)."""
@@ -703,7 +723,7 @@ def final_evaluation(trainer: PretrainTrainer, run: RunSetup, final_blocks: Eval
     if args.eval_strategy == "no" or SIGTERM_RECEIVED.is_set():
         return {}
     last = next((h for h in reversed(trainer.state.log_history) if "eval_loss" in h), None)
-    if last and last.get("step") == trainer.state.global_step and len(final_blocks) == eval_blocks:
+    if last and last.get("step") == trainer.state.global_step and len(final_blocks) == n_eval_blocks:
         final_eval = dict(last)
     else:
         final_eval = trainer.evaluate(eval_dataset=final_blocks, metric_key_prefix="final")
