@@ -152,7 +152,7 @@ def test_decay_ratio_follows_max_steps(mini_blocks, tmp_path):
     from transformers import get_wsd_schedule
 
     recipe = tmp_path / "wsd.yaml"  # the tiny recipe with a WSD schedule (an override would merge the kwargs)
-    recipe.write_text(TINY_RECIPE.read_text().replace("lr_scheduler_type: cosine_with_min_lr", f"lr_scheduler_type: "
+    recipe.write_text(TINY_RECIPE.read_text().replace("lr_scheduler_type: cosine_with_min_lr", "lr_scheduler_type: "
                       "warmup_stable_decay").replace("{min_lr_rate: 0.1}", "{decay_ratio: 0.25, min_lr_ratio: 0.1}"))
     base = [f"data.path={mini_blocks}", "training.max_steps=12", "training.warmup_steps=2"]
     plan = pretrain(recipe, base, dry_run=True)["plan"]

@@ -30,6 +30,7 @@ __all__ = [
     "TrainingLayout",
     "ParamCounts",
     "Plan",
+    "PlanRequest",
     "build_model",
     "canonical_gpu",
     "chinchilla_optimal",
