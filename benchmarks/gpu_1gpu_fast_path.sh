@@ -25,7 +25,10 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     old) variant $v $OLD model.overrides.pad_vocab_multiple=1 ;;  # the baseline: 244k tokens/s on an H200
     pad) variant $v $OLD ;;                                        # + vocab 50,304
     packed) variant $v model.compile=decoder model.fused_loss=liger ;;  # + SDPA causal without a mask
-    auto) variant $v ;;                                            # + head and loss compiled whole: the defaults
+    auto) variant $v ;;                                            # the defaults
+    prev) HFPRETRAIN_ROW_LSE=0 variant $v model.micro_batch=recipe ;;  # the defaults before the row kernel and micro-batch auto
+    lse) variant $v model.micro_batch=recipe ;;                    # prev + the loss's row kernel (training/row_lse.py)
+    s53m_prev|s146m_prev) m=${v#s}; HFPRETRAIN_ROW_LSE=0 variant $v model.config=scale_${m%_prev} model.micro_batch=recipe ;;
     model) variant $v model.compile=model ;;
     autotune) variant $v model.compile_mode=max-autotune-no-cudagraphs ;;
     mb64) variant $v training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;

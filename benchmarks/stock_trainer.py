@@ -46,7 +46,8 @@ def summarize_run(output_dir: str | Path) -> dict:
         "memory_estimate_gib": config["plan"]["memory_per_gpu_gib"],
         "end_to_end": summary.get("end_to_end"), "final_eval": summary.get("final_eval"),
         "loss_impl": config.get("loss_impl"), "compiled_modules": config.get("compiled_modules"),
-        "micro_batch": config["recipe"]["training"].get("per_device_train_batch_size"),
+        "micro_batch": config["plan"].get("micro_batch", config["recipe"]["training"].get("per_device_train_batch_size")),
+        "gradient_accumulation_steps": config["plan"].get("gradient_accumulation_steps"),
         "last_loss": windows[-1].get("loss") if windows else None,
     }
 

@@ -53,6 +53,9 @@ class ModelSection:
     compile_mode: str = "default"  # torch.compile mode: default | max-autotune-no-cudagraphs | ...
     # torch._inductor.config settings for this run's compiles, e.g. {coordinate_descent_tuning: true}
     inductor_options: dict = field(default_factory=dict)
+    # auto (a GPU): fewer, larger micro-batches than the recipe's split when memory allows, same samples per step
+    # (training/fast_path.py choose_micro_batch) | recipe: training.per_device_train_batch_size as written
+    micro_batch: str = "auto"
     fused_loss: str = "auto"  # auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)
     loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
     liger_min_chunk_tokens: int = 1024  # liger's chunks at least this long (0: its own sizing, logits ~ hidden)
@@ -154,6 +157,7 @@ _CHOICES = {
     "model.compile_backend": {"inductor", "aot_eager", "eager"},
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},
     "model.fused_loss": {"auto", "compiled", "liger", "chunked", "none"},
+    "model.micro_batch": {"auto", "recipe"},
     "nan_policy": {"stop", "skip"},
     "resume_mismatch": {"error", "allow"},
     "optimizer.name": {"adamw", "muon"},

@@ -39,9 +39,8 @@ def _tokenizer_vocab(name: str | None) -> tuple[int | None, str]:
 
 def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | None = None) -> dict:
     """``pretrain(..., dry_run=True)``'s result for a recipe whose data is not tokenized yet."""
-    from .fast_path import choose_fast_path
     from .config import recipe_to_dict
-    from .run import make_plan, resolve_max_steps, training_arguments
+    from .run import choose_speed, make_plan, resolve_max_steps, training_arguments
 
     vocab, why = _tokenizer_vocab(recipe.data.tokenizer)
     config = load_config(recipe.model.config, dict(recipe.model.overrides), vocab_size=vocab)
@@ -51,7 +50,7 @@ def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | N
     world = world_size or args.world_size
     train_blocks = args.max_steps * args.per_device_train_batch_size * world * args.gradient_accumulation_steps
     manifest = {"seq_len": seq_len, "train": {"blocks": train_blocks}}
-    fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=True)
+    fast = choose_speed(recipe, config, args, seq_len, world_size, zero_stage, planning=True)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage)
     vocab_note = (f"vocabulary {config.vocab_size:,} from {why.removeprefix('data.tokenizer ')}" if vocab
                   else f"vocabulary {config.vocab_size:,} of the model config {recipe.model.config} ({why})")

@@ -8,7 +8,10 @@ and each choice comes with its reason (logged at start, and in ``--dry-run``'s p
 * compile: ``decoder`` (the base model as one graph) on a GPU, ``none`` on a CPU;
 * loss: the LM head and cross-entropy compiled whole when one micro-batch's logits are small
   (GPT-2's 50k vocabulary at small shapes), liger's fused chunks when they are not;
-* precision (``auto``): fp8 from a hidden size of FP8_MIN_HIDDEN up, on a float8 GPU with torchao, else bf16.
+* precision (``auto``): fp8 from a hidden size of FP8_MIN_HIDDEN up, on a float8 GPU with torchao, else bf16;
+* micro-batch (``auto``): the recipe's micro-batch x accumulation is one split of a step's samples; a larger
+  micro-batch with fewer accumulation steps is the same step (same samples, same gradient up to summation
+  order) with larger matmuls and fewer launches and weight casts, taken while it fits (choose_micro_batch).
 
 Measured in docs/benchmarks.md (benchmarks/gpu_1gpu_fast_path.sh).
 """
@@ -31,6 +34,11 @@ ASSUMED_GPU_MEMORY = 80 * 10**9
 # fp8 over bf16 on one H200 (docs/benchmarks.md § FP8): 1.04x at hidden 896, 1.08x at 1152, 1.21x at 2048,
 # and the loss matched over 300 steps at 2048. Below that auto keeps bf16: little speed for a new rounding.
 FP8_MIN_HIDDEN = 2048
+
+
+# model.micro_batch=auto grows the micro-batch while the memory estimate (models/memory.py, within 1.5% of
+# the measured peaks in docs/benchmarks.md) stays under this share of the GPU: room for its error and fragmentation.
+MICRO_BATCH_MEMORY_SHARE = 0.6
 
 
 @dataclass
@@ -69,11 +77,10 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
     else:
         reasons["compile"] = "set in the recipe"
 
-    gpu_memory = torch.cuda.get_device_properties(0).total_memory if cuda else (ASSUMED_GPU_MEMORY if planning else None)
-    # gpu_memory None: no GPU, so no compiled or liger loss for auto
-    logits_bytes = micro_batch * seq_len * config.vocab_size * 2
+    gpu_memory = gpu_memory_bytes(planning)  # None: no GPU, so no compiled or liger loss for auto
     try:
-        loss, reasons["fused_loss"] = choose_fused_loss(model_section.fused_loss, logits_bytes, gpu_memory)
+        loss, reasons["fused_loss"] = choose_fused_loss(model_section.fused_loss,
+                                                        logits_bytes(micro_batch, seq_len, config), gpu_memory)
     except RuntimeError:
         if not planning:
             raise
@@ -106,3 +113,53 @@ def choose_precision(model_section, config, planning: bool = False) -> tuple[str
         return "bf16", f"auto: bf16 here, as {err}"
     where = "emulated (model.fp8_emulate)" if model_section.fp8_emulate else "on a float8 GPU"
     return "fp8", f"auto: hidden size {config.hidden_size} >= {FP8_MIN_HIDDEN}, {where}"
+
+
+def gpu_memory_bytes(planning: bool = False) -> int | None:
+    """This GPU's memory; a dry run without one plans for ASSUMED_GPU_MEMORY; None: no GPU."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory
+    return ASSUMED_GPU_MEMORY if planning else None
+
+
+def logits_bytes(micro_batch: int, seq_len: int, config) -> int:
+    return micro_batch * seq_len * config.vocab_size * 2  # one micro-batch's bf16 logits
+
+
+def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, accumulation: int, seq_len: int,
+                       memory_bytes, planning: bool = False) -> tuple[int, int]:
+    """``(micro_batch, accumulation)`` for ``model.micro_batch``: with ``auto`` on a GPU, the largest micro-batch
+    ``micro_batch * k`` (k dividing ``accumulation``) whose estimate ``memory_bytes(micro, accumulation)`` stays
+    under MICRO_BATCH_MEMORY_SHARE of the GPU and whose loss implementation stays ``fast.fused_loss``. The reason
+    goes into ``fast.reasons``."""
+    recipe_split = f"{micro_batch} x {accumulation}"
+    gpu_memory = gpu_memory_bytes(planning)
+    if model_section.micro_batch == "recipe":
+        fast.reasons["micro_batch"] = f"set in the recipe: {recipe_split}"
+        return micro_batch, accumulation
+    if gpu_memory is None:
+        fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} (no CUDA GPU)"
+        return micro_batch, accumulation
+    chosen, why_not = (micro_batch, accumulation), "no accumulation to fold"
+    for k in (k for k in range(2, accumulation + 1) if accumulation % k == 0):
+        micro, accum = micro_batch * k, accumulation // k
+        loss, _ = choose_fused_loss(model_section.fused_loss, logits_bytes(micro, seq_len, config), gpu_memory)
+        if loss != fast.fused_loss:
+            why_not = f"at {micro} the loss would be {loss}, not {fast.fused_loss}"
+            break
+        need = memory_bytes(micro, accum)
+        if need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
+            why_not = (f"{micro} x {accum} would take ~{need / 2**30:.1f} GiB, over "
+                       f"{MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU's {gpu_memory / 2**30:.0f} GiB")
+            break
+        chosen, why_not = (micro, accum), "no accumulation left to fold"
+    if chosen == (micro_batch, accumulation):
+        fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} ({why_not})"
+    else:
+        if model_section.fused_loss == "auto":  # the same choice, its reason now at the micro-batch that runs
+            fast.reasons["fused_loss"] = choose_fused_loss("auto", logits_bytes(chosen[0], seq_len, config),
+                                                           gpu_memory)[1]
+        fast.reasons["micro_batch"] = (f"auto: {chosen[0]} x {chosen[1]} for the recipe's {recipe_split}, the same "
+                                       f"{micro_batch * accumulation} samples per step in fewer, larger micro-batches "
+                                       f"(larger: {why_not}; model.micro_batch=recipe keeps the recipe's)")
+    return chosen

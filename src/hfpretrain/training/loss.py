@@ -6,7 +6,9 @@ HF's default loss builds them, upcasts them and keeps them for backward. Three w
 * ``compiled``: LM head and cross-entropy in one ``torch.compile``d function: the logits exist
   once, in bf16, and the softmax, the loss and its gradient are fused kernels. The fastest where
   one micro-batch's logits fit easily (GPT-2's 50k vocabulary at small shapes; see
-  :func:`choose_fused_loss`), since the head's matmuls run at full size.
+  :func:`choose_fused_loss`), since the head's matmuls run at full size. On a GPU, up to a 64k
+  vocabulary, the softmax's row reduction is our Triton kernel (training/row_lse.py), 2.4x faster
+  than inductor's.
 
 * ``liger``: liger-kernel's fused linear cross-entropy (Triton, GPU only), which computes the
   gradient chunk by chunk inside the forward. It is kept outside ``torch.compile`` (it fails
@@ -32,6 +34,9 @@ import torch
 import torch.nn.functional as F
 
 from hfpretrain.models.memory import GIB
+
+from .row_lse import enabled as row_lse_enabled
+from .row_lse import row_lse
 
 IGNORE_INDEX = -100
 
@@ -164,7 +169,13 @@ def liger_cross_entropy_sum(hidden, weight, targets, min_chunk_tokens: int = 0, 
 
 
 def _head_cross_entropy_sum(hidden, weight, targets, z_loss: float = 0.0):
-    logits = F.linear(hidden, weight).float()  # under autocast: a bf16 matmul; the upcast fuses into the loss
+    logits = F.linear(hidden, weight)  # under autocast: a bf16 matmul
+    if row_lse_enabled(logits):  # CUDA: our reduction kernel (training/row_lse.py), not inductor's
+        keep = targets != IGNORE_INDEX
+        lse, picked = row_lse(logits, targets.clamp(min=0))
+        per_token = lse - picked + (z_loss * lse.square() if z_loss else 0.0)
+        return torch.where(keep, per_token, 0.0).sum()
+    logits = logits.float()  # the upcast fuses into the loss
     total = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
     if z_loss:
         total = total + z_loss * (torch.logsumexp(logits, dim=-1).square() * (targets != IGNORE_INDEX)).sum()

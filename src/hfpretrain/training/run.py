@@ -35,7 +35,7 @@ from .callbacks import (SIGTERM_RECEIVED, CompileCheckCallback, GradStatsCallbac
                         TelemetryProgressCallback, ThroughputCallback, WandbConfigCallback)
 from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_dict, recipe_to_yaml
 from .data import EvalBlocks, ResumableSampler, ShuffledBlocks, collate_blocks, install_worker_cleanup, load_input_ids
-from .fast_path import FastPath, choose_fast_path
+from .fast_path import FastPath, choose_fast_path, choose_micro_batch
 from .lineage import WandbLineageCallback, lineage, write_lineage
 from .mixture import (MixtureBlocks, MixtureLogCallback, MixtureSchedule, combined_fingerprint, describe_mixture,
                       load_sources, mixture_plan, resolve_phases)
@@ -144,6 +144,30 @@ def launch_sharding(args: TrainingArguments) -> int:
 MAX_PASSES_WITHOUT_WARNING = 4  # beyond ~4 passes repeated tokens are worth much less (Muennighoff et al. 2023)
 
 
+def run_memory(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fast: FastPath, world: int, zero: int,
+               micro_batch: int, accumulation: int):
+    """The memory estimate per GPU (models/memory.py) of this run at ``micro_batch x accumulation``."""
+    loss = fast.fused_loss
+    return estimate_memory(config, TrainingLayout(
+        micro_batch, seq_len, n_gpus=world, zero_stage=zero, grad_checkpointing=bool(args.gradient_checkpointing),
+        attn_implementation=fast.attn_implementation, grad_accum=accumulation, compiled=fast.compile != "none",
+        fused_loss=loss, fused_loss_chunk=loss_chunk_tokens(loss, micro_batch * seq_len, config.vocab_size,
+                                                            config.hidden_size, recipe.model.loss_chunk_tokens,
+                                                            recipe.model.liger_min_chunk_tokens)))
+
+
+def choose_speed(recipe: Recipe, config, args: TrainingArguments, seq_len: int, world_size: int | None = None,
+                 zero_stage: int | None = None, planning: bool = False) -> FastPath:
+    """The fast path for this run (training/fast_path.py), and its micro-batch split, set on ``args``."""
+    fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=planning)
+    world, zero = world_size or args.world_size, zero_stage if zero_stage is not None else launch_sharding(args)
+    args.per_device_train_batch_size, args.gradient_accumulation_steps = choose_micro_batch(
+        recipe.model, fast, config, args.per_device_train_batch_size, args.gradient_accumulation_steps, seq_len,
+        lambda micro, accum: run_memory(recipe, config, args, seq_len, fast, world, zero, micro, accum).total,
+        planning=planning)
+    return fast
+
+
 def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fast: FastPath, manifest: dict,
               world_size: int | None = None, zero_stage: int | None = None, check_passes: bool = True) -> dict:
     world = world_size or args.world_size
@@ -153,14 +177,8 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
     flops = flops_per_token(config, seq_len)
     peak = recipe.logging.peak_flops or detect_peak_flops(recipe.logging.dtype_for_peak)
     zero = zero_stage if zero_stage is not None else launch_sharding(args)
-    loss = fast.fused_loss
-    memory = estimate_memory(config, TrainingLayout(
-        args.per_device_train_batch_size, seq_len, n_gpus=world, zero_stage=zero,
-        grad_checkpointing=bool(args.gradient_checkpointing), attn_implementation=fast.attn_implementation,
-        grad_accum=args.gradient_accumulation_steps, compiled=fast.compile != "none", fused_loss=loss,
-        fused_loss_chunk=loss_chunk_tokens(loss, args.per_device_train_batch_size * seq_len, config.vocab_size,
-                                           config.hidden_size, recipe.model.loss_chunk_tokens,
-                                           recipe.model.liger_min_chunk_tokens)))
+    memory = run_memory(recipe, config, args, seq_len, fast, world, zero, args.per_device_train_batch_size,
+                        args.gradient_accumulation_steps)
     total_tokens = tokens_per_step * args.max_steps
     train_blocks = int(manifest["train"]["blocks"])
     passes = args.max_steps * samples_per_step / train_blocks
@@ -174,6 +192,7 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
     plan = {
         "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
         "zero_stage": zero, "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step,
+        "micro_batch": args.per_device_train_batch_size, "gradient_accumulation_steps": args.gradient_accumulation_steps,
         "max_steps": args.max_steps,
         "total_tokens": total_tokens, "flops_per_token": flops.total, "flops_per_token_causal": flops.causal,
         "flops_per_token_head": flops.head,
@@ -515,7 +534,7 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
         raise RecipeError(f"training_flops: max_steps was derived for WORLD_SIZE={launched} "
                           f"processes but the Trainer runs {args.world_size}: launch with accelerate or torchrun, or "
                           "set training.max_steps instead")
-    fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=dry_run)
+    fast = choose_speed(recipe, config, args, seq_len, world_size, zero_stage, planning=dry_run)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage,
                      check_passes=not recipe.data.sources)
     schedule = None
@@ -626,6 +645,8 @@ def build_run_model(run: RunSetup):
     fast = run.fast
     for what in ("compile", "fused_loss", "precision"):
         logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
+    logger.info("micro-batch: %d x %d accumulation (%s)", run.args.per_device_train_batch_size,
+                run.args.gradient_accumulation_steps, fast.reasons["micro_batch"])
     if run.recipe.model.init_from:
         from transformers import AutoModelForCausalLM
 

@@ -1,0 +1,56 @@
+"""The shape-aware micro-batch (training/fast_path.py choose_micro_batch): fewer, larger micro-batches for the
+same samples per step while the memory estimate fits and the loss implementation stays the same."""
+
+import pytest
+from transformers import GPT2Config
+
+from hfpretrain.training.config import ModelSection
+from hfpretrain.training.fast_path import (ASSUMED_GPU_MEMORY, MICRO_BATCH_MEMORY_SHARE, FastPath,
+                                           choose_micro_batch)
+from hfpretrain.training import pretrain
+
+from train_utils import REPO
+
+GIB = 2**30
+CONFIG = GPT2Config(vocab_size=50304)
+
+
+def choose(micro, accum, per_sample_bytes, fused_loss="compiled", requested="auto", seq_len=1024, loss="compiled"):
+    fast = FastPath("sdpa_packed", "decoder", "default", loss, {})
+    section = ModelSection(micro_batch=requested, fused_loss=fused_loss)
+    split = choose_micro_batch(section, fast, CONFIG, micro, accum, seq_len,
+                               lambda m, a: 2 * GIB + m * per_sample_bytes, planning=True)
+    return split, fast.reasons["micro_batch"]
+
+
+def test_folds_accumulation_while_memory_fits():
+    budget = MICRO_BATCH_MEMORY_SHARE * ASSUMED_GPU_MEMORY
+    per_sample = int((budget - 2 * GIB) / 100)  # up to 100 samples fit
+    assert choose(32, 4, per_sample)[0] == (64, 2)
+    assert choose(16, 12, per_sample)[0] == (96, 2)  # 12 = 2 x 6: the largest divisor that fits
+    assert choose(32, 4, per_sample // 10)[0] == (128, 1)
+    (split, why) = choose(32, 4, per_sample * 2)
+    assert split == (32, 4) and "over 60%" in why
+
+
+def test_keeps_the_loss_implementation():
+    # auto's compiled loss at 32 x 1024 tokens of a 50k vocabulary; at 128 its logits pass 1/8 of an 80 GB GPU
+    (split, why) = choose(32, 4, 1, fused_loss="auto")
+    assert split == (64, 2) and "at 128 the loss would be" in why
+
+
+def test_recipe_split_kept_when_asked_or_nothing_to_fold():
+    assert choose(32, 4, 1, requested="recipe") == ((32, 4), "set in the recipe: 32 x 4")
+    assert choose(32, 1, 1)[0] == (32, 1)
+
+
+def test_dry_run_plans_the_folded_split(mini_blocks):
+    """The GPT-2 recipe planned for an 80 GB GPU: same samples per step, fewer micro-batches; recipe keeps it."""
+    path = REPO / "recipes" / "gpt2_124m.yaml"
+    base = [f"data.path={mini_blocks}", "training.use_cpu=true"]
+    plan = pretrain(path, base, dry_run=True)["plan"]
+    assert plan["samples_per_step"] == 128 and plan["gradient_accumulation_steps"] < 4
+    assert plan["micro_batch"] * plan["gradient_accumulation_steps"] == 128
+    kept = pretrain(path, [*base, "model.micro_batch=recipe"], dry_run=True)["plan"]
+    assert (kept["micro_batch"], kept["gradient_accumulation_steps"]) == (32, 4)
+    assert kept["memory_per_gpu_gib"]["total"] < plan["memory_per_gpu_gib"]["total"]
