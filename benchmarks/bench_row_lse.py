@@ -2,6 +2,9 @@
 """The compiled loss's row reduction on one GPU: training/row_lse.py's Triton kernel against inductor's fused
 log-softmax, on bf16 logits of one micro-batch (32,768 tokens; GPT-2's and Qwen3's padded vocabularies).
 Checks the values first, then times the loss forward and forward + backward of each (CUDA events, median of 20).
+Then the gradient pass alone: the formula row_lse.py gives inductor (compiled) against a candidate Triton kernel
+with one program per row (at 151,936 columns inductor's version took 32 ms on an H200: over 2^31 elements,
+64-bit index divisions per element are the suspect). The candidate is not used in training until measured here.
     source .carry/setup.sh && python benchmarks/bench_row_lse.py
 """
 
@@ -9,8 +12,39 @@ import statistics
 
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
-from hfpretrain.training.row_lse import _reference, row_lse
+from hfpretrain.training.row_lse import BLOCK, _reference, row_lse
+
+
+@triton.jit
+def _gradient_kernel(logits_ptr, targets_ptr, lse_ptr, d_lse_ptr, d_picked_ptr, grad_ptr, n_cols, row_stride,
+                     BLOCK_COLS: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    base, out = logits_ptr + row * row_stride, grad_ptr + row * n_cols
+    cols = tl.arange(0, BLOCK_COLS)
+    log2e: tl.constexpr = 1.4426950408889634
+    lse = tl.load(lse_ptr + row) * log2e
+    d_lse, d_picked, target = tl.load(d_lse_ptr + row), tl.load(d_picked_ptr + row), tl.load(targets_ptr + row)
+    for start in range(0, n_cols, BLOCK_COLS):
+        c = start + cols
+        x = tl.load(base + c, mask=c < n_cols, other=0.0).to(tl.float32)
+        grad = tl.exp2(x * log2e - lse) * d_lse + tl.where(c == target, d_picked, 0.0)
+        tl.store(out + c, grad.to(grad_ptr.dtype.element_ty), mask=c < n_cols)
+
+
+def gradient_triton(logits, targets, lse, d_lse, d_picked):
+    grad = torch.empty_like(logits)
+    _gradient_kernel[(logits.shape[0],)](logits, targets, lse, d_lse, d_picked, grad, logits.shape[1],
+                                         logits.stride(0), BLOCK_COLS=BLOCK, num_warps=8)
+    return grad
+
+
+def gradient_formula(logits, targets, lse, d_lse, d_picked):  # row_lse.py's _backward
+    onehot = torch.arange(logits.shape[1], device=logits.device)[None, :] == targets[:, None]
+    grad = torch.exp(logits.float() - lse[:, None]) * d_lse[:, None] + torch.where(onehot, d_picked[:, None], 0.0)
+    return grad.to(logits.dtype)
 
 
 def ours(logits, targets):
@@ -60,6 +94,15 @@ def main():
             loss_ours, loss_ref = ours(logits, targets).item(), inductor(logits, targets).item()
             print(f"  {name:9s} forward {fwd:6.2f} ms ({gib * 2**30 / fwd / 1e9:5.2f} TB/s read)   "
                   f"forward + backward {both:6.2f} ms   (loss sums {loss_ours:.6e} vs {loss_ref:.6e})")
+        d_lse, d_picked = torch.rand(n, device="cuda"), -torch.rand(n, device="cuda")
+        inputs = (logits, targets, lse, d_lse, d_picked)
+        want = gradient_formula(*inputs)
+        for name, fn in (("gradient, inductor (row_lse.py)", torch.compile(gradient_formula)),
+                         ("gradient, Triton candidate", gradient_triton)):
+            err = (fn(*inputs).float() - want.float()).abs().max().item()
+            ms = timed(fn, *inputs)
+            print(f"  {name:32s} {ms:6.2f} ms ({2 * gib * 2**30 / ms / 1e9:5.2f} TB/s read + written)  "
+                  f"max |diff| {err:.1e}")
         del logits
 
 
