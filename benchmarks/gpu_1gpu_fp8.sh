@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU (issue 19): the Qwen3 1.8B recipe in bf16 and in fp8 (tensorwise, then rowwise) in the same call, same
 # data and seed; STEPS steps (>= 300 for the loss comparison), windows of 10 (docs/benchmarks.md § FP8).
+# PROFILE=1: each variant also records a profiler window (steps 20-22) and returns its kernel table.
 #   source .carry/setup.sh && STEPS=300 bash benchmarks/gpu_1gpu_fp8.sh
 source benchmarks/gpu_common.sh
 tokenize_corpus
@@ -9,7 +10,9 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   timed fp8_$v python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
     model.precision=$v training.max_steps=${STEPS:-60} training.logging_steps=10 training.eval_strategy=no \
     training.save_strategy=no training.report_to=none training.disable_tqdm=true \
-    training.resume_from_checkpoint=none training.output_dir=/tmp/fp8_$v "$@" --out "$OUT/fp8_$v.json"
+    training.resume_from_checkpoint=none training.output_dir=/tmp/fp8_$v ${PROFILE:+'logging.profile_steps=[20,22]'} \
+    "$@" --out "$OUT/fp8_$v.json"
+  [ -n "${PROFILE:-}" ] && for f in /tmp/fp8_$v/profile/kernels-*.txt; do cp "$f" "$OUT/kernels_fp8_${v}.txt"; done
 done
 for v in fp8 fp8_rowwise; do
   [ -f /tmp/fp8_$v/log.jsonl ] && python3 benchmarks/compare_losses.py /tmp/fp8_$v/log.jsonl /tmp/fp8_bf16/log.jsonl \

@@ -54,3 +54,18 @@ def test_dry_run_plans_the_folded_split(mini_blocks):
     kept = pretrain(path, [*base, "model.micro_batch=recipe"], dry_run=True)["plan"]
     assert (kept["micro_batch"], kept["gradient_accumulation_steps"]) == (32, 4)
     assert kept["memory_per_gpu_gib"]["total"] < plan["memory_per_gpu_gib"]["total"]
+
+
+def test_folded_split_reaches_deepspeed(mini_blocks):
+    """TrainingArguments hands DeepSpeed its batch settings when it is made: the folded split must be in them."""
+    pytest.importorskip("deepspeed")
+    from hfpretrain.training import load_recipe
+    from hfpretrain.training.run import setup_run
+
+    recipe = load_recipe(REPO / "recipes" / "gpt2_124m.yaml", [
+        f"data.path={mini_blocks}", "training.use_cpu=true", f"training.deepspeed={REPO / 'ds_configs' / 'zero1.json'}"])
+    args = setup_run(recipe, dry_run=True, world_size=None, zero_stage=None).args
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) != (32, 4)
+    ds = args.hf_deepspeed_config.config
+    assert ds["train_micro_batch_size_per_gpu"] == args.per_device_train_batch_size
+    assert ds["gradient_accumulation_steps"] == args.gradient_accumulation_steps

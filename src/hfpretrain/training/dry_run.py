@@ -50,7 +50,7 @@ def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | N
     world = world_size or args.world_size
     train_blocks = args.max_steps * args.per_device_train_batch_size * world * args.gradient_accumulation_steps
     manifest = {"seq_len": seq_len, "train": {"blocks": train_blocks}}
-    fast = choose_speed(recipe, config, args, seq_len, world_size, zero_stage, planning=True)
+    fast, args = choose_speed(recipe, config, args, seq_len, world_size, zero_stage, planning=True)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage)
     vocab_note = (f"vocabulary {config.vocab_size:,} from {why.removeprefix('data.tokenizer ')}" if vocab
                   else f"vocabulary {config.vocab_size:,} of the model config {recipe.model.config} ({why})")

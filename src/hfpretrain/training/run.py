@@ -102,10 +102,11 @@ def resolve_max_steps(recipe: Recipe, config, seq_len: int, world: int) -> None:
                 per_token * tokens_per_step * steps)
 
 
-def training_arguments(recipe: Recipe, dry_run: bool = False) -> TrainingArguments:
+def training_arguments(recipe: Recipe, dry_run: bool = False, **overrides) -> TrainingArguments:
+    """The run's TrainingArguments: the recipe's ``training`` section over our defaults (``overrides`` over both)."""
     gpu = {"accelerator_config": {"non_blocking": True}} if torch.cuda.is_available() else {}
     # non_blocking (GPU): batch copies from pinned memory overlap the step before
-    fields = {**DEFAULT_ARGS, **gpu, **recipe.training, **FORCED_ARGS}
+    fields = {**DEFAULT_ARGS, **gpu, **recipe.training, **overrides, **FORCED_ARGS}
     if dry_run and not torch.cuda.is_available():
         fields.update(bf16=False, fp16=False, use_cpu=True)  # plan a GPU recipe from a CPU login node
     if "wandb" in str(fields.get("report_to")) and not dry_run:
@@ -157,15 +158,19 @@ def run_memory(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fa
 
 
 def choose_speed(recipe: Recipe, config, args: TrainingArguments, seq_len: int, world_size: int | None = None,
-                 zero_stage: int | None = None, planning: bool = False) -> FastPath:
-    """The fast path for this run (training/fast_path.py), and its micro-batch split, set on ``args``."""
+                 zero_stage: int | None = None, planning: bool = False) -> tuple[FastPath, TrainingArguments]:
+    """The fast path for this run (training/fast_path.py) and the TrainingArguments with its micro-batch split."""
     fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=planning)
     world, zero = world_size or args.world_size, zero_stage if zero_stage is not None else launch_sharding(args)
-    args.per_device_train_batch_size, args.gradient_accumulation_steps = choose_micro_batch(
+    micro, accum = choose_micro_batch(
         recipe.model, fast, config, args.per_device_train_batch_size, args.gradient_accumulation_steps, seq_len,
         lambda micro, accum: run_memory(recipe, config, args, seq_len, fast, world, zero, micro, accum).total,
         planning=planning)
-    return fast
+    if (micro, accum) != (args.per_device_train_batch_size, args.gradient_accumulation_steps):
+        # made again, not changed in place: TrainingArguments fills DeepSpeed's batch settings when it is made
+        args = training_arguments(recipe, planning, per_device_train_batch_size=micro,
+                                  gradient_accumulation_steps=accum)
+    return fast, args
 
 
 def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fast: FastPath, manifest: dict,
@@ -534,7 +539,7 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
         raise RecipeError(f"training_flops: max_steps was derived for WORLD_SIZE={launched} "
                           f"processes but the Trainer runs {args.world_size}: launch with accelerate or torchrun, or "
                           "set training.max_steps instead")
-    fast = choose_speed(recipe, config, args, seq_len, world_size, zero_stage, planning=dry_run)
+    fast, args = choose_speed(recipe, config, args, seq_len, world_size, zero_stage, planning=dry_run)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage,
                      check_passes=not recipe.data.sources)
     schedule = None
