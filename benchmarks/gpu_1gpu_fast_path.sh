@@ -11,8 +11,11 @@ if [ ! -f $DATA/manifest.json ]; then
     --tokenizer "$DATA_ROOT/tokenizers/gpt2" --seq-len 1024 --out "$DATA" --num-proc 16 -q 2>&1 | tail -2
 fi
 STEPS=${STEPS:-40}
+# Variants run the recipe's split (32 x 4) unless they are "the defaults" (auto, auto_nolse, s*, e2e, profile*),
+# which fold it as model.micro_batch=auto does (128 x 1 on an H200, 64 x 2 on an 80 GB GPU).
 COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.logging_steps=5
-  training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS"
+  training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS model.micro_batch=recipe"
+AUTO=model.micro_batch=auto
 CDT='model.inductor_options={coordinate_descent_tuning: true}'
 OLD="model.attn_implementation=sdpa model.compile=decoder model.fused_loss=liger"
 variant() {  # name, overrides...
@@ -25,26 +28,27 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     old) variant $v $OLD model.overrides.pad_vocab_multiple=1 ;;  # the issue's baseline: 244k tokens/s on an H200
     pad) variant $v $OLD ;;                                        # + vocab 50,304
     packed) variant $v model.compile=decoder model.fused_loss=liger ;;  # + SDPA causal without a mask
-    auto) variant $v ;;                                            # the defaults
-    prev) HFPRETRAIN_ROW_LSE=0 variant $v model.micro_batch=recipe ;;  # the defaults before the row kernel and micro-batch auto
-    lse) variant $v model.micro_batch=recipe ;;                    # prev + the loss's row kernel (training/row_lse.py)
-    s53m_prev|s146m_prev) m=${v#s}; HFPRETRAIN_ROW_LSE=0 variant $v model.config=scale_${m%_prev} model.micro_batch=recipe ;;
-    model) variant $v model.compile=model ;;
+    auto) variant $v $AUTO ;;                                      # the defaults
+    auto_nolse) HFPRETRAIN_ROW_LSE=0 variant $v $AUTO ;;           # the defaults without the loss's row kernel
+    prev) HFPRETRAIN_ROW_LSE=0 variant $v ;;                       # the defaults before the row kernel and the fold
+    lse) variant $v ;;                                             # prev + the loss's row kernel (training/row_lse.py)
+    s53m_prev|s146m_prev) m=${v#s}; HFPRETRAIN_ROW_LSE=0 variant $v model.config=scale_${m%_prev} ;;
+    model) variant $v $AUTO model.compile=model ;;
     autotune) variant $v model.compile_mode=max-autotune-no-cudagraphs ;;
     mb64) variant $v training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
     mb128) variant $v training.per_device_train_batch_size=128 training.gradient_accumulation_steps=1 ;;
-    s53m|s92m) variant $v model.config=scale_${v#s} ;;
+    s53m|s92m) variant $v $AUTO model.config=scale_${v#s} ;;
     s53m_mb128|s92m_mb128|s146m_mb128) m=${v#s}; variant $v model.config=scale_${m%_mb128} \
       training.per_device_train_batch_size=128 training.gradient_accumulation_steps=1 ;;
     cdt) variant $v "$CDT" ;;  # inductor tunes each Triton kernel's block sizes (slower compile)
     cdt_mb64) variant $v "$CDT" training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
     cdt_model) variant $v "$CDT" model.compile=model ;;
-    s146m) variant $v model.config=scale_146m ;;
+    s146m) variant $v $AUTO model.config=scale_146m ;;
     s146m_fp8) variant $v model.config=scale_146m model.precision=fp8 ;;
-    s311m) variant $v model.config=scale_311m ;;
+    s311m) variant $v $AUTO model.config=scale_311m ;;
     s311m_fp8) variant $v model.config=scale_311m model.precision=fp8 ;;
     no_online) variant $v 'model.inductor_options={online_softmax: false}' ;;
-    profile_cdt) variant $v "$CDT" 'logging.profile_steps=[20,22]' training.output_dir=/tmp/profile
+    profile_cdt) variant $v $AUTO "$CDT" 'logging.profile_steps=[20,22]' training.output_dir=/tmp/profile
              cp /tmp/profile/profile/kernels-*.txt "$OUT/" ;;
     flash) variant $v 'model.sdpa_backends=[flash]' ;;
     cudnn) variant $v 'model.sdpa_backends=[cudnn,flash]' ;;
@@ -54,11 +58,11 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
       variant num_fast $SMALL
       variant num_plain $SMALL model.compile=none model.fused_loss=none model.attn_implementation=sdpa
       python3 benchmarks/compare_losses.py /tmp/num_fast/log.jsonl /tmp/num_plain/log.jsonl | tee "$OUT/numerics.txt" ;;
-    profile) variant $v 'logging.profile_steps=[20,22]' training.output_dir=/tmp/profile
+    profile) variant $v $AUTO 'logging.profile_steps=[20,22]' training.output_dir=/tmp/profile
              cp /tmp/profile/profile/kernels-*.txt /tmp/profile/profile/syncs-*.txt "$OUT/" ;;
     stock) timed stock python3 benchmarks/benchmark.py stock ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \
              --micro-batch ${STOCK_MB:-32,16,8} --max-steps $STEPS --out "$OUT/fp_stock.json" ;;
-    e2e) variant $v training.max_steps=200 training.logging_steps=20 training.eval_strategy=steps \
+    e2e) variant $v $AUTO training.max_steps=200 training.logging_steps=20 training.eval_strategy=steps \
            training.eval_steps=100 training.save_strategy=steps training.save_steps=100 ;;
   esac
 done

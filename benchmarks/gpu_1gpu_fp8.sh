@@ -7,14 +7,18 @@ source benchmarks/gpu_common.sh
 tokenize_corpus
 for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   rm -rf /tmp/fp8_$v
+  case $v in  # fp8_fastacc: tensorwise with fast accumulation in the backward matmuls too (model.fp8_fast_accum)
+    fp8_fastacc) precision="fp8 model.fp8_fast_accum=true" ;;
+    *) precision=$v ;;
+  esac
   timed fp8_$v python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
-    model.precision=$v training.max_steps=${STEPS:-60} training.logging_steps=10 training.eval_strategy=no \
+    model.precision=$precision training.max_steps=${STEPS:-60} training.logging_steps=10 training.eval_strategy=no \
     training.save_strategy=no training.report_to=none training.disable_tqdm=true \
     training.resume_from_checkpoint=none training.output_dir=/tmp/fp8_$v ${PROFILE:+'logging.profile_steps=[20,22]'} \
     "$@" --out "$OUT/fp8_$v.json"
   [ -n "${PROFILE:-}" ] && for f in /tmp/fp8_$v/profile/kernels-*.txt; do cp "$f" "$OUT/kernels_fp8_${v}.txt"; done
 done
-for v in fp8 fp8_rowwise; do
+for v in fp8 fp8_rowwise fp8_fastacc; do
   [ -f /tmp/fp8_$v/log.jsonl ] && python3 benchmarks/compare_losses.py /tmp/fp8_$v/log.jsonl /tmp/fp8_bf16/log.jsonl \
     | tee "$OUT/loss_$v.txt"
 done

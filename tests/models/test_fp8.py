@@ -82,3 +82,18 @@ def test_auto_precision_by_width(name, overrides, planning, want):
         return
     assert choose_precision(section, load_config(name, overrides, vocab_size=512)) == ("fp8_rowwise",
                                                                                        "set in the recipe")
+
+
+def test_fast_accumulation_in_the_backward_is_opt_in():
+    model = build_model(load_config("tiny", {}, vocab_size=50304))
+    convert_to_fp8(model, "fp8", emulate=True)
+    layer = model.model.layers[0].mlp.up_proj
+    assert layer.config.gemm_config_output.use_fast_accum  # torchao's tensorwise recipe: the forward only
+    assert not layer.config.gemm_config_grad_input.use_fast_accum and not layer.config.gemm_config_grad_weight.use_fast_accum
+    model = build_model(load_config("tiny", {}, vocab_size=50304))
+    convert_to_fp8(model, "fp8", emulate=True, fast_accum_backward=True)
+    layer = model.model.layers[0].mlp.up_proj
+    assert layer.config.gemm_config_grad_input.use_fast_accum and layer.config.gemm_config_grad_weight.use_fast_accum
+    ids = torch.randint(0, 50304, (2, 16))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert layer.weight.grad is not None and torch.isfinite(layer.weight.grad).all()

@@ -69,3 +69,12 @@ def test_folded_split_reaches_deepspeed(mini_blocks):
     ds = args.hf_deepspeed_config.config
     assert ds["train_micro_batch_size_per_gpu"] == args.per_device_train_batch_size
     assert ds["gradient_accumulation_steps"] == args.gradient_accumulation_steps
+
+
+def test_dry_run_with_a_loss_this_machine_lacks(mini_blocks):
+    """A login node without a GPU plans a liger recipe: the fold keeps the recipe's loss and does not ask for it."""
+    path = REPO / "recipes" / "gpt2_124m.yaml"
+    plan = pretrain(path, [f"data.path={mini_blocks}", "training.use_cpu=true", "model.fused_loss=liger"],
+                    dry_run=True)["plan"]
+    assert plan["fast_path"]["fused_loss"] == "liger" and plan["samples_per_step"] == 128
+    assert "planned for a GPU of 80 GB" in plan["fast_path"]["reasons"]["micro_batch"]

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from hfpretrain.training import row_lse as R
 from hfpretrain.training.loss import IGNORE_INDEX
 
+from train_utils import REPO
+
 
 def _loss(logits, targets, z_loss):
     keep = targets != IGNORE_INDEX
@@ -56,23 +58,73 @@ def test_enabled_only_where_measured(monkeypatch):
     assert not R.enabled(torch.zeros(2, 50304))
 
 
+def test_compiled_head_loss_with_the_kernel_path(monkeypatch):
+    """loss.py's branch that uses row_lse (taken on a GPU), run here on a CPU: value and gradients equal HF's loss
+    plus the z-loss term, with ignored tokens."""
+    from hfpretrain.training import loss as L
+
+    monkeypatch.setattr(L, "row_lse_enabled", lambda logits: True)
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(40, 16, requires_grad=True), torch.randn(96, 16, requires_grad=True)
+    targets = torch.randint(0, 96, (40,))
+    targets[:3] = IGNORE_INDEX
+    total = torch.compile(L._head_cross_entropy_sum)(hidden, weight, targets, 1e-3)
+    total.backward()
+    h2, w2 = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    logits = h2 @ w2.T
+    ref = (F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+           + 1e-3 * (torch.logsumexp(logits, -1).square() * (targets != IGNORE_INDEX)).sum())
+    ref.backward()
+    torch.testing.assert_close(total, ref)
+    torch.testing.assert_close(hidden.grad, h2.grad)
+    torch.testing.assert_close(weight.grad, w2.grad)
+
+
+INTERPRETED = """
+import math, sys, torch
+from hfpretrain.training import row_lse as R
+torch.manual_seed(0)
+wide = (8 * torch.randn(37, 5120)).to(torch.bfloat16)
+x = wide[:, :5000]  # a row stride wider than the row, as a slice of padded logits
+x[5, 123] = 300.0
+x[6, :4096] = float("-inf")  # a whole first block of -inf (the real BLOCK)
+t = torch.randint(0, 5000, (37,))
+t[7] = 5000  # out of range
+lse, picked = torch.empty(37), torch.empty(37)
+R._row_lse_kernel[(37,)](x, t, lse, picked, 5000, x.stride(0), BLOCK_COLS=R.BLOCK)
+ok = torch.ones(37, dtype=torch.bool); ok[7] = False
+ref_lse, ref_picked = R._reference(x, t.clamp(max=4999))
+torch.testing.assert_close(lse, ref_lse)
+torch.testing.assert_close(picked[ok], ref_picked[ok], rtol=0, atol=0)
+assert math.isnan(picked[7].item())
+sys.path.insert(0, "benchmarks")  # the candidate gradient kernel of benchmarks/bench_row_lse.py
+import bench_row_lse as B
+d_lse, d_picked = torch.rand(37), -torch.rand(37)
+grad = torch.empty(37, 5000, dtype=torch.bfloat16)
+B._gradient_kernel[(37,)](x, t, ref_lse, d_lse, d_picked, grad, 5000, x.stride(0), BLOCK_COLS=R.BLOCK)
+want = B.gradient_formula(x, t, ref_lse, d_lse, d_picked)
+torch.testing.assert_close(grad[ok], want[ok])
+print("ok")
+"""
+
+
 @pytest.mark.skipif(R.triton is None, reason="Triton not installed (the CPU wheel of torch comes without it)")
-def test_triton_kernel_under_the_interpreter():
-    # bf16 logits, a vocabulary that is not a multiple of the block, a large spread of values
-    code = textwrap.dedent("""
-        import torch
-        from hfpretrain.training import row_lse as R
-        torch.manual_seed(0)
-        x = (8 * torch.randn(37, 5000)).to(torch.bfloat16)
-        x[5, 123] = 300.0
-        t = torch.randint(0, 5000, (37,))
-        lse, picked = torch.empty(37), torch.empty(37)
-        R._row_lse_kernel[(37,)](x, t, lse, picked, 5000, x.stride(0), BLOCK_COLS=1024)
-        ref_lse, ref_picked = R._reference(x, t)
-        torch.testing.assert_close(lse, ref_lse)
-        torch.testing.assert_close(picked, ref_picked, rtol=0, atol=0)
-        print("ok")
-    """)
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "1"},
-                         capture_output=True, text=True, timeout=120)
+def test_triton_kernels_under_the_interpreter():
+    """The loss's kernel (and the benchmark's candidate gradient kernel): padded rows, the real block size, a block
+    of -inf, an out-of-range target (NaN, so the run's non-finite check stops it)."""
+    out = subprocess.run([sys.executable, "-c", INTERPRETED], env={**os.environ, "TRITON_INTERPRET": "1"},
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_kernel_on_the_gpu():
+    logits = (4 * torch.randn(300, 50304, device="cuda")).to(torch.bfloat16).requires_grad_()
+    targets = torch.randint(0, 50304, (300,), device="cuda")
+    loss = torch.compile(_loss)(logits, targets, 0.0)
+    loss.backward()
+    ref_logits = logits.detach().clone().requires_grad_()
+    ref = F.cross_entropy(ref_logits.float(), targets, reduction="sum")
+    ref.backward()
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-2)
+    torch.testing.assert_close(logits.grad.float(), ref_logits.grad.float(), rtol=2e-2, atol=1e-3)

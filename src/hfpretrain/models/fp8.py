@@ -64,15 +64,20 @@ def fp8_module_filter(head: nn.Module):
     return keep
 
 
-def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False) -> int:
-    """Convert ``model``'s decoder linears in place; return how many were converted (0 for bf16)."""
+def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False, fast_accum_backward: bool = False) -> int:
+    """Convert ``model``'s decoder linears in place; return how many were converted (0 for bf16).
+    ``fast_accum_backward``: the gradients' matmuls accumulate fast too, as the forward's do."""
     if precision not in RECIPES:
         return 0
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    from torchao.float8.config import Float8GemmConfig
 
     config = Float8LinearConfig.from_recipe_name(RECIPES[precision])
     if emulate:
         config = dataclasses.replace(config, emulate=True)
+    if fast_accum_backward:
+        config = dataclasses.replace(config, gemm_config_grad_input=Float8GemmConfig(use_fast_accum=True),
+                                     gemm_config_grad_weight=Float8GemmConfig(use_fast_accum=True))
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     convert_to_float8_training(model, module_filter_fn=fp8_module_filter(model.get_output_embeddings()), config=config)
     converted = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
@@ -80,7 +85,7 @@ def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False) -> i
         raise ValueError(f"model.precision={precision}: none of this model's layers can run in float8 (torchao "
                          "converts nn.Linear with dimensions that are multiples of 16; GPT-2's layers are transformers' "
                          "Conv1D): use a Qwen3/Llama config or model.precision=bf16")
-    logger.info("fp8 (%s scaling%s): %d of %d linear layers in float8 (LM head and layers with dimensions not "
+    logger.info("fp8 (%s scaling%s%s): %d of %d linear layers in float8 (LM head and layers with dimensions not "
                 "multiples of 16 stay in the training dtype)", RECIPES[precision], ", emulated" if emulate else "",
-                converted, len(linears))
+                ", fast accumulation in the backward too" if fast_accum_backward else "", converted, len(linears))
     return converted

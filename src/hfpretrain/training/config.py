@@ -47,6 +47,9 @@ class ModelSection:
     # | auto (fp8 from hidden size 2048 on a float8 GPU with torchao, else bf16: training/fast_path.py)
     precision: str = "bf16"
     fp8_emulate: bool = False  # fp8 casts without a float8 GPU (tests, debugging numerics): slow, no speed-up
+    # fp8: fast accumulation in the backward matmuls too (torchao's recipes keep it for the forward only: the
+    # gradients' sums round more). Not measured yet (docs/benchmarks.md): an experiment, off by default
+    fp8_fast_accum: bool = False
     # auto | none | decoder (base model, loss outside) | layers (each decoder layer) | model
     compile: str = "auto"
     compile_backend: str = "inductor"  # inductor | aot_eager | eager: the last two bisect a compile failure

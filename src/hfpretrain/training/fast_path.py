@@ -36,8 +36,8 @@ ASSUMED_GPU_MEMORY = 80 * 10**9
 FP8_MIN_HIDDEN = 2048
 
 
-# model.micro_batch=auto grows the micro-batch while the memory estimate (models/memory.py, within 1.5% of
-# the measured peaks in docs/benchmarks.md) stays under this share of the GPU: room for its error and fragmentation.
+# model.micro_batch=auto grows the micro-batch while the memory estimate (models/memory.py, within 2% of the
+# measured peaks in docs/benchmarks.md) stays under this share of the GPU: room for its error and fragmentation.
 MICRO_BATCH_MEMORY_SHARE = 0.6
 
 
@@ -89,7 +89,7 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
         raise RecipeError("model.z_loss needs the project's loss (model.fused_loss compiled, liger, chunked or auto): "
                           "HF's own loss (none) has no z-loss term")
     if planning and not cuda and model_section.fused_loss == "auto":
-        reasons["fused_loss"] += f" (planned for a {ASSUMED_GPU_MEMORY / 1e9:.0f} GB GPU)"
+        reasons["fused_loss"] += f" (planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB)"
     precision, reasons["precision"] = choose_precision(model_section, config, planning)
     return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision)
 
@@ -116,7 +116,8 @@ def choose_precision(model_section, config, planning: bool = False) -> tuple[str
 
 
 def gpu_memory_bytes(planning: bool = False) -> int | None:
-    """This GPU's memory; a dry run without one plans for ASSUMED_GPU_MEMORY; None: no GPU."""
+    """This GPU's memory; a dry run without one plans for ASSUMED_GPU_MEMORY; None: no GPU. Every rank reads its
+    first visible GPU: the choices that depend on it (loss, micro-batch) assume a launch on GPUs of one model."""
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(0).total_memory
     return ASSUMED_GPU_MEMORY if planning else None
@@ -143,7 +144,9 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
     chosen, why_not = (micro_batch, accumulation), "no accumulation to fold"
     for k in (k for k in range(2, accumulation + 1) if accumulation % k == 0):
         micro, accum = micro_batch * k, accumulation // k
-        loss, _ = choose_fused_loss(model_section.fused_loss, logits_bytes(micro, seq_len, config), gpu_memory)
+        loss = fast.fused_loss  # a loss set in the recipe stays; auto's may change with the logits' size
+        if model_section.fused_loss == "auto":
+            loss, _ = choose_fused_loss("auto", logits_bytes(micro, seq_len, config), gpu_memory)
         if loss != fast.fused_loss:
             why_not = f"at {micro} the loss would be {loss}, not {fast.fused_loss}"
             break
@@ -153,6 +156,8 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
                        f"{MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU's {gpu_memory / 2**30:.0f} GiB")
             break
         chosen, why_not = (micro, accum), "no accumulation left to fold"
+    if planning and not torch.cuda.is_available():
+        why_not += f"; planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB"
     if chosen == (micro_batch, accumulation):
         fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} ({why_not})"
     else:

@@ -670,7 +670,8 @@ def build_run_model(run: RunSetup):
             setattr(model.config, name, value)
             if generation is not None:
                 setattr(generation, name, value)
-    n_fp8 = convert_to_fp8(model, fast.precision, run.recipe.model.fp8_emulate)  # before compile: it traces them
+    n_fp8 = convert_to_fp8(model, fast.precision, run.recipe.model.fp8_emulate,  # before compile: it traces them
+                           run.recipe.model.fp8_fast_accum)
     n_compiled = compile_model(model, fast.compile, run.recipe.model.compile_backend, fast.compile_mode)
     return model, n_fp8, n_compiled
 
