@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from hfpretrain.training.row_lse import BLOCK, _reference, row_lse
+from hfpretrain.training.row_lse import gradient as gradient_formula  # what training's autograd runs
 
 
 @triton.jit
@@ -39,12 +40,6 @@ def gradient_triton(logits, targets, lse, d_lse, d_picked):
     _gradient_kernel[(logits.shape[0],)](logits, targets, lse, d_lse, d_picked, grad, logits.shape[1],
                                          logits.stride(0), BLOCK_COLS=BLOCK, num_warps=8)
     return grad
-
-
-def gradient_formula(logits, targets, lse, d_lse, d_picked):  # row_lse.py's _backward
-    onehot = torch.arange(logits.shape[1], device=logits.device)[None, :] == targets[:, None]
-    grad = torch.exp(logits.float() - lse[:, None]) * d_lse[:, None] + torch.where(onehot, d_picked[:, None], 0.0)
-    return grad.to(logits.dtype)
 
 
 def ours(logits, targets):

@@ -142,11 +142,12 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
         fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} (no CUDA GPU)"
         return micro_batch, accumulation
     chosen, why_not = (micro_batch, accumulation), "no accumulation to fold"
+    loss_reason = None  # auto's reason at the chosen micro-batch
     for k in (k for k in range(2, accumulation + 1) if accumulation % k == 0):
         micro, accum = micro_batch * k, accumulation // k
-        loss = fast.fused_loss  # a loss set in the recipe stays; auto's may change with the logits' size
+        loss, reason = fast.fused_loss, None  # a loss set in the recipe stays; auto's may change with the size
         if model_section.fused_loss == "auto":
-            loss, _ = choose_fused_loss("auto", logits_bytes(micro, seq_len, config), gpu_memory)
+            loss, reason = choose_fused_loss("auto", logits_bytes(micro, seq_len, config), gpu_memory)
         if loss != fast.fused_loss:
             why_not = f"at {micro} the loss would be {loss}, not {fast.fused_loss}"
             break
@@ -155,15 +156,14 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
             why_not = (f"{micro} x {accum} would take ~{need / 2**30:.1f} GiB, over "
                        f"{MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU's {gpu_memory / 2**30:.0f} GiB")
             break
-        chosen, why_not = (micro, accum), "no accumulation left to fold"
+        chosen, why_not, loss_reason = (micro, accum), "no accumulation left to fold", reason
     if planning and not torch.cuda.is_available():
         why_not += f"; planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB"
     if chosen == (micro_batch, accumulation):
         fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} ({why_not})"
     else:
-        if model_section.fused_loss == "auto":  # the same choice, its reason now at the micro-batch that runs
-            fast.reasons["fused_loss"] = choose_fused_loss("auto", logits_bytes(chosen[0], seq_len, config),
-                                                           gpu_memory)[1]
+        if loss_reason:  # auto's same choice, its reason at the micro-batch that runs
+            fast.reasons["fused_loss"] = loss_reason
         fast.reasons["micro_batch"] = (f"auto: {chosen[0]} x {chosen[1]} for the recipe's {recipe_split}, the same "
                                        f"{micro_batch * accumulation} samples per step in fewer, larger micro-batches "
                                        f"(larger: {why_not}; model.micro_batch=recipe keeps the recipe's)")

@@ -94,12 +94,16 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(logits, targets, output[0])
 
 
-def _backward(ctx, d_lse, d_picked):
-    logits, targets, lse = ctx.saved_tensors
-    # d lse / d logits = softmax; d picked / d logits = onehot(target): pointwise, one kernel under compile
+def gradient(logits, targets, lse, d_lse, d_picked) -> torch.Tensor:
+    """d lse / d logits = softmax; d picked / d logits = onehot(target): pointwise, one kernel under compile."""
     onehot = torch.arange(logits.shape[1], device=logits.device)[None, :] == targets[:, None]
     grad = torch.exp(logits.float() - lse[:, None]) * d_lse[:, None] + torch.where(onehot, d_picked[:, None], 0.0)
-    return grad.to(logits.dtype), None
+    return grad.to(logits.dtype)
+
+
+def _backward(ctx, d_lse, d_picked):
+    logits, targets, lse = ctx.saved_tensors
+    return gradient(logits, targets, lse, d_lse, d_picked), None
 
 
 row_lse.register_autograd(_backward, setup_context=_setup_context)

@@ -142,6 +142,11 @@ def launch_sharding(args: TrainingArguments) -> int:
     return 1 if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true" else 0
 
 
+def launch_layout(args: TrainingArguments, world_size: int | None, zero_stage: int | None) -> tuple[int, int]:
+    """(processes, ZeRO stage) of the launch planned: the given ones (a dry run for another launch), else this one's."""
+    return world_size or args.world_size, zero_stage if zero_stage is not None else launch_sharding(args)
+
+
 MAX_PASSES_WITHOUT_WARNING = 4  # beyond ~4 passes repeated tokens are worth much less (Muennighoff et al. 2023)
 
 
@@ -161,7 +166,7 @@ def choose_speed(recipe: Recipe, config, args: TrainingArguments, seq_len: int, 
                  zero_stage: int | None = None, planning: bool = False) -> tuple[FastPath, TrainingArguments]:
     """The fast path for this run (training/fast_path.py) and the TrainingArguments with its micro-batch split."""
     fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=planning)
-    world, zero = world_size or args.world_size, zero_stage if zero_stage is not None else launch_sharding(args)
+    world, zero = launch_layout(args, world_size, zero_stage)
     micro, accum = choose_micro_batch(
         recipe.model, fast, config, args.per_device_train_batch_size, args.gradient_accumulation_steps, seq_len,
         lambda micro, accum: run_memory(recipe, config, args, seq_len, fast, world, zero, micro, accum).total,
@@ -175,13 +180,12 @@ def choose_speed(recipe: Recipe, config, args: TrainingArguments, seq_len: int, 
 
 def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fast: FastPath, manifest: dict,
               world_size: int | None = None, zero_stage: int | None = None, check_passes: bool = True) -> dict:
-    world = world_size or args.world_size
+    world, zero = launch_layout(args, world_size, zero_stage)
     samples_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
     tokens_per_step = samples_per_step * seq_len
     params = count_params(config)
     flops = flops_per_token(config, seq_len)
     peak = recipe.logging.peak_flops or detect_peak_flops(recipe.logging.dtype_for_peak)
-    zero = zero_stage if zero_stage is not None else launch_sharding(args)
     memory = run_memory(recipe, config, args, seq_len, fast, world, zero, args.per_device_train_batch_size,
                         args.gradient_accumulation_steps)
     total_tokens = tokens_per_step * args.max_steps
