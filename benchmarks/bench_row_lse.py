@@ -107,5 +107,71 @@ def main():
         torch.cuda.empty_cache()
 
 
+def fused_kernel(n, vocab):
+    """row_lse.loss_and_gradient_ (loss and gradient in one kernel, in place): checked, then timed alone; then the whole head + loss of a GPT-2 124M micro-batch, both ways."""
+    from hfpretrain.training.loss import IGNORE_INDEX, _HeadCrossEntropy, compiled_cross_entropy_sum
+    from hfpretrain.training.row_lse import loss_and_gradient_
+
+    torch.manual_seed(1)
+    source = (4 * torch.randn(n, vocab, device="cuda")).to(torch.bfloat16)
+    targets = torch.randint(0, vocab, (n,), device="cuda")
+    targets[::97] = IGNORE_INDEX
+    gib = source.numel() * 2 / 2**30
+    work = source.clone()
+    loss = loss_and_gradient_(work, targets, 1e-4)
+    ref = source[:4096].float()
+    keep = (targets[:4096] != IGNORE_INDEX)
+    lse = torch.logsumexp(ref, -1)
+    ref_loss = (F.cross_entropy(ref, targets[:4096], ignore_index=IGNORE_INDEX, reduction="none") + 1e-4 * lse.square()
+                * keep)
+    probs = torch.softmax(ref, -1) * (1 + 2e-4 * lse)[:, None]
+    probs[keep.nonzero()[:, 0], targets[:4096][keep]] -= 1
+    probs[~keep] = 0
+    err_loss, err_grad = (loss[:4096] - ref_loss).abs().max().item(), (work[:4096].float() - probs).abs().max().item()
+    print(f"  fused loss+gradient {n} x {vocab}: max |loss - ref| {err_loss:.1e}, max |grad - ref| {err_grad:.1e}")
+    assert err_loss < 2e-3 and err_grad < 1e-2
+    times = []
+    for i in range(13):
+        work.copy_(source)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss_and_gradient_(work, targets, 0.0)
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 3:
+            times.append(start.elapsed_time(end))
+    ms = statistics.median(times)
+    print(f"  fused loss+gradient: {ms:6.2f} ms ({2 * gib * 2**30 / ms / 1e9:5.2f} TB/s read once + written)")
+    del work, source
+    torch.cuda.empty_cache()
+    if vocab > 65536:
+        return
+    hidden = torch.randn(n, 768, device="cuda", requires_grad=True)
+    weight = (0.02 * torch.randn(vocab, 768, device="cuda")).requires_grad_()
+    compiled = compiled_cross_entropy_sum()
+
+    def step(fn):
+        hidden.grad = weight.grad = None
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = fn(hidden, weight, targets, 0.0)
+        out.backward()
+        return out
+
+    for name, fn in (("compiled (row_lse + inductor's gradient)", compiled), ("fused (_HeadCrossEntropy)",
+                                                                              _HeadCrossEntropy.apply)):
+        out = step(fn)
+        grads = hidden.grad.clone(), weight.grad.clone()
+        ms = timed(lambda: step(fn))
+        print(f"  head + loss, forward + backward, {name:42s} {ms:7.2f} ms  loss {out.item():.6e}  "
+              f"|grad h| {grads[0].norm():.4e} |grad w| {grads[1].norm():.4e}")
+    del hidden, weight
+    torch.cuda.empty_cache()
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--fused-only" not in sys.argv:
+        main()
+    for n, vocab in ((32768, 50304), (131072, 50304), (65536, 151936)):
+        fused_kernel(n, vocab)

@@ -11,7 +11,7 @@ if [ ! -f $DATA/manifest.json ]; then
     --tokenizer "$DATA_ROOT/tokenizers/gpt2" --seq-len 1024 --out "$DATA" --num-proc 16 -q 2>&1 | tail -2
 fi
 STEPS=${STEPS:-40}
-# Variants run the recipe's split (32 x 4) unless they are "the defaults" (auto, auto_nolse, s*, e2e, profile*),
+# Variants run the recipe's split (32 x 4) unless they are "the defaults" (auto*, s*, e2e, profile*),
 # which fold it as model.micro_batch=auto does (128 x 1 on an H200, 64 x 2 on an 80 GB GPU).
 COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.logging_steps=5
   training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS model.micro_batch=recipe"
@@ -30,6 +30,10 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     packed) variant $v model.compile=decoder model.fused_loss=liger ;;  # + SDPA causal without a mask
     auto) variant $v $AUTO ;;                                      # the defaults
     auto_nolse) HFPRETRAIN_ROW_LSE=0 variant $v $AUTO ;;           # the defaults without the loss's row kernel
+    auto_f32) variant $v $AUTO model.residual_dtype=float32 ;;     # the defaults with the fp32 residual stream
+    auto_nofused) HFPRETRAIN_FUSED_HEAD=0 variant $v $AUTO ;;      # the defaults with the compiled head + loss
+    s146m_nofused) HFPRETRAIN_FUSED_HEAD=0 variant $v $AUTO model.config=scale_146m ;;
+    s146m_f32) variant $v $AUTO model.config=scale_146m model.residual_dtype=float32 ;;
     prev) HFPRETRAIN_ROW_LSE=0 variant $v ;;                       # the defaults before the row kernel and the fold
     lse) variant $v ;;                                             # prev + the loss's row kernel (training/row_lse.py)
     s53m_prev|s146m_prev) m=${v#s}; HFPRETRAIN_ROW_LSE=0 variant $v model.config=scale_${m%_prev} ;;
@@ -56,8 +60,14 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
       SMALL="training.max_steps=200 training.per_device_train_batch_size=8 training.gradient_accumulation_steps=1
         training.logging_steps=1"
       variant num_fast $SMALL
-      variant num_plain $SMALL model.compile=none model.fused_loss=none model.attn_implementation=sdpa
-      python3 benchmarks/compare_losses.py /tmp/num_fast/log.jsonl /tmp/num_plain/log.jsonl | tee "$OUT/numerics.txt" ;;
+      variant num_plain $SMALL model.compile=none model.fused_loss=none model.attn_implementation=sdpa \
+        model.residual_dtype=float32
+      python3 benchmarks/compare_losses.py /tmp/num_fast/log.jsonl /tmp/num_plain/log.jsonl | tee "$OUT/numerics.txt"
+      if [ -n "${NUM_F32:-}" ]; then  # the fast path with the fp32 stream: how much of the difference the bf16 one is
+        variant num_fast_f32 $SMALL model.residual_dtype=float32
+        python3 benchmarks/compare_losses.py /tmp/num_fast_f32/log.jsonl /tmp/num_plain/log.jsonl \
+          | tee "$OUT/numerics_f32.txt"
+      fi ;;
     profile) variant $v $AUTO 'logging.profile_steps=[20,22]' training.output_dir=/tmp/profile
              cp /tmp/profile/profile/kernels-*.txt /tmp/profile/profile/syncs-*.txt "$OUT/" ;;
     stock) timed stock python3 benchmarks/benchmark.py stock ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \

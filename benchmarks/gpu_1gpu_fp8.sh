@@ -9,6 +9,7 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   rm -rf /tmp/fp8_$v
   case $v in  # fp8_fastacc: tensorwise with fast accumulation in the backward matmuls too (model.fp8_fast_accum)
     fp8_fastacc) precision="fp8 model.fp8_fast_accum=true" ;;
+    bf16_f32|fp8_f32) precision="${v%_f32} model.residual_dtype=float32" ;;  # the fp32 residual stream
     *) precision=$v ;;
   esac
   timed fp8_$v python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \

@@ -128,3 +128,76 @@ def test_kernel_on_the_gpu():
     ref.backward()
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-2)
     torch.testing.assert_close(logits.grad.float(), ref_logits.grad.float(), rtol=2e-2, atol=1e-3)
+
+
+FUSED_INTERPRETED = """
+import math, torch, torch.nn.functional as F
+from hfpretrain.training import row_lse as R
+torch.manual_seed(0)
+wide = (8 * torch.randn(37, 5120)).to(torch.bfloat16)
+x = wide[:, :5000]  # padded rows, as above
+x[6, :4096] = float("-inf")  # a whole first block of -inf
+t = torch.randint(0, 5000, (37,))
+t[3], t[7] = -100, 5000  # ignored; out of range
+want = x.clone()
+want_loss = R.loss_and_gradient_(want, t, 1e-3)  # the PyTorch branch, on the same rows
+loss = torch.empty(37)
+R._loss_grad_kernel[(37,)](x, t, loss, 5000, x.stride(0), 1e-3, IGNORE=-100, BLOCK_COLS=R.BLOCK)
+ok = torch.ones(37, dtype=torch.bool); ok[7] = False
+torch.testing.assert_close(loss[ok], want_loss[ok])
+assert math.isnan(loss[7].item()) and math.isnan(want_loss[7].item())
+torch.testing.assert_close(x[ok].float(), want[ok].float(), atol=4e-3, rtol=1e-2)
+assert loss[3] == 0 and (x[3] == 0).all()
+print("ok")
+"""
+
+
+@pytest.mark.skipif(R.triton is None, reason="Triton not installed (the CPU wheel of torch comes without it)")
+def test_fused_loss_kernel_under_the_interpreter():
+    """row_lse._loss_grad_kernel (loss and gradient in place) equals
+    loss_and_gradient_'s PyTorch branch: padded rows, a block of -inf, an ignored and an out-of-range target."""
+    out = subprocess.run([sys.executable, "-c", FUSED_INTERPRETED], env={**os.environ, "TRITON_INTERPRET": "1"},
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("z_loss", [0.0, 1e-3])
+def test_loss_and_gradient_in_place_equal_cross_entropy(z_loss):
+    torch.manual_seed(0)
+    logits = 3 * torch.randn(48, 301)
+    targets = torch.randint(0, 301, (48,))
+    targets[[2, 7]] = IGNORE_INDEX
+    ref_logits = logits.clone().requires_grad_()
+    keep = targets != IGNORE_INDEX
+    ref = (F.cross_entropy(ref_logits, targets, ignore_index=IGNORE_INDEX, reduction="none")
+           + z_loss * torch.logsumexp(ref_logits, -1).square() * keep)
+    ref.sum().backward()
+    loss = R.loss_and_gradient_(logits, targets, z_loss)
+    torch.testing.assert_close(loss, ref.detach())
+    torch.testing.assert_close(logits, ref_logits.grad)  # the logits now hold the gradient of the summed loss
+    assert logits[2].abs().max() == 0
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_fused_head_loss_equals_hf_loss(autocast):
+    """loss._HeadCrossEntropy (a GPU's path for fused_loss=compiled in training): value and both gradients equal
+    the plain head + cross-entropy, scaled by the incoming gradient; under bf16 autocast the matmuls are bf16."""
+    from hfpretrain.training.loss import _HeadCrossEntropy
+
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(40, 16, requires_grad=True), torch.randn(96, 16, requires_grad=True)
+    targets = torch.randint(0, 96, (40,))
+    targets[:3] = IGNORE_INDEX
+    h2, w2 = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        total = _HeadCrossEntropy.apply(hidden, weight, targets, 1e-3)
+        logits = (h2 @ w2.T).float()
+    (total / 37).backward()
+    ref = (F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+           + 1e-3 * (torch.logsumexp(logits, -1).square() * (targets != IGNORE_INDEX)).sum())
+    (ref / 37).backward()
+    tol = {"rtol": 2e-2, "atol": 2e-2} if autocast else {}
+    torch.testing.assert_close(total, ref, **tol)
+    torch.testing.assert_close(hidden.grad, h2.grad, **tol)
+    torch.testing.assert_close(weight.grad, w2.grad, **tol)
+    assert hidden.grad.dtype == weight.grad.dtype == torch.float32

@@ -270,7 +270,7 @@ class ProfilerCallback(TrainerCallback):
             name = f"steps{self.start}-{self.stop}"
             self._prof.export_chrome_trace(str(self.out_dir / f"trace-{name}.json"))
             sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
-            table = self._prof.key_averages().table(sort_by=sort, row_limit=80, max_name_column_width=90)
+            table = self._prof.key_averages().table(sort_by=sort, row_limit=150, max_name_column_width=90)
             (self.out_dir / f"kernels-{name}.txt").write_text(table)
             if self._syncs is not None:
                 torch.cuda.set_sync_debug_mode("default")

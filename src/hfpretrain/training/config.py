@@ -50,6 +50,9 @@ class ModelSection:
     # fp8: fast accumulation in the backward matmuls too (torchao's recipes keep it for the forward only: the
     # gradients' sums round more). Not measured yet (docs/benchmarks.md): an experiment, off by default
     fp8_fast_accum: bool = False
+    # the residual stream under bf16 autocast: auto (bfloat16 on a GPU, float32 on a CPU) | float32 (what
+    # fp32 embeddings give) | bfloat16 (cast where it enters the first layer: half the bytes; models/residual.py)
+    residual_dtype: str = "auto"
     # auto | none | decoder (base model, loss outside) | layers (each decoder layer) | model
     compile: str = "auto"
     compile_backend: str = "inductor"  # inductor | aot_eager | eager: the last two bisect a compile failure
@@ -157,6 +160,7 @@ _CHOICES = {
     "model.attn_implementation": {"auto", *KNOWN_IMPLEMENTATIONS},
     "model.compile": {"auto", "none", "decoder", "layers", "model"},
     "model.precision": {"bf16", "fp8", "fp8_rowwise", "auto"},
+    "model.residual_dtype": {"auto", "float32", "bfloat16"},
     "model.compile_backend": {"inductor", "aot_eager", "eager"},
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},
     "model.fused_loss": {"auto", "compiled", "liger", "chunked", "none"},

@@ -49,6 +49,7 @@ class FastPath:
     fused_loss: str
     reasons: dict
     precision: str = "bf16"
+    residual_dtype: str = "float32"
 
 
 def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, planning: bool = False) -> FastPath:
@@ -91,7 +92,18 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
     if planning and not cuda and model_section.fused_loss == "auto":
         reasons["fused_loss"] += f" (planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB)"
     precision, reasons["precision"] = choose_precision(model_section, config, planning)
-    return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision)
+    residual, reasons["residual_dtype"] = choose_residual_dtype(model_section.residual_dtype, cuda or planning)
+    return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision, residual)
+
+
+def choose_residual_dtype(requested: str, gpu: bool) -> tuple[str, str]:
+    """``model.residual_dtype`` (models/residual.py): auto is bfloat16 on a GPU, where the stream's bytes are
+    a quarter of a small model's step, float32 on a CPU (the reference numerics the golden-loss test pins)."""
+    if requested != "auto":
+        return requested, "set in the recipe"
+    if gpu:
+        return "bfloat16", "auto: the stream between layers in bf16 under autocast (half the bytes of fp32)"
+    return "float32", "auto: no CUDA GPU (the fp32 stream that fp32 embeddings give)"
 
 
 def choose_precision(model_section, config, planning: bool = False) -> tuple[str, str]:

@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 
 import torch
 import torch.nn.functional as F
 
 from hfpretrain.models.memory import GIB
 
+from . import row_lse as _kernels
+from .row_lse import IGNORE_INDEX
 from .row_lse import enabled as row_lse_enabled
 from .row_lse import row_lse
-
-IGNORE_INDEX = -100
 
 
 # ``auto`` compiles head + loss whole when one micro-batch's bf16 logits take at most this share of
@@ -182,6 +183,47 @@ def _head_cross_entropy_sum(hidden, weight, targets, z_loss: float = 0.0):
     return total
 
 
+class _HeadCrossEntropy(torch.autograd.Function):
+    """The LM head and the summed cross-entropy on a GPU, the logits' gradient made in the forward pass.
+
+    One cuBLAS matmul makes the bf16 logits; one Triton kernel (row_lse.loss_and_gradient_) reads them once for
+    each token's loss and overwrites them with the loss's gradient; backward is the two matmuls of the head,
+    scaled by the incoming gradient after them. Against inductor's compiled loss (a reduction pass, then a
+    gradient pass that reads the logits and writes a second tensor as large) the logits cross memory two times
+    instead of three and the second tensor is never made.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, z_loss):
+        device = hidden.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        with torch.autocast(device, enabled=False):
+            h, w = hidden.to(dtype), weight.to(dtype)
+            logits = h @ w.T
+            total = _kernels.loss_and_gradient_(logits, targets, z_loss).sum()
+        ctx.save_for_backward(h, w, logits)  # logits now holds d total / d logits
+        ctx.dtypes = hidden.dtype, weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        h, w, grad_logits = ctx.saved_tensors
+        hidden_dtype, weight_dtype = ctx.dtypes
+        grad_h = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_h = ((grad_logits @ w).float() * grad_total).to(hidden_dtype)
+        if ctx.needs_input_grad[1]:
+            grad_w = ((grad_logits.T @ h).float() * grad_total).to(weight_dtype)
+        return grad_h, grad_w, None, None
+
+
+def fused_head_enabled(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
+    """_HeadCrossEntropy for this call: a CUDA GPU with Triton, a gradient to make, and not switched off
+    (``HFPRETRAIN_FUSED_HEAD=0``: the compiled head + loss instead, for A/B runs)."""
+    return (hidden.is_cuda and _kernels.triton is not None and torch.is_grad_enabled()
+            and (hidden.requires_grad or weight.requires_grad) and os.environ.get("HFPRETRAIN_FUSED_HEAD", "1") != "0")
+
+
 @functools.lru_cache(maxsize=4)
 def compiled_cross_entropy_sum(backend: str = "inductor", mode: str = "default"):
     """The LM head + cross-entropy as one compiled function (one per compile backend and mode)."""
@@ -193,7 +235,10 @@ def causal_lm_loss(hidden, weight, labels, num_items_in_batch=None, impl="chunke
     targets = shift_labels(labels)
     if impl == "compiled":
         hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-        total = compiled_cross_entropy_sum(compile_backend, compile_mode)(hidden, weight, targets, z_loss)
+        if fused_head_enabled(hidden, weight):
+            total = _HeadCrossEntropy.apply(hidden, weight, targets, z_loss)
+        else:  # evaluation (no gradient), a CPU
+            total = compiled_cross_entropy_sum(compile_backend, compile_mode)(hidden, weight, targets, z_loss)
     elif impl == "liger":
         total = liger_cross_entropy_sum(hidden, weight, targets, liger_min_chunk_tokens, z_loss)
     else:

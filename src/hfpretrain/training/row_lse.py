@@ -32,6 +32,7 @@ except ImportError:  # the CPU wheel of torch comes without Triton
     triton = None
 
 BLOCK = 4096  # columns per iteration: 8 KB of bf16 per row in flight
+IGNORE_INDEX = -100  # loss.py's; a token with this target adds no loss and no gradient
 MAX_VOCAB = 65536  # measured faster at 50,304 columns, slower overall at 151,936 (above)
 
 
@@ -67,6 +68,39 @@ if triton is not None:
         in_range = (target >= 0) & (target < n_cols)  # else NaN: the run's non-finite check stops it, naming the step
         tl.store(picked_ptr + row, tl.load(base + target, mask=in_range, other=float("nan")).to(tl.float32))
 
+    @triton.jit
+    def _loss_grad_kernel(logits_ptr, targets_ptr, loss_ptr, n_cols, row_stride, z_loss,
+                          IGNORE: tl.constexpr, BLOCK_COLS: tl.constexpr):
+        """One row: the token's loss, and the logits overwritten by its gradient (softmax - onehot, times
+        1 + 2 z lse with a z-loss; zero for an ignored token). Two passes over the row: the log-sum-exp as in
+        _row_lse_kernel, then the gradient, in place."""
+        row = tl.program_id(0).to(tl.int64)
+        base = logits_ptr + row * row_stride
+        cols = tl.arange(0, BLOCK_COLS)
+        log2e: tl.constexpr = 1.4426950408889634
+        m = tl.full((), float("-inf"), tl.float32)
+        s = tl.zeros((), tl.float32)
+        for start in range(0, n_cols, BLOCK_COLS):
+            x = tl.load(base + start + cols, mask=start + cols < n_cols, other=float("-inf")).to(tl.float32) * log2e
+            m_new = tl.maximum(m, tl.max(x, 0))
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            s = s * tl.exp2(m - shift) + tl.sum(tl.exp2(x - shift), 0)
+            m = m_new
+        lse2 = m + tl.log2(s)  # log2 units
+        lse = lse2 / log2e
+        target = tl.load(targets_ptr + row)
+        keep = target != IGNORE
+        in_range = (target >= 0) & (target < n_cols)  # else NaN, as in _row_lse_kernel
+        picked = tl.load(base + target, mask=in_range, other=float("nan")).to(tl.float32)
+        tl.store(loss_ptr + row, tl.where(keep, lse - picked + z_loss * lse * lse, 0.0))
+        scale = tl.where(keep, 1.0 + 2.0 * z_loss * lse, 0.0)
+        hit = tl.where(keep, target, -1)
+        for start in range(0, n_cols, BLOCK_COLS):
+            c = start + cols
+            x = tl.load(base + c, mask=c < n_cols, other=0.0).to(tl.float32)
+            grad = tl.exp2(x * log2e - lse2) * scale - tl.where(c == hit, 1.0, 0.0)
+            tl.store(base + c, grad.to(logits_ptr.dtype.element_ty), mask=c < n_cols)
+
     @torch.library.triton_op("hfpretrain::row_lse", mutates_args=())
     def row_lse(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not logits.is_cuda:  # compile traces this body whatever the device: branch here, not by dispatch key
@@ -87,6 +121,31 @@ else:
     def _row_lse_fake(logits, targets):
         return logits.new_empty(logits.shape[0], dtype=torch.float32), logits.new_empty(logits.shape[0],
                                                                                         dtype=torch.float32)
+
+
+def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0) -> torch.Tensor:
+    """Each token's loss (fp32; 0 where ``targets`` is IGNORE_INDEX), with ``logits`` overwritten by the gradient
+    of their sum: one read of the logits and one write, where a loss pass and then a gradient pass read them
+    twice and write a second tensor as large. On CUDA with Triton, ``_loss_grad_kernel`` (one program per row);
+    elsewhere the same in PyTorch."""
+    if logits.dim() != 2 or logits.stride(1) != 1:
+        raise ValueError("loss_and_gradient_: 2-D logits with unit column stride")
+    n_rows, n_cols = logits.shape
+    keep = targets != IGNORE_INDEX
+    if not (logits.is_cuda and triton is not None):
+        x = logits.float()
+        lse = torch.logsumexp(x, dim=-1)
+        in_range = (targets >= 0) & (targets < n_cols)  # else NaN, as the kernel gives
+        picked = x.gather(1, targets.clamp(0, n_cols - 1)[:, None]).squeeze(1).where(in_range, float("nan"))
+        grad = torch.exp(x - lse[:, None]) * torch.where(keep, 1.0 + 2.0 * z_loss * lse, 0.0)[:, None]
+        rows = (keep & in_range).nonzero()[:, 0]
+        grad[rows, targets[rows]] -= 1.0
+        logits.copy_(grad)
+        return torch.where(keep, lse - picked + z_loss * lse.square(), 0.0)
+    loss = torch.empty(n_rows, device=logits.device, dtype=torch.float32)
+    _loss_grad_kernel[(n_rows,)](logits, targets, loss, n_cols, logits.stride(0), float(z_loss), IGNORE=IGNORE_INDEX,
+                                 BLOCK_COLS=BLOCK, num_warps=8)
+    return loss
 
 
 def _setup_context(ctx, inputs, output):

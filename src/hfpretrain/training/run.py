@@ -26,6 +26,7 @@ from hfpretrain.models import (TrainingLayout, build_model, count_params, detect
                                estimate_memory, flops_per_token, load_config)
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
 from hfpretrain.models.memory import GIB
+from hfpretrain.models.residual import cast_residual_stream, decoder_layers
 from hfpretrain.outdir import OutputBusyError, OutputLock
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -239,10 +240,10 @@ def compile_model(model, scope: str, backend: str = "inductor", mode: str = "def
     if scope in ("model", "decoder"):
         (model if scope == "model" else model.base_model).compile(**options)
         return 1
-    layers = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
-    if not layers:
-        raise ValueError("model.compile=layers: found no ModuleList of decoder layers")
-    blocks = max(layers, key=len)
+    try:
+        blocks = decoder_layers(model)
+    except ValueError as err:
+        raise ValueError(f"model.compile=layers: {err}") from None
     for block in blocks:
         block.compile(**options)
     return len(blocks)
@@ -652,7 +653,7 @@ def build_run_model(run: RunSetup):
     """The model (built from its config, or ``init_from``'s weights), fp8-converted and compiled as the fast path
     says: ``(model, fp8 modules, compiled modules)``."""
     fast = run.fast
-    for what in ("compile", "fused_loss", "precision"):
+    for what in ("compile", "fused_loss", "precision", "residual_dtype"):
         logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
     logger.info("micro-batch: %d x %d accumulation (%s)", run.args.per_device_train_batch_size,
                 run.args.gradient_accumulation_steps, fast.reasons["micro_batch"])
@@ -676,6 +677,7 @@ def build_run_model(run: RunSetup):
                 setattr(generation, name, value)
     n_fp8 = convert_to_fp8(model, fast.precision, run.recipe.model.fp8_emulate,  # before compile: it traces them
                            run.recipe.model.fp8_fast_accum)
+    cast_residual_stream(model, fast.residual_dtype)  # before compile too: a hook it traces
     n_compiled = compile_model(model, fast.compile, run.recipe.model.compile_backend, fast.compile_mode)
     return model, n_fp8, n_compiled
 

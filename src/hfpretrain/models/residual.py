@@ -1,0 +1,52 @@
+"""The residual stream's dtype under autocast (``model.residual_dtype``).
+
+Under bf16 autocast with fp32 weights (``training.bf16: true``) the embeddings come out in fp32, and every
+residual add keeps the stream there (a bf16 branch plus an fp32 stream is fp32): each norm reads fp32, each
+add writes fp32, and the backward carries fp32 gradients from layer to layer. At small widths these
+memory-bound kernels are a quarter of a step (docs/benchmarks.md, the GPT-2 124M kernel table).
+
+``bfloat16`` casts the stream once, where it enters the first decoder layer: from there the adds, the
+norms' inputs and the gradients between layers are bf16, as in Megatron-LM's default and in torchtitan
+(FSDP2 with bf16 parameters). Everything else stays as it was: the weights, the optimizer state and the
+checkpoints are fp32, the norms still compute in fp32 (autocast upcasts them), and the rotary tables are
+made from the embeddings before the cast. Without bf16 autocast (a CPU run in fp32, fp16, evaluation
+outside the Trainer) the hook does nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+RESIDUAL_DTYPES = ("auto", "float32", "bfloat16")
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The model's decoder layers: its longest ``ModuleList`` (``h`` in GPT-2, ``layers`` in Llama/Qwen3)."""
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
+    if not lists:
+        raise ValueError(f"{type(model).__name__}: found no ModuleList of decoder layers")
+    return max(lists, key=len)
+
+
+def _to_autocast_dtype(module, args, kwargs):
+    """Forward pre-hook of the first decoder layer: its hidden states in autocast's dtype."""
+    hidden = args[0] if args else kwargs["hidden_states"]
+    device = hidden.device.type  # bf16 only: an fp16 stream could overflow, and fp16 training keeps fp32 here
+    if not torch.is_autocast_enabled(device) or torch.get_autocast_dtype(device) != torch.bfloat16:
+        return None
+    hidden = hidden.to(torch.bfloat16)
+    if args:
+        return (hidden, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": hidden}
+
+
+def cast_residual_stream(model: nn.Module, dtype: str) -> bool:
+    """For ``dtype == "bfloat16"``, make the stream autocast's dtype from the first decoder layer on (a forward
+    pre-hook; before ``torch.compile``, which traces it). Returns whether the hook was added."""
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"model.residual_dtype={dtype!r}: choose float32 or bfloat16 (auto is resolved earlier)")
+    if dtype == "float32":
+        return False
+    decoder_layers(model)[0].register_forward_pre_hook(_to_autocast_dtype, with_kwargs=True)
+    return True
