@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # One GPU (issue 19): the Qwen3 1.8B recipe in bf16 and in fp8 (tensorwise, then rowwise) in the same call, same
 # data and seed; STEPS steps (>= 300 for the loss comparison), windows of 10 (docs/benchmarks.md § FP8).
-# PROFILE=1: each variant also records a profiler window (steps 20-22) and returns its kernel table.
+# PROFILE=1: each variant also records a profiler window (steps 20-22) and returns its kernel table; the profiled
+# steps fall in a timed window, so a profiled call's tokens/s are not speed figures.
 #   source .carry/setup.sh && STEPS=300 bash benchmarks/gpu_1gpu_fp8.sh
 source benchmarks/gpu_common.sh
 tokenize_corpus
 for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   rm -rf /tmp/fp8_$v
+  switch=  # an environment switch for A/B runs
   case $v in  # fp8_fastacc: tensorwise with fast accumulation in the backward matmuls too (model.fp8_fast_accum)
     fp8_fastacc) precision="fp8 model.fp8_fast_accum=true" ;;
+    bf16_nofused|fp8_nofused) precision=${v%_nofused}; switch=HFPRETRAIN_FUSED_HEAD=0 ;;  # the compiled head + loss
     bf16_f32|fp8_f32) precision="${v%_f32} model.residual_dtype=float32" ;;  # the fp32 residual stream
     *) precision=$v ;;
   esac
-  timed fp8_$v python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
+  timed fp8_$v env $switch python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
     model.precision=$precision training.max_steps=${STEPS:-60} training.logging_steps=10 training.eval_strategy=no \
     training.save_strategy=no training.report_to=none training.disable_tqdm=true \
     training.resume_from_checkpoint=none training.output_dir=/tmp/fp8_$v ${PROFILE:+'logging.profile_steps=[20,22]'} \

@@ -129,3 +129,20 @@ def test_gpt2_compiled_loss_estimate_within_15_percent(micro, measured):
     est = estimate_memory(cfg, TrainingLayout(micro, 1024, compiled=True, fused_loss="compiled",
                                               attn_implementation="sdpa_packed"))
     assert abs(est.total / GIB / measured - 1) <= 0.15, (est.total / GIB, measured)
+
+
+def test_bf16_residual_stream_saves_what_the_model_says():
+    """model.residual_dtype=bfloat16 (models/residual.py): GPT-2's LayerNorms save bf16 inputs, 2 bytes per
+    element of the stream instead of 4; the estimate (residual_bytes=2) follows the measured saved tensors."""
+    from hfpretrain.models.residual import cast_residual_stream
+
+    cfg = load_config("gpt2_1p29b", SHAPES["gpt2_1p29b"])
+    torch.manual_seed(0)
+    model = build_model(cfg, attn_implementation="sdpa")
+    ids = torch.randint(0, V, (B, S))
+    fp32 = measure_saved_activations(model, ids, torch.bfloat16)
+    cast_residual_stream(model, "bfloat16")
+    bf16 = measure_saved_activations(model, ids, torch.bfloat16)
+    est = {r: estimate_memory(cfg, TrainingLayout(B, S, residual_bytes=r)).activations for r in (4, 2)}
+    assert bf16 < fp32
+    assert abs((est[4] - est[2]) - (fp32 - bf16)) / (fp32 - bf16) < 0.25, (est, fp32, bf16)

@@ -16,7 +16,7 @@ implementations under autocast (a = bytes of the autocast dtype, 2 for bf16; fp3
 * sdpa/flash keep q, k, v, out (a·(2·d_attn + 2·d_kv)) and the fp32 log-sum-exp (4·heads).
   eager keeps q, k, v (k, v repeated to d_attn for GQA) and the probabilities, fp32 and bf16:
   (4+a)·heads·S — the S² term that flash/sdpa avoid.
-* GPT-2: LayerNorm saves its fp32 input (4·d, twice), c_attn's cast input and the fused qkv
+* GPT-2: LayerNorm saves its input (r·d, twice), c_attn's cast input and the fused qkv
   output (3·a·d, shared with sdpa), MLP: cast input, fc output, gelu output (2·a·d_ff).
 * Outside the layers: the final norm, the LM head's cast input, and cross-entropy over
   B·S·V logits in fp32 — its peak (saved log-probs + their gradient + the input gradient,
@@ -24,15 +24,15 @@ implementations under autocast (a = bytes of the autocast dtype, 2 for bf16; fp3
   every matmul weight for the backward: 2·N_matmul bytes.
 
 Under ``torch.compile`` (``compiled=True``) inductor's partitioner recomputes pointwise ops in
-the backward and keeps only what matmuls and attention need, so per layer: the fp32 residual
-stream at the layer input and after attention (2·4·d), the two normalised projection inputs
+the backward and keeps only what matmuls and attention need, so per layer: the residual
+stream at the layer input and after attention (2·r·d; r = 4 for fp32, 2 with ``model.residual_dtype=bfloat16``), the two normalised projection inputs
 (2·a·d), Qwen3's q, k before their norm (a·(d_attn + d_kv)), q, k, v and the attention output
 with its log-sum-exp (a·(2·d_attn + 2·d_kv) + 4·heads), gate, up and the down input (3·a·d_ff);
 the bf16 weight copies are recomputed from the fp32 weights. Checked on an H200 and an H100
 (docs/models.md, docs/benchmarks.md): within 4% of the measured peak from scale_7m to Qwen3 1.8B,
 with liger's loss (any chunk size) and with the chunked loss.
 
-With activation checkpointing (per decoder layer) only each layer's fp32 input (4·d) is kept,
+With activation checkpointing (per decoder layer) only each layer's input (r·d) is kept,
 plus one layer's activations recomputed during its backward.
 
 ``total`` is the modelled peak: the larger of (a) start of backward — weights, optimizer
@@ -85,22 +85,24 @@ def _dims(config: PretrainedConfig) -> dict[str, int]:
 
 
 def activation_bytes_per_token_per_layer(config: PretrainedConfig, seq_len: int, attn_implementation: str = "sdpa",
-                                         dtype: str = "bf16", compiled: bool = False) -> int:
-    """Bytes autograd keeps per token for one decoder layer (no checkpointing)."""
+                                         dtype: str = "bf16", compiled: bool = False, residual_bytes: int = 4) -> int:
+    """Bytes autograd keeps per token for one decoder layer (no checkpointing); ``residual_bytes``: 4 for the
+    fp32 residual stream that fp32 embeddings give under autocast, 2 with ``model.residual_dtype=bfloat16``."""
     a = 4 if dtype in ("fp32", "float32") else 2
+    r = residual_bytes
     x = _dims(config)
     d, h, da, dkv, ff, S = x["d"], x["h"], x["da"], x["dkv"], x["ff"], seq_len
     eager = attn_implementation == "eager"
     if compiled and not eager:
         if config.model_type == "gpt2":  # same rule; not yet checked on a GPU
-            return int(2 * 4 * d + 2 * a * d + a * (3 * da) + a * da + 4 * h + 2 * a * ff)
+            return int(2 * r * d + 2 * a * d + a * (3 * da) + a * da + 4 * h + 2 * a * ff)
         qk_norm = a * (da + dkv) if config.model_type == "qwen3" else 0
-        return int(2 * 4 * d + 2 * a * d + qk_norm + a * (2 * da + 2 * dkv) + 4 * h + 3 * a * ff)
+        return int(2 * r * d + 2 * a * d + qk_norm + a * (2 * da + 2 * dkv) + 4 * h + 3 * a * ff)
     if config.model_type == "gpt2":
-        total = 4 * d + a * d + 3 * a * d  # ln_1 input, c_attn cast input, fused qkv (kept by attention)
+        total = r * d + a * d + 3 * a * d  # ln_1 input, c_attn cast input, fused qkv (kept by attention)
         total += (a * da + 4 * h) if not eager else (4 + a) * h * S  # sdpa out + lse | probabilities
         total += a * da  # merged heads, c_proj input
-        total += 4 * d + a * d + 2 * a * ff  # ln_2 input, c_fc cast input, fc out, gelu out
+        total += r * d + a * d + 2 * a * ff  # ln_2 input, c_fc cast input, fc out, gelu out
         return int(total)
     total = 2 * 8 * d  # two RMSNorms: fp32 input + fp32 normalised
     total += 3 * a * d  # q, k, v cast inputs
@@ -133,6 +135,7 @@ class TrainingLayout:
     fused_loss_chunk: int | None = None
     compiled: bool = False  # the decoder runs under torch.compile (see the module notes)
     fused_loss: str = "chunked"
+    residual_bytes: int = 4  # the residual stream: fp32 (4) or bf16 (2, model.residual_dtype=bfloat16)
 
 
 def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryEstimate:
@@ -156,12 +159,12 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     mixed = layout.dtype not in ("fp32", "float32")
     a = 2 if mixed else 4
     per_layer = activation_bytes_per_token_per_layer(config, layout.seq_len, layout.attn_implementation, layout.dtype,
-                                                     layout.compiled)
+                                                     layout.compiled, layout.residual_bytes)
     outside = 8 + 8 * x["d"] + a * x["d"]  # input ids, final norm (in + out), LM-head cast input
     if layout.attn_implementation == "eager":
         outside += 4 * layout.seq_len  # the materialised causal mask (shared by all layers)
     if layout.grad_checkpointing:
-        layers_bytes = tokens * (x["L"] * 4 * x["d"] + per_layer)
+        layers_bytes = tokens * (x["L"] * layout.residual_bytes * x["d"] + per_layer)
     else:
         layers_bytes = tokens * x["L"] * per_layer
     if layout.fused_loss == "compiled":

@@ -3,12 +3,12 @@
 At a 151k vocabulary the logits of one micro-batch (22 x 2048 x 151,680 in fp32) take 27 GB;
 HF's default loss builds them, upcasts them and keeps them for backward. Three ways around it:
 
-* ``compiled``: LM head and cross-entropy in one ``torch.compile``d function: the logits exist
-  once, in bf16, and the softmax, the loss and its gradient are fused kernels. The fastest where
-  one micro-batch's logits fit easily (GPT-2's 50k vocabulary at small shapes; see
-  :func:`choose_fused_loss`), since the head's matmuls run at full size. On a GPU, up to a 64k
-  vocabulary, the softmax's row reduction is our Triton kernel (training/row_lse.py): with its
-  gradient 1.55x faster than inductor's fused log-softmax at GPT-2's vocabulary.
+* ``compiled``: the LM head and cross-entropy whole: the logits exist once, in bf16, and the head's
+  matmuls run at full size. The fastest where one micro-batch's logits fit easily (see
+  :func:`choose_fused_loss`). In training on a GPU it is :class:`_HeadCrossEntropy`: one Triton
+  kernel makes each token's loss and overwrites the logits with their gradient (row_lse.py), and
+  backward is the head's two matmuls. Elsewhere (evaluation, a CPU) a ``torch.compile``d function,
+  whose softmax reduction is row_lse's kernel on a GPU up to a 64k vocabulary.
 
 * ``liger``: liger-kernel's fused linear cross-entropy (Triton, GPU only), which computes the
   gradient chunk by chunk inside the forward. It is kept outside ``torch.compile`` (it fails
@@ -60,7 +60,8 @@ def choose_fused_loss(requested: str, logits_bytes: int | None = None,
         if logits_bytes is not None and share <= COMPILED_LOGITS_MEMORY_SHARE:
             return "compiled", (f"one micro-batch's logits take {logits_bytes / GIB:.1f} GiB "
                                 f"({share:.1%} of the GPU, at most {COMPILED_LOGITS_MEMORY_SHARE:.1%}): "
-                                "LM head + cross-entropy compiled whole")
+                                "LM head + cross-entropy whole (in training on a GPU: the loss and its gradient "
+                                "in one kernel)")
         if has_liger:
             return "liger", "logits too large to hold whole: liger-kernel's fused chunks"
         return "chunked", "logits too large to hold whole and liger-kernel missing: chunked PyTorch cross-entropy"

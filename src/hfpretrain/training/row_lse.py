@@ -1,8 +1,10 @@
-"""Row-wise log-sum-exp and target logit of the logits: the reduction of the compiled cross-entropy.
+"""The loss's row kernels: the log-sum-exp and target logit of each row of the logits, and, in training, the
+loss and its gradient in one pass.
 
 ``row_lse(logits, targets) -> (lse, picked)``, both fp32 per row: ``lse = logsumexp(logits[i])`` and
 ``picked = logits[i, targets[i]]``, so a token's loss is ``lse - picked``. A custom op with its own gradient,
-``softmax * d_lse + onehot * d_picked``, one elementwise pass over the logits that inductor generates.
+``softmax * d_lse + onehot * d_picked``, one elementwise pass over the logits that inductor generates. The
+compiled head + loss uses it for evaluation (no gradient) and wherever loss.py's fused path is off.
 
 Why a kernel of our own (one H200, benchmarks/bench_row_lse.py, docs/benchmarks.md): inductor's fused
 log-softmax reduction read 32k rows of a 50k vocabulary at 1.46 TB/s (2.26 ms per micro-batch, 3.5% of a GPT-2
@@ -13,10 +15,17 @@ against 4.22 (1.55x).
 At Qwen3's 151,936 columns the forward is as fast (3.16 ms against 8.20), but the gradient pass that inductor
 generates took 32 ms against 9 for its own loss's: so the kernel is used up to MAX_VOCAB columns, where it was
 measured faster, and larger vocabularies keep inductor's loss.
-On CUDA the kernel is Triton, registered with ``torch.library.triton_op`` so that ``torch.compile`` places it
-inside the loss's graph; elsewhere (a CPU, no Triton) it is two PyTorch calls.
-``HFPRETRAIN_ROW_LSE=0`` uses inductor's reduction instead (A/B benchmarks, bisecting a numeric change); it is read
-when the loss is compiled, so set it before the process's first training step.
+
+``loss_and_gradient_(logits, targets, z_loss)``: each token's loss, with the logits overwritten by the gradient
+of the summed loss (training; loss._HeadCrossEntropy). One program per row reads the row for its log-sum-exp,
+then reads it again and writes the gradient over it: 9.7 ms for 131,072 x 50,304 bf16 logits
+on an H200, where the log-sum-exp above and inductor's gradient pass took 3.6 + 12.5 ms, and no second
+logits-sized tensor. Any vocabulary (14.7 ms for 65,536 x 151,936).
+
+On CUDA the kernels are Triton (``row_lse`` registered with ``torch.library.triton_op`` so that ``torch.compile``
+places it inside the loss's graph); elsewhere (a CPU, no Triton) the same arithmetic in PyTorch.
+``HFPRETRAIN_ROW_LSE=0`` uses inductor's reduction instead of ``row_lse`` (A/B benchmarks, bisecting a numeric
+change); it is read when the loss is compiled, so set it before the process's first training step.
 """
 
 from __future__ import annotations

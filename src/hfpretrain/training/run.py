@@ -160,7 +160,8 @@ def run_memory(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fa
         attn_implementation=fast.attn_implementation, grad_accum=accumulation, compiled=fast.compile != "none",
         fused_loss=loss, fused_loss_chunk=loss_chunk_tokens(loss, micro_batch * seq_len, config.vocab_size,
                                                             config.hidden_size, recipe.model.loss_chunk_tokens,
-                                                            recipe.model.liger_min_chunk_tokens)))
+                                                            recipe.model.liger_min_chunk_tokens),
+        residual_bytes=2 if fast.residual_dtype == "bfloat16" else 4))
 
 
 def choose_speed(recipe: Recipe, config, args: TrainingArguments, seq_len: int, world_size: int | None = None,
