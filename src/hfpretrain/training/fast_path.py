@@ -6,9 +6,10 @@ and each choice comes with its reason (logged at start, and in ``--dry-run``'s p
 * attention: flash-attn when installed, else SDPA called with ``is_causal=True`` and no mask
   (``sdpa_packed``: the flash kernel, not the masked memory-efficient one);
 * compile: ``decoder`` (the base model as one graph) on a GPU, ``none`` on a CPU;
-* loss: the LM head and cross-entropy compiled whole when one micro-batch's logits are small
-  (GPT-2's 50k vocabulary at small shapes), liger's fused chunks when they are not;
+* loss: the LM head and cross-entropy whole when one micro-batch's logits are small (in training on a GPU the
+  loss and its gradient in one kernel: loss.py), liger's fused chunks when they are not;
 * precision (``auto``): fp8 from a hidden size of FP8_MIN_HIDDEN up, on a float8 GPU with torchao, else bf16;
+* residual stream (``auto``): bf16 between the decoder layers on a GPU (models/residual.py), fp32 on a CPU;
 * micro-batch (``auto``): the recipe's micro-batch x accumulation is one split of a step's samples; a larger
   micro-batch with fewer accumulation steps is the same step (same samples, same gradient up to summation
   order) with larger matmuls and fewer launches and weight casts, taken while it fits (choose_micro_batch).
@@ -36,7 +37,7 @@ ASSUMED_GPU_MEMORY = 80 * 10**9
 FP8_MIN_HIDDEN = 2048
 
 
-# model.micro_batch=auto grows the micro-batch while the memory estimate (models/memory.py, within 2% of the
+# model.micro_batch=auto grows the micro-batch while the memory estimate (models/memory.py, within 4% of the
 # measured peaks in docs/benchmarks.md) stays under this share of the GPU: room for its error and fragmentation.
 MICRO_BATCH_MEMORY_SHARE = 0.6
 
