@@ -1,45 +1,20 @@
 #!/usr/bin/env python
-"""The compiled loss's row reduction on one GPU: training/row_lse.py's Triton kernel against inductor's fused
-log-softmax, on bf16 logits of one micro-batch (32,768 or 131,072 tokens; GPT-2's and Qwen3's padded vocabularies).
-Checks the values first, then times the loss forward and forward + backward of each (CUDA events, median of 20).
-Then the gradient pass alone: the formula row_lse.py gives inductor (compiled) against a candidate Triton kernel
-with one program per row (at 151,936 columns inductor's version took 32 ms on an H200: over 2^31 elements,
-64-bit index divisions per element are the suspect). The candidate is not used in training until measured here.
-    source .carry/setup.sh && python benchmarks/bench_row_lse.py
+"""The loss's row kernels on one GPU (training/row_lse.py), on bf16 logits of one micro-batch (32,768 or 131,072
+tokens; GPT-2's and Qwen3's padded vocabularies):
+1. row_lse (the compiled loss's reduction) against inductor's fused log-softmax: values, then the loss forward and
+   forward + backward of each (CUDA events, median of 20);
+2. loss_and_gradient_ (training's loss and gradient in one kernel, in place): values against fp32 PyTorch, the
+   kernel alone, and the whole GPT-2 124M head + loss forward + backward, loss._HeadCrossEntropy against the
+   compiled path.
+    source .carry/setup.sh && python benchmarks/bench_row_lse.py [--fused-only]
 """
 
 import statistics
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
 
-from hfpretrain.training.row_lse import BLOCK, _reference, row_lse
-from hfpretrain.training.row_lse import gradient as gradient_formula  # what training's autograd runs
-
-
-@triton.jit
-def _gradient_kernel(logits_ptr, targets_ptr, lse_ptr, d_lse_ptr, d_picked_ptr, grad_ptr, n_cols, row_stride,
-                     BLOCK_COLS: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    base, out = logits_ptr + row * row_stride, grad_ptr + row * n_cols
-    cols = tl.arange(0, BLOCK_COLS)
-    log2e: tl.constexpr = 1.4426950408889634
-    lse = tl.load(lse_ptr + row) * log2e
-    d_lse, d_picked, target = tl.load(d_lse_ptr + row), tl.load(d_picked_ptr + row), tl.load(targets_ptr + row)
-    for start in range(0, n_cols, BLOCK_COLS):
-        c = start + cols
-        x = tl.load(base + c, mask=c < n_cols, other=0.0).to(tl.float32)
-        grad = tl.exp2(x * log2e - lse) * d_lse + tl.where(c == target, d_picked, 0.0)
-        tl.store(out + c, grad.to(grad_ptr.dtype.element_ty), mask=c < n_cols)
-
-
-def gradient_triton(logits, targets, lse, d_lse, d_picked):
-    grad = torch.empty_like(logits)
-    _gradient_kernel[(logits.shape[0],)](logits, targets, lse, d_lse, d_picked, grad, logits.shape[1],
-                                         logits.stride(0), BLOCK_COLS=BLOCK, num_warps=8)
-    return grad
+from hfpretrain.training.row_lse import _reference, row_lse
 
 
 def ours(logits, targets):
@@ -90,25 +65,13 @@ def main():
             loss_ours, loss_ref = ours(logits, targets).item(), inductor(logits, targets).item()
             print(f"  {name:9s} forward {fwd:6.2f} ms ({gib * 2**30 / fwd / 1e9:5.2f} TB/s read)   "
                   f"forward + backward {both:6.2f} ms   (loss sums {loss_ours:.6e} vs {loss_ref:.6e})")
-        del leaf, compiled
+        del leaf, compiled, logits
         torch.cuda.empty_cache()  # 151,936 columns: 9.3 GiB per copy of the logits, on an 80 GB GPU too
-        d_lse, d_picked = torch.rand(n, device="cuda"), -torch.rand(n, device="cuda")
-        inputs = (logits, targets, lse, d_lse, d_picked)
-        want = gradient_formula(*inputs)
-        for name, fn in (("gradient, inductor (row_lse.py)", torch.compile(gradient_formula)),
-                         ("gradient, Triton candidate", gradient_triton)):
-            got = fn(*inputs)
-            err = max((got[i:i + 4096].float() - want[i:i + 4096].float()).abs().max().item() for i in range(0, n, 4096))
-            del got
-            ms = timed(fn, *inputs)
-            print(f"  {name:32s} {ms:6.2f} ms ({2 * gib * 2**30 / ms / 1e9:5.2f} TB/s read + written)  "
-                  f"max |diff| {err:.1e}")
-        del logits, want, inputs
-        torch.cuda.empty_cache()
 
 
 def fused_kernel(n, vocab):
-    """row_lse.loss_and_gradient_ (loss and gradient in one kernel, in place): checked, then timed alone; then the whole head + loss of a GPT-2 124M micro-batch, both ways."""
+    """row_lse.loss_and_gradient_: checked, then timed alone; then the whole head + loss of a GPT-2 124M micro-batch
+    (hidden 768), both ways."""
     from hfpretrain.training.loss import IGNORE_INDEX, _HeadCrossEntropy, compiled_cross_entropy_sum
     from hfpretrain.training.row_lse import loss_and_gradient_
 

@@ -81,7 +81,7 @@ def test_compiled_head_loss_with_the_kernel_path(monkeypatch):
 
 
 INTERPRETED = """
-import math, sys, torch
+import math, torch
 from hfpretrain.training import row_lse as R
 torch.manual_seed(0)
 wide = (8 * torch.randn(37, 5120)).to(torch.bfloat16)
@@ -97,21 +97,14 @@ ref_lse, ref_picked = R._reference(x, t.clamp(max=4999))
 torch.testing.assert_close(lse, ref_lse)
 torch.testing.assert_close(picked[ok], ref_picked[ok], rtol=0, atol=0)
 assert math.isnan(picked[7].item())
-sys.path.insert(0, "benchmarks")  # the candidate gradient kernel of benchmarks/bench_row_lse.py
-import bench_row_lse as B
-d_lse, d_picked = torch.rand(37), -torch.rand(37)
-grad = torch.empty(37, 5000, dtype=torch.bfloat16)
-B._gradient_kernel[(37,)](x, t, ref_lse, d_lse, d_picked, grad, 5000, x.stride(0), BLOCK_COLS=R.BLOCK)
-want = B.gradient_formula(x, t, ref_lse, d_lse, d_picked)
-torch.testing.assert_close(grad[ok], want[ok])
 print("ok")
 """
 
 
 @pytest.mark.skipif(R.triton is None, reason="Triton not installed (the CPU wheel of torch comes without it)")
 def test_triton_kernels_under_the_interpreter():
-    """The loss's kernel (and the benchmark's candidate gradient kernel): padded rows, the real block size, a block
-    of -inf, an out-of-range target (NaN, so the run's non-finite check stops it)."""
+    """The loss's reduction kernel: padded rows, the real block size, a block of -inf, an out-of-range target (NaN,
+    so the run's non-finite check stops it)."""
     out = subprocess.run([sys.executable, "-c", INTERPRETED], env={**os.environ, "TRITON_INTERPRET": "1"},
                          capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

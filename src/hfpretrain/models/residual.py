@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-RESIDUAL_DTYPES = ("auto", "float32", "bfloat16")
+RESIDUAL_DTYPES = ("auto", "float32", "bfloat16")  # model.residual_dtype's values (training/config.py checks them)
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:

@@ -31,6 +31,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 from transformers import TrainingArguments
 
 from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS
+from hfpretrain.models.residual import RESIDUAL_DTYPES
 
 
 class RecipeError(ValueError):
@@ -160,7 +161,7 @@ _CHOICES = {
     "model.attn_implementation": {"auto", *KNOWN_IMPLEMENTATIONS},
     "model.compile": {"auto", "none", "decoder", "layers", "model"},
     "model.precision": {"bf16", "fp8", "fp8_rowwise", "auto"},
-    "model.residual_dtype": {"auto", "float32", "bfloat16"},
+    "model.residual_dtype": set(RESIDUAL_DTYPES),
     "model.compile_backend": {"inductor", "aot_eager", "eager"},
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},
     "model.fused_loss": {"auto", "compiled", "liger", "chunked", "none"},
