@@ -59,7 +59,19 @@ def test_float32_adds_nothing_and_bad_values_are_refused():
         cast_residual_stream(model, "fp16")
 
 
-def test_auto_is_bfloat16_on_a_gpu_only():
+def test_auto_is_bfloat16_on_a_gpu_training_in_bf16_only():
     assert choose_residual_dtype("auto", gpu=True)[0] == "bfloat16"
     assert choose_residual_dtype("auto", gpu=False)[0] == "float32"
     assert choose_residual_dtype("float32", gpu=True) == ("float32", "set in the recipe")
+    # fp16 or fp32 training: no bf16 autocast, so the plan (and the memory estimate) keep the fp32 stream
+    assert choose_residual_dtype("auto", gpu=True, bf16=False)[0] == "float32"
+    dtype, why = choose_residual_dtype("bfloat16", gpu=True, bf16=False)
+    assert dtype == "float32" and "training.bf16 is off" in why
+
+
+def test_decoder_layers_must_match_the_config():
+    model = build_model(load_config("tiny", {}, vocab_size=512))
+    assert len(decoder_layers(model)) == model.config.num_hidden_layers
+    model.config.num_hidden_layers += 1
+    with pytest.raises(ValueError, match="not the config's 3 decoder layers"):
+        decoder_layers(model)

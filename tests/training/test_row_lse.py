@@ -194,3 +194,35 @@ def test_fused_head_loss_equals_hf_loss(autocast):
     torch.testing.assert_close(hidden.grad, h2.grad, **tol)
     torch.testing.assert_close(weight.grad, w2.grad, **tol)
     assert hidden.grad.dtype == weight.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_training_loss_through_the_fused_head_equals_the_compiled_one(monkeypatch, autocast):
+    """causal_lm_loss with fused_loss=compiled takes _HeadCrossEntropy in GPU training (fused_head_enabled; forced
+    here on a CPU): on a tied GPT-2 with ignored labels, num_items_in_batch and a z-loss, the loss and every
+    parameter's gradient equal the compiled path's."""
+    from hfpretrain.models import build_model, load_config
+    from hfpretrain.training import loss as L
+
+    torch.manual_seed(0)
+    config = load_config("gpt2_124m", {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 512}, vocab_size=512)
+    models = [build_model(config, attn_implementation="sdpa") for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    assert models[0].lm_head.weight is models[0].transformer.wte.weight
+    ids = torch.randint(0, 512, (2, 16))
+    labels = ids.clone()
+    labels[0, :5] = IGNORE_INDEX
+    results = []
+    for model, fused in zip(models, (True, False)):
+        monkeypatch.setattr(L, "fused_head_enabled", lambda hidden, weight, fused=fused: fused)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            hidden = model.transformer(input_ids=ids).last_hidden_state
+            loss = L.causal_lm_loss(hidden, model.lm_head.weight, labels, num_items_in_batch=torch.tensor(20),
+                                    impl="compiled", compile_backend="eager", z_loss=1e-3)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (fused_loss, fused_grads), (ref_loss, ref_grads) = results
+    tol = {"rtol": 2e-2, "atol": 2e-3} if autocast else {}
+    torch.testing.assert_close(fused_loss, ref_loss, **tol)
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, **tol, msg=name)

@@ -9,7 +9,8 @@ ZeRO stage ≥1 shards optimizer states over ``n_gpus``, ≥2 also grads, 3 also
 Activations are the tensors autograd saves, counted per token per layer from the HF
 implementations under autocast (a = bytes of the autocast dtype, 2 for bf16; fp32 items are 4):
 
-* RMSNorm (Llama/Qwen3) saves its fp32 input and fp32 normalised output: 8·d, twice per layer.
+* RMSNorm (Llama/Qwen3) saves its input upcast to fp32 and the normalised value in the stream's dtype:
+  (4+r)·d, twice per layer (r = 4 for an fp32 stream, 2 for a bf16 one; 8·d for fp32).
 * Each projection saves its autocast-cast input: q,k,v → 3·a·d; gate,up → 2·a·d; o → a·d_attn;
   down → a·d_ff. SwiGLU also saves gate, silu(gate), up: 3·a·d_ff.
 * Qwen3 QK-norm saves q,k in fp32 and the normalised bf16 copy: (4+a)·(d_attn + d_kv).
@@ -104,7 +105,7 @@ def activation_bytes_per_token_per_layer(config: PretrainedConfig, seq_len: int,
         total += a * da  # merged heads, c_proj input
         total += r * d + a * d + 2 * a * ff  # ln_2 input, c_fc cast input, fc out, gelu out
         return int(total)
-    total = 2 * 8 * d  # two RMSNorms: fp32 input + fp32 normalised
+    total = 2 * (4 + r) * d  # two RMSNorms: the fp32 upcast of the input + the normalised value in the stream's dtype
     total += 3 * a * d  # q, k, v cast inputs
     if config.model_type == "qwen3":
         total += (4 + a) * (da + dkv) + 4 * h  # q_norm / k_norm

@@ -7,10 +7,16 @@ memory-bound kernels are a quarter of a step (docs/benchmarks.md, the GPT-2 124M
 
 ``bfloat16`` casts the stream once, where it enters the first decoder layer: from there the adds, the
 norms' inputs and the gradients between layers are bf16, as in Megatron-LM's default and in torchtitan
-(FSDP2 with bf16 parameters). Everything else stays as it was: the weights, the optimizer state and the
-checkpoints are fp32, the norms still compute in fp32 (autocast upcasts them), and the rotary tables are
-made from the embeddings before the cast. Without bf16 autocast (a CPU run in fp32, fp16, evaluation
-outside the Trainer) the hook does nothing.
+(FSDP2 with bf16 parameters). The weights, the optimizer state and the checkpoints stay fp32, the norms
+still compute their statistics in fp32, and the rotary tables are made from the embeddings before the cast.
+What rounds more: the stream itself, and Llama/Qwen3's RMSNorm, which returns ``weight * x.to(input dtype)``
+and so rounds the normalised value to bf16 before its weight. The hook acts wherever the trained model runs
+under bf16 autocast, in-process evaluation and the lm-eval callback included (accelerate wraps the model's
+forward in autocast); a checkpoint loaded with ``from_pretrained`` has no hook, and without bf16 autocast (fp32
+or fp16 training, a CPU run) it does nothing.
+
+Under ``model.compile=layers`` the first layer compiles a graph of its own (its input is fp32, the others'
+bf16): one more graph to compile, once.
 """
 
 from __future__ import annotations
@@ -22,11 +28,17 @@ RESIDUAL_DTYPES = ("auto", "float32", "bfloat16")  # model.residual_dtype's valu
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The model's decoder layers: its longest ``ModuleList`` (``h`` in GPT-2, ``layers`` in Llama/Qwen3)."""
+    """The model's decoder layers: its longest ``ModuleList`` (``h`` in GPT-2, ``layers`` in Llama/Qwen3), which must
+    hold ``config.num_hidden_layers`` modules where the model has a config."""
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
     if not lists:
         raise ValueError(f"{type(model).__name__}: found no ModuleList of decoder layers")
-    return max(lists, key=len)
+    layers = max(lists, key=len)
+    expected = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if expected is not None and len(layers) != expected:
+        raise ValueError(f"{type(model).__name__}: its longest ModuleList has {len(layers)} modules, not the config's "
+                         f"{expected} decoder layers")
+    return layers
 
 
 def _to_autocast_dtype(module, args, kwargs):

@@ -53,9 +53,11 @@ class FastPath:
     residual_dtype: str = "float32"
 
 
-def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, planning: bool = False) -> FastPath:
+def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, planning: bool = False,
+                     bf16: bool = True) -> FastPath:
     """Resolve ``model.attn_implementation``, ``model.compile`` and ``model.fused_loss`` for this run
-    (``planning``: a dry run, which may be on a CPU login node planning a GPU run)."""
+    (``planning``: a dry run, which may be on a CPU login node planning a GPU run; ``bf16``: the run trains in
+    bf16, ``training.bf16``)."""
     cuda = torch.cuda.is_available()
     reasons = {}
     try:
@@ -93,13 +95,17 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
     if planning and not cuda and model_section.fused_loss == "auto":
         reasons["fused_loss"] += f" (planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB)"
     precision, reasons["precision"] = choose_precision(model_section, config, planning)
-    residual, reasons["residual_dtype"] = choose_residual_dtype(model_section.residual_dtype, cuda or planning)
+    residual, reasons["residual_dtype"] = choose_residual_dtype(model_section.residual_dtype, cuda or planning, bf16)
     return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision, residual)
 
 
-def choose_residual_dtype(requested: str, gpu: bool) -> tuple[str, str]:
-    """``model.residual_dtype`` (models/residual.py): auto is bfloat16 on a GPU, where the stream's bytes are
-    a quarter of a small model's step, float32 on a CPU (the reference numerics the golden-loss test pins)."""
+def choose_residual_dtype(requested: str, gpu: bool, bf16: bool = True) -> tuple[str, str]:
+    """``model.residual_dtype`` (models/residual.py): auto is bfloat16 on a GPU training in bf16, where the
+    stream's bytes are a quarter of a small model's step; float32 on a CPU (the reference numerics the
+    golden-loss test pins) and without bf16 (fp16 or fp32 training: no bf16 autocast for the hook to act in)."""
+    if not bf16:
+        return "float32", ("training.bf16 is off: the stream keeps its dtype" if requested == "auto"
+                           else f"training.bf16 is off: model.residual_dtype={requested} has no bf16 autocast to act in")
     if requested != "auto":
         return requested, "set in the recipe"
     if gpu:

@@ -187,11 +187,12 @@ def _head_cross_entropy_sum(hidden, weight, targets, z_loss: float = 0.0):
 class _HeadCrossEntropy(torch.autograd.Function):
     """The LM head and the summed cross-entropy on a GPU, the logits' gradient made in the forward pass.
 
-    One cuBLAS matmul makes the bf16 logits; one Triton kernel (row_lse.loss_and_gradient_) reads them once for
-    each token's loss and overwrites them with the loss's gradient; backward is the two matmuls of the head,
-    scaled by the incoming gradient after them. Against inductor's compiled loss (a reduction pass, then a
-    gradient pass that reads the logits and writes a second tensor as large) the logits cross memory two times
-    instead of three and the second tensor is never made.
+    One cuBLAS matmul makes the bf16 logits; one Triton kernel (row_lse.loss_and_gradient_) makes each token's
+    loss and overwrites its row of logits with the loss's gradient; backward is the two matmuls of the head,
+    scaled by the incoming gradient after them. Against inductor's compiled loss (a reduction kernel, then a
+    gradient kernel that reads the logits again and writes a second tensor as large) it is one kernel instead
+    of two and the second tensor is never made. It is not compiled: ``model.compile_backend`` does not reach it
+    (``HFPRETRAIN_FUSED_HEAD=0`` brings back the compiled path, to bisect a numeric change).
     """
 
     @staticmethod
@@ -211,10 +212,10 @@ class _HeadCrossEntropy(torch.autograd.Function):
         h, w, grad_logits = ctx.saved_tensors
         hidden_dtype, weight_dtype = ctx.dtypes
         grad_h = grad_w = None
-        if ctx.needs_input_grad[0]:
-            grad_h = ((grad_logits @ w).float() * grad_total).to(hidden_dtype)
+        if ctx.needs_input_grad[0]:  # scaled in place: no second fp32 copy beside the activations still alive
+            grad_h = (grad_logits @ w).float().mul_(grad_total).to(hidden_dtype)
         if ctx.needs_input_grad[1]:
-            grad_w = ((grad_logits.T @ h).float() * grad_total).to(weight_dtype)
+            grad_w = (grad_logits.T @ h).float().mul_(grad_total).to(weight_dtype)
         return grad_h, grad_w, None, None
 
 

@@ -134,12 +134,14 @@ else:
 
 def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0) -> torch.Tensor:
     """Each token's loss (fp32; 0 where ``targets`` is IGNORE_INDEX), with ``logits`` overwritten by the gradient
-    of their sum: one read of the logits and one write, where a loss pass and then a gradient pass read them
-    twice and write a second tensor as large. On CUDA with Triton, ``_loss_grad_kernel`` (one program per row);
-    elsewhere the same in PyTorch."""
+    of their sum, in one kernel where a loss kernel and then a gradient kernel write a second tensor as large.
+    On CUDA with Triton, ``_loss_grad_kernel`` (one program per row); elsewhere the same in PyTorch."""
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError("loss_and_gradient_: 2-D logits with unit column stride")
     n_rows, n_cols = logits.shape
+    if targets.shape != (n_rows,) or not targets.is_contiguous() or targets.device != logits.device:
+        raise ValueError(f"loss_and_gradient_: targets must be {n_rows} contiguous ids on {logits.device}, got "
+                         f"{tuple(targets.shape)} on {targets.device}")
     keep = targets != IGNORE_INDEX
     if not (logits.is_cuda and triton is not None):
         x = logits.float()
@@ -152,8 +154,9 @@ def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: floa
         logits.copy_(grad)
         return torch.where(keep, lse - picked + z_loss * lse.square(), 0.0)
     loss = torch.empty(n_rows, device=logits.device, dtype=torch.float32)
-    _loss_grad_kernel[(n_rows,)](logits, targets, loss, n_cols, logits.stride(0), float(z_loss), IGNORE=IGNORE_INDEX,
-                                 BLOCK_COLS=BLOCK, num_warps=8)
+    with torch.cuda.device(logits.device):  # the launch goes to the current device: make it the logits'
+        _loss_grad_kernel[(n_rows,)](logits, targets, loss, n_cols, logits.stride(0), float(z_loss),
+                                     IGNORE=IGNORE_INDEX, BLOCK_COLS=BLOCK, num_warps=8)
     return loss
 
 

@@ -167,7 +167,8 @@ def run_memory(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fa
 def choose_speed(recipe: Recipe, config, args: TrainingArguments, seq_len: int, world_size: int | None = None,
                  zero_stage: int | None = None, planning: bool = False) -> tuple[FastPath, TrainingArguments]:
     """The fast path for this run (training/fast_path.py) and the TrainingArguments with its micro-batch split."""
-    fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=planning)
+    fast = choose_fast_path(recipe.model, config, args.per_device_train_batch_size, seq_len, planning=planning,
+                            bf16=bool(recipe.training.get("bf16")))
     world, zero = launch_layout(args, world_size, zero_stage)
     micro, accum = choose_micro_batch(
         recipe.model, fast, config, args.per_device_train_batch_size, args.gradient_accumulation_steps, seq_len,
