@@ -93,18 +93,21 @@ def fused_kernel(n, vocab):
     err_loss, err_grad = (loss[:4096] - ref_loss).abs().max().item(), (work[:4096].float() - probs).abs().max().item()
     print(f"  fused loss+gradient {n} x {vocab}: max |loss - ref| {err_loss:.1e}, max |grad - ref| {err_grad:.1e}")
     assert err_loss < 2e-3 and err_grad < 1e-2
-    times = []
-    for i in range(13):
-        work.copy_(source)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        loss_and_gradient_(work, targets, 0.0)
-        end.record()
-        torch.cuda.synchronize()
-        if i >= 3:
-            times.append(start.elapsed_time(end))
-    ms = statistics.median(times)
-    print(f"  fused loss+gradient: {ms:6.2f} ms ({2 * gib * 2**30 / ms / 1e9:5.2f} TB/s read once + written)")
+    # the kernel's default (4096 columns, 8 warps) first, then other tilings for the next default
+    for block, warps in ((4096, 8), (2048, 4), (4096, 4), (8192, 8), (8192, 16), (16384, 16)):
+        times = []
+        for i in range(13):
+            work.copy_(source)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            loss_and_gradient_(work, targets, 0.0, block=block, num_warps=warps)
+            end.record()
+            torch.cuda.synchronize()
+            if i >= 3:
+                times.append(start.elapsed_time(end))
+        ms = statistics.median(times)
+        print(f"  fused loss+gradient, {block:5d} columns x {warps:2d} warps: {ms:6.2f} ms "
+              f"({2 * gib * 2**30 / ms / 1e9:5.2f} TB/s read once + written)")
     del work, source
     torch.cuda.empty_cache()
     if vocab > 65536:

@@ -132,10 +132,12 @@ else:
                                                                                         dtype=torch.float32)
 
 
-def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0) -> torch.Tensor:
+def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0, block: int = BLOCK,
+                       num_warps: int = 8) -> torch.Tensor:
     """Each token's loss (fp32; 0 where ``targets`` is IGNORE_INDEX), with ``logits`` overwritten by the gradient
     of their sum, in one kernel where a loss kernel and then a gradient kernel write a second tensor as large.
-    On CUDA with Triton, ``_loss_grad_kernel`` (one program per row); elsewhere the same in PyTorch."""
+    On CUDA with Triton, ``_loss_grad_kernel`` (one program per row; ``block`` columns per iteration and
+    ``num_warps``: the benchmark's sweep); elsewhere the same in PyTorch."""
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError("loss_and_gradient_: 2-D logits with unit column stride")
     n_rows, n_cols = logits.shape
@@ -156,7 +158,7 @@ def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: floa
     loss = torch.empty(n_rows, device=logits.device, dtype=torch.float32)
     with torch.cuda.device(logits.device):  # the launch goes to the current device: make it the logits'
         _loss_grad_kernel[(n_rows,)](logits, targets, loss, n_cols, logits.stride(0), float(z_loss),
-                                     IGNORE=IGNORE_INDEX, BLOCK_COLS=BLOCK, num_warps=8)
+                                     IGNORE=IGNORE_INDEX, BLOCK_COLS=block, num_warps=num_warps)
     return loss
 
 
