@@ -78,3 +78,17 @@ def test_dry_run_with_a_loss_this_machine_lacks(mini_blocks):
                     dry_run=True)["plan"]
     assert plan["fast_path"]["fused_loss"] == "liger" and plan["samples_per_step"] == 128
     assert "planned for a GPU of 80 GB" in plan["fast_path"]["reasons"]["micro_batch"]
+
+
+def test_dry_run_plans_the_bf16_residual_stream(mini_blocks):
+    """The plan names the stream's dtype with its reason, and its memory follows it: bf16 for a bf16 recipe planned
+    for a GPU, fp32 when the recipe trains without bf16 (no autocast for the hook to act in) or asks for it."""
+    path = REPO / "recipes" / "gpt2_124m.yaml"
+    base = [f"data.path={mini_blocks}", "training.use_cpu=true", "model.micro_batch=recipe"]
+    plans = {name: pretrain(path, [*base, *extra], dry_run=True)["plan"] for name, extra in (
+        ("auto", []), ("f32", ["model.residual_dtype=float32"]), ("no_bf16", ["training.bf16=false"]))}
+    assert plans["auto"]["fast_path"]["residual_dtype"] == "bfloat16"
+    assert plans["f32"]["fast_path"]["residual_dtype"] == plans["no_bf16"]["fast_path"]["residual_dtype"] == "float32"
+    assert "training.bf16 is off" in plans["no_bf16"]["fast_path"]["reasons"]["residual_dtype"]
+    memory = {name: plan["memory_per_gpu_gib"]["total"] for name, plan in plans.items()}
+    assert memory["auto"] < memory["f32"]
