@@ -26,12 +26,16 @@ def inductor(logits, targets):
     return F.cross_entropy(logits.float(), targets, reduction="sum")
 
 
-def timed(fn, *args, backward=False, reps=20):
+def timed(fn, *args, backward=False, reps=20, setup=None):
+    """Median ms of ``fn(*args)`` (and its backward) over ``reps`` runs after 3 warm-ups; ``setup`` runs before
+    each, untimed."""
     times = []
     for i in range(reps + 3):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         if backward:
             args[0].grad = None  # no accumulation pass into an old gradient
+        if setup:
+            setup()
         start.record()
         out = fn(*args)
         if backward:
@@ -95,17 +99,8 @@ def fused_kernel(n, vocab):
     assert err_loss < 2e-3 and err_grad < 1e-2
     # the kernel's default (4096 columns, 8 warps) first, then other tilings for the next default
     for block, warps in ((4096, 8), (2048, 4), (4096, 4), (8192, 8), (8192, 16), (16384, 16)):
-        times = []
-        for i in range(13):
-            work.copy_(source)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            loss_and_gradient_(work, targets, 0.0, block=block, num_warps=warps)
-            end.record()
-            torch.cuda.synchronize()
-            if i >= 3:
-                times.append(start.elapsed_time(end))
-        ms = statistics.median(times)
+        ms = timed(loss_and_gradient_, work, targets, 0.0, block, warps, reps=10,
+                   setup=lambda: work.copy_(source))  # in place: fresh logits for every run
         print(f"  fused loss+gradient, {block:5d} columns x {warps:2d} warps: {ms:6.2f} ms "
               f"({2 * gib * 2**30 / ms / 1e9:5.2f} TB/s read once + written)")
     del work, source

@@ -41,8 +41,8 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
-def _to_autocast_dtype(module, args, kwargs):
-    """Forward pre-hook of the first decoder layer: its hidden states in autocast's dtype."""
+def _to_bf16_under_autocast(module, args, kwargs):
+    """Forward pre-hook of the first decoder layer: its hidden states in bf16 when bf16 autocast is on."""
     hidden = args[0] if args else kwargs["hidden_states"]
     device = hidden.device.type  # bf16 only: an fp16 stream could overflow, and fp16 training keeps fp32 here
     if not torch.is_autocast_enabled(device) or torch.get_autocast_dtype(device) != torch.bfloat16:
@@ -54,11 +54,11 @@ def _to_autocast_dtype(module, args, kwargs):
 
 
 def cast_residual_stream(model: nn.Module, dtype: str) -> bool:
-    """For ``dtype == "bfloat16"``, make the stream autocast's dtype from the first decoder layer on (a forward
+    """For ``dtype == "bfloat16"``, make the stream bf16 under bf16 autocast from the first decoder layer on (a forward
     pre-hook; before ``torch.compile``, which traces it). Returns whether the hook was added."""
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"model.residual_dtype={dtype!r}: choose float32 or bfloat16 (auto is resolved earlier)")
     if dtype == "float32":
         return False
-    decoder_layers(model)[0].register_forward_pre_hook(_to_autocast_dtype, with_kwargs=True)
+    decoder_layers(model)[0].register_forward_pre_hook(_to_bf16_under_autocast, with_kwargs=True)
     return True

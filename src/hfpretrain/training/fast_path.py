@@ -104,8 +104,9 @@ def choose_residual_dtype(requested: str, gpu: bool, bf16: bool = True) -> tuple
     stream's bytes are a quarter of a small model's step; float32 on a CPU (the reference numerics the
     golden-loss test pins) and without bf16 (fp16 or fp32 training: no bf16 autocast for the hook to act in)."""
     if not bf16:
-        return "float32", ("training.bf16 is off: the stream keeps its dtype" if requested == "auto"
-                           else f"training.bf16 is off: model.residual_dtype={requested} has no bf16 autocast to act in")
+        why = "the stream keeps its dtype" if requested == "auto" else \
+            f"model.residual_dtype={requested} has no bf16 autocast to act in"
+        return "float32", f"training.bf16 is off: {why}"
     if requested != "auto":
         return requested, "set in the recipe"
     if gpu:

@@ -107,6 +107,12 @@ def shift_labels(labels: torch.Tensor) -> torch.Tensor:
     return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
 
 
+def _matmul_dtype(hidden: torch.Tensor) -> torch.dtype:
+    """The dtype the head's matmuls run in: autocast's when it is on, else the hidden states' own."""
+    device = hidden.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+
+
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     """Sum of token cross-entropies of ``hidden @ weight.T``, one chunk of tokens at a time.
 
@@ -118,8 +124,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, chunk_tokens, z_loss=0.0):
-        dtype = torch.get_autocast_dtype(hidden.device.type) if torch.is_autocast_enabled(hidden.device.type) \
-            else hidden.dtype
+        dtype = _matmul_dtype(hidden)
         with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(dtype), weight.to(dtype)
             needs_grad = hidden.requires_grad or weight.requires_grad
@@ -197,9 +202,8 @@ class _HeadCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, z_loss):
-        device = hidden.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
-        with torch.autocast(device, enabled=False):
+        dtype = _matmul_dtype(hidden)
+        with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(dtype), weight.to(dtype)
             logits = h @ w.T
             total = _kernels.loss_and_gradient_(logits, targets, z_loss).sum()

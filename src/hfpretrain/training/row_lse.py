@@ -58,24 +58,34 @@ def _reference(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tenso
 
 if triton is not None:
     @triton.jit
-    def _row_lse_kernel(logits_ptr, targets_ptr, lse_ptr, picked_ptr, n_cols, row_stride,
-                        BLOCK_COLS: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        base = logits_ptr + row * row_stride
+    def _row_lse2(base, n_cols, BLOCK_COLS: tl.constexpr):
+        """log2-sum-2^x of one row of logits scaled to log2 units (x * log2 e): one read of the row, its running
+        sum rescaled once per block."""
         cols = tl.arange(0, BLOCK_COLS)
-        log2e: tl.constexpr = 1.4426950408889634
         m = tl.full((), float("-inf"), tl.float32)  # running max (in log2 units)
         s = tl.zeros((), tl.float32)  # running sum of 2^(x - m)
         for start in range(0, n_cols, BLOCK_COLS):
-            x = tl.load(base + start + cols, mask=start + cols < n_cols, other=float("-inf")).to(tl.float32) * log2e
+            x = tl.load(base + start + cols, mask=start + cols < n_cols, other=float("-inf")).to(tl.float32)
+            x = x * 1.4426950408889634
             m_new = tl.maximum(m, tl.max(x, 0))
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block of -inf so far: 2^(-inf - -inf) is NaN
             s = s * tl.exp2(m - shift) + tl.sum(tl.exp2(x - shift), 0)
             m = m_new
-        tl.store(lse_ptr + row, (m + tl.log2(s)) / log2e)
-        target = tl.load(targets_ptr + row)
-        in_range = (target >= 0) & (target < n_cols)  # else NaN: the run's non-finite check stops it, naming the step
-        tl.store(picked_ptr + row, tl.load(base + target, mask=in_range, other=float("nan")).to(tl.float32))
+        return m + tl.log2(s)
+
+    @triton.jit
+    def _target_logit(base, target, n_cols):
+        """The row's logit at ``target``; NaN out of range: the run's non-finite check stops it, naming the step."""
+        in_range = (target >= 0) & (target < n_cols)
+        return tl.load(base + target, mask=in_range, other=float("nan")).to(tl.float32)
+
+    @triton.jit
+    def _row_lse_kernel(logits_ptr, targets_ptr, lse_ptr, picked_ptr, n_cols, row_stride,
+                        BLOCK_COLS: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        base = logits_ptr + row * row_stride
+        tl.store(lse_ptr + row, _row_lse2(base, n_cols, BLOCK_COLS) / 1.4426950408889634)
+        tl.store(picked_ptr + row, _target_logit(base, tl.load(targets_ptr + row), n_cols))
 
     @triton.jit
     def _loss_grad_kernel(logits_ptr, targets_ptr, loss_ptr, n_cols, row_stride, z_loss,
@@ -87,20 +97,11 @@ if triton is not None:
         base = logits_ptr + row * row_stride
         cols = tl.arange(0, BLOCK_COLS)
         log2e: tl.constexpr = 1.4426950408889634
-        m = tl.full((), float("-inf"), tl.float32)
-        s = tl.zeros((), tl.float32)
-        for start in range(0, n_cols, BLOCK_COLS):
-            x = tl.load(base + start + cols, mask=start + cols < n_cols, other=float("-inf")).to(tl.float32) * log2e
-            m_new = tl.maximum(m, tl.max(x, 0))
-            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-            s = s * tl.exp2(m - shift) + tl.sum(tl.exp2(x - shift), 0)
-            m = m_new
-        lse2 = m + tl.log2(s)  # log2 units
+        lse2 = _row_lse2(base, n_cols, BLOCK_COLS)  # log2 units
         lse = lse2 / log2e
         target = tl.load(targets_ptr + row)
         keep = target != IGNORE
-        in_range = (target >= 0) & (target < n_cols)  # else NaN, as in _row_lse_kernel
-        picked = tl.load(base + target, mask=in_range, other=float("nan")).to(tl.float32)
+        picked = _target_logit(base, target, n_cols)
         tl.store(loss_ptr + row, tl.where(keep, lse - picked + z_loss * lse * lse, 0.0))
         scale = tl.where(keep, 1.0 + 2.0 * z_loss * lse, 0.0)
         hit = tl.where(keep, target, -1)
