@@ -13,6 +13,7 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
     fp8_fastacc) precision="fp8 model.fp8_fast_accum=true" ;;
     bf16_nofused|fp8_nofused) precision=${v%_nofused}; switch=HFPRETRAIN_FUSED_HEAD=0 ;;  # the compiled head + loss
     bf16_f32|fp8_f32) precision="${v%_f32} model.residual_dtype=float32" ;;  # the fp32 residual stream
+    bf16_recipe|fp8_recipe) precision="${v%_recipe} model.micro_batch=recipe" ;;  # the recipe's split, not folded
     *) precision=$v ;;
   esac
   timed fp8_$v env $switch python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \

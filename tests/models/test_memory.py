@@ -146,3 +146,21 @@ def test_bf16_residual_stream_saves_what_the_model_says():
     est = {r: estimate_memory(cfg, TrainingLayout(B, S, residual_bytes=r)).activations for r in (4, 2)}
     assert bf16 < fp32
     assert abs((est[4] - est[2]) - (fp32 - bf16)) / (fp32 - bf16) < 0.25, (est, fp32, bf16)
+
+
+# One H200, Qwen3 1.8B at 20 x 2048, compile=layers, the bf16 stream and fused head, no accumulation
+# (benchmarks/gpu_1gpu_fp8.sh, docs/benchmarks.md § FP8): bf16 104.0 GiB, fp8 83.0 GiB measured.
+def test_float8_estimate_follows_the_measured_saving_and_stays_above_it():
+    cfg = load_config("qwen3_1p8b", {})
+    layout = TrainingLayout(20, 2048, compiled=True, fused_loss="compiled", attn_implementation="sdpa_packed",
+                            residual_bytes=2)
+    bf16, fp8 = (estimate_memory(cfg, replace(layout, float8=f)).total / GIB for f in (False, True))
+    assert abs(bf16 / 104.0 - 1) <= 0.05, bf16
+    assert 83.0 <= fp8 < bf16 and fp8 / 83.0 - 1 <= 0.10, fp8  # on the safe side: it plans the micro-batch
+    # per token and layer: the two normalised projection inputs and the down input, 1 byte instead of 2
+    d, ff = cfg.hidden_size, cfg.intermediate_size
+    per_layer = {f: estimate_memory(cfg, replace(layout, float8=f)).activations_per_layer for f in (False, True)}
+    assert per_layer[False] - per_layer[True] == 20 * 2048 * (2 * d + ff)
+    # float8 changes nothing uncompiled (torchao's autograd keeps the bf16 inputs)
+    eager = replace(layout, compiled=False)
+    assert estimate_memory(cfg, eager).total == estimate_memory(cfg, replace(eager, float8=True)).total

@@ -30,12 +30,22 @@ def test_folds_accumulation_while_memory_fits():
     assert choose(16, 12, per_sample)[0] == (96, 2)  # 12 = 2 x 6: the largest divisor that fits
     assert choose(32, 4, per_sample // 10)[0] == (128, 1)
     (split, why) = choose(32, 4, per_sample * 2)
-    assert split == (32, 4) and "over 60%" in why
+    assert split == (32, 4) and f"over {MICRO_BATCH_MEMORY_SHARE:.0%}" in why
+
+
+def test_any_split_of_the_step_samples():
+    """20 x 12 = 240 samples: 24 x 10 is the next split, not only multiples of 20 (40 x 6)."""
+    budget = MICRO_BATCH_MEMORY_SHARE * ASSUMED_GPU_MEMORY
+    per_sample = int((budget - 2 * GIB) / 26)  # up to 26 samples fit
+    (split, why) = choose(20, 12, per_sample)
+    assert split == (24, 10) and "30 x 8 would take" in why
+    assert choose(20, 12, int((budget - 2 * GIB) / 23))[0] == (20, 12)  # 24 does not fit
+    assert choose(20, 12, 1)[0] == (240, 1)
 
 
 def test_keeps_the_loss_implementation():
-    # auto's compiled loss at 32 x 1024 tokens of a 50k vocabulary; at 128 its logits pass 1/8 of an 80 GB GPU
-    (split, why) = choose(32, 4, 1, fused_loss="auto")
+    # auto's compiled loss at 32 x 2048 tokens of a 50k vocabulary; at 128 its logits pass 1/5 of an 80 GB GPU
+    (split, why) = choose(32, 4, 1, fused_loss="auto", seq_len=2048)
     assert split == (64, 2) and "at 128 the loss would be" in why
 
 

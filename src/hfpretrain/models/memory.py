@@ -31,7 +31,10 @@ the two normalised projection inputs (2·a·d), Qwen3's q, k before their norm (
 with its log-sum-exp (a·(2·d_attn + 2·d_kv) + 4·heads), gate, up and the down input (3·a·d_ff);
 the bf16 weight copies are recomputed from the fp32 weights. Checked on an H200 and an H100
 (docs/models.md, docs/benchmarks.md): within 4% of the measured peak from scale_7m to Qwen3 1.8B,
-with liger's loss (any chunk size) and with the chunked loss.
+with liger's loss (any chunk size) and with the chunked loss. With the decoder's linears in float8
+(``float8=True``, torchao's tensorwise recipe), the partitioner keeps the 1-byte casts that the backward's
+matmuls read instead of the bf16 inputs they come from: the normalised projection inputs (2·d) and the down
+input (d_ff) take 1 byte each.
 
 With activation checkpointing (per decoder layer) only each layer's input (r·d) is kept,
 plus one layer's activations recomputed during its backward.
@@ -86,9 +89,12 @@ def _dims(config: PretrainedConfig) -> dict[str, int]:
 
 
 def activation_bytes_per_token_per_layer(config: PretrainedConfig, seq_len: int, attn_implementation: str = "sdpa",
-                                         dtype: str = "bf16", compiled: bool = False, residual_bytes: int = 4) -> int:
+                                         dtype: str = "bf16", compiled: bool = False, residual_bytes: int = 4,
+                                         float8: bool = False) -> int:
     """Bytes autograd keeps per token for one decoder layer (no checkpointing); ``residual_bytes``: 4 for the
-    fp32 residual stream that fp32 embeddings give under autocast, 2 with ``model.residual_dtype=bfloat16``."""
+    fp32 residual stream that fp32 embeddings give under autocast, 2 with ``model.residual_dtype=bfloat16``;
+    ``float8``: the decoder's linears train in float8 (model.precision=fp8), so that, compiled, the normalised
+    projection inputs and the down projection's input are kept as their 1-byte casts."""
     a = 4 if dtype in ("fp32", "float32") else 2
     r = residual_bytes
     x = _dims(config)
@@ -98,7 +104,8 @@ def activation_bytes_per_token_per_layer(config: PretrainedConfig, seq_len: int,
         if config.model_type == "gpt2":  # same rule; not yet checked on a GPU
             return int(2 * r * d + 2 * a * d + a * (3 * da) + a * da + 4 * h + 2 * a * ff)
         qk_norm = a * (da + dkv) if config.model_type == "qwen3" else 0
-        return int(2 * r * d + 2 * a * d + qk_norm + a * (2 * da + 2 * dkv) + 4 * h + 3 * a * ff)
+        cast = 1 if float8 else a  # the normalised inputs and the down input: what the float8 matmuls read
+        return int(2 * r * d + 2 * cast * d + qk_norm + a * (2 * da + 2 * dkv) + 4 * h + (2 * a + cast) * ff)
     if config.model_type == "gpt2":
         total = r * d + a * d + 3 * a * d  # ln_1 input, c_attn cast input, fused qkv (kept by attention)
         total += (a * da + 4 * h) if not eager else (4 + a) * h * S  # sdpa out + lse | probabilities
@@ -137,6 +144,7 @@ class TrainingLayout:
     compiled: bool = False  # the decoder runs under torch.compile (see the module notes)
     fused_loss: str = "chunked"
     residual_bytes: int = 4  # the residual stream: fp32 (4) or bf16 (2, model.residual_dtype=bfloat16)
+    float8: bool = False  # the decoder's linears in float8 (model.precision=fp8): smaller saved inputs, compiled
 
 
 def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryEstimate:
@@ -160,7 +168,7 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     mixed = layout.dtype not in ("fp32", "float32")
     a = 2 if mixed else 4
     per_layer = activation_bytes_per_token_per_layer(config, layout.seq_len, layout.attn_implementation, layout.dtype,
-                                                     layout.compiled, layout.residual_bytes)
+                                                     layout.compiled, layout.residual_bytes, layout.float8)
     outside = 8 + 8 * x["d"] + a * x["d"]  # input ids, final norm (in + out), LM-head cast input
     if layout.attn_implementation == "eager":
         outside += 4 * layout.seq_len  # the materialised causal mask (shared by all layers)
