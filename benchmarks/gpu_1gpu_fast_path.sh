@@ -32,7 +32,6 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     auto_nolse) HFPRETRAIN_ROW_LSE=0 variant $v $AUTO ;;           # the defaults without the loss's row kernel
     auto_f32) variant $v $AUTO model.residual_dtype=float32 ;;     # the defaults with the fp32 residual stream
     auto_nofused) HFPRETRAIN_FUSED_HEAD=0 variant $v $AUTO ;;      # the defaults with the compiled head + loss
-    auto_twopass) HFPRETRAIN_WHOLE_ROW=0 variant $v $AUTO ;;       # the head's kernel reading each row twice
     s146m_nofused) HFPRETRAIN_FUSED_HEAD=0 variant $v $AUTO model.config=scale_146m ;;
     s146m_f32) variant $v $AUTO model.config=scale_146m model.residual_dtype=float32 ;;
     prev) HFPRETRAIN_ROW_LSE=0 variant $v ;;                       # the defaults before the row kernel and the fold

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU: the scale_* family at the defaults the project picks (compile, loss and attention on auto),
-# with GPT-2's tokenizer at seq 1024 and Qwen3's at seq 2048, 32,768 tokens per micro-batch, no
+# with GPT-2's tokenizer at seq 1024 and Qwen3's at seq 2048, 32,768 tokens per micro-batch (MICRO_TOKENS), no
 # accumulation; tokens/s, MFU, trunk MFU (the LM head's FLOPs left out), the head's share of FLOPs
 # and peak memory per run (issue #14). RUNS picks them: tokenizer/seq/size.
 #   source .carry/setup.sh && RUNS="gpt2/1024/scale_12m qwen3/2048/scale_146m" bash benchmarks/gpu_1gpu_scale_table.sh
@@ -14,7 +14,7 @@ for run in ${RUNS:-gpt2/1024/scale_12m gpt2/1024/scale_53m gpt2/1024/scale_146m 
     --seq-len $seq --out $data --num-proc 16 -q 2>&1 | tail -1
   rm -rf /tmp/$tok$seq$size  # log.jsonl appends: a run left by an earlier call on a warm machine would mix in
   timed ${tok}_${seq}_$size python3 benchmarks/benchmark.py ours recipes/small_1gpu.yaml data.path=$data \
-    model.config=$size training.per_device_train_batch_size=$((32768 / seq)) training.gradient_accumulation_steps=1 \
+    model.config=$size training.per_device_train_batch_size=$((${MICRO_TOKENS:-32768} / seq)) training.gradient_accumulation_steps=1 \
     training.report_to=none training.disable_tqdm=true training.logging_steps=5 training.eval_strategy=no \
     training.save_strategy=no training.max_steps=$STEPS training.output_dir=/tmp/$tok$seq$size "$@" \
     --out "$OUT/st_${tok}_${seq}_$size.json"

@@ -43,9 +43,6 @@ except ImportError:  # the CPU wheel of torch comes without Triton
 BLOCK = 4096  # columns per iteration: 8 KB of bf16 per row in flight
 IGNORE_INDEX = -100  # loss.py's; a token with this target adds no loss and no gradient
 MAX_VOCAB = 65536  # measured faster at 50,304 columns, slower overall at 151,936 (above)
-WHOLE_ROW_MAX = 65536  # loss_and_gradient_ holds a row of up to this many columns whole (head_tiling)
-WHOLE_ROW_WARPS = 32
-TWO_PASS_EVICT = False
 
 
 def enabled(logits: torch.Tensor) -> bool:
@@ -61,15 +58,14 @@ def _reference(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tenso
 
 if triton is not None:
     @triton.jit
-    def _row_lse2(base, n_cols, BLOCK_COLS: tl.constexpr, EVICT: tl.constexpr):
+    def _row_lse2(base, n_cols, BLOCK_COLS: tl.constexpr):
         """log2-sum-2^x of one row of logits scaled to log2 units (x * log2 e): one read of the row, its running
-        sum rescaled once per block (``EVICT``: kept in L2 for a second read)."""
+        sum rescaled once per block."""
         cols = tl.arange(0, BLOCK_COLS)
         m = tl.full((), float("-inf"), tl.float32)  # running max (in log2 units)
         s = tl.zeros((), tl.float32)  # running sum of 2^(x - m)
         for start in range(0, n_cols, BLOCK_COLS):
-            x = tl.load(base + start + cols, mask=start + cols < n_cols, other=float("-inf"),
-                        eviction_policy="evict_last" if EVICT else "").to(tl.float32)
+            x = tl.load(base + start + cols, mask=start + cols < n_cols, other=float("-inf")).to(tl.float32)
             x = x * 1.4426950408889634
             m_new = tl.maximum(m, tl.max(x, 0))
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block of -inf so far: 2^(-inf - -inf) is NaN
@@ -88,48 +84,32 @@ if triton is not None:
                         BLOCK_COLS: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         base = logits_ptr + row * row_stride
-        tl.store(lse_ptr + row, _row_lse2(base, n_cols, BLOCK_COLS, False) / 1.4426950408889634)
+        tl.store(lse_ptr + row, _row_lse2(base, n_cols, BLOCK_COLS) / 1.4426950408889634)
         tl.store(picked_ptr + row, _target_logit(base, tl.load(targets_ptr + row), n_cols))
 
     @triton.jit
     def _loss_grad_kernel(logits_ptr, targets_ptr, loss_ptr, n_cols, row_stride, z_loss,
-                          IGNORE: tl.constexpr, BLOCK_COLS: tl.constexpr, WHOLE_ROW: tl.constexpr,
-                          EVICT: tl.constexpr):
+                          IGNORE: tl.constexpr, BLOCK_COLS: tl.constexpr):
         """One row: the token's loss, and the logits overwritten by its gradient (softmax - onehot, times
-        1 + 2 z lse with a z-loss; zero for an ignored token). ``WHOLE_ROW`` (the row fits one block): the row is
-        read once and held while its gradient is written. Else two passes over the row: the log-sum-exp as in
-        _row_lse_kernel, then the gradient, in place (``EVICT``: the first pass asks L2 to keep the row for the
-        second)."""
+        1 + 2 z lse with a z-loss; zero for an ignored token). Two passes over the row: the log-sum-exp as in
+        _row_lse_kernel, then the gradient, in place."""
         row = tl.program_id(0).to(tl.int64)
         base = logits_ptr + row * row_stride
         cols = tl.arange(0, BLOCK_COLS)
         log2e: tl.constexpr = 1.4426950408889634
+        lse2 = _row_lse2(base, n_cols, BLOCK_COLS)  # log2 units
+        lse = lse2 / log2e
         target = tl.load(targets_ptr + row)
         keep = target != IGNORE
         picked = _target_logit(base, target, n_cols)
-        hit = tl.where(keep, target, -1)
-        if WHOLE_ROW:
-            # held in the load's dtype, widened where used: fp32 copies of a 64k row would not fit the registers
-            x = tl.load(base + cols, mask=cols < n_cols, other=float("-inf"))
-            m = tl.max(x.to(tl.float32), 0)
-            shift = tl.where(m == float("-inf"), 0.0, m)
-            s = tl.sum(tl.exp2((x.to(tl.float32) - shift) * log2e), 0)
-            lse = m + tl.log(s)
-            lse2 = lse * log2e
-            scale = tl.where(keep, 1.0 + 2.0 * z_loss * lse, 0.0)
-            grad = tl.exp2(x.to(tl.float32) * log2e - lse2) * scale - tl.where(cols == hit, 1.0, 0.0)
-            tl.store(base + cols, grad.to(logits_ptr.dtype.element_ty), mask=cols < n_cols)
-        else:
-            lse2 = _row_lse2(base, n_cols, BLOCK_COLS, EVICT)  # log2 units
-            lse = lse2 / log2e
-            scale = tl.where(keep, 1.0 + 2.0 * z_loss * lse, 0.0)
-            for start in range(0, n_cols, BLOCK_COLS):
-                c = start + cols
-                x = tl.load(base + c, mask=c < n_cols, other=0.0,
-                            eviction_policy="evict_first" if EVICT else "").to(tl.float32)
-                grad = tl.exp2(x * log2e - lse2) * scale - tl.where(c == hit, 1.0, 0.0)
-                tl.store(base + c, grad.to(logits_ptr.dtype.element_ty), mask=c < n_cols)
         tl.store(loss_ptr + row, tl.where(keep, lse - picked + z_loss * lse * lse, 0.0))
+        scale = tl.where(keep, 1.0 + 2.0 * z_loss * lse, 0.0)
+        hit = tl.where(keep, target, -1)
+        for start in range(0, n_cols, BLOCK_COLS):
+            c = start + cols
+            x = tl.load(base + c, mask=c < n_cols, other=0.0).to(tl.float32)
+            grad = tl.exp2(x * log2e - lse2) * scale - tl.where(c == hit, 1.0, 0.0)
+            tl.store(base + c, grad.to(logits_ptr.dtype.element_ty), mask=c < n_cols)
 
     @torch.library.triton_op("hfpretrain::row_lse", mutates_args=())
     def row_lse(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,21 +133,12 @@ else:
                                                                                         dtype=torch.float32)
 
 
-def head_tiling(n_cols: int) -> tuple[int, int, bool]:
-    """``(columns per block, warps, evict)`` of _loss_grad_kernel for rows of ``n_cols``: the whole row in one
-    block up to WHOLE_ROW_MAX columns (read once), else BLOCK-column blocks in two passes.
-    ``HFPRETRAIN_WHOLE_ROW=0`` keeps the two passes (A/B benchmarks)."""
-    if n_cols <= WHOLE_ROW_MAX and os.environ.get("HFPRETRAIN_WHOLE_ROW", "1") != "0":
-        return 1 << (n_cols - 1).bit_length(), WHOLE_ROW_WARPS, False
-    return BLOCK, 8, TWO_PASS_EVICT
-
-
-def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0,
-                       tiling: tuple[int, int, bool] | None = None) -> torch.Tensor:
+def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0, block: int = BLOCK,
+                       num_warps: int = 8) -> torch.Tensor:
     """Each token's loss (fp32; 0 where ``targets`` is IGNORE_INDEX), with ``logits`` overwritten by the gradient
     of their sum, in one kernel where a loss kernel and then a gradient kernel write a second tensor as large.
-    On CUDA with Triton, ``_loss_grad_kernel`` (one program per row; ``tiling``: head_tiling's by default, the
-    benchmark's sweep); elsewhere the same in PyTorch."""
+    On CUDA with Triton, ``_loss_grad_kernel`` (one program per row; ``block`` columns per iteration and
+    ``num_warps``: the benchmark's sweep); elsewhere the same in PyTorch."""
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError("loss_and_gradient_: 2-D logits with unit column stride")
     n_rows, n_cols = logits.shape
@@ -185,12 +156,10 @@ def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: floa
         grad[rows, targets[rows]] -= 1.0
         logits.copy_(grad)
         return torch.where(keep, lse - picked + z_loss * lse.square(), 0.0)
-    block, num_warps, evict = tiling or head_tiling(n_cols)
     loss = torch.empty(n_rows, device=logits.device, dtype=torch.float32)
     with torch.cuda.device(logits.device):  # the launch goes to the current device: make it the logits'
         _loss_grad_kernel[(n_rows,)](logits, targets, loss, n_cols, logits.stride(0), float(z_loss),
-                                     IGNORE=IGNORE_INDEX, BLOCK_COLS=block, WHOLE_ROW=block >= n_cols,
-                                     EVICT=evict, num_warps=num_warps)
+                                     IGNORE=IGNORE_INDEX, BLOCK_COLS=block, num_warps=num_warps)
     return loss
 
 
