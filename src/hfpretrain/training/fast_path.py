@@ -10,9 +10,10 @@ and each choice comes with its reason (logged at start, and in ``--dry-run``'s p
   loss and its gradient in one kernel: loss.py), liger's fused chunks when they are not;
 * precision (``auto``): fp8 from a hidden size of FP8_MIN_HIDDEN up, on a float8 GPU with torchao, else bf16;
 * residual stream (``auto``): bf16 between the decoder layers on a GPU (models/residual.py), fp32 on a CPU;
-* micro-batch (``auto``): the recipe's micro-batch x accumulation is one split of a step's samples; a larger
-  micro-batch with fewer accumulation steps (any split of the same samples) is the same step (same samples, same gradient up to summation
-  order) with larger matmuls and fewer launches and weight casts, taken while it fits (choose_micro_batch).
+* micro-batch (``auto``): the recipe's micro-batch x accumulation is one split of a step's samples; any split
+  with a larger micro-batch and fewer accumulation steps is the same step (same samples, same gradient up to
+  summation order) with larger matmuls and fewer launches and weight casts, taken while it fits
+  (choose_micro_batch).
 
 Measured in docs/benchmarks.md (benchmarks/gpu_1gpu_fast_path.sh).
 """
@@ -39,8 +40,8 @@ FP8_MIN_HIDDEN = 2048
 
 # model.micro_batch=auto grows the micro-batch while the memory estimate (models/memory.py, within 4% of the
 # measured peaks in docs/benchmarks.md) stays under this share of the GPU: room for its error and fragmentation.
-# The shipped 1.8B recipe runs at ~78% of an H200 (docs/benchmarks.md), so a split estimated at 80% is one of
-# the same risk.
+# The shipped 1.8B recipe runs at 78% of an H200 (110.2 GiB measured, 105.5 estimated: docs/benchmarks.md), so
+# a split estimated at up to 80% takes the risk the recipe already takes.
 MICRO_BATCH_MEMORY_SHARE = 0.8
 
 
