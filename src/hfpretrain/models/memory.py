@@ -26,9 +26,10 @@ implementations under autocast (a = bytes of the autocast dtype, 2 for bf16; fp3
 
 Under ``torch.compile`` (``compiled=True``) inductor's partitioner recomputes pointwise ops in
 the backward and keeps only what matmuls and attention need, so per layer: the residual
-stream at the layer input and after attention (2·r·d; r = 4 for fp32, 2 with ``model.residual_dtype=bfloat16``),
-the two normalised projection inputs (2·a·d), Qwen3's q, k before their norm (a·(d_attn + d_kv)), q, k, v and the attention output
-with its log-sum-exp (a·(2·d_attn + 2·d_kv) + 4·heads), gate, up and the down input (3·a·d_ff);
+stream at the layer input and after attention (2·r·d; r = 4 for fp32, 2 with
+``model.residual_dtype=bfloat16``), the two normalised projection inputs (2·a·d), Qwen3's q, k
+before their norm (a·(d_attn + d_kv)), q, k, v and the attention output with its log-sum-exp
+(a·(2·d_attn + 2·d_kv) + 4·heads), gate, up and the down input (3·a·d_ff);
 the bf16 weight copies are recomputed from the fp32 weights. Checked on an H200 and an H100
 (docs/models.md, docs/benchmarks.md): within 4% of the measured peak from scale_7m to Qwen3 1.8B,
 with liger's loss (any chunk size) and with the chunked loss. With the decoder's linears in float8

@@ -24,7 +24,7 @@ from hfpretrain.data import load_blocks
 from hfpretrain.data.manifest import require_manifest, tokens_per_byte
 from hfpretrain.models import (TrainingLayout, build_model, count_params, detect_peak_flops, device_name,
                                estimate_memory, flops_per_token, load_config)
-from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8, fp8_unsupported
+from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
 from hfpretrain.models.memory import GIB
 from hfpretrain.models.residual import cast_residual_stream, decoder_layers
 from hfpretrain.outdir import OutputBusyError, OutputLock
@@ -162,7 +162,7 @@ def run_memory(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fa
                                                             config.hidden_size, recipe.model.loss_chunk_tokens,
                                                             recipe.model.liger_min_chunk_tokens),
         residual_bytes=2 if fast.residual_dtype == "bfloat16" else 4,
-        float8=fast.precision == "fp8" and fp8_unsupported(config) is None))
+        float8=fast.precision == "fp8"))  # choose_precision gives fp8 only to a model torchao converts
 
 
 def choose_speed(recipe: Recipe, config, args: TrainingArguments, seq_len: int, world_size: int | None = None,
