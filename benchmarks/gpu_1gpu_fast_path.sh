@@ -39,6 +39,9 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     s53m_prev|s146m_prev) m=${v#s}; HFPRETRAIN_ROW_LSE=0 variant $v model.config=scale_${m%_prev} ;;
     model) variant $v $AUTO model.compile=model ;;
     autotune) variant $v model.compile_mode=max-autotune-no-cudagraphs ;;
+    autotune_gemm)  # the defaults, inductor choosing each matmul among cuBLAS and Triton templates that fuse epilogues
+      variant $v $AUTO 'model.inductor_options={max_autotune_gemm: true}'
+      grep -A4 "^AUTOTUNE" /tmp/$v.log > "$OUT/autotune_gemm.txt" ;;
     mb64) variant $v training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
     mb128) variant $v training.per_device_train_batch_size=128 training.gradient_accumulation_steps=1 ;;
     s53m|s92m) variant $v $AUTO model.config=scale_${v#s} ;;
@@ -70,6 +73,10 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
       fi ;;
     profile) variant $v $AUTO 'logging.profile_steps=[20,22]' training.output_dir=/tmp/profile
              cp /tmp/profile/profile/kernels-*.txt /tmp/profile/profile/syncs-*.txt "$OUT/" ;;
+    profile_gaps)  # two steps between logging steps: where the GPU idles (benchmarks/trace_gaps.py), trace kept
+      variant $v $AUTO 'logging.profile_steps=[22,24]' training.output_dir=/tmp/$v
+      python3 benchmarks/trace_gaps.py /tmp/$v/profile/trace-*.json --top 25 | tee "$OUT/gaps_gpt2_124m.txt"
+      gzip -c /tmp/$v/profile/trace-*.json > "$OUT/trace_gpt2_124m.json.gz" ;;
     stock) timed stock python3 benchmarks/benchmark.py stock ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \
              --micro-batch ${STOCK_MB:-32,16,8} --max-steps $STEPS --out "$OUT/fp_stock.json" ;;
     e2e) variant $v $AUTO training.max_steps=200 training.logging_steps=20 training.eval_strategy=steps \

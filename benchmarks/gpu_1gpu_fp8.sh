@@ -14,6 +14,8 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
     bf16_nofused|fp8_nofused) precision=${v%_nofused}; switch=HFPRETRAIN_FUSED_HEAD=0 ;;  # the compiled head + loss
     bf16_f32|fp8_f32) precision="${v%_f32} model.residual_dtype=float32" ;;  # the fp32 residual stream
     bf16_recipe|fp8_recipe) precision="${v%_recipe} model.micro_batch=recipe" ;;  # the recipe's split, not folded
+    bf16_cdt|fp8_cdt) precision="${v%_cdt} model.inductor_options.coordinate_descent_tuning=true" ;;  # tuned blocks
+    bf16_nd|fp8_nd) precision="${v%_nd} model.inductor_options.triton.prefer_nd_tiling=true" ;;  # 2-D tiled casts
     *) precision=$v ;;
   esac
   timed fp8_$v env $switch python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
@@ -21,7 +23,8 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
     training.save_strategy=no training.report_to=none training.disable_tqdm=true \
     training.resume_from_checkpoint=none training.output_dir=/tmp/fp8_$v ${PROFILE:+'logging.profile_steps=[20,22]'} \
     "$@" --out "$OUT/fp8_$v.json"
-  [ -n "${PROFILE:-}" ] && for f in /tmp/fp8_$v/profile/kernels-*.txt; do cp "$f" "$OUT/kernels_fp8_${v}.txt"; done
+  [ -n "${PROFILE:-}" ] && for f in /tmp/fp8_$v/profile/kernels-*.txt; do cp "$f" "$OUT/kernels_fp8_${v}.txt"
+    python3 benchmarks/trace_gaps.py /tmp/fp8_$v/profile/trace-*.json | tee "$OUT/gaps_fp8_${v}.txt"; done
 done
 for v in fp8 fp8_rowwise fp8_fastacc; do
   [ -f /tmp/fp8_$v/log.jsonl ] && python3 benchmarks/compare_losses.py /tmp/fp8_$v/log.jsonl /tmp/fp8_bf16/log.jsonl \

@@ -404,5 +404,9 @@ def test_inductor_options_are_checked():
     err = _error(["data.path=x", "model.inductor_options={coordinate_descent_tunin: true}"])
     assert "model.inductor_options.coordinate_descent_tunin" in err and "coordinate_descent_tuning?" in err
     assert "a group of settings" in _error(["data.path=x", "model.inductor_options={triton: 1}"])
+    # a dotted override reaches inside the group: flattened to the name inductor's config.patch takes
+    r = load_recipe(TINY_RECIPE, ["data.path=x", "model.inductor_options.triton.prefer_nd_tiling=true"])
+    assert r.model.inductor_options == {"triton.prefer_nd_tiling": True}
+    assert "triton.nope" in _error(["data.path=x", "model.inductor_options.triton.nope=1"])
     assert "triton.nope" in _error(["data.path=x", "model.inductor_options={triton.nope: 1}"])
     assert "expected a bool" in _error(["data.path=x", "model.inductor_options={coordinate_descent_tuning: 5}"])

@@ -274,6 +274,18 @@ def _read_yaml(path: Path) -> DictConfig:
     return cfg
 
 
+def _flat_inductor_options(options, prefix: str = "") -> dict:
+    """Nested groups made dotted keys: the override ``model.inductor_options.triton.multi_kernel=1`` arrives
+    as ``{triton: {multi_kernel: 1}}``, which ``torch._inductor.config.patch`` would not take."""
+    flat = {}
+    for key, value in options.items():
+        if isinstance(value, (dict, DictConfig)):
+            flat.update(_flat_inductor_options(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def _check_inductor_options(options) -> None:
     """Each key must name a setting of ``torch._inductor.config`` (dotted for its sub-configs, e.g.
     ``triton.multi_kernel``): a misspelt one would otherwise be a silent no-op."""
@@ -341,6 +353,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     backends = list(recipe.model.sdpa_backends)
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
         raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")
+    recipe.model.inductor_options = _flat_inductor_options(recipe.model.inductor_options)
     _check_inductor_options(recipe.model.inductor_options)
     check_data_section(recipe.data, recipe.training)
     _check_decay_ratio(recipe.training, recipe.data.decay_in_last_phase)
