@@ -47,6 +47,9 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     s53m|s92m) variant $v $AUTO model.config=scale_${v#s} ;;
     s53m_mb128|s92m_mb128|s146m_mb128) m=${v#s}; variant $v model.config=scale_${m%_mb128} \
       training.per_device_train_batch_size=128 training.gradient_accumulation_steps=1 ;;
+    tiled) variant $v $AUTO model.inductor_options.triton.prefer_nd_tiling=true \
+             model.inductor_options.triton.tile_reductions=true ;;  # 2-D tiles: column sums fused with their producer
+    nd) variant $v $AUTO model.inductor_options.triton.prefer_nd_tiling=true ;;
     cdt) variant $v "$CDT" ;;  # inductor tunes each Triton kernel's block sizes (slower compile)
     cdt_mb64) variant $v "$CDT" training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
     cdt_model) variant $v "$CDT" model.compile=model ;;
