@@ -408,5 +408,8 @@ def test_inductor_options_are_checked():
     r = load_recipe(TINY_RECIPE, ["data.path=x", "model.inductor_options.triton.prefer_nd_tiling=true"])
     assert r.model.inductor_options == {"triton.prefer_nd_tiling": True}
     assert "triton.nope" in _error(["data.path=x", "model.inductor_options.triton.nope=1"])
+    # a setting whose value is itself a mapping stays whole
+    r = load_recipe(TINY_RECIPE, ["data.path=x", "model.inductor_options={pre_grad_fusion_options: {batch_linear: {}}}"])
+    assert r.model.inductor_options == {"pre_grad_fusion_options": {"batch_linear": {}}}
     assert "triton.nope" in _error(["data.path=x", "model.inductor_options={triton.nope: 1}"])
     assert "expected a bool" in _error(["data.path=x", "model.inductor_options={coordinate_descent_tuning: 5}"])

@@ -274,27 +274,28 @@ def _read_yaml(path: Path) -> DictConfig:
     return cfg
 
 
-def _flat_inductor_options(options, prefix: str = "") -> dict:
-    """Nested groups made dotted keys: the override ``model.inductor_options.triton.multi_kernel=1`` arrives
-    as ``{triton: {multi_kernel: 1}}``, which ``torch._inductor.config.patch`` would not take."""
-    flat = {}
-    for key, value in options.items():
-        if isinstance(value, (dict, DictConfig)):
-            flat.update(_flat_inductor_options(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def _check_inductor_options(options) -> None:
-    """Each key must name a setting of ``torch._inductor.config`` (dotted for its sub-configs, e.g.
-    ``triton.multi_kernel``): a misspelt one would otherwise be a silent no-op."""
+def _inductor_settings(options) -> dict:
+    """``model.inductor_options`` as ``torch._inductor.config.patch`` takes it, each key checked: it must name a
+    setting (dotted for its sub-configs, e.g. ``triton.multi_kernel``), since a misspelt one would be a silent
+    no-op. A dotted override such as ``model.inductor_options.triton.multi_kernel=1`` arrives nested
+    (``{triton: {multi_kernel: 1}}``) and is flattened; a setting whose own value is a mapping
+    (``pre_grad_fusion_options``) is kept whole."""
     import torch._inductor.config as inductor_config
 
     defaults = inductor_config.get_config_copy()
     names = defaults.keys()
-    for key, value in options.items():
-        key = str(key)
+    settings = {}
+
+    def visit(group, prefix: str) -> None:
+        for key, value in group.items():
+            key = f"{prefix}{key}"
+            if key not in names and isinstance(value, (dict, DictConfig)):
+                visit(value, key + ".")
+            else:
+                settings[key] = OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
+
+    visit(options, "")
+    for key, value in settings.items():
         if key in names:
             default = defaults[key]  # a value of another type would fail only at the first compile, in train()
             if isinstance(default, (bool, int, float, str)) and not (
@@ -307,6 +308,7 @@ def _check_inductor_options(options) -> None:
         near = difflib.get_close_matches(key, names, n=1)
         hint = f" (did you mean {near[0]}?)" if near else ""
         raise RecipeError(f"model.inductor_options.{key}: not a setting of torch._inductor.config{hint}")
+    return settings
 
 
 def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
@@ -353,8 +355,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     backends = list(recipe.model.sdpa_backends)
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
         raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")
-    recipe.model.inductor_options = _flat_inductor_options(recipe.model.inductor_options)
-    _check_inductor_options(recipe.model.inductor_options)
+    recipe.model.inductor_options = _inductor_settings(recipe.model.inductor_options)
     check_data_section(recipe.data, recipe.training)
     _check_decay_ratio(recipe.training, recipe.data.decay_in_last_phase)
     if not recipe.data.path and recipe.data.sources:
