@@ -27,6 +27,7 @@ from hfpretrain.models import (TrainingLayout, build_model, count_params, detect
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
 from hfpretrain.models.memory import GIB
 from hfpretrain.models.residual import cast_residual_stream, decoder_layers
+from hfpretrain.models.rotary import tabulate_rotary
 from hfpretrain.outdir import OutputBusyError, OutputLock
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -241,6 +242,10 @@ def compile_model(model, scope: str, backend: str = "inductor", mode: str = "def
     torch._dynamo.reset()
     options = {"backend": backend, "mode": None if mode == "default" else mode}
     if scope in ("model", "decoder"):
+        # the rotary embedding is inside this graph: its cos/sin would be recomputed in every layer's kernels
+        # (HFPRETRAIN_ROPE_TABLE=0 keeps transformers' forward, for A/B runs)
+        if os.environ.get("HFPRETRAIN_ROPE_TABLE", "1") != "0" and tabulate_rotary(model):
+            logger.info("rotary cos/sin read from a table (models/rotary.py)")
         (model if scope == "model" else model.base_model).compile(**options)
         return 1
     try:
