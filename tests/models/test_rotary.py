@@ -67,3 +67,13 @@ def test_checkpoints_and_other_models_unchanged(tmp_path):
     assert not tabulate_rotary(gpt2)  # learned positions: nothing to tabulate
     dynamic = _model("tiny", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}})
     assert not tabulate_rotary(dynamic)  # its frequencies change with the length
+
+
+def test_the_table_covers_a_training_length_past_the_config():
+    """Training blocks longer than max_position_embeddings: transformers' forward extrapolates, so must the table."""
+    model = _model("llama3_2p2b", LLAMA)  # 64 positions
+    reference = copy.deepcopy(model)
+    assert tabulate_rotary(model, min_length=128)
+    assert model.model.rotary_emb.cos_table.shape[0] == 128
+    ids = torch.randint(0, 512, (1, 128))
+    torch.testing.assert_close(model(input_ids=ids).logits, reference(input_ids=ids).logits, rtol=0, atol=1e-5)

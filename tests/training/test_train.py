@@ -4,6 +4,7 @@ accumulation, preemption (SIGTERM) and the non-finite-loss policies."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 
@@ -515,21 +516,22 @@ def test_a_crash_with_data_loader_workers_ends_the_process(mini_blocks, tmp_path
     assert proc.returncode == 1 and "nan_policy=stop" in proc.stderr.strip().splitlines()[-1]  # one line, exit 1
 
 
-def test_each_run_in_a_process_compiles(mini_blocks, tmp_path):
+def test_each_run_in_a_process_compiles(mini_blocks, tmp_path, caplog):
     """A study trains many models in one process. Dynamo's recompile limit is per process (8; here 1):
     without a reset per run, the later models silently ran eager. The compile check raises if a run
     made no graph of its own. (config.patch, not monkeypatch: monkeypatch's undo deleted the setting, and
-    every later compile in the process failed.)"""
+    every later compile in the process failed.) Compiled whole, the rotary embedding reads its table."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    with torch._dynamo.config.patch(recompile_limit=1):
+    with torch._dynamo.config.patch(recompile_limit=1), caplog.at_level(logging.INFO, logger="hfpretrain"):
         for width in (128, 192):
             before = counters["stats"]["unique_graphs"]
             run_pretrain(mini_blocks, tmp_path / f"ffn{width}", {
                 "training.max_steps": "2", "model.compile": "decoder", "model.compile_backend": "eager",
                 "model.overrides.intermediate_size": str(width)})
             assert counters["stats"]["unique_graphs"] > before, width
+    assert caplog.text.count("rotary cos/sin read from a table") == 2
 
 
 def test_inductor_options_hold_while_training(mini_blocks, tmp_path, monkeypatch):

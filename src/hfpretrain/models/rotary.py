@@ -8,8 +8,8 @@ kernels took 8.6 ms of scale_53m's 87 ms step (GPT-2 vocabulary, seq 1024); read
 ran 1.5% faster (docs/benchmarks.md, eighth session). With ``compile=layers`` the rotary embedding runs eagerly
 and this does not arise.
 
-``tabulate_rotary`` computes cos and sin once for every position up to ``max_position_embeddings``, with the
-model's own formula, as non-persistent buffers (checkpoints are unchanged), and makes the module's forward an
+``tabulate_rotary`` computes cos and sin once for every position up to ``max_position_embeddings`` (or the
+training length, where that is longer: transformers' forward extrapolates there too), with the model's own formula, as non-persistent buffers (checkpoints are unchanged), and makes the module's forward an
 index into them: inside the graph a gather, read from cache, instead of a transcendental per element. Only rope
 types whose frequencies never change are tabulated (not ``dynamic`` or ``longrope``, which rescale with length).
 """
@@ -35,14 +35,14 @@ def _from_table(self, x: torch.Tensor, position_ids: torch.Tensor):
     return self.cos_table[position_ids].to(x.dtype), self.sin_table[position_ids].to(x.dtype)
 
 
-def tabulate_rotary(model: nn.Module) -> bool:
-    """Make the model's rotary embedding read cos/sin from tables (before ``torch.compile``, which traces the new
-    forward). Returns whether it did: False for a model without rotary embeddings (GPT-2) or with a rope type whose
-    frequencies change with the sequence length."""
+def tabulate_rotary(model: nn.Module, min_length: int = 0) -> bool:
+    """Make the model's rotary embedding read cos/sin from tables of ``max(max_position_embeddings, min_length)``
+    positions (before ``torch.compile``, which traces the new forward). Returns whether it did: False for a model
+    without rotary embeddings (GPT-2) or with a rope type whose frequencies change with the sequence length."""
     rotary = _rotary_module(model)
     if rotary is None or getattr(rotary, "rope_type", "default") not in STATIC_ROPE_TYPES:
         return False
-    length = int(model.config.max_position_embeddings)
+    length = max(int(model.config.max_position_embeddings), int(min_length))
     with torch.no_grad():
         positions = torch.arange(length, device=rotary.inv_freq.device, dtype=torch.float32)
         freqs = positions[:, None] * rotary.inv_freq.float()[None, :]

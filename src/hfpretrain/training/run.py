@@ -242,10 +242,6 @@ def compile_model(model, scope: str, backend: str = "inductor", mode: str = "def
     torch._dynamo.reset()
     options = {"backend": backend, "mode": None if mode == "default" else mode}
     if scope in ("model", "decoder"):
-        # the rotary embedding is inside this graph: its cos/sin would be recomputed in every layer's kernels
-        # (HFPRETRAIN_ROPE_TABLE=0 keeps transformers' forward, for A/B runs)
-        if os.environ.get("HFPRETRAIN_ROPE_TABLE", "1") != "0" and tabulate_rotary(model):
-            logger.info("rotary cos/sin read from a table (models/rotary.py)")
         (model if scope == "model" else model.base_model).compile(**options)
         return 1
     try:
@@ -686,6 +682,11 @@ def build_run_model(run: RunSetup):
     n_fp8 = convert_to_fp8(model, fast.precision, run.recipe.model.fp8_emulate,  # before compile: it traces them
                            run.recipe.model.fp8_fast_accum)
     cast_residual_stream(model, fast.residual_dtype)  # before compile too: a hook it traces
+    # Compiled whole, the rotary embedding is inside the graph, where its cos/sin would be recomputed in every
+    # layer's kernels (HFPRETRAIN_ROPE_TABLE=0 keeps transformers' forward, for A/B runs).
+    if (fast.compile in ("decoder", "model") and os.environ.get("HFPRETRAIN_ROPE_TABLE", "1") != "0"
+            and tabulate_rotary(model, run.seq_len)):
+        logger.info("rotary cos/sin read from a table (models/rotary.py)")
     n_compiled = compile_model(model, fast.compile, run.recipe.model.compile_backend, fast.compile_mode)
     return model, n_fp8, n_compiled
 
