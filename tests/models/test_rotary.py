@@ -20,7 +20,9 @@ def _model(name="tiny", overrides=None):
 
 
 def test_same_cos_sin_and_logits_as_transformers():
-    for model in (_model(), _model("llama3_2p2b", LLAMA)):
+    yarn = {"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 10000.0,  # attention_scaling != 1
+                                "original_max_position_embeddings": 1024}}
+    for model in (_model(), _model("llama3_2p2b", LLAMA), _model("tiny", yarn)):
         reference = copy.deepcopy(model)
         assert tabulate_rotary(model)
         rotary, rotary_ref = model.model.rotary_emb, reference.model.rotary_emb
