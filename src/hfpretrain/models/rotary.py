@@ -9,9 +9,10 @@ ran 1.5% faster (docs/benchmarks.md, eighth session). With ``compile=layers`` th
 and this does not arise.
 
 ``tabulate_rotary`` computes cos and sin once for every position up to ``max_position_embeddings`` (or the
-training length, where that is longer: transformers' forward extrapolates there too), with the model's own formula, as non-persistent buffers (checkpoints are unchanged), and makes the module's forward an
-index into them: inside the graph a gather, read from cache, instead of a transcendental per element. Only rope
-types whose frequencies never change are tabulated (not ``dynamic`` or ``longrope``, which rescale with length).
+training length, where that is longer: transformers' forward extrapolates there too), with the model's own
+formula, as non-persistent buffers (checkpoints are unchanged), and makes the module's forward an index into
+them: inside the graph a gather, read from cache, instead of a transcendental per element. Only rope types whose
+frequencies never change are tabulated (not ``dynamic`` or ``longrope``, which rescale with length).
 """
 
 from __future__ import annotations
