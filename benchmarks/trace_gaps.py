@@ -1,8 +1,9 @@
 """Where a profiled window leaves the GPU idle: the gaps between device activities in a torch.profiler
 Chrome trace (training/callbacks.py ProfilerCallback writes one), each classed as *starved* (the next
-kernel was launched by the host only after the GPU had run dry: the host is the bottleneck there) or
-*latency* (it was already queued: the gap is the device's own launch latency), with what the host was
-doing during the largest starved gaps.
+kernel was launched by the host only after the GPU had run dry: the host is the bottleneck there),
+*queued* (it was already launched: the gap is the device's own latency) or *unknown* (no launch event
+found), with what the host was doing during the largest starved gaps. Launches are runtime calls
+(cudaLaunchKernel: aten, cuBLAS) or driver calls (cuLaunchKernel: inductor's Triton kernels).
 
     python benchmarks/trace_gaps.py runs/x/profile/trace-steps20-22.json [--top 15] [--min-us 5]
 """
@@ -28,7 +29,7 @@ def main():
     device = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
                     key=lambda e: e["ts"])
     launches = {e["args"]["correlation"]: e for e in events
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     host_ops = sorted((e for e in events if e.get("cat") in ("cpu_op", "python_function", "user_annotation")),
                       key=lambda e: e["ts"])
     host_starts = [e["ts"] for e in host_ops]
@@ -39,23 +40,22 @@ def main():
     for e in device:
         if e["ts"] - end >= a.min_us:
             launch = launches.get(e.get("args", {}).get("correlation"))
-            starved = launch is not None and launch["ts"] + launch["dur"] > end
-            gaps.append((e["ts"] - end, end, e, launch, starved))
+            kind = "unknown" if launch is None else "starved" if launch["ts"] + launch["dur"] > end else "queued"
+            gaps.append((e["ts"] - end, end, e, launch, kind))
         busy += max(0.0, e["ts"] + e["dur"] - max(e["ts"], end))
         end = max(end, e["ts"] + e["dur"])
     span = end - device[0]["ts"]
-    starved = sum(g[0] for g in gaps if g[4])
-    latency = sum(g[0] for g in gaps if not g[4])
+    by_kind = {k: sum(g[0] for g in gaps if g[4] == k) for k in ("starved", "queued", "unknown")}
     print(f"window {span / 1e3:.1f} ms: GPU busy {busy / 1e3:.1f} ms ({busy / span:.1%}); "
-          f"{len(gaps)} gaps >= {a.min_us:g} us: host-starved {starved / 1e3:.2f} ms, "
-          f"queued (launch latency) {latency / 1e3:.2f} ms; {len(device)} device activities")
-    small = span - busy - starved - latency
+          f"{len(gaps)} gaps >= {a.min_us:g} us: host-starved {by_kind['starved'] / 1e3:.2f} ms, "
+          f"queued {by_kind['queued'] / 1e3:.2f} ms, launch not found {by_kind['unknown'] / 1e3:.2f} ms; "
+          f"{len(device)} device activities")
+    small = span - busy - sum(by_kind.values())
     print(f"gaps under {a.min_us:g} us: {small / 1e3:.2f} ms in all")
     print(f"\nlargest {a.top} gaps:")
-    for dur, start, nxt, launch, is_starved in sorted(gaps, key=lambda g: -g[0])[:a.top]:
-        kind = "starved" if is_starved else "queued"
+    for dur, start, nxt, launch, kind in sorted(gaps, key=lambda g: -g[0])[:a.top]:
         print(f"  {dur / 1e3:8.3f} ms {kind:7s} before {nxt['name'][:70]}")
-        if is_starved:  # the host ops running while the GPU waited, outermost first
+        if kind == "starved":  # the host ops running while the GPU waited, outermost first
             stop = launch["ts"]
             i = bisect.bisect_left(host_starts, start - 5e5)
             busy_host = Counter()
