@@ -4,6 +4,7 @@ sin left in a compiled decoder's graph, checkpoints unchanged."""
 from __future__ import annotations
 
 import copy
+import itertools
 
 import torch
 
@@ -26,10 +27,11 @@ def test_same_cos_sin_and_logits_as_transformers():
         reference = copy.deepcopy(model)
         assert tabulate_rotary(model)
         rotary, rotary_ref = model.model.rotary_emb, reference.model.rotary_emb
-        x = torch.randn(2, 16, model.config.hidden_size)
-        for positions in (torch.arange(16)[None], torch.randint(0, model.config.max_position_embeddings, (2, 16))):
-            for got, want in zip(rotary(x, positions), rotary_ref(x, positions)):
-                assert got.shape == want.shape and got.dtype == want.dtype
+        inputs = (torch.randn(2, 16, 8), torch.randn(2, 16, 8, dtype=torch.bfloat16))  # the dtype follows x
+        positions = (torch.arange(16)[None], torch.randint(0, model.config.max_position_embeddings, (2, 16)))
+        for x, pos in itertools.product(inputs, positions):
+            for got, want in zip(rotary(x, pos), rotary_ref(x, pos)):
+                assert got.shape == want.shape and got.dtype == want.dtype == x.dtype
                 torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
         ids = torch.randint(0, 512, (2, 16))
         torch.testing.assert_close(model(input_ids=ids).logits, reference(input_ids=ids).logits, rtol=0, atol=1e-5)
@@ -63,6 +65,10 @@ def test_checkpoints_and_other_models_unchanged(tmp_path):
     assert tabulate_rotary(model)
     assert set(model.state_dict()) == keys  # non-persistent buffers: save_pretrained writes what it wrote before
     model.save_pretrained(tmp_path)
+    torch.save(model, tmp_path / "whole.pt")  # a whole-model pickle still works (a bound method would not pickle)
+    loaded = torch.load(tmp_path / "whole.pt", weights_only=False)
+    ids = torch.randint(0, 512, (1, 8))
+    torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
     assert "cos_table" not in (tmp_path / "model.safetensors").read_bytes()[:20000].decode("latin-1")
     gpt2 = build_model(load_config("gpt2_124m", {"n_layer": 1, "n_embd": 64, "n_head": 2, "vocab_size": 512}, vocab_size=512),
                        attn_implementation="sdpa")

@@ -408,6 +408,9 @@ def test_inductor_options_are_checked():
     r = load_recipe(TINY_RECIPE, ["data.path=x", "model.inductor_options.triton.prefer_nd_tiling=true"])
     assert r.model.inductor_options == {"triton.prefer_nd_tiling": True}
     assert "triton.nope" in _error(["data.path=x", "model.inductor_options.triton.nope=1"])
+    # a misspelt mapping-valued setting, or an empty group, is refused rather than flattened into nothing
+    assert "pre_grad_fusion_option:" in _error(["data.path=x", "model.inductor_options={pre_grad_fusion_option: {a: {}}}"])
+    assert "a group of settings" in _error(["data.path=x", "model.inductor_options={triton: {}}"])
     # a setting whose value is itself a mapping stays whole
     r = load_recipe(TINY_RECIPE, ["data.path=x", "model.inductor_options={pre_grad_fusion_options: {batch_linear: {}}}"])
     assert r.model.inductor_options == {"pre_grad_fusion_options": {"batch_linear": {}}}

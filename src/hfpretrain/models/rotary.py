@@ -12,12 +12,14 @@ and this does not arise.
 training length, where that is longer: transformers' forward extrapolates there too), with the model's own
 formula, as non-persistent buffers (checkpoints are unchanged), and makes the module's forward an index into
 them: inside the graph a gather, read from cache, instead of a transcendental per element. Only rope types whose
-frequencies never change are tabulated (not ``dynamic`` or ``longrope``, which rescale with length).
+frequencies never change are tabulated (not ``dynamic`` or ``longrope``, which rescale with length). Positions
+past the table (an in-memory ``generate`` beyond it) fail with an index error, where transformers' forward would
+extrapolate; evaluation blocks are the training length, and lm-eval truncates to ``max_position_embeddings``.
 """
 
 from __future__ import annotations
 
-import types
+import functools
 
 import torch
 from torch import nn
@@ -50,5 +52,5 @@ def tabulate_rotary(model: nn.Module, min_length: int = 0) -> bool:
         emb = torch.cat((freqs, freqs), dim=-1)
         rotary.register_buffer("cos_table", emb.cos() * rotary.attention_scaling, persistent=False)
         rotary.register_buffer("sin_table", emb.sin() * rotary.attention_scaling, persistent=False)
-    rotary.forward = types.MethodType(_from_table, rotary)
+    rotary.forward = functools.partial(_from_table, rotary)  # a partial pickles (a bound method would not)
     return True

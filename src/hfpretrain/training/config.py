@@ -289,9 +289,10 @@ def _inductor_settings(options) -> dict:
     def visit(group, prefix: str) -> None:
         for key, value in group.items():
             key = f"{prefix}{key}"
-            if key not in names and isinstance(value, (dict, DictConfig)):
+            is_group = key not in names and any(name.startswith(key + ".") for name in names)
+            if is_group and isinstance(value, (dict, DictConfig)) and len(value):
                 visit(value, key + ".")
-            else:
+            else:  # a setting, or a misspelt name whose mapping must reach the check below, not vanish
                 settings[key] = OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
 
     visit(options, "")
