@@ -57,7 +57,7 @@ def main():
         print(f"  {dur / 1e3:8.3f} ms {kind:7s} before {nxt['name'][:70]}")
         if kind == "starved":  # the host ops running while the GPU waited, outermost first
             stop = launch["ts"]
-            i = bisect.bisect_left(host_starts, start - 5e5)
+            i = bisect.bisect_left(host_starts, start - 5e5)  # from 0.5 s before: outer ops begun earlier
             busy_host = Counter()
             for h in host_ops[i:]:
                 if h["ts"] > stop:

@@ -290,10 +290,10 @@ def _inductor_settings(options) -> dict:
         for key, value in group.items():
             key = f"{prefix}{key}"
             is_group = key not in names and any(name.startswith(key + ".") for name in names)
-            if is_group and isinstance(value, (dict, DictConfig)) and len(value):
+            if is_group and isinstance(value, dict) and value:
                 visit(value, key + ".")
             else:  # a setting, or a misspelt name whose mapping must reach the check below, not vanish
-                settings[key] = OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
+                settings[key] = value
 
     visit(options, "")
     for key, value in settings.items():
