@@ -30,6 +30,10 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     packed) variant $v model.compile=decoder model.fused_loss=liger ;;  # + SDPA causal without a mask
     auto) variant $v $AUTO ;;                                      # the defaults
     auto_nolse) HFPRETRAIN_ROW_LSE=0 variant $v $AUTO ;;           # the defaults without the loss's row kernel
+    auto_tanh|auto_tanh2) HFPRETRAIN_GELU_SIGMOID=0 variant $v $AUTO ;;  # transformers' tanh GELU (models/gelu.py)
+    auto2) variant $v $AUTO ;;                                     # the defaults again (alternating A/B runs)
+    pdl) variant $v $AUTO model.inductor_options.triton.enable_pdl=true ;;  # programmatic dependent launch (Hopper)
+    bench_gelu) python3 benchmarks/bench_gelu.py | tee "$OUT/bench_gelu.txt" ;;  # the two GELU forms' kernels alone
     auto_f32) variant $v $AUTO model.residual_dtype=float32 ;;     # the defaults with the fp32 residual stream
     auto_nofused) HFPRETRAIN_FUSED_HEAD=0 variant $v $AUTO ;;      # the defaults with the compiled head + loss
     s146m_nofused) HFPRETRAIN_FUSED_HEAD=0 variant $v $AUTO model.config=scale_146m ;;

@@ -9,14 +9,17 @@ tokenize_corpus
 for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   rm -rf /tmp/fp8_$v
   switch=  # an environment switch for A/B runs
-  case $v in  # fp8_fastacc: tensorwise with fast accumulation in the backward matmuls too (model.fp8_fast_accum)
-    fp8_fastacc) precision="fp8 model.fp8_fast_accum=true" ;;
-    bf16_nofused|fp8_nofused) precision=${v%_nofused}; switch=HFPRETRAIN_FUSED_HEAD=0 ;;  # the compiled head + loss
-    bf16_f32|fp8_f32) precision="${v%_f32} model.residual_dtype=float32" ;;  # the fp32 residual stream
-    bf16_recipe|fp8_recipe) precision="${v%_recipe} model.micro_batch=recipe" ;;  # the recipe's split, not folded
-    bf16_cdt|fp8_cdt) precision="${v%_cdt} model.inductor_options.coordinate_descent_tuning=true" ;;  # tuned blocks
-    bf16_nd|fp8_nd) precision="${v%_nd} model.inductor_options.triton.prefer_nd_tiling=true" ;;  # 2-D tiled casts
-    *) precision=$v ;;
+  base=${v%.[0-9]}  # a suffix .N repeats a variant (alternating A/B runs in one call)
+  case $base in
+    # fast accumulation in the input gradients' matmuls too, then in all (model.fp8_fast_accum)
+    fp8_fastacc_in) precision="fp8 model.fp8_fast_accum=input_grad" ;;
+    fp8_fastacc) precision="fp8 model.fp8_fast_accum=all" ;;
+    bf16_nofused|fp8_nofused) precision=${base%_nofused}; switch=HFPRETRAIN_FUSED_HEAD=0 ;;  # the compiled head + loss
+    bf16_f32|fp8_f32) precision="${base%_f32} model.residual_dtype=float32" ;;  # the fp32 residual stream
+    bf16_recipe|fp8_recipe) precision="${base%_recipe} model.micro_batch=recipe" ;;  # the recipe's split, not folded
+    bf16_cdt|fp8_cdt) precision="${base%_cdt} model.inductor_options.coordinate_descent_tuning=true" ;;  # tuned blocks
+    bf16_nd|fp8_nd) precision="${base%_nd} model.inductor_options.triton.prefer_nd_tiling=true" ;;  # 2-D tiled casts
+    *) precision=$base ;;
   esac
   timed fp8_$v env $switch python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
     model.precision=$precision training.max_steps=${STEPS:-60} training.logging_steps=10 training.eval_strategy=no \
@@ -26,7 +29,7 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   [ -n "${PROFILE:-}" ] && for f in /tmp/fp8_$v/profile/kernels-*.txt; do cp "$f" "$OUT/kernels_fp8_${v}.txt"
     python3 benchmarks/trace_gaps.py /tmp/fp8_$v/profile/trace-*.json | tee "$OUT/gaps_fp8_${v}.txt"; done
 done
-for v in fp8 fp8_rowwise fp8_fastacc; do
+for v in fp8 fp8_rowwise fp8_fastacc_in fp8_fastacc; do
   [ -f /tmp/fp8_$v/log.jsonl ] && python3 benchmarks/compare_losses.py /tmp/fp8_$v/log.jsonl /tmp/fp8_bf16/log.jsonl \
     | tee "$OUT/loss_$v.txt"
 done

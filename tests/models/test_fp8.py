@@ -84,16 +84,19 @@ def test_auto_precision_by_width(name, overrides, planning, want):
                                                                                        "set in the recipe")
 
 
-def test_fast_accumulation_in_the_backward_is_opt_in():
-    model = build_model(load_config("tiny", {}, vocab_size=50304))
-    convert_to_fp8(model, "fp8", emulate=True)
-    layer = model.model.layers[0].mlp.up_proj
-    assert layer.config.gemm_config_output.use_fast_accum  # torchao's tensorwise recipe: the forward only
-    assert not layer.config.gemm_config_grad_input.use_fast_accum and not layer.config.gemm_config_grad_weight.use_fast_accum
-    model = build_model(load_config("tiny", {}, vocab_size=50304))
-    convert_to_fp8(model, "fp8", emulate=True, fast_accum_backward=True)
-    layer = model.model.layers[0].mlp.up_proj
-    assert layer.config.gemm_config_grad_input.use_fast_accum and layer.config.gemm_config_grad_weight.use_fast_accum
-    ids = torch.randint(0, 50304, (2, 16))
-    model(input_ids=ids, labels=ids).loss.backward()
-    assert layer.weight.grad is not None and torch.isfinite(layer.weight.grad).all()
+def test_fast_accumulation_beyond_the_forward_is_opt_in():
+    """model.fp8_fast_accum: forward (torchao's recipes), input_grad adds the input gradients' matmuls, all the
+    weight gradients' too; a run trains with each; a misspelt value is refused by name."""
+    expected = {"forward": (False, False), "input_grad": (True, False), "all": (True, True)}
+    for fast_accum, (grad_input, grad_weight) in expected.items():
+        model = build_model(load_config("tiny", {}, vocab_size=50304))
+        convert_to_fp8(model, "fp8", emulate=True, fast_accum=fast_accum)
+        layer = model.model.layers[0].mlp.up_proj
+        assert layer.config.gemm_config_output.use_fast_accum
+        assert layer.config.gemm_config_grad_input.use_fast_accum == grad_input
+        assert layer.config.gemm_config_grad_weight.use_fast_accum == grad_weight
+        ids = torch.randint(0, 50304, (2, 16))
+        model(input_ids=ids, labels=ids).loss.backward()
+        assert layer.weight.grad is not None and torch.isfinite(layer.weight.grad).all()
+    with pytest.raises(ValueError, match="model.fp8_fast_accum='backward': one of forward, input_grad, all"):
+        convert_to_fp8(build_model(load_config("tiny", {}, vocab_size=512)), "fp8", emulate=True, fast_accum="backward")

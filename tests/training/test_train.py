@@ -534,6 +534,19 @@ def test_each_run_in_a_process_compiles(mini_blocks, tmp_path, caplog):
     assert caplog.text.count("rotary cos/sin read from a table") == 2
 
 
+def test_a_compiled_gpt2_run_computes_gelu_with_a_sigmoid(mini_blocks, tmp_path, caplog):
+    """Compiled, GPT-2's tanh GELU runs as x * sigmoid(2u) (models/gelu.py); uncompiled, transformers' module."""
+    gpt2 = {"model.config": "gpt2_124m", "model.overrides.n_layer": "2", "model.overrides.n_embd": "64",
+            "model.overrides.n_head": "2", "training.max_steps": "1", "training.save_strategy": "no"}
+    with caplog.at_level(logging.INFO, logger="hfpretrain"):
+        run_pretrain(mini_blocks, tmp_path / "compiled", {**gpt2, "model.compile": "decoder",
+                                                          "model.compile_backend": "eager"})
+        assert "GELU (tanh approximation) computed as x * sigmoid(2u) in 2 modules" in caplog.text
+        caplog.clear()
+        run_pretrain(mini_blocks, tmp_path / "eager", {**gpt2, "model.compile": "none"})
+        assert "sigmoid(2u)" not in caplog.text
+
+
 def test_inductor_options_hold_while_training(mini_blocks, tmp_path, monkeypatch):
     """model.inductor_options are in effect where torch.compile compiles (inside train()), and only there."""
     import torch._inductor.config as inductor_config

@@ -64,20 +64,28 @@ def fp8_module_filter(head: nn.Module):
     return keep
 
 
-def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False, fast_accum_backward: bool = False) -> int:
+FAST_ACCUM = ("forward", "input_grad", "all")  # model.fp8_fast_accum: each adds the next gradient's matmuls
+
+
+def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False, fast_accum: str = "forward") -> int:
     """Convert ``model``'s decoder linears in place; return how many were converted (0 for bf16).
-    ``fast_accum_backward``: the gradients' matmuls accumulate fast too, as the forward's do."""
+    ``fast_accum``: the matmuls that accumulate fast (FAST_ACCUM): the forward's, as torchao's recipes do;
+    also the input gradients' (their sums run over a model width, like the forward's); also the weight
+    gradients' (sums over every token of the micro-batch, where the lower precision rounds most)."""
     if precision not in RECIPES:
         return 0
+    if fast_accum not in FAST_ACCUM:
+        raise ValueError(f"model.fp8_fast_accum={fast_accum!r}: one of {', '.join(FAST_ACCUM)}")
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     from torchao.float8.config import Float8GemmConfig
 
     config = Float8LinearConfig.from_recipe_name(RECIPES[precision])
     if emulate:
         config = dataclasses.replace(config, emulate=True)
-    if fast_accum_backward:
-        config = dataclasses.replace(config, gemm_config_grad_input=Float8GemmConfig(use_fast_accum=True),
-                                     gemm_config_grad_weight=Float8GemmConfig(use_fast_accum=True))
+    if fast_accum in ("input_grad", "all"):
+        config = dataclasses.replace(config, gemm_config_grad_input=Float8GemmConfig(use_fast_accum=True))
+    if fast_accum == "all":
+        config = dataclasses.replace(config, gemm_config_grad_weight=Float8GemmConfig(use_fast_accum=True))
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     convert_to_float8_training(model, module_filter_fn=fp8_module_filter(model.get_output_embeddings()), config=config)
     converted = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
@@ -87,5 +95,5 @@ def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False, fast
                          "Conv1D): use a Qwen3/Llama config or model.precision=bf16")
     logger.info("fp8 (%s scaling%s%s): %d of %d linear layers in float8 (LM head and layers with dimensions not "
                 "multiples of 16 stay in the training dtype)", RECIPES[precision], ", emulated" if emulate else "",
-                ", fast accumulation in the backward too" if fast_accum_backward else "", converted, len(linears))
+                "" if fast_accum == "forward" else f", fast accumulation up to {fast_accum}", converted, len(linears))
     return converted

@@ -48,9 +48,10 @@ class ModelSection:
     # | auto (fp8 from hidden size 2048 on a float8 GPU with torchao, else bf16: training/fast_path.py)
     precision: str = "bf16"
     fp8_emulate: bool = False  # fp8 casts without a float8 GPU (tests, debugging numerics): slow, no speed-up
-    # fp8: fast accumulation in the backward matmuls too (torchao's recipes keep it for the forward only: the
-    # gradients' sums round more). Not measured yet (docs/benchmarks.md): an experiment, off by default
-    fp8_fast_accum: bool = False
+    # fp8: which matmuls accumulate with Hopper's fast (lower-precision) fp8 accumulation: forward (torchao's
+    # recipes) | input_grad (+ the input gradients': sums over a model width, as the forward's) | all (+ the
+    # weight gradients': sums over every token of the micro-batch). models/fp8.py; measured in docs/benchmarks.md
+    fp8_fast_accum: str = "forward"
     # the residual stream under bf16 autocast: auto (bfloat16 on a GPU, float32 on a CPU) | float32 (what
     # fp32 embeddings give) | bfloat16 (cast where it enters the first layer: half the bytes; models/residual.py)
     residual_dtype: str = "auto"
@@ -161,6 +162,7 @@ _CHOICES = {
     "model.attn_implementation": {"auto", *KNOWN_IMPLEMENTATIONS},
     "model.compile": {"auto", "none", "decoder", "layers", "model"},
     "model.precision": {"bf16", "fp8", "fp8_rowwise", "auto"},
+    "model.fp8_fast_accum": {"forward", "input_grad", "all"},
     "model.residual_dtype": set(RESIDUAL_DTYPES),
     "model.compile_backend": {"inductor", "aot_eager", "eager"},
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},

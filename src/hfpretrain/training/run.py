@@ -27,6 +27,7 @@ from hfpretrain.models import (TrainingLayout, build_model, count_params, detect
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
 from hfpretrain.models.memory import GIB
 from hfpretrain.models.residual import cast_residual_stream, decoder_layers
+from hfpretrain.models.gelu import use_sigmoid_gelu
 from hfpretrain.models.rotary import tabulate_rotary
 from hfpretrain.outdir import OutputBusyError, OutputLock
 
@@ -687,6 +688,11 @@ def build_run_model(run: RunSetup):
     if (fast.compile in ("decoder", "model") and os.environ.get("HFPRETRAIN_ROPE_TABLE", "1") != "0"
             and tabulate_rotary(model, run.seq_len)):
         logger.info("rotary cos/sin read from a table (models/rotary.py)")
+    # Compiled, tanh would be libdevice's accurate tanhf per element, forward and backward
+    # (HFPRETRAIN_GELU_SIGMOID=0 keeps transformers' module, for A/B runs).
+    if fast.compile != "none" and os.environ.get("HFPRETRAIN_GELU_SIGMOID", "1") != "0":
+        if n_gelu := use_sigmoid_gelu(model):
+            logger.info("GELU (tanh approximation) computed as x * sigmoid(2u) in %d modules (models/gelu.py)", n_gelu)
     n_compiled = compile_model(model, fast.compile, run.recipe.model.compile_backend, fast.compile_mode)
     return model, n_fp8, n_compiled
 
