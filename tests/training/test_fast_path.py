@@ -102,3 +102,28 @@ def test_dry_run_plans_the_bf16_residual_stream(mini_blocks):
     assert "training.bf16 is off" in plans["no_bf16"]["fast_path"]["reasons"]["residual_dtype"]
     memory = {name: plan["memory_per_gpu_gib"]["total"] for name, plan in plans.items()}
     assert memory["auto"] < memory["f32"]
+
+
+def test_a_recipe_too_large_for_the_gpu_is_split_smaller():
+    """A recipe written for a 141 GB GPU on an 80 GB one (the 1.8B recipe's 20 x 12 on an H100): the largest smaller
+    split of its samples that fits, rather than an out-of-memory error; none fits: the recipe's, saying so."""
+    budget = MICRO_BATCH_MEMORY_SHARE * ASSUMED_GPU_MEMORY
+    per_sample = int((budget - 2 * GIB) / 13)  # up to 13 samples fit
+    (split, why) = choose(20, 12, per_sample)
+    assert split == (12, 20) and "smaller micro-batches (the recipe's 20 x 12 would take" in why
+    assert choose(20, 12, per_sample, requested="recipe")[0] == (20, 12)
+    (split, why) = choose(20, 12, int(budget))  # not even one sample fits
+    assert split == (20, 12) and "no smaller split fits" in why
+
+
+def test_a_smaller_split_takes_autos_loss_at_its_size():
+    """At 40 x 2048 tokens of Qwen3's 151k vocabulary the logits pass a fifth of an 80 GB GPU (liger); at the
+    smaller split that fits they do not, and auto's loss there is the compiled one."""
+    from transformers import Qwen3Config
+
+    budget = MICRO_BATCH_MEMORY_SHARE * ASSUMED_GPU_MEMORY
+    fast = FastPath("sdpa_packed", "decoder", "default", "liger", {"fused_loss": "liger at 40"})
+    section = ModelSection(micro_batch="auto", fused_loss="auto")
+    split = choose_micro_batch(section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048,
+                               lambda m, a: m * int(budget / 30), planning=True)
+    assert split == (20, 4) and fast.fused_loss == "compiled" and "whole" in fast.reasons["fused_loss"]

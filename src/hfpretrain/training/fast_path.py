@@ -155,7 +155,8 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
     """``(micro_batch, accumulation)`` for ``model.micro_batch``: with ``auto`` on a GPU, the largest micro-batch
     that divides the step's ``micro_batch * accumulation`` samples (20 x 12 can become 24 x 10), no smaller than the
     recipe's, whose estimate ``memory_bytes(micro, accumulation)`` stays under MICRO_BATCH_MEMORY_SHARE of the GPU
-    and whose loss implementation stays ``fast.fused_loss``. The reason goes into ``fast.reasons``."""
+    and whose loss implementation stays ``fast.fused_loss``; smaller than the recipe's only where the recipe's
+    would not fit (_smaller_micro_batch). The reason goes into ``fast.reasons``."""
     recipe_split = f"{micro_batch} x {accumulation}"
     gpu_memory = gpu_memory_bytes(planning)
     if model_section.micro_batch == "recipe":
@@ -164,9 +165,16 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
     if gpu_memory is None:
         fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} (no CUDA GPU)"
         return micro_batch, accumulation
+    samples = micro_batch * accumulation
+    recipe_need = memory_bytes(micro_batch, accumulation)
+    if recipe_need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
+        split = _smaller_micro_batch(model_section, fast, config, micro_batch, accumulation, seq_len, memory_bytes,
+                                     gpu_memory, recipe_need)
+        if planning and not torch.cuda.is_available():
+            fast.reasons["micro_batch"] += f"; planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB"
+        return split
     chosen, why_not = (micro_batch, accumulation), "no accumulation to fold"
     loss_reason = None  # auto's reason at the chosen micro-batch
-    samples = micro_batch * accumulation
     for micro in (m for m in range(micro_batch + 1, samples + 1) if samples % m == 0):
         accum = samples // micro
         loss, reason = fast.fused_loss, None  # a loss set in the recipe stays; auto's may change with the size
@@ -192,3 +200,27 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
                                        f"{micro_batch * accumulation} samples per step in fewer, larger micro-batches "
                                        f"(larger: {why_not}; model.micro_batch=recipe keeps the recipe's)")
     return chosen
+
+
+def _smaller_micro_batch(model_section, fast: FastPath, config, micro_batch: int, accumulation: int, seq_len: int,
+                         memory_bytes, gpu_memory: int, recipe_need: int) -> tuple[int, int]:
+    """The recipe's micro-batch would not fit this GPU (a recipe written for a 141 GB H200 on an 80 GB H100):
+    the largest smaller split of the step's samples whose estimate fits, the loss re-chosen by ``auto`` at its size.
+    None fits: the recipe's, and the reason says so (the run then fails where PyTorch runs out of memory)."""
+    samples = micro_batch * accumulation
+    over = (f"the recipe's {micro_batch} x {accumulation} would take ~{recipe_need / 2**30:.1f} GiB, over "
+            f"{MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU's {gpu_memory / 2**30:.0f} GiB")
+    recipe_loss = fast.fused_loss
+    for micro in (m for m in range(micro_batch - 1, 0, -1) if samples % m == 0):
+        loss_reason = None
+        if model_section.fused_loss == "auto":
+            fast.fused_loss, loss_reason = choose_fused_loss("auto", logits_bytes(micro, seq_len, config), gpu_memory)
+        if memory_bytes(micro, samples // micro) <= MICRO_BATCH_MEMORY_SHARE * gpu_memory:
+            if loss_reason:
+                fast.reasons["fused_loss"] = loss_reason
+            fast.reasons["micro_batch"] = (f"auto: {micro} x {samples // micro}, the same {samples} samples per step "
+                                           f"in smaller micro-batches ({over}; model.micro_batch=recipe keeps it)")
+            return micro, samples // micro
+    fast.fused_loss = recipe_loss
+    fast.reasons["micro_batch"] = f"auto: the recipe's {micro_batch} x {accumulation} ({over}, and no smaller split fits)"
+    return micro_batch, accumulation
