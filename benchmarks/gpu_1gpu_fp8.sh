@@ -11,7 +11,9 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   switch=  # an environment switch for A/B runs
   base=${v%.[0-9]}  # a suffix .N repeats a variant (alternating A/B runs in one call)
   case $base in
-    # fast accumulation in the input gradients' matmuls too, then in all (model.fp8_fast_accum)
+    # fast accumulation (model.fp8_fast_accum): the forward's matmuls only (torchao's recipes), + the input
+    # gradients', all (the default since the ninth session, named for runs before it)
+    fp8_fwdacc) precision="fp8 model.fp8_fast_accum=forward" ;;
     fp8_fastacc_in) precision="fp8 model.fp8_fast_accum=input_grad" ;;
     fp8_fastacc) precision="fp8 model.fp8_fast_accum=all" ;;
     bf16_nofused|fp8_nofused) precision=${base%_nofused}; switch=HFPRETRAIN_FUSED_HEAD=0 ;;  # the compiled head + loss
@@ -29,7 +31,7 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   [ -n "${PROFILE:-}" ] && for f in /tmp/fp8_$v/profile/kernels-*.txt; do cp "$f" "$OUT/kernels_fp8_${v}.txt"
     python3 benchmarks/trace_gaps.py /tmp/fp8_$v/profile/trace-*.json | tee "$OUT/gaps_fp8_${v}.txt"; done
 done
-for v in fp8 fp8_rowwise fp8_fastacc_in fp8_fastacc; do
+for v in fp8 fp8_rowwise fp8_fwdacc fp8_fastacc_in fp8_fastacc; do
   [ -f /tmp/fp8_$v/log.jsonl ] && python3 benchmarks/compare_losses.py /tmp/fp8_$v/log.jsonl /tmp/fp8_bf16/log.jsonl \
     | tee "$OUT/loss_$v.txt"
 done

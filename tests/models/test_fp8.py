@@ -13,7 +13,7 @@ pytest.importorskip("torchao.float8", reason="torchao is in the [fp8] and [test]
 
 from hfpretrain.models import build_model, load_config  # noqa: E402
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8  # noqa: E402
-from hfpretrain.training.config import RecipeError, load_recipe  # noqa: E402
+from hfpretrain.training.config import ModelSection, RecipeError, load_recipe  # noqa: E402
 
 
 def _float8(model) -> list[str]:
@@ -84,9 +84,10 @@ def test_auto_precision_by_width(name, overrides, planning, want):
                                                                                        "set in the recipe")
 
 
-def test_fast_accumulation_beyond_the_forward_is_opt_in():
-    """model.fp8_fast_accum: forward (torchao's recipes), input_grad adds the input gradients' matmuls, all the
-    weight gradients' too; a run trains with each; a misspelt value is refused by name."""
+def test_fast_accumulation_choices():
+    """model.fp8_fast_accum: forward (torchao's recipes), input_grad adds the input gradients' matmuls, all (the
+    default) the weight gradients' too; a model trains with each; a misspelt value is refused by name."""
+    assert ModelSection().fp8_fast_accum == "all"
     expected = {"forward": (False, False), "input_grad": (True, False), "all": (True, True)}
     for fast_accum, (grad_input, grad_weight) in expected.items():
         model = build_model(load_config("tiny", {}, vocab_size=50304))
