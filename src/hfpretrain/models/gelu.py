@@ -5,8 +5,8 @@ the same function, rounded differently in the last bits of fp32 (far below bf16'
 inductor generates: ``tanh`` becomes libdevice's accurate ``tanhf`` (tens of instructions per element), in the
 forward and again in the backward, where ``sigmoid`` is one fast exponential and a reciprocal. At GPT-2 124M's
 [131,072 x 3,072] activations the GELU kernels are not purely memory-bound because of it (measured:
-docs/benchmarks.md, ninth session). Eagerly PyTorch's own kernels run either form at memory speed, so only
-compiled models are changed, and an uncompiled evaluation or ``generate`` runs transformers' module as before.
+docs/benchmarks.md, ninth session). Only compiled models are changed, where inductor writes the kernels and
+where it was measured; an uncompiled evaluation or ``generate`` runs transformers' module as before.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class ModelSection:
     # | auto (fp8 from hidden size 2048 on a float8 GPU with torchao, else bf16: training/fast_path.py)
     precision: str = "bf16"
     fp8_emulate: bool = False  # fp8 casts without a float8 GPU (tests, debugging numerics): slow, no speed-up
-    # fp8: which matmuls accumulate with Hopper's fast (lower-precision) fp8 accumulation: all (+3% tokens/s at
+    # fp8: which matmuls accumulate with Hopper's fast (lower-precision) fp8 accumulation: all (+2.6% tokens/s at
     # 1.8B, the loss within 0.44% of bf16's over 300 steps: docs/benchmarks.md) | input_grad (the forward's and the
     # input gradients': sums over a model width) | forward (torchao's recipes: the conservative choice). models/fp8.py
     fp8_fast_accum: str = "all"

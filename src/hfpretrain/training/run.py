@@ -25,9 +25,9 @@ from hfpretrain.data.manifest import require_manifest, tokens_per_byte
 from hfpretrain.models import (TrainingLayout, build_model, count_params, detect_peak_flops, device_name,
                                estimate_memory, flops_per_token, load_config)
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
+from hfpretrain.models.gelu import use_sigmoid_gelu
 from hfpretrain.models.memory import GIB
 from hfpretrain.models.residual import cast_residual_stream, decoder_layers
-from hfpretrain.models.gelu import use_sigmoid_gelu
 from hfpretrain.models.rotary import tabulate_rotary
 from hfpretrain.outdir import OutputBusyError, OutputLock
 
