@@ -24,14 +24,15 @@ variant() {  # name, overrides...
     training.output_dir=/tmp/$1 "${@:2}" --out "$OUT/fp_$1.json"
 }
 for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
-  case $v in
+  base=${v%.[0-9]}  # a suffix .N repeats a variant (alternating A/B runs in one call)
+  case $base in
     old) variant $v $OLD model.overrides.pad_vocab_multiple=1 ;;  # the issue's baseline: 244k tokens/s on an H200
     pad) variant $v $OLD ;;                                        # + vocab 50,304
     packed) variant $v model.compile=decoder model.fused_loss=liger ;;  # + SDPA causal without a mask
     auto) variant $v $AUTO ;;                                      # the defaults
     auto_nolse) HFPRETRAIN_ROW_LSE=0 variant $v $AUTO ;;           # the defaults without the loss's row kernel
     auto_tanh|auto_tanh2) HFPRETRAIN_GELU_SIGMOID=0 variant $v $AUTO ;;  # transformers' tanh GELU (models/gelu.py)
-    auto2) variant $v $AUTO ;;                                     # the defaults again (alternating A/B runs)
+    auto2) variant $v $AUTO ;;                                     # the defaults again (as auto.2)
     pdl) variant $v $AUTO model.inductor_options.triton.enable_pdl=true ;;  # programmatic dependent launch (Hopper)
     bench_gelu) python3 benchmarks/bench_gelu.py | tee "$OUT/bench_gelu.txt" ;;  # the two GELU forms' kernels alone
     auto_f32) variant $v $AUTO model.residual_dtype=float32 ;;     # the defaults with the fp32 residual stream
@@ -40,7 +41,7 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     s146m_f32) variant $v $AUTO model.config=scale_146m model.residual_dtype=float32 ;;
     prev) HFPRETRAIN_ROW_LSE=0 variant $v ;;                       # the defaults before the row kernel and the fold
     lse) variant $v ;;                                             # prev + the loss's row kernel (training/row_lse.py)
-    s53m_prev|s146m_prev) m=${v#s}; HFPRETRAIN_ROW_LSE=0 variant $v model.config=scale_${m%_prev} ;;
+    s53m_prev|s146m_prev) m=${base#s}; HFPRETRAIN_ROW_LSE=0 variant $v model.config=scale_${m%_prev} ;;
     model) variant $v $AUTO model.compile=model ;;
     autotune) variant $v model.compile_mode=max-autotune-no-cudagraphs ;;
     autotune_gemm)  # the defaults, inductor choosing each matmul among cuBLAS and Triton templates that fuse epilogues
@@ -48,8 +49,8 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
       grep -A4 "^AUTOTUNE" /tmp/$v.log > "$OUT/autotune_gemm.txt" ;;
     mb64) variant $v training.per_device_train_batch_size=64 training.gradient_accumulation_steps=2 ;;
     mb128) variant $v training.per_device_train_batch_size=128 training.gradient_accumulation_steps=1 ;;
-    s53m|s92m) variant $v $AUTO model.config=scale_${v#s} ;;
-    s53m_mb128|s92m_mb128|s146m_mb128) m=${v#s}; variant $v model.config=scale_${m%_mb128} \
+    s53m|s92m) variant $v $AUTO model.config=scale_${base#s} ;;
+    s53m_mb128|s92m_mb128|s146m_mb128) m=${base#s}; variant $v model.config=scale_${m%_mb128} \
       training.per_device_train_batch_size=128 training.gradient_accumulation_steps=1 ;;
     tiled) variant $v $AUTO model.inductor_options.triton.prefer_nd_tiling=true \
              model.inductor_options.triton.tile_reductions=true ;;  # 2-D tiles: column sums fused with their producer

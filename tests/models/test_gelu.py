@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 
 import torch
-from transformers.activations import GELUTanh, NewGELUActivation
+from torch import nn
+from transformers.activations import AccurateGELUActivation, FastGELUActivation, GELUTanh, NewGELUActivation
 
 from hfpretrain.models import build_model, load_config
 from hfpretrain.models.gelu import SigmoidGELU, use_sigmoid_gelu
@@ -21,7 +22,8 @@ def _gpt2():
 
 def test_same_values_and_gradients_as_transformers():
     x = torch.cat([torch.linspace(-12, 12, 2001), torch.randn(4000) * 3, torch.tensor([0.0, -0.0, 40.0, -40.0])])
-    for reference in (NewGELUActivation(), GELUTanh(), GELUTanh(use_gelu_tanh_python=True)):
+    for reference in (NewGELUActivation(), GELUTanh(), GELUTanh(use_gelu_tanh_python=True), FastGELUActivation(),
+                      AccurateGELUActivation(), nn.GELU(approximate="tanh")):
         a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
         got, want = SigmoidGELU()(a), reference(b)
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
@@ -69,3 +71,5 @@ def test_logits_and_checkpoints_unchanged(tmp_path):
     torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits, rtol=0, atol=1e-5)
     qwen3 = build_model(load_config("tiny", {}, vocab_size=512), attn_implementation="sdpa")
     assert use_sigmoid_gelu(qwen3) == 0  # SiLU: nothing to replace
+    exact = nn.Sequential(nn.GELU(), nn.GELU(approximate="tanh"))
+    assert use_sigmoid_gelu(exact) == 1 and type(exact[0]) is nn.GELU  # the erf GELU is another function: kept

@@ -416,3 +416,13 @@ def test_inductor_options_are_checked():
     assert r.model.inductor_options == {"pre_grad_fusion_options": {"batch_linear": {}}}
     assert "triton.nope" in _error(["data.path=x", "model.inductor_options={triton.nope: 1}"])
     assert "expected a bool" in _error(["data.path=x", "model.inductor_options={coordinate_descent_tuning: 5}"])
+
+
+def test_a_recipe_saved_with_the_old_boolean_fp8_fast_accum_still_loads(tmp_path):
+    """Recipes saved before fp8_fast_accum became a choice wrote a bool: false was torchao's forward-only recipe."""
+    for old, now in (("false", "forward"), ("true", "all")):
+        path = tmp_path / f"{old}.yaml"
+        path.write_text(f"model:\n  fp8_fast_accum: {old}\ndata:\n  path: somewhere\n")
+        assert load_recipe(path).model.fp8_fast_accum == now
+    with pytest.raises(RecipeError, match=r"model.fp8_fast_accum='backward' is not one of \['all', 'forward', 'input_grad'\]"):
+        load_recipe(path, ["model.fp8_fast_accum=backward"])

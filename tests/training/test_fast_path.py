@@ -127,3 +127,20 @@ def test_a_smaller_split_takes_autos_loss_at_its_size():
     split = choose_micro_batch(section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048,
                                lambda m, a: m * int(budget / 30), planning=True)
     assert split == (20, 4) and fast.fused_loss == "compiled" and "whole" in fast.reasons["fused_loss"]
+
+
+def test_a_smaller_split_is_sized_with_the_loss_it_will_run():
+    """The memory estimate at each smaller size counts the loss auto picks there (the compiled head's logits
+    cost more than liger's chunks): 20 would fit with liger, not with the compiled loss auto takes at 20."""
+    from transformers import Qwen3Config
+
+    budget = MICRO_BATCH_MEMORY_SHARE * ASSUMED_GPU_MEMORY
+    per_sample = int(budget / 30)
+    fast = FastPath("sdpa_packed", "decoder", "default", "liger", {})
+    section = ModelSection(micro_batch="auto", fused_loss="auto")
+
+    def memory(micro, accum):
+        return (micro + (15 if fast.fused_loss == "compiled" else 0)) * per_sample
+
+    split = choose_micro_batch(section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048, memory, planning=True)
+    assert split == (10, 8) and fast.fused_loss == "compiled"

@@ -75,7 +75,8 @@ def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False, fast
     also the input gradients' (their sums run over a model width, like the forward's); or all, the weight
     gradients' too (sums over every token of the micro-batch, where the lower precision rounds most). ``all`` is
     the default: on an H200 it made the 1.8B step 2.6% faster than ``forward`` (``input_grad``: 0.7%), and over
-    300 steps its loss stayed within 0.44% of bf16's (docs/benchmarks.md, ninth session)."""
+    300 steps its loss stayed within 0.44% of bf16's (docs/benchmarks.md, ninth session). Both were measured with
+    tensorwise scaling; ``fp8_rowwise`` takes the same setting, not measured with it."""
     if precision not in RECIPES:
         return 0
     if fast_accum not in FAST_ACCUM:

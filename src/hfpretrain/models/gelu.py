@@ -15,10 +15,16 @@ import math
 
 import torch
 from torch import nn
-from transformers.activations import GELUTanh, NewGELUActivation
+from transformers.activations import AccurateGELUActivation, FastGELUActivation, GELUTanh, NewGELUActivation
 
 TWO_SQRT_2_OVER_PI = 2.0 * math.sqrt(2.0 / math.pi)
-TANH_GELUS = (NewGELUActivation, GELUTanh)  # "gelu_new" (GPT-2), "gelu_pytorch_tanh" (Gemma and others)
+# transformers' modules for "gelu_new" (GPT-2), "gelu_pytorch_tanh" (Gemma and others), "gelu_fast", "gelu_accurate":
+# the same approximation (gelu_fast's constant is sqrt(2/pi) to 10 digits); torch's nn.GELU(approximate="tanh") too
+TANH_GELUS = (NewGELUActivation, GELUTanh, FastGELUActivation, AccurateGELUActivation)
+
+
+def _is_tanh_gelu(module: nn.Module) -> bool:
+    return type(module) in TANH_GELUS or (type(module) is nn.GELU and module.approximate == "tanh")
 
 
 class SigmoidGELU(nn.Module):
@@ -34,7 +40,7 @@ def use_sigmoid_gelu(model: nn.Module) -> int:
     replaced = 0
     for parent in list(model.modules()):
         for name, child in parent.named_children():
-            if type(child) in TANH_GELUS:
+            if _is_tanh_gelu(child):
                 setattr(parent, name, SigmoidGELU())
                 replaced += 1
     return replaced

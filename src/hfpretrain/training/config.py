@@ -334,6 +334,10 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     cfg = _apply_overrides(schema, list(overrides or []))
     recipe: Recipe = OmegaConf.to_object(cfg)
     recipe.training = _validate_training(recipe.training)
+    # Recipes saved before the ninth session wrote fp8_fast_accum as a bool (OmegaConf gives it as a string here):
+    # false was torchao's forward-only recipe, true the backward too. They still train again as they did.
+    recipe.model.fp8_fast_accum = {"False": "forward", "True": "all"}.get(recipe.model.fp8_fast_accum,
+                                                                          recipe.model.fp8_fast_accum)
     for key, allowed in _CHOICES.items():
         obj = recipe
         for part in key.split("."):

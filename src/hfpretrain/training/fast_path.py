@@ -205,8 +205,10 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
 def _smaller_micro_batch(model_section, fast: FastPath, config, micro_batch: int, accumulation: int, seq_len: int,
                          memory_bytes, gpu_memory: int, recipe_need: int) -> tuple[int, int]:
     """The recipe's micro-batch would not fit this GPU (a recipe written for a 141 GB H200 on an 80 GB H100):
-    the largest smaller split of the step's samples whose estimate fits, the loss re-chosen by ``auto`` at its size.
-    None fits: the recipe's, and the reason says so (the run then fails where PyTorch runs out of memory)."""
+    the largest smaller split of the step's samples whose estimate fits, the loss re-chosen by ``auto`` at its size
+    and ``memory_bytes`` reading ``fast.fused_loss`` (so a size that would fit only with another loss than auto's is
+    passed over). None fits: the recipe's, and the reason says so (the run then fails where PyTorch runs out of
+    memory)."""
     samples = micro_batch * accumulation
     over = (f"the recipe's {micro_batch} x {accumulation} would take ~{recipe_need / 2**30:.1f} GiB, over "
             f"{MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU's {gpu_memory / 2**30:.0f} GiB")
