@@ -12,6 +12,8 @@ from transformers.activations import AccurateGELUActivation, FastGELUActivation,
 from hfpretrain.models import build_model, load_config
 from hfpretrain.models.gelu import SigmoidGELU, use_sigmoid_gelu
 
+from compiled_graph import dynamo_graph_code
+
 GPT2 = {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 512}
 
 
@@ -41,15 +43,7 @@ def test_same_values_and_gradients_as_transformers():
 def test_a_compiled_gpt2_computes_no_tanh():
     """The reason for the swap: the graph inductor compiles has a sigmoid where it had a tanh."""
     def graph_code(model) -> str:
-        graphs = []
-
-        def backend(gm, example_inputs):
-            graphs.append(gm.code)
-            return gm.forward
-
-        torch._dynamo.reset()
-        torch.compile(model.transformer, backend=backend, fullgraph=True)(input_ids=torch.randint(0, 512, (2, 16)))
-        return "\n".join(graphs)
+        return dynamo_graph_code(model.transformer, input_ids=torch.randint(0, 512, (2, 16)))
 
     model = _gpt2()
     assert "tanh" in graph_code(model) and "sigmoid" not in graph_code(model)

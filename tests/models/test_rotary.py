@@ -11,6 +11,8 @@ import torch
 from hfpretrain.models import build_model, load_config
 from hfpretrain.models.rotary import tabulate_rotary
 
+from compiled_graph import dynamo_graph_code
+
 LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64, "vocab_size": 512}
 
@@ -41,16 +43,7 @@ def test_a_compiled_decoder_reads_the_table():
     """The reason for the table: compiled whole, the decoder's graph computes no cos or sin (inductor would inline
     them into every layer's rotary kernel)."""
     def graph_code(model) -> str:
-        graphs = []
-
-        def backend(gm, example_inputs):
-            graphs.append(gm.code)
-            return gm.forward
-
-        torch._dynamo.reset()
-        compiled = torch.compile(model.model, backend=backend, fullgraph=True)
-        compiled(input_ids=torch.randint(0, 512, (2, 16)))
-        return "\n".join(graphs)
+        return dynamo_graph_code(model.model, input_ids=torch.randint(0, 512, (2, 16)))
 
     model = _model()
     assert ".cos()" in graph_code(model) and ".sin()" in graph_code(model)
