@@ -64,9 +64,9 @@ def fp8_module_filter(head: nn.Module):
     return keep
 
 
-FAST_ACCUM = ("forward", "input_grad", "all")  # model.fp8_fast_accum: each adds the next gradient's matmuls
-FAST_ACCUM_IN = {"forward": "the forward's matmuls", "input_grad": "the forward's and input gradients' matmuls",
-                 "all": "all matmuls"}
+# model.fp8_fast_accum -> the matmuls that accumulate fast; each choice adds the next gradient's matmuls
+FAST_ACCUM = {"forward": "the forward's matmuls", "input_grad": "the forward's and input gradients' matmuls",
+              "all": "all matmuls"}
 
 
 def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False, fast_accum: str = "all") -> int:
@@ -100,5 +100,5 @@ def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False, fast
                          "Conv1D): use a Qwen3/Llama config or model.precision=bf16")
     logger.info("fp8 (%s scaling%s%s): %d of %d linear layers in float8 (LM head and layers with dimensions not "
                 "multiples of 16 stay in the training dtype)", RECIPES[precision], ", emulated" if emulate else "",
-                f", fast accumulation in {FAST_ACCUM_IN[fast_accum]}", converted, len(linears))
+                f", fast accumulation in {FAST_ACCUM[fast_accum]}", converted, len(linears))
     return converted

@@ -31,6 +31,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 from transformers import TrainingArguments
 
 from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS
+from hfpretrain.models.fp8 import FAST_ACCUM
 from hfpretrain.models.residual import RESIDUAL_DTYPES
 
 
@@ -162,7 +163,7 @@ _CHOICES = {
     "model.attn_implementation": {"auto", *KNOWN_IMPLEMENTATIONS},
     "model.compile": {"auto", "none", "decoder", "layers", "model"},
     "model.precision": {"bf16", "fp8", "fp8_rowwise", "auto"},
-    "model.fp8_fast_accum": {"forward", "input_grad", "all"},
+    "model.fp8_fast_accum": set(FAST_ACCUM),
     "model.residual_dtype": set(RESIDUAL_DTYPES),
     "model.compile_backend": {"inductor", "aot_eager", "eager"},
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},

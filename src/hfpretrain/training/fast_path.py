@@ -166,12 +166,13 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
         fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} (no CUDA GPU)"
         return micro_batch, accumulation
     samples = micro_batch * accumulation
+    without_gpu = planning and not torch.cuda.is_available()
+    planned = f"; planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB" if without_gpu else ""
     recipe_need = memory_bytes(micro_batch, accumulation)
     if recipe_need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
         split = _smaller_micro_batch(model_section, fast, config, micro_batch, accumulation, seq_len, memory_bytes,
                                      gpu_memory, recipe_need)
-        if planning and not torch.cuda.is_available():
-            fast.reasons["micro_batch"] += f"; planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB"
+        fast.reasons["micro_batch"] += planned
         return split
     chosen, why_not = (micro_batch, accumulation), "no accumulation to fold"
     loss_reason = None  # auto's reason at the chosen micro-batch
@@ -185,12 +186,10 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
             break
         need = memory_bytes(micro, accum)
         if need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
-            why_not = (f"{micro} x {accum} would take ~{need / 2**30:.1f} GiB, over "
-                       f"{MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU's {gpu_memory / 2**30:.0f} GiB")
+            why_not = _over_budget(f"{micro} x {accum}", need, gpu_memory)
             break
         chosen, why_not, loss_reason = (micro, accum), "no accumulation left to fold", reason
-    if planning and not torch.cuda.is_available():
-        why_not += f"; planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB"
+    why_not += planned
     if chosen == (micro_batch, accumulation):
         fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} ({why_not})"
     else:
@@ -202,6 +201,11 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
     return chosen
 
 
+def _over_budget(split: str, need: int, gpu_memory: int) -> str:
+    return (f"{split} would take ~{need / 2**30:.1f} GiB, over {MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU's "
+            f"{gpu_memory / 2**30:.0f} GiB")
+
+
 def _smaller_micro_batch(model_section, fast: FastPath, config, micro_batch: int, accumulation: int, seq_len: int,
                          memory_bytes, gpu_memory: int, recipe_need: int) -> tuple[int, int]:
     """The recipe's micro-batch would not fit this GPU (a recipe written for a 141 GB H200 on an 80 GB H100):
@@ -210,8 +214,7 @@ def _smaller_micro_batch(model_section, fast: FastPath, config, micro_batch: int
     passed over). None fits: the recipe's, and the reason says so (the run then fails where PyTorch runs out of
     memory)."""
     samples = micro_batch * accumulation
-    over = (f"the recipe's {micro_batch} x {accumulation} would take ~{recipe_need / 2**30:.1f} GiB, over "
-            f"{MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU's {gpu_memory / 2**30:.0f} GiB")
+    over = _over_budget(f"the recipe's {micro_batch} x {accumulation}", recipe_need, gpu_memory)
     recipe_loss = fast.fused_loss
     for micro in (m for m in range(micro_batch - 1, 0, -1) if samples % m == 0):
         loss_reason = None
@@ -224,5 +227,6 @@ def _smaller_micro_batch(model_section, fast: FastPath, config, micro_batch: int
                                            f"in smaller micro-batches ({over}; model.micro_batch=recipe keeps it)")
             return micro, samples // micro
     fast.fused_loss = recipe_loss
-    fast.reasons["micro_batch"] = f"auto: the recipe's {micro_batch} x {accumulation} ({over}, and no smaller split fits)"
+    fast.reasons["micro_batch"] = (f"auto: the recipe's {micro_batch} x {accumulation} ({over}, and no smaller "
+                                   "split fits)")
     return micro_batch, accumulation
