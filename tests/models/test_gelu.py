@@ -1,19 +1,28 @@
 """GELU's tanh approximation as a sigmoid (models/gelu.py): the same values and gradients as transformers'
-modules, no tanh left in a compiled GPT-2's graph, checkpoints and SiLU models unchanged."""
+modules, no tanh left in a compiled GPT-2's graph, checkpoints and SiLU models unchanged. GPT-2's MLP with the
+bias added in the GELU (fuse_bias_gelu): the same values and gradients, eager and compiled, and its kernel under
+Triton's CPU interpreter."""
 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 from transformers.activations import AccurateGELUActivation, FastGELUActivation, GELUTanh, NewGELUActivation
 
 from hfpretrain.models import build_model, load_config
-from hfpretrain.models.gelu import SigmoidGELU, use_sigmoid_gelu
+from hfpretrain.models import gelu as G
+from hfpretrain.models.gelu import LinearGELU, SigmoidGELU, fuse_bias_gelu, use_sigmoid_gelu
 
 from compiled_graph import dynamo_graph_code
 
+REPO = Path(__file__).resolve().parents[2]
 GPT2 = {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 512}
 
 
@@ -67,3 +76,79 @@ def test_logits_and_checkpoints_unchanged(tmp_path):
     assert use_sigmoid_gelu(qwen3) == 0  # SiLU: nothing to replace
     exact = nn.Sequential(nn.GELU(), nn.GELU(approximate="tanh"))
     assert use_sigmoid_gelu(exact) == 1 and type(exact[0]) is nn.GELU  # the erf GELU is another function: kept
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fused_mlp_equals_gpt2s(compiled, tmp_path):
+    """fuse_bias_gelu: each GPT-2 MLP's c_fc + GELU as one LinearGELU with the same parameters; the model's logits,
+    loss and every gradient as before (fp32 on a CPU: the same arithmetic, another order), its checkpoint
+    transformers' GPT-2."""
+    model = _gpt2()
+    reference = copy.deepcopy(model)
+    keys = set(model.state_dict())
+    weight = model.transformer.h[0].mlp.c_fc.weight
+    assert fuse_bias_gelu(model) == GPT2["n_layer"]
+    mlp = model.transformer.h[0].mlp
+    assert isinstance(mlp.c_fc, LinearGELU) and isinstance(mlp.act, nn.Identity) and mlp.c_fc.weight is weight
+    assert set(model.state_dict()) == keys and fuse_bias_gelu(model) == 0  # done once
+    ids = torch.randint(0, 512, (2, 16))
+    run = torch.compile(model, backend="inductor") if compiled else model
+    out, want = run(input_ids=ids, labels=ids), reference(input_ids=ids, labels=ids)
+    torch.testing.assert_close(out.logits, want.logits, rtol=1e-5, atol=1e-5)
+    out.loss.backward()
+    want.loss.backward()
+    grads = dict(reference.named_parameters())
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+    model.save_pretrained(tmp_path)
+    loaded = type(model).from_pretrained(tmp_path)
+    assert isinstance(loaded.transformer.h[0].mlp.act, NewGELUActivation)
+    torch.testing.assert_close(loaded(input_ids=ids).logits, reference(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_mlp_only_where_it_applies():
+    qwen3 = build_model(load_config("tiny", {}, vocab_size=512), attn_implementation="sdpa")
+    assert fuse_bias_gelu(qwen3) == 0  # SiLU, no biases
+    model = _gpt2()
+    model.transformer.h[0].mlp.act = nn.GELU()  # the erf GELU: another function
+    assert fuse_bias_gelu(model) == GPT2["n_layer"] - 1
+
+
+def test_bias_gelu_under_bf16_autocast():
+    """Under autocast the matmul runs in bf16, as the stock addmm does; the gradients keep the parameters' dtype."""
+    torch.manual_seed(0)
+    model = _gpt2()
+    mlp, stock = model.transformer.h[0].mlp, copy.deepcopy(model.transformer.h[0].mlp)
+    fuse_bias_gelu(mlp)
+    x = torch.randn(2, 16, GPT2["n_embd"])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = mlp(x), stock(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    got.float().sum().backward()
+    assert mlp.c_fc.bias.grad.dtype == torch.float32 and mlp.c_fc.weight.grad.dtype == torch.float32
+
+
+INTERPRETED = """
+import torch, triton
+from hfpretrain.models import gelu as G
+torch.manual_seed(0)
+y = (3 * torch.randn(300, 200)).bfloat16()  # rows and columns that fill no tile exactly
+grad = torch.randn(300, 200).bfloat16()
+bias = (0.5 * torch.randn(200)).bfloat16()
+want_h, want_b = G._gelu_grad_reference(grad, y, bias)
+tile = dict(ROWS=64, BLOCK_M=16, BLOCK_N=128)
+grid = (triton.cdiv(300, 64), triton.cdiv(200, 128))
+grad_h, partial = torch.empty_like(y), torch.empty(grid[0], 200)
+G._gelu_grad_bias_kernel[grid](grad, y, bias, grad_h, partial, 300, 200, **tile)
+torch.testing.assert_close(grad_h, want_h)
+torch.testing.assert_close(partial.sum(0), want_b)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(G.triton is None, reason="Triton not installed (the CPU wheel of torch comes without it)")
+def test_bias_gradient_kernel_under_the_interpreter():
+    out = subprocess.run([sys.executable, "-c", INTERPRETED], env={**os.environ, "TRITON_INTERPRET": "1"},
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

@@ -134,13 +134,18 @@ t = torch.randint(0, 5000, (37,))
 t[3], t[7] = -100, 5000  # ignored; out of range
 want = x.clone()
 want_loss = R.loss_and_gradient_(want, t, 1e-3)  # the PyTorch branch, on the same rows
-loss = torch.empty(37)
-R._loss_grad_kernel[(37,)](x, t, loss, 5000, x.stride(0), 1e-3, IGNORE=-100, BLOCK_COLS=R.BLOCK)
+source = x.clone()
 ok = torch.ones(37, dtype=torch.bool); ok[7] = False
-torch.testing.assert_close(loss[ok], want_loss[ok])
-assert math.isnan(loss[7].item()) and math.isnan(want_loss[7].item())
-torch.testing.assert_close(x[ok].float(), want[ok].float(), atol=4e-3, rtol=1e-2)
-assert loss[3] == 0 and (x[3] == 0).all()
+# one program per row; a persistent grid (each program every 5th row) summing per column lane
+for grid, lane_sum in ((37, False), (5, True)):
+    x.copy_(source)
+    loss = torch.empty(37)
+    R._loss_grad_kernel[(grid,)](x, t, loss, 37, 5000, x.stride(0), 1e-3, IGNORE=-100, BLOCK_COLS=R.BLOCK,
+                                 LANE_SUM=lane_sum)
+    torch.testing.assert_close(loss[ok], want_loss[ok])
+    assert math.isnan(loss[7].item()) and math.isnan(want_loss[7].item())
+    torch.testing.assert_close(x[ok].float(), want[ok].float(), atol=4e-3, rtol=1e-2)
+    assert loss[3] == 0 and (x[3] == 0).all()
 print("ok")
 """
 

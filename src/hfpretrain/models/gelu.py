@@ -44,3 +44,119 @@ def use_sigmoid_gelu(model: nn.Module) -> int:
                 setattr(parent, name, SigmoidGELU())
                 replaced += 1
     return replaced
+
+
+# ---- GPT-2's MLP: the first linear's bias added in the GELU, its gradient summed in the GELU's backward ----------
+#
+# Stock, the backward makes GELU's input gradient in one pointwise kernel, then reads it all again to sum the bias
+# gradient of c_fc ([131,072 x 3,072] bf16 per GPT-2 124M micro-batch: 2.5 ms of a 226 ms step on an H200,
+# docs/benchmarks.md). Here the bias enters after the matmul, inside the GELU, and one kernel makes the input
+# gradient and column sums of it; a tiny second sum adds those up.
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the CPU wheel of torch comes without Triton
+    triton = None
+
+BIAS_GRAD_TILE = dict(ROWS=1024, BLOCK_M=32, BLOCK_N=128, num_warps=4)  # benchmarks/bench_gelu.py's sweep
+
+
+def _gelu_grad_reference(grad: torch.Tensor, y: torch.Tensor, bias: torch.Tensor):
+    """GELU's input gradient at ``h = y + bias`` (in h's dtype) and its sum over rows (fp32), in PyTorch."""
+    h = y.float() + bias.float()
+    s = torch.sigmoid(TWO_SQRT_2_OVER_PI * (h + 0.044715 * h * h * h))
+    grad_h = grad.float() * (s + h * s * (1 - s) * TWO_SQRT_2_OVER_PI * (1 + 3 * 0.044715 * h * h))
+    return grad_h.to(y.dtype), grad_h.sum(0)
+
+
+if triton is not None:
+    @triton.jit
+    def _gelu_grad_bias_kernel(grad_ptr, y_ptr, bias_ptr, out_ptr, partial_ptr, n_rows, n_cols,
+                               ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """ROWS rows x BLOCK_N columns: GELU's input gradient written, and its column sums over those rows."""
+        c: tl.constexpr = 1.5957691216057308  # 2 sqrt(2/pi)
+        cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = cols < n_cols
+        bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        total = tl.zeros((BLOCK_N,), tl.float32)
+        first = tl.program_id(0) * ROWS
+        for start in range(0, ROWS, BLOCK_M):
+            rows = first + start + tl.arange(0, BLOCK_M)
+            ok = (rows < n_rows)[:, None] & col_ok[None, :]
+            offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+            g = tl.load(grad_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
+            h = tl.load(y_ptr + offsets, mask=ok, other=0.0).to(tl.float32) + bias[None, :]
+            s = tl.sigmoid(c * (h + 0.044715 * h * h * h))
+            grad_h = g * (s + h * s * (1.0 - s) * c * (1.0 + 3.0 * 0.044715 * h * h))
+            tl.store(out_ptr + offsets, grad_h.to(out_ptr.dtype.element_ty), mask=ok)
+            total += tl.sum(grad_h, 0)
+        tl.store(partial_ptr + tl.program_id(0) * n_cols + cols, total, mask=col_ok)
+
+    @torch.library.triton_op("hfpretrain::gelu_grad_bias", mutates_args=())
+    def gelu_grad_bias(grad: torch.Tensor, y: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not grad.is_cuda:  # compile traces this body whatever the device: branch here, not by dispatch key
+            return _gelu_grad_reference(grad, y, bias)
+        grad, y = grad.contiguous(), y.contiguous()
+        n_rows, n_cols = y.shape
+        tile = BIAS_GRAD_TILE
+        grid = (triton.cdiv(n_rows, tile["ROWS"]), triton.cdiv(n_cols, tile["BLOCK_N"]))
+        grad_h = torch.empty_like(y)
+        partial = torch.empty(grid[0], n_cols, device=y.device, dtype=torch.float32)
+        torch.library.wrap_triton(_gelu_grad_bias_kernel)[grid](grad, y, bias, grad_h, partial, n_rows, n_cols,
+                                                                **tile)
+        return grad_h, partial.sum(0)
+else:
+    @torch.library.custom_op("hfpretrain::gelu_grad_bias", mutates_args=())
+    def gelu_grad_bias(grad: torch.Tensor, y: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _gelu_grad_reference(grad, y, bias)
+
+    @gelu_grad_bias.register_fake
+    def _gelu_grad_bias_fake(grad, y, bias):
+        return torch.empty_like(y), y.new_empty(y.shape[-1], dtype=torch.float32)
+
+
+class _BiasGELU(torch.autograd.Function):
+    """``gelu_tanh(y + bias)`` for 2-D ``y``, with ``bias`` already in y's dtype; backward: gelu_grad_bias."""
+
+    @staticmethod
+    def forward(ctx, y, bias):
+        ctx.save_for_backward(y, bias)
+        h = y.float() + bias.float()  # one fp32 sum, as the backward recomputes it
+        return (h * torch.sigmoid(TWO_SQRT_2_OVER_PI * (h + 0.044715 * (h * h * h)))).to(y.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        y, bias = ctx.saved_tensors
+        grad_y, grad_bias = gelu_grad_bias(grad, y, bias)
+        return grad_y, grad_bias.to(bias.dtype)
+
+
+class LinearGELU(nn.Module):
+    """GPT-2's ``c_fc`` (a transformers ``Conv1D``: ``x @ weight + bias``) and the tanh GELU after it, as one module
+    holding the same ``weight`` and ``bias``: the state dict's keys and the function are unchanged."""
+
+    def __init__(self, linear: nn.Module):
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+        self.nf = linear.nf
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.reshape(-1, x.shape[-1]) @ self.weight  # autocast's dtype, where the stock addmm computes
+        out = _BiasGELU.apply(y, self.bias.to(y.dtype))
+        return out.view(*x.shape[:-1], self.nf)
+
+
+def fuse_bias_gelu(model: nn.Module) -> int:
+    """In each GPT-2 MLP of ``model`` whose activation is a tanh GELU, ``c_fc`` becomes a LinearGELU and ``act`` the
+    identity (before ``torch.compile``); returns how many MLPs changed. Parameters are the same objects."""
+    from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
+    from transformers.pytorch_utils import Conv1D
+
+    fused = 0
+    for mlp in model.modules():
+        if (isinstance(mlp, GPT2MLP) and isinstance(mlp.c_fc, Conv1D) and mlp.c_fc.bias is not None
+                and (_is_tanh_gelu(mlp.act) or isinstance(mlp.act, SigmoidGELU))):
+            mlp.c_fc, mlp.act = LinearGELU(mlp.c_fc), nn.Identity()
+            fused += 1
+    return fused

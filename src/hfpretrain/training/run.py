@@ -25,7 +25,7 @@ from hfpretrain.data.manifest import require_manifest, tokens_per_byte
 from hfpretrain.models import (TrainingLayout, build_model, count_params, detect_peak_flops, device_name,
                                estimate_memory, flops_per_token, load_config)
 from hfpretrain.models.fp8 import check_fp8_available, convert_to_fp8
-from hfpretrain.models.gelu import use_sigmoid_gelu
+from hfpretrain.models.gelu import fuse_bias_gelu, use_sigmoid_gelu
 from hfpretrain.models.memory import GIB
 from hfpretrain.models.residual import cast_residual_stream, decoder_layers
 from hfpretrain.models.rotary import tabulate_rotary
@@ -688,6 +688,12 @@ def build_run_model(run: RunSetup):
     if (fast.compile in ("decoder", "model") and os.environ.get("HFPRETRAIN_ROPE_TABLE", "1") != "0"
             and tabulate_rotary(model, run.seq_len)):
         logger.info("rotary cos/sin read from a table (models/rotary.py)")
+    # Compiled, GPT-2's c_fc bias gradient is summed in GELU's backward kernel instead of a pass of its own
+    # (HFPRETRAIN_BIAS_GELU=0 keeps transformers' MLP, for A/B runs).
+    if fast.compile != "none" and os.environ.get("HFPRETRAIN_BIAS_GELU", "1") != "0":
+        if n_mlp := fuse_bias_gelu(model):
+            logger.info("MLP bias added in the GELU, its gradient summed in GELU's backward, in %d layers "
+                        "(models/gelu.py)", n_mlp)
     # Compiled, tanh would be libdevice's accurate tanhf per element, forward and backward
     # (HFPRETRAIN_GELU_SIGMOID=0 keeps transformers' module, for A/B runs).
     if fast.compile != "none" and os.environ.get("HFPRETRAIN_GELU_SIGMOID", "1") != "0":
