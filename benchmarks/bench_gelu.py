@@ -65,9 +65,10 @@ def bias_gradient(y, grad):
     ms = cuda_ms(lambda: inductor(grad, y, bias))
     print(f"bias gradient, inductor (pointwise, then column sum): {ms:.3f} ms ({moved / ms / 1e9:.2f} TB/s)")
     default = dict(G.BIAS_GRAD_TILE)
-    for rows, block_m, block_n, warps in ((1024, 32, 128, 4), (1024, 16, 256, 4), (2048, 32, 128, 4),
-                                          (512, 32, 128, 4), (1024, 64, 128, 8), (1024, 32, 256, 8),
-                                          (4096, 32, 128, 4), (1024, 8, 512, 4), (2048, 64, 64, 4)):
+    for rows, block_m, block_n, warps in ((1024, 32, 128, 4), (1024, 64, 128, 4), (1024, 64, 128, 8),
+                                          (512, 32, 128, 4), (2048, 64, 64, 4), (1024, 32, 256, 4),
+                                          (1024, 16, 256, 4), (1024, 128, 64, 8), (1024, 64, 256, 8),
+                                          (256, 32, 128, 4), (1024, 16, 128, 2)):
         G.BIAS_GRAD_TILE.update(ROWS=rows, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
         got_h, got_b = G.gelu_grad_bias(grad, y, bias)
         err_h = (got_h.float() - want_h.float()).abs().max().item()

@@ -136,12 +136,10 @@ want = x.clone()
 want_loss = R.loss_and_gradient_(want, t, 1e-3)  # the PyTorch branch, on the same rows
 source = x.clone()
 ok = torch.ones(37, dtype=torch.bool); ok[7] = False
-# one program per row; a persistent grid (each program every 5th row) summing per column lane
-for grid, lane_sum in ((37, False), (5, True)):
+for block in (R.BLOCK, R.LOSS_TILE[0]):  # the -inf block above; the tile training runs (one partial block)
     x.copy_(source)
     loss = torch.empty(37)
-    R._loss_grad_kernel[(grid,)](x, t, loss, 37, 5000, x.stride(0), 1e-3, IGNORE=-100, BLOCK_COLS=R.BLOCK,
-                                 LANE_SUM=lane_sum)
+    R._loss_grad_kernel[(37,)](x, t, loss, 5000, x.stride(0), 1e-3, IGNORE=-100, BLOCK_COLS=block)
     torch.testing.assert_close(loss[ok], want_loss[ok])
     assert math.isnan(loss[7].item()) and math.isnan(want_loss[7].item())
     torch.testing.assert_close(x[ok].float(), want[ok].float(), atol=4e-3, rtol=1e-2)

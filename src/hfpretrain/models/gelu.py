@@ -59,7 +59,7 @@ try:
 except ImportError:  # the CPU wheel of torch comes without Triton
     triton = None
 
-BIAS_GRAD_TILE = dict(ROWS=1024, BLOCK_M=32, BLOCK_N=128, num_warps=4)  # benchmarks/bench_gelu.py's sweep
+BIAS_GRAD_TILE = dict(ROWS=1024, BLOCK_M=32, BLOCK_N=256, num_warps=4)  # benchmarks/bench_gelu.py's sweep
 
 
 def _gelu_grad_reference(grad: torch.Tensor, y: torch.Tensor, bias: torch.Tensor):
@@ -79,7 +79,7 @@ if triton is not None:
         cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < n_cols
         bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        total = tl.zeros((BLOCK_N,), tl.float32)
+        total = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)  # summed over rows once, after the loop
         first = tl.program_id(0) * ROWS
         for start in range(0, ROWS, BLOCK_M):
             rows = first + start + tl.arange(0, BLOCK_M)
@@ -90,8 +90,8 @@ if triton is not None:
             s = tl.sigmoid(c * (h + 0.044715 * h * h * h))
             grad_h = g * (s + h * s * (1.0 - s) * c * (1.0 + 3.0 * 0.044715 * h * h))
             tl.store(out_ptr + offsets, grad_h.to(out_ptr.dtype.element_ty), mask=ok)
-            total += tl.sum(grad_h, 0)
-        tl.store(partial_ptr + tl.program_id(0) * n_cols + cols, total, mask=col_ok)
+            total += grad_h
+        tl.store(partial_ptr + tl.program_id(0) * n_cols + cols, tl.sum(total, 0), mask=col_ok)
 
     @torch.library.triton_op("hfpretrain::gelu_grad_bias", mutates_args=())
     def gelu_grad_bias(grad: torch.Tensor, y: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,9 +18,11 @@ measured faster, and larger vocabularies keep inductor's loss.
 
 ``loss_and_gradient_(logits, targets, z_loss)``: each token's loss, with the logits overwritten by the gradient
 of the summed loss (training; loss._HeadCrossEntropy). One program per row reads the row for its log-sum-exp,
-then reads it again and writes the gradient over it: 9.7 ms for 131,072 x 50,304 bf16 logits
-on an H200, where the log-sum-exp above and inductor's gradient pass took 3.6 + 12.5 ms, and no second
-logits-sized tensor. Any vocabulary (14.7 ms for 65,536 x 151,936).
+then reads it again and writes the gradient over it: 9.5-9.7 ms for 131,072 x 50,304 bf16 logits
+on an H200 (LOSS_TILE), where the log-sum-exp above and inductor's gradient pass took 3.6 + 12.5 ms, and no
+second logits-sized tensor. Any vocabulary (14.3 ms for 65,536 x 151,936). The second read mostly misses L2
+(about 3 passes of DRAM traffic at ~4.2 TB/s); keeping fewer rows in flight so that it would hit L2 starved the
+memory system instead (bench_row_lse.py's notes).
 
 On CUDA the kernels are Triton (``row_lse`` registered with ``torch.library.triton_op`` so that ``torch.compile``
 places it inside the loss's graph); elsewhere (a CPU, no Triton) the same arithmetic in PyTorch.
@@ -43,9 +45,9 @@ except ImportError:  # the CPU wheel of torch comes without Triton
 BLOCK = 4096  # columns per iteration: 8 KB of bf16 per row in flight
 IGNORE_INDEX = -100  # loss.py's; a token with this target adds no loss and no gradient
 MAX_VOCAB = 65536  # measured faster at 50,304 columns, slower overall at 151,936 (above)
-# loss_and_gradient_'s kernel: columns per iteration, warps, programs per SM (0: one program per row), a running
-# sum per column lane; benchmarks/bench_row_lse.py's sweep
-LOSS_TILE = dict(block=4096, num_warps=8, programs_per_sm=0, lane_sum=False)
+# loss_and_gradient_'s kernel: (columns per iteration, warps), the fastest of benchmarks/bench_row_lse.py's sweep
+# at 50,304 and 151,936 columns together (docs/benchmarks.md, tenth session)
+LOSS_TILE = (8192, 8)
 
 
 def enabled(logits: torch.Tensor) -> bool:
@@ -91,48 +93,28 @@ if triton is not None:
         tl.store(picked_ptr + row, _target_logit(base, tl.load(targets_ptr + row), n_cols))
 
     @triton.jit
-    def _row_lse2_vec(base, n_cols, BLOCK_COLS: tl.constexpr):
-        """_row_lse2 with a running sum per column lane: one cross-warp reduction (the max) per block instead of
-        two, the lanes summed once at the end."""
-        cols = tl.arange(0, BLOCK_COLS)
-        m = tl.full((), float("-inf"), tl.float32)
-        s = tl.zeros((BLOCK_COLS,), tl.float32)
-        for start in range(0, n_cols, BLOCK_COLS):
-            x = tl.load(base + start + cols, mask=start + cols < n_cols, other=float("-inf")).to(tl.float32)
-            x = x * 1.4426950408889634
-            m_new = tl.maximum(m, tl.max(x, 0))
-            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-            s = s * tl.exp2(m - shift) + tl.exp2(x - shift)
-            m = m_new
-        return m + tl.log2(tl.sum(s, 0))
-
-    @triton.jit
-    def _loss_grad_kernel(logits_ptr, targets_ptr, loss_ptr, n_rows, n_cols, row_stride, z_loss,
-                          IGNORE: tl.constexpr, BLOCK_COLS: tl.constexpr, LANE_SUM: tl.constexpr = False):
-        """Rows pid, pid + grid, ...: each token's loss, and the logits overwritten by its gradient (softmax -
-        onehot, times 1 + 2 z lse with a z-loss; zero for an ignored token). Two passes over a row: the log-sum-exp
-        as in _row_lse_kernel, then the gradient, in place; the second read finds the row in L2 when the rows in
-        flight fit there (the grid and warps decide how many)."""
+    def _loss_grad_kernel(logits_ptr, targets_ptr, loss_ptr, n_cols, row_stride, z_loss,
+                          IGNORE: tl.constexpr, BLOCK_COLS: tl.constexpr):
+        """One row: the token's loss, and the logits overwritten by its gradient (softmax - onehot, times
+        1 + 2 z lse with a z-loss; zero for an ignored token). Two passes over the row: the log-sum-exp as in
+        _row_lse_kernel, then the gradient, in place."""
+        row = tl.program_id(0).to(tl.int64)
+        base = logits_ptr + row * row_stride
         cols = tl.arange(0, BLOCK_COLS)
         log2e: tl.constexpr = 1.4426950408889634
-        for row in range(tl.program_id(0).to(tl.int64), n_rows, tl.num_programs(0)):
-            base = logits_ptr + row * row_stride
-            if LANE_SUM:
-                lse2 = _row_lse2_vec(base, n_cols, BLOCK_COLS)  # log2 units
-            else:
-                lse2 = _row_lse2(base, n_cols, BLOCK_COLS)
-            lse = lse2 / log2e
-            target = tl.load(targets_ptr + row)
-            keep = target != IGNORE
-            picked = _target_logit(base, target, n_cols)
-            tl.store(loss_ptr + row, tl.where(keep, lse - picked + z_loss * lse * lse, 0.0))
-            scale = tl.where(keep, 1.0 + 2.0 * z_loss * lse, 0.0)
-            hit = tl.where(keep, target, -1)
-            for start in range(0, n_cols, BLOCK_COLS):
-                c = start + cols
-                x = tl.load(base + c, mask=c < n_cols, other=0.0).to(tl.float32)
-                grad = tl.exp2(x * log2e - lse2) * scale - tl.where(c == hit, 1.0, 0.0)
-                tl.store(base + c, grad.to(logits_ptr.dtype.element_ty), mask=c < n_cols)
+        lse2 = _row_lse2(base, n_cols, BLOCK_COLS)  # log2 units
+        lse = lse2 / log2e
+        target = tl.load(targets_ptr + row)
+        keep = target != IGNORE
+        picked = _target_logit(base, target, n_cols)
+        tl.store(loss_ptr + row, tl.where(keep, lse - picked + z_loss * lse * lse, 0.0))
+        scale = tl.where(keep, 1.0 + 2.0 * z_loss * lse, 0.0)
+        hit = tl.where(keep, target, -1)
+        for start in range(0, n_cols, BLOCK_COLS):
+            c = start + cols
+            x = tl.load(base + c, mask=c < n_cols, other=0.0).to(tl.float32)
+            grad = tl.exp2(x * log2e - lse2) * scale - tl.where(c == hit, 1.0, 0.0)
+            tl.store(base + c, grad.to(logits_ptr.dtype.element_ty), mask=c < n_cols)
 
     @torch.library.triton_op("hfpretrain::row_lse", mutates_args=())
     def row_lse(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,20 +138,18 @@ else:
                                                                                         dtype=torch.float32)
 
 
-def _loss_tile() -> dict:
-    """LOSS_TILE, or ``HFPRETRAIN_LOSS_TILE=block,num_warps,programs_per_sm,lane_sum`` (A/B benchmarks)."""
-    if not (spec := os.environ.get("HFPRETRAIN_LOSS_TILE")):
-        return LOSS_TILE
-    block, warps, per_sm, lane_sum = (int(v) for v in spec.split(","))
-    return dict(block=block, num_warps=warps, programs_per_sm=per_sm, lane_sum=bool(lane_sum))
+def _loss_tile() -> tuple[int, int]:
+    """LOSS_TILE, or ``HFPRETRAIN_LOSS_TILE=block,num_warps`` (A/B benchmarks)."""
+    spec = os.environ.get("HFPRETRAIN_LOSS_TILE")
+    return tuple(int(v) for v in spec.split(",")) if spec else LOSS_TILE
 
 
 def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0,
-                       tile: dict | None = None) -> torch.Tensor:
+                       tile: tuple[int, int] | None = None) -> torch.Tensor:
     """Each token's loss (fp32; 0 where ``targets`` is IGNORE_INDEX), with ``logits`` overwritten by the gradient
     of their sum, in one kernel where a loss kernel and then a gradient kernel write a second tensor as large.
-    On CUDA with Triton, ``_loss_grad_kernel`` with ``tile`` (LOSS_TILE's keys; LOSS_TILE if None); elsewhere
-    the same in PyTorch."""
+    On CUDA with Triton, ``_loss_grad_kernel`` (one program per row) with ``tile`` = (columns per iteration,
+    warps), LOSS_TILE if None; elsewhere the same in PyTorch."""
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError("loss_and_gradient_: 2-D logits with unit column stride")
     n_rows, n_cols = logits.shape
@@ -187,15 +167,11 @@ def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: floa
         grad[rows, targets[rows]] -= 1.0
         logits.copy_(grad)
         return torch.where(keep, lse - picked + z_loss * lse.square(), 0.0)
-    tile = tile or _loss_tile()
-    programs = n_rows
-    if tile["programs_per_sm"]:
-        programs = min(n_rows, tile["programs_per_sm"] * torch.cuda.get_device_properties(logits.device).multi_processor_count)
+    block, num_warps = tile or _loss_tile()
     loss = torch.empty(n_rows, device=logits.device, dtype=torch.float32)
     with torch.cuda.device(logits.device):  # the launch goes to the current device: make it the logits'
-        _loss_grad_kernel[(programs,)](logits, targets, loss, n_rows, n_cols, logits.stride(0), float(z_loss),
-                                       IGNORE=IGNORE_INDEX, BLOCK_COLS=tile["block"], LANE_SUM=tile["lane_sum"],
-                                       num_warps=tile["num_warps"])
+        _loss_grad_kernel[(n_rows,)](logits, targets, loss, n_cols, logits.stride(0), float(z_loss),
+                                     IGNORE=IGNORE_INDEX, BLOCK_COLS=block, num_warps=num_warps)
     return loss
 
 
