@@ -9,6 +9,7 @@ tokens; GPT-2's and Qwen3's padded vocabularies):
     source .carry/setup.sh && python benchmarks/bench_row_lse.py [--fused-only]
 """
 
+import gc
 import statistics
 
 import torch
@@ -77,8 +78,13 @@ def fused_kernel(n, vocab):
     """row_lse.loss_and_gradient_: checked, then timed alone; then the whole head + loss of a GPT-2 124M micro-batch
     (hidden 768), both ways."""
     from hfpretrain.training.loss import IGNORE_INDEX, _HeadCrossEntropy, compiled_cross_entropy_sum
-    from hfpretrain.training.row_lse import LOSS_TILE, loss_and_gradient_
+    from hfpretrain.training.row_lse import loss_and_gradient_, loss_tile
 
+    gc.collect()
+    torch.cuda.empty_cache()
+    if torch.cuda.mem_get_info()[0] < 2.5 * n * vocab * 2:  # the logits, their working copy, the checks
+        print(f"  fused loss+gradient {n} x {vocab}: skipped, too large for the free GPU memory")
+        return
     torch.manual_seed(1)
     source = (4 * torch.randn(n, vocab, device="cuda")).to(torch.bfloat16)
     targets = torch.randint(0, vocab, (n,), device="cuda")
@@ -93,11 +99,11 @@ def fused_kernel(n, vocab):
     probs[keep.nonzero()[:, 0], targets[:4096][keep]] -= 1
     probs[~keep] = 0
     work = source.clone()
-    # LOSS_TILE first, then other tilings (columns per iteration, warps). Measured and dropped (2026-11-24, H200s):
+    # loss_tile's choice first, then other tilings (columns per iteration, warps). Measured and dropped (2026-11-24, H200s):
     # the whole row held in one block (read once; its registers spill: 1.2-1.6x slower), L2 eviction hints (0.3%),
     # a persistent grid of 1-8 programs per SM (fewer rows in flight, so that a row's second read finds it in L2:
     # 5-40% slower) and a running sum per column lane (within 4%, either way).
-    for tile in (LOSS_TILE, (4096, 8), (4096, 4), (8192, 4), (16384, 8), (2048, 4)):
+    for tile in (loss_tile(vocab), (4096, 8), (4096, 4), (8192, 8), (8192, 4), (16384, 8), (2048, 4)):
         work.copy_(source)
         loss = loss_and_gradient_(work, targets, 1e-4, tile)
         err_loss = (loss[:4096] - ref_loss).abs().max().item()

@@ -34,6 +34,7 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     auto_tanh|auto_tanh2) HFPRETRAIN_GELU_SIGMOID=0 HFPRETRAIN_BIAS_GELU=0 variant $v $AUTO ;;  # transformers' MLP
     auto_nobias) HFPRETRAIN_BIAS_GELU=0 variant $v $AUTO ;;       # c_fc's bias gradient in a pass of its own
     auto_oldlse) HFPRETRAIN_LOSS_TILE=4096,8 variant $v $AUTO ;;  # the loss kernel's tiling before (row_lse.py)
+    auto_lse8k) HFPRETRAIN_LOSS_TILE=8192,8 variant $v $AUTO ;;   # 8,192 columns per iteration (row_lse.py)
     auto2) variant $v $AUTO ;;                                     # the defaults again (as auto.2)
     pdl) variant $v $AUTO model.inductor_options.triton.enable_pdl=true ;;  # programmatic dependent launch (Hopper)
     bench_gelu) python3 benchmarks/bench_gelu.py | tee "$OUT/bench_gelu.txt" ;;  # GELU's kernels alone, the MLP

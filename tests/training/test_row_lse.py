@@ -136,7 +136,7 @@ want = x.clone()
 want_loss = R.loss_and_gradient_(want, t, 1e-3)  # the PyTorch branch, on the same rows
 source = x.clone()
 ok = torch.ones(37, dtype=torch.bool); ok[7] = False
-for block in (R.BLOCK, R.LOSS_TILE[0]):  # the -inf block above; the tile training runs (one partial block)
+for block in (R.BLOCK, R.loss_tile(5000)[0]):  # the -inf block above; the tile training runs (one partial block)
     x.copy_(source)
     loss = torch.empty(37)
     R._loss_grad_kernel[(37,)](x, t, loss, 5000, x.stride(0), 1e-3, IGNORE=-100, BLOCK_COLS=block)
@@ -229,3 +229,11 @@ def test_training_loss_through_the_fused_head_equals_the_compiled_one(monkeypatc
     torch.testing.assert_close(fused_loss, ref_loss, **tol)
     for name, grad in ref_grads.items():
         torch.testing.assert_close(fused_grads[name], grad, **tol, msg=name)
+
+
+def test_loss_tile_by_vocabulary(monkeypatch):
+    """The loss kernel's tiling as measured: 16,384 columns per iteration up to a 64k vocabulary, 8,192 above;
+    HFPRETRAIN_LOSS_TILE overrides both (A/B benchmarks)."""
+    assert R.loss_tile(50304) == (16384, 8) and R.loss_tile(151936) == (8192, 8)
+    monkeypatch.setenv("HFPRETRAIN_LOSS_TILE", "4096,4")
+    assert R.loss_tile(50304) == R.loss_tile(151936) == (4096, 4)

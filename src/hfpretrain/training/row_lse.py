@@ -19,7 +19,7 @@ measured faster, and larger vocabularies keep inductor's loss.
 ``loss_and_gradient_(logits, targets, z_loss)``: each token's loss, with the logits overwritten by the gradient
 of the summed loss (training; loss._HeadCrossEntropy). One program per row reads the row for its log-sum-exp,
 then reads it again and writes the gradient over it: 9.5-9.7 ms for 131,072 x 50,304 bf16 logits
-on an H200 (LOSS_TILE), where the log-sum-exp above and inductor's gradient pass took 3.6 + 12.5 ms, and no
+on an H200 (LOSS_TILES), where the log-sum-exp above and inductor's gradient pass took 3.6 + 12.5 ms, and no
 second logits-sized tensor. Any vocabulary (14.3 ms for 65,536 x 151,936). The second read mostly misses L2
 (about 3 passes of DRAM traffic at ~4.2 TB/s); keeping fewer rows in flight so that it would hit L2 starved the
 memory system instead (bench_row_lse.py's notes).
@@ -45,9 +45,10 @@ except ImportError:  # the CPU wheel of torch comes without Triton
 BLOCK = 4096  # columns per iteration: 8 KB of bf16 per row in flight
 IGNORE_INDEX = -100  # loss.py's; a token with this target adds no loss and no gradient
 MAX_VOCAB = 65536  # measured faster at 50,304 columns, slower overall at 151,936 (above)
-# loss_and_gradient_'s kernel: (columns per iteration, warps), the fastest of benchmarks/bench_row_lse.py's sweep
-# at 50,304 and 151,936 columns together (docs/benchmarks.md, tenth session)
-LOSS_TILE = (8192, 8)
+# loss_and_gradient_'s kernel: (columns per iteration, warps) up to MAX_VOCAB columns and above, the fastest of
+# benchmarks/bench_row_lse.py's sweeps (docs/benchmarks.md, tenth session): 16,384 columns, four iterations a pass
+# at GPT-2's 50,304, were 6% (H200) and 15% (H100) faster than 8,192; at Qwen3's 151,936 they were 6% slower.
+LOSS_TILES = ((16384, 8), (8192, 8))
 
 
 def enabled(logits: torch.Tensor) -> bool:
@@ -138,10 +139,11 @@ else:
                                                                                         dtype=torch.float32)
 
 
-def _loss_tile() -> tuple[int, int]:
-    """LOSS_TILE, or ``HFPRETRAIN_LOSS_TILE=block,num_warps`` (A/B benchmarks)."""
-    spec = os.environ.get("HFPRETRAIN_LOSS_TILE")
-    return tuple(int(v) for v in spec.split(",")) if spec else LOSS_TILE
+def loss_tile(n_cols: int) -> tuple[int, int]:
+    """LOSS_TILES' choice for rows of ``n_cols``, or ``HFPRETRAIN_LOSS_TILE=block,num_warps`` (A/B benchmarks)."""
+    if spec := os.environ.get("HFPRETRAIN_LOSS_TILE"):
+        return tuple(int(v) for v in spec.split(","))
+    return LOSS_TILES[0] if n_cols <= MAX_VOCAB else LOSS_TILES[1]
 
 
 def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0,
@@ -149,7 +151,7 @@ def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: floa
     """Each token's loss (fp32; 0 where ``targets`` is IGNORE_INDEX), with ``logits`` overwritten by the gradient
     of their sum, in one kernel where a loss kernel and then a gradient kernel write a second tensor as large.
     On CUDA with Triton, ``_loss_grad_kernel`` (one program per row) with ``tile`` = (columns per iteration,
-    warps), LOSS_TILE if None; elsewhere the same in PyTorch."""
+    warps), loss_tile's if None; elsewhere the same in PyTorch."""
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError("loss_and_gradient_: 2-D logits with unit column stride")
     n_rows, n_cols = logits.shape
@@ -167,7 +169,7 @@ def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: floa
         grad[rows, targets[rows]] -= 1.0
         logits.copy_(grad)
         return torch.where(keep, lse - picked + z_loss * lse.square(), 0.0)
-    block, num_warps = tile or _loss_tile()
+    block, num_warps = tile or loss_tile(n_cols)
     loss = torch.empty(n_rows, device=logits.device, dtype=torch.float32)
     with torch.cuda.device(logits.device):  # the launch goes to the current device: make it the logits'
         _loss_grad_kernel[(n_rows,)](logits, targets, loss, n_cols, logits.stride(0), float(z_loss),
