@@ -534,17 +534,26 @@ def test_each_run_in_a_process_compiles(mini_blocks, tmp_path, caplog):
     assert caplog.text.count("rotary cos/sin read from a table") == 2
 
 
-def test_a_compiled_gpt2_run_computes_gelu_with_a_sigmoid(mini_blocks, tmp_path, caplog):
-    """Compiled, GPT-2's tanh GELU runs as x * sigmoid(2u) (models/gelu.py); uncompiled, transformers' module."""
+def test_a_compiled_gpt2_run_computes_gelu_with_a_sigmoid(mini_blocks, tmp_path, caplog, monkeypatch):
+    """Compiled, each GPT-2 MLP's c_fc and GELU are one module whose backward sums the bias gradient, and the
+    GELU runs as x * sigmoid(2u) (models/gelu.py); HFPRETRAIN_BIAS_GELU=0 keeps transformers' MLP with the sigmoid
+    GELU; uncompiled, transformers' modules."""
     gpt2 = {"model.config": "gpt2_124m", "model.overrides.n_layer": "2", "model.overrides.n_embd": "64",
             "model.overrides.n_head": "2", "training.max_steps": "1", "training.save_strategy": "no"}
+    compiled = {**gpt2, "model.compile": "decoder", "model.compile_backend": "eager"}
     with caplog.at_level(logging.INFO, logger="hfpretrain"):
-        run_pretrain(mini_blocks, tmp_path / "compiled", {**gpt2, "model.compile": "decoder",
-                                                          "model.compile_backend": "eager"})
-        assert "GELU (tanh approximation) computed as x * sigmoid(2u) in 2 modules" in caplog.text
+        run_pretrain(mini_blocks, tmp_path / "compiled", compiled)
+        assert "gradient summed in GELU's backward, in 2 layers" in caplog.text
+        assert "sigmoid(2u)" not in caplog.text  # no GELU module left outside the fused MLPs
         caplog.clear()
+        monkeypatch.setenv("HFPRETRAIN_BIAS_GELU", "0")
+        run_pretrain(mini_blocks, tmp_path / "unfused", compiled)
+        assert "GELU (tanh approximation) computed as x * sigmoid(2u) in 2 modules" in caplog.text
+        assert "GELU's backward" not in caplog.text
+        caplog.clear()
+        monkeypatch.delenv("HFPRETRAIN_BIAS_GELU")
         run_pretrain(mini_blocks, tmp_path / "eager", {**gpt2, "model.compile": "none"})
-        assert "sigmoid(2u)" not in caplog.text
+        assert "sigmoid(2u)" not in caplog.text and "GELU's backward" not in caplog.text
 
 
 def test_inductor_options_hold_while_training(mini_blocks, tmp_path, monkeypatch):
