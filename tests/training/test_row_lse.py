@@ -235,5 +235,10 @@ def test_loss_tile_by_vocabulary(monkeypatch):
     """The loss kernel's tiling as measured: 16,384 columns per iteration up to a 64k vocabulary, 8,192 above;
     HFPRETRAIN_LOSS_TILE overrides both (A/B benchmarks)."""
     assert R.loss_tile(50304) == (16384, 8) and R.loss_tile(151936) == (8192, 8)
+    assert R.loss_tile(5000) == (8192, 8) and R.loss_tile(512) == (512, 8)  # no wider than the row
     monkeypatch.setenv("HFPRETRAIN_LOSS_TILE", "4096,4")
     assert R.loss_tile(50304) == R.loss_tile(151936) == (4096, 4)
+    for bad in ("16384", "3000,8", "a,b"):
+        monkeypatch.setenv("HFPRETRAIN_LOSS_TILE", bad)
+        with pytest.raises(ValueError, match="HFPRETRAIN_LOSS_TILE"):
+            R.loss_tile(50304)

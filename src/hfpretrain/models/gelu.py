@@ -8,8 +8,8 @@ forward and again in the backward, where ``sigmoid`` is one fast exponential and
 docs/benchmarks.md, ninth session). Only compiled models are changed, where inductor writes the kernels and
 where it was measured; an uncompiled evaluation or ``generate`` runs transformers' module as before.
 
-Compiled too, GPT-2's MLP (``fuse_bias_gelu``, below): ``c_fc``'s bias is added inside the GELU and its
-gradient summed by the kernel that makes GELU's backward, one pass over the [tokens x 3,072] gradient fewer.
+Compiled too, GPT-2's MLP (``fuse_bias_gelu``, below): ``c_fc``'s bias gradient is summed by the kernel that
+makes GELU's backward, one pass over the [tokens x 3,072] gradient fewer.
 """
 
 from __future__ import annotations
@@ -49,12 +49,13 @@ def use_sigmoid_gelu(model: nn.Module) -> int:
     return replaced
 
 
-# ---- GPT-2's MLP: the first linear's bias added in the GELU, its gradient summed in the GELU's backward ----------
+# ---- GPT-2's MLP: c_fc's bias gradient summed in the GELU's backward ----------------------------------------------
 #
 # Stock, the backward makes GELU's input gradient in one pointwise kernel, then reads it all again to sum the bias
 # gradient of c_fc ([131,072 x 3,072] bf16 per GPT-2 124M micro-batch: 2.5 ms of a 226 ms step on an H200,
-# docs/benchmarks.md). Here the bias enters after the matmul, inside the GELU, and one kernel makes the input
-# gradient and column sums of it; a tiny second sum adds those up.
+# docs/benchmarks.md). Here c_fc and the GELU are one autograd function: its forward is the stock addmm (bias in
+# cuBLAS's epilogue) and GELU; its backward makes the input gradient and column sums of it in one kernel, a tiny
+# second sum adds those up, and the two matmuls follow.
 
 try:
     import triton
@@ -62,26 +63,28 @@ try:
 except ImportError:  # the CPU wheel of torch comes without Triton
     triton = None
 
-BIAS_GRAD_TILE = dict(ROWS=1024, BLOCK_M=32, BLOCK_N=256, num_warps=4)  # benchmarks/bench_gelu.py's sweep
+# rows per program, rows per iteration (ROWS a multiple of it), columns per program, warps: benchmarks/bench_gelu.py's
+# sweep (the fastest in call 2 of the tenth session; ~10% from the fastest in another call, docs/benchmarks.md)
+BIAS_GRAD_TILE = dict(ROWS=1024, BLOCK_M=32, BLOCK_N=256, num_warps=4)
 
 
-def _gelu_grad_reference(grad: torch.Tensor, y: torch.Tensor, bias: torch.Tensor):
-    """GELU's input gradient at ``h = y + bias`` (rounded to y's dtype) and its sum over rows (fp32), in PyTorch."""
-    h = (y.float() + bias.float()).to(y.dtype).float()
+def _gelu_grad_reference(grad: torch.Tensor, h: torch.Tensor):
+    """GELU's input gradient at ``h`` (in h's dtype) and its sum over rows (fp32), in PyTorch."""
+    h = h.float()
     s = torch.sigmoid(TWO_SQRT_2_OVER_PI * (h + 0.044715 * h * h * h))
     grad_h = grad.float() * (s + h * s * (1 - s) * TWO_SQRT_2_OVER_PI * (1 + 3 * 0.044715 * h * h))
-    return grad_h.to(y.dtype), grad_h.sum(0)
+    return grad_h.to(grad.dtype), grad_h.sum(0)
 
 
 if triton is not None:
     @triton.jit
-    def _gelu_grad_bias_kernel(grad_ptr, y_ptr, bias_ptr, out_ptr, partial_ptr, n_rows, n_cols,
+    def _gelu_grad_bias_kernel(grad_ptr, h_ptr, out_ptr, partial_ptr, n_rows, n_cols,
                                ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         """ROWS rows x BLOCK_N columns: GELU's input gradient written, and its column sums over those rows."""
+        tl.static_assert(ROWS % BLOCK_M == 0)  # else programs overlap and count rows twice
         c: tl.constexpr = 1.5957691216057308  # 2 sqrt(2/pi)
         cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < n_cols
-        bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         total = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)  # summed over rows once, after the loop
         first = tl.program_id(0) * ROWS
         for start in range(0, ROWS, BLOCK_M):
@@ -89,8 +92,7 @@ if triton is not None:
             ok = (rows < n_rows)[:, None] & col_ok[None, :]
             offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
             g = tl.load(grad_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
-            h = tl.load(y_ptr + offsets, mask=ok, other=0.0).to(tl.float32) + bias[None, :]
-            h = h.to(out_ptr.dtype.element_ty).to(tl.float32)  # rounded as the forward rounds it
+            h = tl.load(h_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
             s = tl.sigmoid(c * (h + 0.044715 * h * h * h))
             grad_h = g * (s + h * s * (1.0 - s) * c * (1.0 + 3.0 * 0.044715 * h * h))
             tl.store(out_ptr + offsets, grad_h.to(out_ptr.dtype.element_ty), mask=ok)
@@ -98,44 +100,45 @@ if triton is not None:
         tl.store(partial_ptr + tl.program_id(0) * n_cols + cols, tl.sum(total, 0), mask=col_ok)
 
     @torch.library.triton_op("hfpretrain::gelu_grad_bias", mutates_args=())
-    def gelu_grad_bias(grad: torch.Tensor, y: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def gelu_grad_bias(grad: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not grad.is_cuda:  # compile traces this body whatever the device: branch here, not by dispatch key
-            return _gelu_grad_reference(grad, y, bias)
-        grad, y = grad.contiguous(), y.contiguous()
-        n_rows, n_cols = y.shape
+            return _gelu_grad_reference(grad, h)
+        grad, h = grad.contiguous(), h.contiguous()
+        n_rows, n_cols = h.shape
         tile = BIAS_GRAD_TILE
         grid = (triton.cdiv(n_rows, tile["ROWS"]), triton.cdiv(n_cols, tile["BLOCK_N"]))
-        grad_h = torch.empty_like(y)
-        partial = torch.empty(grid[0], n_cols, device=y.device, dtype=torch.float32)
-        torch.library.wrap_triton(_gelu_grad_bias_kernel)[grid](grad, y, bias, grad_h, partial, n_rows, n_cols,
-                                                                **tile)
+        grad_h = torch.empty_like(grad)
+        partial = torch.empty(grid[0], n_cols, device=h.device, dtype=torch.float32)
+        torch.library.wrap_triton(_gelu_grad_bias_kernel)[grid](grad, h, grad_h, partial, n_rows, n_cols, **tile)
         return grad_h, partial.sum(0)
 else:
     @torch.library.custom_op("hfpretrain::gelu_grad_bias", mutates_args=())
-    def gelu_grad_bias(grad: torch.Tensor, y: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return _gelu_grad_reference(grad, y, bias)
+    def gelu_grad_bias(grad: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _gelu_grad_reference(grad, h)
 
     @gelu_grad_bias.register_fake
-    def _gelu_grad_bias_fake(grad, y, bias):
-        return torch.empty_like(y), y.new_empty(y.shape[-1], dtype=torch.float32)
+    def _gelu_grad_bias_fake(grad, h):
+        return torch.empty_like(grad), h.new_empty(h.shape[-1], dtype=torch.float32)
 
 
-class _BiasGELU(torch.autograd.Function):
-    """``gelu_tanh(y + bias)`` for 2-D ``y``, with ``bias`` already in y's dtype; backward: gelu_grad_bias."""
+class _LinearGELU(torch.autograd.Function):
+    """``gelu_tanh(x @ weight + bias)`` for 2-D ``x``, all in one dtype; backward: gelu_grad_bias, then the two
+    matmuls."""
 
     @staticmethod
-    def forward(ctx, y, bias):
-        ctx.save_for_backward(y, bias)
-        # rounded to y's dtype, as the stock addmm's output is (measured: without it, 200 bf16 steps drift
-        # twice as far from the plain path), and as the backward recomputes it
-        h = (y.float() + bias.float()).to(y.dtype).float()
-        return (h * torch.sigmoid(TWO_SQRT_2_OVER_PI * (h + 0.044715 * (h * h * h)))).to(y.dtype)
+    def forward(ctx, x, weight, bias):
+        h = torch.addmm(bias, x, weight)  # the stock Conv1D's op: the bias added in cuBLAS's epilogue, one rounding
+        ctx.save_for_backward(x, weight, h)
+        hf = h.float()
+        return (hf * torch.sigmoid(TWO_SQRT_2_OVER_PI * (hf + 0.044715 * (hf * hf * hf)))).to(h.dtype)
 
     @staticmethod
     def backward(ctx, grad):
-        y, bias = ctx.saved_tensors
-        grad_y, grad_bias = gelu_grad_bias(grad, y, bias)
-        return grad_y, grad_bias.to(bias.dtype)
+        x, weight, h = ctx.saved_tensors
+        grad_h, grad_bias = gelu_grad_bias(grad, h)
+        grad_x = grad_h @ weight.T if ctx.needs_input_grad[0] else None
+        grad_weight = x.T @ grad_h if ctx.needs_input_grad[1] else None
+        return grad_x, grad_weight, grad_bias.to(h.dtype)
 
 
 class LinearGELU(nn.Module):
@@ -148,8 +151,11 @@ class LinearGELU(nn.Module):
         self.nf = linear.nf
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x.reshape(-1, x.shape[-1]) @ self.weight  # autocast's dtype, where the stock addmm computes
-        out = _BiasGELU.apply(y, self.bias.to(y.dtype))
+        # the dtype the stock addmm computes in under autocast (its casts, made here, so that the function saves
+        # the bf16 input it multiplies, not the fp32 one before the cast)
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        out = _LinearGELU.apply(x.reshape(-1, x.shape[-1]).to(dtype), self.weight.to(dtype), self.bias.to(dtype))
         return out.view(*x.shape[:-1], self.nf)
 
 

@@ -142,8 +142,12 @@ else:
 def loss_tile(n_cols: int) -> tuple[int, int]:
     """LOSS_TILES' choice for rows of ``n_cols``, or ``HFPRETRAIN_LOSS_TILE=block,num_warps`` (A/B benchmarks)."""
     if spec := os.environ.get("HFPRETRAIN_LOSS_TILE"):
-        return tuple(int(v) for v in spec.split(","))
-    return LOSS_TILES[0] if n_cols <= MAX_VOCAB else LOSS_TILES[1]
+        tile = tuple(int(v) for v in spec.split(",") if v.strip().isdigit())
+        if len(tile) != 2 or tile[0] & (tile[0] - 1) or tile[1] & (tile[1] - 1):
+            raise ValueError(f"HFPRETRAIN_LOSS_TILE={spec!r}: want two powers of two, columns,warps (e.g. 8192,8)")
+        return tile
+    block, warps = LOSS_TILES[0] if n_cols <= MAX_VOCAB else LOSS_TILES[1]
+    return min(block, 1 << max(n_cols - 1, 0).bit_length()), warps  # no wider than the row
 
 
 def loss_and_gradient_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0,
