@@ -19,7 +19,7 @@ measured faster, and larger vocabularies keep inductor's loss.
 ``loss_and_gradient_(logits, targets, z_loss)``: each token's loss, with the logits overwritten by the gradient
 of the summed loss (training; loss._HeadCrossEntropy). One program per row reads the row for its log-sum-exp,
 then reads it again and writes the gradient over it: 9.2 ms for 131,072 x 50,304 bf16 logits
-on an H200 (LOSS_TILES; 10.0 at 4,096 columns per iteration), where the log-sum-exp above and inductor's gradient
+on an H200 (LOSS_TILES; 9.9 at 4,096 columns per iteration in the same run), where the log-sum-exp above and inductor's gradient
 pass took 3.6 + 12.5 ms, and no second logits-sized tensor. Any vocabulary (14.3 ms for 65,536 x 151,936). The second read mostly misses L2
 (about 3 passes of DRAM traffic at ~4.2 TB/s); keeping fewer rows in flight so that it would hit L2 starved the
 memory system instead (bench_row_lse.py's notes).
@@ -140,7 +140,7 @@ else:
 
 
 def loss_tile(n_cols: int) -> tuple[int, int]:
-    """LOSS_TILES' choice for rows of ``n_cols``, or ``HFPRETRAIN_LOSS_TILE=block,num_warps`` (A/B benchmarks)."""
+    """LOSS_TILES' choice for rows of ``n_cols``, or ``HFPRETRAIN_LOSS_TILE=columns,warps`` (A/B benchmarks)."""
     if spec := os.environ.get("HFPRETRAIN_LOSS_TILE"):
         tile = tuple(int(v) for v in spec.split(",") if v.strip().isdigit())
         if len(tile) != 2 or tile[0] & (tile[0] - 1) or tile[1] & (tile[1] - 1):
