@@ -30,11 +30,16 @@ def _is_tanh_gelu(module: nn.Module) -> bool:
     return type(module) in TANH_GELUS or (type(module) is nn.GELU and module.approximate == "tanh")
 
 
-class SigmoidGELU(nn.Module):
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """The tanh approximation of GELU, as ``x * sigmoid(2u)``."""
+    return x * torch.sigmoid(TWO_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x)))
+
+
+class SigmoidGELU(nn.Module):
+    """gelu_tanh as a module, in place of transformers' tanh-GELU modules."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.sigmoid(TWO_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x)))
+        return gelu_tanh(x)
 
 
 def use_sigmoid_gelu(model: nn.Module) -> int:
@@ -129,8 +134,7 @@ class _LinearGELU(torch.autograd.Function):
     def forward(ctx, x, weight, bias):
         h = torch.addmm(bias, x, weight)  # the stock Conv1D's op: the bias added in cuBLAS's epilogue, one rounding
         ctx.save_for_backward(x, weight, h)
-        hf = h.float()
-        return (hf * torch.sigmoid(TWO_SQRT_2_OVER_PI * (hf + 0.044715 * (hf * hf * hf)))).to(h.dtype)
+        return gelu_tanh(h.float()).to(h.dtype)
 
     @staticmethod
     def backward(ctx, grad):

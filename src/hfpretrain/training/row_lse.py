@@ -18,11 +18,11 @@ measured faster, and larger vocabularies keep inductor's loss.
 
 ``loss_and_gradient_(logits, targets, z_loss)``: each token's loss, with the logits overwritten by the gradient
 of the summed loss (training; loss._HeadCrossEntropy). One program per row reads the row for its log-sum-exp,
-then reads it again and writes the gradient over it: 9.2 ms for 131,072 x 50,304 bf16 logits
-on an H200 (LOSS_TILES; 9.9 at 4,096 columns per iteration in the same run), where the log-sum-exp above and inductor's gradient
-pass took 3.6 + 12.5 ms, and no second logits-sized tensor. Any vocabulary (14.3 ms for 65,536 x 151,936). The second read mostly misses L2
-(about 3 passes of DRAM traffic at ~4.2 TB/s); keeping fewer rows in flight so that it would hit L2 starved the
-memory system instead (bench_row_lse.py's notes).
+then reads it again and writes the gradient over it: 9.2 ms for 131,072 x 50,304 bf16 logits on an H200
+(LOSS_TILES; 9.9 at 4,096 columns per iteration in the same run), where the log-sum-exp above and inductor's
+gradient pass took 3.6 + 12.5 ms, and no second logits-sized tensor. Any vocabulary (14.3 ms for 65,536 x
+151,936). The second read mostly misses L2 (about 3 passes of DRAM traffic at ~4.2 TB/s); keeping fewer rows in
+flight so that it would hit L2 starved the memory system instead (bench_row_lse.py's notes).
 
 On CUDA the kernels are Triton (``row_lse`` registered with ``torch.library.triton_op`` so that ``torch.compile``
 places it inside the loss's graph); elsewhere (a CPU, no Triton) the same arithmetic in PyTorch.

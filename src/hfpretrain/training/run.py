@@ -692,8 +692,8 @@ def build_run_model(run: RunSetup):
     # (HFPRETRAIN_BIAS_GELU=0 keeps transformers' MLP, for A/B runs).
     if fast.compile != "none" and os.environ.get("HFPRETRAIN_BIAS_GELU", "1") != "0":
         if n_mlp := fuse_bias_gelu(model):
-            logger.info("MLP bias added in the GELU, its gradient summed in GELU's backward, in %d layers "
-                        "(models/gelu.py)", n_mlp)
+            logger.info("MLP c_fc + GELU as one function, c_fc's bias gradient summed in GELU's backward, in %d "
+                        "layers (models/gelu.py)", n_mlp)
     # Compiled, tanh would be libdevice's accurate tanhf per element, forward and backward
     # (HFPRETRAIN_GELU_SIGMOID=0 keeps transformers' module, for A/B runs).
     if fast.compile != "none" and os.environ.get("HFPRETRAIN_GELU_SIGMOID", "1") != "0":
