@@ -2,7 +2,7 @@
 # recipes/best_small.yaml on one GPU, end to end in one device call: tokenize the first 6 train shards with
 # the study's 8k BPE, train, then the run's report (lm-eval on the full ARC-Easy, ARC-Challenge and OpenBookQA
 # test sets, generations, curves). The weights stay behind (too large to bring back); the report, summary, log
-# and lm-eval results come back in $OUT/<run>.tgz. Measured 2026-11-23 on an H100 (docs/best_small/): 20 s of
+# and lm-eval results come back in $OUT/<run>.tgz. Measured 2026-11-23 on an H100 (results/best_small/): 20 s of
 # data, 355 s of training, 25 s of final evaluation, ~20 s of start-up, 59 s of report: 488 s in all.
 # Other recipes and the one-change rows with the same script: RECIPE, RUN (its output_dir), TOK and DATA
 # (tokenizer and output folder), REPORT=0 (no report); extra arguments are recipe overrides.

@@ -16,9 +16,9 @@ STUDY=studies/gpu_vocab
 SHARDS=7 NUM_PROC=16 OUT=out bash benchmarks/prepare_vocab_study.sh 2>&1 | tail -2
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
 mkdir -p "$STUDY"
-# the finished runs: an earlier call's (carried), else the committed ones (docs/study_gpu_vocab/runs)
+# the finished runs: an earlier call's (carried), else the committed ones (results/study_gpu_vocab/runs)
 if [ -f .carry/gpu_vocab_runs.tgz ]; then tar -xzf .carry/gpu_vocab_runs.tgz -C "$STUDY"
-else mkdir -p "$STUDY/runs" && cp -r -n docs/study_gpu_vocab/runs/. "$STUDY/runs/"; fi  # -n: keeps a warm machine's
+else mkdir -p "$STUDY/runs" && cp -r -n results/study_gpu_vocab/runs/. "$STUDY/runs/"; fi  # -n: keeps a warm machine's
 # --foreground: the signal goes to study.py alone, which passes it to its workers (a group-wide TERM would
 # also reach loader workers in their first instants, before they ignore it); -k: a hung study cannot eat the call
 timeout --foreground -k 30 -s TERM $(( $(left) - 90 )) python3 scripts/study.py $SPEC > "$OUT/study.log" 2>&1
