@@ -8,7 +8,6 @@ evaluate.py ``--out``, pretrain.py ``training.output_dir``, study.py ``--out``) 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -44,52 +43,81 @@ def output_problem(path) -> str | None:
 
 
 class OutputBusyError(ValueError):
-    """Another live process holds the output's lock (the message names its pid and the lock file). A ValueError:
-    like a wrong setting, the command's own arguments are what must change (exit 2)."""
+    """Another live process holds the output's lock (the message names its pid and the lock file), or something that
+    is not a lock file is where the lock goes. A ValueError: like a wrong setting, the command's own arguments (or
+    the thing in the way) are what must change (exit 2)."""
+
+
+LOCK_MARK = "hfpretrain lock, pid "  # the first line of a lock file this module wrote: "hfpretrain lock, pid N"
+
+
+def _holder(path: Path) -> str:
+    """The pid a lock file names ("?" if none: a lock file of someone else's)."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(128).decode(errors="replace").strip()
+    except OSError:
+        return "?"
+    text = text[len(LOCK_MARK):] if text.startswith(LOCK_MARK) else text
+    return text if text.isdigit() else "?"
 
 
 class OutputLock:
-    """An exclusive ``fcntl.flock`` on ``path``, holding the holder's pid, for as long as a command writes an
-    output (``with OutputLock(...):``). A second command on the same output fails at once with one line,
+    """An exclusive lock (``filelock.FileLock``: ``flock`` on ``path``) for as long as a command writes an output
+    (``with OutputLock(...):``). A second command on the same output fails at once with one line,
     ``"<busy> (pid N, lock PATH): <advice>"``; the kernel drops the lock when the process dies, however it dies,
-    so a killed run never blocks the next one."""
+    so a killed run never blocks the next one.
+
+    The lock file is written (``"hfpretrain lock, pid N"``) and removed on release only when it is ours: created
+    by this acquire, or left by a killed holder (it carries that first line). A file of the same name that is
+    someone else's is only locked, never written, truncated or removed; a folder or a link there is refused."""
 
     def __init__(self, path, busy: str, advice: str):
         self.path, self.busy, self.advice = Path(path), busy, advice
-        self._fd: int | None = None
+        self._lock = None
+        self._ours = False
 
     def acquire(self) -> "OutputLock":
+        from filelock import FileLock, Timeout
+
+        if self.path.is_symlink() or (self.path.exists() and not self.path.is_file()):
+            what = "a link" if self.path.is_symlink() else "a folder" if self.path.is_dir() else "not a file"
+            raise OutputBusyError(f"{self.path} is {what}, where this command keeps its lock file: nothing was "
+                                  "changed; move it away, or choose another output")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-                os.close(fd)
-                raise OutputBusyError(f"{self.busy} (pid {holder}, lock {self.path}): {self.advice}") from None
-            try:  # the file may have been removed by the previous holder between open and flock: retry
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+        existed = os.path.lexists(self.path)
+        lock = FileLock(str(self.path), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise OutputBusyError(f"{self.busy} (pid {_holder(self.path)}, lock {self.path}): {self.advice}") from None
+        except OSError as e:
+            raise OutputBusyError(f"{self.path}: cannot use it as a lock file ({e.strerror or e}): nothing was "
+                                  "changed; move it away, or choose another output") from None
+        self._lock = lock
+        try:
+            with open(self.path, "r+b") as fh:
+                head = fh.read(len(LOCK_MARK)).decode(errors="replace")
+                self._ours = not existed or head == LOCK_MARK
+                if self._ours:
+                    fh.seek(0)
+                    fh.truncate()
+                    fh.write(f"{LOCK_MARK}{os.getpid()}\n".encode())
+        except BaseException:
+            self.release()
+            raise
         return self
 
     def release(self) -> None:
-        if self._fd is None:
+        if self._lock is None:
             return
-        try:
-            os.unlink(self.path)  # while still holding it: a waiter re-checks the inode
-        except FileNotFoundError:
-            pass
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
-        self._fd = None
+        if self._ours:
+            try:
+                os.unlink(self.path)  # while still holding it: a waiter finds the inode unlinked and starts over
+            except FileNotFoundError:
+                pass
+        self._lock.release()
+        self._lock, self._ours = None, False
 
     def __enter__(self) -> "OutputLock":
         return self.acquire()

@@ -2,8 +2,9 @@
 
 Two tokenize runs to the same --out used to both exit 0 (only the last one's data remained); a killed run
 left OUT.tmp-<pid> forever. Now: an exclusive lock on OUT.lock for the whole build (a second run fails at
-once naming the first one's pid), leftovers of dead runs are removed by the next run, and the datasets
-worker processes (num_proc=2 here) end with the main process on SIGTERM (and on SIGKILL, by the kernel).
+once naming the first one's pid), leftovers of dead runs are removed by the next run (only folders with this
+tool's marker inside: issue 36.1), and the datasets worker processes (num_proc=2 here) end with the main process
+on SIGTERM (and on SIGKILL, by the kernel).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import psutil
 import pytest
 
 from hfpretrain.data import DataError, tokenize_corpus
+from hfpretrain.data.guard import BUILD_MARKER
 
 from helpers import doc, write_jsonl
 
@@ -49,10 +51,10 @@ def _small(tmp_path: Path) -> Path:
 
 
 def _holder(lock: Path) -> subprocess.Popen:
-    """Another process holding OUT.lock, as a running build does."""
+    """Another process holding OUT.lock, as a running build does (and writing in it what a build writes)."""
     code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'%d\\n' % os.getpid()); print('locked', flush=True); "
-            "time.sleep(120)")
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'hfpretrain lock, pid %d\\n' % os.getpid()); "
+            "print('locked', flush=True); time.sleep(120)")
     p = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "locked"
     return p
@@ -105,7 +107,7 @@ def test_a_second_build_while_a_cli_build_runs(tmp_path, gpt2_tokenizer, big_inp
     first = subprocess.Popen(_cli(big_inputs, out, gpt2_tokenizer), env=ENV, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     _workers(first, at_least=1)  # it holds the lock by now
-    assert (tmp_path / "out.lock").read_text().strip() == str(first.pid)
+    assert (tmp_path / "out.lock").read_text().strip() == f"hfpretrain lock, pid {first.pid}"
     with pytest.raises(DataError, match=rf"being built by another process \(pid {first.pid}, "):
         tokenize_corpus([str(_small(tmp_path))], out, gpt2_tokenizer, seq_len=16, val_docs=4)
     stdout, stderr = first.communicate(timeout=300)
@@ -120,14 +122,24 @@ def test_leftovers_of_dead_builds_are_removed(tmp_path, gpt2_tokenizer, caplog):
     dead_pid = int(dead.stdout)
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        for name in (f"out.tmp-{dead_pid}", f"out.old-{dead_pid}", f"out.tmp-{alive.pid}", f"other.tmp-{dead_pid}"):
-            (tmp_path / name / "train").mkdir(parents=True)
+        for name, pid in ((f"out.tmp-{dead_pid}", dead_pid), (f"out.old-{dead_pid}", dead_pid),
+                          (f"out.tmp-{alive.pid}", alive.pid), (f"other.tmp-{dead_pid}", dead_pid)):
+            (tmp_path / name / "train").mkdir(parents=True)  # as a build of this tool makes them: with its marker
+            target = out if name.startswith("out.") else tmp_path / "other"
+            (tmp_path / name / BUILD_MARKER).write_text(json.dumps({"format": "hfpretrain.tokenize-work/1",
+                                                                    "out": str(target), "pid": pid}))
+        # a user's folders of the same names (no marker, or a marker naming another pid) are never leftovers
+        (tmp_path / "out.old-2024" / "train").mkdir(parents=True)
+        (tmp_path / "out.tmp-999999999").mkdir()
+        (tmp_path / "out.tmp-999999999" / BUILD_MARKER).write_text(json.dumps(
+            {"format": "hfpretrain.tokenize-work/1", "out": str(out), "pid": dead_pid}))
         with caplog.at_level(logging.WARNING):
             tokenize_corpus([str(src)], out, gpt2_tokenizer, seq_len=16, val_docs=4)
         assert not (tmp_path / f"out.tmp-{dead_pid}").exists() and not (tmp_path / f"out.old-{dead_pid}").exists()
         assert f"removing {tmp_path / f'out.tmp-{dead_pid}'}, left by a build that did not finish" in caplog.text
         assert (tmp_path / f"out.tmp-{alive.pid}").is_dir()  # its process may still be writing it
         assert (tmp_path / f"other.tmp-{dead_pid}").is_dir()  # another output's
+        assert (tmp_path / "out.old-2024" / "train").is_dir() and (tmp_path / "out.tmp-999999999").is_dir()
     finally:
         alive.kill()
         alive.wait()

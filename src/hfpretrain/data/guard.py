@@ -2,12 +2,18 @@
 
 :class:`BuildGuard` is held by ``tokenize_corpus`` for the whole build of ``OUT``:
 
-* **Lock**: an exclusive ``fcntl.flock`` on ``OUT.lock`` (beside the output), holding the builder's pid. A
-  second build of the same ``OUT`` fails at once with one line naming the first one's pid (two builds used to
-  both exit 0, each reporting its own counts, and only the last one's data remained). The kernel drops the
-  lock when the process dies, however it dies.
-* **Leftovers**: ``OUT.tmp-<pid>`` / ``OUT.old-<pid>`` folders of builds whose process is gone (killed runs
-  used to leave them forever) are removed, each with a log line; those of a live process are left alone.
+* **Lock**: an exclusive lock (:class:`hfpretrain.outdir.OutputLock`, ``filelock``) on ``OUT.lock`` (beside the
+  output), holding the builder's pid. A second build of the same ``OUT`` fails at once with one line naming the
+  first one's pid (two builds used to both exit 0, each reporting its own counts, and only the last one's data
+  remained). The kernel drops the lock when the process dies, however it dies. A user's own file of that name is
+  locked but never written or removed.
+* **Work folders**: a build writes in ``OUT.tmp-<pid>/`` and moves a replaced output aside into
+  ``OUT.old-<pid>/``, each made by :func:`make_work_dir` with a marker file inside (:data:`BUILD_MARKER`, naming
+  the tool, the output and the pid). The output itself is built in a subfolder, so the marker never ends up in an
+  output (nor in a user's copy of one).
+* **Leftovers**: work folders of builds whose process is gone (killed runs used to leave them forever) are
+  removed, each with a log line, after the build's checks have passed; those of a live process are left alone,
+  and so is every folder without this tool's marker (a user's ``corpus.old-2024`` backup is not a leftover).
 * **Workers end with the build**: ``datasets`` reads and tokenizes in ``multiprocess`` pools (and a queue
   manager process). During the build, SIGTERM to the main process raises :class:`BuildTerminated` there, so
   the pools are terminated and the temporary folder removed on the way out, and then the process ends by
@@ -21,6 +27,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -36,6 +43,45 @@ from .read import DataError
 logger = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+BUILD_MARKER = ".hfpretrain-build.json"  # inside OUT.tmp-<pid>/ and OUT.old-<pid>/: made by a build of this tool
+_MARKER_FORMAT = "hfpretrain.tokenize-work/1"
+
+
+def work_dir(out: Path, kind: str, pid: int | None = None) -> Path:
+    """``OUT.tmp-<pid>`` (kind ``tmp``: the build) or ``OUT.old-<pid>`` (kind ``old``: a replaced output)."""
+    return out.parent / f"{out.name}.{kind}-{os.getpid() if pid is None else pid}"
+
+
+def is_work_dir(path: Path, out: Path) -> bool:
+    """Whether ``path`` is a work folder a build of ``out`` made (its marker names this output and the pid in its
+    name), as opposed to anything else of that name."""
+    m = re.fullmatch(rf"{re.escape(out.name)}\.(tmp|old)-(\d+)", path.name)
+    if not m or path.is_symlink() or not path.is_dir():
+        return False
+    marker = path / BUILD_MARKER
+    try:
+        if marker.is_symlink() or not marker.is_file():
+            return False
+        info = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(info, dict) and info.get("format") == _MARKER_FORMAT and info.get("pid") == int(m.group(2))
+            and info.get("out") == str(out))
+
+
+def make_work_dir(out: Path, kind: str) -> Path:
+    """Create this process's ``OUT.<kind>-<pid>`` with its marker; one of ours left by a dead process of the same pid
+    is removed first. Anything else of that name stops the build (:class:`DataError`): it is not ours to delete."""
+    path = work_dir(out, kind)
+    if os.path.lexists(path):
+        if not is_work_dir(path, out):
+            raise DataError(f"{path} exists and was not made by this tool (no {BUILD_MARKER}): a build of {out} "
+                            "works there; nothing was changed: move it away")
+        shutil.rmtree(path)
+    path.mkdir()
+    (path / BUILD_MARKER).write_text(json.dumps({"format": _MARKER_FORMAT, "out": str(out), "pid": os.getpid(),
+                                                 "kind": kind}) + "\n")
+    return path
 
 
 class BuildTerminated(BaseException):
@@ -100,7 +146,6 @@ class BuildGuard:
             self._lock.acquire()
         except OutputBusyError as e:
             raise DataError(str(e)) from None
-        self._remove_leftovers()
         self._install()
         return self
 
@@ -110,11 +155,20 @@ class BuildGuard:
         if self.terminated:  # the default action was in place: end as the signal meant, now that all is cleaned up
             os.kill(os.getpid(), signal.SIGTERM)
 
-    def _remove_leftovers(self) -> None:
+    def check_work_dirs(self) -> None:
+        """This process's work folder names must be free, or ours (a dead build's of the same pid)."""
+        for kind in ("tmp", "old"):
+            path = work_dir(self.out, kind)
+            if os.path.lexists(path) and not is_work_dir(path, self.out):
+                raise DataError(f"{path} exists and was not made by this tool (no {BUILD_MARKER}): a build of "
+                                f"{self.out} works there; nothing was changed: move it away")
+
+    def remove_leftovers(self) -> None:
+        """Remove work folders of builds of this output whose process is gone (only those with this tool's marker)."""
         pattern = re.compile(rf"{re.escape(self.out.name)}\.(tmp|old)-(\d+)")
         for path in self.out.parent.iterdir():
             m = pattern.fullmatch(path.name)
-            if not m or not path.is_dir():
+            if not m or not is_work_dir(path, self.out):
                 continue
             pid = int(m.group(2))
             if pid == os.getpid():

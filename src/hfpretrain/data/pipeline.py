@@ -10,7 +10,8 @@ Steps (all through ``datasets``, whose cache lives in a temporary folder beside 
 4. One sequential ``map`` packs documents into ``seq_len`` blocks with a carried remainder
    (see :mod:`.pack` for the layout and why it is not shifted).
 5. ``save_to_disk`` for ``train`` and ``validation``, tokenizer copy, ``manifest.json``; all in
-   ``OUT.tmp-<pid>`` first, then renamed into place, so a half-written output never looks finished.
+   ``OUT.tmp-<pid>/out`` first (a work folder with this tool's marker, :mod:`.guard`), then renamed into place,
+   so a half-written output never looks finished.
 
 The validation split is the first ``val_docs`` good documents of ``val_inputs``; without
 ``val_inputs`` it is the first ``val_docs`` documents of ``inputs`` and train gets the rest.
@@ -35,7 +36,7 @@ import pyarrow.compute as pc
 from ..outdir import output_problem
 from .manifest import (FORMAT, MANIFEST, PIPELINE_VERSION, describe_inputs, dir_bytes, fingerprint, is_output,
                        read_manifest, write_manifest)
-from .guard import BuildGuard, raise_if_terminated
+from .guard import BuildGuard, make_work_dir, raise_if_terminated
 from .encoders import ENCODERS, EncoderMismatch, Unsupported, choose_encoder
 from .pack import Packer
 from .read import FILE_ROW, POLICIES, RAW_COLUMNS, DataError, expand_blend, expand_inputs, generate_records
@@ -150,22 +151,20 @@ def tokenize_corpus(
     tok_sha = tokenizer_sha256(tok_json)
     fp = fingerprint(train_sources, val_sources, tok_sha, eos_id, seq_len, val_docs, max_docs, sets)
 
-    guard = BuildGuard(out).acquire()  # one build per --out; workers end with this process; stale tmp removed
+    _refuse_existing(out, force)  # read-only, before anything is created, locked or removed
+    guard = BuildGuard(out)
+    guard.check_work_dirs()
+    guard.acquire()  # one build per --out; workers end with this process
     try:
+        _refuse_existing(out, force)  # again, now that no other build can change it
+        guard.check_work_dirs()
         old = read_manifest(out)
-        if out.exists():
-            ours = is_output(old)
-            if ours and old.get("fingerprint") == fp and not force and _complete(out):
-                if "text_bytes" in old.get("validation", {}):
-                    logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
-                    return out
-                logger.info("rebuilding %s: made before manifests recorded the text's bytes (bits per byte)", out)
-            if not ours and any(out.iterdir()):
-                # Replacing it would delete what is there: only this tool's own outputs are ever replaced.
-                raise DataError(f"{out} exists and is not a tokenize_corpus output (no {MANIFEST} with format "
-                                f"{FORMAT!r}); nothing was changed{' (--force only rebuilds outputs of this tool)' if force else ''}: "
-                                "choose another --out, or empty or remove that folder yourself")
-            _refuse_protected(out)  # about to be replaced
+        if (out.exists() and is_output(old) and old.get("fingerprint") == fp and not force and _complete(out)):
+            if "text_bytes" in old.get("validation", {}):
+                logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
+                return out
+            logger.info("rebuilding %s: made before manifests recorded the text's bytes (bits per byte)", out)
+        guard.remove_leftovers()  # the checks passed: dead builds' work folders (with this tool's marker) go
 
         try:
             enc = choose_encoder(tok_json, encoder)
@@ -173,16 +172,17 @@ def tokenize_corpus(
             raise DataError(f"encoder tiktoken: {e}") from None
         logger.info("encoder: %s (%s)", *enc)
 
-        tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
+        work = make_work_dir(out, "tmp")  # OUT.tmp-<pid>/, marked as this build's; the output is built in .../out
+        stage = work / "out"
 
         corpus = _Corpus(train_sources, val_sources, val_docs, max_docs, sets, on_bad, max_bad_fraction,
                          allow_missing, num_proc)
 
         def build(enc):
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            tmp.mkdir(parents=True)
-            return _build(tmp, corpus, _Encoding(tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len), datasets)
+            if stage.exists():
+                shutil.rmtree(stage)
+            stage.mkdir()
+            return _build(stage, corpus, _Encoding(tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len), datasets)
 
         try:
             try:
@@ -200,18 +200,32 @@ def tokenize_corpus(
             total = manifest["train"]["tokens"] + manifest["validation"]["tokens"]
             manifest["wall_time_s"] = round(wall, 3)
             manifest["tokens_per_s"] = round(total / wall, 1) if wall > 0 else None
-            write_manifest(tmp, manifest)
+            write_manifest(stage, manifest)
             raise_if_terminated()  # a SIGTERM whose exception got lost on the way: never put it in place
-            _swap_into_place(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            _swap_into_place(stage, out)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         logger.info("wrote %s: %d train / %d validation blocks of %d tokens, %.0f tokens/s",
                     out, manifest["train"]["blocks"], manifest["validation"]["blocks"], seq_len,
                     manifest["tokens_per_s"] or 0)
         return out
     finally:
         guard.release()
+
+
+def _refuse_existing(out: Path, force: bool) -> None:
+    """Only a missing or empty folder, or an output of this tool, is ever written (or replaced): anything else is
+    refused here, before anything is created, locked or removed."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DataError(f"--out {out} is a file, not a folder: choose another --out")
+    if not is_output(read_manifest(out)) and any(out.iterdir()):
+        # Replacing it would delete what is there: only this tool's own outputs are ever replaced.
+        raise DataError(f"{out} exists and is not a tokenize_corpus output (no {MANIFEST} with format "
+                        f"{FORMAT!r}); nothing was changed{' (--force only rebuilds outputs of this tool)' if force else ''}: "
+                        "choose another --out, or empty or remove that folder yourself")
+    _refuse_protected(out)  # about to be replaced (or written into)
 
 
 def protected_reason(out: Path) -> str | None:
@@ -251,14 +265,16 @@ def _cause(e: BaseException, kind):
     return None
 
 
-def _swap_into_place(tmp: Path, out: Path) -> None:
+def _swap_into_place(stage: Path, out: Path) -> None:
+    """Put the finished ``stage`` in place of ``out``; a previous output is moved aside into this build's marked
+    ``OUT.old-<pid>/`` first (a killed swap leaves it there for the next build to remove) and then deleted."""
     if out.exists():
-        old = out.parent / f"{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
+        aside = make_work_dir(out, "old")
+        os.replace(out, aside / "out")
+        os.replace(stage, out)
+        shutil.rmtree(aside, ignore_errors=True)
     else:
-        os.replace(tmp, out)
+        os.replace(stage, out)
 
 
 def _generate(sources, on_bad, limit, num_proc, cache_dir, datasets, name, sets=None):
