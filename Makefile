@@ -12,7 +12,8 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
-export WANDB_MODE ?= offline
+# No WANDB_MODE here: transformers prints "[INFO] Running in WANDB offline mode" on every command when it is
+# offline, report_to none or not; a run that reports to W&B without a login logs offline by itself (training/run.py).
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install demo test check-data

@@ -9,6 +9,7 @@ task_manager=TaskManager(include_path=<hfpretrain task dir>))``, 0-shot, full te
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
@@ -41,6 +42,34 @@ def _version(pkg: str) -> str:
         return _md.version(pkg)
     except _md.PackageNotFoundError:
         return "unknown"
+
+
+@contextlib.contextmanager
+def _git_describe_quiet():
+    """lm-eval's results record the git commit of the current directory (``git describe --always``, else read
+    from ``.git``), and outside a git repository git prints "fatal: not a git repository" on the terminal (lm-eval
+    does not capture git's stderr). The same value, read with git's stderr captured."""
+    import subprocess
+
+    import lm_eval.evaluator
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    def git_commit_hash():
+        try:
+            run = subprocess.run(["git", "describe", "--always"], capture_output=True, check=True)
+            return run.stdout.strip().decode()
+        except (subprocess.CalledProcessError, OSError):
+            return get_commit_from_path(Path.cwd())
+
+    original = getattr(lm_eval.evaluator, "get_git_commit_hash", None)
+    if original is None:  # another lm-eval: leave it alone
+        yield
+        return
+    lm_eval.evaluator.get_git_commit_hash = git_commit_hash
+    try:
+        yield
+    finally:
+        lm_eval.evaluator.get_git_commit_hash = original
 
 
 def make_lm(checkpoint, batch_size=8, dtype="auto", device=None):
@@ -113,15 +142,20 @@ def evaluate_checkpoint(
     if scoring in ("lm_eval", "both"):
         import lm_eval
 
-        results = lm_eval.simple_evaluate(
-            model=lm,
-            # the local task manager would load the local twin of a task that reads the Hub: its Task instead
-            tasks=[t if sources[t] is None else task_objs[t] for t in tasks],
-            num_fewshot=0,
-            limit=limit,
-            task_manager=task_manager(data_root),
-            log_samples=False,
-        )
+        # The Tasks loaded above, not their names: loading each task a second time repeated its load-time
+        # warnings, and the local task manager would load the local twin of a task that reads the Hub. 0-shot is
+        # set on each Task, so lm-eval does not warn that it overrides the task's default (None) with 0.
+        for task in task_objs.values():
+            task.set_config(key="num_fewshot", value=0)
+        with _git_describe_quiet():
+            results = lm_eval.simple_evaluate(
+                model=lm,
+                tasks=[task_objs[t] for t in tasks],
+                num_fewshot=0,
+                limit=limit,
+                task_manager=task_manager(data_root),
+                log_samples=False,
+            )
     if scoring in ("avg_logprob", "both"):
         from hfpretrain.eval.scoring import apply_limit, score_docs
 
