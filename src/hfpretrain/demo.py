@@ -11,26 +11,36 @@ from hfpretrain.data import tokenize_corpus
 from hfpretrain.eval import evaluate_checkpoint, generate
 from hfpretrain.eval.task_data import available_tasks
 from hfpretrain.eval.local_tasks import DEFAULT_TASKS
-from hfpretrain.paths import data_root
+from hfpretrain.paths import MissingDataError, data_root, recipe_path
 from hfpretrain.study.plots import plot_run
 from hfpretrain.training import pretrain
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def run_demo(out: str | Path = "out/demo", max_steps: int = 300, eval_limit: int = 200,
-             overrides: list[str] | None = None) -> dict:
-    """``overrides``: more ``section.key=value`` recipe overrides for the training step."""
+             overrides: list[str] | None = None, dry_run: bool = False) -> dict:
+    """``overrides``: more ``section.key=value`` recipe overrides for the training step. ``dry_run``: find the
+    data, the tokenizer and the recipe (the shipped ``tiny_cpu``, also from an installed wheel) and return the
+    training plan, without running anything."""
     out, root, t0 = Path(out), data_root(), time.time()
     mix = root / "pretrain" / "mix"
+    inputs = [mix / "mini_train.jsonl.zst", mix / "mini_val.jsonl.zst", root / "tokenizers" / "gpt2"]
+    recipe, run_dir = recipe_path("tiny_cpu"), out / "run"
+    train_overrides = [f"training.output_dir={run_dir}", f"training.max_steps={max_steps}", "training.save_steps=100",
+                       "training.eval_steps=100", *(overrides or [])]
+    if dry_run:
+        missing = [str(p) for p in inputs if not p.exists()]
+        if missing:
+            raise MissingDataError(f"the demo's inputs are missing: {', '.join(missing)}")
+        plan = pretrain(recipe, [f"data.path={out / 'data'}", f"data.tokenizer={inputs[2]}", *train_overrides],
+                        dry_run=True)["plan"]
+        report = {"data_root": str(root), "inputs": [str(p) for p in inputs], "recipe": str(recipe), "plan": plan}
+        print(json.dumps(report, indent=2, default=str))
+        return report
     print("[1/5] tokenize the mini corpus (gpt2 tokenizer, 128-token blocks)")
-    data = tokenize_corpus([str(mix / "mini_train.jsonl.zst")], out / "data", tokenizer=str(root / "tokenizers" / "gpt2"),
-                           seq_len=128, val_inputs=[str(mix / "mini_val.jsonl.zst")], val_docs=500, num_proc=2)
+    data = tokenize_corpus([str(inputs[0])], out / "data", tokenizer=str(inputs[2]), seq_len=128,
+                           val_inputs=[str(inputs[1])], val_docs=500, num_proc=2)
     print(f"[2/5] train recipes/tiny_cpu.yaml for {max_steps} steps")
-    run_dir = out / "run"
-    summary = pretrain(REPO / "recipes" / "tiny_cpu.yaml",
-                       [f"data.path={data}", f"training.output_dir={run_dir}", f"training.max_steps={max_steps}",
-                        "training.save_steps=100", "training.eval_steps=100", *(overrides or [])])
+    summary = pretrain(recipe, [f"data.path={data}", *train_overrides])
     checkpoint = run_dir / "final"
     tasks = available_tasks(DEFAULT_TASKS, root)
     missing = [t for t in DEFAULT_TASKS if t not in tasks]

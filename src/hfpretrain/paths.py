@@ -16,6 +16,9 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 EMBEDDED_DATA_ROOT = Path(__file__).resolve().parent / "assets" / "default_data"
+# The repository's recipes/*.yaml, shipped in the wheel as package data: in a checkout this folder is a link to
+# ../../recipes (one copy, nothing to keep in step); an installed wheel holds the files themselves.
+RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 _said_embedded = False
 
 
@@ -42,6 +45,20 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
     if not path.is_dir():
         raise MissingDataError(f"DATA_ROOT={root} is not a directory")
     return path
+
+
+def recipe_path(recipe: str | os.PathLike) -> Path:
+    """``recipe`` if it is a file, else the shipped recipe of that name (``tiny_cpu``, ``tiny_cpu.yaml`` or
+    ``recipes/tiny_cpu.yaml``), which an installed wheel has too; neither: a MissingDataError naming both."""
+    path = Path(recipe).expanduser()
+    if path.is_file():
+        return path
+    name = path.name if path.suffix == ".yaml" else path.name + ".yaml"
+    shipped = RECIPES_DIR / name
+    if shipped.is_file():
+        return shipped
+    known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
+    raise MissingDataError(f"recipe {recipe} does not exist, as a file or as a shipped recipe ({known})")
 
 
 def using_embedded_data(root: str | os.PathLike | None = None) -> bool:
