@@ -9,11 +9,12 @@ import json
 import logging
 import sys
 
-from hfpretrain.cli import error
+from hfpretrain.cli import RecipeArgumentParser, error
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # --help: also every recipe key, with its type and default; --learning_rate=...: the override to write instead
+    parser = RecipeArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipe", help="recipe YAML (recipes/*.yaml)")
     parser.add_argument("overrides", nargs="*", help="section.key=value, e.g. training.max_steps=100")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and plan, do not train")
