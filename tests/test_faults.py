@@ -117,3 +117,118 @@ def test_tokenize_refuses_a_folder_or_link_where_its_lock_goes(tmp_path, small, 
         assert r.returncode == 2 and f"{name}.lock" in one_error(r.stderr)
         assert not (tmp_path / name).exists()
     assert_kept(before, tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------- 36.6: one reader
+def _cut_zst(path: Path, n: int, streamed: bool = False) -> Path:
+    """A .jsonl.zst of ``n`` documents cut to half its bytes (``streamed``: its frame header records no size)."""
+    import random
+
+    rng = random.Random(0)  # text that compresses only so far: the frame holds several blocks
+    data = b"".join(json.dumps({"text": " ".join(f"{rng.getrandbits(40):x}" for _ in range(60))}).encode() + b"\n"
+                    for _ in range(n))
+    if streamed:
+        import io
+
+        buf = io.BytesIO()
+        with zstandard.ZstdCompressor().stream_writer(buf, closefd=False) as w:
+            w.write(data)
+        blob = buf.getvalue()
+    else:
+        blob = zstandard.ZstdCompressor().compress(data)
+    path.write_bytes(blob[: len(blob) // 2])
+    return path
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_train_tokenizer_refuses_a_truncated_zst_as_tokenize_does(tmp_path, gpt2_tokenizer, streamed):
+    cut = _cut_zst(tmp_path / "cut.jsonl.zst", 2000, streamed)
+    (tmp_path / "small.jsonl").write_bytes(docs(40))
+    before = snapshot(tmp_path)
+    lines = []
+    for command in (["tokenize", "--input", cut, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--val-docs", "4",
+                     "--out", tmp_path / "data"],
+                    ["train-tokenizer", "--input", cut, "--vocab-size", "300", "--out", tmp_path / "tok"]):
+        r = cli(*command)
+        assert r.returncode == 2, (command[0], r.stderr[-2000:])
+        lines.append(one_error(r.stderr))
+    assert all(str(cut) in line for line in lines), lines
+    key = "truncated_zst" if streamed else "bytes lost"
+    assert all(key in line for line in lines), lines  # the same policy, the same words
+    assert not (tmp_path / "tok").exists() and not (tmp_path / "data").exists()
+    assert_kept(before, tmp_path)
+    if streamed:  # and the same way to go on without it
+        r = cli("train-tokenizer", "--input", cut, tmp_path / "small.jsonl", "--vocab-size", "300", "--out",
+                tmp_path / "tok", "--allow-missing")
+        assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_train_tokenizer_applies_the_bad_record_ceiling(tmp_path, small):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(docs(20) + b"{not json\n" * 5)
+    r = cli("train-tokenizer", "--input", bad, "--vocab-size", "300", "--out", tmp_path / "tok")
+    assert r.returncode == 2 and "max_bad_fraction" in one_error(r.stderr) and not (tmp_path / "tok").exists()
+    r = cli("train-tokenizer", "--input", bad, "--vocab-size", "300", "--out", tmp_path / "tok",
+            "--max-bad-fraction", "0.5")
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_train_tokenizer_never_writes_into_a_users_folder(tmp_path, small):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "tokenizer.json").write_text("my own tokenizer")
+    (out / "notes.txt").write_text("keep me")
+    before = snapshot(tmp_path)
+    r = cli("train-tokenizer", "--input", small, "--vocab-size", "300", "--out", out)
+    assert r.returncode == 2 and str(out) in one_error(r.stderr)
+    assert_kept(before, tmp_path)
+    # its own earlier output is replaced, and --force writes into any folder
+    assert cli("train-tokenizer", "--input", small, "--vocab-size", "300", "--out", tmp_path / "t").returncode == 0
+    assert cli("train-tokenizer", "--input", small, "--vocab-size", "320", "--out", tmp_path / "t").returncode == 0
+    assert json.loads((tmp_path / "t" / "training.json").read_text())["requested_vocab_size"] == 320
+    assert cli("train-tokenizer", "--input", small, "--vocab-size", "300", "--out", out, "--force").returncode == 0
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+# ----------------------------------------------------------------------------------------------- 39.7: text field
+@pytest.mark.parametrize("command", ["tokenize", "train-tokenizer"])
+def test_a_wrong_text_field_stops_at_once_naming_the_fields(tmp_path, gpt2_tokenizer, command):
+    src = tmp_path / "code.jsonl"
+    src.write_bytes(docs(60, field="content"))
+    args = (["--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--val-docs", "4", "--out", tmp_path / "o"]
+            if command == "tokenize" else ["--vocab-size", "300", "--out", tmp_path / "o"])
+    r = cli(command, "--input", src, *args)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert str(src) in line and "'text'" in line and "content" in line and "--text-field content" in line, line
+    assert r.stderr.count("WARNING") <= 1, r.stderr  # not a warning per record before the hint
+    assert not (tmp_path / "o").exists()
+    r = cli(command, "--input", src, *args, "--text-field", "content")  # and the field it names works
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_few_records_without_the_field_are_bad_records_not_a_wrong_field(tmp_path, gpt2_tokenizer):
+    src = tmp_path / "mixed.jsonl"
+    src.write_bytes(docs(400) + docs(1, field="content"))
+    r = _tokenize(src, tmp_path / "o", gpt2_tokenizer)
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert m["train"]["skipped"] == {"missing_text": 1}
+
+
+# ----------------------------------------------------------------------------------------------- 39.6: small corpus
+def test_a_small_corpus_without_val_input_holds_out_a_share(tmp_path, gpt2_tokenizer):
+    folder = tmp_path / "mydocs"
+    folder.mkdir()
+    for i in range(30):
+        (folder / f"d{i}.txt").write_text(f"my own document {i}. " * 30)
+    r = cli("tokenize", "--input", folder, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--out", tmp_path / "o")
+    assert r.returncode == 0, r.stderr[-2000:]
+    said = [line for line in r.stderr.splitlines() if "validation" in line and "holding out" in line]
+    assert len(said) == 1, r.stderr[-2000:]
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert m["validation"]["documents"] == 3 and m["train"]["documents"] == 27 and m["val_docs"] == 3
+    # an explicit --val-docs is what it says: too many is still an error
+    r = cli("tokenize", "--input", folder, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--out", tmp_path / "p",
+            "--val-docs", "30")
+    assert r.returncode == 2 and "--val-docs" in one_error(r.stderr)

@@ -39,8 +39,9 @@ def test_another_field_gives_the_same_blocks_as_text(tmp_path, gpt2_tokenizer):
     m = _manifest(out)
     assert m["text_field"] == "content" and m["train"]["skipped"] == {} and m["train"]["tokens_per_set"].keys() == {"S"}
     assert "text_field" not in _manifest(ref)
-    # the default still reads "text": every record of this file is bad, and the error names the flag
-    with pytest.raises(DataError, match="missing_text.*--text-field"):
+    # the default still reads "text": the first records have none, and the error names the fields and the flag
+    with pytest.raises(DataError, match=r"no field 'text' in its first 5 records \(fields: content, meta\): .*"
+                                        r"pass --text-field content"):
         tokenize_corpus([as_content], tmp_path / "bad", tokenizer=gpt2_tokenizer, seq_len=32, val_inputs=[as_text])
 
 

@@ -22,7 +22,9 @@ def parse_args(argv=None):
                    "options: allenai/c4?name=en&split=train&data_files=en/c4-train.0000[0-3]-of-01024.json.gz (quote it)")
     p.add_argument("--blend", help="blend JSON: {\"sources\": [{\"paths\": [...], \"epochs\": 1.5}, ...]}")
     p.add_argument("--val-input", nargs="+", help="validation inputs (default: the first --val-docs documents of --input)")
-    p.add_argument("--val-docs", type=int, default=10000, help="validation = the first N documents (default 10000)")
+    p.add_argument("--val-docs", type=int, default=None,
+                   help="validation = the first N documents (default 10000; without --val-input, of an input of fewer "
+                        "than 100,000 documents: the first 10%% of them, said in one line)")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder or Hub id")
     p.add_argument("--seq-len", type=int, required=True, help="tokens per block")
     p.add_argument("--out", required=True, help="output folder (train/, validation/, tokenizer/, manifest.json)")

@@ -43,14 +43,14 @@ def _source_key(src: dict) -> list:
 
 
 def fingerprint(train_sources, val_sources, tokenizer_sha: str, eos_id: int, seq_len: int,
-                val_docs: int, max_docs: int | None, sets=None) -> str:
+                val_docs: int | str, max_docs: int | None, sets=None) -> str:
     payload = {
         "train": [_source_key(s) for s in train_sources],
         "val": [_source_key(s) for s in val_sources] if val_sources is not None else None,
         "tokenizer": tokenizer_sha,
         "eos_id": int(eos_id),
         "seq_len": int(seq_len),
-        "val_docs": int(val_docs),
+        "val_docs": val_docs if val_docs == "auto" else int(val_docs),
         "max_docs": max_docs,
         "version": PIPELINE_VERSION,
     }

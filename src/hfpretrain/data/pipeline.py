@@ -14,7 +14,10 @@ Steps (all through ``datasets``, whose cache lives in a temporary folder beside 
    so a half-written output never looks finished.
 
 The validation split is the first ``val_docs`` good documents of ``val_inputs``; without
-``val_inputs`` it is the first ``val_docs`` documents of ``inputs`` and train gets the rest.
+``val_inputs`` it is the first ``val_docs`` documents of ``inputs`` and train gets the rest. ``val_docs`` left
+unset is :data:`VAL_DOCS` (10,000), except without ``val_inputs`` on a small input: then the first
+:data:`VAL_SHARE` (10%) of its documents, capped at 10,000, and one line says so (a small folder used to fail:
+validation took 10,000 documents out of it).
 ``max_docs`` limits the number of train documents (for tests and quick runs).
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -45,6 +49,8 @@ from .tokenizer import BatchTokenizer, ids_dtype, load_tokenizer, pick_eos, toke
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BAD_FRACTION = 0.01
+VAL_DOCS = 10000  # validation documents when --val-docs is not given (at most, without --val-input)
+VAL_SHARE = 0.1  # without --val-input and --val-docs: the share of a small input held out for validation
 TOKENIZE_BATCH = 1000
 PACK_BATCH = 4000
 MAX_BAD_EXAMPLES = 20
@@ -56,7 +62,7 @@ def tokenize_corpus(
     tokenizer=None,
     seq_len: int = 1024,
     val_inputs=None,
-    val_docs: int = 10000,
+    val_docs: int | None = None,
     num_proc: int = 1,
     max_docs: int | None = None,
     force: bool = False,
@@ -100,7 +106,7 @@ def tokenize_corpus(
         raise DataError(f"on_bad must be one of {POLICIES}, got {on_bad!r}")
     if seq_len < 2:
         raise DataError(f"seq_len must be >= 2, got {seq_len}")
-    if val_docs < 1:
+    if val_docs is not None and val_docs < 1:
         raise DataError(f"val_docs must be >= 1, got {val_docs}")
     if encoder not in ENCODERS:
         raise DataError(f"encoder must be one of {ENCODERS}, got {encoder!r}")
@@ -128,28 +134,18 @@ def tokenize_corpus(
     if blend is not None:
         train_sources += expand_blend(blend)
     val_sources = expand_inputs(val_inputs) if val_inputs is not None else None
-    if not isinstance(text_field, str) or not text_field.strip():
-        raise DataError(f"text_field must be a field name, got {text_field!r}")
-    if text_field != "text":
-        for src in train_sources + (val_sources or []):
-            src["text_field"] = text_field
-    if txt_split not in ("file", "paragraph"):
-        raise DataError(f"txt_split must be 'file' or 'paragraph', got {txt_split!r}")
-    for src in train_sources + (val_sources or []):
-        if src["kind"] == "txt":
-            src["txt_split"] = txt_split
-    missing = [s for s in train_sources + (val_sources or []) if s["kind"] == "missing"]
-    if missing and not allow_missing:  # before any work: a lost shard is not a bad record
-        names = sorted({s["path"] for s in missing})
-        more = f" (and {len(names) - 1} more: {', '.join(names[1:4])}{' ...' if len(names) > 4 else ''})" if len(names) > 1 else ""
-        raise DataError(f"{missing[0]['path']}:0: missing_file ({missing[0].get('error', 'does not exist')}){more}: "
-                        "its documents would be missing; pass --allow-missing to go on without it")
+    configure_sources(train_sources + (val_sources or []), text_field, txt_split)
+    check_missing(train_sources + (val_sources or []), allow_missing)  # before any work: a lost shard is not a bad record
 
     tok = load_tokenizer(tokenizer)
     eos_name, eos_id = pick_eos(tok, eos_token)
     tok_json = tok.backend_tokenizer.to_str()  # serialised once: hashed here, run by the encoders
     tok_sha = tokenizer_sha256(tok_json)
-    fp = fingerprint(train_sources, val_sources, tok_sha, eos_id, seq_len, val_docs, max_docs, sets)
+    if val_docs is None and val_sources is not None:
+        val_docs = VAL_DOCS
+    # unset without val_inputs: "auto" (VAL_DOCS of a large input, VAL_SHARE of a small one: the inputs decide)
+    fp = fingerprint(train_sources, val_sources, tok_sha, eos_id, seq_len, "auto" if val_docs is None else val_docs,
+                     max_docs, sets)
 
     _refuse_existing(out, force)  # read-only, before anything is created, locked or removed
     guard = BuildGuard(out)
@@ -333,13 +329,41 @@ def _bad_stats(raw, lo: int, hi: int) -> dict:
     return {"records_read": len(sub), "skipped": counts, "bad_examples": examples}
 
 
+def configure_sources(sources: list[dict], text_field: str = "text", txt_split: str = "file") -> None:
+    """Set the record field and the .txt split on expanded sources (checked): tokenize and train-tokenizer alike."""
+    if not isinstance(text_field, str) or not text_field.strip():
+        raise DataError(f"text_field must be a field name, got {text_field!r}")
+    if txt_split not in ("file", "paragraph"):
+        raise DataError(f"txt_split must be 'file' or 'paragraph', got {txt_split!r}")
+    for src in sources:
+        if text_field != "text":
+            src["text_field"] = text_field
+        if src["kind"] == "txt":
+            src["txt_split"] = txt_split
+
+
+def check_missing(sources: list[dict], allow_missing: bool) -> None:
+    """A missing input file (or a glob matching nothing) is an error naming it, unless ``allow_missing``."""
+    missing = [s for s in sources if s["kind"] == "missing"]
+    if missing and not allow_missing:
+        names = sorted({s["path"] for s in missing})
+        more = f" (and {len(names) - 1} more: {', '.join(names[1:4])}{' ...' if len(names) > 4 else ''})" if len(names) > 1 else ""
+        raise DataError(f"{missing[0]['path']}:0: missing_file ({missing[0].get('error', 'does not exist')}){more}: "
+                        "its documents would be missing; pass --allow-missing to go on without it")
+
+
 def _file_accounting(raw) -> dict:
     """What was read and lost per input file, from generate_records' per-file rows (a blend's passes
     over one file added up): manifest ``input_files``."""
     table = raw.data.table if hasattr(raw.data, "table") else raw.data
     rows = table.filter(pc.equal(table.column("skip"), FILE_ROW))
+    return file_accounting(rows.column("text").to_pylist())
+
+
+def file_accounting(file_rows) -> dict:
+    """:func:`_file_accounting` from the ``text`` of generate_records' per-file rows (JSON strings)."""
     files: dict[str, dict] = {}
-    for text in rows.column("text").to_pylist():
+    for text in file_rows:
         a = json.loads(text)
         f = files.setdefault(a["path"], {"path": a["path"], "records": 0, "good": 0, "bad": 0, "bytes": 0,
                                          "bad_bytes": 0, "lost": None, "bytes_lost": 0, "first_bad": None})
@@ -363,7 +387,7 @@ _LOST_WHY = {"missing_file": "does not exist", "empty_file": "holds no records",
              "truncated_zst": "is cut short, by an amount its zstd frame header cannot tell (no size recorded)"}
 
 
-def _check_files(acc: dict, name: str, max_bad_fraction: float, allow_missing: bool) -> None:
+def check_files(acc: dict, name: str, max_bad_fraction: float, allow_missing: bool) -> None:
     """Whole-file losses are errors, not one bad record each: a file whose records are all bad; a file
     lost by an unknown amount (unless allow_missing); bytes lost above max_bad_fraction."""
     for f in acc["all_bad_files"]:
@@ -388,7 +412,7 @@ def _check_files(acc: dict, name: str, max_bad_fraction: float, allow_missing: b
                                                       "bytes lost" if worst else "; in bad records"))
 
 
-def _check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
+def check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
     n_bad = sum(stats["skipped"].values())
     if stats["records_read"] and n_bad / stats["records_read"] > max_bad_fraction:
         first = stats["bad_examples"][0] if stats["bad_examples"] else {"where": "?", "reason": "?"}
@@ -417,7 +441,7 @@ class _Corpus:
 
     train_sources: list
     val_sources: list | None  # None: validation = the first val_docs documents of the train sources
-    val_docs: int
+    val_docs: int | None  # None: VAL_DOCS, or VAL_SHARE of a small input (no val_sources)
     max_docs: int | None
     sets: list | None  # keep only these pile_set_names
     on_bad: str
@@ -446,39 +470,52 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
     tokfn = BatchTokenizer(encoding.tok_json, encoding.eos_id, dtype, encoder=encoding.enc[0])
 
     # 1-2: read, count bad records, cut to the requested number of documents
+    val_docs = corpus.val_docs
     if corpus.val_sources is None:
-        limit = None if corpus.max_docs is None else corpus.val_docs + corpus.max_docs
+        cap = VAL_DOCS if val_docs is None else val_docs
+        limit = None if corpus.max_docs is None else cap + corpus.max_docs
         raw = _generate(corpus.train_sources, corpus.on_bad, limit, corpus.num_proc, cache / "train", datasets, "train",
                         corpus.sets)
         input_files = {"inputs": _file_accounting(raw), "val_inputs": None}
-        _check_files(input_files["inputs"], "inputs", corpus.max_bad_fraction, corpus.allow_missing)
+        check_files(input_files["inputs"], "inputs", corpus.max_bad_fraction, corpus.allow_missing)
         skip = np.asarray(raw.data.column("skip").to_numpy(zero_copy_only=False))
         n_good = int((skip == "").sum())
-        if n_good <= corpus.val_docs:  # validation would take every document: nothing left to train on
-            raise DataError(f"validation takes the first {corpus.val_docs} documents of the input (--val-docs) but it "
+        if val_docs is None:  # a share of a small input, VAL_DOCS of a large one
+            val_docs = VAL_DOCS if limit is not None and n_good >= limit else min(VAL_DOCS, math.ceil(n_good * VAL_SHARE))
+            if n_good < 2:
+                raise DataError(f"inputs: {n_good} document{'s' if n_good != 1 else ''}: needs at least 2, one to "
+                                "validate on and one to train on (or pass --val-input)")
+            if val_docs < VAL_DOCS:
+                logger.warning("validation: no --val-input, and the input holds %d documents: holding out the first %d "
+                               "(%d%%, at most %d) for validation, training on the other %d (--val-docs N or "
+                               "--val-input to choose)", n_good, val_docs, round(VAL_SHARE * 100), VAL_DOCS,
+                               n_good - val_docs)
+        if n_good <= val_docs:  # validation would take every document: nothing left to train on
+            raise DataError(f"validation takes the first {val_docs} documents of the input (--val-docs) but it "
                             f"holds only {n_good}, leaving none to train on: lower --val-docs or pass --val-input")
-        split_at = _cut(skip, corpus.val_docs)
+        limit = None if corpus.max_docs is None else val_docs + corpus.max_docs
+        split_at = _cut(skip, val_docs)
         end = _cut(skip, limit)
         parts = {"validation": (raw, 0, split_at), "train": (raw, split_at, end)}
     else:
         raw_tr = _generate(corpus.train_sources, corpus.on_bad, corpus.max_docs, corpus.num_proc, cache / "train",
                            datasets, "train", corpus.sets)
-        raw_va = _generate(corpus.val_sources, corpus.on_bad, corpus.val_docs, corpus.num_proc, cache / "validation",
+        raw_va = _generate(corpus.val_sources, corpus.on_bad, val_docs, corpus.num_proc, cache / "validation",
                            datasets, "validation", corpus.sets)
         input_files = {"inputs": _file_accounting(raw_tr), "val_inputs": _file_accounting(raw_va)}
-        _check_files(input_files["inputs"], "train inputs", corpus.max_bad_fraction, corpus.allow_missing)
-        _check_files(input_files["val_inputs"], "validation inputs", corpus.max_bad_fraction, corpus.allow_missing)
+        check_files(input_files["inputs"], "train inputs", corpus.max_bad_fraction, corpus.allow_missing)
+        check_files(input_files["val_inputs"], "validation inputs", corpus.max_bad_fraction, corpus.allow_missing)
         skip_tr = np.asarray(raw_tr.data.column("skip").to_numpy(zero_copy_only=False))
         skip_va = np.asarray(raw_va.data.column("skip").to_numpy(zero_copy_only=False))
         parts = {"train": (raw_tr, 0, _cut(skip_tr, corpus.max_docs)),
-                 "validation": (raw_va, 0, _cut(skip_va, corpus.val_docs))}
+                 "validation": (raw_va, 0, _cut(skip_va, val_docs))}
 
     timings = {"read_s": round(time.time() - t_start, 3)}
     stats = {}
     for split in ("train", "validation"):
         raw, lo, hi = parts[split]
         stats[split] = _bad_stats(raw, lo, hi)
-        _check_bad(stats[split], corpus.max_bad_fraction, split)
+        check_bad(stats[split], corpus.max_bad_fraction, split)
 
     # 3-4: tokenize (parallel), pack (sequential, carried remainder)
     set_index: dict[str, int] = {}
@@ -572,7 +609,9 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
         "inputs": describe_inputs(corpus.train_sources),
         "val_inputs": (describe_inputs(corpus.val_sources) if corpus.val_sources is not None
                        else "first val_docs documents of inputs"),
-        "val_docs": int(corpus.val_docs),
+        "val_docs": int(val_docs),
+        "val_docs_rule": ("given" if corpus.val_docs is not None or corpus.val_sources is not None else
+                          f"auto: {VAL_SHARE:.0%} of the input's documents, at most {VAL_DOCS}"),
         "max_docs": corpus.max_docs,
         "select_sets": corpus.sets,
         "on_bad": corpus.on_bad,

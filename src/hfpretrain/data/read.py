@@ -29,6 +29,10 @@ matches nothing, an empty file, an unreadable parquet file, the bytes a truncate
 pipeline turns them into errors (:mod:`.pipeline`), so that losing a whole shard never passes a
 ceiling meant for a few bad lines.
 
+A file whose first :data:`FIELD_CHECK_RECORDS` records (or all, if fewer) lack the text field altogether is a
+wrong ``--text-field``, not bad records: one error that names the fields those records have and the one that
+seems to hold the documents (it used to be 20 warnings per file before a hint at the end).
+
 Policy ``skip`` (default) drops the record, logs a warning and counts it; ``fail`` raises
 :class:`DataError` at the first bad record. Blank lines are not records and are ignored.
 """
@@ -56,6 +60,7 @@ RAW_COLUMNS = ("text", "set", "skip", "where")
 UNKNOWN_SET = "unknown"
 _CHUNK = 1 << 20
 _MAX_WARNINGS_PER_FILE = 20
+FIELD_CHECK_RECORDS = 5  # a file whose first records all lack the text field: a wrong --text-field, not bad records
 
 
 class DataError(Exception):
@@ -257,11 +262,36 @@ def _iter_lines_zst(path: str, acct: dict | None = None) -> Iterator[tuple[int, 
         yield n + 1, buf, None
 
 
+def wrong_field(path: str, field: str, records: int, fields: dict[str, int]) -> DataError:
+    """The error for a file whose first ``records`` records have no ``field``: which fields they have (``fields``:
+    name -> characters of string values), and the one that seems to hold the documents."""
+    best = max((k for k, n in fields.items() if n > 0), key=lambda k: fields[k], default=None)
+    names = ", ".join(sorted(fields)) or "none"
+    return DataError(f"{path}: no field {field!r} in its first {records} record{'s' if records != 1 else ''} (fields: "
+                     f"{names}): " + (f"the documents seem to be in {best!r}: pass --text-field {best}" if best else
+                                      "name the field that holds the documents with --text-field"))
+
+
+def _string_fields(row: dict) -> dict[str, int]:
+    return {str(k): len(v) if isinstance(v, str) else 0 for k, v in row.items()}
+
+
 def _iter_parquet(path: str, text_field: str = "text") -> Iterator[tuple[int, dict]]:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
     names = set(pf.schema_arrow.names)
+    if text_field not in names:  # no such column: say which there are, on its first rows
+        fields: dict[str, int] = {}
+        n = 0
+        for batch in pf.iter_batches(batch_size=FIELD_CHECK_RECORDS):
+            for row in batch.to_pylist()[:FIELD_CHECK_RECORDS]:
+                n += 1
+                for k, v in _string_fields(row).items():
+                    fields[k] = fields.get(k, 0) + v
+            break
+        if n:
+            raise wrong_field(path, text_field, n, fields or {k: 0 for k in names})
     cols = [c for c in dict.fromkeys((text_field, "meta", "pile_set_name")) if c in names]
     n = 0
     for batch in pf.iter_batches(batch_size=1024, columns=cols or None):
@@ -357,6 +387,13 @@ def _txt_records(path: str, split: str, acct: dict) -> Iterator[tuple[int, str |
         start = sep.end() if sep else end
 
 
+def _note_fields(acct: dict, obj: dict) -> None:
+    """Remember the fields of a record without the text field (for :func:`wrong_field`)."""
+    fields = acct.setdefault("fields", {})
+    for k, v in _string_fields(obj).items():
+        fields[k] = fields.get(k, 0) + v
+
+
 def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | None, str, str, int]]:
     """-> (line, text, set, reason, detail, bytes) for one source (text from its ``text_field``, default
     "text"); ``acct`` gets what was lost of the file (``lost``: reason, ``bytes_lost``: bytes, None if unknown)."""
@@ -394,6 +431,8 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
                 yield n, None, None, "malformed_json", str(e), nbytes
                 continue
             text, set_name, reason = _check(obj, field)
+            if reason == "missing_text" and isinstance(obj, dict) and field not in obj:
+                _note_fields(acct, obj)
             yield n, text, set_name, reason, "", nbytes
     else:
         rows = _iter_parquet(path, field) if kind == "parquet" else _iter_hub(path)
@@ -401,9 +440,11 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
         try:
             for n, row in rows:
                 text, set_name, reason = _check(row, field)
+                if reason == "missing_text" and isinstance(row, dict) and field not in row:
+                    _note_fields(acct, row)
                 yield n, text, set_name, reason, "", len(text.encode("utf-8")) if text else 0
         except Exception as e:  # pyarrow on a truncated or corrupt parquet file (ArrowInvalid, OSError)
-            if kind != "parquet":
+            if kind != "parquet" or isinstance(e, DataError):
                 raise
             acct.update(lost="unreadable_file", bytes_lost=None)
             yield n + 1, None, None, "unreadable_file", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}", 0
@@ -430,22 +471,41 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
         warned = 0
         acct = {"records": 0, "good": 0, "bad": 0, "bytes": 0, "bad_bytes": 0, "lost": None, "bytes_lost": 0,
                 "complete": True, "first_bad": None}
+        held: list[str] | None = []  # warnings held while every record so far lacks the text field (then None)
+        field = src.get("text_field", "text")
+
+        def warn(msg):
+            nonlocal warned
+            if warned < _MAX_WARNINGS_PER_FILE:
+                logger.warning("skipped %s", msg)
+            elif warned == _MAX_WARNINGS_PER_FILE:
+                logger.warning("%s: more bad records; see manifest.json for counts", src["path"])
+            warned += 1
+
         for line, text, set_name, reason, detail, nbytes in _records(src, acct):
             where = f"{src['path']}:{line}"
             acct["records"] += 1
             acct["bytes"] += nbytes
+            if held is not None and not (reason == "missing_text" and acct.get("fields")):
+                if held and on_bad == "fail":
+                    raise DataError(held[0] + " [on_bad=fail]")
+                for msg in held:  # a record of another kind: those were bad records after all
+                    warn(msg)
+                held = None
             if reason:
                 acct["bad"] += 1
                 acct["bad_bytes"] += nbytes
                 acct["first_bad"] = acct["first_bad"] or f"{where}: {reason}"
                 msg = f"{where}: {reason}" + (f" ({detail})" if detail else "")
+                if held is not None:  # the field may be the wrong one: say so on the first records, not per record
+                    held.append(msg)
+                    if len(held) >= FIELD_CHECK_RECORDS:
+                        raise wrong_field(src["path"], field, len(held), acct["fields"])
+                    yield {"text": None, "set": None, "skip": reason, "where": where}
+                    continue
                 if on_bad == "fail":
                     raise DataError(msg + " [on_bad=fail]")
-                if warned < _MAX_WARNINGS_PER_FILE:
-                    logger.warning("skipped %s", msg)
-                elif warned == _MAX_WARNINGS_PER_FILE:
-                    logger.warning("%s: more bad records; see manifest.json for counts", src["path"])
-                warned += 1
+                warn(msg)
                 yield {"text": None, "set": None, "skip": reason, "where": where}
                 continue
             acct["good"] += 1
@@ -460,6 +520,13 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
             if limit is not None and good >= limit:
                 acct["complete"] = False  # stopped early: what was not read is not lost
                 break
+        if held and acct["good"] == 0 and acct["records"] == len(held):  # a short file, none with the field
+            raise wrong_field(src["path"], field, len(held), acct["fields"])
+        if held and on_bad == "fail":
+            raise DataError(held[0] + " [on_bad=fail]")
+        for msg in held or []:
+            warn(msg)
+        acct.pop("fields", None)
         if acct["records"] == 0 and acct["lost"] is None and src["kind"] in ("jsonl", "zst", "parquet"):
             acct["lost"] = "empty_file"
             acct["bytes_lost"] = None
