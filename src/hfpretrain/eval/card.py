@@ -35,6 +35,19 @@ def refresh_card(card: str, path) -> str:
     return card
 
 
+def set_metadata(card: str, license: str | None = None, datasets: list[str] | None = None) -> str:
+    """``card`` with ``license`` and ``datasets`` in its YAML header (``huggingface_hub.ModelCard``: the Hub reads
+    them for its filters and the dataset links); a card without a header gets one."""
+    from huggingface_hub import ModelCard
+
+    parsed = ModelCard(card, ignore_metadata_errors=True)
+    if license:
+        parsed.data.license = license
+    if datasets:
+        parsed.data.datasets = list(datasets)
+    return str(parsed)
+
+
 def update_scores(checkpoint, summary: str) -> Path | None:
     """Put ``summary`` into ``checkpoint``'s model card, if it has one of ours; returns the card's path."""
     card = Path(checkpoint) / "README.md"
