@@ -9,7 +9,7 @@ import sys
 import torch
 
 from hfpretrain.models import build_model, load_config
-from hfpretrain.training.data import collate_blocks, load_input_ids
+from hfpretrain.data.order import collate_blocks, load_input_ids
 from hfpretrain.training.loss import causal_lm_loss
 
 data, name, mb = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "scale_53m"), int(sys.argv[3] if len(sys.argv) > 3 else 4)

@@ -38,7 +38,17 @@ def pytest_configure(config):
                    "eval sets; skipped when only the embedded sample data is available")
 
 
+    config.addinivalue_line(
+        "markers", "gpu: needs a CUDA GPU (benchmarks/gpu_tests.sh runs them on the GPU machine); skipped without one")
+
+
 def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if not torch.cuda.is_available():
+        for item in items:
+            if item.get_closest_marker("gpu") is not None:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (benchmarks/gpu_tests.sh)"))
     if FULL_DATA:
         return
     for item in items:

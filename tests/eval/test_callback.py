@@ -77,15 +77,11 @@ def test_callback_scores_the_other_multiple_choice_tasks(task, tiny_checkpoint, 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hfpretrain.eval.callback import LmEvalCallback
-    from hfpretrain.training import RecipeError, load_recipe
 
     tok = AutoTokenizer.from_pretrained(str(tiny_checkpoint))
     model = AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint))
     metrics = LmEvalCallback(tok, every_n_steps=5, task=task, limit=3, data_root=data_root).score(model)
     assert 0.0 <= metrics[f"eval/{task}_acc"] <= 1.0 and f"eval/{task}_acc_norm" in metrics
-    assert load_recipe(None, ["data.path=x", f"evaluation.lm_eval_task={task}"]).evaluation.lm_eval_task == task
-    with pytest.raises(RecipeError, match="evaluation.lm_eval_task='winogrande' is not one of"):
-        load_recipe(None, ["data.path=x", "evaluation.lm_eval_task=winogrande"])
 
 
 def test_callback_refuses_tasks_it_cannot_score(tiny_checkpoint):
@@ -110,9 +106,15 @@ def test_callback_checks_its_file_at_the_start(tmp_path, monkeypatch):
         LmEvalCallback(None, every_n_steps=5, task="piqa", data_root=tmp_path)
 
 
-def test_recipe_lists_the_tasks_the_callback_scores():
-    """training.config cannot import eval (it comes first): its list of in-training tasks is a copy, kept equal."""
-    from hfpretrain.eval.task_data import IN_TRAINING_TASKS
-    from hfpretrain.training.config import _CHOICES
+def test_recipe_callbacks_check_the_task_when_the_recipe_loads():
+    """training imports nothing from eval: the caller hands pretrain() eval's recipe_callbacks, which checks
+    evaluation.lm_eval_task (one line naming the key) before any work; without a task, no callback."""
+    from hfpretrain.eval.callback import LmEvalCallback, recipe_callbacks
+    from hfpretrain.training import load_recipe
 
-    assert _CHOICES["evaluation.lm_eval_task"] == {None, *IN_TRAINING_TASKS}
+    assert recipe_callbacks(load_recipe(None, ["data.path=x"])) == []
+    with pytest.raises(ValueError, match="evaluation.lm_eval_task=winogrande: winogrande cannot be scored"):
+        recipe_callbacks(load_recipe(None, ["data.path=x", "evaluation.lm_eval_task=winogrande"]))
+    (cb,) = recipe_callbacks(load_recipe(None, ["data.path=x", "evaluation.lm_eval_task=arc_easy",
+                                                "evaluation.lm_eval_limit=3"]))
+    assert isinstance(cb, LmEvalCallback) and cb.limit == 3 and cb.tokenizer is None and cb.every_n_steps is None

@@ -1,15 +1,11 @@
 """GELU's tanh approximation as a sigmoid (models/gelu.py): the same values and gradients as transformers'
 modules, no tanh left in a compiled GPT-2's graph, checkpoints and SiLU models unchanged. GPT-2's MLP with the
-bias added in the GELU (fuse_bias_gelu): the same values and gradients, eager and compiled, and its kernel under
-Triton's CPU interpreter."""
+bias gradient summed in the GELU's backward (fuse_bias_gelu): the same values and gradients, eager and compiled (the
+kernel itself: tests/kernels/test_gelu_bias.py)."""
 
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,12 +13,10 @@ from torch import nn
 from transformers.activations import AccurateGELUActivation, FastGELUActivation, GELUTanh, NewGELUActivation
 
 from hfpretrain.models import build_model, load_config
-from hfpretrain.models import gelu as G
 from hfpretrain.models.gelu import LinearGELU, SigmoidGELU, fuse_bias_gelu, use_sigmoid_gelu
 
 from compiled_graph import dynamo_graph_code
 
-REPO = Path(__file__).resolve().parents[2]
 GPT2 = {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 512}
 
 
@@ -142,38 +136,3 @@ def test_bias_gelu_under_bf16_autocast():
     for a, b in ((x.grad, x2.grad), (mlp.c_fc.weight.grad, stock.c_fc.weight.grad),
                  (mlp.c_fc.bias.grad, stock.c_fc.bias.grad)):
         assert ((a - b).abs().max() / b.abs().max()).item() < 2e-2  # bf16 rounding of the gradients
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_bias_gradient_kernel_on_the_gpu():
-    """gelu_grad_bias's Triton kernel in bf16 on shapes no tile divides, against PyTorch."""
-    h = (3 * torch.randn(1000, 3000, device="cuda")).bfloat16()
-    grad = torch.randn_like(h)
-    got_h, got_b = G.gelu_grad_bias(grad, h)
-    want_h, want_b = G._gelu_grad_reference(grad, h)
-    torch.testing.assert_close(got_h, want_h)
-    torch.testing.assert_close(got_b, want_b, rtol=1e-5, atol=1e-3)
-
-
-INTERPRETED = """
-import torch, triton
-from hfpretrain.models import gelu as G
-torch.manual_seed(0)
-h = (3 * torch.randn(300, 200)).bfloat16()  # rows and columns that fill no tile exactly
-grad = torch.randn(300, 200).bfloat16()
-want_h, want_b = G._gelu_grad_reference(grad, h)
-tile = dict(ROWS=64, BLOCK_M=16, BLOCK_N=128)
-grid = (triton.cdiv(300, 64), triton.cdiv(200, 128))
-grad_h, partial = torch.empty_like(h), torch.empty(grid[0], 200)
-G._gelu_grad_bias_kernel[grid](grad, h, grad_h, partial, 300, 200, **tile)
-torch.testing.assert_close(grad_h, want_h)  # bf16 tolerance: the interpreter's cast rounds otherwise than a GPU's
-torch.testing.assert_close(partial.sum(0), want_b)
-print("ok")
-"""
-
-
-@pytest.mark.skipif(G.triton is None, reason="Triton not installed (the CPU wheel of torch comes without it)")
-def test_bias_gradient_kernel_under_the_interpreter():
-    out = subprocess.run([sys.executable, "-c", INTERPRETED], env={**os.environ, "TRITON_INTERPRET": "1"},
-                         capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]

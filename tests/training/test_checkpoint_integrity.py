@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hfpretrain.training.run import resolve_resume
-from hfpretrain.training.trainer import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
+from hfpretrain.training.resume import resolve_resume
+from hfpretrain.training.checkpoints import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
 
 from train_utils import REFERENCE, REFERENCE_STEPS, step_losses, run_pretrain
 

@@ -386,7 +386,7 @@ def test_a_missing_optional_package_is_named_with_its_extra(monkeypatch):
     """W&B, TensorBoard and DeepSpeed are extras: a run that needs one this environment lacks says which."""
     import importlib.util
 
-    from hfpretrain.training.run import missing_extras
+    from hfpretrain.training.arguments import missing_extras
     from transformers import TrainingArguments
 
     args = TrainingArguments(output_dir="/tmp/x", report_to=["wandb", "tensorboard"], use_cpu=True)

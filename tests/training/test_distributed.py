@@ -169,7 +169,7 @@ def _rank_batches(blocks, per_device: int, world: int, rank: int, steps: int, st
     own sharding (prepare_data_loader, as Trainer's accelerator.prepare does it)."""
     from accelerate.data_loader import prepare_data_loader
 
-    from hfpretrain.training.data import ResumableSampler, ShuffledBlocks
+    from hfpretrain.data.order import ResumableSampler, ShuffledBlocks
 
     samples_per_step = per_device * world
     length = steps * samples_per_step
@@ -184,7 +184,7 @@ def _rank_batches(blocks, per_device: int, world: int, rank: int, steps: int, st
 
 @pytest.mark.parametrize("start_step", [0, 3])
 def test_ranks_read_disjoint_halves_of_each_step(mini_blocks, start_step):
-    from hfpretrain.training.data import load_input_ids
+    from hfpretrain.data.order import load_input_ids
 
     blocks = load_input_ids(mini_blocks, "train")
     steps = 6

@@ -9,7 +9,7 @@ import torch
 
 from hfpretrain.models.zoo import build_model, load_config
 from hfpretrain.training import RecipeError, pretrain
-from hfpretrain.training.data import collate_blocks, document_positions
+from hfpretrain.data.order import collate_blocks, document_positions
 
 from train_utils import TINY_RECIPE
 

@@ -70,7 +70,7 @@ def test_folded_split_reaches_deepspeed(mini_blocks):
     """TrainingArguments hands DeepSpeed its batch settings when it is made: the folded split must be in them."""
     pytest.importorskip("deepspeed")
     from hfpretrain.training import load_recipe
-    from hfpretrain.training.run import setup_run
+    from hfpretrain.training.plan import setup_run
 
     recipe = load_recipe(REPO / "recipes" / "gpt2_124m.yaml", [
         f"data.path={mini_blocks}", "training.use_cpu=true", f"training.deepspeed={REPO / 'ds_configs' / 'zero1.json'}"])

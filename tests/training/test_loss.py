@@ -220,3 +220,66 @@ def test_z_loss_recipe_checks(mini_blocks, tmp_path):
         pretrain(TINY_RECIPE, [*base, "model.fused_loss=none"], dry_run=True)
     with pytest.raises(RecipeError, match="must be >= 0"):
         pretrain(TINY_RECIPE, [*base, "model.z_loss=-1"], dry_run=True)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("write_grad", [True, False])
+def test_fused_head_loss_equals_hf_loss(autocast, write_grad):
+    """loss._HeadCrossEntropy (a GPU's path for fused_loss=compiled, kernels.fused_head): value and both gradients
+    equal the plain head + cross-entropy, scaled by the incoming gradient; under bf16 autocast the matmuls are bf16.
+    Without write_grad (evaluation) the same loss."""
+    import torch.nn.functional as F
+
+    from hfpretrain.kernels.cross_entropy import IGNORE_INDEX
+    from hfpretrain.training.loss import _HeadCrossEntropy
+
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(40, 16, requires_grad=True), torch.randn(96, 16, requires_grad=True)
+    targets = torch.randint(0, 96, (40,))
+    targets[:3] = IGNORE_INDEX
+    h2, w2 = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        total = _HeadCrossEntropy.apply(hidden, weight, targets, 1e-3, None, write_grad)
+        logits = (h2 @ w2.T).float()
+    ref = (F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+           + 1e-3 * (torch.logsumexp(logits, -1).square() * (targets != IGNORE_INDEX)).sum())
+    tol = {"rtol": 2e-2, "atol": 2e-2} if autocast else {}
+    torch.testing.assert_close(total, ref, **tol)
+    if write_grad:
+        (total / 37).backward()
+        (ref / 37).backward()
+        torch.testing.assert_close(hidden.grad, h2.grad, **tol)
+        torch.testing.assert_close(weight.grad, w2.grad, **tol)
+        assert hidden.grad.dtype == weight.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_training_loss_through_the_fused_head_equals_the_compiled_one(monkeypatch, autocast):
+    """causal_lm_loss with fused_loss=compiled takes _HeadCrossEntropy on a GPU with kernels.fused_head (forced
+    here on a CPU): on a tied GPT-2 with ignored labels, num_items_in_batch and a z-loss, the loss and every
+    parameter's gradient equal the compiled path's (kernels.fused_head=false)."""
+    from hfpretrain.kernels.cross_entropy import IGNORE_INDEX
+    from hfpretrain.training import loss as L
+
+    monkeypatch.setattr(L, "uses_triton", lambda tensor: True)
+    torch.manual_seed(0)
+    config = load_config("gpt2_124m", {"n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 512}, vocab_size=512)
+    models = [build_model(config, attn_implementation="sdpa") for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    assert models[0].lm_head.weight is models[0].transformer.wte.weight
+    ids = torch.randint(0, 512, (2, 16))
+    labels = ids.clone()
+    labels[0, :5] = IGNORE_INDEX
+    results = []
+    for model, fused in zip(models, (True, False)):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            hidden = model.transformer(input_ids=ids).last_hidden_state
+            loss = L.causal_lm_loss(hidden, model.lm_head.weight, labels, num_items_in_batch=torch.tensor(20),
+                                    impl="compiled", compile_backend="eager", z_loss=1e-3, fused_head=fused)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (fused_loss, fused_grads), (ref_loss, ref_grads) = results
+    tol = {"rtol": 2e-2, "atol": 2e-3} if autocast else {}
+    torch.testing.assert_close(fused_loss, ref_loss, **tol)
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, **tol, msg=name)

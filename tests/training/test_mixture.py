@@ -26,8 +26,7 @@ import torch
 
 from hfpretrain.paths import using_embedded_data
 from hfpretrain.training import RecipeError, load_recipe, pretrain
-from hfpretrain.training.mixture import (MixtureBlocks, MixtureSchedule, Source, build_pattern, quotas,
-                                         resolve_phases)
+from hfpretrain.data.mixture import MixtureBlocks, MixtureSchedule, Source, build_pattern, quotas, resolve_phases
 from train_utils import (wandb_records, PRETRAIN_SCRIPT, REPO, TINY_RECIPE, load_weights, python, read_log, run_pretrain,
                          step_losses, subprocess_env)
 

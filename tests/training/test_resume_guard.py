@@ -150,7 +150,7 @@ def test_global_batch_not_gpu_count_makes_the_run():
     """A ZeRO-1 universal resume on another GPU count keeps the global batch (2 GPUs x 2 = 1 GPU x 4):
     the same run. A checkpoint without data.json has only its recipe's per-device batch to go by."""
     from hfpretrain.training.config import load_recipe, recipe_to_dict
-    from hfpretrain.training.run import resume_differences
+    from hfpretrain.training.resume import resume_differences
 
     def recipe(batch):
         return recipe_to_dict(load_recipe(None, ["data.path=x", f"training.per_device_train_batch_size={batch}"]))
@@ -168,7 +168,7 @@ def test_document_mask_and_z_loss_make_another_run():
     """Both change what the model learns: resuming with either toggled is another run; a recipe saved before
     they existed reads as both off."""
     from hfpretrain.training.config import load_recipe, recipe_to_dict
-    from hfpretrain.training.run import resume_differences
+    from hfpretrain.training.resume import resume_differences
 
     data = {"data_path": "x", "fingerprint": "f", "seq_len": 128, "tokenizer": "t", "tokenizer_sha256": "s",
             "samples_per_step": 4}
@@ -184,7 +184,7 @@ def test_schedule_shape_makes_another_run():
     """lr_scheduler_kwargs (the decay's length and floor) are not in the scheduler's saved state: resuming with
     other ones is another run; a recipe without them reads as {} (TrainingArguments' default)."""
     from hfpretrain.training.config import load_recipe, recipe_to_dict
-    from hfpretrain.training.run import resume_differences
+    from hfpretrain.training.resume import resume_differences
 
     data = {"data_path": "x", "fingerprint": "f", "seq_len": 128, "tokenizer": "t", "tokenizer_sha256": "s",
             "samples_per_step": 4}

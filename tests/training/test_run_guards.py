@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hfpretrain.outdir import OutputBusyError, OutputLock
-from hfpretrain.training.run import RUN_LOCK
+from hfpretrain.training.checkpoints import RUN_LOCK
 from hfpretrain.training.trainer import NonFiniteLossError
 from train_utils import TINY_RECIPE, make_overrides, run_pretrain
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from hfpretrain.training import trainer as trainer_mod
-from hfpretrain.training.trainer import (COMPLETE_MARKER, NoCompleteCheckpointError, NonFiniteLossError,
-                                         last_complete_checkpoint, rotate_checkpoints)
+from hfpretrain.training.checkpoints import COMPLETE_MARKER, NoCompleteCheckpointError, last_complete_checkpoint, rotate_checkpoints
+from hfpretrain.training.trainer import NonFiniteLossError
 from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REFERENCE_STEPS, REPO, TINY_RECIPE, fake_checkpoint,
                          load_weights, make_overrides, python, read_log, run_pretrain, sigterm_after_first_log,
                          step_losses, subprocess_env)
@@ -536,8 +536,8 @@ def test_each_run_in_a_process_compiles(mini_blocks, tmp_path, caplog):
 
 def test_a_compiled_gpt2_run_computes_gelu_with_a_sigmoid(mini_blocks, tmp_path, caplog, monkeypatch):
     """Compiled, each GPT-2 MLP's c_fc and GELU are one module whose backward sums the bias gradient, and the
-    GELU runs as x * sigmoid(2u) (models/gelu.py); HFPRETRAIN_BIAS_GELU=0 keeps transformers' MLP with the sigmoid
-    GELU; uncompiled, transformers' modules."""
+    GELU runs as x * sigmoid(2u) (models/gelu.py); kernels.bias_gelu=false keeps transformers' MLP with the sigmoid
+    GELU; uncompiled, transformers' modules. The summary records what each speed-up changed."""
     gpt2 = {"model.config": "gpt2_124m", "model.overrides.n_layer": "2", "model.overrides.n_embd": "64",
             "model.overrides.n_head": "2", "training.max_steps": "1", "training.save_strategy": "no"}
     compiled = {**gpt2, "model.compile": "decoder", "model.compile_backend": "eager"}
@@ -546,12 +546,13 @@ def test_a_compiled_gpt2_run_computes_gelu_with_a_sigmoid(mini_blocks, tmp_path,
         assert "gradient summed in GELU's backward, in 2 layers" in caplog.text
         assert "sigmoid(2u)" not in caplog.text  # no GELU module left outside the fused MLPs
         caplog.clear()
-        monkeypatch.setenv("HFPRETRAIN_BIAS_GELU", "0")
-        run_pretrain(mini_blocks, tmp_path / "unfused", compiled)
+        summary = json.loads((tmp_path / "compiled" / "summary.json").read_text())
+        assert summary["speedups"]["bias_gelu_mlps"] == 2 and summary["speedups"]["sigmoid_gelus"] == 0
+        run_pretrain(mini_blocks, tmp_path / "unfused", {**compiled, "kernels.bias_gelu": "false"})
         assert "GELU (tanh approximation) computed as x * sigmoid(2u) in 2 modules" in caplog.text
         assert "GELU's backward" not in caplog.text
+        assert "bias_gelu: false" in (tmp_path / "unfused" / "recipe.yaml").read_text()
         caplog.clear()
-        monkeypatch.delenv("HFPRETRAIN_BIAS_GELU")
         run_pretrain(mini_blocks, tmp_path / "eager", {**gpt2, "model.compile": "none"})
         assert "sigmoid(2u)" not in caplog.text and "GELU's backward" not in caplog.text
 
@@ -626,7 +627,7 @@ def test_the_overridden_trainer_hooks_exist():
 def test_importing_the_library_leaves_the_process_alone():
     """No exit hook, SIGTERM or SIGCHLD handler at import: those belong to a run (installed and put back by it)."""
     code = ("import signal; term, chld = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGCHLD)\n"
-            "import hfpretrain.training, hfpretrain.training.data as d\n"
+            "import hfpretrain.training, hfpretrain.data.order as d\n"
             "assert signal.getsignal(signal.SIGTERM) is term and signal.getsignal(signal.SIGCHLD) is chld\n"
             "assert not d._cleanup_installed\n"
             "print('ok')")

@@ -66,11 +66,12 @@ def make_overrides(data_path: str | Path, output_dir: str | Path, extra: dict | 
 
 def run_pretrain(data_path, output_dir, extra: dict | None = None, recipe=TINY_RECIPE) -> dict:
     """``pretrain`` in this process; a finished run must have put pytest's SIGTERM handler back."""
+    from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain
 
     previous = signal.getsignal(signal.SIGTERM)
     try:
-        summary = pretrain(str(recipe), make_overrides(data_path, output_dir, extra))
+        summary = pretrain(str(recipe), make_overrides(data_path, output_dir, extra), callbacks=recipe_callbacks)
         assert signal.getsignal(signal.SIGTERM) is previous, "pretrain left its SIGTERM handler installed"
         return summary
     finally:

@@ -27,6 +27,7 @@ def main() -> int:
     if args.dry_run:
         sys.stdout = sys.stderr
     # imported after parsing so that --help and usage errors need no torch (seconds)
+    from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain, shutdown_distributed
     from hfpretrain.training.config import RecipeError
     from hfpretrain.training.trainer import NonFiniteLossError
@@ -34,7 +35,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         result = pretrain(args.recipe, args.overrides, dry_run=args.dry_run, world_size=args.world_size,
-                          zero_stage=args.zero_stage)
+                          zero_stage=args.zero_stage, callbacks=recipe_callbacks)
     except (RecipeError, FileNotFoundError, ValueError) as err:
         return error(err)
     except (NonFiniteLossError, OSError) as err:  # the run failed: a NaN stop, disk full (its checkpoints stay)
@@ -44,8 +45,8 @@ def main() -> int:
     if args.dry_run:
         data = result["plan"].get("data")
         if data:  # a mixture: the phases, as a table (stderr; stdout stays JSON)
-            from hfpretrain.training.mixture import phase_lines
-            from hfpretrain.training.run import MAX_PASSES_WITHOUT_WARNING
+            from hfpretrain.data.mixture import phase_lines
+            from hfpretrain.training.plan import MAX_PASSES_WITHOUT_WARNING
 
             print("\n".join(phase_lines(data, MAX_PASSES_WITHOUT_WARNING, result["plan"].get("lr_schedule"))),
                   file=sys.stderr)

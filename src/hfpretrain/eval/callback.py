@@ -36,11 +36,24 @@ from hfpretrain.eval.task_data import IN_TRAINING_TASKS, base_task
 log = logging.getLogger(__name__)
 
 
+def recipe_callbacks(recipe) -> list:
+    """The callbacks a recipe's ``evaluation`` section asks for (``pretrain(..., callbacks=recipe_callbacks)``):
+    an LmEvalCallback for ``evaluation.lm_eval_task``, checked now (task name, lm-eval installed, task data), so
+    that a wrong one stops the run before any work. The tokenizer and cadence come from the trainer (attach)."""
+    task = recipe.evaluation.lm_eval_task
+    if not task:
+        return []
+    try:
+        return [LmEvalCallback(None, every_n_steps=None, task=task, limit=recipe.evaluation.lm_eval_limit)]
+    except ValueError as err:
+        raise ValueError(f"evaluation.lm_eval_task={task}: {err}") from None
+
+
 class LmEvalCallback(TrainerCallback):
     def __init__(
         self,
         tokenizer,
-        every_n_steps: int,
+        every_n_steps: int | None,
         task: str = "arc_easy",
         limit: int | None = 200,
         split: str = "validation",
@@ -80,8 +93,12 @@ class LmEvalCallback(TrainerCallback):
             self._load()
 
     def attach(self, trainer):
-        """Log through ``trainer.log`` (reaches all reporting callbacks). Returns self."""
+        """Log through ``trainer.log`` (reaches all reporting callbacks); without a tokenizer or a cadence given,
+        take the trainer's (its processing_class; every eval_steps, else save_steps). Returns self."""
         self.trainer = trainer
+        self.tokenizer = self.tokenizer if self.tokenizer is not None else trainer.processing_class
+        if self.every_n_steps is None:
+            self.every_n_steps = trainer.args.eval_steps or trainer.args.save_steps
         return self
 
     # ------------------------------------------------------------------ scoring

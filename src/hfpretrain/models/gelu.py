@@ -14,13 +14,12 @@ makes GELU's backward, one pass over the [tokens x 3,072] gradient fewer.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from transformers.activations import AccurateGELUActivation, FastGELUActivation, GELUTanh, NewGELUActivation
 
-TWO_SQRT_2_OVER_PI = 2.0 * math.sqrt(2.0 / math.pi)
+from hfpretrain.kernels.gelu_bias import TWO_SQRT_2_OVER_PI, gelu_grad_bias
+
 # transformers' modules for "gelu_new" (GPT-2), "gelu_pytorch_tanh" (Gemma and others), "gelu_fast", "gelu_accurate":
 # the same approximation (gelu_fast's constant is sqrt(2/pi) to 10 digits); torch's nn.GELU(approximate="tanh") too
 TANH_GELUS = (NewGELUActivation, GELUTanh, FastGELUActivation, AccurateGELUActivation)
@@ -57,73 +56,9 @@ def use_sigmoid_gelu(model: nn.Module) -> int:
 # ---- GPT-2's MLP: c_fc's bias gradient summed in the GELU's backward ----------------------------------------------
 #
 # Stock, the backward makes GELU's input gradient in one pointwise kernel, then reads it all again to sum the bias
-# gradient of c_fc ([131,072 x 3,072] bf16 per GPT-2 124M micro-batch: 2.5 ms of a 226 ms step on an H200,
-# docs/benchmarks.md). Here c_fc and the GELU are one autograd function: its forward is the stock addmm (bias in
-# cuBLAS's epilogue) and GELU; its backward makes the input gradient and column sums of it in one kernel, a tiny
-# second sum adds those up, and the two matmuls follow.
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # the CPU wheel of torch comes without Triton
-    triton = None
-
-# rows per program, rows per iteration (ROWS a multiple of it), columns per program, warps: benchmarks/bench_gelu.py's
-# sweep (the fastest in call 2 of the tenth session; ~10% from the fastest in another call, docs/benchmarks.md)
-BIAS_GRAD_TILE = dict(ROWS=1024, BLOCK_M=32, BLOCK_N=256, num_warps=4)
-
-
-def _gelu_grad_reference(grad: torch.Tensor, h: torch.Tensor):
-    """GELU's input gradient at ``h`` (in h's dtype) and its sum over rows (fp32), in PyTorch."""
-    h = h.float()
-    s = torch.sigmoid(TWO_SQRT_2_OVER_PI * (h + 0.044715 * h * h * h))
-    grad_h = grad.float() * (s + h * s * (1 - s) * TWO_SQRT_2_OVER_PI * (1 + 3 * 0.044715 * h * h))
-    return grad_h.to(grad.dtype), grad_h.sum(0)
-
-
-if triton is not None:
-    @triton.jit
-    def _gelu_grad_bias_kernel(grad_ptr, h_ptr, out_ptr, partial_ptr, n_rows, n_cols,
-                               ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        """ROWS rows x BLOCK_N columns: GELU's input gradient written, and its column sums over those rows."""
-        tl.static_assert(ROWS % BLOCK_M == 0)  # else programs overlap and count rows twice
-        c: tl.constexpr = 1.5957691216057308  # 2 sqrt(2/pi)
-        cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        col_ok = cols < n_cols
-        total = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)  # summed over rows once, after the loop
-        first = tl.program_id(0) * ROWS
-        for start in range(0, ROWS, BLOCK_M):
-            rows = first + start + tl.arange(0, BLOCK_M)
-            ok = (rows < n_rows)[:, None] & col_ok[None, :]
-            offsets = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-            g = tl.load(grad_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
-            h = tl.load(h_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
-            s = tl.sigmoid(c * (h + 0.044715 * h * h * h))
-            grad_h = g * (s + h * s * (1.0 - s) * c * (1.0 + 3.0 * 0.044715 * h * h))
-            tl.store(out_ptr + offsets, grad_h.to(out_ptr.dtype.element_ty), mask=ok)
-            total += grad_h
-        tl.store(partial_ptr + tl.program_id(0) * n_cols + cols, tl.sum(total, 0), mask=col_ok)
-
-    @torch.library.triton_op("hfpretrain::gelu_grad_bias", mutates_args=())
-    def gelu_grad_bias(grad: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if not grad.is_cuda:  # compile traces this body whatever the device: branch here, not by dispatch key
-            return _gelu_grad_reference(grad, h)
-        grad, h = grad.contiguous(), h.contiguous()
-        n_rows, n_cols = h.shape
-        tile = BIAS_GRAD_TILE
-        grid = (triton.cdiv(n_rows, tile["ROWS"]), triton.cdiv(n_cols, tile["BLOCK_N"]))
-        grad_h = torch.empty_like(grad)
-        partial = torch.empty(grid[0], n_cols, device=h.device, dtype=torch.float32)
-        torch.library.wrap_triton(_gelu_grad_bias_kernel)[grid](grad, h, grad_h, partial, n_rows, n_cols, **tile)
-        return grad_h, partial.sum(0)
-else:
-    @torch.library.custom_op("hfpretrain::gelu_grad_bias", mutates_args=())
-    def gelu_grad_bias(grad: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return _gelu_grad_reference(grad, h)
-
-    @gelu_grad_bias.register_fake
-    def _gelu_grad_bias_fake(grad, h):
-        return torch.empty_like(grad), h.new_empty(h.shape[-1], dtype=torch.float32)
+# gradient of c_fc. Here c_fc and the GELU are one autograd function: its forward is the stock addmm (bias in
+# cuBLAS's epilogue) and GELU; its backward is kernels/gelu_bias.py (the input gradient and its column sums in one
+# pass), then the two matmuls.
 
 
 class _LinearGELU(torch.autograd.Function):

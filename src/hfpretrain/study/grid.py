@@ -253,6 +253,7 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
 
     One dry run per (arm, size) (no model is built): FLOPs per token, parameters, batch, data size."""
     from hfpretrain.models import peak_flops
+    from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain
 
     probes: dict[tuple[str, str], dict] = {}
@@ -325,6 +326,7 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
     (--report-only). On SIGTERM the run in progress saves a checkpoint and the study stops; the next
     call continues from there.
     """
+    from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain
     from hfpretrain.training.callbacks import SIGTERM_RECEIVED
 
@@ -346,7 +348,7 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
             if run.done:  # another worker finished it a moment ago
                 continue
             logger.info("[%d/%d] %s: training (%d steps)", i, len(runs), run.name, p.steps)
-            pretrain(spec.recipe, p.overrides)
+            pretrain(spec.recipe, p.overrides, callbacks=recipe_callbacks)
         if not run.done:  # SIGTERM (preemption, a time limit): the whole study stops, resumable
             logger.warning("[%d/%d] %s: stopped before its last step; the study stops here (run it again to "
                            "continue from the run's checkpoint)", i, len(runs), run.name)
@@ -385,7 +387,7 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[di
 
 
 def _worker(spec: StudySpec, out: Path, log_path: Path) -> None:
-    from hfpretrain.training.data import kill_loader_workers
+    from hfpretrain.data.order import kill_loader_workers
 
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)  # the descriptors, not sys.stdout: loader workers and compiler subprocesses write there too

@@ -20,6 +20,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
+from hfpretrain.data.mixture import MixtureSchedule
 from hfpretrain.models.memory import GIB
 
 logger = logging.getLogger("hfpretrain")
@@ -349,3 +350,20 @@ class CompileCheckCallback(TrainerCallback):
         if graphs == 0:
             raise RuntimeError("model.compile was requested but torch.compile produced no graph in this run")
         logger.info("torch.compile active: %d graph(s) for %d compiled module(s)", graphs, self.n_compiled)
+
+
+class MixtureLogCallback(TrainerCallback):
+    """Adds ``tokens_seen/<source>`` and ``data_phase`` to every training log: arithmetic on the step."""
+
+    def __init__(self, schedule: MixtureSchedule, seq_len: int):
+        self.schedule, self.seq_len = schedule, seq_len
+
+    def figures(self, step: int) -> dict:
+        n = step * self.schedule.samples_per_step
+        out = {f"tokens_seen/{name}": c * self.seq_len for name, c in self.schedule.samples_per_source(n).items()}
+        out["data_phase"] = self.schedule.phase_of(max(n - 1, 0)) + 1  # the phase of the last step taken
+        return out
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs:
+            logs.update(self.figures(state.global_step))

@@ -7,6 +7,7 @@ Sections:
   evaluation  validation token budget, optional lm-eval scoring during training
   logging     JSONL log, gradient statistics, profiler window, hardware peak override
   optimizer   adamw (TrainingArguments' optim) or muon (Muon for hidden matrices, AdamW for the rest)
+  kernels     the project's own kernels and model rewrites, each on by default (off: A/B runs, bisecting)
   training_flops  the compute budget; training.max_steps follows from it
   nan_policy  what to do with a non-finite loss
 
@@ -30,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 from transformers import TrainingArguments
 
+from hfpretrain.kernels.cross_entropy import check_tile
 from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS
 from hfpretrain.models.fp8 import FAST_ACCUM
 from hfpretrain.models.residual import RESIDUAL_DTYPES
@@ -137,6 +139,26 @@ class OptimizerSection:
 
 
 @dataclass
+class KernelsSection:
+    """The project's own kernels (hfpretrain/kernels) and model rewrites (models/speedups.py). Each one acts only
+    where it applies (a GPU, a compiled model, a shape that has the module) and was measured faster there
+    (docs/benchmarks.md); switching one off brings back the stock path, for A/B runs and for bisecting a
+    numeric change."""
+
+    # the compiled loss on a GPU: LM head, loss and gradient with one Triton kernel (kernels/cross_entropy.py);
+    # false: the head and cross-entropy compiled by inductor
+    fused_head: bool = True
+    # [columns per iteration, warps] of that kernel; null: 16,384 x 8 up to a 64k vocabulary, 8,192 x 8 above
+    loss_tile: Optional[list] = None
+    # compiled GPT-2 MLPs: c_fc's bias gradient summed in GELU's backward kernel (kernels/gelu_bias.py)
+    bias_gelu: bool = True
+    # compiled models: the tanh GELU computed as x * sigmoid(2u) (models/gelu.py)
+    gelu_sigmoid: bool = True
+    # compiled decoder/model: rotary cos/sin read from a table made once (models/rotary.py)
+    rope_table: bool = True
+
+
+@dataclass
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
@@ -144,6 +166,7 @@ class Recipe:
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
     optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    kernels: KernelsSection = field(default_factory=KernelsSection)
     # train for this many FLOPs (the project formula, as --dry-run prints it): training.max_steps is derived,
     # round(training_flops / (FLOPs per token x tokens per step)), so a recipe keeps its budget when its
     # model, batch or data change. Set this or training.max_steps; both must agree.
@@ -174,8 +197,6 @@ _CHOICES = {
     "optimizer.name": {"adamw", "muon"},
     "optimizer.muon_lr_scale": {"match_rms_adamw", "original"},
     "logging.wandb_artifacts": {"none", "reference", "upload"},
-    # eval.task_data.IN_TRAINING_TASKS (training comes before eval, so not imported; a test compares)
-    "evaluation.lm_eval_task": {None, "arc_easy", "arc_challenge", "openbookqa", "hellaswag", "piqa"},
 }
 
 
@@ -364,6 +385,11 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
         raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")
     recipe.model.inductor_options = _inductor_settings(recipe.model.inductor_options)
+    if recipe.kernels.loss_tile is not None:
+        try:
+            recipe.kernels.loss_tile = list(check_tile(recipe.kernels.loss_tile))
+        except ValueError as err:
+            raise RecipeError(str(err)) from None
     check_data_section(recipe.data, recipe.training)
     _check_decay_ratio(recipe.training, recipe.data.decay_in_last_phase)
     if not recipe.data.path and recipe.data.sources:

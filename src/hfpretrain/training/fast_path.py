@@ -26,6 +26,7 @@ import torch
 
 from hfpretrain.models.backend import PACKED_SDPA
 from hfpretrain.models.fp8 import check_fp8_available, fp8_unsupported
+from hfpretrain.models.speedups import Speedups
 from hfpretrain.models.zoo import resolve_attn_implementation
 
 from .config import RecipeError
@@ -100,6 +101,15 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
     precision, reasons["precision"] = choose_precision(model_section, config, planning)
     residual, reasons["residual_dtype"] = choose_residual_dtype(model_section.residual_dtype, cuda or planning, bf16)
     return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision, residual)
+
+
+def speedups_of(fast: FastPath, recipe) -> Speedups:
+    """What models/speedups.py does to this run's model: the fast path's choices and the recipe's ``kernels:``."""
+    m, k = recipe.model, recipe.kernels
+    return Speedups(precision=fast.precision, fp8_emulate=m.fp8_emulate, fp8_fast_accum=m.fp8_fast_accum,
+                    residual_dtype=fast.residual_dtype, compile=fast.compile, compile_backend=m.compile_backend,
+                    compile_mode=fast.compile_mode, rope_table=k.rope_table, bias_gelu=k.bias_gelu,
+                    gelu_sigmoid=k.gelu_sigmoid)
 
 
 def choose_residual_dtype(requested: str, gpu: bool, bf16: bool = True) -> tuple[str, str]:

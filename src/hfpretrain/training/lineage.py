@@ -23,7 +23,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from .mixture import MixtureSchedule, source_record
+from hfpretrain.data.mixture import MixtureSchedule, source_record
 
 logger = logging.getLogger("hfpretrain")
 

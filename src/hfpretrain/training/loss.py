@@ -5,10 +5,10 @@ HF's default loss builds them, upcasts them and keeps them for backward. Three w
 
 * ``compiled``: the LM head and cross-entropy whole: the logits exist once, in bf16, and the head's
   matmuls run at full size. The fastest where one micro-batch's logits fit easily (see
-  :func:`choose_fused_loss`). In training on a GPU it is :class:`_HeadCrossEntropy`: one Triton
-  kernel makes each token's loss and overwrites the logits with their gradient (row_lse.py), and
-  backward is the head's two matmuls. Elsewhere (evaluation, a CPU) a ``torch.compile``d function,
-  whose softmax reduction is row_lse's kernel on a GPU up to a 64k vocabulary.
+  :func:`choose_fused_loss`). On a GPU it is :class:`_HeadCrossEntropy` (``kernels.fused_head``): one
+  Triton kernel (kernels/cross_entropy.py) makes each token's loss and, in training, overwrites the logits
+  with their gradient; backward is the head's two matmuls. Elsewhere (a CPU, ``kernels.fused_head=false``)
+  a ``torch.compile``d head + cross-entropy.
 
 * ``liger``: liger-kernel's fused linear cross-entropy (Triton, GPU only), which computes the
   gradient chunk by chunk inside the forward. It is kept outside ``torch.compile`` (it fails
@@ -29,17 +29,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 
 import torch
 import torch.nn.functional as F
 
 from hfpretrain.models.memory import GIB
 
-from . import row_lse as _kernels
-from .row_lse import IGNORE_INDEX
-from .row_lse import enabled as row_lse_enabled
-from .row_lse import row_lse
+from hfpretrain.kernels import uses_triton
+from hfpretrain.kernels.cross_entropy import IGNORE_INDEX, cross_entropy_
 
 
 # ``auto`` compiles head + loss whole when one micro-batch's bf16 logits take at most this share of
@@ -179,13 +176,7 @@ def liger_cross_entropy_sum(hidden, weight, targets, min_chunk_tokens: int = 0, 
 
 
 def _head_cross_entropy_sum(hidden, weight, targets, z_loss: float = 0.0):
-    logits = F.linear(hidden, weight)  # under autocast: a bf16 matmul
-    if row_lse_enabled(logits):  # CUDA: our reduction kernel (training/row_lse.py), not inductor's
-        keep = targets != IGNORE_INDEX
-        lse, picked = row_lse(logits, targets.clamp(min=0))
-        per_token = lse - picked + (z_loss * lse.square() if z_loss else 0.0)
-        return torch.where(keep, per_token, 0.0).sum()
-    logits = logits.float()  # the upcast fuses into the loss
+    logits = F.linear(hidden, weight).float()  # under autocast: a bf16 matmul; the upcast fuses into the loss
     total = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
     if z_loss:
         total = total + z_loss * (torch.logsumexp(logits, dim=-1).square() * (targets != IGNORE_INDEX)).sum()
@@ -195,22 +186,23 @@ def _head_cross_entropy_sum(hidden, weight, targets, z_loss: float = 0.0):
 class _HeadCrossEntropy(torch.autograd.Function):
     """The LM head and the summed cross-entropy on a GPU, the logits' gradient made in the forward pass.
 
-    One cuBLAS matmul makes the bf16 logits; one Triton kernel (row_lse.loss_and_gradient_) makes each token's
-    loss and overwrites its row of logits with the loss's gradient; backward is the two matmuls of the head,
-    scaled by the incoming gradient after them. Against inductor's compiled loss (a reduction kernel, then a
-    gradient kernel that reads the logits again and writes a second tensor as large) it is one kernel instead
-    of two and the second tensor is never made. It is not compiled: ``model.compile_backend`` does not reach it
-    (``HFPRETRAIN_FUSED_HEAD=0`` brings back the compiled path, to bisect a numeric change).
+    One cuBLAS matmul makes the bf16 logits; one Triton kernel (kernels/cross_entropy.py) makes each token's
+    loss and, when a gradient is wanted, overwrites its row of logits with the loss's gradient; backward is the
+    two matmuls of the head, scaled by the incoming gradient after them. Against inductor's compiled loss (a
+    reduction kernel, then a gradient kernel that reads the logits again and writes a second tensor as large) it
+    is one kernel instead of two and the second tensor is never made. It is not compiled: ``model.compile_backend``
+    does not reach it (``kernels.fused_head=false`` brings back the compiled path, to bisect a numeric change).
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, z_loss):
+    def forward(ctx, hidden, weight, targets, z_loss, tile, write_grad):
         dtype = _matmul_dtype(hidden)
         with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(dtype), weight.to(dtype)
             logits = h @ w.T
-            total = _kernels.loss_and_gradient_(logits, targets, z_loss).sum()
-        ctx.save_for_backward(h, w, logits)  # logits now holds d total / d logits
+            total = cross_entropy_(logits, targets, z_loss, tile, write_grad=write_grad).sum()
+        if write_grad:
+            ctx.save_for_backward(h, w, logits)  # logits now holds d total / d logits
         ctx.dtypes = hidden.dtype, weight.dtype
         return total
 
@@ -223,14 +215,7 @@ class _HeadCrossEntropy(torch.autograd.Function):
             grad_h = (grad_logits @ w).float().mul_(grad_total).to(hidden_dtype)
         if ctx.needs_input_grad[1]:
             grad_w = (grad_logits.T @ h).float().mul_(grad_total).to(weight_dtype)
-        return grad_h, grad_w, None, None
-
-
-def fused_head_enabled(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
-    """_HeadCrossEntropy for this call: a CUDA GPU with Triton, a gradient to make, and not switched off
-    (``HFPRETRAIN_FUSED_HEAD=0``: the compiled head + loss instead, for A/B runs)."""
-    return (hidden.is_cuda and _kernels.triton is not None and torch.is_grad_enabled()
-            and (hidden.requires_grad or weight.requires_grad) and os.environ.get("HFPRETRAIN_FUSED_HEAD", "1") != "0")
+        return grad_h, grad_w, None, None, None, None
 
 
 @functools.lru_cache(maxsize=4)
@@ -240,13 +225,17 @@ def compiled_cross_entropy_sum(backend: str = "inductor", mode: str = "default")
 
 
 def causal_lm_loss(hidden, weight, labels, num_items_in_batch=None, impl="chunked", chunk_tokens=8192,
-                   liger_min_chunk_tokens=0, compile_backend="inductor", compile_mode="default", z_loss=0.0):
+                   liger_min_chunk_tokens=0, compile_backend="inductor", compile_mode="default", z_loss=0.0,
+                   fused_head=True, loss_tile=None):
+    """The summed next-token loss over ``num_items_in_batch`` (else the mean). ``fused_head`` (``kernels.fused_head``)
+    and ``loss_tile`` (``kernels.loss_tile``): the compiled path's Triton kernel on a GPU, and its tiling."""
     targets = shift_labels(labels)
     if impl == "compiled":
         hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-        if fused_head_enabled(hidden, weight):
-            total = _HeadCrossEntropy.apply(hidden, weight, targets, z_loss)
-        else:  # evaluation (no gradient), a CPU
+        if fused_head and uses_triton(hidden):
+            write_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)  # else evaluation
+            total = _HeadCrossEntropy.apply(hidden, weight, targets.contiguous(), z_loss, loss_tile, write_grad)
+        else:  # a CPU, or kernels.fused_head=false
             total = compiled_cross_entropy_sum(compile_backend, compile_mode)(hidden, weight, targets, z_loss)
     elif impl == "liger":
         total = liger_cross_entropy_sum(hidden, weight, targets, liger_min_chunk_tokens, z_loss)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from hfpretrain.data.manifest import bits_per_byte
-from .data import document_positions
+from hfpretrain.data.order import document_positions
 
 CHUNK_TOKENS = 4096
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,136 +33,31 @@ from torch import nn
 from transformers import Trainer, TrainerCallback
 
 from hfpretrain.data.manifest import bits_per_byte
-from hfpretrain.integrity import json_problem, weights_problem, zip_problem
 
+from .checkpoints import COMPLETE_MARKER, rotate_checkpoints, write_complete_marker
 from .loss import causal_lm_loss
 from .optim import build_muon_adamw
-from .zero import deepspeed_tag
 
 logger = logging.getLogger("hfpretrain")
 
-COMPLETE_MARKER = "COMPLETE"
 
 
 class NonFiniteLossError(RuntimeError):
     pass
 
 
-class NoCompleteCheckpointError(ValueError):
-    pass
 
 
-def _checkpoint_step(path: Path) -> int | None:
-    tail = path.name.split("-")[-1]
-    return int(tail) if path.name.startswith("checkpoint-") and tail.isdigit() else None
 
 
-def checkpoint_problem(path: str | Path) -> str | None:
-    """The first damaged file of a checkpoint (one line naming it), or None when it looks resumable.
-
-    Cheap, without loading anything (hfpretrain.integrity): trainer_state.json, data.json and recipe.yaml
-    parse; the weights' safetensors header matches the file size; optimizer.pt / scheduler.pt / rng_state*.pth
-    are whole zip archives (central directory; CRC too up to 256 MiB: a large run's optimizer.pt is only
-    checked for truncation). Under DeepSpeed the optimizer (and scheduler) live in the ``latest`` tag's folder,
-    under FSDP in ``optimizer_*`` / ``pytorch_model_fsdp*``: those must exist and not be empty.
-    """
-    path = Path(path)
-    problem = json_problem(path / "trainer_state.json")
-    if problem is None and (path / "data.json").exists():
-        problem = json_problem(path / "data.json")
-    if problem is None and (path / "recipe.yaml").exists():
-        import yaml
-
-        try:
-            yaml.safe_load((path / "recipe.yaml").read_text())
-        except (OSError, ValueError, yaml.YAMLError) as e:
-            problem = f"{path / 'recipe.yaml'} is not readable YAML ({str(e).splitlines()[0]})"
-    if problem:
-        return problem
-    tag = deepspeed_tag(path) if (path / "latest").is_file() else None
-    sharded = [p for p in path.glob("pytorch_model_fsdp*") if p.is_dir()]
-    problem = weights_problem(path)
-    if problem and not ((tag or sharded) and "has no model weights" in problem):
-        return problem
-    if tag:
-        if not (path / tag).is_dir() or not any((path / tag).iterdir()):
-            return f"{path / tag} (DeepSpeed's optimizer states, named by {path / 'latest'}) is missing or empty"
-    elif (path / "optimizer.pt").exists() or (path / "optimizer.bin").exists():
-        problem = zip_problem(path / ("optimizer.pt" if (path / "optimizer.pt").exists() else "optimizer.bin"))
-    elif not any(p.is_dir() and any(p.iterdir()) for p in path.glob("optimizer_*")):
-        return f"{path / 'optimizer.pt'} is missing (no optimizer state)"
-    if problem:
-        return problem
-    if (path / "scheduler.pt").exists() or not tag:  # DeepSpeed keeps the HF scheduler's state in its own
-        problem = zip_problem(path / "scheduler.pt")
-    for rng in sorted(path.glob("rng_state*.pth")):
-        problem = problem or zip_problem(rng)
-    return problem
 
 
-def last_complete_checkpoint(output_dir: str | Path) -> str | None:
-    """Newest ``checkpoint-N`` that finished saving and whose files are whole; partial ones are reported
-    and ignored, and a complete one with a damaged file (truncated weights or optimizer state, broken
-    trainer state: :func:`checkpoint_problem`) is reported naming the file and the previous complete one is
-    taken. Checkpoints that all failed to finish, or are all damaged, are an error: resuming would silently
-    start over at step 0."""
-    done, partial = [], []
-    for path in Path(output_dir).glob("checkpoint-*"):
-        if _checkpoint_step(path) is None:
-            continue
-        if (path / COMPLETE_MARKER).exists():
-            done.append(path)
-        else:
-            partial.append(path)
-            logger.warning("ignoring %s: its save did not finish (no %s marker)", path, COMPLETE_MARKER)
-    if partial and not done:
-        raise NoCompleteCheckpointError(
-            f"{output_dir} holds checkpoints but none finished saving ({', '.join(sorted(p.name for p in partial))}): "
-            "refusing to start over at step 0; delete them or set training.resume_from_checkpoint=none")
-    damaged = []
-    for path in sorted(done, key=_checkpoint_step, reverse=True):
-        problem = checkpoint_problem(path)
-        if problem is None:
-            if damaged:
-                logger.warning("resuming from %s instead: the newest complete checkpoint whose files are whole", path)
-            return str(path)
-        logger.warning("ignoring %s: marked %s, but %s", path, COMPLETE_MARKER, problem)
-        damaged.append((path, problem))
-    if damaged:
-        raise NoCompleteCheckpointError(
-            f"{output_dir}: every complete checkpoint is damaged ({'; '.join(f'{p.name}: {why}' for p, why in damaged)}): "
-            "refusing to start over at step 0; restore or delete them, or set training.resume_from_checkpoint=none")
-    return None
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
-def write_complete_marker(folder: Path, step: int) -> None:
-    """Make the checkpoint's files durable, then the marker (the file and its folder entry)."""
-    for path in sorted(folder.rglob("*")):
-        _fsync(path)
-    (folder / COMPLETE_MARKER).write_text(f"step {step}\n")
-    _fsync(folder / COMPLETE_MARKER)
-    _fsync(folder)
 
 
-def rotate_checkpoints(output_dir: str | Path, keep: int | None, protect: str | None = None) -> None:
-    """Keep the newest ``keep`` complete checkpoints (and ``protect``, the best one); delete older
-    complete ones and every unfinished one. Never deletes the newest complete checkpoint."""
-    if not keep or keep <= 0:
-        return
-    folders = [p for p in Path(output_dir).glob("checkpoint-*") if _checkpoint_step(p) is not None]
-    complete = sorted((p for p in folders if (p / COMPLETE_MARKER).exists()), key=_checkpoint_step)
-    kept = set(complete[-keep:]) | ({Path(protect)} if protect else set())
-    for path in folders:
-        if path not in kept:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 @contextmanager
@@ -259,7 +152,7 @@ class PretrainTrainer(Trainer):
     def __init__(self, *args, train_sampler, samples_per_step, loss_impl="chunked", loss_chunk_tokens=8192,
                  liger_min_chunk_tokens=1024, nan_policy="stop", decay_embeddings=False, recipe_yaml="",
                  compile_backend="inductor", compile_mode="default", train_blocks=None, tokens_per_byte=None,
-                 max_skipped_steps=10, max_skipped_fraction=0.05, z_loss=0.0,
+                 max_skipped_steps=10, max_skipped_fraction=0.05, z_loss=0.0, fused_head=True, loss_tile=None,
                  optimizer_section=None, **kwargs):
         check_trainer_hooks()
         super().__init__(*args, **kwargs)
@@ -271,6 +164,7 @@ class PretrainTrainer(Trainer):
         self.loss_chunk_tokens = loss_chunk_tokens
         self.liger_min_chunk_tokens = liger_min_chunk_tokens
         self.z_loss = z_loss  # PaLM's z-loss weight, training steps only (training/loss.py)
+        self.fused_head, self.loss_tile = fused_head, loss_tile  # the recipe's kernels.fused_head / loss_tile
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.nan_policy = nan_policy
         self.decay_embeddings = decay_embeddings
@@ -396,7 +290,8 @@ class PretrainTrainer(Trainer):
         with self.accelerator.autocast():
             loss = causal_lm_loss(hidden, weight, labels, num_items_in_batch, self.loss_impl, self.loss_chunk_tokens,
                                   self.liger_min_chunk_tokens, self.compile_backend, self.compile_mode,
-                                  z_loss=self.z_loss if model.training else 0.0)  # evaluation: cross-entropy only
+                                  z_loss=self.z_loss if model.training else 0.0,  # evaluation: cross-entropy only
+                                  fused_head=self.fused_head, loss_tile=self.loss_tile)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
             # gradients over ranks, so scale back up.

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from hfpretrain.data import load_blocks
+from . import load_blocks
 
 
 def load_input_ids(path: str | Path, split: str) -> datasets.Dataset:

@@ -4,7 +4,7 @@ A recipe names several outputs of ``tokenize_pile.py`` (``data.sources``: name -
 mixture for the whole run (``data.mixture``: name -> weight) or ``data.phases``, each a mixture and a
 share of ``max_steps`` (or a number of steps). Phases switch at exact optimizer steps.
 
-Sample ``i`` of the run is a pure function of ``(seed, i)``, as for one source (``data.ShuffledBlocks``):
+Sample ``i`` of the run is a pure function of ``(seed, i)``, as for one source (``data/order.py ShuffledBlocks``):
 
 * phase: the one whose samples ``[start_step x samples_per_step, end_step x samples_per_step)`` hold ``i``;
 * source: a fixed interleaving pattern per phase. The weights become integer quotas ``q_s`` of a period
@@ -35,7 +35,6 @@ from pathlib import Path
 
 import numpy as np
 from torch.utils.data import Dataset
-from transformers import TrainerCallback
 
 logger = logging.getLogger("hfpretrain")
 
@@ -361,23 +360,6 @@ def source_record(name: str, path: str, manifest: dict) -> dict:
             "seq_len": manifest.get("seq_len"), "train_blocks": train.get("blocks"),
             "train_tokens": train.get("block_tokens"), "tokens_per_set": train.get("tokens_per_set"),
             "select_sets": manifest.get("select_sets")}
-
-
-class MixtureLogCallback(TrainerCallback):
-    """Adds ``tokens_seen/<source>`` and ``data_phase`` to every training log: arithmetic on the step."""
-
-    def __init__(self, schedule: MixtureSchedule, seq_len: int):
-        self.schedule, self.seq_len = schedule, seq_len
-
-    def figures(self, step: int) -> dict:
-        n = step * self.schedule.samples_per_step
-        out = {f"tokens_seen/{name}": c * self.seq_len for name, c in self.schedule.samples_per_source(n).items()}
-        out["data_phase"] = self.schedule.phase_of(max(n - 1, 0)) + 1  # the phase of the last step taken
-        return out
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is not None and "loss" in logs:
-            logs.update(self.figures(state.global_step))
 
 
 def combined_fingerprint(schedule: MixtureSchedule, validation_fingerprint: str | None) -> str:

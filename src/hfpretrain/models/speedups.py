@@ -1,0 +1,107 @@
+"""Everything done to a built model to make it train faster, in one place and in the order it must happen.
+
+``apply_speedups(model, Speedups(...), seq_len)`` runs, each only where it applies:
+
+1. fp8 (``model.precision``): the decoder's linears as torchao float8 matmuls (models/fp8.py), before compile,
+   which traces them;
+2. the residual stream's dtype (``model.residual_dtype``: a hook, models/residual.py), before compile too;
+3. compiled decoder/model only: rotary cos/sin from a table (``kernels.rope_table``, models/rotary.py);
+4. compiled only: GPT-2's MLP with c_fc's bias gradient in GELU's backward (``kernels.bias_gelu``) and the tanh
+   GELU as a sigmoid (``kernels.gelu_sigmoid``), models/gelu.py;
+5. ``torch.compile`` at the chosen scope (``model.compile``).
+
+State-dict names never change: checkpoints load with plain ``from_pretrained``. Which of these a run takes is
+resolved from the recipe (training/fast_path.py), logged with its reason, and saved with the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .fp8 import convert_to_fp8
+from .gelu import fuse_bias_gelu, use_sigmoid_gelu
+from .residual import cast_residual_stream, decoder_layers
+from .rotary import tabulate_rotary
+
+logger = logging.getLogger("hfpretrain")
+
+
+@dataclass(frozen=True)
+class Speedups:
+    """What ``apply_speedups`` does to a model: the resolved values of the recipe's keys."""
+
+    precision: str = "bf16"  # bf16 | fp8 | fp8_rowwise
+    fp8_emulate: bool = False
+    fp8_fast_accum: str = "all"
+    residual_dtype: str = "float32"  # float32 | bfloat16
+    compile: str = "none"  # none | decoder | layers | model
+    compile_backend: str = "inductor"
+    compile_mode: str = "default"
+    rope_table: bool = True
+    bias_gelu: bool = True
+    gelu_sigmoid: bool = True
+
+
+@dataclass
+class Applied:
+    """How many modules each speed-up changed (0: it did not apply)."""
+
+    fp8_modules: int = 0
+    residual_hook: bool = False
+    rope_table: bool = False
+    bias_gelu_mlps: int = 0
+    sigmoid_gelus: int = 0
+    compiled_modules: int = 0
+
+
+def apply_speedups(model: nn.Module, speedups: Speedups, seq_len: int) -> Applied:
+    """Apply ``speedups`` to ``model`` in place (the order matters: module swaps before compile traces them)."""
+    s, done = speedups, Applied()
+    done.fp8_modules = convert_to_fp8(model, s.precision, s.fp8_emulate, s.fp8_fast_accum)
+    done.residual_hook = cast_residual_stream(model, s.residual_dtype)
+    compiled = s.compile != "none"
+    # Compiled whole, the rotary embedding is inside the graph, where its cos/sin would be recomputed in every
+    # layer's kernels.
+    if s.rope_table and s.compile in ("decoder", "model") and tabulate_rotary(model, seq_len):
+        done.rope_table = True
+        logger.info("rotary cos/sin read from a table (models/rotary.py)")
+    if s.bias_gelu and compiled and (n := fuse_bias_gelu(model)):
+        done.bias_gelu_mlps = n
+        logger.info("MLP c_fc + GELU as one function, c_fc's bias gradient summed in GELU's backward, in %d "
+                    "layers (models/gelu.py)", n)
+    # Compiled, tanh would be libdevice's accurate tanhf per element, forward and backward.
+    if s.gelu_sigmoid and compiled and (n := use_sigmoid_gelu(model)):
+        done.sigmoid_gelus = n
+        logger.info("GELU (tanh approximation) computed as x * sigmoid(2u) in %d modules (models/gelu.py)", n)
+    done.compiled_modules = compile_model(model, s.compile, s.compile_backend, s.compile_mode)
+    return done
+
+
+def compile_model(model, scope: str, backend: str = "inductor", mode: str = "default") -> int:
+    """Compile in place (state-dict names unchanged) and return how many modules were compiled.
+
+    ``decoder``: the base model (embeddings, layers, final norm), leaving the LM head and the
+    fused loss outside, where liger's kernel must stay; ``layers``: each decoder layer (regional,
+    one graph reused by all layers: the fastest compile); ``model``: everything.
+    """
+    if scope == "none":
+        return 0
+    # Dynamo's caches are per process and keyed by code, not by model: after 8 models of other
+    # shapes (a study trains many in one process) it hits its recompile limit and silently runs
+    # eager. Each run starts from a clean slate, as a fresh process would.
+    torch._dynamo.reset()
+    options = {"backend": backend, "mode": None if mode == "default" else mode}
+    if scope in ("model", "decoder"):
+        (model if scope == "model" else model.base_model).compile(**options)
+        return 1
+    try:
+        blocks = decoder_layers(model)
+    except ValueError as err:
+        raise ValueError(f"model.compile=layers: {err}") from None
+    for block in blocks:
+        block.compile(**options)
+    return len(blocks)

@@ -1,0 +1,119 @@
+"""Resuming: which checkpoint (``training.resume_from_checkpoint``), and a refusal when it is another run's
+(model, data, tokenizer, global batch, optimisation settings), unless ``resume_mismatch=allow``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from .arguments import _training_value
+from .checkpoints import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
+from .config import Recipe, recipe_to_dict
+from .zero import deepspeed_tag
+
+logger = logging.getLogger("hfpretrain")
+
+def resolve_resume(value, output_dir: str) -> str | None:
+    if value in (None, False, "", "none", "no", "false", "False"):
+        return None
+    if value in (True, "auto", "true", "True", "last"):
+        return last_complete_checkpoint(output_dir)
+    if not Path(value).is_dir():
+        raise FileNotFoundError(f"training.resume_from_checkpoint={value} does not exist")
+    problem = checkpoint_problem(value)  # named explicitly: no fallback, one line naming the damaged file
+    if problem:
+        raise NoCompleteCheckpointError(f"training.resume_from_checkpoint={value}: {problem}")
+    return str(value)
+
+# What makes a checkpoint another run's (resume refuses it unless resume_mismatch=allow): the model, the data
+# (manifest fingerprint, seq_len), the tokenizer, the global batch (samples per step), and these training
+# fields. max_steps (extending a run), logging/eval/save cadence and output paths may differ, and so may the
+# GPU count at the same global batch (a ZeRO-1 universal resume).
+RESUME_TRAINING_KEYS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "seed", "data_seed")
+
+BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")  # for checkpoints without data.json
+
+CHECKPOINT_DATA = "data.json"  # beside a checkpoint's recipe.yaml, written by PretrainTrainer._save_checkpoint
+
+
+def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: dict) -> list[str]:
+    """``section.key old → new`` for everything that makes ``old`` (a checkpoint's recipe.yaml, and its
+    data.json when it has one) another run than ``new``."""
+    diffs = []
+
+    def compare(key, a, b):
+        if a != b:
+            diffs.append(f"{key} {a!r} → {b!r}")
+
+    for key in ("config", "overrides"):
+        compare(f"model.{key}", (old.get("model") or {}).get(key), new["model"][key])
+    for key, default in (("document_mask", False), ("z_loss", 0.0)):  # what the model learns from (absent: off)
+        compare(f"model.{key}", (old.get("model") or {}).get(key, default), new["model"].get(key, default))
+    if old_data is None:  # saved before data.json existed: the recipe is all there is
+        for key in ("path", "tokenizer"):
+            compare(f"data.{key}", (old.get("data") or {}).get(key), new["data"][key])
+    else:
+        if old_data.get("fingerprint") != new_data["fingerprint"] and ("mixture" in old_data or "mixture" in new_data):
+            diffs.append(f"data mixture ({old_data.get('mixture') or old_data.get('data_path')}) → "
+                         f"({new_data.get('mixture') or new_data.get('data_path')})")
+        elif old_data.get("fingerprint") != new_data["fingerprint"]:
+            diffs.append(f"data (manifest fingerprint) {old_data.get('data_path')} {str(old_data.get('fingerprint'))[:8]} "
+                         f"→ {new_data['data_path']} {str(new_data['fingerprint'])[:8]}")
+        compare("data seq_len", old_data.get("seq_len"), new_data["seq_len"])
+        compare("samples per step (global batch)", old_data.get("samples_per_step"), new_data["samples_per_step"])
+        if old_data.get("tokenizer_sha256") != new_data["tokenizer_sha256"]:
+            diffs.append(f"tokenizer {old_data.get('tokenizer')} {str(old_data.get('tokenizer_sha256'))[:8]} "
+                         f"→ {new_data['tokenizer']} {str(new_data['tokenizer_sha256'])[:8]}")
+    old_training, new_training = old.get("training") or {}, new["training"] or {}
+    for key in RESUME_TRAINING_KEYS + (BATCH_KEYS if old_data is None else ()):
+        compare(f"training.{key}", _training_value(old_training, key), _training_value(new_training, key))
+    if isinstance(old.get("optimizer"), dict) and isinstance(new.get("optimizer"), dict):
+        for key in sorted(set(old["optimizer"]) | set(new["optimizer"])):
+            compare(f"optimizer.{key}", old["optimizer"].get(key), new["optimizer"].get(key))
+    return diffs
+
+
+def refuse_deepspeed_checkpoint(resume: str | None, deepspeed: bool) -> None:
+    if resume and deepspeed_tag(resume) and not deepspeed:
+        # Without DeepSpeed the Trainer finds no optimizer.pt there and would go on with a fresh optimizer.
+        raise ValueError(f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
+                         "resume it with a DeepSpeed accelerate config (on another GPU count: "
+                         "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)")
+
+
+def check_resume(checkpoint: str, recipe: Recipe, data_info: dict, max_steps: int) -> None:
+    """Refuse to resume another run's checkpoint (``resume_mismatch=allow`` resumes it with a warning), and
+    say so when the checkpoint leaves nothing to train."""
+    folder = Path(checkpoint)
+    diffs = []
+    if not (folder / "recipe.yaml").is_file():
+        logger.warning("%s has no recipe.yaml (not saved by this project?): cannot check that it is this run's", folder)
+    else:
+        try:
+            old = OmegaConf.to_container(OmegaConf.load(folder / "recipe.yaml"), resolve=True)
+            old_data = (json.loads((folder / CHECKPOINT_DATA).read_text())
+                        if (folder / CHECKPOINT_DATA).is_file() else None)
+            if not isinstance(old, dict) or not isinstance(old_data, (dict, type(None))):
+                raise ValueError("not a mapping")
+        except Exception as e:  # noqa: BLE001 - one line naming the files
+            diffs = [f"its recipe.yaml/{CHECKPOINT_DATA} cannot be read ({type(e).__name__}: "
+                     f"{(str(e).splitlines() or [''])[0]})"]
+        else:
+            diffs = resume_differences(old, recipe_to_dict(recipe), old_data, data_info)
+        if diffs and recipe.resume_mismatch == "error":
+            raise ValueError(f"{folder} is from a different run: {'; '.join(diffs)}. Use another training.output_dir "
+                             "for a new run, or set resume_mismatch=allow to resume this checkpoint anyway")
+        if diffs:
+            logger.warning("resuming %s although it is from a different run (resume_mismatch=allow): %s",
+                           folder, "; ".join(diffs))
+    state = folder / "trainer_state.json"
+    try:
+        step = int(json.loads(state.read_text()).get("global_step", 0)) if state.is_file() else None
+    except (ValueError, TypeError):
+        step = None
+    if step is not None and step >= max_steps:
+        logger.warning("%s is at step %d and training.max_steps=%d: NOTHING WILL BE TRAINED (0 steps); final/ and "
+                       "the summary are that checkpoint's. Raise training.max_steps to train on", folder, step, max_steps)
