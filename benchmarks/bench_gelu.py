@@ -1,7 +1,7 @@
 """GELU's tanh approximation, compiled, on GPT-2 124M's MLP activations (one micro-batch of 128 x 1024 tokens,
 3,072 wide, bf16):
 1. transformers' tanh form against models/gelu.py's sigmoid form, forward and forward + backward;
-2. the bias gradient summed in GELU's backward (models/gelu.py gelu_grad_bias): the kernel for each tile in a
+2. the bias gradient summed in GELU's backward (kernels/gelu_bias.py): the kernel for each tile in a
    sweep against inductor's two kernels (GELU's backward, then the column sum), checked against PyTorch;
 3. the whole MLP (c_fc, GELU, c_proj) forward + backward under bf16 autocast, compiled: stock (with the sigmoid
    GELU) against fuse_bias_gelu's.
@@ -16,7 +16,8 @@ import argparse
 import torch
 from transformers.activations import NewGELUActivation
 
-from hfpretrain.models import gelu as G
+from hfpretrain.kernels import gelu_bias as G
+from hfpretrain.models.gelu import fuse_bias_gelu
 from hfpretrain.models.gelu import SigmoidGELU
 
 
@@ -58,8 +59,8 @@ def main() -> None:
 
 def bias_gradient(h, grad):
     """GELU's backward with the bias gradient: inductor's kernels against gelu_grad_bias, per tile."""
-    want_h, want_b = G._gelu_grad_reference(grad, h)
-    inductor = torch.compile(G._gelu_grad_reference)
+    want_h, want_b = G.gelu_grad_reference(grad, h)
+    inductor = torch.compile(G.gelu_grad_reference)
     moved = 3 * h.numel() * h.element_size()  # reads the gradient and h, writes GELU's input gradient
     ms = cuda_ms(lambda: inductor(grad, h))
     print(f"bias gradient, inductor (pointwise, then column sum): {ms:.3f} ms ({moved / ms / 1e9:.2f} TB/s)")
@@ -90,7 +91,7 @@ def mlp(rows: int, cols: int):
     stock.act = SigmoidGELU()
     fused = GPT2MLP(cols, config).cuda()
     fused.load_state_dict(stock.state_dict())
-    assert G.fuse_bias_gelu(fused) == 1
+    assert fuse_bias_gelu(fused) == 1
     x = torch.randn(rows // 1024, 1024, cols // 4, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dout = torch.randn_like(x)
     results = {}

@@ -30,22 +30,19 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
     pad) variant $v $OLD ;;                                        # + vocab 50,304
     packed) variant $v model.compile=decoder model.fused_loss=liger ;;  # + SDPA causal without a mask
     auto) variant $v $AUTO ;;                                      # the defaults
-    auto_nolse) HFPRETRAIN_ROW_LSE=0 variant $v $AUTO ;;           # the defaults without the loss's row kernel
-    auto_tanh|auto_tanh2) HFPRETRAIN_GELU_SIGMOID=0 HFPRETRAIN_BIAS_GELU=0 variant $v $AUTO ;;  # transformers' MLP
-    auto_nobias) HFPRETRAIN_BIAS_GELU=0 variant $v $AUTO ;;       # c_fc's bias gradient in a pass of its own
-    auto_oldlse) HFPRETRAIN_LOSS_TILE=4096,8 variant $v $AUTO ;;  # the loss kernel's tiling before (row_lse.py)
-    auto_lse8k) HFPRETRAIN_LOSS_TILE=8192,8 variant $v $AUTO ;;   # 8,192 columns per iteration (row_lse.py)
+    auto_tanh|auto_tanh2) variant $v $AUTO kernels.gelu_sigmoid=false kernels.bias_gelu=false ;;  # transformers' MLP
+    auto_nobias) variant $v $AUTO kernels.bias_gelu=false ;;       # c_fc's bias gradient in a pass of its own
+    auto_oldlse) variant $v $AUTO 'kernels.loss_tile=[4096,8]' ;;  # the loss kernel's tiling before
+    auto_lse8k) variant $v $AUTO 'kernels.loss_tile=[8192,8]' ;;  # 8,192 columns per iteration
     auto2) variant $v $AUTO ;;                                     # the defaults again (as auto.2)
     pdl) variant $v $AUTO model.inductor_options.triton.enable_pdl=true ;;  # programmatic dependent launch (Hopper)
     bench_gelu) python3 benchmarks/bench_gelu.py | tee "$OUT/bench_gelu.txt" ;;  # GELU's kernels alone, the MLP
-    bench_lse) python3 benchmarks/bench_row_lse.py --fused-only | tee "$OUT/bench_loss.txt" ;;  # the loss kernel's tilings
+    bench_lse) python3 benchmarks/bench_loss_kernel.py | tee "$OUT/bench_loss.txt" ;;  # the loss kernel's tilings
     auto_f32) variant $v $AUTO model.residual_dtype=float32 ;;     # the defaults with the fp32 residual stream
-    auto_nofused) HFPRETRAIN_FUSED_HEAD=0 variant $v $AUTO ;;      # the defaults with the compiled head + loss
-    s146m_nofused) HFPRETRAIN_FUSED_HEAD=0 variant $v $AUTO model.config=scale_146m ;;
+    auto_nofused) variant $v $AUTO kernels.fused_head=false ;;     # the defaults with the compiled head + loss
+    s146m_nofused) variant $v $AUTO model.config=scale_146m kernels.fused_head=false ;;
     s146m_f32) variant $v $AUTO model.config=scale_146m model.residual_dtype=float32 ;;
-    prev) HFPRETRAIN_ROW_LSE=0 variant $v ;;                       # the defaults before the row kernel and the fold
-    lse) variant $v ;;                                             # prev + the loss's row kernel (training/row_lse.py)
-    s53m_prev|s146m_prev) m=${base#s}; HFPRETRAIN_ROW_LSE=0 variant $v model.config=scale_${m%_prev} ;;
+    lse) variant $v ;;                                             # the recipe's split, not folded
     model) variant $v $AUTO model.compile=model ;;
     autotune) variant $v model.compile_mode=max-autotune-no-cudagraphs ;;
     autotune_gemm)  # the defaults, inductor choosing each matmul among cuBLAS and Triton templates that fuse epilogues

@@ -8,7 +8,6 @@ source benchmarks/gpu_common.sh
 tokenize_corpus
 for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
   rm -rf /tmp/fp8_$v
-  switch=  # an environment switch for A/B runs
   base=${v%.[0-9]}  # a suffix .N repeats a variant (alternating A/B runs in one call)
   case $base in
     # fast accumulation (model.fp8_fast_accum): the forward's matmuls only (torchao's recipes), + the input
@@ -16,14 +15,14 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
     fp8_fwdacc) precision="fp8 model.fp8_fast_accum=forward" ;;
     fp8_fastacc_in) precision="fp8 model.fp8_fast_accum=input_grad" ;;
     fp8_fastacc) precision="fp8 model.fp8_fast_accum=all" ;;
-    bf16_nofused|fp8_nofused) precision=${base%_nofused}; switch=HFPRETRAIN_FUSED_HEAD=0 ;;  # the compiled head + loss
+    bf16_nofused|fp8_nofused) precision="${base%_nofused} kernels.fused_head=false" ;;  # the compiled head + loss
     bf16_f32|fp8_f32) precision="${base%_f32} model.residual_dtype=float32" ;;  # the fp32 residual stream
     bf16_recipe|fp8_recipe) precision="${base%_recipe} model.micro_batch=recipe" ;;  # the recipe's split, not folded
     bf16_cdt|fp8_cdt) precision="${base%_cdt} model.inductor_options.coordinate_descent_tuning=true" ;;  # tuned blocks
     bf16_nd|fp8_nd) precision="${base%_nd} model.inductor_options.triton.prefer_nd_tiling=true" ;;  # 2-D tiled casts
     *) precision=$base ;;
   esac
-  timed fp8_$v env $switch python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
+  timed fp8_$v python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/qwen3_1p8b_1gpu.yaml} data.path=$DATA \
     model.precision=$precision training.max_steps=${STEPS:-60} training.logging_steps=10 training.eval_strategy=no \
     training.save_strategy=no training.report_to=none training.disable_tqdm=true \
     training.resume_from_checkpoint=none training.output_dir=/tmp/fp8_$v ${PROFILE:+'logging.profile_steps=[20,22]'} \

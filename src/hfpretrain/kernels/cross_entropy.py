@@ -5,7 +5,7 @@ log-sum-exp (one exponential per element, the running sum rescaled once per bloc
 directly; with ``write_grad`` it reads the row again and overwrites it with the gradient of the summed loss,
 ``softmax - onehot`` (times ``1 + 2 z lse`` with PaLM's z-loss; zero for an ignored token).
 
-Why (one H200, benchmarks/bench_row_lse.py, docs/benchmarks.md): for 131,072 x 50,304 bf16 logits (GPT-2 124M's
+Why (one H200, benchmarks/bench_loss_kernel.py, docs/benchmarks.md): for 131,072 x 50,304 bf16 logits (GPT-2 124M's
 micro-batch) loss and gradient take 9.2 ms, where inductor's log-softmax reduction and its gradient pass took
 3.6 + 12.5 ms and wrote a second logits-sized tensor; 14.3 ms for 65,536 x 151,936 (Qwen3's vocabulary).
 Without the gradient (evaluation) it is the first read alone: 0.95 ms where inductor's reduction took 2.26
@@ -20,7 +20,7 @@ import torch
 from . import tl, triton, uses_triton
 
 IGNORE_INDEX = -100  # a token with this target adds no loss and no gradient
-# (columns per iteration, warps) up to TILE_SPLIT_VOCAB columns and above: the fastest of bench_row_lse.py's
+# (columns per iteration, warps) up to TILE_SPLIT_VOCAB columns and above: the fastest of bench_loss_kernel.py's
 # sweeps (docs/benchmarks.md): 16,384 columns were 6% (H200) and 15% (H100) faster than 8,192 at GPT-2's 50,304
 # and 6% slower at Qwen3's 151,936.
 LOSS_TILES = ((16384, 8), (8192, 8))

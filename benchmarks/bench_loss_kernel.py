@@ -1,12 +1,9 @@
 #!/usr/bin/env python
-"""The loss's row kernels on one GPU (training/row_lse.py), on bf16 logits of one micro-batch (32,768 or 131,072
-tokens; GPT-2's and Qwen3's padded vocabularies):
-1. row_lse (the compiled loss's reduction) against inductor's fused log-softmax: values, then the loss forward and
-   forward + backward of each (CUDA events, median of 20);
-2. loss_and_gradient_ (training's loss and gradient in one kernel, in place): values against fp32 PyTorch, the
-   kernel alone, and the whole GPT-2 124M head + loss forward + backward, loss._HeadCrossEntropy against the
-   compiled path.
-    source .carry/setup.sh && python benchmarks/bench_row_lse.py [--fused-only]
+"""The loss kernel on one GPU (kernels/cross_entropy.py), on bf16 logits of one micro-batch (32,768 or 131,072
+tokens; GPT-2's and Qwen3's padded vocabularies): loss and gradient in one kernel, in place, against fp32
+PyTorch, the kernel alone for each tiling (kernels.loss_tile), and the whole GPT-2 124M head + loss forward +
+backward, loss._HeadCrossEntropy (kernels.fused_head) against the compiled path.
+    source .carry/setup.sh && python benchmarks/bench_loss_kernel.py
 """
 
 import gc
@@ -15,16 +12,6 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from hfpretrain.training.row_lse import _reference, row_lse
-
-
-def ours(logits, targets):
-    lse, picked = row_lse(logits, targets)
-    return (lse - picked).sum()
-
-
-def inductor(logits, targets):
-    return F.cross_entropy(logits.float(), targets, reduction="sum")
 
 
 def timed(fn, *args, backward=False, reps=20, setup=None):
@@ -48,37 +35,12 @@ def timed(fn, *args, backward=False, reps=20, setup=None):
     return statistics.median(times)
 
 
-def main():
-    torch.manual_seed(0)
-    # one GPT-2 micro-batch of 32 x 1024 tokens, the 128 x 1024 that model.micro_batch=auto folds it into on an H200
-    # (over 2^31 logits), and 32k tokens of Qwen3's vocabulary
-    for n, vocab in ((32768, 50304), (131072, 50304), (32768, 151936)):
-        logits = (4 * torch.randn(n, vocab, device="cuda")).to(torch.bfloat16)
-        targets = torch.randint(0, vocab, (n,), device="cuda")
-        lse, picked = row_lse(logits, targets)
-        ref_lse, ref_picked = _reference(logits, targets)
-        err = (lse - ref_lse).abs().max().item(), (picked - ref_picked).abs().max().item()
-        gib = logits.numel() * 2 / 2**30
-        print(f"{n} x {vocab} bf16 logits ({gib:.1f} GiB); max |lse - ref| {err[0]:.2e}, "
-              f"max |picked - ref| {err[1]:.2e}")
-        assert err[0] < 1e-3 and err[1] == 0
-        for name, fn in (("row_lse", ours), ("inductor", inductor)):
-            compiled = torch.compile(fn)
-            fwd = timed(compiled, logits, targets)
-            leaf = logits.detach().requires_grad_()
-            both = timed(compiled, leaf, targets, backward=True)
-            loss_ours, loss_ref = ours(logits, targets).item(), inductor(logits, targets).item()
-            print(f"  {name:9s} forward {fwd:6.2f} ms ({gib * 2**30 / fwd / 1e9:5.2f} TB/s read)   "
-                  f"forward + backward {both:6.2f} ms   (loss sums {loss_ours:.6e} vs {loss_ref:.6e})")
-        del leaf, compiled, logits
-        torch.cuda.empty_cache()  # 151,936 columns: 9.3 GiB per copy of the logits, on an 80 GB GPU too
-
-
 def fused_kernel(n, vocab):
-    """row_lse.loss_and_gradient_: checked, then timed alone; then the whole head + loss of a GPT-2 124M micro-batch
+    """kernels.cross_entropy.cross_entropy_: checked, then timed alone; then the whole head + loss of a GPT-2 124M micro-batch
     (hidden 768), both ways."""
     from hfpretrain.training.loss import IGNORE_INDEX, _HeadCrossEntropy, compiled_cross_entropy_sum
-    from hfpretrain.training.row_lse import loss_and_gradient_, loss_tile
+    from hfpretrain.kernels.cross_entropy import cross_entropy_ as loss_and_gradient_
+    from hfpretrain.kernels.cross_entropy import loss_tile
 
     gc.collect()
     torch.cuda.empty_cache()
@@ -129,8 +91,10 @@ def fused_kernel(n, vocab):
         out.backward()
         return out
 
-    for name, fn in (("compiled (row_lse + inductor's gradient)", compiled), ("fused (_HeadCrossEntropy)",
-                                                                              _HeadCrossEntropy.apply)):
+    def fused(h, w, t, z):
+        return _HeadCrossEntropy.apply(h, w, t, z, None, True)
+
+    for name, fn in (("compiled (inductor)", compiled), ("fused (_HeadCrossEntropy)", fused)):
         out = step(fn)
         grads = hidden.grad.clone(), weight.grad.clone()
         ms = timed(lambda: step(fn))
@@ -141,9 +105,5 @@ def fused_kernel(n, vocab):
 
 
 if __name__ == "__main__":
-    import sys
-
-    if "--fused-only" not in sys.argv:
-        main()
     for n, vocab in ((32768, 50304), (131072, 50304), (65536, 151936)):
         fused_kernel(n, vocab)
