@@ -32,7 +32,7 @@ if [ "${SET:-gpt2}" = gpt2 ]; then
   done
 else
   tokenize_corpus
-  Q="recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA training.max_steps=${STEPS:-40} training.logging_steps=10"
+  Q="recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA training.max_steps=${STEPS:-40} training.logging_steps=${LOG_STEPS:-10} ${EXTRA:-}"
   for v in ${VARIANTS:-bf16_before bf16_after fp8_before fp8_after}; do
     p=${v%%_*}; t=${v#*_}; t=${t%.[0-9]}
     run 1p8b_$v $([ $t = before ] && echo $BEFORE || echo .) $Q model.precision=$p
