@@ -232,3 +232,59 @@ def test_a_small_corpus_without_val_input_holds_out_a_share(tmp_path, gpt2_token
     r = cli("tokenize", "--input", folder, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--out", tmp_path / "p",
             "--val-docs", "30")
     assert r.returncode == 2 and "--val-docs" in one_error(r.stderr)
+
+
+# ----------------------------------------------------------------------------------------------- 36.10: report, demo
+def _run_folder(root: Path, data: Path | None = None) -> Path:
+    """A finished run's folder as report reads it (what it reads before any model work)."""
+    run = root / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (run / "recipe.yaml").write_text(f"data:\n  path: {data or root / 'nodata'}\ntraining:\n  learning_rate: 0.001\n")
+    (run / "summary.json").write_text(json.dumps({"global_step": 1, "plan": {
+        "parameters": {"total": 10, "non_embedding": 5}, "seq_len": 16, "world_size": 1, "tokens_per_step": 32,
+        "flops_per_token": 60}}))
+    (run / "log.jsonl").write_text(json.dumps({"event": "log", "step": 1, "loss": 9.5}) + "\n")
+    return run
+
+
+@pytest.mark.parametrize("name, text, names", [
+    ("recipe.yaml", "data:\n  path: [1, 2\n", "recipe.yaml"),  # YAML cut short
+    ("recipe.yaml", "- data\n- training\n", "recipe.yaml"),  # not a mapping
+    ("recipe.yaml", "training:\n  learning_rate: 0.001\n", "data.path"),  # no data.path
+    ("summary.json", '{"global_step": 1, "pla', "summary.json"),  # JSON cut short
+    ("summary.json", "[1, 2]", "summary.json"),  # not an object
+    ("summary.json", '{"global_step": 1}', "plan"),  # written by something else
+    ("final/config.json", "{", "config.json"),
+    ("log.jsonl", '{"event": "log", "step": 1, "lo\n', "log.jsonl:1"),  # a line cut short
+    ("final/eval/results.json", "{bad", "results.json"),  # lm-eval scores of earlier
+])
+def test_report_on_a_corrupt_run_folder_is_one_line(tmp_path, name, text, names):
+    run = _run_folder(tmp_path)
+    (run / name).parent.mkdir(parents=True, exist_ok=True)
+    (run / name).write_text(text)
+    before = snapshot(tmp_path)
+    r = cli("report", run, "--no-generate")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert names in line, line
+    assert_kept(before, tmp_path)
+
+
+def test_report_with_a_corrupt_data_manifest_is_one_line(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text('{"format": "hfpretrain.tokenized", "tra')
+    run = _run_folder(tmp_path, data)
+    r = cli("report", run, "--no-eval", "--no-generate")
+    assert r.returncode == 2 and "manifest.json" in one_error(r.stderr)
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_demo_with_a_misspelt_override_is_one_line_before_any_work(tmp_path, dry_run):
+    out = tmp_path / "demo"
+    r = cli("demo", "--out", out, "--override", "training.learning_rat=0.001", *(["--dry-run"] if dry_run else []))
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert "learning_rat" in line and "learning_rate" in line, line  # the key, and the nearest valid one
+    assert not out.exists()  # nothing tokenized before the recipe was found wrong

@@ -14,6 +14,7 @@ from hfpretrain.eval.local_tasks import DEFAULT_TASKS
 from hfpretrain.paths import MissingDataError, data_root, recipe_path
 from hfpretrain.study.plots import plot_run
 from hfpretrain.training import pretrain
+from hfpretrain.training.config import load_recipe
 
 
 def run_demo(out: str | Path = "out/demo", max_steps: int = 300, eval_limit: int = 200,
@@ -27,6 +28,9 @@ def run_demo(out: str | Path = "out/demo", max_steps: int = 300, eval_limit: int
     recipe, run_dir = recipe_path("tiny_cpu"), out / "run"
     train_overrides = [f"training.output_dir={run_dir}", f"training.max_steps={max_steps}", "training.save_steps=100",
                        "training.eval_steps=100", *(overrides or [])]
+    # the recipe with its overrides, checked before any work: a misspelt --override key is one line, not a
+    # traceback after minutes of tokenizing
+    load_recipe(recipe, [f"data.path={out / 'data'}", f"data.tokenizer={inputs[2]}", *train_overrides])
     if dry_run:
         missing = [str(p) for p in inputs if not p.exists()]
         if missing:

@@ -26,6 +26,43 @@ stops the run, checkpoints are written atomically with a COMPLETE marker, and ca
 memory and gradient norms to `log.jsonl`. See docs/training.md."""
 
 
+PLAN_KEYS = ("parameters", "seq_len", "world_size", "tokens_per_step", "flops_per_token")
+
+
+def _read(path: Path, what: str = "a JSON object"):
+    """``path`` parsed (JSON, or YAML for ``.yaml``) and checked to be a mapping; else one ValueError naming it."""
+    try:
+        text = path.read_text()
+        obj = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ValueError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', None) or type(e).__name__}): "
+                         "the file is corrupt or cut short") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({str(e).splitlines()[0]}): the file is corrupt or cut short") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: holds {type(obj).__name__ if obj is not None else 'nothing'}, not {what}")
+    return obj
+
+
+def _check_run(run_dir: Path, recipe: dict, summary: dict) -> None:
+    """The keys the report reads, each missing one named with its file (a run of this tool writes them all)."""
+    data = recipe.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("path"), str) or not data["path"]:
+        raise ValueError(f"{run_dir / 'recipe.yaml'}: no data.path: not the resolved recipe of a run")
+    for key, kind in (("training", dict), ("optimizer", dict)):
+        if recipe.get(key) is not None and not isinstance(recipe[key], kind):
+            raise ValueError(f"{run_dir / 'recipe.yaml'}: {key} is {type(recipe[key]).__name__}, not a mapping")
+    plan = summary.get("plan")
+    missing = ["global_step"] if not isinstance(summary.get("global_step"), int) else []
+    missing += ["plan"] if not isinstance(plan, dict) else [f"plan.{k}" for k in PLAN_KEYS if k not in plan]
+    if not missing and not (isinstance(plan["parameters"], dict) and {"total", "non_embedding"} <= plan["parameters"].keys()):
+        missing.append("plan.parameters.total/non_embedding")
+    if missing:
+        raise ValueError(f"{run_dir / 'summary.json'}: no {', '.join(missing)}: not the summary of a finished run")
+
+
 def _fmt(x, digits: int = 4) -> str:
     if x is None:
         return "–"
@@ -74,7 +111,7 @@ def data_lines(data_path: Path, manifest: dict) -> list[str]:
 
 def model_lines(run_dir: Path, recipe: dict, summary: dict) -> list[str]:
     plan, training = summary["plan"], recipe.get("training", {})
-    config = json.loads((run_dir / "final" / "config.json").read_text()) if (run_dir / "final" / "config.json").is_file() else {}
+    config = _read(run_dir / "final" / "config.json") if (run_dir / "final" / "config.json").is_file() else {}
     params = plan["parameters"]
     e2e = summary.get("end_to_end") or {}
     rows = [("architecture", config.get("model_type") or plan.get("shape", {}).get("model_type")),
@@ -129,7 +166,7 @@ def eval_lines(checkpoint: Path, limit, run: bool) -> list[str]:
 
     saved = checkpoint / "eval" / "results.json"
     if saved.is_file():
-        results = json.loads(saved.read_text())
+        results = _read(saved)
     elif run:
         results = evaluate_checkpoint(checkpoint, limit=limit, batch_size=16, out_dir=checkpoint / "eval")
     else:
@@ -176,14 +213,28 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     checkpoint = run_dir / "final"
     if not (checkpoint / "config.json").is_file():
         raise FileNotFoundError(f"{checkpoint} holds no checkpoint (config.json): the run did not finish")
+    # every file read and checked before anything is written: a corrupt one is one line naming it
+    recipe = _read(run_dir / "recipe.yaml", "a recipe (a mapping)")
+    summary = _read(run_dir / "summary.json")
+    _check_run(run_dir, recipe, summary)
+    _read(checkpoint / "config.json")
+    from hfpretrain.cli.plot import _log_problem  # the plot command's line-by-line check of log.jsonl
+
+    problem = _log_problem(run_dir / "log.jsonl")
+    if problem:
+        raise ValueError(problem)
+    data_path = Path(recipe["data"]["path"])
+    manifest_path = data_path / "manifest.json"
+    manifest = _read(manifest_path) if manifest_path.is_file() else None
+    if manifest is not None:
+        from hfpretrain.data.manifest import is_output
+
+        if not is_output(manifest) or not all(isinstance(manifest.get(k), dict) for k in ("train", "validation", "tokenizer")):
+            raise ValueError(f"{manifest_path}: not the manifest of a tokenize output (format, train, validation, "
+                             "tokenizer)")
     out_md = Path(out_md) if out_md else run_dir / "report.md"
     out_md.parent.mkdir(parents=True, exist_ok=True)
-    recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text())
-    summary = json.loads((run_dir / "summary.json").read_text())
-    data_path = Path(recipe["data"]["path"])
     lines = [f"# Run report: {run_dir.name}", "", f"Generated from `{run_dir}` by `scripts/report.py`.", ""]
-    manifest_path = data_path / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
     lines += data_lines(data_path, manifest) if manifest else \
         ["## Data", "", f"`{data_path}` is not on this machine: data section left out.", ""]
     lines += model_lines(run_dir, recipe, summary)
