@@ -45,6 +45,18 @@ states, all activations, the cross-entropy peak and (with gradient accumulation)
 — and (b) the optimizer step — weights, gradients, states and AdamW's foreach temporaries.
 Compare it with ``torch.cuda.max_memory_allocated()`` (not ``nvidia-smi``: the CUDA context and
 allocator cache come on top).
+
+Mixture-of-Experts (Qwen3-MoE, GLM-4-MoE): weights, gradients and optimizer states are those of
+*all* experts (``count_params(config).total``), and so is autocast's bf16 weight cache; activations
+follow the routed tokens. Per token of an MoE layer, in place of the dense MLP: the router's cast
+input and its fp32 probabilities (a·d + 4·E + 12·k), and for each of the k routed copies of the
+token its gathered cast input, gate_up output, silu(gate), the down input, the down output kept for
+the routing weight and that weight (a·(2·d + 4·I) + 4, I = ``moe_intermediate_size``); shared
+experts are a dense MLP of width n_shared·I. Compiled: k·(2·a·d + 3·a·I + 4) + 4·E, shared experts
+as compiled dense MLPs. ``experts_implementation="batched_mm"`` also keeps each routed copy's
+gathered expert weights in bf16 (a·3·d·I per copy). Layers that stay dense
+(``first_k_dense_replace``, ``mlp_only_layers``) count as dense layers. The MoE activation terms
+are modelled from transformers' code and not yet checked against a GPU's measured peak.
 """
 
 from __future__ import annotations
@@ -89,24 +101,94 @@ def _dims(config: PretrainedConfig) -> dict[str, int]:
             "L": config.num_hidden_layers, "V": config.vocab_size}
 
 
+@dataclass(frozen=True)
+class MoeShape:
+    """What the memory model needs of an MoE config: experts per layer, top-k, expert width, shared-expert
+    width (0 without), and how many decoder layers are MoE layers (the rest are dense)."""
+
+    experts: int
+    top_k: int
+    expert_ff: int
+    shared_ff: int
+    moe_layers: int
+
+
+def known_experts_implementations() -> list[str]:
+    """transformers' experts backends: eager and those of its experts interface (batched_mm, grouped_mm, ...)."""
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    return ["eager"] + sorted(ALL_EXPERTS_FUNCTIONS.keys())
+
+
+def moe_shape(config: PretrainedConfig) -> MoeShape | None:
+    """The :class:`MoeShape` of an MoE config (read from its meta model), None for a dense one."""
+    from hfpretrain.models.params import meta_model
+    from hfpretrain.models.zoo import is_moe, num_routed_experts
+
+    if not is_moe(config):
+        return None
+    model = meta_model(config)
+    moe_layers, shared_ff = 0, 0
+    for layer in model.model.layers:
+        mlp = layer.mlp
+        if hasattr(mlp, "experts"):
+            moe_layers += 1
+            shared = getattr(mlp, "shared_experts", None) or getattr(mlp, "shared_expert", None)
+            if shared is not None:
+                shared_ff = shared.gate_proj.weight.shape[0]
+    return MoeShape(experts=num_routed_experts(config), top_k=int(config.num_experts_per_tok),
+                    expert_ff=int(config.moe_intermediate_size), shared_ff=int(shared_ff), moe_layers=moe_layers)
+
+
+def _has_qk_norm(config: PretrainedConfig) -> bool:
+    return config.model_type in ("qwen3", "qwen3_moe") or bool(getattr(config, "use_qk_norm", False))
+
+
+def _dense_mlp_bytes(d: int, ff: int, a: int, compiled: bool, cast: int) -> int:
+    """The MLP's share of a layer (compiled: its normalised input is counted with the attention's)."""
+    return (2 * a + cast) * ff if compiled else 2 * a * d + 4 * a * ff
+
+
+def _moe_mlp_bytes(d: int, moe: MoeShape, a: int, compiled: bool, cast: int, experts_implementation: str) -> int:
+    k, ff = moe.top_k, moe.expert_ff
+    if compiled:
+        total = 4 * moe.experts + k * (2 * a * d + 3 * a * ff + 4)
+    else:
+        total = a * d + 4 * moe.experts + 12 * k + k * (a * (2 * d + 4 * ff) + 4)
+    if experts_implementation == "batched_mm":
+        total += k * a * 3 * d * ff  # each routed copy's gathered expert weights, cast, saved for the bmm backward
+    if moe.shared_ff:
+        total += _dense_mlp_bytes(d, moe.shared_ff, a, compiled, cast)
+    return total
+
+
 def activation_bytes_per_token_per_layer(config: PretrainedConfig, seq_len: int, attn_implementation: str = "sdpa",
                                          dtype: str = "bf16", compiled: bool = False, residual_bytes: int = 4,
-                                         float8: bool = False) -> int:
+                                         float8: bool = False, moe_layer: bool = False,
+                                         experts_implementation: str = "grouped_mm") -> int:
     """Bytes autograd keeps per token for one decoder layer (no checkpointing); ``residual_bytes``: 4 for the
     fp32 residual stream that fp32 embeddings give under autocast, 2 with ``model.residual_dtype=bfloat16``;
     ``float8``: the decoder's linears train in float8 (model.precision=fp8), so that, compiled, the normalised
-    projection inputs and the down projection's input are kept as their 1-byte casts."""
+    projection inputs and the down projection's input are kept as their 1-byte casts. ``moe_layer``: one of
+    an MoE config's expert layers (routed tokens in place of the dense MLP) rather than a dense layer."""
     a = 4 if dtype in ("fp32", "float32") else 2
     r = residual_bytes
     x = _dims(config)
     d, h, da, dkv, ff, S = x["d"], x["h"], x["da"], x["dkv"], x["ff"], seq_len
     eager = attn_implementation == "eager"
+    moe = moe_shape(config) if moe_layer else None
+    if moe_layer and moe is None:
+        raise ValueError(f"moe_layer=True for a dense config ({config.model_type})")
+    cast = 1 if float8 else a  # the normalised inputs and the down input: what the float8 matmuls read
+    if moe is not None:
+        mlp = _moe_mlp_bytes(d, moe, a, compiled and not eager, cast, experts_implementation)
+    else:
+        mlp = _dense_mlp_bytes(d, ff, a, compiled and not eager, cast)
     if compiled and not eager:
         if config.model_type == "gpt2":  # same rule; not yet checked on a GPU
             return int(2 * r * d + 2 * a * d + a * (3 * da) + a * da + 4 * h + 2 * a * ff)
-        qk_norm = a * (da + dkv) if config.model_type == "qwen3" else 0
-        cast = 1 if float8 else a  # the normalised inputs and the down input: what the float8 matmuls read
-        return int(2 * r * d + 2 * cast * d + qk_norm + a * (2 * da + 2 * dkv) + 4 * h + (2 * a + cast) * ff)
+        qk_norm = a * (da + dkv) if _has_qk_norm(config) else 0
+        return int(2 * r * d + 2 * cast * d + qk_norm + a * (2 * da + 2 * dkv) + 4 * h + mlp)
     if config.model_type == "gpt2":
         total = r * d + a * d + 3 * a * d  # ln_1 input, c_attn cast input, fused qkv (kept by attention)
         total += (a * da + 4 * h) if not eager else (4 + a) * h * S  # sdpa out + lse | probabilities
@@ -115,14 +197,14 @@ def activation_bytes_per_token_per_layer(config: PretrainedConfig, seq_len: int,
         return int(total)
     total = 2 * (4 + r) * d  # two RMSNorms: the fp32 upcast of the input + the normalised value in the stream's dtype
     total += 3 * a * d  # q, k, v cast inputs
-    if config.model_type == "qwen3":
+    if _has_qk_norm(config):
         total += (4 + a) * (da + dkv) + 4 * h  # q_norm / k_norm
     if eager:
         total += 3 * a * da + (4 + a) * h * S  # q, k, v (repeated for GQA), probabilities fp32 + cast
     else:
         total += a * (2 * da + 2 * dkv) + 4 * h  # q, k, v, out, lse
     total += a * da  # o_proj input
-    total += 2 * a * d + 4 * a * ff  # gate/up cast inputs, gate, silu(gate), up, product (down input)
+    total += mlp  # dense: gate/up cast inputs, gate, silu(gate), up, product (down input); MoE: see the notes
     return int(total)
 
 
@@ -146,6 +228,7 @@ class TrainingLayout:
     fused_loss: str = "chunked"
     residual_bytes: int = 4  # the residual stream: fp32 (4) or bf16 (2, model.residual_dtype=bfloat16)
     float8: bool = False  # the decoder's linears in float8 (model.precision=fp8): smaller saved inputs, compiled
+    experts_implementation: str = "grouped_mm"  # MoE: transformers' experts backend (batched_mm keeps more)
 
 
 def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryEstimate:
@@ -157,7 +240,11 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
         raise ValueError(f"zero_stage must be 0..3, got {layout.zero_stage}")
     if layout.attn_implementation not in KNOWN_IMPLEMENTATIONS:
         raise ValueError(f"unknown attn_implementation {layout.attn_implementation!r}")
-    n = count_params(config).total
+    experts_known = known_experts_implementations()
+    if layout.experts_implementation not in experts_known:
+        raise ValueError(f"unknown experts_implementation {layout.experts_implementation!r}; "
+                         f"known: {', '.join(experts_known)}")
+    n = count_params(config).total  # MoE: every expert's weights, gradients and optimizer states
     shard = max(1, int(layout.n_gpus))
     weights = 4 * n // (shard if layout.zero_stage >= 3 else 1)
     grads = 4 * n // (shard if layout.zero_stage >= 2 else 1)
@@ -170,13 +257,21 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     a = 2 if mixed else 4
     per_layer = activation_bytes_per_token_per_layer(config, layout.seq_len, layout.attn_implementation, layout.dtype,
                                                      layout.compiled, layout.residual_bytes, layout.float8)
+    moe = moe_shape(config)
+    all_layers = x["L"] * per_layer
+    if moe is not None:  # the expert layers keep the routed tokens' activations instead of a dense MLP's
+        moe_per_layer = activation_bytes_per_token_per_layer(
+            config, layout.seq_len, layout.attn_implementation, layout.dtype, layout.compiled, layout.residual_bytes,
+            layout.float8, moe_layer=True, experts_implementation=layout.experts_implementation)
+        all_layers = (x["L"] - moe.moe_layers) * per_layer + moe.moe_layers * moe_per_layer
+        per_layer = max(per_layer, moe_per_layer) if moe.moe_layers < x["L"] else moe_per_layer
     outside = 8 + 8 * x["d"] + a * x["d"]  # input ids, final norm (in + out), LM-head cast input
     if layout.attn_implementation == "eager":
         outside += 4 * layout.seq_len  # the materialised causal mask (shared by all layers)
     if layout.grad_checkpointing:
         layers_bytes = tokens * (x["L"] * layout.residual_bytes * x["d"] + per_layer)
     else:
-        layers_bytes = tokens * x["L"] * per_layer
+        layers_bytes = tokens * all_layers
     if layout.fused_loss == "compiled":
         # Head + loss in one graph: the bf16 logits, saved for backward; inductor's fused backward
         # writes their gradient over them (measured: one copy, within 2% at GPT-2 124M and scale_12m..146m).
@@ -191,7 +286,7 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
                   + a * tokens * x["d"])
     else:
         logits = tokens * 12 * x["V"]
-    weight_cache = 2 * matmul_params(config) if mixed and not layout.compiled else 0
+    weight_cache = 2 * matmul_params(config, active=False) if mixed and not layout.compiled else 0  # all experts
     activations = layers_bytes + tokens * outside + logits + weight_cache
 
     backward_start = weights + optimizer + activations + (grads if layout.grad_accum > 1 else 4 * x["V"] * x["d"])

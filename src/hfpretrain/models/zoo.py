@@ -92,6 +92,10 @@ def load_config(
     multiple = int(overrides.pop("pad_vocab_multiple", DEFAULT_PAD_VOCAB_MULTIPLE))
     model_type = overrides.pop("model_type", raw["model_type"])
     valid = _valid_keys(model_type)
+    if model_type == raw["model_type"]:
+        # a field the config itself sets is one to override (Qwen3-MoE's and GLM-4-MoE's ``head_dim`` is read by
+        # the model but absent from their configs' defaults)
+        valid |= set(raw) - {"model_type"}
     for key in overrides:
         if key not in valid:
             close = difflib.get_close_matches(key, sorted(valid | _EXTRA_OVERRIDES), n=1)
@@ -127,9 +131,58 @@ def load_config(
         fields["vocab_size"] = padded
     attn = fields.pop("attn_implementation", None)
     config = AutoConfig.for_model(model_type, **fields)
+    check_moe_config(config, source)
     if attn is not None:
         config.hfpretrain_attn_implementation = attn
     return config
+
+
+_EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")  # what the MoE families call it
+
+
+def _experts_field(config: PretrainedConfig) -> tuple[str, int]:
+    for key in _EXPERT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return key, value
+    return "num_experts", 0
+
+
+def num_routed_experts(config: PretrainedConfig) -> int:
+    """Routed experts per MoE layer (0 for a dense config), whatever the family calls the field."""
+    return _experts_field(config)[1]
+
+
+def is_moe(config: PretrainedConfig) -> bool:
+    """True for a config with routed experts and a top-k (Qwen3-MoE, GLM-4-MoE, Mixtral, ...)."""
+    return num_routed_experts(config) > 0 and getattr(config, "num_experts_per_tok", None) is not None
+
+
+def check_moe_config(config: PretrainedConfig, source: str = "the config") -> None:
+    """ValueError naming the key when an MoE config cannot route: top-k (``num_experts_per_tok``) larger than
+    the number of experts, or (grouped routing, GLM-4-MoE/DeepSeek-V3) groups that do not split the experts."""
+    key, experts = _experts_field(config)
+    top_k = getattr(config, "num_experts_per_tok", None)
+    if not experts or top_k is None:
+        return
+    if not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"num_experts_per_tok must be an integer >= 1, got {top_k!r} ({source})")
+    if top_k > experts:
+        raise ValueError(f"num_experts_per_tok={top_k} is more than the {experts} experts per layer "
+                         f"({key}={experts}) in {source}: top-k routing picks k distinct experts")
+    groups = getattr(config, "n_group", None)
+    if groups is not None:
+        topk_group = getattr(config, "topk_group", 1)
+        if groups < 1 or experts % groups:
+            raise ValueError(f"n_group={groups} does not divide the {experts} experts ({key}) in {source}")
+        if not 1 <= topk_group <= groups:
+            raise ValueError(f"topk_group={topk_group} must be between 1 and n_group={groups} in {source}")
+        if groups > 1 and experts // groups < 2:
+            raise ValueError(f"n_group={groups} leaves fewer than 2 experts per group ({key}={experts}) in {source}: "
+                             "group scores sum each group's top 2")
+        if top_k > topk_group * (experts // groups):
+            raise ValueError(f"num_experts_per_tok={top_k} is more than the {topk_group * (experts // groups)} "
+                             f"experts in the topk_group={topk_group} groups routing may pick from in {source}")
 
 
 def resolve_attn_implementation(config: PretrainedConfig, requested: str = "auto") -> tuple[str, str]:
@@ -143,17 +196,26 @@ def resolve_attn_implementation(config: PretrainedConfig, requested: str = "auto
 def build_model(
     config: PretrainedConfig,
     attn_implementation: str = "auto",
+    experts_implementation: str | None = None,
 ) -> PreTrainedModel:
     """Build a randomly initialised causal LM for ``config`` with the chosen attention backend.
 
     ``attn_implementation="auto"`` defers to a backend forced by the config (``attn_implementation``
     in its JSON/overrides), else picks flash_attention_2 > sdpa > eager; one line is logged.
+    ``experts_implementation`` (MoE only: ``eager``, ``batched_mm``, ``grouped_mm``) is passed to
+    transformers as it is; ``None`` leaves transformers' default.
     """
     impl, reason = resolve_attn_implementation(config, attn_implementation)
     logger.info("attention backend: %s (%s)", impl, reason)
     if impl == PACKED_SDPA:
         register_packed_sdpa()
-    return AutoModelForCausalLM.from_config(config, attn_implementation=impl)
+    kwargs = {"attn_implementation": impl}
+    if experts_implementation is not None:
+        if not is_moe(config):
+            raise ValueError(f"experts_implementation={experts_implementation!r} is for MoE models; "
+                             f"{config.model_type} has no experts")
+        kwargs["experts_implementation"] = experts_implementation
+    return AutoModelForCausalLM.from_config(config, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,3 +258,76 @@ def scaling_name(n_layers: int) -> str:
     d = SCALING_ASPECT * n_layers
     n = n_layers * (4 * d * d + 3 * d * SCALING_FFN_MULT * d)
     return f"scale_{round(n / 1e6)}m"
+
+
+# ---------------------------------------------------------------------------------------------
+# The MoE study families: the scaling family's attention with fine-grained experts.
+# ---------------------------------------------------------------------------------------------
+MOE_DEPTHS = (8, 12, 18)
+MOE_FAMILIES = ("qwen3_moe", "glm4_moe")
+MOE_EXPERTS = 32
+MOE_TOP_K = 4
+MOE_EXPERT_DIV = 2  # moe_intermediate_size = d_model / 2: top-4 of them is an active FFN width of 2·d_model
+
+
+def moe_config_dict(n_layers: int, family: str = "qwen3_moe") -> dict[str, Any]:
+    """The rule behind ``qwen3_moe_*`` / ``glm4_moe_*`` study shapes.
+
+    Attention as in ``scale_*`` (d_model = 64·L, head_dim 64, MHA); every MLP is a layer of 32 experts
+    of width d/2, top-4 routed. Per layer, 4·d² attention + 48·d² experts (6·d² of them active).
+
+    * ``qwen3_moe``: softmax top-k routing, renormalised; transformers' load-balancing loss on
+      (``output_router_logits``, ``router_aux_loss_coef`` 0.001, Qwen3-MoE's value).
+    * ``glm4_moe``: sigmoid scores with a routing-correction bias (``e_score_correction_bias``, a buffer
+      for aux-loss-free balancing), one shared expert of width d/2 beside the routed ones, the first
+      layer dense (``first_k_dense_replace`` 1) with d_ff = 2.5·d so that it costs what an MoE layer does,
+      QK-norm and GLM's half-dim rotary. transformers has no auxiliary loss for this family.
+    """
+    if family not in MOE_FAMILIES:
+        raise ValueError(f"unknown MoE family {family!r}; known: {', '.join(MOE_FAMILIES)}")
+    d = SCALING_ASPECT * n_layers
+    heads = d // SCALING_HEAD_DIM
+    common = {
+        "num_hidden_layers": n_layers,
+        "hidden_size": d,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "head_dim": SCALING_HEAD_DIM,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-06,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "initializer_range": 0.02,
+        "use_cache": False,
+        "moe_intermediate_size": d // MOE_EXPERT_DIV,
+        "num_experts_per_tok": MOE_TOP_K,
+        "norm_topk_prob": True,
+    }
+    if family == "qwen3_moe":
+        return {"model_type": "qwen3_moe", **common, "num_experts": MOE_EXPERTS,
+                "intermediate_size": SCALING_FFN_MULT * d,  # only for layers listed in mlp_only_layers (none)
+                "decoder_sparse_step": 1, "mlp_only_layers": [],
+                "output_router_logits": True, "router_aux_loss_coef": 0.001}
+    return {"model_type": "glm4_moe", **common, "n_routed_experts": MOE_EXPERTS, "n_shared_experts": 1,
+            "intermediate_size": (MOE_TOP_K + 1) * d // MOE_EXPERT_DIV, "first_k_dense_replace": 1,
+            "n_group": 1, "topk_group": 1, "routed_scaling_factor": 1.0, "use_qk_norm": True,
+            "partial_rotary_factor": 0.5, "num_nextn_predict_layers": 0, "output_router_logits": False}
+
+
+def moe_name(n_layers: int, family: str = "qwen3_moe") -> str:
+    """``<family>_<N>m_a<A>m``: N the non-embedding parameters, A those active per token (norms left out,
+    as in ``scaling_name``), so the name does not depend on the tokenizer's vocab."""
+    d = SCALING_ASPECT * n_layers
+    ff = d // MOE_EXPERT_DIV
+    attn, router = 4 * d * d, MOE_EXPERTS * d
+    moe_total = attn + 3 * d * ff * MOE_EXPERTS + router
+    moe_active = attn + 3 * d * ff * MOE_TOP_K + router
+    if family == "qwen3_moe":
+        total, active = n_layers * moe_total, n_layers * moe_active
+    else:
+        shared, dense = 3 * d * ff, attn + 3 * d * (MOE_TOP_K + 1) * ff
+        total = dense + (n_layers - 1) * (moe_total + shared)
+        active = dense + (n_layers - 1) * (moe_active + shared)
+    return f"{family}_{round(total / 1e6)}m_a{round(active / 1e6)}m"
