@@ -1,3 +1,4 @@
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,27 @@ def test_script_prints_the_plan():
                           "--hours", str(REFERENCE_HOURS), "--mfu", "0.4"], capture_output=True, text=True,
                          check=True).stdout
     assert "qwen3_1p8b" in out and "117.0B" in out
+
+
+def test_moe_shapes_are_sized_by_active_parameters():
+    """N* set to the MoE shape's active count: sized by active parameters it is the nearest shape; sized by its
+    total (2.5x larger) the dense scale_311m would be."""
+    from hfpretrain.models import count_params, load_config
+
+    moe = count_params(load_config("qwen3_moe_856m_a152m", vocab_size=151669))
+    dense = count_params(load_config("scale_311m", vocab_size=151669))
+    assert abs(math.log(dense.total / moe.active)) < abs(math.log(moe.total / moe.active))  # the test can fail
+    n_star = moe.active
+    hours = 120 * n_star**2 / (peak_flops("H100") * 0.4 * 3600)  # rule20: C = 6·N·20N
+    p = plan(PlanRequest("H100", 1, hours, mfu=0.4, fit="rule20", n_nearest=1, micro_batch=1,
+                         shapes=("qwen3_moe_856m_a152m", "scale_311m")))
+    assert p.optimal_params == pytest.approx(n_star)
+    best = p.candidates[0]
+    assert best.name == "qwen3_moe_856m_a152m"
+    assert (best.params, best.active_params) == (moe.total, moe.active)
+    assert best.tokens_per_param == pytest.approx(best.tokens / moe.active)
+    assert best.tokens_per_param == pytest.approx(20, rel=0.25)  # the FLOPs per token count active weights too
+    table = p.table()
+    assert "sized by active parameters" in table and "active" in table.splitlines()[3]
+    dense_only = plan(PlanRequest("H100", 1, hours, mfu=0.4, fit="rule20", shapes=("scale_311m",))).table()
+    assert "active" not in dense_only

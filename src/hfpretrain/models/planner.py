@@ -8,6 +8,11 @@
     For each of the zoo shapes nearest N* (in log N), tokens = C / flops_per_token(shape).total,
     i.e. the whole budget spent at the formula of ``hfpretrain.models.flops``; the memory estimate
     at the given micro-batch says whether it fits; steps = tokens / global batch tokens.
+
+Mixture-of-Experts shapes are sized by their *active* parameters (what one token uses: top-k of the
+routed experts, shared experts, router, attention, embeddings): N is compared with N* and tokens per
+parameter are counted on it, as FLOPs per token are; the memory fit counts every expert. For a dense
+shape active = total, so nothing changes there. The table says which count it used.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class Candidate:
     name: str
     params: int
     non_embedding: int
+    active_params: int  # what sizes the shape: == params for a dense one, top-k of the experts for an MoE one
     flops_per_token: float
     tokens: float
     tokens_per_param: float
@@ -93,12 +99,19 @@ class Plan:
             f"budget: {self.num_gpus}x{self.gpu} x {self.hours:g} h at MFU {self.mfu:g} = {self.compute_flops:.3e} FLOPs",
             f"Chinchilla-optimal ({self.fit}): N* = {self.optimal_params / 1e9:.2f}B params, "
             f"D* = {self.optimal_tokens / 1e9:.1f}B tokens",
-            f"{'shape':<14}{'params':>9}{'tokens':>10}{'tok/param':>10}{'mem GiB':>9}{'fits':>6}"
-            f"{'accum':>6}{'steps':>9}{'hours':>8}",
         ]
+        sparse = any(c.active_params != c.params for c in self.candidates)
+        if sparse:
+            lines.append("MoE shapes are sized by active parameters (top-k routed + shared experts, router, "
+                         "attention, embeddings): 'active' is compared with N* and divides the tokens; 'params' "
+                         "counts every expert, as the memory estimate does")
+        width = max([14] + [len(c.name) + 2 for c in self.candidates])
+        lines.append(f"{'shape':<{width}}{'params':>9}" + (f"{'active':>9}" if sparse else "")
+                     + f"{'tokens':>10}{'tok/param':>10}{'mem GiB':>9}{'fits':>6}{'accum':>6}{'steps':>9}{'hours':>8}")
         for c in self.candidates:
             lines.append(
-                f"{c.name:<14}{c.params / 1e9:>8.2f}B{c.tokens / 1e9:>9.1f}B{c.tokens_per_param:>10.1f}"
+                f"{c.name:<{width}}{c.params / 1e9:>8.2f}B" + (f"{c.active_params / 1e9:>8.2f}B" if sparse else "")
+                + f"{c.tokens / 1e9:>9.1f}B{c.tokens_per_param:>10.1f}"
                 f"{c.memory_gib:>9.1f}{'yes' if c.fits else 'NO':>6}{c.grad_accum:>6}{c.steps:>9,}{c.wall_hours:>8.1f}"
             )
         return "\n".join(lines)
@@ -143,7 +156,8 @@ def plan(r: PlanRequest) -> Plan:
         except ValueError:  # a reference shape made for another tokenizer: take it as it is
             configs[name] = load_config(name)
     counts = {name: count_params(cfg) for name, cfg in configs.items()}
-    nearest = sorted(configs, key=lambda s: abs(math.log(counts[s].total / n_opt)))[:r.n_nearest]
+    # sized by active parameters: the total for a dense shape, what one token uses for an MoE one
+    nearest = sorted(configs, key=lambda s: abs(math.log(counts[s].active / n_opt)))[:r.n_nearest]
     result = Plan(gpu=gpu_key, num_gpus=r.num_gpus, hours=r.hours, mfu=r.mfu, seq_len=r.seq_len,
                   micro_batch=r.micro_batch, compute_flops=compute, fit=r.fit, optimal_params=n_opt,
                   optimal_tokens=d_opt)
@@ -159,8 +173,9 @@ def plan(r: PlanRequest) -> Plan:
         mem = estimate_memory(cfg, layout)
         batch_tokens = per_step * accum
         result.candidates.append(Candidate(
-            name=name, params=counts[name].total, non_embedding=counts[name].non_embedding, flops_per_token=fpt,
-            tokens=tokens, tokens_per_param=tokens / counts[name].total, memory_gib=mem.total / GIB,
+            name=name, params=counts[name].total, non_embedding=counts[name].non_embedding,
+            active_params=counts[name].active, flops_per_token=fpt,
+            tokens=tokens, tokens_per_param=tokens / counts[name].active, memory_gib=mem.total / GIB,
             fits=mem.total <= MEMORY_HEADROOM * gpu_memory_bytes(gpu_key), grad_accum=accum,
             global_batch_tokens=batch_tokens, steps=math.ceil(tokens / batch_tokens),
             wall_hours=tokens * fpt / (r.num_gpus * peak * r.mfu) / 3600,
