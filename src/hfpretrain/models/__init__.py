@@ -5,15 +5,19 @@ Each piece lives in a small module; this package re-exports the public API.
 """
 
 from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS, choose_attn_implementation
-from hfpretrain.models.flops import FORMULA, FlopsPerToken, flops_per_token, matmul_params
+from hfpretrain.models.flops import FORMULA, MOE_FORMULA, FlopsPerToken, flops_per_token, matmul_params
 from hfpretrain.models.hardware import GPU_PEAK_FLOPS, canonical_gpu, detect_peak_flops, device_name, peak_flops
-from hfpretrain.models.memory import MemoryEstimate, TrainingLayout, estimate_memory
+from hfpretrain.models.memory import MemoryEstimate, MoeShape, TrainingLayout, estimate_memory, moe_shape
 from hfpretrain.models.params import ParamCounts, count_params, meta_model
 from hfpretrain.models.planner import Plan, PlanRequest, chinchilla_optimal, plan
 from hfpretrain.models.zoo import (
     CONFIG_DIR,
     build_model,
+    is_moe,
     load_config,
+    moe_config_dict,
+    moe_name,
+    num_routed_experts,
     pad_vocab,
     scaling_config_dict,
     scaling_name,
@@ -25,8 +29,10 @@ __all__ = [
     "FORMULA",
     "GPU_PEAK_FLOPS",
     "KNOWN_IMPLEMENTATIONS",
+    "MOE_FORMULA",
     "FlopsPerToken",
     "MemoryEstimate",
+    "MoeShape",
     "TrainingLayout",
     "ParamCounts",
     "Plan",
@@ -40,9 +46,14 @@ __all__ = [
     "device_name",
     "estimate_memory",
     "flops_per_token",
+    "is_moe",
     "load_config",
     "matmul_params",
     "meta_model",
+    "moe_config_dict",
+    "moe_name",
+    "moe_shape",
+    "num_routed_experts",
     "pad_vocab",
     "peak_flops",
     "plan",
