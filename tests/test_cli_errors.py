@@ -89,8 +89,9 @@ CASES = {
     # tokenize_pile.py
     "tokenize-empty-file": (["tokenize_pile.py", "--input", "{d}/empty.jsonl", *TOK, "--out", "{d}/o"], 2,
                             ["{d}/empty.jsonl", "empty_file"]),
-    "tokenize-default-val-docs": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--out", "{d}/o"], 2,
-                                  ["--val-docs", "only 20"]),
+    # an explicit --val-docs of every document (without it, a small input holds out 10%: tests/test_faults.py)
+    "tokenize-all-val-docs": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "10000",
+                               "--out", "{d}/o"], 2, ["--val-docs", "only 20"]),
     "tokenize-out-is-file": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2", "--out",
                               "{d}/afile"], 2, ["{d}/afile", "is a file"]),
     "tokenize-out-under-file": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2", "--out",

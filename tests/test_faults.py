@@ -288,3 +288,32 @@ def test_demo_with_a_misspelt_override_is_one_line_before_any_work(tmp_path, dry
     line = one_error(r.stderr)
     assert "learning_rat" in line and "learning_rate" in line, line  # the key, and the nearest valid one
     assert not out.exists()  # nothing tokenized before the recipe was found wrong
+
+
+# ----------------------------------------------------------------------------------------------- 36.3: export
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, gpt2_tokenizer) -> Path:
+    import shutil
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("faults_ckpt") / "final"
+    LlamaForCausalLM(LlamaConfig(vocab_size=50304, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2,
+                                 max_position_embeddings=64)).save_pretrained(out)
+    for f in Path(gpt2_tokenizer).iterdir():
+        shutil.copy(f, out / f.name)
+    return out
+
+
+@pytest.mark.parametrize("where", ["folder", "cwd"])
+def test_export_into_a_users_folder_changes_nothing(tmp_path, checkpoint, where):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"mine": true}')
+    (mine / "README.md").write_text("my notes")
+    before = snapshot(tmp_path)
+    r = cli("export", checkpoint, "--out", "." if where == "cwd" else mine, cwd=mine)
+    assert r.returncode == 2 and "--force" in one_error(r.stderr)
+    assert_kept(before, tmp_path)
+    assert snapshot(tmp_path).keys() == before.keys()
