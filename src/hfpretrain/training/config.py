@@ -77,6 +77,9 @@ class ModelSection:
     document_mask: bool = False
     init_from: Optional[str] = None  # start from these weights instead of random init
     decay_embeddings: bool = False  # weight decay on embedding tables too
+    # MoE shapes: transformers' experts backend, auto (grouped_mm on a GPU: one grouped matmul over all experts;
+    # eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm. Refused on a dense model.
+    experts_implementation: str = "auto"
     # PyTorch SDPA kernels allowed, in the order they are tried (PyTorch's default order)
     sdpa_backends: list = field(default_factory=lambda: ["flash", "efficient", "math", "cudnn"])
 
@@ -192,6 +195,7 @@ _CHOICES = {
     "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},
     "model.fused_loss": {"auto", "compiled", "liger", "chunked", "none"},
     "model.micro_batch": {"auto", "recipe"},
+    "model.experts_implementation": {"auto", "eager", "batched_mm", "grouped_mm"},
     "nan_policy": {"stop", "skip"},
     "resume_mismatch": {"error", "allow"},
     "optimizer.name": {"adamw", "muon"},

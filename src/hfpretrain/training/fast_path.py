@@ -27,7 +27,7 @@ import torch
 from hfpretrain.models.backend import PACKED_SDPA
 from hfpretrain.models.fp8 import check_fp8_available, fp8_unsupported
 from hfpretrain.models.speedups import Speedups
-from hfpretrain.models.zoo import resolve_attn_implementation
+from hfpretrain.models.zoo import is_moe, resolve_attn_implementation
 
 from .config import RecipeError
 from .loss import choose_fused_loss
@@ -55,6 +55,7 @@ class FastPath:
     reasons: dict
     precision: str = "bf16"
     residual_dtype: str = "float32"
+    experts_implementation: str | None = None  # MoE only: transformers' experts backend
 
 
 def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, planning: bool = False,
@@ -100,7 +101,25 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
         reasons["fused_loss"] += f" (planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB)"
     precision, reasons["precision"] = choose_precision(model_section, config, planning)
     residual, reasons["residual_dtype"] = choose_residual_dtype(model_section.residual_dtype, cuda or planning, bf16)
-    return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision, residual)
+    experts, reasons["experts_implementation"] = choose_experts(model_section.experts_implementation, config,
+                                                                cuda or planning)
+    return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision, residual, experts)
+
+
+def choose_experts(requested: str, config, gpu: bool) -> tuple[str | None, str]:
+    """``model.experts_implementation`` for an MoE shape (None for a dense one; a setting there is refused).
+    auto: grouped_mm on a GPU, where one grouped matmul over all experts replaced transformers' loop over them
+    (issue 35's baseline on an H200: 39,014 against 23,362 tokens/s); eager on a CPU."""
+    if not is_moe(config):
+        if requested != "auto":
+            raise RecipeError(f"model.experts_implementation={requested}: {config.model_type} is a dense model (no "
+                              "routed experts); leave it at auto")
+        return None, "dense model: no experts"
+    if requested != "auto":
+        return requested, "set in the recipe"
+    if gpu:
+        return "grouped_mm", "auto: one grouped matmul over all experts (transformers' loop is 1.7x slower)"
+    return "eager", "auto: no CUDA GPU (transformers' loop over the experts)"
 
 
 def speedups_of(fast: FastPath, recipe) -> Speedups:

@@ -67,6 +67,7 @@ def run_memory(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fa
                                                             config.hidden_size, recipe.model.loss_chunk_tokens,
                                                             recipe.model.liger_min_chunk_tokens),
         residual_bytes=2 if fast.residual_dtype == "bfloat16" else 4,
+        experts_implementation=fast.experts_implementation or "grouped_mm",
         float8=fast.precision == "fp8"))  # choose_precision gives fp8 only to a model torchao converts
 
 

@@ -189,8 +189,9 @@ def build_run_model(run: RunSetup) -> tuple[torch.nn.Module, Applied]:
     """The model (built from its config, or ``init_from``'s weights) with the speed-ups the fast path chose
     (models/speedups.py): ``(model, what each speed-up changed)``."""
     fast = run.fast
-    for what in ("compile", "fused_loss", "precision", "residual_dtype"):
-        logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
+    for what in ("compile", "fused_loss", "precision", "residual_dtype", "experts_implementation"):
+        if getattr(fast, what) is not None:
+            logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
     logger.info("micro-batch: %d x %d accumulation (%s)", run.args.per_device_train_batch_size,
                 run.args.gradient_accumulation_steps, fast.reasons["micro_batch"])
     if run.recipe.model.init_from:
@@ -198,7 +199,8 @@ def build_run_model(run: RunSetup) -> tuple[torch.nn.Module, Applied]:
 
         model = AutoModelForCausalLM.from_pretrained(run.recipe.model.init_from)
     else:
-        model = build_model(run.config, attn_implementation=fast.attn_implementation)
+        model = build_model(run.config, attn_implementation=fast.attn_implementation,
+                            experts_implementation=fast.experts_implementation)
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None

@@ -280,7 +280,7 @@ class PretrainTrainer(Trainer):
         labels = inputs["labels"]
         self._tap.active = True
         try:
-            model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False)
+            outputs = model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False)
         finally:
             self._tap.active = False
         hidden, self._tap.hidden = self._tap.hidden, None
@@ -292,6 +292,9 @@ class PretrainTrainer(Trainer):
                                   self.liger_min_chunk_tokens, self.compile_backend, self.compile_mode,
                                   z_loss=self.z_loss if model.training else 0.0,  # evaluation: cross-entropy only
                                   fused_head=self.fused_head, loss_tile=self.loss_tile)
+        aux = getattr(outputs, "aux_loss", None)  # MoE with output_router_logits: transformers' load-balancing loss
+        if aux is not None and model.training:  # added as transformers' own loss adds it; evaluation stays CE
+            loss = loss + self.accelerator.unwrap_model(model).config.router_aux_loss_coef * aux.to(loss.device)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
             # gradients over ranks, so scale back up.
