@@ -7,30 +7,11 @@ gradient norm, against tokens seen.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from hfpretrain.cli import error
-
-
-def _log_problem(log: Path) -> str | None:
-    """``FILE:LINE: why`` for the first record the plot cannot read (it would stop there with a traceback)."""
-    try:
-        lines = log.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        return f"{log}: unreadable ({err})"
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            cut = " (cut short: a run killed while writing it?)" if n == len(lines) else ""
-            return f"{log}:{n}: not a JSON record{cut}: {err.msg}"
-        if not isinstance(record, dict) or "event" not in record:
-            return f"{log}:{n}: not a log record (a JSON object with an \"event\" key)"
-    return None
+from hfpretrain.study.plots import log_problem
 
 
 def main(argv=None) -> int:
@@ -41,7 +22,7 @@ def main(argv=None) -> int:
     log = Path(args.run) / "log.jsonl"
     if not log.is_file():
         return error(f"{log} does not exist: not a run folder")
-    problem = _log_problem(log)
+    problem = log_problem(log)
     if problem:
         return error(problem)
     out = Path(args.out or Path(args.run) / "curves.png")

@@ -29,6 +29,26 @@ def _save(fig, out_png: str | Path) -> Path:
     return out_png
 
 
+def log_problem(log: Path) -> str | None:
+    """``FILE:LINE: why`` for the first record the plot cannot read (it would stop there with a traceback)."""
+    try:
+        lines = log.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        return f"{log}: unreadable ({err})"
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            cut = " (cut short: a run killed while writing it?)" if n == len(lines) else ""
+            return f"{log}:{n}: not a JSON record{cut}: {err.msg}"
+        if not isinstance(record, dict) or "event" not in record:
+            return f"{log}:{n}: not a log record (a JSON object with an \"event\" key)"
+    return None
+
+
+
 def read_log(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

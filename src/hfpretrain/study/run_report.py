@@ -218,9 +218,9 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     summary = _read(run_dir / "summary.json")
     _check_run(run_dir, recipe, summary)
     _read(checkpoint / "config.json")
-    from hfpretrain.cli.plot import _log_problem  # the plot command's line-by-line check of log.jsonl
+    from hfpretrain.study.plots import log_problem  # the plot command's line-by-line check of log.jsonl
 
-    problem = _log_problem(run_dir / "log.jsonl")
+    problem = log_problem(run_dir / "log.jsonl")
     if problem:
         raise ValueError(problem)
     data_path = Path(recipe["data"]["path"])
