@@ -1,4 +1,4 @@
-"""Training: recipe config, resumable data order, the Trainer subclass and its callbacks."""
+"""Training: the recipe, its plan, the Trainer subclass, its callbacks and checkpoints (run.py reads top to bottom)."""
 
 from .config import Recipe, RecipeError, load_recipe
 from .run import pretrain, shutdown_distributed
