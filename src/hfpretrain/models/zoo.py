@@ -286,25 +286,12 @@ def moe_config_dict(n_layers: int, family: str = "qwen3_moe") -> dict[str, Any]:
     if family not in MOE_FAMILIES:
         raise ValueError(f"unknown MoE family {family!r}; known: {', '.join(MOE_FAMILIES)}")
     d = SCALING_ASPECT * n_layers
-    heads = d // SCALING_HEAD_DIM
-    common = {
-        "num_hidden_layers": n_layers,
-        "hidden_size": d,
-        "num_attention_heads": heads,
-        "num_key_value_heads": heads,
-        "head_dim": SCALING_HEAD_DIM,
-        "hidden_act": "silu",
-        "max_position_embeddings": 4096,
-        "rope_theta": 1000000.0,
-        "rms_norm_eps": 1e-06,
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-        "initializer_range": 0.02,
-        "use_cache": False,
+    common = {k: v for k, v in scaling_config_dict(n_layers).items() if k not in ("model_type", "intermediate_size")}
+    common.update({
         "moe_intermediate_size": d // MOE_EXPERT_DIV,
         "num_experts_per_tok": MOE_TOP_K,
         "norm_topk_prob": True,
-    }
+    })
     if family == "qwen3_moe":
         return {"model_type": "qwen3_moe", **common, "num_experts": MOE_EXPERTS,
                 "intermediate_size": SCALING_FFN_MULT * d,  # only for layers listed in mlp_only_layers (none)
