@@ -33,11 +33,9 @@ import importlib.util
 import torch
 import torch.nn.functional as F
 
-from hfpretrain.models.memory import GIB
-
 from hfpretrain.kernels import uses_triton
 from hfpretrain.kernels.cross_entropy import IGNORE_INDEX, cross_entropy_
-
+from hfpretrain.models.memory import GIB
 
 # ``auto`` compiles head + loss whole when one micro-batch's bf16 logits take at most this share of
 # the GPU's memory; above it, liger's chunks keep memory flat. At 32k tokens x 151,680 (9.3 GiB, 6.6%
