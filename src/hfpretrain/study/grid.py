@@ -253,7 +253,6 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
 
     One dry run per (arm, size) (no model is built): FLOPs per token, parameters, batch, data size."""
     from hfpretrain.models import peak_flops
-    from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain
 
     probes: dict[tuple[str, str], dict] = {}

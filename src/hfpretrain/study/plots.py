@@ -48,7 +48,6 @@ def log_problem(log: Path) -> str | None:
     return None
 
 
-
 def read_log(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

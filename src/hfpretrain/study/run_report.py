@@ -109,9 +109,9 @@ def data_lines(data_path: Path, manifest: dict) -> list[str]:
     return lines
 
 
-def model_lines(run_dir: Path, recipe: dict, summary: dict) -> list[str]:
+def model_lines(recipe: dict, summary: dict, config: dict) -> list[str]:
+    """``config``: the final checkpoint's config.json."""
     plan, training = summary["plan"], recipe.get("training", {})
-    config = _read(run_dir / "final" / "config.json") if (run_dir / "final" / "config.json").is_file() else {}
     params = plan["parameters"]
     e2e = summary.get("end_to_end") or {}
     rows = [("architecture", config.get("model_type") or plan.get("shape", {}).get("model_type")),
@@ -217,7 +217,7 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     recipe = _read(run_dir / "recipe.yaml", "a recipe (a mapping)")
     summary = _read(run_dir / "summary.json")
     _check_run(run_dir, recipe, summary)
-    _read(checkpoint / "config.json")
+    config = _read(checkpoint / "config.json")
     from hfpretrain.study.plots import log_problem  # the plot command's line-by-line check of log.jsonl
 
     problem = log_problem(run_dir / "log.jsonl")
@@ -237,7 +237,7 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     lines = [f"# Run report: {run_dir.name}", "", f"Generated from `{run_dir}` by `scripts/report.py`.", ""]
     lines += data_lines(data_path, manifest) if manifest else \
         ["## Data", "", f"`{data_path}` is not on this machine: data section left out.", ""]
-    lines += model_lines(run_dir, recipe, summary)
+    lines += model_lines(recipe, summary, config)
     lines += curve_lines(run_dir, out_md.parent, summary, manifest)
     lines += eval_lines(checkpoint, eval_limit, run_eval)
     if prompts is not None:
