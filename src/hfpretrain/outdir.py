@@ -8,6 +8,7 @@ evaluate.py ``--out``, pretrain.py ``training.output_dir``, study.py ``--out``) 
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -40,6 +41,22 @@ def output_problem(path) -> str | None:
     os.close(fd)
     os.unlink(name)
     return None
+
+
+def read_marker(path, format: str) -> dict | None:
+    """The JSON object in ``path`` if it is a marker this tool wrote (``{"format": format, ...}``), else None
+    (missing, unreadable, not JSON, another format): how a command tells its own outputs from a user's folder."""
+    try:
+        info = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and info.get("format") == format else None
+
+
+def listing(folder, shown: int = 3) -> str:
+    """``a, b, c and N more``: the first names in ``folder`` (sorted), for an error about what it holds."""
+    names = sorted(p.name for p in Path(folder).iterdir())
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 class OutputBusyError(ValueError):
@@ -126,4 +143,4 @@ class OutputLock:
         self.release()
 
 
-__all__ = ["OutputBusyError", "OutputLock", "output_problem"]
+__all__ = ["OutputBusyError", "OutputLock", "listing", "output_problem", "read_marker"]

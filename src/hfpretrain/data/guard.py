@@ -36,7 +36,7 @@ import signal
 import threading
 from pathlib import Path
 
-from hfpretrain.outdir import OutputBusyError, OutputLock
+from hfpretrain.outdir import OutputBusyError, OutputLock, read_marker
 
 from .read import DataError
 
@@ -47,36 +47,40 @@ BUILD_MARKER = ".hfpretrain-build.json"  # inside OUT.tmp-<pid>/ and OUT.old-<pi
 _MARKER_FORMAT = "hfpretrain.tokenize-work/1"
 
 
-def work_dir(out: Path, kind: str, pid: int | None = None) -> Path:
-    """``OUT.tmp-<pid>`` (kind ``tmp``: the build) or ``OUT.old-<pid>`` (kind ``old``: a replaced output)."""
-    return out.parent / f"{out.name}.{kind}-{os.getpid() if pid is None else pid}"
+def work_dir(out: Path, kind: str) -> Path:
+    """This process's ``OUT.tmp-<pid>`` (kind ``tmp``: the build) or ``OUT.old-<pid>`` (kind ``old``: a replaced
+    output)."""
+    return out.parent / f"{out.name}.{kind}-{os.getpid()}"
+
+
+def _work_pid(path: Path, out: Path) -> int | None:
+    """The pid in ``path``'s name if it is a work folder a build of ``out`` made (its marker names this output and
+    that pid), else None: anything else of that name is not ours."""
+    m = re.fullmatch(rf"{re.escape(out.name)}\.(tmp|old)-(\d+)", path.name)
+    if not m or path.is_symlink() or not path.is_dir():
+        return None
+    marker, pid = path / BUILD_MARKER, int(m.group(2))
+    info = read_marker(marker, _MARKER_FORMAT) if marker.is_file() and not marker.is_symlink() else None
+    return pid if info is not None and info.get("pid") == pid and info.get("out") == str(out) else None
 
 
 def is_work_dir(path: Path, out: Path) -> bool:
-    """Whether ``path`` is a work folder a build of ``out`` made (its marker names this output and the pid in its
-    name), as opposed to anything else of that name."""
-    m = re.fullmatch(rf"{re.escape(out.name)}\.(tmp|old)-(\d+)", path.name)
-    if not m or path.is_symlink() or not path.is_dir():
-        return False
-    marker = path / BUILD_MARKER
-    try:
-        if marker.is_symlink() or not marker.is_file():
-            return False
-        info = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return False
-    return (isinstance(info, dict) and info.get("format") == _MARKER_FORMAT and info.get("pid") == int(m.group(2))
-            and info.get("out") == str(out))
+    """Whether ``path`` is a work folder a build of ``out`` made, as opposed to anything else of that name."""
+    return _work_pid(path, out) is not None
+
+
+def _refuse_foreign_work_dir(path: Path, out: Path) -> None:
+    if os.path.lexists(path) and not is_work_dir(path, out):
+        raise DataError(f"{path} exists and was not made by this tool (no {BUILD_MARKER}): a build of {out} "
+                        "works there; nothing was changed: move it away")
 
 
 def make_work_dir(out: Path, kind: str) -> Path:
     """Create this process's ``OUT.<kind>-<pid>`` with its marker; one of ours left by a dead process of the same pid
     is removed first. Anything else of that name stops the build (:class:`DataError`): it is not ours to delete."""
     path = work_dir(out, kind)
+    _refuse_foreign_work_dir(path, out)
     if os.path.lexists(path):
-        if not is_work_dir(path, out):
-            raise DataError(f"{path} exists and was not made by this tool (no {BUILD_MARKER}): a build of {out} "
-                            "works there; nothing was changed: move it away")
         shutil.rmtree(path)
     path.mkdir()
     (path / BUILD_MARKER).write_text(json.dumps({"format": _MARKER_FORMAT, "out": str(out), "pid": os.getpid(),
@@ -158,20 +162,13 @@ class BuildGuard:
     def check_work_dirs(self) -> None:
         """This process's work folder names must be free, or ours (a dead build's of the same pid)."""
         for kind in ("tmp", "old"):
-            path = work_dir(self.out, kind)
-            if os.path.lexists(path) and not is_work_dir(path, self.out):
-                raise DataError(f"{path} exists and was not made by this tool (no {BUILD_MARKER}): a build of "
-                                f"{self.out} works there; nothing was changed: move it away")
+            _refuse_foreign_work_dir(work_dir(self.out, kind), self.out)
 
     def remove_leftovers(self) -> None:
         """Remove work folders of builds of this output whose process is gone (only those with this tool's marker)."""
-        pattern = re.compile(rf"{re.escape(self.out.name)}\.(tmp|old)-(\d+)")
         for path in self.out.parent.iterdir():
-            m = pattern.fullmatch(path.name)
-            if not m or not is_work_dir(path, self.out):
-                continue
-            pid = int(m.group(2))
-            if pid == os.getpid():
+            pid = _work_pid(path, self.out)
+            if pid is None or pid == os.getpid():
                 continue
             if pid_alive(pid):
                 logger.warning("leaving %s alone: its process %d is still alive", path, pid)

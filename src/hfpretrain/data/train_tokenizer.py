@@ -21,7 +21,7 @@ import json
 import logging
 from pathlib import Path
 
-from ..outdir import output_problem
+from ..outdir import listing, output_problem, read_marker
 from .pipeline import DEFAULT_MAX_BAD_FRACTION, MAX_BAD_EXAMPLES, check_bad, check_files, check_missing, \
     configure_sources, file_accounting
 from .read import FILE_ROW, POLICIES, DataError, expand_inputs, generate_records
@@ -56,14 +56,8 @@ def _texts(sources, max_docs: int | None, on_bad: str, counts: dict, max_bad_fra
 def _refuse_foreign(out: Path) -> None:
     if not out.is_dir() or not any(out.iterdir()):
         return
-    try:
-        info = json.loads((out / "training.json").read_text())
-    except (OSError, ValueError):
-        info = None
-    if not (isinstance(info, dict) and info.get("format") == FORMAT):
-        names = sorted(p.name for p in out.iterdir())
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        raise DataError(f"--out {out} is not empty ({shown}) and not an output of train-tokenizer (no training.json "
+    if read_marker(out / "training.json", FORMAT) is None:
+        raise DataError(f"--out {out} is not empty ({listing(out)}) and not an output of train-tokenizer (no training.json "
                         f"with format {FORMAT!r}); nothing was written: choose a new or empty folder, or pass --force "
                         "to write into it (files of the same names are replaced)")
 

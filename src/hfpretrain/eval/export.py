@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
 from hfpretrain.eval.card import refresh_card, set_metadata
 from hfpretrain.eval.checkpoint import OutputFolderError, check_checkpoint, check_output_folder
+from hfpretrain.outdir import listing, read_marker
 
 DTYPES = ("bfloat16", "float16", "float32")
 MARKER = ".hfpretrain-export.json"
@@ -52,25 +52,17 @@ def checkpoint_id(src: Path) -> str:
 
 def _refuse_foreign(out: Path, src: Path, force: bool) -> None:
     """A non-empty ``out`` that is not an earlier export of ``src`` is refused unless ``force``."""
-    if force or not out.is_dir():
+    if force or not out.is_dir() or not any(out.iterdir()):
         return
-    entries = sorted(p.name for p in out.iterdir())
-    if not entries:
-        return
-    try:
-        info = json.loads((out / MARKER).read_text())
-    except (OSError, ValueError):
-        info = None
-    ours = isinstance(info, dict) and info.get("format") == MARKER_FORMAT
-    if ours and info.get("checkpoint") == checkpoint_id(src):
+    info = read_marker(out / MARKER, MARKER_FORMAT)
+    if info is not None and info.get("checkpoint") == checkpoint_id(src):
         return
     from hfpretrain.data.pipeline import protected_reason
 
     why = protected_reason(out)
-    what = ("holds an export of another checkpoint" if ours else f"is {why}, not an export of this checkpoint" if why
-            else "is not an export of this checkpoint")
-    shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
-    raise OutputFolderError(f"--out {out} {what}, and is not empty ({shown}); nothing was written: choose a new or "
+    what = ("holds an export of another checkpoint" if info is not None else
+            f"is {why}, not an export of this checkpoint" if why else "is not an export of this checkpoint")
+    raise OutputFolderError(f"--out {out} {what}, and is not empty ({listing(out)}); nothing was written: choose a new or "
                             "empty folder, or pass --force to write into it (files of the same names are replaced)")
 
 
@@ -141,8 +133,7 @@ def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     if isinstance(lineage, dict):  # where the model came from, without this machine's paths
-        found = _hub_datasets(lineage)
-        datasets = datasets if datasets else found
+        datasets = datasets or _hub_datasets(lineage)
         (out / "lineage.json").write_text(json.dumps(_redact(lineage), indent=2) + "\n")
     if card is not None:  # the model card (with the scores hfpretrain eval added), loading the copy
         card = refresh_card(redact_paths(card), push_to_hub or out)
