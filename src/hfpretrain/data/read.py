@@ -272,8 +272,10 @@ def wrong_field(path: str, field: str, records: int, fields: dict[str, int]) -> 
                                       "name the field that holds the documents with --text-field"))
 
 
-def _string_fields(row: dict) -> dict[str, int]:
-    return {str(k): len(v) if isinstance(v, str) else 0 for k, v in row.items()}
+def _count_fields(fields: dict[str, int], row: dict) -> None:
+    """Add ``row``'s fields to ``fields`` (name -> characters of string values), for :func:`wrong_field`."""
+    for k, v in row.items():
+        fields[str(k)] = fields.get(str(k), 0) + (len(v) if isinstance(v, str) else 0)
 
 
 def _iter_parquet(path: str, text_field: str = "text") -> Iterator[tuple[int, dict]]:
@@ -282,16 +284,13 @@ def _iter_parquet(path: str, text_field: str = "text") -> Iterator[tuple[int, di
     pf = pq.ParquetFile(path)
     names = set(pf.schema_arrow.names)
     if text_field not in names:  # no such column: say which there are, on its first rows
-        fields: dict[str, int] = {}
-        n = 0
-        for batch in pf.iter_batches(batch_size=FIELD_CHECK_RECORDS):
-            for row in batch.to_pylist()[:FIELD_CHECK_RECORDS]:
-                n += 1
-                for k, v in _string_fields(row).items():
-                    fields[k] = fields.get(k, 0) + v
-            break
-        if n:
-            raise wrong_field(path, text_field, n, fields or {k: 0 for k in names})
+        first = next(pf.iter_batches(batch_size=FIELD_CHECK_RECORDS), None)
+        rows = first.to_pylist() if first is not None else []
+        if rows:
+            fields: dict[str, int] = {}
+            for row in rows:
+                _count_fields(fields, row)
+            raise wrong_field(path, text_field, len(rows), fields)
     cols = [c for c in dict.fromkeys((text_field, "meta", "pile_set_name")) if c in names]
     n = 0
     for batch in pf.iter_batches(batch_size=1024, columns=cols or None):
@@ -387,11 +386,10 @@ def _txt_records(path: str, split: str, acct: dict) -> Iterator[tuple[int, str |
         start = sep.end() if sep else end
 
 
-def _note_fields(acct: dict, obj: dict) -> None:
-    """Remember the fields of a record without the text field (for :func:`wrong_field`)."""
-    fields = acct.setdefault("fields", {})
-    for k, v in _string_fields(obj).items():
-        fields[k] = fields.get(k, 0) + v
+def _note_fields(acct: dict, reason: str, record, field: str) -> None:
+    """Remember the fields of a record that has no ``field`` at all (for :func:`wrong_field`)."""
+    if reason == "missing_text" and isinstance(record, dict) and field not in record:
+        _count_fields(acct.setdefault("fields", {}), record)
 
 
 def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | None, str, str, int]]:
@@ -431,8 +429,7 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
                 yield n, None, None, "malformed_json", str(e), nbytes
                 continue
             text, set_name, reason = _check(obj, field)
-            if reason == "missing_text" and isinstance(obj, dict) and field not in obj:
-                _note_fields(acct, obj)
+            _note_fields(acct, reason, obj, field)
             yield n, text, set_name, reason, "", nbytes
     else:
         rows = _iter_parquet(path, field) if kind == "parquet" else _iter_hub(path)
@@ -440,8 +437,7 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
         try:
             for n, row in rows:
                 text, set_name, reason = _check(row, field)
-                if reason == "missing_text" and isinstance(row, dict) and field not in row:
-                    _note_fields(acct, row)
+                _note_fields(acct, reason, row, field)
                 yield n, text, set_name, reason, "", len(text.encode("utf-8")) if text else 0
         except Exception as e:  # pyarrow on a truncated or corrupt parquet file (ArrowInvalid, OSError)
             if kind != "parquet" or isinstance(e, DataError):
