@@ -36,6 +36,11 @@ def error(message, code: int = 2) -> int:
     return code
 
 
+def os_error_line(e: OSError) -> str:
+    """``FILE: reason`` for an OSError that stopped a command while it ran (disk full, a file vanished)."""
+    return f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
+
+
 def version() -> str:
     """The installed package's version (its metadata), else the source tree's ``__version__``."""
     from importlib import metadata
@@ -172,7 +177,6 @@ def recipe_keys() -> dict[str, list[tuple[str, object]]]:
 def recipe_keys_help() -> str:
     """Every recipe key with its type, default and comment, for ``train --help``; of TrainingArguments' fields the
     common ones, with the type, default and help that TrainingArguments itself gives."""
-    import dataclasses
     import shutil
     import textwrap
     import typing
@@ -220,7 +224,6 @@ def recipe_keys_help() -> str:
         comments = _field_comments(config.Recipe)
         for field, hint in top:
             out += entry(field.name, field, hint, comments.get(field.name, ""))
-    assert all(dataclasses.is_dataclass(hints[n]) for n in sections if n != "training")
     return "\n".join(out)
 
 

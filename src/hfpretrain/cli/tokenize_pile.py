@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 
-from hfpretrain.cli import error
+from hfpretrain.cli import error, os_error_line
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     except DataError as e:  # bad input, flags or output folder: one line, nothing written
         return error(e)
     except OSError as e:  # the build itself failed (disk full, a file vanished): one line
-        return error(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}", 1)
+        return error(os_error_line(e), 1)
     print(out)
     return 0
 

@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from hfpretrain.cli import error
+from hfpretrain.cli import error, os_error_line
 
 
 def main(argv=None) -> int:
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     except DataError as e:
         return error(e)
     except OSError as e:  # the training itself failed (disk full, a file vanished): one line
-        return error(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}", 1)
+        return error(os_error_line(e), 1)
     return 0
 
 
