@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hfpretrain.data import tokenize_corpus
 from hfpretrain.eval import evaluate_checkpoint, generate
+from hfpretrain.eval.callback import recipe_callbacks
 from hfpretrain.eval.task_data import available_tasks
 from hfpretrain.eval.local_tasks import DEFAULT_TASKS
 from hfpretrain.paths import MissingDataError, data_root, recipe_path
@@ -30,13 +31,13 @@ def run_demo(out: str | Path = "out/demo", max_steps: int = 300, eval_limit: int
                        "training.eval_steps=100", *(overrides or [])]
     # the recipe with its overrides, checked before any work: a misspelt --override key is one line, not a
     # traceback after minutes of tokenizing
-    load_recipe(recipe, [f"data.path={out / 'data'}", f"data.tokenizer={inputs[2]}", *train_overrides])
+    planned = [f"data.path={out / 'data'}", f"data.tokenizer={inputs[2]}", *train_overrides]
+    load_recipe(recipe, planned)
     if dry_run:
         missing = [str(p) for p in inputs if not p.exists()]
         if missing:
             raise MissingDataError(f"the demo's inputs are missing: {', '.join(missing)}")
-        plan = pretrain(recipe, [f"data.path={out / 'data'}", f"data.tokenizer={inputs[2]}", *train_overrides],
-                        dry_run=True)["plan"]
+        plan = pretrain(recipe, planned, dry_run=True)["plan"]
         report = {"data_root": str(root), "inputs": [str(p) for p in inputs], "recipe": str(recipe), "plan": plan}
         print(json.dumps(report, indent=2, default=str))
         return report
@@ -44,7 +45,8 @@ def run_demo(out: str | Path = "out/demo", max_steps: int = 300, eval_limit: int
     data = tokenize_corpus([str(inputs[0])], out / "data", tokenizer=str(inputs[2]), seq_len=128,
                            val_inputs=[str(inputs[1])], val_docs=500, num_proc=2)
     print(f"[2/5] train recipes/tiny_cpu.yaml for {max_steps} steps")
-    summary = pretrain(recipe, [f"data.path={data}", *train_overrides])
+    # the recipe's evaluation.lm_eval_task (an --override) is scored by eval's callback, as in `hfpretrain train`
+    summary = pretrain(recipe, [f"data.path={data}", *train_overrides], callbacks=recipe_callbacks)
     checkpoint = run_dir / "final"
     tasks = available_tasks(DEFAULT_TASKS, root)
     missing = [t for t in DEFAULT_TASKS if t not in tasks]
