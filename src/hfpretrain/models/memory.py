@@ -164,21 +164,18 @@ def _moe_mlp_bytes(d: int, moe: MoeShape, a: int, compiled: bool, cast: int, exp
 
 def activation_bytes_per_token_per_layer(config: PretrainedConfig, seq_len: int, attn_implementation: str = "sdpa",
                                          dtype: str = "bf16", compiled: bool = False, residual_bytes: int = 4,
-                                         float8: bool = False, moe_layer: bool = False,
+                                         float8: bool = False, moe: MoeShape | None = None,
                                          experts_implementation: str = "grouped_mm") -> int:
     """Bytes autograd keeps per token for one decoder layer (no checkpointing); ``residual_bytes``: 4 for the
     fp32 residual stream that fp32 embeddings give under autocast, 2 with ``model.residual_dtype=bfloat16``;
     ``float8``: the decoder's linears train in float8 (model.precision=fp8), so that, compiled, the normalised
-    projection inputs and the down projection's input are kept as their 1-byte casts. ``moe_layer``: one of
-    an MoE config's expert layers (routed tokens in place of the dense MLP) rather than a dense layer."""
+    projection inputs and the down projection's input are kept as their 1-byte casts. ``moe``: the config's
+    :func:`moe_shape`, for one of its expert layers (routed tokens in place of the dense MLP); None: a dense layer."""
     a = 4 if dtype in ("fp32", "float32") else 2
     r = residual_bytes
     x = _dims(config)
     d, h, da, dkv, ff, S = x["d"], x["h"], x["da"], x["dkv"], x["ff"], seq_len
     eager = attn_implementation == "eager"
-    moe = moe_shape(config) if moe_layer else None
-    if moe_layer and moe is None:
-        raise ValueError(f"moe_layer=True for a dense config ({config.model_type})")
     cast = 1 if float8 else a  # the normalised inputs and the down input: what the float8 matmuls read
     if moe is not None:
         mlp = _moe_mlp_bytes(d, moe, a, compiled and not eager, cast, experts_implementation)
@@ -262,7 +259,7 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     if moe is not None:  # the expert layers keep the routed tokens' activations instead of a dense MLP's
         moe_per_layer = activation_bytes_per_token_per_layer(
             config, layout.seq_len, layout.attn_implementation, layout.dtype, layout.compiled, layout.residual_bytes,
-            layout.float8, moe_layer=True, experts_implementation=layout.experts_implementation)
+            layout.float8, moe=moe, experts_implementation=layout.experts_implementation)
         all_layers = (x["L"] - moe.moe_layers) * per_layer + moe.moe_layers * moe_per_layer
         per_layer = max(per_layer, moe_per_layer) if moe.moe_layers < x["L"] else moe_per_layer
     outside = 8 + 8 * x["d"] + a * x["d"]  # input ids, final norm (in + out), LM-head cast input
