@@ -426,3 +426,47 @@ def test_a_recipe_saved_with_the_old_boolean_fp8_fast_accum_still_loads(tmp_path
         assert load_recipe(path).model.fp8_fast_accum == now
     with pytest.raises(RecipeError, match=r"model.fp8_fast_accum='backward' is not one of \['all', 'forward', 'input_grad'\]"):
         load_recipe(path, ["model.fp8_fast_accum=backward"])
+
+
+# ---- issue 36.9: scheduler kwargs the chosen schedule does not take ------------------------------------------
+
+@pytest.mark.parametrize("extra, names", [
+    # the tiny recipe's cosine_with_min_lr {min_lr_rate: 0.1}, switched to WSD: min_lr_rate stays behind
+    (["training.lr_scheduler_type=warmup_stable_decay"], "does not take min_lr_rate"),
+    (["training.lr_scheduler_kwargs.min_lr_rat=0.2"], "min_lr_rat (did you mean 'min_lr_rate'?)"),  # a typo
+    (["training.lr_scheduler_type=cosine"], "cosine does not take min_lr_rate"),
+    # transformers drops any kwargs of these two silently: no floor, no cycles, whatever the recipe says
+    (["training.lr_scheduler_type=constant_with_warmup"], "constant_with_warmup does not take min_lr_rate"),
+    (["training.lr_scheduler_type=linear", "training.lr_scheduler_kwargs={min_lr_rate: null, power: 2}"],
+     "linear does not take power"),
+])
+def test_scheduler_kwargs_the_schedule_does_not_take_are_refused_at_load(extra, names):
+    with pytest.raises(RecipeError) as err:
+        load_recipe(TINY_RECIPE, ["data.path=x", *extra])
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("training.lr_scheduler_kwargs: lr_scheduler_type=") and names in msg, msg
+    assert "it takes: " in msg, msg
+
+
+@pytest.mark.parametrize("extra", [
+    [],  # cosine_with_min_lr {min_lr_rate}
+    ["training.lr_scheduler_type=warmup_stable_decay", "training.lr_scheduler_kwargs.min_lr_rate=null",
+     "training.lr_scheduler_kwargs.min_lr_ratio=0.1", "training.lr_scheduler_kwargs.decay_ratio=0.2"],
+    ["training.lr_scheduler_type=cosine_with_min_lr", "training.lr_scheduler_kwargs={min_lr_rate: null, min_lr: 1e-5}"],
+    ["training.lr_scheduler_type=polynomial", 'training.lr_scheduler_kwargs={"power": 2.0, min_lr_rate: null}'],
+    ["training.lr_scheduler_type=reduce_lr_on_plateau", "training.lr_scheduler_kwargs={patience: 3}"],  # **kwargs
+    ["training.lr_scheduler_type=constant", "training.lr_scheduler_kwargs=null"],
+])
+def test_scheduler_kwargs_the_schedule_takes_load(extra):
+    load_recipe(TINY_RECIPE, ["data.path=x", *extra])
+
+
+def test_a_null_scheduler_kwarg_is_not_handed_to_the_scheduler(mini_blocks, tmp_path):
+    """An override that takes a kwarg out (``...min_lr_rate=null``) leaves it unset: TrainingArguments would pass
+    min_lr_rate=None to get_wsd_schedule (a TypeError when the Trainer makes the scheduler)."""
+    from hfpretrain.training.arguments import training_arguments
+
+    recipe = load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", "training.lr_scheduler_type=warmup_stable_decay",
+                                       "training.lr_scheduler_kwargs.min_lr_rate=null",
+                                       "training.lr_scheduler_kwargs.num_decay_steps=3"])
+    assert training_arguments(recipe, dry_run=True).lr_scheduler_kwargs == {"num_decay_steps": 3}

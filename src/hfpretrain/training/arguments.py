@@ -100,6 +100,8 @@ def training_arguments(recipe: Recipe, dry_run: bool = False, **overrides) -> Tr
     if fields.get("max_steps", -1) <= 0:
         raise ValueError("training.max_steps must be set (> 0): pretraining runs are counted in optimizer steps")
     fields.pop("resume_from_checkpoint", None)
+    if isinstance(fields.get("lr_scheduler_kwargs"), dict):  # a name set to null (an override took it out) is unset
+        fields["lr_scheduler_kwargs"] = {k: v for k, v in fields["lr_scheduler_kwargs"].items() if v is not None}
     args = TrainingArguments(**fields)
     missing = missing_extras(args)
     if missing and not dry_run:

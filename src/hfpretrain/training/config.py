@@ -396,6 +396,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise RecipeError(str(err)) from None
     check_data_section(recipe.data, recipe.training)
     _check_decay_ratio(recipe.training, recipe.data.decay_in_last_phase)
+    _check_scheduler_kwargs(recipe.training)
     if not recipe.data.path and recipe.data.sources:
         recipe.data.path = str(next(iter(recipe.data.sources.values())))  # validation + tokenizer: the first
     if not recipe.data.path:
@@ -497,6 +498,68 @@ def _check_decay_ratio(training: dict, decay_in_last_phase: bool) -> None:
     if decay_in_last_phase:
         raise RecipeError("training.lr_scheduler_kwargs.decay_ratio and data.decay_in_last_phase both set the "
                           "decay's length: keep one")
+
+
+# lr_scheduler_kwargs the project reads itself (before transformers sees them): name -> the schedules taking it.
+# decay_ratio becomes warmup_stable_decay's num_decay_steps (plan.py); min_lr becomes min_lr_rate (arguments.py).
+_OWN_SCHEDULER_KWARGS = {"decay_ratio": ("warmup_stable_decay",)}
+# what transformers' get_scheduler passes itself: not for the recipe's kwargs
+_SCHEDULER_POSITIONAL = ("optimizer", "num_warmup_steps", "num_training_steps", "last_epoch")
+
+
+def scheduler_kwargs_taken(schedule: str) -> set[str] | None:
+    """The ``lr_scheduler_kwargs`` names the schedule ``schedule`` takes, read from transformers' scheduler
+    function's signature (None: it takes any, through ``**kwargs``). ``constant`` and ``constant_with_warmup``
+    take none: transformers would drop them silently."""
+    import inspect
+
+    from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION, SchedulerType
+
+    function = TYPE_TO_SCHEDULER_FUNCTION[SchedulerType(schedule)]
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    taken = {p.name for p in parameters if p.name not in _SCHEDULER_POSITIONAL}
+    return taken | {k for k, schedules in _OWN_SCHEDULER_KWARGS.items() if schedule in schedules}
+
+
+def _check_scheduler_kwargs(training: dict) -> None:
+    """training.lr_scheduler_kwargs: only names the chosen schedule takes (switching a recipe's schedule to
+    warmup_stable_decay leaves cosine_with_min_lr's min_lr_rate behind; a misspelt name). Checked here, at load,
+    not when the Trainer makes the scheduler after the run folder is written."""
+    import json
+
+    from transformers.optimization import SchedulerType
+
+    kwargs = training.get("lr_scheduler_kwargs")
+    if isinstance(kwargs, str):  # TrainingArguments also takes them as a JSON string
+        try:
+            kwargs = json.loads(kwargs) if kwargs.strip() else {}
+        except ValueError:
+            raise RecipeError(f"training.lr_scheduler_kwargs={kwargs!r}: not a mapping (name: value) "
+                              "nor JSON text") from None
+    if not kwargs:
+        return
+    if not isinstance(kwargs, dict):
+        raise RecipeError(f"training.lr_scheduler_kwargs={kwargs!r}: expected a mapping of name: value")
+    schedule = training.get("lr_scheduler_type", "linear")
+    schedule = getattr(schedule, "value", schedule)
+    try:
+        taken = scheduler_kwargs_taken(schedule)
+    except (ValueError, KeyError):
+        names = [s.value for s in SchedulerType]
+        raise RecipeError(f"training.lr_scheduler_type={schedule!r} is not one of {names}"
+                          f"{_nearest(str(schedule), names)}") from None
+    if taken is None:
+        return
+    unknown = [k for k in kwargs if k not in taken and kwargs[k] is not None]
+    if unknown:
+        what = ", ".join(f"{k}{_nearest(str(k), taken)}" for k in unknown)
+        takes = ", ".join(sorted(taken)) or "none"
+        raise RecipeError(f"training.lr_scheduler_kwargs: lr_scheduler_type={schedule} does not take {what} "
+                          f"(it takes: {takes}): remove {'it' if len(unknown) == 1 else 'them'} "
+                          f"(training.lr_scheduler_kwargs.{unknown[0]}=null), or choose the schedule "
+                          f"{'it belongs' if len(unknown) == 1 else 'they belong'} to")
 
 
 def recipe_to_yaml(recipe: Recipe) -> str:
