@@ -470,3 +470,26 @@ def test_a_null_scheduler_kwarg_is_not_handed_to_the_scheduler(mini_blocks, tmp_
                                        "training.lr_scheduler_kwargs.min_lr_rate=null",
                                        "training.lr_scheduler_kwargs.num_decay_steps=3"])
     assert training_arguments(recipe, dry_run=True).lr_scheduler_kwargs == {"num_decay_steps": 3}
+
+
+# ---- issue 36.5: a compute budget that buys no step -------------------------------------------------------------
+
+@pytest.mark.parametrize("share, says", [(0, "is not a budget (> 0)"), (-1, "is not a budget (> 0)"),
+                                         (0.4, "is less than one optimizer step"),
+                                         (0.9, "is less than one optimizer step")])
+def test_training_flops_that_buys_no_step_is_refused(mini_blocks, share, says):
+    """It trained one step and exited 0."""
+    per_step = pretrain(TINY_RECIPE, [f"data.path={mini_blocks}", "training.per_device_train_batch_size=4"],
+                        dry_run=True)["plan"]
+    step_flops = per_step["flops_per_token"] * per_step["tokens_per_step"]
+    with pytest.raises(RecipeError) as err:
+        pretrain(TINY_RECIPE, [f"data.path={mini_blocks}", "training.max_steps=-1",
+                               "training.per_device_train_batch_size=4", f"training_flops={share * step_flops}"],
+                 dry_run=True)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("training_flops=") and says in msg and f"{step_flops:.4g}" in msg, msg
+    # one step's FLOPs buy one step
+    plan = pretrain(TINY_RECIPE, [f"data.path={mini_blocks}", "training.max_steps=-1",
+                                  "training.per_device_train_batch_size=4", f"training_flops={step_flops}"],
+                    dry_run=True)["plan"]
+    assert plan["max_steps"] == 1

@@ -68,7 +68,14 @@ def resolve_max_steps(recipe: Recipe, config, seq_len: int, world: int) -> None:
     tokens_per_step = (int(_training_value(t, "per_device_train_batch_size"))
                        * int(_training_value(t, "gradient_accumulation_steps")) * world * seq_len)
     per_token = flops_per_token(config, seq_len).total
-    steps = max(1, round(recipe.training_flops / (per_token * tokens_per_step)))
+    budget, step_flops = recipe.training_flops, per_token * tokens_per_step
+    if not budget == budget or budget in (float("inf"), float("-inf")) or budget < step_flops:
+        what = "is not a number of FLOPs" if budget != budget or budget in (float("inf"), float("-inf")) else (
+            "is not a budget (> 0)" if budget <= 0 else "is less than one optimizer step")
+        raise RecipeError(f"training_flops={budget:.4g} {what}: one step costs {step_flops:.4g} FLOPs "
+                          f"({per_token / 1e6:.1f}M FLOPs per token x {tokens_per_step:,} tokens per step); give a "
+                          "budget of at least that, or set training.max_steps (and training_flops=null)")
+    steps = max(1, round(budget / step_flops))
     given = t.get("max_steps")
     if given not in (None, -1) and int(given) != steps:
         raise RecipeError(f"training_flops={recipe.training_flops:.4g} means training.max_steps={steps} "
