@@ -493,3 +493,26 @@ def test_training_flops_that_buys_no_step_is_refused(mini_blocks, share, says):
                                   "training.per_device_train_batch_size=4", f"training_flops={step_flops}"],
                     dry_run=True)["plan"]
     assert plan["max_steps"] == 1
+
+
+# ---- issue 39.5: a warmup as long as the run; the first step's log -------------------------------------------------
+
+@pytest.mark.parametrize("warmup, warned", [("30", True), ("10", True), ("9", False), ("0.5", False), ("0.95", True)])
+def test_a_warmup_as_long_as_the_run_is_said(mini_blocks, caplog, warmup, warned):
+    with caplog.at_level("WARNING", logger="hfpretrain"):
+        pretrain(TINY_RECIPE, [f"data.path={mini_blocks}", "training.max_steps=10", f"training.warmup_steps={warmup}"],
+                 dry_run=True)
+    said = [r.getMessage() for r in caplog.records if "warmup steps >= training.max_steps=10" in r.getMessage()]
+    assert len(said) == int(warned), caplog.text
+    if warned:
+        assert said[0].startswith(f"training.warmup_steps={warmup}:"), said
+
+
+def test_the_first_steps_log_is_written_unless_the_recipe_says_otherwise(mini_blocks):
+    from hfpretrain.training.arguments import training_arguments
+
+    def args(*extra):
+        return training_arguments(load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", *extra]), dry_run=True)
+
+    assert args().logging_first_step is True and args().logging_steps == 10
+    assert args("training.logging_first_step=false").logging_first_step is False

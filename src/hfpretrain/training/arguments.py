@@ -22,8 +22,10 @@ logger = logging.getLogger("hfpretrain")
 FORCED_ARGS = dict(ignore_data_skip=True, logging_nan_inf_filter=False, prediction_loss_only=True,
                    remove_unused_columns=False)
 
+# logging_first_step: the first optimizer step's loss and gradient norm are logged (a run that starts wrong says so
+# at once, not logging_steps later)
 DEFAULT_ARGS = dict(output_dir="runs/default", report_to="none", save_strategy="steps", eval_strategy="steps",
-                    logging_steps=10, include_num_input_tokens_seen="no")
+                    logging_steps=10, logging_first_step=True, include_num_input_tokens_seen="no")
 
 
 _wandb_dir = None  # the WANDB_DIR this module set, if any
@@ -120,6 +122,20 @@ def training_arguments(recipe: Recipe, dry_run: bool = False, **overrides) -> Tr
         args.lr_scheduler_kwargs = {**kwargs, "min_lr_rate": kwargs["min_lr"] / args.learning_rate}
         del args.lr_scheduler_kwargs["min_lr"]
     return args
+
+
+def warn_long_warmup(args: TrainingArguments) -> None:
+    """A warmup (warmup_steps; below 1, a ratio of max_steps, as warmup_ratio was) that lasts the whole run
+    never reaches the peak learning rate: said at start (a training_flops budget or a shortened max_steps often
+    does this)."""
+    warmup = args.get_warmup_steps(args.max_steps)
+    if warmup >= args.max_steps:
+        ratio = getattr(args, "warmup_ratio", None)  # transformers < 5: a field of its own
+        given = f"training.warmup_ratio={ratio}" if ratio and not args.warmup_steps else \
+            f"training.warmup_steps={args.warmup_steps:g}"
+        logger.warning("%s: %d warmup steps >= training.max_steps=%d: the learning rate never reaches "
+                       "training.learning_rate=%g; shorten the warmup or train longer", given, warmup,
+                       args.max_steps, args.learning_rate)
 
 
 def wsd_decay(args: TrainingArguments, decay_steps: int, source: str) -> dict:

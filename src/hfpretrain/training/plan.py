@@ -34,7 +34,7 @@ from hfpretrain.models import (
 )
 from hfpretrain.models.memory import GIB
 
-from .arguments import resolve_max_steps, training_arguments, wsd_decay
+from .arguments import resolve_max_steps, training_arguments, warn_long_warmup, wsd_decay
 from .config import Recipe, RecipeError, recipe_to_dict
 from .fast_path import FastPath, choose_fast_path, choose_micro_batch
 from .loss import loss_chunk_tokens
@@ -216,6 +216,7 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
                           f"processes but the Trainer runs {args.world_size}: launch with accelerate or torchrun, or "
                           "set training.max_steps instead")
     fast, args = choose_speed(recipe, config, args, seq_len, world_size, zero_stage, planning=dry_run)
+    warn_long_warmup(args)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage,
                      check_passes=not recipe.data.sources)
     schedule = None
@@ -270,6 +271,7 @@ def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | N
     train_blocks = args.max_steps * args.per_device_train_batch_size * world * args.gradient_accumulation_steps
     manifest = {"seq_len": seq_len, "train": {"blocks": train_blocks}}
     fast, args = choose_speed(recipe, config, args, seq_len, world_size, zero_stage, planning=True)
+    warn_long_warmup(args)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage)
     vocab_note = (f"vocabulary {config.vocab_size:,} from {why.removeprefix('data.tokenizer ')}" if vocab
                   else f"vocabulary {config.vocab_size:,} of the model config {recipe.model.config} ({why})")
