@@ -195,3 +195,40 @@ def test_schedule_shape_makes_another_run():
         "training.lr_scheduler_kwargs {'decay_ratio': 0.2} → {'decay_ratio': 0.1}"]
     plain = recipe_to_dict(load_recipe(None, ["data.path=x"]))
     assert "lr_scheduler_kwargs" not in plain["training"] and resume_differences(plain, plain, data, data) == []
+
+
+# ---- issue 36.4: every optimisation setting the result depends on ------------------------------------------------
+
+@pytest.mark.parametrize("key, old, new", [
+    ("training.warmup_steps", 2, 5), ("training.warmup_steps", 2, 0.1), ("training.weight_decay", 0.1, 0.0),
+    ("training.adam_beta1", 0.9, 0.8), ("training.adam_beta2", 0.95, 0.999), ("training.adam_epsilon", 1e-8, 1e-6),
+    ("training.max_grad_norm", 1.0, 0.5), ("training.optim", "adamw_torch", "adafactor"),
+    ("training.lr_scheduler_kwargs", "{min_lr_rate: 0.1}", "{min_lr_rate: 0.2}"),
+    ("training.label_smoothing_factor", 0.0, 0.1), ("model.decay_embeddings", False, True),
+])
+def test_every_optimisation_setting_makes_another_run(key, old, new):
+    """A changed warmup made the learning rate rise again at the last step; the others changed the result with
+    nothing said. The line names each difference."""
+    from hfpretrain.training.config import load_recipe, recipe_to_dict
+    from hfpretrain.training.resume import resume_differences
+
+    data = {"data_path": "x", "fingerprint": "f", "seq_len": 128, "tokenizer": "t", "tokenizer_sha256": "s",
+            "samples_per_step": 4}
+    a = recipe_to_dict(load_recipe(None, ["data.path=x", "training.lr_scheduler_type=cosine_with_min_lr",
+                                          f"{key}={old}", "training.max_steps=10"]))
+    b = recipe_to_dict(load_recipe(None, ["data.path=x", "training.lr_scheduler_type=cosine_with_min_lr",
+                                          f"{key}={new}", "training.max_steps=20"]))  # max_steps may differ
+    diffs = resume_differences(a, b, data, data)
+    assert len(diffs) == 1 and diffs[0].startswith(f"{key} "), diffs
+    assert resume_differences(a, a, data, data) == []
+
+
+def test_changed_warmup_and_clipping_are_refused_naming_both(mini_blocks, run_dir):
+    before = _snapshot(run_dir)
+    with pytest.raises(ValueError) as err:
+        run_pretrain(mini_blocks, run_dir, {**OLD, "training.max_steps": "4", "training.warmup_steps": "3",
+                                            "training.max_grad_norm": "0.5", "training.resume_from_checkpoint": "auto"})
+    msg = str(err.value)
+    assert "\n" not in msg and "training.warmup_steps 2.0 → 3.0" in msg and "training.max_grad_norm 1.0 → 0.5" in msg, msg
+    assert "resume_mismatch=allow" in msg
+    assert _snapshot(run_dir) == before

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from transformers import TrainingArguments
 
 from .arguments import _training_value
 from .checkpoints import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
@@ -30,9 +31,14 @@ def resolve_resume(value, output_dir: str) -> str | None:
 
 # What makes a checkpoint another run's (resume refuses it unless resume_mismatch=allow): the model, the data
 # (manifest fingerprint, seq_len), the tokenizer, the global batch (samples per step), and these training
-# fields. max_steps (extending a run), logging/eval/save cadence and output paths may differ, and so may the
-# GPU count at the same global batch (a ZeRO-1 universal resume).
-RESUME_TRAINING_KEYS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "seed", "data_seed")
+# fields: every optimisation setting the result depends on (the schedule and its warmup, the optimizer and its
+# hyperparameters, gradient clipping: none of them is in the optimizer's or scheduler's saved state, so a
+# changed one would silently apply from the resumed step on). max_steps (extending a run), logging/eval/save
+# cadence and output paths may differ, and so may the GPU count at the same global batch (a ZeRO-1 universal
+# resume).
+RESUME_TRAINING_KEYS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
+                        "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim",
+                        "optim_args", "optim_target_modules", "label_smoothing_factor", "seed", "data_seed")
 
 BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")  # for checkpoints without data.json
 
@@ -69,7 +75,11 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
                          f"→ {new_data['tokenizer']} {str(new_data['tokenizer_sha256'])[:8]}")
     old_training, new_training = old.get("training") or {}, new["training"] or {}
     for key in RESUME_TRAINING_KEYS + (BATCH_KEYS if old_data is None else ()):
-        compare(f"training.{key}", _training_value(old_training, key), _training_value(new_training, key))
+        if key in TrainingArguments.__dataclass_fields__:  # warmup_ratio: transformers < 5 only
+            compare(f"training.{key}", _training_value(old_training, key), _training_value(new_training, key))
+    # which matrices weight decay applies to (absent: off, as before the key existed)
+    compare("model.decay_embeddings", (old.get("model") or {}).get("decay_embeddings", False),
+            new["model"].get("decay_embeddings", False))
     if isinstance(old.get("optimizer"), dict) and isinstance(new.get("optimizer"), dict):
         for key in sorted(set(old["optimizer"]) | set(new["optimizer"])):
             compare(f"optimizer.{key}", old["optimizer"].get(key), new["optimizer"].get(key))
