@@ -232,3 +232,23 @@ def test_changed_warmup_and_clipping_are_refused_naming_both(mini_blocks, run_di
     assert "\n" not in msg and "training.warmup_steps 2.0 → 3.0" in msg and "training.max_grad_norm 1.0 → 0.5" in msg, msg
     assert "resume_mismatch=allow" in msg
     assert _snapshot(run_dir) == before
+
+
+# ---- issue 36.10: another optimizer on resume --------------------------------------------------------------------
+
+def test_another_optimizer_on_resume_is_one_line(mini_blocks, run_dir):
+    """training.optim changed on resume: refused as another run; with resume_mismatch=allow the checkpoint's
+    optimizer state cannot continue in the new optimizer (it was ``KeyError: 'beta1'`` at the first step)."""
+    new = {**OLD, "training.max_steps": "4", "training.optim": "adafactor", "training.resume_from_checkpoint": "auto"}
+    with pytest.raises(ValueError, match=r"is from a different run: training.optim 'adamw_torch' → 'adafactor'"):
+        run_pretrain(mini_blocks, run_dir, new)
+    with pytest.raises(ValueError) as err:
+        run_pretrain(mini_blocks, run_dir, {**new, "resume_mismatch": "allow"})
+    msg = str(err.value)
+    assert "\n" not in msg and f"{run_dir / 'checkpoint-2' / 'optimizer.pt'} holds another optimizer's state" in msg
+    assert "training.optim=adafactor" in msg and "beta1" in msg, msg
+    assert not (run_dir / "checkpoint-4").exists()
+    # the same optimizer under another implementation keeps its state: resumes
+    summary = run_pretrain(mini_blocks, run_dir, {**new, "training.optim": "adamw_torch_fused",
+                                                  "resume_mismatch": "allow"})
+    assert summary["global_step"] == 4

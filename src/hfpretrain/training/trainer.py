@@ -114,6 +114,20 @@ def steps_beside_params(optimizer) -> None:
                 state["step"] = step.to(p.device, torch.float32)
 
 
+def optimizer_state_problem(optimizer) -> str | None:
+    """Why a loaded optimizer state is not this optimizer's (None: it is): torch's load_state_dict replaces each
+    parameter group's settings with the saved ones, so a state saved by another optimizer (training.optim changed
+    on resume) lacks the settings this one reads at its first step."""
+    while hasattr(optimizer, "optimizer"):  # accelerate's wrapper -> DeepSpeed's -> torch's
+        optimizer = optimizer.optimizer
+    defaults = getattr(optimizer, "defaults", None) or {}
+    for group in getattr(optimizer, "param_groups", []):
+        missing = sorted(k for k in defaults if k not in group)
+        if missing:
+            return f"its parameter groups have no {', '.join(missing)}"
+    return None
+
+
 # The Trainer's private methods PretrainTrainer overrides, and those it calls without overriding. A transformers
 # version without one it overrides would silently skip what the override does (the data order, the gradient check,
 # the checkpoint marker), one without one it calls would fail mid-run (at the first save), so a missing one stops
@@ -143,6 +157,13 @@ class _Resume(TrainerCallback):
 
     def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
         self.trainer.position_data(state.global_step)
+        if optimizer is not None and self.trainer.resumed_from:
+            problem = optimizer_state_problem(optimizer)
+            if problem:  # it failed at the first step, deep in the optimizer (adafactor: KeyError: 'beta1')
+                raise ValueError(f"{Path(self.trainer.resumed_from) / 'optimizer.pt'} holds another optimizer's "
+                                 f"state than training.optim={getattr(args.optim, 'value', args.optim)} ({problem}): "
+                                 "resume with the optimizer the checkpoint was saved with (training.optim in its "
+                                 "recipe.yaml), or start a new run in another training.output_dir")
         if optimizer is not None:
             steps_beside_params(optimizer)
         self.trainer.skipped_before = sum(h.get("skipped_steps", 0) for h in state.log_history)
@@ -177,6 +198,7 @@ class PretrainTrainer(Trainer):
         self._keep = self.args.save_total_limit  # checkpoints rotation keeps (train() takes it from the Trainer)
         self.skipped_steps = 0  # in this session (train() call)
         self.skipped_before = 0  # in the sessions before a resume
+        self.resumed_from = None  # the checkpoint train() resumes (a path), if any
         self.grad_stats = None  # a GradStatsCallback, fed the pre-clip norm of every step
         self._skip_this_step = False
         self.max_skipped_steps = max_skipped_steps  # nan_policy=skip: stop after more than this many skips
@@ -264,6 +286,7 @@ class PretrainTrainer(Trainer):
         # marker exists, and again at the end, where with save_total_limit 1 and a best checkpoint
         # (metric_for_best_model) it deletes every other one, the newest complete one included.
         self._keep, self.args.save_total_limit = self.args.save_total_limit, None
+        self.resumed_from = kwargs.get("resume_from_checkpoint") or (args[0] if args else None)
         try:
             output = super().train(*args, **kwargs)
         finally:
