@@ -64,3 +64,102 @@ def test_dry_run_prints_the_choice_and_its_reason(mini_blocks, tmp_path):
     assert fast["experts_implementation"] in ("grouped_mm", "eager")
     assert "experts" in fast["reasons"]["experts_implementation"]
     json.dumps(plan, default=str)
+
+
+TINY_GLM = {**TINY_MOE, "model.config": "glm4_moe_101m_a24m", "model.overrides.n_routed_experts": "4",
+            "model.overrides.intermediate_size": "64"}
+del TINY_GLM["model.overrides.num_experts"]
+
+
+def _bias(folder):
+    from safetensors.torch import load_file
+
+    weights = load_file(str(folder / "model.safetensors"))
+    return {k: v for k, v in weights.items() if k.endswith("e_score_correction_bias")}
+
+
+def test_aux_loss_free_balancing_moves_the_bias_logs_the_load_and_resumes_exactly(mini_blocks, tmp_path):
+    """moe.bias_update_rate: the correction bias moves by rate x sign(mean - load) each step (saved with the
+    weights); every training log carries the experts' load; killed after checkpoint-2 and resumed, steps 3..4
+    and the final bias are bitwise those of the uninterrupted run."""
+    import shutil
+
+    run = {**TINY_GLM, "moe.bias_update_rate": "0.01", "training.max_steps": "4", "training.save_steps": "2",
+           "training.save_strategy": "steps", "training.save_total_limit": "3"}
+    ref = tmp_path / "ref"
+    run_pretrain(mini_blocks, ref, run)
+    (bias,) = _bias(ref / "final").values()
+    steps = torch.round(bias.abs() / 0.01)
+    assert bias.abs().max() > 0 and torch.allclose(bias.abs(), steps * 0.01, atol=1e-6) and steps.max() <= 4
+    logs = [e for e in read_log(ref) if e.get("event") == "log" and "loss" in e]
+    assert all(0 <= e["dead_experts"] <= 1 and e["expert_load_max_mean"] >= 1 >= e["expert_load_min_mean"]
+               for e in logs)
+    assert "expert_load_max_mean/0" in logs[0]  # one MoE layer (GLM's first layer is dense)
+
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(ref / "checkpoint-2", resumed / "checkpoint-2")
+    run_pretrain(mini_blocks, resumed, {**run, "training.resume_from_checkpoint": "auto"})
+    losses = {e["step"]: e["loss"] for e in read_log(ref) if e.get("event") == "log" and "loss" in e}
+    again = {e["step"]: e["loss"] for e in read_log(resumed) if e.get("event") == "log" and "loss" in e}
+    assert sorted(again) == [3, 4] and all(again[s] == losses[s] for s in again)
+    assert torch.equal(_bias(resumed / "final")[next(iter(_bias(ref / "final")))], bias)
+
+
+def test_moe_settings_the_model_cannot_take(mini_blocks, tmp_path):
+    cases = [({"moe.bias_update_rate": "0.001"}, "dense model"),
+             ({**TINY_MOE, "moe.bias_update_rate": "0.001"}, "no correction bias"),
+             ({**TINY_GLM, "moe.aux_loss_coef": "0.01"}, "no auxiliary loss for glm4_moe"),
+             ({**TINY_MOE, "moe.bias_update_rate": "-1"}, "must be >= 0")]
+    for k, (extra, message) in enumerate(cases):
+        with pytest.raises(RecipeError, match=message):
+            run_pretrain(mini_blocks, tmp_path / str(k), extra)
+        assert not (tmp_path / str(k)).exists()
+
+
+def test_load_figures_and_the_dead_expert_warning(caplog):
+    from hfpretrain.training.moe import ExpertBalanceCallback, load_figures
+
+    counts = torch.tensor([[4, 4, 4, 4], [8, 8, 0, 0]])
+    figures = load_figures(counts)
+    assert figures["expert_load_max_mean"] == 2.0 and figures["expert_load_min_mean"] == 0.0
+    assert figures["dead_experts"] == 0.25 and figures["expert_load_max_mean/0"] == 1.0
+
+    class Load:  # the callback reads only take() and counts from ExpertLoad
+        counts = torch.zeros(2, 4, dtype=torch.int64)
+        biases = [None, None]
+
+        def take(self):
+            return counts.clone()
+
+    callback = ExpertBalanceCallback(Load(), rate=0.0, dead_windows=2)
+    with caplog.at_level("WARNING", logger="hfpretrain"):
+        for window in range(3):
+            callback.on_step_end(None, None, None)
+            logs = {"loss": 1.0}
+            callback.on_log(None, None, None, logs=logs)
+            assert logs["dead_experts"] == 0.25
+            assert ("2 experts got no token" in caplog.text) == (window >= 1)
+    assert caplog.text.count("got no token") == 1  # once
+
+
+def test_a_checkpoint_whose_weights_do_not_fit_is_refused_not_resumed_with_fresh_ones(mini_blocks, tmp_path):
+    """transformers writes MoE experts one by one (the Hub's layout) unless asked not to; the Trainer's resume then
+    found none of the model's expert tensors and trained on with freshly initialised experts, with a warning.
+    Checkpoints are now in the model's layout (the resume test above); one in the other layout is refused."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from hfpretrain.models import build_model
+
+    run = {**TINY_MOE, "training.max_steps": "2", "training.save_steps": "1", "training.save_strategy": "steps",
+           "training.save_total_limit": "3"}
+    run_pretrain(mini_blocks, tmp_path / "run", run)
+    checkpoint = tmp_path / "run" / "checkpoint-1"
+    model = build_model(AutoConfig.from_pretrained(checkpoint))  # a model built, not loaded, saves the Hub's layout
+    model.load_state_dict(load_file(str(checkpoint / "model.safetensors")))
+    model.save_pretrained(checkpoint)
+    assert "model.layers.0.mlp.experts.0.up_proj.weight" in load_file(str(checkpoint / "model.safetensors"))
+    with pytest.raises(ValueError, match="weights do not fit the model: .* missing .*experts"):
+        run_pretrain(mini_blocks, tmp_path / "run", {**run, "training.max_steps": "3",
+                                                     "training.resume_from_checkpoint": str(checkpoint)})

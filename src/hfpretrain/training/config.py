@@ -8,6 +8,7 @@ Sections:
   logging     JSONL log, gradient statistics, profiler window, hardware peak override
   optimizer   adamw (TrainingArguments' optim) or muon (Muon for hidden matrices, AdamW for the rest)
   kernels     the project's own kernels and model rewrites, each on by default (off: A/B runs, bisecting)
+  moe         Mixture-of-Experts: auxiliary-loss weight, aux-loss-free balancing, dead-expert warning
   training_flops  the compute budget; training.max_steps follows from it
   nan_policy  what to do with a non-finite loss
 
@@ -162,6 +163,20 @@ class KernelsSection:
 
 
 @dataclass
+class MoeSection:
+    """Load balancing of an MoE model's experts (training/moe.py); refused on a dense model."""
+
+    # transformers' load-balancing loss weight (router_aux_loss_coef: Qwen3-MoE, Mixtral; 0 switches it off);
+    # null keeps the model config's
+    aux_loss_coef: Optional[float] = None
+    # aux-loss-free balancing (DeepSeek-V3): each router's correction bias moves this much per optimizer step towards
+    # equal load (DeepSeek-V3 used 0.001); 0: off. Needs routers with a correction bias (glm4_moe)
+    bias_update_rate: float = 0.0
+    # warn when an expert gets no token for this many logging windows in a row
+    dead_expert_windows: int = 3
+
+
+@dataclass
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
@@ -170,6 +185,7 @@ class Recipe:
     logging: LoggingSection = field(default_factory=LoggingSection)
     optimizer: OptimizerSection = field(default_factory=OptimizerSection)
     kernels: KernelsSection = field(default_factory=KernelsSection)
+    moe: MoeSection = field(default_factory=MoeSection)
     # train for this many FLOPs (the project formula, as --dry-run prints it): training.max_steps is derived,
     # round(training_flops / (FLOPs per token x tokens per step)), so a recipe keeps its budget when its
     # model, batch or data change. Set this or training.max_steps; both must agree.
@@ -389,6 +405,12 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
         raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")
     recipe.model.inductor_options = _inductor_settings(recipe.model.inductor_options)
+    moe = recipe.moe
+    if (moe.aux_loss_coef is not None and moe.aux_loss_coef < 0) or moe.bias_update_rate < 0:
+        raise RecipeError(f"moe.aux_loss_coef={moe.aux_loss_coef} / moe.bias_update_rate={moe.bias_update_rate}: "
+                          "must be >= 0")
+    if moe.dead_expert_windows < 1:
+        raise RecipeError(f"moe.dead_expert_windows={moe.dead_expert_windows} must be >= 1")
     if recipe.kernels.loss_tile is not None:
         try:
             recipe.kernels.loss_tile = list(check_tile(recipe.kernels.loss_tile))

@@ -38,6 +38,7 @@ from .arguments import resolve_max_steps, training_arguments, warn_long_warmup, 
 from .config import Recipe, RecipeError, recipe_to_dict
 from .fast_path import FastPath, choose_fast_path, choose_micro_batch
 from .loss import loss_chunk_tokens
+from .moe import apply_moe_section
 
 logger = logging.getLogger("hfpretrain")
 
@@ -202,6 +203,7 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
     # With init_from the loaded model's own config is the plan's (parameters, FLOPs, MFU), not model.config's
     config = load_config(recipe.model.init_from or recipe.model.config, dict(recipe.model.overrides),
                          vocab_size=len(tokenizer))
+    apply_moe_section(recipe.moe, config)
     # Only eos: a pad_token_id would become the embedding's padding_idx, freezing the end-of-text
     # row at zero although it is a real token of every packed block.
     config.eos_token_id = tokenizer.convert_tokens_to_ids(eos)
@@ -264,6 +266,7 @@ def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | N
     """``pretrain(..., dry_run=True)``'s result for a recipe whose data is not tokenized yet."""
     vocab, why = _tokenizer_vocab(recipe.data.tokenizer)
     config = load_config(recipe.model.config, dict(recipe.model.overrides), vocab_size=vocab)
+    apply_moe_section(recipe.moe, config)
     seq_len = min(ASSUMED_SEQ_LEN, getattr(config, "max_position_embeddings", None) or ASSUMED_SEQ_LEN)
     resolve_max_steps(recipe, config, seq_len, world_size or int(os.environ.get("WORLD_SIZE", "1")))
     args = training_arguments(recipe, dry_run=True)

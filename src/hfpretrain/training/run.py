@@ -57,6 +57,7 @@ from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_d
 from .fast_path import speedups_of
 from .lineage import WandbLineageCallback, lineage, write_lineage
 from .model_card import write_model_card
+from .moe import ExpertBalanceCallback, ExpertLoad, apply_moe_section, find_routers
 from .per_set import per_set_bits_per_byte, per_set_losses
 from .plan import RunSetup, needs_assumed_data, plan_without_data, setup_run
 from .resume import check_resume, refuse_deepspeed_checkpoint, resolve_resume
@@ -198,6 +199,7 @@ def build_run_model(run: RunSetup) -> tuple[torch.nn.Module, Applied]:
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(run.recipe.model.init_from)
+        apply_moe_section(run.recipe.moe, model.config)  # the recipe's balancing settings over the checkpoint's
     else:
         model = build_model(run.config, attn_implementation=fast.attn_implementation,
                             experts_implementation=fast.experts_implementation)
@@ -233,6 +235,11 @@ def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length:
     preemption = PreemptionCallback()
     callbacks = [throughput, MemoryCallback(), grad_stats, jsonl, preemption,
                  ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx)]
+    routers = find_routers(model)
+    if routers:  # MoE: the experts' load in the log, and aux-loss-free balancing with moe.bias_update_rate
+        expert_load = ExpertLoad(routers)
+        callbacks.insert(0, ExpertBalanceCallback(expert_load, recipe.moe.bias_update_rate,
+                                                  recipe.moe.dead_expert_windows))
     mixture_log = MixtureLogCallback(run.schedule, run.seq_len) if run.schedule is not None else None
     if mixture_log:
         callbacks.insert(0, mixture_log)  # before the JSONL log and wandb: tokens seen per source
@@ -255,6 +262,7 @@ def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length:
         optimizer_section=recipe.optimizer,
     )
     trainer.grad_stats = grad_stats
+    trainer.expert_load = expert_load if routers else None
     if trainer.is_deepspeed_enabled and recipe.logging.grad_stats_interval:
         # DeepSpeed reduces and clips the gradients inside its engine: per-layer statistics would log nothing
         raise RecipeError("logging.grad_stats_interval is not supported under DeepSpeed (it owns the gradients): "

@@ -1,0 +1,140 @@
+"""Mixture-of-Experts in training: the load of every expert, and DeepSeek-V3's aux-loss-free balancing.
+
+The trainer asks the model for its router logits (``output_router_logits``) and hands them to :class:`ExpertLoad`,
+which recomputes each layer's top-k choice and counts the tokens routed to each expert, on the device, with no
+synchronisation. After every optimizer step :class:`ExpertBalanceCallback`:
+
+* with ``moe.bias_update_rate`` > 0, nudges each router's correction bias (``e_score_correction_bias``: added to the
+  scores for the choice only, never to the weights that scale the experts' outputs) towards equal load:
+  ``bias += rate * sign(mean load - load)`` per layer (DeepSeek-V3, arXiv 2412.19437 § 2.1.2). The step's counts are
+  summed over all ranks first, so every rank applies the same update; the bias is a buffer of the model, saved in
+  every checkpoint and restored on resume, so a resumed run continues exactly;
+* at each logging step, adds the window's load to the log: the most and least loaded expert against the mean
+  (worst layer), the share of experts that got no token, and the max/mean of each layer; and warns once for an
+  expert that stays dead for ``moe.dead_expert_windows`` logging windows in a row.
+
+transformers' own auxiliary loss (``router_aux_loss_coef``, Qwen3-MoE) is added by the trainer's compute_loss.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+from transformers import TrainerCallback
+
+from hfpretrain.models.params import meta_model
+from hfpretrain.models.zoo import is_moe
+
+from .config import RecipeError
+
+logger = logging.getLogger("hfpretrain")
+
+
+def find_routers(model: nn.Module) -> list[nn.Module]:
+    """The routers of ``model``'s MoE layers, in layer order (transformers' ``*TopKRouter`` / ``*TopkRouter``
+    modules: a ``weight`` of [experts, hidden] and a ``top_k``), as the model returns their logits."""
+    return [m for m in model.modules() if type(m).__name__.lower().endswith("router") and hasattr(m, "top_k")]
+
+
+def correction_bias(router: nn.Module) -> torch.Tensor | None:
+    return getattr(router, "e_score_correction_bias", None)
+
+
+class ExpertLoad:
+    """Tokens routed to each expert of each MoE layer since the last ``take()``: an [layers, experts] tensor on the
+    model's device, counted from the router logits with each router's own choice (top-k of the logits; of the
+    sigmoid scores plus the correction bias where the router has one)."""
+
+    def __init__(self, routers: list[nn.Module]):
+        self.routers = routers
+        self.top_k = routers[0].top_k
+        self.biases = [correction_bias(r) for r in routers]
+        weight = routers[0].weight
+        self.counts = torch.zeros(len(routers), weight.shape[0], dtype=torch.int64, device=weight.device)
+
+    @torch.no_grad()
+    def add(self, router_logits: tuple[torch.Tensor, ...]) -> None:
+        logits = torch.stack([x.reshape(-1, x.shape[-1]) for x in router_logits]).float()  # [layers, tokens, E]
+        if self.biases[0] is not None:
+            logits = logits.sigmoid() + torch.stack(self.biases)[:, None, :]
+        chosen = logits.topk(self.top_k, dim=-1).indices.reshape(len(self.routers), -1)
+        self.counts.scatter_add_(1, chosen, torch.ones_like(chosen))
+
+    def take(self) -> torch.Tensor:
+        counts, self.counts = self.counts, torch.zeros_like(self.counts)
+        return counts
+
+
+def _all_ranks_sum(counts: torch.Tensor) -> torch.Tensor:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(counts)
+    return counts
+
+
+class ExpertBalanceCallback(TrainerCallback):
+    """Aux-loss-free balancing after each optimizer step (``rate`` > 0) and the expert load in the log."""
+
+    def __init__(self, load: ExpertLoad, rate: float = 0.0, dead_windows: int = 3):
+        self.load, self.rate, self.dead_windows = load, rate, dead_windows
+        self.window = torch.zeros_like(load.counts)
+        self.dead_run = torch.zeros(load.counts.shape, dtype=torch.int64)  # windows in a row without a token
+        self.warned = False
+
+    @torch.no_grad()
+    def on_step_end(self, args, state, control, **kwargs):
+        counts = self.load.take()
+        if self.rate > 0:
+            counts = _all_ranks_sum(counts)  # the same update on every rank
+            error = counts.float().mean(dim=1, keepdim=True) - counts.float()
+            for bias, layer_error in zip(self.load.biases, error):
+                bias.add_(self.rate * layer_error.sign())
+        self.window += counts
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None or "loss" not in logs:  # training windows only
+            return
+        window = self.window if self.rate > 0 else _all_ranks_sum(self.window)  # summed already when balancing
+        self.window = torch.zeros_like(self.window)
+        logs.update(load_figures(window.cpu()))
+        self.dead_run = torch.where(window.cpu() == 0, self.dead_run + 1, 0)
+        stuck = (self.dead_run >= self.dead_windows).nonzero().tolist()
+        if stuck and not self.warned:
+            self.warned = True
+            shown = ", ".join(f"layer {layer} expert {expert}" for layer, expert in stuck[:8])
+            logger.warning("%d experts got no token in the last %d logging windows (%s%s): their router rows "
+                           "have collapsed; moe.bias_update_rate (a model with a correction bias) or "
+                           "model.overrides.router_aux_loss_coef can bring them back", len(stuck), self.dead_windows,
+                           shown, ", ..." if len(stuck) > 8 else "")
+
+
+def load_figures(counts: torch.Tensor) -> dict:
+    """A window's [layers, experts] token counts as log figures: max/mean and min/mean of the worst layer, the share
+    of (layer, expert) pairs with no token, and each layer's max/mean."""
+    counts = counts.double()
+    mean = counts.mean(dim=1).clamp(min=1e-9)
+    high, low = counts.max(dim=1).values / mean, counts.min(dim=1).values / mean
+    figures = {"expert_load_max_mean": high.max().item(), "expert_load_min_mean": low.min().item(),
+               "dead_experts": (counts == 0).double().mean().item()}
+    figures.update({f"expert_load_max_mean/{layer}": round(v, 4) for layer, v in enumerate(high.tolist())})
+    return figures
+
+
+def apply_moe_section(moe, config) -> None:
+    """The recipe's ``moe:`` section checked against the model and written into its config (in place): one
+    RecipeError naming the key for a setting the model cannot take."""
+    asked = [k for k, on in (("aux_loss_coef", moe.aux_loss_coef is not None), ("bias_update_rate",
+                                                                               moe.bias_update_rate > 0)) if on]
+    if asked and not is_moe(config):
+        raise RecipeError(f"moe.{asked[0]}: {config.model_type} is a dense model (no routed experts)")
+    if moe.aux_loss_coef is not None:
+        if not hasattr(config, "router_aux_loss_coef"):
+            raise RecipeError(f"moe.aux_loss_coef: transformers has no auxiliary loss for {config.model_type} "
+                              "(use moe.bias_update_rate, aux-loss-free balancing)")
+        config.router_aux_loss_coef = float(moe.aux_loss_coef)
+        config.output_router_logits = moe.aux_loss_coef > 0
+    if moe.bias_update_rate > 0 and not any(correction_bias(r) is not None for r in find_routers(meta_model(config))):
+        raise RecipeError(f"moe.bias_update_rate={moe.bias_update_rate}: {config.model_type}'s routers have no "
+                          "correction bias (e_score_correction_bias) to balance with: use a model that has one "
+                          "(glm4_moe), or moe.aux_loss_coef")
