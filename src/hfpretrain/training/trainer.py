@@ -22,6 +22,7 @@ What it changes, and why:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -186,6 +187,7 @@ class PretrainTrainer(Trainer):
         self.liger_min_chunk_tokens = liger_min_chunk_tokens
         self.z_loss = z_loss  # PaLM's z-loss weight, training steps only (training/loss.py)
         self.fused_head, self.loss_tile = fused_head, loss_tile  # the recipe's kernels.fused_head / loss_tile
+        self.expert_load = None  # MoE: a training/moe.py ExpertLoad, fed each training step's router logits
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.nan_policy = nan_policy
         self.decay_embeddings = decay_embeddings
@@ -303,7 +305,9 @@ class PretrainTrainer(Trainer):
         labels = inputs["labels"]
         self._tap.active = True
         try:
-            outputs = model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False)
+            count_experts = self.expert_load is not None and model.training
+            outputs = model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False,
+                            **({"output_router_logits": True} if count_experts else {}))
         finally:
             self._tap.active = False
         hidden, self._tap.hidden = self._tap.hidden, None
@@ -315,9 +319,12 @@ class PretrainTrainer(Trainer):
                                   self.liger_min_chunk_tokens, self.compile_backend, self.compile_mode,
                                   z_loss=self.z_loss if model.training else 0.0,  # evaluation: cross-entropy only
                                   fused_head=self.fused_head, loss_tile=self.loss_tile)
+        if count_experts:
+            self.expert_load.add(outputs.router_logits)
         aux = getattr(outputs, "aux_loss", None)  # MoE with output_router_logits: transformers' load-balancing loss
-        if aux is not None and model.training:  # added as transformers' own loss adds it; evaluation stays CE
-            loss = loss + self.accelerator.unwrap_model(model).config.router_aux_loss_coef * aux.to(loss.device)
+        config = self.accelerator.unwrap_model(model).config
+        if aux is not None and model.training and config.output_router_logits:  # as transformers adds it; eval: CE
+            loss = loss + config.router_aux_loss_coef * aux.to(loss.device)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
             # gradients over ranks, so scale back up.
@@ -430,6 +437,11 @@ class PretrainTrainer(Trainer):
             if not tied <= set(load_result.missing_keys):  # the shared tensor was loaded under one of its names
                 load_result = load_result._replace(
                     missing_keys=[k for k in load_result.missing_keys if k not in tied])
+        if load_result.missing_keys:  # the Trainer only warns, and training goes on with those weights as initialised
+            raise ValueError(f"the checkpoint's weights do not fit the model: {len(load_result.missing_keys)} missing "
+                             f"(e.g. {load_result.missing_keys[0]}), {len(load_result.unexpected_keys)} unexpected: "
+                             "resume it with the model it was saved from (an MoE checkpoint saved before 2026-11-25 "
+                             "has its experts in the Hub's layout: start from it with model.init_from instead)")
         super()._issue_warnings_after_load(load_result)
 
     def save_model(self, output_dir=None, _internal_call=False):
@@ -438,9 +450,15 @@ class PretrainTrainer(Trainer):
         # pipeline() read config.use_cache, 4x slower without), and no pad_token_id in config.json
         # (from_pretrained would make the end-of-text row the embedding's frozen padding_idx for anyone who
         # fine-tunes it; generation_config.json keeps the pad id generation needs).
-        config = self.accelerator.unwrap_model(self.model).config
+        model = self.accelerator.unwrap_model(self.model)
+        config = model.config
         saved = config.use_cache, config.pad_token_id
         config.use_cache, config.pad_token_id = True, None
+        if _internal_call:
+            # A checkpoint in the model's own parameter layout: by default transformers writes MoE experts one by one
+            # (the Hub's layout), which the Trainer's resume, a plain load_state_dict, cannot read (a resumed MoE run
+            # went on with freshly initialised experts). from_pretrained reads both; final/ keeps the Hub's layout.
+            model.save_pretrained = functools.partial(type(model).save_pretrained, model, save_original_format=False)
         try:
             with _no_progress_bars():
                 if (self.is_fsdp_enabled and not _internal_call
@@ -450,6 +468,7 @@ class PretrainTrainer(Trainer):
                     super().save_model(output_dir, _internal_call=_internal_call)
         finally:
             config.use_cache, config.pad_token_id = saved
+            model.__dict__.pop("save_pretrained", None)
 
     def _save_gathered(self, output_dir: str):
         """FSDP with sharded state dicts: the Trainer's save_model writes nothing, so a final export came out
