@@ -9,7 +9,9 @@ Each ``*_problem`` function returns a one-line reason naming the file, or None w
 * ``torch.save`` files (``optimizer.pt``, ``scheduler.pt``, ``pytorch_model.bin``) are zip archives: the
   central directory at the end must read (a truncated file fails), and every member must lie inside the file;
   files up to :data:`CRC_CHECK_MAX_BYTES` are also CRC-checked member by member (``ZipFile.testzip``), larger
-  ones are not (that reads the whole file, gigabytes for a large run's optimizer state);
+  ones are not (that reads the whole file, gigabytes for a large run's optimizer state); and the pickle inside
+  must name only what ``torch.load(weights_only=True)`` accepts (read, never executed: a payload that the Trainer's
+  load would refuse with a traceback makes the file unusable, like a truncated one);
 * JSON files must parse.
 """
 
@@ -91,6 +93,30 @@ def zip_problem(path, crc_max_bytes: int = CRC_CHECK_MAX_BYTES) -> str | None:
                     return f"{path} is corrupt (CRC mismatch in {bad})"
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
         return f"{path} is truncated or corrupt ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    return pickle_problem(path)
+
+
+def pickle_problem(path) -> str | None:
+    """A whole ``torch.save`` file whose pickle names globals that ``weights_only`` loading refuses (a payload,
+    or objects that are no tensor state): read from the pickle's opcodes, nothing is executed. The numpy types the
+    Trainer allows for its RNG states (transformers' ``safe_globals``) are accepted."""
+    try:
+        from torch.serialization import get_unsafe_globals_in_checkpoint
+    except ImportError:  # torch < 2.5: the load itself says it
+        return None
+    try:
+        from transformers.trainer_pt_utils import safe_globals
+    except ImportError:
+        from contextlib import nullcontext as safe_globals
+    try:
+        with safe_globals():
+            unsafe = get_unsafe_globals_in_checkpoint(str(path))
+    except Exception as e:  # noqa: BLE001 - a pickle that cannot even be scanned is no state to load
+        return f"{path} is corrupt (its pickle does not read: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    if unsafe:
+        names = ", ".join(unsafe[:3]) + (f" and {len(unsafe) - 3} more" if len(unsafe) > 3 else "")
+        return (f"{path} holds pickled objects that safe (weights_only) loading refuses ({names}): not a state "
+                "this training saves, possibly planted code; unusable")
     return None
 
 
@@ -127,5 +153,5 @@ def tokenizer_problem(folder) -> str | None:
             "tokenizer/ folder of the data it was trained on (tokenizer.save_pretrained)")
 
 
-__all__ = ["json_problem", "safetensors_problem", "zip_problem", "weights_problem", "tokenizer_problem",
+__all__ = ["json_problem", "safetensors_problem", "zip_problem", "pickle_problem", "weights_problem", "tokenizer_problem",
            "WEIGHT_FILES", "TOKENIZER_FILES", "CRC_CHECK_MAX_BYTES"]

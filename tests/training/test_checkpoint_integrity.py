@@ -100,3 +100,37 @@ def test_auto_resume_past_a_truncated_optimizer_state(reference_run, mini_blocks
     assert sorted(resumed) == list(range(6, REFERENCE_STEPS + 1))
     assert [resumed[s] for s in resumed] == [ref[s] for s in resumed]
     assert checkpoint_problem(run / "checkpoint-10") is None
+
+
+# ---- issue 36.8: a pickle payload that weights_only loading refuses ---------------------------------------------
+
+class _Payload:
+    """What a planted optimizer.pt could hold: a global that weights_only loading refuses (here a harmless one:
+    nothing in these tests ever unpickles it unsafely)."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.getcwd, ())
+
+
+def _plant(path: Path) -> None:
+    import torch
+
+    torch.save({"state": {}, "param_groups": [], "extra": _Payload()}, path)
+
+
+@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng_state.pth"])
+def test_a_pickle_payload_makes_the_checkpoint_unusable(reference_run, tmp_path, caplog, name):
+    """It was a traceback from torch.load (weights_only=True) deep in the Trainer's resume."""
+    run = _run_dir(reference_run, tmp_path)
+    _plant(run / "checkpoint-10" / name)
+    problem = checkpoint_problem(run / "checkpoint-10")
+    assert problem.startswith(f"{run / 'checkpoint-10' / name} holds pickled objects that safe (weights_only) "
+                              "loading refuses (posix.getcwd)"), problem
+    assert "weights_only=False" not in problem
+    with caplog.at_level(logging.WARNING):
+        assert last_complete_checkpoint(run) == str(run / "checkpoint-5")
+    assert f"ignoring {run / 'checkpoint-10'}: marked COMPLETE, but {run / 'checkpoint-10' / name} holds" in caplog.text
+    with pytest.raises(NoCompleteCheckpointError, match=rf"resume_from_checkpoint=.*checkpoint-10: .*{name} holds "):
+        resolve_resume(str(run / "checkpoint-10"), str(run))
