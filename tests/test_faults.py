@@ -317,3 +317,43 @@ def test_export_into_a_users_folder_changes_nothing(tmp_path, checkpoint, where)
     assert r.returncode == 2 and "--force" in one_error(r.stderr)
     assert_kept(before, tmp_path)
     assert snapshot(tmp_path).keys() == before.keys()
+
+
+# ----------------------------------------------------------------------------------------------- 36.7: disk full
+TINY_TRAIN = ["training.use_cpu=true", "training.report_to=none", "training.dataloader_num_workers=0",
+              "training.disable_tqdm=true", "training.per_device_train_batch_size=2", "training.logging_steps=1",
+              "training.eval_strategy=no", "evaluation.eval_tokens=2048", "evaluation.final_eval_tokens=2048"]
+
+
+def _in_small_filesystem(mib: int, script: str) -> subprocess.CompletedProcess:
+    """``script`` (sh) with a ``mib`` MiB tmpfs mounted on $SMALL, in a user and mount namespace of its own (no root
+    on the host, nothing mounted outside that process: it goes when the process ends)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PY": sys.executable}
+    small = f"/tmp/hfpretrain-smallfs-{os.getpid()}"
+    os.makedirs(small, exist_ok=True)
+    try:
+        return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                               f'mount -t tmpfs -o size={mib}m tmpfs {small} && SMALL={small} && {script}'],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        os.rmdir(small)
+
+
+def test_a_full_disk_while_saving_a_checkpoint_is_one_line(mini_blocks):
+    """torch's writer raises a RuntimeError ("... unexpected pos ..." / "file write failed"), not an OSError: it
+    was a traceback. Now one line (exit 1): the disk is full, the folder, the previous checkpoint intact."""
+    probe = _in_small_filesystem(1, "true")
+    if probe.returncode != 0:
+        pytest.skip(f"no user+mount namespace for a small filesystem here: {probe.stderr.strip()[:200]}")
+    train = " ".join(["$PY -m hfpretrain train recipes/tiny_cpu.yaml", f"data.path={mini_blocks}",
+                      "training.output_dir=$SMALL/run", "training.max_steps=3", "training.save_steps=1",
+                      "training.save_total_limit=1", *TINY_TRAIN])
+    # a checkpoint of the tiny model is ~42 MiB: the first fits in 60 MiB, the second does not
+    r = _in_small_filesystem(60, f"{train}; echo rc=$?; ls $SMALL/run; cat $SMALL/run/checkpoint-1/COMPLETE")
+    assert "rc=1" in r.stdout, (r.stdout, r.stderr[-3000:])
+    line = one_error(r.stderr)
+    assert line.startswith("error: the disk is full") and "saving checkpoint-2 in " in line and "/run failed" in line
+    assert "the previous checkpoint " in line and "checkpoint-1 is intact" in line, line
+    listed = r.stdout.split()
+    assert "checkpoint-1" in listed and "checkpoint-2" not in listed and "step 1" in r.stdout, r.stdout

@@ -139,6 +139,53 @@ def rotate_checkpoints(output_dir: str | Path, keep: int | None, protect: str | 
             shutil.rmtree(path, ignore_errors=True)
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (the disk full, above all): the run failed (exit 1), its earlier
+    checkpoints are intact."""
+
+
+_WRITE_FAILED = ("No space left on device", "os error 28", "StorageFull", "Disk quota exceeded",
+                 "PytorchStreamWriter failed writing", "file write failed", "inline_container.cc")
+
+
+def write_failure(exc: BaseException) -> str | None:
+    """The one-line cause when ``exc`` (or what it was raised from) is a failed write: an OSError ENOSPC/EDQUOT,
+    safetensors' IoError, or torch's zip writer, which raises a RuntimeError without the errno
+    ("PytorchStreamWriter failed writing file ...: file write failed", "unexpected pos ...")."""
+    import errno
+
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return os.strerror(seen.errno)
+        text = str(seen)
+        if any(marker in text for marker in _WRITE_FAILED):
+            return text.strip().splitlines()[0] if text.strip() else type(seen).__name__
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def checkpoint_write_error(folder: Path, cause: str) -> CheckpointWriteError:
+    """One line for a checkpoint save that failed writing: the disk (full, when its free space says so), the
+    folder, and the previous complete checkpoint, intact. The partial folder (no marker) is removed: it would
+    only hold the space that is missing."""
+    folder, run_dir = Path(folder), Path(folder).parent
+    shutil.rmtree(folder, ignore_errors=True)
+    earlier = sorted((p for p in run_dir.glob("checkpoint-*") if _checkpoint_step(p) is not None
+                      and (p / COMPLETE_MARKER).exists()), key=_checkpoint_step)
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError:
+        free = None
+    full = free is not None and free < 64 << 20 or "space" in cause.lower() or "quota" in cause.lower()
+    what = (f"the disk is full ({free / 2**20:.0f} MiB free)" if full and free is not None else
+            "the disk is full" if full else "writing failed")
+    kept = (f"the previous checkpoint {earlier[-1]} is intact: free space and resume "
+            "(training.resume_from_checkpoint=auto)" if earlier else "there is no earlier checkpoint")
+    return CheckpointWriteError(f"{what}: saving {folder.name} in {run_dir} failed ({cause}); its partial files were "
+                                f"removed, {kept}")
+
+
 def check_output_dir(output_dir: str) -> None:
     """One line (RecipeError) when ``output_dir`` cannot be created or written: a file in the way, a
     read-only mount, no permission. Checked before the model is built, not at the first save."""

@@ -35,7 +35,7 @@ from transformers import Trainer, TrainerCallback
 
 from hfpretrain.data.manifest import bits_per_byte
 
-from .checkpoints import COMPLETE_MARKER, rotate_checkpoints, write_complete_marker
+from .checkpoints import COMPLETE_MARKER, checkpoint_write_error, rotate_checkpoints, write_complete_marker, write_failure
 from .loss import causal_lm_loss
 from .optim import build_muon_adamw
 
@@ -484,15 +484,21 @@ class PretrainTrainer(Trainer):
         stale = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}" / COMPLETE_MARKER
         if self.args.should_save and stale.exists():  # saving over an older one (e.g. a damaged one resume skipped):
             stale.unlink()  # its marker must not vouch for the files while they are rewritten
-        super()._save_checkpoint(model, trial)
         run_dir = Path(self._get_output_dir(trial))
-        if self.args.should_save:
-            folder = run_dir / f"checkpoint-{self.state.global_step}"
-            (folder / "recipe.yaml").write_text(self.recipe_yaml)
-            # data fingerprint, seq_len, tokenizer hash (set by run.pretrain): a resume compares them
-            if getattr(self, "data_info", None):
-                (folder / "data.json").write_text(json.dumps(self.data_info, indent=2) + "\n")
-            write_complete_marker(folder, self.state.global_step)
+        folder = run_dir / f"checkpoint-{self.state.global_step}"
+        try:
+            super()._save_checkpoint(model, trial)
+            if self.args.should_save:
+                (folder / "recipe.yaml").write_text(self.recipe_yaml)
+                # data fingerprint, seq_len, tokenizer hash (set by run.pretrain): a resume compares them
+                if getattr(self, "data_info", None):
+                    (folder / "data.json").write_text(json.dumps(self.data_info, indent=2) + "\n")
+                write_complete_marker(folder, self.state.global_step)
+        except (OSError, RuntimeError) as e:  # torch's writer says a full disk with a RuntimeError, not an OSError
+            cause = write_failure(e)
+            if cause is None or not self.args.should_save:
+                raise
+            raise checkpoint_write_error(folder, cause) from None
         if self.args.world_size > 1:
             self.accelerator.wait_for_everyone()
         if self.args.should_save:
