@@ -127,3 +127,22 @@ def test_push_failure_names_the_installed_cli(tiny_checkpoint, tmp_path, capsys,
     assert main([str(tiny_checkpoint), "--out", str(out), "--push-to-hub", "someone/tiny"]) == 1
     line = _err(capsys)
     assert f"hf upload someone/tiny {out}" in line and "huggingface-cli" not in line
+
+
+def test_export_generates_with_the_kv_cache(tiny_checkpoint, tmp_path):
+    """A checkpoint trained before 2026-11-25 has use_cache: false in generation_config.json (made from the
+    training config): its export's generate() ran without the KV cache (2.5x slower). The export turns it on."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    old = tmp_path / "old"
+    shutil.copytree(tiny_checkpoint, old)
+    generation = GenerationConfig.from_pretrained(old)
+    generation.use_cache = False
+    generation.save_pretrained(old)
+    assert main([str(old), "--out", str(tmp_path / "export")]) == 0
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "export")
+    generated = exported.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=False,
+                                  return_dict_in_generate=True)
+    assert generated.past_key_values is not None  # None when generate() runs without the cache

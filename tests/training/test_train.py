@@ -483,6 +483,7 @@ def test_final_checkpoint_loads_like_a_hub_model(reference_run):
     model = AutoModelForCausalLM.from_pretrained(final)
     assert model.get_input_embeddings().padding_idx is None
     assert GenerationConfig.from_pretrained(final).pad_token_id is not None
+    assert GenerationConfig.from_pretrained(final).use_cache is True  # generate() and pipeline() with the KV cache
     card = (final / "README.md").read_text()
     assert "pipeline_tag: text-generation" in card and "bits per byte" in card and str(final) in card
 

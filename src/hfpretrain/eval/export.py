@@ -130,6 +130,8 @@ def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text(json.dumps({"format": MARKER_FORMAT, "checkpoint": checkpoint_id(src),
                                           "dtype": dtype}) + "\n")
+    if model.generation_config is not None:
+        model.generation_config.use_cache = True  # checkpoints saved before 2026-11-25 turned it off
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     if isinstance(lineage, dict):  # where the model came from, without this machine's paths

@@ -215,6 +215,10 @@ def build_run_model(run: RunSetup) -> tuple[torch.nn.Module, Applied]:
             setattr(model.config, name, value)
             if generation is not None:
                 setattr(generation, name, value)
+    if generation is not None:
+        # made from a config with use_cache off (training never uses the cache; it passes use_cache=False anyway),
+        # the generation config would have every checkpoint's generate() and pipeline() run without the KV cache
+        generation.use_cache = True
     return model, apply_speedups(model, speedups_of(fast, run.recipe), run.seq_len)
 
 
