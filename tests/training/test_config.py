@@ -211,10 +211,10 @@ def test_nested_overrides():
     r = load_recipe(TINY_RECIPE, ["data.path=x", "model.overrides.num_hidden_layers=3",
                                   "model.overrides.rope_theta=50000.0",
                                   "training.lr_scheduler_kwargs.min_lr_rate=0.05",
-                                  "training.lr_scheduler_kwargs.extra=1"])
+                                  "training.lr_scheduler_kwargs.num_cycles=1"])
     assert r.model.overrides == {"num_hidden_layers": 3, "rope_theta": 50000.0}
     # merged into the recipe's dict, not replacing it
-    assert r.training["lr_scheduler_kwargs"] == {"min_lr_rate": 0.05, "extra": 1}
+    assert r.training["lr_scheduler_kwargs"] == {"min_lr_rate": 0.05, "num_cycles": 1}
 
 
 def test_defaults_without_recipe_file():
