@@ -163,3 +163,25 @@ def test_a_checkpoint_whose_weights_do_not_fit_is_refused_not_resumed_with_fresh
     with pytest.raises(ValueError, match="weights do not fit the model: .* missing .*experts"):
         run_pretrain(mini_blocks, tmp_path / "run", {**run, "training.max_steps": "3",
                                                      "training.resume_from_checkpoint": str(checkpoint)})
+
+
+def test_balancing_acts_on_the_model_after_it_moved():
+    """The Trainer moves the model to its device after the callbacks are made, which replaces every buffer: the
+    bias updates must reach the moved model's buffers (they went to the stale CPU copies), and the counts follow the
+    logits' device (on a GPU: 'index is on cuda:0, ... other tensors on cpu'). A dtype move stands in for it here."""
+    from hfpretrain.models import build_model, load_config
+    from hfpretrain.training.moe import ExpertBalanceCallback, ExpertLoad, find_routers
+
+    config = load_config("glm4_moe_101m_a24m", {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                                                 "num_key_value_heads": 2, "head_dim": 32, "moe_intermediate_size": 32,
+                                                 "n_routed_experts": 4, "num_experts_per_tok": 2,
+                                                 "intermediate_size": 64}, vocab_size=100)
+    model = build_model(config, attn_implementation="eager", experts_implementation="eager")  # float64 runs
+    load = ExpertLoad(find_routers(model))
+    callback = ExpertBalanceCallback(load, rate=0.5)
+    model.to(torch.float64)  # a new tensor for every buffer, as .to(device) makes
+    out = model(input_ids=torch.randint(0, 100, (2, 8)), output_router_logits=True)
+    load.add(out.router_logits)
+    callback.on_step_end(None, None, None)
+    (router,) = find_routers(model)
+    assert router.e_score_correction_bias.abs().sum() > 0  # the moved model's buffer moved

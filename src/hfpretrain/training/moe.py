@@ -50,16 +50,22 @@ class ExpertLoad:
     def __init__(self, routers: list[nn.Module]):
         self.routers = routers
         self.top_k = routers[0].top_k
-        self.biases = [correction_bias(r) for r in routers]
-        weight = routers[0].weight
-        self.counts = torch.zeros(len(routers), weight.shape[0], dtype=torch.int64, device=weight.device)
+        # made before the Trainer moves the model to its device: moved to the logits' device at the first add
+        self.counts = torch.zeros(len(routers), routers[0].weight.shape[0], dtype=torch.int64)
+
+    @property
+    def biases(self) -> list[torch.Tensor | None]:
+        """Each router's correction bias, read from the router each time: moving a model replaces its buffers."""
+        return [correction_bias(r) for r in self.routers]
 
     @torch.no_grad()
     def add(self, router_logits: tuple[torch.Tensor, ...]) -> None:
         logits = torch.stack([x.reshape(-1, x.shape[-1]) for x in router_logits]).float()  # [layers, tokens, E]
-        if self.biases[0] is not None:
-            logits = logits.sigmoid() + torch.stack(self.biases)[:, None, :]
+        biases = self.biases
+        if biases[0] is not None:
+            logits = logits.sigmoid() + torch.stack(biases)[:, None, :]
         chosen = logits.topk(self.top_k, dim=-1).indices.reshape(len(self.routers), -1)
+        self.counts = self.counts.to(chosen.device)
         self.counts.scatter_add_(1, chosen, torch.ones_like(chosen))
 
     def take(self) -> torch.Tensor:
@@ -78,7 +84,7 @@ class ExpertBalanceCallback(TrainerCallback):
 
     def __init__(self, load: ExpertLoad, rate: float = 0.0, dead_windows: int = 3):
         self.load, self.rate, self.dead_windows = load, rate, dead_windows
-        self.window = torch.zeros_like(load.counts)
+        self.window = torch.zeros_like(load.counts)  # on the counts' device from the first step on
         self.dead_run = torch.zeros(load.counts.shape, dtype=torch.int64)  # windows in a row without a token
         self.warned = False
 
@@ -90,7 +96,7 @@ class ExpertBalanceCallback(TrainerCallback):
             error = counts.float().mean(dim=1, keepdim=True) - counts.float()
             for bias, layer_error in zip(self.load.biases, error):
                 bias.add_(self.rate * layer_error.sign())
-        self.window += counts
+        self.window = self.window.to(counts.device) + counts
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is None or "loss" not in logs:  # training windows only

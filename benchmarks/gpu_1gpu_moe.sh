@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One GPU: the ~1B-total MoE shape (qwen3_moe_856m_a152m: 16 layers, hidden 1024, 32 experts of 512, top-4) at
+# seq 2048 x MB, against the dense Qwen3 with the same active shape (FFN width 4 x 512 = 2048), same data and call.
+#   source .carry/setup.sh && VARIANTS="grouped profile dense" bash benchmarks/gpu_1gpu_moe.sh
+source benchmarks/gpu_common.sh
+[ -f $DATA/manifest.json ] || tokenize_corpus
+DENSE="model.config=qwen3_124m model.overrides.num_hidden_layers=16 model.overrides.hidden_size=1024
+  model.overrides.num_attention_heads=8 model.overrides.num_key_value_heads=4 model.overrides.head_dim=128
+  model.overrides.intermediate_size=2048 model.overrides.max_position_embeddings=4096
+  model.overrides.tie_word_embeddings=false"
+variant() {  # name, overrides...
+  rm -rf /tmp/$1
+  timed $1 python3 benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA model.compile=decoder \
+    training.per_device_train_batch_size=${MB:-16} training.gradient_accumulation_steps=1 \
+    training.max_steps=${STEPS:-30} training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
+    training.report_to=none training.disable_tqdm=true training.resume_from_checkpoint=none \
+    training.output_dir=/tmp/$1 "${@:2}" --out "$OUT/moe_$1.json"
+}
+for v in ${VARIANTS:-grouped eager dense}; do
+  case ${v%.[0-9]} in
+    grouped) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=grouped_mm ;;
+    eager) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=eager ;;
+    batched) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=batched_mm ;;
+    grouped_mb8) MB=8 variant $v model.config=qwen3_moe_856m_a152m ;;  # memory at half the micro-batch
+    glm) variant $v model.config=glm4_moe_837m_a177m ;;
+    profile)  # a kernel table and the gaps between kernels for steps 10-12 (not a speed figure)
+      STEPS=14 variant $v model.config=qwen3_moe_856m_a152m 'logging.profile_steps=[10,12]'
+      for f in /tmp/$v/profile/kernels-*.txt; do head -45 "$f" > "$OUT/kernels_moe.txt"; done
+      python3 benchmarks/trace_gaps.py /tmp/$v/profile/trace-*.json > "$OUT/gaps_moe.txt" 2>&1 ;;
+    dense) variant $v $DENSE ;;
+  esac
+done
+python3 - <<'PY' | tee -a "$N"
+import glob, json, os
+for f in sorted(glob.glob(os.environ["OUT"] + "/moe_*.json"), key=os.path.getmtime):
+    r = json.load(open(f))
+    print(f"{os.path.basename(f)[4:-5]:<14} {r.get('tokens_per_s', 0):>9,.0f} tokens/s  mfu {r.get('mfu', 0):.3f}  "
+          f"peak {r.get('mem_peak_gib') or 0:.1f} GiB  estimate {(r.get('memory_estimate_gib') or {}).get('total', 0):.1f}"
+          f"  loss {r.get('last_loss')}")
+PY
