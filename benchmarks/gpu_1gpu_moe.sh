@@ -22,7 +22,8 @@ for v in ${VARIANTS:-grouped eager dense}; do
     eager) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=eager ;;
     batched) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=batched_mm ;;
     grouped_mb8) MB=8 variant $v model.config=qwen3_moe_856m_a152m ;;  # memory at half the micro-batch
-    glm) variant $v model.config=glm4_moe_837m_a177m ;;
+    glm) variant $v model.config=glm4_moe_837m_a177m moe.bias_update_rate=0.001  # aux-loss-free balancing
+      grep -o "\"expert_load_max_mean\": [0-9.]*, \"expert_load_min_mean\": [0-9.]*, \"dead_experts\": [0-9.]*" /tmp/$v/log.jsonl > "$OUT/glm_expert_load.txt" ;;
     profile)  # a kernel table and the gaps between kernels for steps 10-12 (not a speed figure)
       STEPS=14 variant $v model.config=qwen3_moe_856m_a152m 'logging.profile_steps=[10,12]'
       for f in /tmp/$v/profile/kernels-*.txt; do head -45 "$f" > "$OUT/kernels_moe.txt"; done
