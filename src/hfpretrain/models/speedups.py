@@ -8,6 +8,8 @@
 3. compiled decoder/model only: rotary cos/sin from a table (``kernels.rope_table``, models/rotary.py);
 4. compiled only: GPT-2's MLP with c_fc's bias gradient in GELU's backward (``kernels.bias_gelu``) and the tanh
    GELU as a sigmoid (``kernels.gelu_sigmoid``), models/gelu.py;
+4b. MoE with grouped_mm: the experts' weights cast to the autocast dtype before their grouped matmuls
+   (``kernels.experts_autocast``, :func:`autocast_grouped_mm`);
 5. ``torch.compile`` at the chosen scope (``model.compile``).
 
 State-dict names never change: checkpoints load with plain ``from_pretrained``. Which of these a run takes is
@@ -44,6 +46,8 @@ class Speedups:
     rope_table: bool = True
     bias_gelu: bool = True
     gelu_sigmoid: bool = True
+    experts_implementation: str | None = None  # MoE: transformers' experts backend (None: a dense model)
+    experts_autocast: bool = True
 
 
 @dataclass
@@ -55,6 +59,7 @@ class Applied:
     rope_table: bool = False
     bias_gelu_mlps: int = 0
     sigmoid_gelus: int = 0
+    experts_autocast: bool = False
     compiled_modules: int = 0
 
 
@@ -77,6 +82,10 @@ def apply_speedups(model: nn.Module, speedups: Speedups, seq_len: int) -> Applie
     if s.gelu_sigmoid and compiled and (n := use_sigmoid_gelu(model)):
         done.sigmoid_gelus = n
         logger.info("GELU (tanh approximation) computed as x * sigmoid(2u) in %d modules (models/gelu.py)", n)
+    if s.experts_autocast and s.experts_implementation == "grouped_mm":
+        model.set_experts_implementation(AUTOCAST_GROUPED_MM)
+        done.experts_autocast = True
+        logger.info("experts: grouped matmuls on the autocast dtype's copy of their weights (models/speedups.py)")
     done.compiled_modules = compile_model(model, s.compile, s.compile_backend, s.compile_mode)
     return done
 
@@ -105,3 +114,53 @@ def compile_model(model, scope: str, backend: str = "inductor", mode: str = "def
     for block in blocks:
         block.compile(**options)
     return len(blocks)
+
+
+# ---- MoE: grouped matmuls in the autocast dtype ----------------------------------------------------------------
+#
+# Autocast casts an nn.Linear's fp32 weight to bf16 for its matmul; transformers' grouped expert matmuls are no
+# autocast op, and compiled with fp32 master weights transformers takes its fallback (integrations/moe.py
+# _can_use_grouped_mm: "not supported in torch.compile with dtypes other than bf16"): one fp32 matmul per expert, on
+# CUDA cores (profiled on an H100: fp32 sgemm kernels under grouped_mm_fallback, half of the step). Seen with its
+# weights in the autocast dtype, the experts take torch's grouped_mm; the cast is differentiable, so the fp32
+# weights get their gradients as a Linear's do.
+
+AUTOCAST_GROUPED_MM = "grouped_mm_autocast"
+EXPERT_WEIGHTS = ("gate_up_proj", "down_proj", "gate_proj", "up_proj")
+
+
+class _ExpertsInDtype:
+    """An experts module as transformers' experts functions read it, its 3-D weights in ``dtype``."""
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype):
+        self._module, self._dtype = module, dtype
+
+    def __getattr__(self, name: str):
+        value = getattr(self._module, name)
+        if name in EXPERT_WEIGHTS and isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.to(self._dtype)
+        return value
+
+
+def autocast_grouped_mm(self, hidden_states, top_k_index, top_k_weights):
+    """transformers' grouped_mm experts forward, under autocast on the autocast dtype's copy of the weights."""
+    from transformers.integrations.moe import grouped_mm_experts_forward
+
+    device = hidden_states.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        if self.gate_up_proj.dtype != dtype:
+            out = grouped_mm_experts_forward(_ExpertsInDtype(self, dtype), hidden_states.to(dtype), top_k_index,
+                                             top_k_weights)
+            return out.to(hidden_states.dtype)
+    return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+
+
+def _register() -> None:
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    ALL_EXPERTS_FUNCTIONS.register(AUTOCAST_GROUPED_MM, autocast_grouped_mm)
+
+
+_register()
+

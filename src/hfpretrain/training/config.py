@@ -160,6 +160,9 @@ class KernelsSection:
     gelu_sigmoid: bool = True
     # compiled decoder/model: rotary cos/sin read from a table made once (models/rotary.py)
     rope_table: bool = True
+    # MoE with experts_implementation=grouped_mm under bf16 autocast: the experts' grouped matmuls on bf16 copies of
+    # their weights (transformers falls back to one fp32 matmul per expert when compiled: models/speedups.py)
+    experts_autocast: bool = True
 
 
 @dataclass

@@ -128,7 +128,8 @@ def speedups_of(fast: FastPath, recipe) -> Speedups:
     return Speedups(precision=fast.precision, fp8_emulate=m.fp8_emulate, fp8_fast_accum=m.fp8_fast_accum,
                     residual_dtype=fast.residual_dtype, compile=fast.compile, compile_backend=m.compile_backend,
                     compile_mode=fast.compile_mode, rope_table=k.rope_table, bias_gelu=k.bias_gelu,
-                    gelu_sigmoid=k.gelu_sigmoid)
+                    gelu_sigmoid=k.gelu_sigmoid, experts_implementation=fast.experts_implementation,
+                    experts_autocast=k.experts_autocast)
 
 
 def choose_residual_dtype(requested: str, gpu: bool, bf16: bool = True) -> tuple[str, str]:

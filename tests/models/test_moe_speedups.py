@@ -1,0 +1,57 @@
+"""models/speedups.py's grouped_mm under autocast: the experts' grouped matmuls run on the autocast dtype's copy of
+their weights (stock: the fp32 master weights, which a compiled model sends to transformers' per-expert fp32
+fallback), with the same values up to bf16 rounding and fp32 gradients for the weights; checkpoints unchanged."""
+
+import json
+
+import pytest
+import torch
+from transformers.integrations import moe as hf_moe
+
+from hfpretrain.models import build_model, load_config
+from hfpretrain.models.speedups import Speedups, apply_speedups
+
+TINY = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "head_dim": 32, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2}
+
+
+def _model(autocast_experts: bool):
+    torch.manual_seed(0)
+    model = build_model(load_config("qwen3_moe_109m_a21m", TINY, vocab_size=128), attn_implementation="eager",
+                        experts_implementation="grouped_mm")
+    apply_speedups(model, Speedups(experts_implementation="grouped_mm", experts_autocast=autocast_experts), 16)
+    return model
+
+
+@pytest.mark.parametrize("autocast_experts", [False, True])
+def test_grouped_matmuls_in_the_autocast_dtype(autocast_experts, monkeypatch, tmp_path):
+    seen = []
+    real = hf_moe._grouped_mm
+    monkeypatch.setattr(hf_moe, "_grouped_mm", lambda input, weight, offs: (seen.append(weight.dtype),
+                                                                           real(input, weight, offs))[1])
+    model = _model(autocast_experts)
+    ids = torch.randint(0, 128, (2, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert set(seen) == {torch.bfloat16 if autocast_experts else torch.float32}
+    expert = model.model.layers[0].mlp.experts
+    assert expert.gate_up_proj.dtype == torch.float32 and expert.gate_up_proj.grad.dtype == torch.float32
+    assert expert.gate_up_proj.grad.abs().sum() > 0
+    model.save_pretrained(tmp_path)
+    assert "grouped_mm_autocast" not in (tmp_path / "config.json").read_text()  # a name only this process knows
+
+
+def test_the_same_loss_and_gradients_up_to_bf16_rounding():
+    ids = torch.randint(0, 128, (2, 16))
+    results = []
+    for autocast_experts in (False, True):
+        model = _model(autocast_experts)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        results.append((loss.item(), model.model.layers[1].mlp.experts.down_proj.grad))
+    (stock, g0), (ours, g1) = results
+    assert ours == pytest.approx(stock, rel=2e-2)
+    assert ((g1 - g0).norm() / g0.norm()).item() < 0.05
+    json.dumps(ours)
