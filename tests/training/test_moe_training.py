@@ -128,6 +128,7 @@ def test_load_figures_and_the_dead_expert_warning(caplog):
     class Load:  # the callback reads only take() and counts from ExpertLoad
         counts = torch.zeros(2, 4, dtype=torch.int64)
         biases = [None, None]
+        available = True
 
         def take(self):
             return counts.clone()
@@ -185,3 +186,26 @@ def test_balancing_acts_on_the_model_after_it_moved():
     callback.on_step_end(None, None, None)
     (router,) = find_routers(model)
     assert router.e_score_correction_bias.abs().sum() > 0  # the moved model's buffer moved
+
+
+def test_a_model_that_returns_no_router_logits():
+    """transformers 5.17's GLM-4-MoE returns no router logits (seen on the GPU machine: AttributeError at the
+    first step): the load is not logged, with one warning; balancing, which needs it, stops with one line."""
+    from hfpretrain.models import build_model, load_config
+    from hfpretrain.training.moe import ExpertBalanceCallback, ExpertLoad, find_routers
+
+    model = build_model(load_config("qwen3_moe_109m_a21m", {"num_hidden_layers": 1, "hidden_size": 64,
+                                                             "num_attention_heads": 2, "num_key_value_heads": 2,
+                                                             "head_dim": 32, "moe_intermediate_size": 32,
+                                                             "num_experts": 4, "num_experts_per_tok": 2},
+                                    vocab_size=100))
+    load = ExpertLoad(find_routers(model))
+    callback = ExpertBalanceCallback(load)
+    load.add(None)
+    logs = {"loss": 1.0}
+    callback.on_step_end(None, None, None)
+    callback.on_log(None, None, None, logs=logs)
+    assert logs == {"loss": 1.0}
+    ExpertBalanceCallback(load, rate=0.001)
+    with pytest.raises(RuntimeError, match="moe.bias_update_rate: transformers .* returns no router logits"):
+        load.add(None)

@@ -50,6 +50,8 @@ class ExpertLoad:
     def __init__(self, routers: list[nn.Module]):
         self.routers = routers
         self.top_k = routers[0].top_k
+        self.required = False  # balancing reads the counts: no router logits is then an error, not a warning
+        self.available = True  # False once the model returned no router logits
         # made before the Trainer moves the model to its device: moved to the logits' device at the first add
         self.counts = torch.zeros(len(routers), routers[0].weight.shape[0], dtype=torch.int64)
 
@@ -59,7 +61,19 @@ class ExpertLoad:
         return [correction_bias(r) for r in self.routers]
 
     @torch.no_grad()
-    def add(self, router_logits: tuple[torch.Tensor, ...]) -> None:
+    def add(self, router_logits: tuple[torch.Tensor, ...] | None) -> None:
+        if not router_logits:  # transformers 5.17's GLM-4-MoE returns none (5.24's does)
+            import transformers
+
+            why = (f"transformers {transformers.__version__} returns no router logits for "
+                   f"{type(self.routers[0]).__name__}")
+            if self.required:
+                raise RuntimeError(f"moe.bias_update_rate: {why}, so the experts' load cannot be counted: a newer "
+                                   "transformers, or moe.bias_update_rate=0")
+            if self.available:
+                logger.warning("%s: the experts' load is not logged", why)
+            self.available = False
+            return
         logits = torch.stack([x.reshape(-1, x.shape[-1]) for x in router_logits]).float()  # [layers, tokens, E]
         biases = self.biases
         if biases[0] is not None:
@@ -84,6 +98,7 @@ class ExpertBalanceCallback(TrainerCallback):
 
     def __init__(self, load: ExpertLoad, rate: float = 0.0, dead_windows: int = 3):
         self.load, self.rate, self.dead_windows = load, rate, dead_windows
+        load.required = rate > 0
         self.window = torch.zeros_like(load.counts)  # on the counts' device from the first step on
         self.dead_run = torch.zeros(load.counts.shape, dtype=torch.int64)  # windows in a row without a token
         self.warned = False
@@ -99,7 +114,7 @@ class ExpertBalanceCallback(TrainerCallback):
         self.window = self.window.to(counts.device) + counts
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is None or "loss" not in logs:  # training windows only
+        if logs is None or "loss" not in logs or not self.load.available:  # training windows with counts only
             return
         window = self.window if self.rate > 0 else _all_ranks_sum(self.window)  # summed already when balancing
         self.window = torch.zeros_like(self.window)

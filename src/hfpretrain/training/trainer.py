@@ -320,7 +320,7 @@ class PretrainTrainer(Trainer):
                                   z_loss=self.z_loss if model.training else 0.0,  # evaluation: cross-entropy only
                                   fused_head=self.fused_head, loss_tile=self.loss_tile)
         if count_experts:
-            self.expert_load.add(outputs.router_logits)
+            self.expert_load.add(getattr(outputs, "router_logits", None))
         aux = getattr(outputs, "aux_loss", None)  # MoE with output_router_logits: transformers' load-balancing loss
         config = self.accelerator.unwrap_model(model).config
         if aux is not None and model.training and config.output_router_logits:  # as transformers adds it; eval: CE
