@@ -149,7 +149,7 @@ def autocast_grouped_mm(self, hidden_states, top_k_index, top_k_weights):
     device = hidden_states.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
-        if self.gate_up_proj.dtype != dtype:
+        if self.down_proj.dtype != dtype:  # every experts module has it (gate_up_proj: gated ones only)
             out = grouped_mm_experts_forward(_ExpertsInDtype(self, dtype), hidden_states.to(dtype), top_k_index,
                                              top_k_weights)
             return out.to(hidden_states.dtype)
