@@ -123,7 +123,8 @@ def optimizer_state_problem(optimizer) -> str | None:
         optimizer = optimizer.optimizer
     defaults = getattr(optimizer, "defaults", None) or {}
     for group in getattr(optimizer, "param_groups", []):
-        missing = sorted(k for k in defaults if k not in group)
+        # hyperparameters the step reads (betas, eps, beta1, ...); the bool flags (differentiable, foreach) default
+        missing = sorted(k for k, v in defaults.items() if k not in group and not isinstance(v, bool))
         if missing:
             return f"its parameter groups have no {', '.join(missing)}"
     return None
@@ -158,7 +159,7 @@ class _Resume(TrainerCallback):
 
     def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
         self.trainer.position_data(state.global_step)
-        if optimizer is not None and self.trainer.resumed_from:
+        if optimizer is not None and getattr(self.trainer, "resumed_from", None):
             problem = optimizer_state_problem(optimizer)
             if problem:  # it failed at the first step, deep in the optimizer (adafactor: KeyError: 'beta1')
                 raise ValueError(f"{Path(self.trainer.resumed_from) / 'optimizer.pt'} holds another optimizer's "
@@ -439,7 +440,8 @@ class PretrainTrainer(Trainer):
                     missing_keys=[k for k in load_result.missing_keys if k not in tied])
         if load_result.missing_keys:  # the Trainer only warns, and training goes on with those weights as initialised
             raise ValueError(f"the checkpoint's weights do not fit the model: {len(load_result.missing_keys)} missing "
-                             f"(e.g. {load_result.missing_keys[0]}), {len(load_result.unexpected_keys)} unexpected: "
+                             f"({', '.join(load_result.missing_keys[:3])}), {len(load_result.unexpected_keys)} "
+                             "unexpected: "
                              "resume it with the model it was saved from (an MoE checkpoint saved before 2026-11-25 "
                              "has its experts in the Hub's layout: start from it with model.init_from instead)")
         super()._issue_warnings_after_load(load_result)
