@@ -166,31 +166,69 @@ def test_a_checkpoint_whose_weights_do_not_fit_is_refused_not_resumed_with_fresh
                                                      "training.resume_from_checkpoint": str(checkpoint)})
 
 
+def _tiny_glm(experts="eager", **overrides):
+    from hfpretrain.models import build_model, load_config
+
+    config = load_config("glm4_moe_101m_a24m", {"num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 2,
+                                                 "num_key_value_heads": 2, "head_dim": 32, "moe_intermediate_size": 32,
+                                                 "n_routed_experts": 8, "num_experts_per_tok": 2,
+                                                 "intermediate_size": 64, **overrides}, vocab_size=100)
+    return build_model(config, attn_implementation="eager", experts_implementation=experts)
+
+
 def test_balancing_acts_on_the_model_after_it_moved():
     """The Trainer moves the model to its device after the callbacks are made, which replaces every buffer: the
     bias updates must reach the moved model's buffers (they went to the stale CPU copies), and the counts follow the
-    logits' device (on a GPU: 'index is on cuda:0, ... other tensors on cpu'). A dtype move stands in for it here."""
-    from hfpretrain.models import build_model, load_config
+    indices' device (on a GPU: 'index is on cuda:0, ... other tensors on cpu'). A dtype move stands in for it here."""
     from hfpretrain.training.moe import ExpertBalanceCallback, ExpertLoad, find_routers
 
-    config = load_config("glm4_moe_101m_a24m", {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
-                                                 "num_key_value_heads": 2, "head_dim": 32, "moe_intermediate_size": 32,
-                                                 "n_routed_experts": 4, "num_experts_per_tok": 2,
-                                                 "intermediate_size": 64}, vocab_size=100)
-    model = build_model(config, attn_implementation="eager", experts_implementation="eager")  # float64 runs
+    model = _tiny_glm(num_hidden_layers=2).train()  # float64 runs
     load = ExpertLoad(find_routers(model))
     callback = ExpertBalanceCallback(load, rate=0.5)
     model.to(torch.float64)  # a new tensor for every buffer, as .to(device) makes
-    out = model(input_ids=torch.randint(0, 100, (2, 8)), output_router_logits=True)
-    load.add(out.router_logits)
+    model(input_ids=torch.randint(0, 100, (2, 8)))
+    load.count()
     callback.on_step_end(None, None, None)
     (router,) = find_routers(model)
     assert router.e_score_correction_bias.abs().sum() > 0  # the moved model's buffer moved
 
 
-def test_a_model_that_returns_no_router_logits():
-    """transformers 5.17's GLM-4-MoE returns no router logits (seen on the GPU machine: AttributeError at the
-    first step): the load is not logged, with one warning; balancing, which needs it, stops with one line."""
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_load_is_each_routers_own_choice_without_router_logits(compiled):
+    """The hooks count what each router chose (group-limited routing and the correction bias included) with no
+    output_router_logits, which transformers 5.17's GLM-4-MoE ignores; evaluation forwards are not counted; under
+    torch.compile the hooks trace without a graph break (fullgraph) and count the same."""
+    from hfpretrain.training.moe import ExpertLoad, find_routers
+
+    torch.manual_seed(0)
+    # batched_mm: eager's loop over the experts that got tokens is data-dependent, no full graph
+    model = _tiny_glm("batched_mm" if compiled else "eager", n_group=2, topk_group=1).train()
+    routers = find_routers(model)
+    for r in routers:
+        r.e_score_correction_bias.copy_(torch.linspace(-0.3, 0.3, 8))
+    load = ExpertLoad(routers)
+    seen = []
+    hooks = [r.register_forward_hook(lambda m, a, out: seen.append(out[2])) for r in routers]
+    ids = torch.randint(0, 100, (2, 16))
+    run = torch.compile(model, backend="eager", fullgraph=True) if compiled else model
+    run(input_ids=ids)
+    load.count()
+    for h in hooks:
+        h.remove()
+    counts = load.take()
+    assert counts.shape == (2, 8) and counts.sum(dim=1).tolist() == [32 * 2] * 2  # GLM's first layer is dense
+    expected = torch.stack([torch.bincount(s.reshape(-1), minlength=8) for s in seen])
+    assert torch.equal(counts, expected)
+    assert all(((s // 4) == (s[:, :1] // 4)).all() for s in seen)  # topk_group=1: one group of 4 per token
+    model.eval()
+    run(input_ids=ids)
+    load.count() if load.chosen else None
+    assert not load.chosen and load.take().sum() == 0
+
+
+def test_a_model_whose_routers_return_no_choice():
+    """Routers that return no (logits, weights, indices) (a transformers that changed them): the load is not
+    logged, with one warning; balancing, which needs it, stops with one line."""
     from hfpretrain.models import build_model, load_config
     from hfpretrain.training.moe import ExpertBalanceCallback, ExpertLoad, find_routers
 
@@ -201,11 +239,11 @@ def test_a_model_that_returns_no_router_logits():
                                     vocab_size=100))
     load = ExpertLoad(find_routers(model))
     callback = ExpertBalanceCallback(load)
-    load.add(None)
+    load.count()  # a training step whose routers returned nothing the hooks could read
     logs = {"loss": 1.0}
     callback.on_step_end(None, None, None)
     callback.on_log(None, None, None, logs=logs)
     assert logs == {"loss": 1.0}
     ExpertBalanceCallback(load, rate=0.001)
-    with pytest.raises(RuntimeError, match="moe.bias_update_rate: transformers .* returns no router logits"):
-        load.add(None)
+    with pytest.raises(RuntimeError, match="moe.bias_update_rate: transformers .* returned 0 expert choices"):
+        load.count()

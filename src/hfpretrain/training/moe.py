@@ -1,8 +1,10 @@
 """Mixture-of-Experts in training: the load of every expert, and DeepSeek-V3's aux-loss-free balancing.
 
-The trainer asks the model for its router logits (``output_router_logits``) and hands them to :class:`ExpertLoad`,
-which recomputes each layer's top-k choice and counts the tokens routed to each expert, on the device, with no
-synchronisation. After every optimizer step :class:`ExpertBalanceCallback`:
+:class:`ExpertLoad` puts a forward hook on every router: transformers' routers return ``(logits, weights,
+indices)``, and the hook keeps the indices of the experts each token was sent to, in training mode only. That is
+the router's own choice (group-limited routing and the correction bias included), it needs no
+``output_router_logits`` (transformers 5.17's GLM-4-MoE returns none), and it works on every compute_loss path.
+After every optimizer step :class:`ExpertBalanceCallback`:
 
 * with ``moe.bias_update_rate`` > 0, nudges each router's correction bias (``e_score_correction_bias``: added to the
   scores for the choice only, never to the weights that scale the experts' outputs) towards equal load:
@@ -44,16 +46,27 @@ def correction_bias(router: nn.Module) -> torch.Tensor | None:
 
 class ExpertLoad:
     """Tokens routed to each expert of each MoE layer since the last ``take()``: an [layers, experts] tensor on the
-    model's device, counted from the router logits with each router's own choice (top-k of the logits; of the
-    sigmoid scores plus the correction bias where the router has one)."""
+    model's device, counted from the top-k indices each router returns.
+
+    The hooks only append the indices (a side effect torch.compile traces without a graph break); ``count()``
+    turns them into counts once per micro-step, outside the compiled model, so the kept indices never outlive one
+    forward. A forward recomputed for activation checkpointing appends its (identical) choice again: every count
+    doubles, which changes neither the load ratios logged nor the sign of a bias update."""
 
     def __init__(self, routers: list[nn.Module]):
         self.routers = routers
-        self.top_k = routers[0].top_k
-        self.required = False  # balancing reads the counts: no router logits is then an error, not a warning
-        self.available = True  # False once the model returned no router logits
-        # made before the Trainer moves the model to its device: moved to the logits' device at the first add
-        self.counts = torch.zeros(len(routers), routers[0].weight.shape[0], dtype=torch.int64)
+        self.num_experts = routers[0].weight.shape[0]
+        self.required = False  # balancing reads the counts: a router that returns no indices is then an error
+        self.available = True  # False once a training forward gave no indices
+        self.chosen: list[torch.Tensor] = []  # this micro-step's indices, layer after layer
+        # made before the Trainer moves the model to its device: moved to the indices' device at the first count
+        self.counts = torch.zeros(len(routers), self.num_experts, dtype=torch.int64)
+        for router in routers:
+            router.register_forward_hook(self._record)
+
+    def _record(self, router: nn.Module, args, output) -> None:
+        if router.training and isinstance(output, tuple) and len(output) == 3:
+            self.chosen.append(output[2])
 
     @property
     def biases(self) -> list[torch.Tensor | None]:
@@ -61,26 +74,29 @@ class ExpertLoad:
         return [correction_bias(r) for r in self.routers]
 
     @torch.no_grad()
-    def add(self, router_logits: tuple[torch.Tensor, ...] | None) -> None:
-        if not router_logits:  # transformers 5.17's GLM-4-MoE returns none (5.24's does)
+    def count(self) -> None:
+        """Add the indices the routers returned since the last call (one training forward) to the counts."""
+        chosen, self.chosen = self.chosen, []
+        if len(chosen) % len(self.routers) or not chosen:
             import transformers
 
-            why = (f"transformers {transformers.__version__} returns no router logits for "
-                   f"{type(self.routers[0]).__name__}")
+            why = (f"transformers {transformers.__version__}'s {type(self.routers[0]).__name__} returned "
+                   f"{len(chosen)} expert choices for {len(self.routers)} MoE layers, not (logits, weights, "
+                   "indices) from each")
             if self.required:
-                raise RuntimeError(f"moe.bias_update_rate: {why}, so the experts' load cannot be counted: a newer "
-                                   "transformers, or moe.bias_update_rate=0")
+                raise RuntimeError(f"moe.bias_update_rate: {why}, so the experts' load cannot be counted: "
+                                   "moe.bias_update_rate=0, or a transformers whose routers return their indices")
             if self.available:
                 logger.warning("%s: the experts' load is not logged", why)
             self.available = False
             return
-        logits = torch.stack([x.reshape(-1, x.shape[-1]) for x in router_logits]).float()  # [layers, tokens, E]
-        biases = self.biases
-        if biases[0] is not None:
-            logits = logits.sigmoid() + torch.stack(biases)[:, None, :]
-        chosen = logits.topk(self.top_k, dim=-1).indices.reshape(len(self.routers), -1)
-        self.counts = self.counts.to(chosen.device)
-        self.counts.scatter_add_(1, chosen, torch.ones_like(chosen))
+        # one bincount for all layers: layer l's experts are bins l*E .. l*E+E-1 (a recomputed forward repeats
+        # the layers in order, so position modulo the layer count is the layer)
+        layers = len(self.routers)
+        offsets = torch.arange(len(chosen), device=chosen[0].device).remainder(layers) * self.num_experts
+        bins = (torch.stack([c.reshape(-1) for c in chosen]) + offsets[:, None]).reshape(-1)
+        step = torch.bincount(bins, minlength=layers * self.num_experts).reshape(layers, self.num_experts)
+        self.counts = self.counts.to(step.device) + step
 
     def take(self) -> torch.Tensor:
         counts, self.counts = self.counts, torch.zeros_like(self.counts)

@@ -188,7 +188,7 @@ class PretrainTrainer(Trainer):
         self.liger_min_chunk_tokens = liger_min_chunk_tokens
         self.z_loss = z_loss  # PaLM's z-loss weight, training steps only (training/loss.py)
         self.fused_head, self.loss_tile = fused_head, loss_tile  # the recipe's kernels.fused_head / loss_tile
-        self.expert_load = None  # MoE: a training/moe.py ExpertLoad, fed each training step's router logits
+        self.expert_load = None  # MoE: a training/moe.py ExpertLoad, whose hooks saw this micro-step's routing
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.nan_policy = nan_policy
         self.decay_embeddings = decay_embeddings
@@ -306,9 +306,7 @@ class PretrainTrainer(Trainer):
         labels = inputs["labels"]
         self._tap.active = True
         try:
-            count_experts = self.expert_load is not None and model.training
-            outputs = model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False,
-                            **({"output_router_logits": True} if count_experts else {}))
+            outputs = model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False)
         finally:
             self._tap.active = False
         hidden, self._tap.hidden = self._tap.hidden, None
@@ -320,8 +318,6 @@ class PretrainTrainer(Trainer):
                                   self.liger_min_chunk_tokens, self.compile_backend, self.compile_mode,
                                   z_loss=self.z_loss if model.training else 0.0,  # evaluation: cross-entropy only
                                   fused_head=self.fused_head, loss_tile=self.loss_tile)
-        if count_experts:
-            self.expert_load.add(getattr(outputs, "router_logits", None))
         aux = getattr(outputs, "aux_loss", None)  # MoE with output_router_logits: transformers' load-balancing loss
         config = self.accelerator.unwrap_model(model).config
         if aux is not None and model.training and config.output_router_logits:  # as transformers adds it; eval: CE
@@ -334,6 +330,8 @@ class PretrainTrainer(Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.expert_load is not None:  # after the backward, which may have recomputed the forward
+            self.expert_load.count()
         self._watch("loss", loss)
         if self.nan_policy == "skip":  # this step's loss, kept apart until we know whether the step is skipped
             self._step_loss = loss.detach() if self._step_loss is None else self._step_loss + loss.detach()
