@@ -265,3 +265,4 @@ def test_moe_activation_model_matches_saved_tensors_under_autocast(family, exper
 def test_unknown_experts_implementation_is_refused():
     with pytest.raises(ValueError, match="unknown experts_implementation 'grouped'"):
         estimate_memory(tiny("qwen3_moe"), TrainingLayout(2, 128, experts_implementation="grouped"))
+

@@ -11,7 +11,7 @@ import torch
 
 from hfpretrain.training import RecipeError
 
-from train_utils import read_log, run_pretrain
+from train_utils import REPO, read_log, run_pretrain
 
 TINY_MOE = {"model.config": "qwen3_moe_109m_a21m", "model.overrides.num_hidden_layers": "2",
             "model.overrides.hidden_size": "64", "model.overrides.num_attention_heads": "2",
@@ -247,3 +247,30 @@ def test_a_model_whose_routers_return_no_choice():
     ExpertBalanceCallback(load, rate=0.001)
     with pytest.raises(RuntimeError, match="moe.bias_update_rate: transformers .* returned 0 expert choices"):
         load.count()
+
+
+def test_best_small_moe_is_best_small_with_experts_at_equal_flops():
+    """recipes/best_small_moe.yaml changes the MLP into 32 experts (top-4) of a quarter of the dense width and
+    nothing else: the same active shape (within the router's weights), FLOPs per token, data and schedule."""
+    import dataclasses
+
+    from hfpretrain.models import count_params, flops_per_token, load_config
+    from hfpretrain.training.config import load_recipe
+
+    dense = load_recipe(REPO / "recipes" / "best_small.yaml", [])
+    moe = load_recipe(REPO / "recipes" / "best_small_moe.yaml", [])
+    assert moe.model.config == "qwen3_moe_587m_a103m" and moe.moe.aux_loss_coef == 0.001
+    for section in ("training", "data"):
+        a, b = (dict(x) if isinstance(x, dict) else dataclasses.asdict(x)
+                for x in (getattr(dense, section), getattr(moe, section)))
+        a.pop("output_dir", None), b.pop("output_dir", None)
+        assert a == b, section
+    assert dense.training_flops == moe.training_flops
+    d, m = (load_config(r.model.config, vocab_size=8192) for r in (dense, moe))
+    assert m.num_experts_per_tok * m.moe_intermediate_size == d.intermediate_size
+    dc, mc = count_params(d), count_params(m)
+    router = m.num_hidden_layers * m.num_experts * m.hidden_size
+    assert mc.active_non_embedding - dc.non_embedding == router
+    assert mc.non_embedding > 5 * dc.non_embedding
+    fd, fm = flops_per_token(d, 1024).total, flops_per_token(m, 1024).total
+    assert fm - fd == 6 * router  # 0.2% more: the routers' matmuls
