@@ -62,8 +62,10 @@ class IsoFlop:
 
 
 def ratio_params(plan: dict) -> int:
-    """N for tokens per parameter: everything but the embedding tables, with the LM head counted once."""
-    return int(plan["parameters"]["non_embedding"] + plan["flops_per_token_head"] / 6)
+    """N for tokens per parameter: everything but the embedding tables, with the LM head counted once; for an
+    MoE the active parameters (what a token's FLOPs pay for), so an MoE arm gets the dense arm's sizes."""
+    parameters = plan["parameters"]
+    return int(parameters.get("active_non_embedding", parameters["non_embedding"]) + plan["flops_per_token_head"] / 6)
 
 
 def pick_sizes(costs: list[tuple[str, float, int]], budget: float, iso: IsoFlop) -> list[str]:

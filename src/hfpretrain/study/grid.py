@@ -45,17 +45,24 @@ BUDGET_KINDS = ("tokens", "steps", "flops")
 
 @dataclass(frozen=True)
 class Size:
-    """One model size: a zoo config and/or config-field overrides and/or raw recipe overrides."""
+    """One model size: a zoo config and/or config-field overrides and/or raw recipe overrides.
+
+    ``arms`` gives an arm its own version of the size (an architecture ablation: the MoE arm's experts in place
+    of the dense arm's MLP at the same width and depth): its ``config`` replaces the size's, its ``fields`` are
+    merged over the size's, its ``overrides`` follow the size's."""
 
     name: str
     config: str | None = None  # zoo name: tiny, scale_7m, ...
     fields: dict = field(default_factory=dict)  # config fields -> model.overrides.<key>=<value>
     overrides: tuple[str, ...] = ()  # raw recipe overrides, e.g. "training.learning_rate=1e-3"
+    arms: dict = field(default_factory=dict)  # arm name -> {config, fields, overrides} for that arm
 
-    def recipe_overrides(self) -> list[str]:
-        out = [f"model.config={self.config}"] if self.config else []
-        out += [f"model.overrides.{k}={_yaml_value(v)}" for k, v in self.fields.items()]
-        return out + list(self.overrides)
+    def recipe_overrides(self, arm: str | None = None) -> list[str]:
+        own = self.arms.get(arm, {})
+        config = own.get("config") or self.config
+        out = [f"model.config={config}"] if config else []
+        out += [f"model.overrides.{k}={_yaml_value(v)}" for k, v in {**self.fields, **own.get("fields", {})}.items()]
+        return out + list(self.overrides) + list(own.get("overrides", ()))
 
 
 @dataclass
@@ -135,11 +142,17 @@ def _size(entry) -> Size:
     name = entry.pop("name", None) or entry.get("config")
     if not name:
         raise ValueError(f"size {entry} needs a name (or a config)")
-    unknown = set(entry) - {"config", "fields", "overrides"}
+    unknown = set(entry) - {"config", "fields", "overrides", "arms"}
     if unknown:
-        raise ValueError(f"size {name}: unknown keys {sorted(unknown)} (config, fields, overrides)")
+        raise ValueError(f"size {name}: unknown keys {sorted(unknown)} (config, fields, overrides, arms)")
+    arms = {}
+    for arm, own in (entry.get("arms") or {}).items():
+        if not isinstance(own, dict) or set(own) - {"config", "fields", "overrides"}:
+            raise ValueError(f"size {name}: arms.{arm} must be a mapping of config, fields, overrides; got {own!r}")
+        arms[str(arm)] = {"config": own.get("config"), "fields": dict(own.get("fields") or {}),
+                          "overrides": [str(o) for o in own.get("overrides") or ()]}
     return Size(name=str(name), config=entry.get("config"), fields=dict(entry.get("fields") or {}),
-                overrides=tuple(entry.get("overrides") or ()))
+                overrides=tuple(entry.get("overrides") or ()), arms=arms)
 
 
 def _read_spec(path: Path) -> dict:
@@ -181,6 +194,10 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     sizes = [_size(s) for s in d["sizes"]]
     if len({s.name for s in sizes}) != len(sizes):
         raise ValueError("size names must be unique")
+    for size in sizes:
+        if set(size.arms) - {str(a) for a in arms}:
+            raise ValueError(f"size {size.name}: arms {sorted(set(size.arms) - {str(a) for a in arms})} are not "
+                             f"among the spec's arms {sorted(str(a) for a in arms)}")
     name = str(d.get("name") or "study")
     isoflop = IsoFlop.from_dict(d.get("isoflop"))
     if isoflop and kinds[0] != "flops":
@@ -227,7 +244,7 @@ def expand(spec: StudySpec, out: str | Path | None = None, sizes_for=None) -> li
                     name = f"{arm}/{size.name}__{budget_label(spec.budget_kind, budget)}"
                     name += f"__seed{seed}" if seed is not None else ""
                     out_dir = root / "runs" / name
-                    overrides = (*spec.overrides, *size.recipe_overrides(), *arm_overrides,
+                    overrides = (*spec.overrides, *size.recipe_overrides(arm), *arm_overrides,
                                  *([f"training.seed={seed}"] if seed is not None else []),
                                  f"training.output_dir={out_dir}")
                     runs.append(Run(name=name, arm=arm, size=size.name, budget_kind=spec.budget_kind,
@@ -260,7 +277,7 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
 
     def probe(arm: str, size: str) -> dict:
         if (arm, size) not in probes:
-            overrides = [*spec.overrides, *by_name[size].recipe_overrides(), *spec.arms[arm]]
+            overrides = [*spec.overrides, *by_name[size].recipe_overrides(arm), *spec.arms[arm]]
             probes[arm, size] = pretrain(spec.recipe, overrides, dry_run=True)
         return probes[arm, size]
 
