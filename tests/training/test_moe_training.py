@@ -95,6 +95,7 @@ def test_aux_loss_free_balancing_moves_the_bias_logs_the_load_and_resumes_exactl
     assert all(0 <= e["dead_experts"] <= 1 and e["expert_load_max_mean"] >= 1 >= e["expert_load_min_mean"]
                for e in logs)
     assert "expert_load_max_mean/0" in logs[0]  # one MoE layer (GLM's first layer is dense)
+    _check_the_plot_has_the_load(ref / "log.jsonl", tmp_path)
 
     resumed = tmp_path / "resumed"
     resumed.mkdir()
@@ -104,6 +105,20 @@ def test_aux_loss_free_balancing_moves_the_bias_logs_the_load_and_resumes_exactl
     again = {e["step"]: e["loss"] for e in read_log(resumed) if e.get("event") == "log" and "loss" in e}
     assert sorted(again) == [3, 4] and all(again[s] == losses[s] for s in again)
     assert torch.equal(_bias(resumed / "final")[next(iter(_bias(ref / "final")))], bias)
+
+
+def _check_the_plot_has_the_load(log, tmp_path):
+    """The run's plot gains a row for the experts' load (a dense run's log, the same without those keys, not)."""
+    import matplotlib.image
+
+    from hfpretrain.study.plots import plot_run
+
+    dense_log = tmp_path / "dense.jsonl"
+    dense_log.write_text("".join(json.dumps({k: v for k, v in e.items() if "expert" not in k}) + "\n"
+                                 for e in read_log(log.parent)))
+    moe_png, dense_png = plot_run(log, tmp_path / "moe.png"), plot_run(dense_log, tmp_path / "dense.png")
+    moe_height, dense_height = (matplotlib.image.imread(p).shape[0] for p in (moe_png, dense_png))
+    assert moe_height == pytest.approx(1.5 * dense_height, rel=0.02)
 
 
 def test_moe_settings_the_model_cannot_take(mini_blocks, tmp_path):

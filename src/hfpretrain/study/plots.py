@@ -71,8 +71,9 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
     def series(rows, key):
         return [(e["step"] * tokens_per_step, e[key]) for e in rows if e.get(key) is not None]
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-    (loss_ax, lr_ax), (speed_ax, grad_ax) = axes
+    moe = any("expert_load_max_mean" in e for e in logs)  # an MoE run: a third row for the experts' load
+    fig, axes = plt.subplots(3 if moe else 2, 2, figsize=(11, 10.5 if moe else 7))
+    (loss_ax, lr_ax), (speed_ax, grad_ax) = axes[:2]
     if logs:
         loss_ax.plot(*zip(*series(logs, "loss")), label="train loss", lw=1)
     if evals:
@@ -102,12 +103,31 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
         grad_ax.plot(*zip(*grad))
         grad_ax.set_yscale("log")
     grad_ax.set_ylabel("gradient norm (before clipping)")
+    if moe:
+        _plot_expert_load(axes[2], logs, series)
     for ax in axes.flat:
         ax.set_xlabel("tokens seen")
         ax.grid(alpha=0.3)
     loss_ax.legend(fontsize=8)
     fig.suptitle(title or Path(log_jsonl).parent.name)
     return _save(fig, out_png)
+
+
+def _plot_expert_load(axes, logs: list[dict], series) -> None:
+    """Each MoE layer's most loaded expert against the mean (1 = balanced), and the worst layer's least loaded
+    expert with the share of experts that got no token in the window (training/moe.py load_figures)."""
+    per_layer, dead_ax = axes
+    layers = sorted({int(k.rsplit("/", 1)[1]) for e in logs for k in e if k.startswith("expert_load_max_mean/")})
+    for layer in layers:
+        per_layer.plot(*zip(*series(logs, f"expert_load_max_mean/{layer}")), lw=0.8, label=f"layer {layer}")
+    per_layer.axhline(1.0, color="grey", lw=0.8, ls=":")
+    per_layer.set_ylabel("expert load, max / mean per layer")
+    if 1 < len(layers) <= 12:
+        per_layer.legend(fontsize=6, ncol=2)
+    dead_ax.plot(*zip(*series(logs, "expert_load_min_mean")), label="min / mean (worst layer)")
+    dead_ax.plot(*zip(*series(logs, "dead_experts")), label="share of experts with no token")
+    dead_ax.set_ylabel("least loaded experts")
+    dead_ax.legend(fontsize=8)
 
 
 def _unit(y: str) -> str:
