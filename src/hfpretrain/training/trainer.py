@@ -320,8 +320,14 @@ class PretrainTrainer(Trainer):
                                   fused_head=self.fused_head, loss_tile=self.loss_tile)
         aux = getattr(outputs, "aux_loss", None)  # MoE with output_router_logits: transformers' load-balancing loss
         config = self.accelerator.unwrap_model(model).config
-        if aux is not None and model.training and config.output_router_logits:  # as transformers adds it; eval: CE
-            loss = loss + config.router_aux_loss_coef * aux.to(loss.device)
+        if aux is not None and model.training and config.output_router_logits:  # eval: cross-entropy only
+            weight = config.router_aux_loss_coef
+            if num_items_in_batch is not None:
+                # The cross-entropy is this micro-batch's share of the step's tokens (all micro-batches, all ranks);
+                # the aux loss takes the same share, so that its weight is moe.aux_loss_coef whatever accumulation
+                # and GPU count model.micro_batch and the launch chose (transformers adds it whole per micro-batch).
+                weight = weight * labels.ne(-100).sum() / num_items_in_batch
+            loss = loss + weight * aux.to(loss.device)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
             # gradients over ranks, so scale back up.
