@@ -12,7 +12,7 @@ from transformers import TrainingArguments
 
 from .arguments import _training_value
 from .checkpoints import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
-from .config import Recipe, recipe_to_dict
+from .config import MoeSection, Recipe, recipe_to_dict
 from .zero import deepspeed_tag
 
 logger = logging.getLogger("hfpretrain")
@@ -80,6 +80,10 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
     # which matrices weight decay applies to (absent: off, as before the key existed)
     compare("model.decay_embeddings", (old.get("model") or {}).get("decay_embeddings", False),
             new["model"].get("decay_embeddings", False))
+    # the experts' balancing (absent: a checkpoint from before the section, whose defaults it ran with)
+    for key in ("aux_loss_coef", "bias_update_rate"):
+        default = getattr(MoeSection, key)
+        compare(f"moe.{key}", (old.get("moe") or {}).get(key, default), (new.get("moe") or {}).get(key, default))
     if isinstance(old.get("optimizer"), dict) and isinstance(new.get("optimizer"), dict):
         for key in sorted(set(old["optimizer"]) | set(new["optimizer"])):
             compare(f"optimizer.{key}", old["optimizer"].get(key), new["optimizer"].get(key))
