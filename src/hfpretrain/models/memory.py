@@ -128,16 +128,19 @@ def moe_shape(config: PretrainedConfig) -> MoeShape | None:
     if not is_moe(config):
         return None
     model = meta_model(config)
-    moe_layers, shared_ff = 0, 0
+    moe_layers, shared_ff, expert_ff = 0, 0, 0
     for layer in model.model.layers:
         mlp = layer.mlp
         if hasattr(mlp, "experts"):
             moe_layers += 1
+            # [experts, hidden, width] in every transformers experts module: Mixtral and OLMoE have no
+            # moe_intermediate_size (their experts are intermediate_size wide)
+            expert_ff = mlp.experts.down_proj.shape[-1]
             shared = getattr(mlp, "shared_experts", None) or getattr(mlp, "shared_expert", None)
             if shared is not None:
                 shared_ff = shared.gate_proj.weight.shape[0]
     return MoeShape(experts=num_routed_experts(config), top_k=int(config.num_experts_per_tok),
-                    expert_ff=int(config.moe_intermediate_size), shared_ff=int(shared_ff), moe_layers=moe_layers)
+                    expert_ff=int(expert_ff), shared_ff=int(shared_ff), moe_layers=moe_layers)
 
 
 def _has_qk_norm(config: PretrainedConfig) -> bool:
