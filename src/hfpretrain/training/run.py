@@ -198,7 +198,9 @@ def build_run_model(run: RunSetup) -> tuple[torch.nn.Module, Applied]:
     if run.recipe.model.init_from:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(run.recipe.model.init_from)
+        # a context-extension phase: the weights under the config its RoPE change made (training/context.py)
+        extended = {"config": run.config} if run.recipe.context.seq_len else {}
+        model = AutoModelForCausalLM.from_pretrained(run.recipe.model.init_from, **extended)
         apply_moe_section(run.recipe.moe, model.config)  # the recipe's balancing settings over the checkpoint's
     else:
         model = build_model(run.config, attn_implementation=fast.attn_implementation,
