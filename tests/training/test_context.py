@@ -180,3 +180,21 @@ def test_the_document_mask_costs_a_bias_per_layer_with_sdpa():
     assert extra(16384, "sdpa") == 16384 * (layers * 2 * 16384 + 16384)
     assert extra(16384, "flash_attention_2") == 0
     assert torch.tensor(extra(32768, "sdpa") / extra(16384, "sdpa")).item() == pytest.approx(4, rel=1e-3)
+
+
+def test_a_resume_with_another_rope_is_another_run():
+    """The RoPE change is made in the config at start, so a resumed phase with another one would train the saved
+    weights under other positions: resume_differences names it; a recipe saved before the section existed is none."""
+    from hfpretrain.training.config import load_recipe, recipe_to_dict
+    from hfpretrain.training.resume import resume_differences
+
+    def recipe(*extra):
+        return recipe_to_dict(load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", "context.seq_len=256",
+                                                        "context.rope=theta", *extra]))
+
+    data = {"fingerprint": "f", "seq_len": 256, "samples_per_step": 4, "tokenizer_sha256": "t"}
+    old, new = recipe("context.rope_theta=40000"), recipe("context.rope_theta=80000")
+    assert resume_differences(old, old, data, data) == []
+    assert resume_differences(old, new, data, data) == ["context.rope_theta 40000.0 → 80000.0"]
+    plain = recipe_to_dict(load_recipe(TINY_RECIPE, ["data.path=x"]))
+    assert resume_differences({k: v for k, v in plain.items() if k != "context"}, plain, data, data) == []
