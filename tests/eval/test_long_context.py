@@ -14,7 +14,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from hfpretrain.eval.long_context import loss_by_position, passkey_accuracy, passkey_prompt, position_bins
+from hfpretrain.eval.long_context import (loss_by_position, mean_loss, passkey_accuracy, passkey_prompt,
+                                          position_bins)
 
 REPO = Path(__file__).resolve().parents[2]
 EOS = 0
@@ -78,6 +79,12 @@ def test_loss_by_position_bins_the_tokens_of_documents_that_start_in_the_block()
     assert [b["tokens"] for b in long_only["bins"]] == [1, 2, 1, 0] and long_only["documents"] == 1
 
 
+def test_mean_loss_counts_every_target():
+    block = np.array([[5, 6, EOS, 7, 8, 9, EOS, 1, 2, 3, 4, 5]] * 3)
+    assert mean_loss(_Fixed("uniform", 16), block, EOS, batch_size=2) == {"loss": pytest.approx(math.log(16)),
+                                                                          "tokens": 33}
+
+
 def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks, tmp_path):
     """`hfpretrain long-context` on a tiny model: the JSON (the loss per position bin of the mini blocks, passkey at
     128 and 256 tokens), then the report's section and plot from it; a passkey length too short is one line."""
@@ -86,7 +93,8 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
     ckpt = tmp_path / "run" / "final"
     shutil.copytree(tiny_checkpoint, ckpt)
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--data",
-                           str(mini_blocks), "--blocks", "2", "--lengths", "128", "256", "--samples", "2"],
+                           str(mini_blocks), "--blocks", "2", "--lengths", "128", "256", "--samples", "2",
+                           "--short-data", str(mini_blocks), "--short-blocks", "2"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((ckpt / "long_context.json").read_text())
@@ -94,6 +102,10 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
     assert result["loss_by_position"]["seq_len"] == 128 and sum(b["tokens"] for b in bins) > 50
     assert all(b["loss"] is None or 0 < b["loss"] < 20 for b in bins)
     assert set(result["passkey"]) == {"128", "256"} and result["passkey"]["256"]["samples"] == 2
+    short = result["short_context"]
+    assert short["tokens"] == 2 * 127 and short["bpb"] > 0 and short["seq_len"] == 128
+    # every target of the blocks: more than the position bins count (they leave out each block's first segment)
+    assert short["tokens"] > sum(b["tokens"] for b in bins)
     assert "| positions | loss (nats) | tokens |" in proc.stdout
     lines = long_context_lines(ckpt, tmp_path / "report")
     assert lines[0] == "## Long context" and (tmp_path / "report" / "long_context.png").stat().st_size > 1000

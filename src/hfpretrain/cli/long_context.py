@@ -1,10 +1,12 @@
 """Long-context evaluation of a checkpoint: loss by position on long validation documents, passkey retrieval.
 
     hfpretrain long-context CKPT --data DATA [--blocks 16] [--min-document-tokens N] [--lengths 2048 4096 8192 16384]
-        [--samples 20] [--document-mask auto|on|off] [--dtype auto|bf16|fp32] [--device cuda] [--out FILE]
+        [--samples 20] [--short-data DATA_2K --short-blocks 64] [--document-mask auto|on|off]
+        [--dtype auto|bf16|fp32] [--device cuda] [--out FILE]
 
 DATA is an output folder of tokenize_pile.py (its validation blocks; packed at the length to evaluate, e.g. the
-context phase's). Writes CKPT/long_context.json (or --out), which the run's report (scripts/report.py) shows as a
+context phase's); --short-data one packed at the length the model was trained at before, for the short-context
+loss and bits per byte (does the extension cost short-context quality?). Writes CKPT/long_context.json (or --out), which the run's report (scripts/report.py) shows as a
 table and a plot. See hfpretrain/eval/long_context.py for what is measured.
 """
 
@@ -43,6 +45,8 @@ def main(argv=None) -> int:
     p.add_argument("--lengths", type=int, nargs="*", default=[2048, 4096, 8192, 16384],
                    help="passkey prompt lengths in tokens (none: no passkey)")
     p.add_argument("--samples", type=int, default=20, help="passkey prompts per length (depths spread over 0..1)")
+    p.add_argument("--short-data", help="tokenize_pile.py output at the original length: plain loss and bits per byte")
+    p.add_argument("--short-blocks", type=int, default=64, help="validation blocks of --short-data")
     p.add_argument("--document-mask", choices=("auto", "on", "off"), default="auto",
                    help="positions restart per document (auto: as the run's recipe.yaml says)")
     p.add_argument("--batch-size", type=int, default=1)
@@ -54,11 +58,12 @@ def main(argv=None) -> int:
     checkpoint = Path(a.checkpoint)
     if not (checkpoint / "config.json").is_file():
         return error(f"{checkpoint} holds no checkpoint (config.json)")
-    if a.data is None and not a.lengths:
-        return error("nothing to measure: give --data (loss by position) and/or --lengths (passkey)")
-    if a.data is not None and not (Path(a.data) / "manifest.json").is_file():
-        return error(f"--data {a.data}: no manifest.json (an output folder of tokenize_pile.py)")
-    for name in ("blocks", "samples", "batch_size"):
+    if a.data is None and a.short_data is None and not a.lengths:
+        return error("nothing to measure: give --data (loss by position), --short-data and/or --lengths (passkey)")
+    for flag, folder in (("--data", a.data), ("--short-data", a.short_data)):
+        if folder is not None and not (Path(folder) / "manifest.json").is_file():
+            return error(f"{flag} {folder}: no manifest.json (an output folder of tokenize_pile.py)")
+    for name in ("blocks", "samples", "batch_size", "short_blocks"):
         if getattr(a, name) < 1:
             return error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     if any(n < 64 for n in a.lengths):
@@ -67,9 +72,9 @@ def main(argv=None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hfpretrain.data.manifest import require_manifest
+    from hfpretrain.data.manifest import bits_per_byte, require_manifest, tokens_per_byte
     from hfpretrain.data.order import load_input_ids
-    from hfpretrain.eval.long_context import loss_by_position, passkey_accuracy
+    from hfpretrain.eval.long_context import loss_by_position, mean_loss, passkey_accuracy
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}.get(a.dtype) or \
@@ -91,6 +96,16 @@ def main(argv=None) -> int:
                 "data": str(a.data), **loss_by_position(
                     model, blocks, int(manifest["tokenizer"]["eos_token_id"]), _document_mask(a.document_mask, checkpoint),
                     a.min_document_tokens, a.batch_size)}
+        if a.short_data is not None:
+            manifest = require_manifest(a.short_data)
+            blocks = load_input_ids(a.short_data, "validation")
+            blocks = blocks.select(range(min(a.short_blocks, len(blocks))))
+            short = mean_loss(model, blocks, int(manifest["tokenizer"]["eos_token_id"]),
+                              _document_mask(a.document_mask, checkpoint), a.batch_size)
+            ratio = tokens_per_byte(manifest)
+            result["short_context"] = {"data": str(a.short_data), "seq_len": int(manifest["seq_len"]),
+                                       "blocks": len(blocks), **short,
+                                       "bpb": bits_per_byte(short["loss"], ratio) if ratio else None}
         if a.lengths:
             result["passkey"] = passkey_accuracy(model, tokenizer, a.lengths, a.samples, batch_size=a.batch_size)
     except ValueError as err:

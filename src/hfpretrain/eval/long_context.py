@@ -87,6 +87,20 @@ def loss_by_position(model, blocks, eos_id: int, document_mask: bool = False, mi
             "min_document_tokens": min_document_tokens, "document_mask": document_mask, "bins": rows}
 
 
+def mean_loss(model, blocks, eos_id: int, document_mask: bool = False, batch_size: int = 1) -> dict:
+    """The plain validation loss over every target token of ``blocks`` (``{"loss", "tokens"}``): the short-context
+    check of an extended model, on the blocks of its training length, against the model before the extension."""
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(blocks), batch_size):
+        rows = [blocks[i] for i in range(start, min(start + batch_size, len(blocks)))]
+        ids = torch.as_tensor(np.stack([r["input_ids"] if isinstance(r, dict) else r for r in rows]).astype(np.int64),
+                              device=_device(model))
+        losses = token_losses(model, ids, document_positions(ids, eos_id) if document_mask else None)
+        total, count = total + float(losses.sum()), count + losses.numel()
+    return {"loss": total / count, "tokens": count}
+
+
 def passkey_prompt(tokenizer, length: int, depth: float, key: str) -> tuple[list[int], list[int]]:
     """``(input ids, answer ids)`` of one passkey prompt of exactly ``length`` tokens, the answer's last: the key
     after ``depth`` (0..1) of the filler. ValueError when ``length`` cannot hold the prompt without its filler."""

@@ -27,6 +27,11 @@ def summary_lines(result: dict) -> list[str]:
                   "| positions | loss (nats) | tokens |", "|---|---|---|"]
         lines += [f"| {b['from']:,}-{b['to'] - 1:,} | {_fmt(b['loss'])} | {b['tokens']:,} |" for b in positions["bins"]]
         lines.append("")
+    short = result.get("short_context")
+    if short:
+        bpb = "" if short["bpb"] is None else f", {short['bpb']:.4f} bits per byte"
+        lines += [f"Short context: validation loss {short['loss']:.4f} nats{bpb} over {short['tokens']:,} tokens "
+                  f"({short['blocks']} blocks of {short['seq_len']:,}).", ""]
     passkey = result.get("passkey")
     if passkey:
         lines += ["Passkey retrieval (a 5-digit key at depths spread over the prompt; exact greedy answer):", "",
