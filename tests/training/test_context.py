@@ -198,3 +198,25 @@ def test_a_resume_with_another_rope_is_another_run():
     assert resume_differences(old, new, data, data) == ["context.rope_theta 40000.0 → 80000.0"]
     plain = recipe_to_dict(load_recipe(TINY_RECIPE, ["data.path=x"]))
     assert resume_differences({k: v for k, v in plain.items() if k != "context"}, plain, data, data) == []
+
+
+def test_long_context_evaluation_at_the_end_of_training(mini_blocks, tmp_path):
+    """evaluation.long_context_*: after the last step, passkey and the loss by position on the live model, into
+    output_dir/long_context.json and the log; the run's report finds it beside final/. Without the eval package's
+    callbacks the keys would do nothing: refused."""
+    from hfpretrain.study.long_context_report import long_context_lines
+
+    out = tmp_path / "run"
+    extra = {"training.max_steps": "2", "evaluation.long_context_lengths": "[128]", "evaluation.long_context_samples": "2",
+             "evaluation.long_context_blocks": "2"}
+    run_pretrain(mini_blocks, out, extra)
+    result = json.loads((out / "long_context.json").read_text())
+    assert result["step"] == 2 and result["passkey"]["128"]["samples"] == 2
+    assert result["loss_by_position"]["blocks"] == 2 and result["loss_by_position"]["tokens"] > 0
+    logged = [e for e in read_log(out) if e["event"] == "log" and "long_context/passkey_128" in e]
+    assert len(logged) == 1 and any(k.startswith("long_context/loss_") for k in logged[0])
+    assert long_context_lines(out / "final", tmp_path / "report")[0] == "## Long context"
+    with pytest.raises(RecipeError, match="evaluation.long_context_lengths=\\[32\\]: passkey prompt lengths"):
+        pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "x", {"evaluation.long_context_lengths": "[32]"}))
+    with pytest.raises(RecipeError, match="is scored by the eval package's callback"):
+        pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "x", extra))

@@ -72,10 +72,12 @@ def plot_long_context(result: dict, out_png: str | Path, title: str = "") -> Pat
 
 
 def long_context_lines(checkpoint: Path, out_dir: Path) -> list[str]:
-    """The report's section, when the checkpoint was evaluated (``hfpretrain long-context``); else none."""
-    path = Path(checkpoint) / FILE
-    if not path.is_file():
+    """The report's section, when the checkpoint was evaluated (``hfpretrain long-context`` writes final/'s file,
+    ``evaluation.long_context_*`` the run folder's at the end of training); else none."""
+    found = [p / FILE for p in (Path(checkpoint), Path(checkpoint).parent) if (p / FILE).is_file()]
+    if not found:
         return []
+    path = found[0]
     try:
         result = json.loads(path.read_text())
     except ValueError:

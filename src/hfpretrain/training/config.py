@@ -110,6 +110,13 @@ class EvaluationSection:
     lm_eval_task: Optional[str] = None
     lm_eval_limit: int = 200
     per_set: bool = False  # final evaluation: loss per pile_set_name of the validation blocks (one more pass)
+    # after the last step (eval/long_context.py, through the eval package's callback): passkey retrieval at these
+    # prompt lengths ([]: none) and the loss by position on the first long_context_blocks validation blocks (0: none),
+    # into output_dir/long_context.json and the log
+    long_context_lengths: list = field(default_factory=list)
+    long_context_samples: int = 20  # passkey prompts per length
+    long_context_blocks: int = 0
+    long_context_min_document_tokens: int = 0  # loss by position: only documents at least this long in a block
 
 
 @dataclass
@@ -444,6 +451,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise RecipeError(str(err)) from None
     _check_checkpointing(recipe.training)
     check_context_section(recipe)
+    _check_long_context_evaluation(recipe.evaluation)
     check_data_section(recipe.data, recipe.training)
     _check_decay_ratio(recipe.training, recipe.data.decay_in_last_phase)
     _check_scheduler_kwargs(recipe.training)
@@ -480,6 +488,16 @@ def _check_checkpointing(training: dict) -> None:
         every = kwargs.get("every_n_layers", 1)
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise RecipeError(f"training.{name}.every_n_layers={every!r}: checkpoint every n-th decoder layer, n >= 1")
+
+
+def _check_long_context_evaluation(ev: EvaluationSection) -> None:
+    lengths = list(ev.long_context_lengths)
+    if any(not isinstance(n, int) or isinstance(n, bool) or n < 64 for n in lengths):
+        raise RecipeError(f"evaluation.long_context_lengths={lengths}: passkey prompt lengths in tokens, each >= 64")
+    for key in ("long_context_samples", "long_context_blocks", "long_context_min_document_tokens"):
+        low = 1 if key == "long_context_samples" else 0
+        if getattr(ev, key) < low:
+            raise RecipeError(f"evaluation.{key}={getattr(ev, key)} must be >= {low}")
 
 
 def check_context_section(recipe: Recipe) -> None:
