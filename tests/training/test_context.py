@@ -220,3 +220,16 @@ def test_long_context_evaluation_at_the_end_of_training(mini_blocks, tmp_path):
         pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "x", {"evaluation.long_context_lengths": "[32]"}))
     with pytest.raises(RecipeError, match="is scored by the eval package's callback"):
         pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "x", extra))
+
+
+def test_the_training_length_of_a_checkpoint_folder(tmp_path):
+    """Continuing a run: a checkpoint-N folder records its length in data.json (final/ in lineage.json)."""
+    from hfpretrain.training.context import training_length
+
+    ckpt = tmp_path / "checkpoint-200"
+    ckpt.mkdir()
+    assert training_length(ckpt) == (None, "")
+    (ckpt / "data.json").write_text(json.dumps({"seq_len": 2048, "samples_per_step": 64}))
+    assert training_length(ckpt) == (2048, str(ckpt / "data.json"))
+    (ckpt / "lineage.json").write_text("not json")  # unreadable: the next record is read
+    assert training_length(ckpt)[0] == 2048
