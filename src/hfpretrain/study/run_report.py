@@ -240,6 +240,9 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     lines += model_lines(recipe, summary, config)
     lines += curve_lines(run_dir, out_md.parent, summary, manifest)
     lines += eval_lines(checkpoint, eval_limit, run_eval)
+    from hfpretrain.study.long_context_report import long_context_lines
+
+    lines += long_context_lines(checkpoint, out_md.parent)  # after `hfpretrain long-context` on final/
     if prompts is not None:
         lines += generation_lines(checkpoint, prompts, max_new_tokens)
     if manifest:

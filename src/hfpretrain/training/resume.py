@@ -58,6 +58,11 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
         compare(f"model.{key}", (old.get("model") or {}).get(key), new["model"][key])
     for key, default in (("document_mask", False), ("z_loss", 0.0)):  # what the model learns from (absent: off)
         compare(f"model.{key}", (old.get("model") or {}).get(key, default), new["model"].get(key, default))
+    # a context phase's positions: its RoPE is in the config made at start, not in the checkpoint's weights
+    for key, default in (("seq_len", None), ("from_seq_len", None), ("rope", "keep"), ("rope_theta", None),
+                         ("yarn_factor", None)):
+        compare(f"context.{key}", (old.get("context") or {}).get(key, default),
+                (new.get("context") or {}).get(key, default))
     if old_data is None:  # saved before data.json existed: the recipe is all there is
         for key in ("path", "tokenizer"):
             compare(f"data.{key}", (old.get("data") or {}).get(key), new["data"][key])

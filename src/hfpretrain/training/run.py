@@ -81,10 +81,12 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         raise RecipeError(f"model.overrides {dict(recipe.model.overrides)} do not apply to model.init_from="
                           f"{recipe.model.init_from} (its weights define the model): remove them")
     extra = list(callbacks(recipe)) if callbacks else []
-    if recipe.evaluation.lm_eval_task and not extra and not dry_run:
-        raise RecipeError(f"evaluation.lm_eval_task={recipe.evaluation.lm_eval_task} is scored by the eval "
-                          "package's callback: train through `hfpretrain train`, or pass "
-                          "callbacks=hfpretrain.eval.callback.recipe_callbacks to pretrain()")
+    ev = recipe.evaluation
+    scored = (f"evaluation.lm_eval_task={ev.lm_eval_task}" if ev.lm_eval_task else
+              "evaluation.long_context_lengths/_blocks" if ev.long_context_lengths or ev.long_context_blocks else None)
+    if scored and not extra and not dry_run:
+        raise RecipeError(f"{scored} is scored by the eval package's callback: train through `hfpretrain train`, or "
+                          "pass callbacks=hfpretrain.eval.callback.recipe_callbacks to pretrain()")
     if dry_run:
         if needs_assumed_data(recipe):  # not tokenized yet: plan with stated assumptions
             return plan_without_data(recipe, world_size, zero_stage)
@@ -198,7 +200,9 @@ def build_run_model(run: RunSetup) -> tuple[torch.nn.Module, Applied]:
     if run.recipe.model.init_from:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(run.recipe.model.init_from)
+        # a context-extension phase: the weights under the config its RoPE change made (training/context.py)
+        extended = {"config": run.config} if run.recipe.context.seq_len else {}
+        model = AutoModelForCausalLM.from_pretrained(run.recipe.model.init_from, **extended)
         apply_moe_section(run.recipe.moe, model.config)  # the recipe's balancing settings over the checkpoint's
     else:
         model = build_model(run.config, attn_implementation=fast.attn_implementation,
