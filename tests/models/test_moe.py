@@ -282,3 +282,12 @@ def test_memory_of_moe_families_without_moe_intermediate_size(name):
     shape = moe_shape(config)
     assert (shape.experts, shape.top_k, shape.expert_ff, shape.moe_layers) == (4, 2, 96, 2)
     assert estimate_memory(config, TrainingLayout(2, 128)).total > 0
+
+
+def test_weights_load_under_the_planned_backends(tmp_path):
+    """model.init_from loaded with transformers' defaults (grouped_mm experts, sdpa), not the attention and
+    experts backends the plan printed: build_model(weights=...) takes both."""
+    config = tiny("qwen3_moe")
+    build_model(config, attn_implementation="sdpa").save_pretrained(tmp_path)
+    model = build_model(config, attn_implementation="eager", experts_implementation="eager", weights=str(tmp_path))
+    assert model.config._experts_implementation == "eager" and model.config._attn_implementation == "eager"

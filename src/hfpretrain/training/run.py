@@ -57,7 +57,7 @@ from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_d
 from .fast_path import speedups_of
 from .lineage import WandbLineageCallback, lineage, write_lineage
 from .model_card import write_model_card
-from .moe import ExpertBalanceCallback, ExpertLoad, apply_moe_section, find_routers
+from .moe import ExpertBalanceCallback, ExpertLoad, find_routers
 from .per_set import per_set_bits_per_byte, per_set_losses
 from .plan import RunSetup, needs_assumed_data, plan_without_data, setup_run
 from .resume import check_resume, refuse_deepspeed_checkpoint, resolve_resume
@@ -197,16 +197,10 @@ def build_run_model(run: RunSetup) -> tuple[torch.nn.Module, Applied]:
             logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
     logger.info("micro-batch: %d x %d accumulation (%s)", run.args.per_device_train_batch_size,
                 run.args.gradient_accumulation_steps, fast.reasons["micro_batch"])
-    if run.recipe.model.init_from:
-        from transformers import AutoModelForCausalLM
-
-        # a context-extension phase: the weights under the config its RoPE change made (training/context.py)
-        extended = {"config": run.config} if run.recipe.context.seq_len else {}
-        model = AutoModelForCausalLM.from_pretrained(run.recipe.model.init_from, **extended)
-        apply_moe_section(run.recipe.moe, model.config)  # the recipe's balancing settings over the checkpoint's
-    else:
-        model = build_model(run.config, attn_implementation=fast.attn_implementation,
-                            experts_implementation=fast.experts_implementation)
+    # init_from's weights under the plan's config: the checkpoint's own, with the recipe's balancing (moe:) and a
+    # context phase's RoPE change (training/context.py), and the attention and experts backends the plan chose
+    model = build_model(run.config, attn_implementation=fast.attn_implementation,
+                        experts_implementation=fast.experts_implementation, weights=run.recipe.model.init_from)
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None
