@@ -92,7 +92,7 @@ class DataSection:
     # output whose validation split and tokenizer/ the run uses (default: the first source)
     path: str = ""
     tokenizer: Optional[str] = None  # defaults to <path>/tokenizer
-    # Weighted mixtures and phases (training/mixture.py, docs/training.md § Mixtures and phases):
+    # Weighted mixtures and phases (data/mixture.py, docs/training.md § Mixtures and phases):
     sources: dict = field(default_factory=dict)  # name -> output folder of tokenize_pile.py
     mixture: dict = field(default_factory=dict)  # name -> weight: one phase, the whole run
     # [{mixture: {name: weight}, share: fraction of max_steps | steps: N, name: label}]; the last may omit both

@@ -255,7 +255,7 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
     if context is not None:
         plan["context"] = {**context, "fits": check_fits(plan, recipe.context.gpu, cuda_memory())}
     schedule = None
-    if recipe.data.sources:  # a weighted mixture, in phases (training/mixture.py)
+    if recipe.data.sources:  # a weighted mixture, in phases (data/mixture.py)
         sources = load_sources(recipe.data.sources, manifest, recipe.data.path, require_manifest)
         schedule = MixtureSchedule(sources, resolve_phases(recipe.data, args.max_steps), plan["samples_per_step"])
         plan["data"] = mixture_plan(schedule, seq_len, MAX_PASSES_WITHOUT_WARNING)
