@@ -305,3 +305,31 @@ def test_best_small_moe_is_best_small_with_experts_at_equal_flops():
     assert mc.non_embedding > 5 * dc.non_embedding
     fd, fm = flops_per_token(d, 1024).total, flops_per_token(m, 1024).total
     assert fm - fd == 6 * router  # 0.2% more: the routers' matmuls
+
+
+def test_the_aux_loss_from_the_hooks_is_transformers_and_compiles_whole():
+    """The trainer computes transformers' load-balancing loss from the logits the routers' hooks keep and calls
+    the model with output_router_logits=False: the same loss and gradient, and the forward compiles as one graph
+    (transformers collects router logits through a ContextVar, which split the compiled decoder at every router)."""
+    from hfpretrain.models import build_model, load_config
+    from hfpretrain.training.moe import ExpertLoad, aux_loss_function, find_routers
+
+    torch.manual_seed(0)
+    config = load_config("qwen3_moe_109m_a21m", {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                                                  "num_key_value_heads": 2, "head_dim": 32, "moe_intermediate_size": 32,
+                                                  "num_experts": 8, "num_experts_per_tok": 2}, vocab_size=100)
+    model = build_model(config, attn_implementation="sdpa", experts_implementation="batched_mm").train()
+    load = ExpertLoad(find_routers(model), aux_loss_function(model))
+    assert load.aux_loss is not None
+    ids = torch.randint(0, 100, (2, 16))
+    want = model(input_ids=ids, output_router_logits=True).aux_loss
+    (want_grad,) = torch.autograd.grad(want, model.model.layers[0].mlp.gate.weight)
+    load.logits.clear()
+    torch.compile(model, backend="eager", fullgraph=True)(input_ids=ids, output_router_logits=False)
+    got = load.take_aux_loss()
+    torch.testing.assert_close(got, want)
+    (got_grad,) = torch.autograd.grad(got, model.model.layers[0].mlp.gate.weight)
+    torch.testing.assert_close(got_grad, want_grad)
+    assert load.take_aux_loss() is None  # taken once per forward
+    glm = _tiny_glm()
+    assert aux_loss_function(glm) is None  # no auxiliary loss in transformers for GLM-4-MoE

@@ -15,19 +15,26 @@ After every optimizer step :class:`ExpertBalanceCallback`:
   (worst layer), the share of experts that got no token, and the max/mean of each layer; and warns once for an
   expert that stays dead for ``moe.dead_expert_windows`` logging windows in a row.
 
-transformers' own auxiliary loss (``router_aux_loss_coef``, Qwen3-MoE) is added by the trainer's compute_loss.
+transformers' auxiliary loss (``router_aux_loss_coef``, Qwen3-MoE) is added by the trainer's compute_loss, computed
+by the model family's own ``load_balancing_loss_func`` from the router logits the same hooks keep
+(:func:`aux_loss_function`): the model is then called with ``output_router_logits=False``, because transformers
+collects those through a ContextVar that torch.compile cannot trace, which broke the compiled decoder into a graph
+per router.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
+import sys
+from functools import partial
 
 import torch
 from torch import nn
 from transformers import TrainerCallback
 
 from hfpretrain.models.params import meta_model
-from hfpretrain.models.zoo import is_moe
+from hfpretrain.models.zoo import is_moe, num_routed_experts
 
 from .config import RecipeError
 
@@ -53,12 +60,14 @@ class ExpertLoad:
     forward. A forward recomputed for activation checkpointing appends its (identical) choice again: every count
     doubles, which changes neither the load ratios logged nor the sign of a bias update."""
 
-    def __init__(self, routers: list[nn.Module]):
+    def __init__(self, routers: list[nn.Module], aux_loss=None):
         self.routers = routers
         self.num_experts = routers[0].weight.shape[0]
         self.required = False  # balancing reads the counts: a router that returns no indices is then an error
         self.available = True  # False once a training forward gave no indices
         self.chosen: list[torch.Tensor] = []  # this micro-step's indices, layer after layer
+        self.aux_loss = aux_loss  # aux_loss_function(model): the trainer's load-balancing loss from self.logits
+        self.logits: list[torch.Tensor] = []  # this forward's router logits, kept (with their graph) for aux_loss
         # made before the Trainer moves the model to its device: moved to the indices' device at the first count
         self.counts = torch.zeros(len(routers), self.num_experts, dtype=torch.int64)
         for router in routers:
@@ -67,6 +76,8 @@ class ExpertLoad:
     def _record(self, router: nn.Module, args, output) -> None:
         if router.training and isinstance(output, tuple) and len(output) == 3:
             self.chosen.append(output[2])
+            if self.aux_loss is not None:
+                self.logits.append(output[0])
 
     @property
     def biases(self) -> list[torch.Tensor | None]:
@@ -101,6 +112,24 @@ class ExpertLoad:
     def take(self) -> torch.Tensor:
         counts, self.counts = self.counts, torch.zeros_like(self.counts)
         return counts
+
+    def take_aux_loss(self) -> torch.Tensor | None:
+        """The load-balancing loss of the router logits kept since the last call (one training forward)."""
+        logits, self.logits = self.logits, []
+        return self.aux_loss(tuple(logits)) if logits else None
+
+
+def aux_loss_function(model: nn.Module):
+    """``logits -> loss``: transformers' load-balancing loss of ``model``'s family (the module's own
+    ``load_balancing_loss_func``: Qwen3-MoE, Mixtral, OLMoE), when the config asks for it (``output_router_logits``)
+    and the model's forward can be told not to collect the logits itself; None otherwise (transformers' own
+    ``aux_loss`` output is used then)."""
+    function = getattr(sys.modules[type(model).__module__], "load_balancing_loss_func", None)
+    if (function is None or not getattr(model.config, "output_router_logits", False)
+            or "output_router_logits" not in inspect.signature(model.forward).parameters):
+        return None
+    return partial(function, num_experts=num_routed_experts(model.config), top_k=model.config.num_experts_per_tok,
+                   attention_mask=None)  # packed blocks: every token counts
 
 
 def _all_ranks_sum(counts: torch.Tensor) -> torch.Tensor:

@@ -57,7 +57,7 @@ from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_d
 from .fast_path import speedups_of
 from .lineage import WandbLineageCallback, lineage, write_lineage
 from .model_card import write_model_card
-from .moe import ExpertBalanceCallback, ExpertLoad, find_routers
+from .moe import ExpertBalanceCallback, ExpertLoad, aux_loss_function, find_routers
 from .per_set import per_set_bits_per_byte, per_set_losses
 from .plan import RunSetup, needs_assumed_data, plan_without_data, setup_run
 from .resume import check_resume, refuse_deepspeed_checkpoint, resolve_resume
@@ -239,7 +239,7 @@ def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length:
                  ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx)]
     routers = find_routers(model)
     if routers:  # MoE: the experts' load in the log, and aux-loss-free balancing with moe.bias_update_rate
-        expert_load = ExpertLoad(routers)
+        expert_load = ExpertLoad(routers, aux_loss_function(model))
         callbacks.insert(0, ExpertBalanceCallback(expert_load, recipe.moe.bias_update_rate,
                                                   recipe.moe.dead_expert_windows))
     mixture_log = MixtureLogCallback(run.schedule, run.seq_len) if run.schedule is not None else None

@@ -304,9 +304,13 @@ class PretrainTrainer(Trainer):
         if self._tap is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         labels = inputs["labels"]
+        own_aux = self.expert_load is not None and self.expert_load.aux_loss is not None  # training/moe.py
+        if own_aux:
+            self.expert_load.logits.clear()  # a checkpointed backward's recomputed forward kept some again
         self._tap.active = True
         try:
-            outputs = model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False)
+            outputs = model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False,
+                            **({"output_router_logits": False} if own_aux else {}))
         finally:
             self._tap.active = False
         hidden, self._tap.hidden = self._tap.hidden, None
@@ -318,7 +322,8 @@ class PretrainTrainer(Trainer):
                                   self.liger_min_chunk_tokens, self.compile_backend, self.compile_mode,
                                   z_loss=self.z_loss if model.training else 0.0,  # evaluation: cross-entropy only
                                   fused_head=self.fused_head, loss_tile=self.loss_tile)
-        aux = getattr(outputs, "aux_loss", None)  # MoE with output_router_logits: transformers' load-balancing loss
+        # MoE: transformers' load-balancing loss, from the logits the routers' hooks kept, else the model's output
+        aux = self.expert_load.take_aux_loss() if own_aux else getattr(outputs, "aux_loss", None)
         config = self.accelerator.unwrap_model(model).config
         if aux is not None and model.training and config.output_router_logits:  # eval: cross-entropy only
             weight = config.router_aux_loss_coef
