@@ -29,6 +29,7 @@ import logging
 import math
 import multiprocessing
 import os
+import re
 import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -474,10 +475,41 @@ def result_row(run: Run) -> dict:
         "schedule": training.get("lr_scheduler_type"),
         "flops_per_token": plan["flops_per_token"], "flops": plan["flops_per_token"] * tokens,
         "passes": plan.get("passes_over_data"), "device": plan.get("device"),
-        "wall_time_s": (summary.get("train") or {}).get("train_runtime"),
+        **run_wall_time(run.out_dir, summary),
         "val_loss": _final_loss(run.out_dir, summary), "val_bpb": _bits_per_byte(final, recipe, plan),
         "out_dir": str(run.out_dir),
     }
+
+
+def run_wall_time(out_dir: Path, summary: dict) -> dict:
+    """Training wall time of a run made of several processes (a preempted run resumed, a killed one restarted).
+
+    ``summary.json``'s ``train_runtime`` is the Trainer's clock of the *last* process only, so a run resumed
+    from a checkpoint reported its post-resume part alone (the 2.5e16 vocabulary runs: 299 s of 664). log.jsonl
+    holds every process: each starts with a ``config`` event (at the step it resumed from) and a finished one
+    ends with a ``summary`` event. ``wall_time_s`` sums the processes behind the result, from the last one that
+    started at step 0; ``wall_time_all_s`` also counts attempts the result does not descend from (a restart from
+    scratch when no checkpoint survived). A process killed before its summary counts from its config event to
+    its last event: a lower bound, flagged by ``wall_time_partial``."""
+    segments: list[dict] = []
+    log = out_dir / "log.jsonl"
+    if log.is_file():
+        from hfpretrain.study.plots import read_log
+
+        for e in read_log(log):
+            if e.get("event") == "config":
+                segments.append({"start": e.get("step", 0), "t0": e["time"], "t1": e["time"], "runtime": None})
+            elif segments and "time" in e:
+                segments[-1]["t1"] = e["time"]
+                if e.get("event") == "summary":
+                    segments[-1]["runtime"] = (e.get("train") or {}).get("train_runtime")
+    if not segments:  # no log: the summary's figure is all there is
+        runtime = (summary.get("train") or {}).get("train_runtime")
+        return {"wall_time_s": runtime, "wall_time_all_s": runtime, "processes": 1, "wall_time_partial": False}
+    times = [s["runtime"] if s["runtime"] is not None else s["t1"] - s["t0"] for s in segments]
+    fresh = max(i for i, s in enumerate(segments) if not s["start"]) if any(not s["start"] for s in segments) else 0
+    return {"wall_time_s": float(sum(times[fresh:])), "wall_time_all_s": float(sum(times)),
+            "processes": len(segments), "wall_time_partial": any(s["runtime"] is None for s in segments[fresh:])}
 
 
 def _final_loss(out_dir: Path, summary: dict) -> float | None:
@@ -493,11 +525,36 @@ def _final_loss(out_dir: Path, summary: dict) -> float | None:
 
 COLUMNS = ["run", "arm", "size", "budget", "seed", "params", "non_embedding_params", "ratio_params", "hidden_size",
            "layers", "vocab_size", "steps", "tokens", "batch_tokens", "learning_rate", "warmup_steps", "schedule",
-           "flops_per_token", "flops", "passes", "device", "wall_time_s", "val_loss", "val_bpb", "out_dir"]
+           "flops_per_token", "flops", "passes", "device", "wall_time_s", "wall_time_all_s", "processes",
+           "wall_time_partial", "val_loss", "val_bpb", "out_dir"]
 
 
 def collect(runs: list[Run]) -> list[dict]:
     return [result_row(r) for r in runs if r.done]
+
+
+CELL = re.compile(r"^(?P<size>.+?)__(?P<label>tok[^_]+|s\d+|c[^_]+)(?:__seed(?P<seed>-?\d+))?$")
+
+
+def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
+    """The finished runs under OUT/runs/<arm>/<cell>, read from their folders alone: no dry run, so a study's
+    committed results re-analyse on a machine without its tokenized data (``plan_study`` needs the data).
+    Order: the spec's arms, sizes and budgets, then seed; a folder the spec does not name is left out."""
+    root = Path(out) / "runs"
+    sizes = {s.name: i for i, s in enumerate(spec.sizes)}
+    labels = {budget_label(spec.budget_kind, b): b for b in spec.budgets}
+    runs = []
+    for a, arm in enumerate(spec.arms):
+        for folder in sorted((root / arm).iterdir()) if (root / arm).is_dir() else []:
+            m = CELL.match(folder.name)
+            if not m or m["size"] not in sizes or m["label"] not in labels:
+                continue
+            seed = int(m["seed"]) if m["seed"] is not None else None
+            run = Run(name=f"{arm}/{folder.name}", arm=arm, size=m["size"], budget_kind=spec.budget_kind,
+                      budget=labels[m["label"]], out_dir=folder, overrides=(), seed=seed)
+            if run.done:
+                runs.append((a, sizes[run.size], run.budget, seed if seed is not None else -1, run))
+    return [r for *_, r in sorted(runs, key=lambda t: t[:4])]
 
 
 def write_results(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
