@@ -78,6 +78,9 @@ class StudySpec:
     gpu: str | None = None  # GPU the estimate is for (default: this machine's)
     overhead_s: float = 0.0  # per run, for the estimate: start, compile, final evaluation (measure it once)
     workers: int = 1  # runs trained at a time on the machine (small models leave a GPU mostly idle)
+    data: str = ""  # what text the runs read (which sets, how much): the report's Data section
+    reproduce: list[str] = field(default_factory=list)  # commands, paths relative to the repository or $DATA_ROOT
+    decision: dict = field(default_factory=dict)  # the rule the report applies, written before the runs
 
     def seeds_for(self, budget: float) -> list[int | None]:
         if not self.seeds:
@@ -88,7 +91,7 @@ class StudySpec:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d = {k: v for k, v in d.items() if v not in (None, [], {})}
+        d = {k: v for k, v in d.items() if v not in (None, [], {}, "")}
         d["sizes"] = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items() if v}
                       for s in self.sizes]
         d[d.pop("budget_kind")] = d.pop("budgets")
@@ -166,7 +169,8 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     if len(kinds) != 1:
         raise ValueError(f"a study spec needs exactly one of {BUDGET_KINDS}, got {kinds or 'none'}")
     known = {"name", "recipe", "sizes", "arms", "overrides", "out", "description", "isoflop", "seeds",
-             "seed_budgets", "rules", "mfu", "gpu", "overhead_s", "workers", *BUDGET_KINDS}
+             "seed_budgets", "rules", "mfu", "gpu", "overhead_s", "workers", "data", "reproduce", "decision",
+             *BUDGET_KINDS}
     if set(d) - known:
         raise ValueError(f"unknown spec keys {sorted(set(d) - known)}; known: {sorted(known)}")
     if not d.get("sizes"):
@@ -197,7 +201,21 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
                      overrides=[str(o) for o in d.get("overrides") or []], out=str(d.get("out") or f"studies/{name}"),
                      description=str(d.get("description") or ""), isoflop=isoflop, seeds=seeds,
                      seed_budgets=seed_budgets, rules=Rules.from_dict(d.get("rules")), mfu=dict(d.get("mfu") or {}),
-                     gpu=d.get("gpu"), overhead_s=float(d.get("overhead_s") or 0.0), workers=_workers(d.get("workers", 1)))
+                     gpu=d.get("gpu"), overhead_s=float(d.get("overhead_s") or 0.0), workers=_workers(d.get("workers", 1)),
+                     data=str(d.get("data") or ""), reproduce=[str(c) for c in d.get("reproduce") or []],
+                     decision=_decision(d.get("decision"), arms))
+
+
+def _decision(d, arms: dict) -> dict:
+    """The decision rule, checked at load: every comparison names two of the spec's arms."""
+    if not d:
+        return {}
+    if not isinstance(d, dict) or not isinstance(d.get("comparisons"), list) or not d["comparisons"]:
+        raise ValueError("decision: a mapping with a non-empty list of comparisons ({arm, baseline})")
+    for c in d["comparisons"]:
+        if not isinstance(c, dict) or c.get("arm") not in arms or c.get("baseline") not in arms:
+            raise ValueError(f"decision: comparison {c} must name two of the arms {sorted(arms)} (arm, baseline)")
+    return dict(d)
 
 
 def _workers(value) -> int:
@@ -273,7 +291,7 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
             costs, plans = [], {s.name: probe(arm, s.name)["plan"] for s in spec.sizes}
             for name, plan in plans.items():
                 passes = budget / plan["flops_per_token"] / (plan["train_blocks"] * plan["seq_len"])
-                if passes <= spec.rules.max_passes:
+                if passes <= spec.rules.max_passes or spec.rules.over_passes != "exclude":
                     costs.append((name, plan["flops_per_token"], ratio_params(plan)))
             if not costs:
                 raise ValueError(f"{arm} at {budget:.3g} FLOPs: every size reads the training data more than "
