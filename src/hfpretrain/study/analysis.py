@@ -42,7 +42,7 @@ def cells(rows: list[dict], y: str = "val_loss") -> dict:
     """(arm, budget) -> {size: {"n": N, "flops": mean C, "losses": [...]}} of the rows with a loss."""
     out: dict = defaultdict(dict)
     for r in rows:
-        if r.get(y) is None or not math.isfinite(r[y]):
+        if r.get(y) is None or not math.isfinite(r[y]) or r.get("lr_factor") is not None:  # LR checks: no cell
             continue
         cell = out[r["arm"], r["budget"]].setdefault(r["size"], {"n": _n(r), "flops": [], "losses": []})
         cell["flops"].append(r["flops"])
@@ -54,7 +54,7 @@ def _replicates(rows: list[dict], y: str, exclude=()) -> list[tuple[list[str], n
     """(run names, losses) of every cell run with several seeds, without the ``exclude``d runs."""
     out: dict = defaultdict(lambda: ([], []))
     for r in rows:
-        if r.get(y) is None or not math.isfinite(r[y]) or r.get("run") in exclude:
+        if r.get(y) is None or not math.isfinite(r[y]) or r.get("run") in exclude or r.get("lr_factor") is not None:
             continue
         names, losses = out[r["arm"], r["budget"], r["size"]]
         names.append(r.get("run") or f"{r['arm']}/{r['size']}@{r['budget']:.3g}/seed{r.get('seed')}")

@@ -81,6 +81,9 @@ class StudySpec:
     data: str = ""  # what text the runs read (which sets, how much): the report's Data section
     reproduce: list[str] = field(default_factory=list)  # commands, paths relative to the repository or $DATA_ROOT
     decision: dict = field(default_factory=dict)  # the rule the report applies, written before the runs
+    # {budget, factors}: per arm, the budget's central size (D/N nearest the target) again at the rule's LR times
+    # each factor, first seed: is the LR rule near each arm's optimum? Not part of the IsoFLOP cells.
+    lr_checks: dict = field(default_factory=dict)
 
     def seeds_for(self, budget: float) -> list[int | None]:
         if not self.seeds:
@@ -108,6 +111,7 @@ class Run:
     out_dir: Path
     overrides: tuple[str, ...]  # everything but max_steps, which needs the plan (seq_len, batch)
     seed: int | None = None
+    lr_factor: float | None = None  # a learning-rate check: the rule's LR times this (not part of the grid)
 
     @property
     def done(self) -> bool:
@@ -169,7 +173,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     if len(kinds) != 1:
         raise ValueError(f"a study spec needs exactly one of {BUDGET_KINDS}, got {kinds or 'none'}")
     known = {"name", "recipe", "sizes", "arms", "overrides", "out", "description", "isoflop", "seeds",
-             "seed_budgets", "rules", "mfu", "gpu", "overhead_s", "workers", "data", "reproduce", "decision",
+             "seed_budgets", "rules", "mfu", "gpu", "overhead_s", "workers", "data", "reproduce", "decision", "lr_checks",
              *BUDGET_KINDS}
     if set(d) - known:
         raise ValueError(f"unknown spec keys {sorted(set(d) - known)}; known: {sorted(known)}")
@@ -203,7 +207,16 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
                      seed_budgets=seed_budgets, rules=Rules.from_dict(d.get("rules")), mfu=dict(d.get("mfu") or {}),
                      gpu=d.get("gpu"), overhead_s=float(d.get("overhead_s") or 0.0), workers=_workers(d.get("workers", 1)),
                      data=str(d.get("data") or ""), reproduce=[str(c) for c in d.get("reproduce") or []],
-                     decision=_decision(d.get("decision"), arms))
+                     decision=_decision(d.get("decision"), arms), lr_checks=_lr_checks(d.get("lr_checks"), budgets))
+
+
+def _lr_checks(d, budgets: list[float]) -> dict:
+    if not d:
+        return {}
+    if not isinstance(d, dict) or not any(math.isclose(float(d.get("budget", 0)), b, rel_tol=1e-9) for b in budgets) \
+            or not d.get("factors") or any(float(f) <= 0 or float(f) == 1 for f in d["factors"]):
+        raise ValueError(f"lr_checks: {{budget: one of {budgets}, factors: [positive, not 1]}}, got {d}")
+    return {"budget": float(d["budget"]), "factors": [float(f) for f in d["factors"]]}
 
 
 def _decision(d, arms: dict) -> dict:
@@ -254,6 +267,33 @@ def expand(spec: StudySpec, out: str | Path | None = None, sizes_for=None) -> li
     return runs
 
 
+def lr_check_runs(spec: StudySpec, grid: list[Run], plan_of) -> list[Run]:
+    """The learning-rate checks: per arm, at ``lr_checks.budget``, the grid's size whose D/N is nearest the
+    IsoFLOP target, once per factor with the first seed; folders ``<size>__<budget>__lr<factor>__seed<seed>``."""
+    from dataclasses import replace
+
+    budget, out = spec.lr_checks["budget"], []
+    target = spec.isoflop.tokens_per_param if spec.isoflop else 20.0
+    for arm in spec.arms:
+        cell = [r for r in grid if r.arm == arm and math.isclose(r.budget, budget, rel_tol=1e-9)]
+        if not cell:
+            continue
+
+        def distance(run):
+            plan = plan_of(arm, run.size)
+            return abs(math.log(budget / plan["flops_per_token"] / ratio_params(plan) / target))
+
+        centre = min(cell, key=distance)
+        for factor in spec.lr_checks["factors"]:
+            name = f"{centre.size}__{budget_label(spec.budget_kind, budget)}__lr{factor:g}"
+            name += f"__seed{centre.seed}" if centre.seed is not None else ""
+            out_dir = centre.out_dir.parent / name
+            overrides = tuple(o if not o.startswith("training.output_dir=") else f"training.output_dir={out_dir}"
+                              for o in centre.overrides)
+            out.append(replace(centre, name=f"{arm}/{name}", out_dir=out_dir, overrides=overrides, lr_factor=factor))
+    return out
+
+
 def steps_for(run: Run, plan: dict) -> int:
     """Optimizer steps that spend the run's budget, from the dry-run plan (at least 1)."""
     if run.budget_kind == "steps":
@@ -298,14 +338,20 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
                                  f"rules.max_passes={spec.rules.max_passes:g} times: a smaller budget or more data")
             return pick_sizes(sorted(costs, key=lambda c: c[2]), budget, spec.isoflop)
 
+    grid = expand(spec, out, sizes_for)
+    if spec.lr_checks:
+        grid += lr_check_runs(spec, grid, lambda arm, size: probe(arm, size)["plan"])
     planned = []
-    for run in expand(spec, out, sizes_for):
+    for run in grid:
         dry = probe(run.arm, run.size)
         plan, training = dry["plan"], dry["recipe"]["training"]
         steps, extra = rule_overrides(spec.rules, plan, steps_for(run, plan), run.budget_kind, training)
         # a run stopped by SIGTERM left a checkpoint: the next pass continues from it
         overrides = [*run.overrides, *extra, "training.resume_from_checkpoint=auto", "training_flops=null",
                      f"training.max_steps={steps}"]
+        if run.lr_factor is not None:  # after the rule's learning rate: the last value of a key wins
+            lr = _last(overrides, "training.learning_rate", float(training.get("learning_rate", 5e-5)))
+            overrides.append(f"training.learning_rate={lr * run.lr_factor:.6g}")
         micro = _last(overrides, "training.per_device_train_batch_size", int(training.get("per_device_train_batch_size", 8)))
         accum = _last(overrides, "training.gradient_accumulation_steps", int(training.get("gradient_accumulation_steps", 1)))
         samples = micro * accum * plan["world_size"]
@@ -495,7 +541,9 @@ def result_row(run: Run) -> dict:
         "passes": plan.get("passes_over_data"), "device": plan.get("device"),
         **run_wall_time(run.out_dir, summary),
         "val_loss": _final_loss(run.out_dir, summary), "val_bpb": _bits_per_byte(final, recipe, plan),
-        "out_dir": str(run.out_dir),
+        "lr_factor": run.lr_factor, "out_dir": str(run.out_dir),
+        # per validation set (runs made since the manifest has text_bytes_per_set): only in results.json
+        **({"val_bpb_per_set": final["eval_bpb_per_set"]} if final.get("eval_bpb_per_set") else {}),
     }
 
 
@@ -544,14 +592,14 @@ def _final_loss(out_dir: Path, summary: dict) -> float | None:
 COLUMNS = ["run", "arm", "size", "budget", "seed", "params", "non_embedding_params", "ratio_params", "hidden_size",
            "layers", "vocab_size", "steps", "tokens", "batch_tokens", "learning_rate", "warmup_steps", "schedule",
            "flops_per_token", "flops", "passes", "device", "wall_time_s", "wall_time_all_s", "processes",
-           "wall_time_partial", "val_loss", "val_bpb", "out_dir"]
+           "wall_time_partial", "val_loss", "val_bpb", "lr_factor", "out_dir"]
 
 
 def collect(runs: list[Run]) -> list[dict]:
     return [result_row(r) for r in runs if r.done]
 
 
-CELL = re.compile(r"^(?P<size>.+?)__(?P<label>tok[^_]+|s\d+|c[^_]+)(?:__seed(?P<seed>-?\d+))?$")
+CELL = re.compile(r"^(?P<size>.+?)__(?P<label>tok[^_]+|s\d+|c[^_]+)(?:__lr(?P<lr>[0-9.e+-]+))?(?:__seed(?P<seed>-?\d+))?$")
 
 
 def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
@@ -569,10 +617,11 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
                 continue
             seed = int(m["seed"]) if m["seed"] is not None else None
             run = Run(name=f"{arm}/{folder.name}", arm=arm, size=m["size"], budget_kind=spec.budget_kind,
-                      budget=labels[m["label"]], out_dir=folder, overrides=(), seed=seed)
+                      budget=labels[m["label"]], out_dir=folder, overrides=(), seed=seed,
+                      lr_factor=float(m["lr"]) if m["lr"] else None)
             if run.done:
-                runs.append((a, sizes[run.size], run.budget, seed if seed is not None else -1, run))
-    return [r for *_, r in sorted(runs, key=lambda t: t[:4])]
+                runs.append((a, sizes[run.size], run.budget, run.lr_factor or 1.0, seed if seed is not None else -1, run))
+    return [r for *_, r in sorted(runs, key=lambda t: t[:5])]
 
 
 def write_results(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
@@ -580,7 +629,7 @@ def write_results(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     (out / "results.json").write_text(json.dumps(rows, indent=2))

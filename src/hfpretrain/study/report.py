@@ -318,6 +318,30 @@ def decision_lines(spec: StudySpec, result: dict | None) -> list[str]:
                     "", f"Margin: ±{float(rule.get('margin', 0)):g} {unit}.", ""]
 
 
+def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
+    """The learning-rate checks beside the rule's run of the same size, budget and seed: is the rule's LR within
+    the checked factors of each arm's best?"""
+    checks = [r for r in rows if r.get("lr_factor") is not None and r.get(y) is not None]
+    if not checks:
+        return []
+    table = []
+    for arm in dict.fromkeys(r["arm"] for r in checks):
+        mine = [r for r in checks if r["arm"] == arm]
+        ref = next((r for r in rows if r.get("lr_factor") is None and r["arm"] == arm and r["size"] == mine[0]["size"]
+                    and r["budget"] == mine[0]["budget"] and r.get("seed") == mine[0].get("seed")), None)
+        by_factor = {r["lr_factor"]: r for r in mine} | ({1.0: ref} if ref else {})
+        best = min(by_factor, key=lambda f: by_factor[f][y])
+        table.append([arm, mine[0]["size"], f"{mine[0]['budget']:.3g}",
+                      *[f"×{f:g}: {by_factor[f][y]:.4f} (LR {by_factor[f]['learning_rate']:.3g})" for f in sorted(by_factor)],
+                      "the rule's" if best == 1.0 else f"**×{best:g}**"])
+    width = max(len(t) for t in table)
+    header = ["arm", "size", "budget", *[f"LR factor {i + 1}" for i in range(width - 4)], "best"]
+    return ["## Learning-rate checks", "",
+            "Each arm's central size at one budget, first seed, at the rule's learning rate times each factor "
+            f"(spec lr_checks); {y}. If the best is not the rule's, that arm's grid ran at a learning rate "
+            "off its optimum and its gap carries that.", "", _table(header, [t + [""] * (width - len(t)) for t in table]), ""]
+
+
 def data_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
     """What the runs read: the spec's description of the text, then per data folder what the runs' lineage
     recorded (tokenizer hash, training tokens per set, validation text)."""
@@ -432,6 +456,7 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
     lines += ["## Spec", "", "```yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False).strip(), "```", ""]
 
     lines += run_table_lines(rows, spec.rules.max_passes)
+    lines += lr_check_lines(spec, rows, y or measure(rows))
     if isoflop and isoflop.get("optima"):
         lines += isoflop_lines(isoflop, isoflop_png)
     else:
@@ -509,7 +534,8 @@ def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int |
         fits_json = {"model": isoflop["model"], "arms": fits_json,
                      "sensitivity": {"separate": {arm: f.as_dict() if f else None for arm, f in extra.items()}}}
     (out / "fits.json").write_text(json.dumps(fits_json, indent=2) + "\n")
-    plot = plot_study(rows, fits, out / "loss_vs_flops.png", title=spec.name, y=y, dashed=extra) if rows else None
+    grid_rows = [r for r in rows if r.get("lr_factor") is None]
+    plot = plot_study(grid_rows, fits, out / "loss_vs_flops.png", title=spec.name, y=y, dashed=extra) if rows else None
     report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report, y)
     return {"results_csv": csv_path, "results_json": json_path, "fits": fits, "plot": plot, "report": report,
             "isoflop": isoflop}
