@@ -162,7 +162,7 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
             ax.scatter([], [], marker=marker[size], facecolors="none", edgecolors="grey", label=size)
     unit = _unit(y)
     _log_axes(ax, "training FLOPs (6·N_matmul + attention, × tokens)", f"final validation loss ({unit})",
-              title or "validation loss vs compute (filled: frontier)", ncol=2, **BELOW)
+              title or "validation loss vs compute (filled: frontier)", ncol=2, **{**BELOW, "bbox_to_anchor": (0.5, -0.2)})
     return _save(fig, out_png)
 
 
