@@ -6,7 +6,9 @@
 # the runs in progress save a checkpoint; it survives only while the machine stays warm, so keep calls back to back),
 # and packs every finished run into $OUT/gpu_vocab2_runs.tgz: copy it to .carry/ for the next call and commit its
 # runs/ under results/study_gpu_vocab2/ as they come (python scripts/report.py results/study_gpu_vocab2 then writes
-# the report, the decision included, from them; --plan first to see the cells flagged for > 4 passes).
+# the report, the decision included, from them; --plan first to see the cells flagged for > 4 passes). Once every
+# run is done and time is left, the best run of 2.5e16 is trained again with periodic evaluation ($OUT/best.tgz.part-*;
+# BEST=0: not) for a run report with lm-eval (ARC, OpenBookQA, HellaSwag, PIQA, LAMBADA) beside chance levels.
 # Carry: TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval with all 10 shards, plus out/tok10_bpe8k
 # and out/tok10_bpe32k (trained on the CPU: the reproduce commands of the spec), so that every call uses the same merges.
 #   source .carry/setup.sh && BUDGET_S=570 bash benchmarks/gpu_1gpu_vocab2_study.sh
@@ -29,4 +31,21 @@ echo "== study rc $? (${SECONDS}s)" | tee -a "$N"
 grep -hE ": (training|done)|Error|error" "$STUDY"/logs/worker*.log | cut -c1-200 | tail -60 >> "$OUT/runs.log"
 (cd "$STUDY" && tar -czf "$OUT/gpu_vocab2_runs.tgz" runs/*/*/summary.json runs/*/*/log.jsonl runs/*/*/recipe.yaml \
   runs/*/*/lineage.json logs)
-echo "== runs left: $(python3 scripts/study.py $SPEC --list | grep -c ^todo)" | tee -a "$N"
+todo=$(python3 scripts/study.py $SPEC --list | grep -c ^todo)
+echo "== runs left: $todo" | tee -a "$N"
+if [ "$todo" = 0 ] && [ "${BEST:-1}" = 1 ] && [ $(left) -gt 150 ]; then
+  # the best run of the largest budget (lowest bits per byte), trained again with periodic evaluation; its
+  # checkpoint comes back in parts: `python scripts/report.py RUN_DIR` on any machine scores ARC, OpenBookQA,
+  # HellaSwag, PIQA and LAMBADA beside their chance levels and writes its report
+  python3 scripts/report.py "$STUDY" > /dev/null 2>&1
+  best=$(python3 -c "
+import json; rows = [r for r in json.load(open('$STUDY/results.json')) if r.get('lr_factor') is None]
+top = max(r['budget'] for r in rows)
+print(min((r for r in rows if r['budget'] == top), key=lambda r: r['val_bpb'])['out_dir'])")
+  steps=$(python3 -c "import json; print(json.load(open('$best/summary.json'))['global_step'])")
+  echo "== best: $best ($steps steps)" | tee -a "$N"
+  timeout -s TERM $(( $(left) - 30 )) python3 scripts/pretrain.py "$best/recipe.yaml" training.output_dir=runs/gpu_vocab2_best \
+    training.eval_steps=$(( steps / 10 )) evaluation.eval_tokens=1048576 training.logging_steps=25 \
+    > "$OUT/best.log" 2>&1; echo "== best rc $? (${SECONDS}s)" | tee -a "$N"
+  tar -czf - --exclude='checkpoint-*' runs/gpu_vocab2_best | split -b 15M - "$OUT/best.tgz.part-"
+fi

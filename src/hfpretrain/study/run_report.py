@@ -178,8 +178,8 @@ def chance_lines(results: dict) -> list[str]:
     missing = [t for t in REPORT_TASKS if t not in scored]
     lines = ["| task | acc | chance | acc − chance |", "|---|---|---|---|", *rows, ""] if rows else []
     if missing:
-        lines += [f"Not scored in this checkpoint's saved results: {', '.join(missing)} (delete "
-                  "final/eval/results.json and run `scripts/report.py RUN_DIR` to score them).", ""]
+        lines += [f"Not scored: {', '.join(missing)} (not in the data root, or the saved final/eval/results.json "
+                  "predates them: delete it and run `scripts/report.py RUN_DIR` again).", ""]
     return lines
 
 
@@ -190,7 +190,10 @@ def eval_lines(checkpoint: Path, limit, run: bool, tasks=REPORT_TASKS) -> list[s
     if saved.is_file():
         results = _read(saved)
     elif run:
-        results = evaluate_checkpoint(checkpoint, tasks=list(tasks), limit=limit, batch_size=16,
+        from hfpretrain.eval.task_data import available_tasks
+
+        # the tasks whose files the data root has (the embedded one: ARC only); none: the harness' default
+        results = evaluate_checkpoint(checkpoint, tasks=available_tasks(tasks) or None, limit=limit, batch_size=16,
                                       out_dir=checkpoint / "eval")
     else:
         return ["## lm-eval", "", "Not run (`--no-eval`).", ""]
