@@ -52,7 +52,7 @@ from .callbacks import (
     ThroughputCallback,
     WandbConfigCallback,
 )
-from .checkpoints import check_output_dir, hold_run_lock
+from .checkpoints import check_output_dir, checkpoint_write_error, hold_run_lock, write_failure
 from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_dict, recipe_to_yaml
 from .fast_path import speedups_of
 from .lineage import WandbLineageCallback, lineage, write_lineage
@@ -160,10 +160,17 @@ def train_run(run: RunSetup, extra_callbacks: list | None = None) -> dict:
         if logs.mixture:
             summary["data"] = logs.mixture.figures(trainer.state.global_step)
         if trainer.state.global_step >= args.max_steps:
-            trainer.save_model(str(out / "final"))
+            try:
+                trainer.save_model(str(out / "final"))
+                if args.process_index == 0:
+                    write_lineage(out / "final", record)
+                    write_model_card(out / "final", run.config, plan, summary, recipe, run.manifest)
+            except Exception as e:  # a full disk: one line, as for a checkpoint (safetensors raises its own error)
+                cause = write_failure(e)
+                if cause is None or args.process_index != 0:
+                    raise
+                raise checkpoint_write_error(out / "final", cause) from None
             if args.process_index == 0:
-                write_lineage(out / "final", record)
-                write_model_card(out / "final", run.config, plan, summary, recipe, run.manifest)
                 if logs.wandb_lineage:
                     logs.wandb_lineage.log_model(out / "final", aliases=["final", f"step-{trainer.state.global_step}"])
         if args.process_index == 0:

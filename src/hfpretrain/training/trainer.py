@@ -505,7 +505,7 @@ class PretrainTrainer(Trainer):
                 if getattr(self, "data_info", None):
                     (folder / "data.json").write_text(json.dumps(self.data_info, indent=2) + "\n")
                 write_complete_marker(folder, self.state.global_step)
-        except (OSError, RuntimeError) as e:  # torch's writer says a full disk with a RuntimeError, not an OSError
+        except Exception as e:  # torch's writer says a full disk with a RuntimeError, safetensors with its own error
             cause = write_failure(e)
             if cause is None or not self.args.should_save:
                 raise
