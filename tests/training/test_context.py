@@ -233,3 +233,26 @@ def test_the_training_length_of_a_checkpoint_folder(tmp_path):
     assert training_length(ckpt) == (2048, str(ckpt / "data.json"))
     (ckpt / "lineage.json").write_text("not json")  # unreadable: the next record is read
     assert training_length(ckpt)[0] == 2048
+
+
+def test_yarn_keeps_the_models_other_rope_parameters_and_chains():
+    """YaRN's parameters were built from scratch: GLM-4-MoE's partial_rotary_factor 0.5 was dropped (the rotary
+    then covered the whole head), and a model already under YaRN (a 16k phase taken to 32k) was rebuilt from default
+    frequencies with the phase's starting length as the original one."""
+    from hfpretrain.training.config import load_recipe
+    from hfpretrain.training.context import change_rope
+
+    def extend(config, seq_len, from_seq_len):
+        recipe = load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", f"context.seq_len={seq_len}",
+                                           "context.rope=yarn"])
+        change_rope(config, recipe, from_seq_len)
+        return config.rope_parameters
+
+    glm = load_config("glm4_moe_101m_a24m", vocab_size=1024)
+    assert glm.rope_parameters.get("partial_rotary_factor") == 0.5
+    params = extend(glm, 4096, 1024)
+    assert params["partial_rotary_factor"] == 0.5 and params["factor"] == 4.0
+    assert params["original_max_position_embeddings"] == 1024
+    again = extend(glm, 8192, 4096)  # the extended model, extended again
+    assert again["original_max_position_embeddings"] == 1024 and again["factor"] == 8.0
+    assert glm.max_position_embeddings == 8192

@@ -79,9 +79,19 @@ def change_rope(config, recipe: Recipe, from_seq_len: int) -> None:
         new["rope_theta"] = float(ctx.rope_theta)
         positions = ctx.seq_len
     elif ctx.rope == "yarn":
-        factor = float(ctx.yarn_factor or ctx.seq_len / from_seq_len)
-        new = {"rope_type": "yarn", "rope_theta": float(ctx.rope_theta or theta), "factor": factor,
-               "original_max_position_embeddings": int(from_seq_len)}
+        kind = params.get("rope_type", "default")
+        if kind not in ("default", "yarn"):
+            raise RecipeError(f"context.rope=yarn: the model's RoPE is already {kind!r}, which YaRN does not extend; "
+                              "use context.rope=theta or keep")
+        # a model extended with YaRN before keeps the length its frequencies were learned at: the factor counts
+        # from there (a 16k phase's model taken to 32k), not from the phase's starting length
+        original = int(params.get("original_max_position_embeddings") or from_seq_len) if kind == "yarn" \
+            else int(from_seq_len)
+        factor = float(ctx.yarn_factor or ctx.seq_len / original)
+        # the model's other rotary parameters stay (partial_rotary_factor: GLM-4-MoE rotates half of each head)
+        new = {**params, "rope_type": "yarn", "rope_theta": float(ctx.rope_theta or theta), "factor": factor,
+               "original_max_position_embeddings": original}
+        from_seq_len = original
         # transformers reads max_position_embeddings / original as YaRN's implicit factor and warns when the two differ
         positions = max(ctx.seq_len, round(from_seq_len * factor))
     else:
