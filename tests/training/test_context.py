@@ -220,6 +220,24 @@ def test_long_context_evaluation_at_the_end_of_training(mini_blocks, tmp_path):
         pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "x", {"evaluation.long_context_lengths": "[32]"}))
     with pytest.raises(RecipeError, match="is scored by the eval package's callback"):
         pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "x", extra))
+    with pytest.raises(RecipeError, match=r"\[4096\] are past the model's 2048 positions"):
+        run_pretrain(mini_blocks, tmp_path / "y", {**extra, "evaluation.long_context_lengths": "[128, 4096]"})
+
+
+def test_a_failing_long_context_evaluation_does_not_cost_the_run(mini_blocks, tmp_path, monkeypatch, caplog):
+    """It runs inside trainer.train(), before final/ is saved: out of memory at a long length lost the trained
+    run's final/ and summary. Now a warning, and the run finishes."""
+    from hfpretrain.eval import long_context_callback
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 40.00 GiB")
+
+    monkeypatch.setattr(long_context_callback, "passkey_accuracy", out_of_memory)
+    out = tmp_path / "run"
+    summary = run_pretrain(mini_blocks, out, {"training.max_steps": "2", "evaluation.long_context_lengths": "[128]"})
+    assert summary["global_step"] == 2 and (out / "final" / "config.json").is_file() and (out / "summary.json").is_file()
+    assert not (out / "long_context.json").exists()
+    assert "long-context evaluation failed (OutOfMemoryError: CUDA out of memory" in caplog.text
 
 
 def test_the_training_length_of_a_checkpoint_folder(tmp_path):

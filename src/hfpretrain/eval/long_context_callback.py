@@ -3,7 +3,10 @@ last training step, on the live model: passkey retrieval and the loss by positio
 to ``output_dir/long_context.json`` (the run's report reads it) and logged through ``trainer.log``
 (``long_context/passkey_<length>``, ``long_context/loss_<from>_<to>``).
 
-On the main process only, with the whole model in memory (not for FSDP's sharded parameters).
+On the main process only, with the whole model in memory: refused under FSDP (rank 0 alone would run forwards on
+sharded parameters and hang) and for passkey lengths past the model's positions, at attach, before training. It
+is an extra: not after a SIGTERM (the grace period is short), and a failure (out of memory at a long length) is a
+warning, so that the trained run still writes final/ and its summary.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import torch
 from transformers import TrainerCallback
 
 from hfpretrain.eval.long_context import loss_by_position, passkey_accuracy
+from hfpretrain.training import RecipeError
+from hfpretrain.training.callbacks import SIGTERM_RECEIVED
 
 log = logging.getLogger(__name__)
 FILE = "long_context.json"
@@ -30,6 +35,16 @@ class LongContextCallback(TrainerCallback):
         self.result: dict | None = None
 
     def attach(self, trainer):
+        if trainer.is_fsdp_enabled:
+            raise RecipeError("evaluation.long_context_lengths/_blocks: not under FSDP (the evaluation runs on rank 0 "
+                              "with the whole model): evaluate final/ with `hfpretrain long-context` instead")
+        config = trainer.model.config
+        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        too_long = [n for n in self.lengths if limit and n > limit]
+        if too_long:
+            raise RecipeError(f"evaluation.long_context_lengths={self.lengths}: {too_long} are past the model's "
+                              f"{limit} positions (max_position_embeddings): lengths up to {limit}, or a context "
+                              "phase to extend it (context.seq_len)")
         self.trainer = trainer
         return self
 
@@ -55,9 +70,15 @@ class LongContextCallback(TrainerCallback):
         return result
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        if model is None or self.trainer is None or not state.is_world_process_zero:
+        if model is None or self.trainer is None or not state.is_world_process_zero or SIGTERM_RECEIVED.is_set():
             return
-        self.result = {"step": state.global_step, **self.measure(model)}
+        try:
+            self.result = {"step": state.global_step, **self.measure(model)}
+        except Exception as err:  # noqa: BLE001 - an extra after training must not cost the run its final/
+            log.warning("long-context evaluation failed (%s: %s); final/ and the summary are written without it; "
+                        "`hfpretrain long-context` evaluates final/ on its own", type(err).__name__,
+                        str(err).splitlines()[0] if str(err) else "")
+            return
         out = Path(args.output_dir) / FILE
         out.write_text(json.dumps(self.result, indent=2) + "\n")
         metrics = {f"long_context/passkey_{n}": v["accuracy"] for n, v in self.result.get("passkey", {}).items()}
