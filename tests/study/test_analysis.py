@@ -174,3 +174,20 @@ def test_the_decision_rule_gives_its_verdicts():
     assert verdicts["s"]["verdict"] in ("no practical difference", "undecided")
     rule = {**rule, "at": BUDGETS[-1] * 10}  # a budget that was not run
     assert {v["verdict"] for v in decide(r, rule)} == {"incomplete"}
+
+
+def test_losses_of_other_vocabularies_without_bits_per_byte_are_not_one_unit():
+    """The shared-E fit (and any gap) needs one unit: bits per byte, or one vocabulary. Nats per token of two
+    tokenizers were fitted with one irreducible term, the report saying they were scored in the same unit."""
+    from hfpretrain.study.report import isoflop_lines
+
+    rows = study({"base": (E, A, ALPHA), "other": (E, A * 1.1, ALPHA)})
+    for r in rows:
+        r["vocab_size"] = 50304 if r["arm"] == "base" else 8192
+    mixed = analyse_isoflop(rows, n_boot=0)
+    assert mixed["shared_unit"] is False
+    assert any("not one unit" in line for line in isoflop_lines(mixed, None))
+    same = analyse_isoflop([{**r, "vocab_size": 8192} for r in rows], n_boot=0)
+    assert same["shared_unit"] is True and not any("not one unit" in line for line in isoflop_lines(same, None))
+    bpb = analyse_isoflop([{**r, "val_bpb": r["val_loss"]} for r in rows], y="val_bpb", n_boot=0)
+    assert bpb["shared_unit"] is True

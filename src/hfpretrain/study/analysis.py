@@ -312,6 +312,9 @@ def analyse_isoflop(rows: list[dict], y: str = "val_loss", n_boot: int = 300, se
     point = per_model[PRIMARY]
     result = {
         "y": y, "arms": arms, "baseline": arms[0], "budgets": budgets, "optima": opt, "noise": noise,
+        # one unit for every arm: bits per byte of the same text, or one vocabulary (nats per token of other
+        # tokenizers are not comparable, and neither is a shared irreducible term between them)
+        "shared_unit": y == "val_bpb" or len({r.get("vocab_size") for r in rows if r.get("vocab_size")}) <= 1,
         "outliers": outliers, "noise_without_outliers": clean, "model": PRIMARY,
         "fits": point["fits"], "gap": point["gap"], "multiplier": point["multiplier"], "trend": point["trend"],
         "extrapolate_to": target, "extrapolated": point["extrapolated"], "crossover": point["crossover"],

@@ -168,10 +168,14 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
     lines += [_table(["budget (FLOPs)", "arm", "best N", "best loss", "bracketed", "sizes"], table), ""]
 
     sep = (result.get("sensitivity") or {}).get("separate")
+    why = ("the arms are scored in {unit} of the same validation text, so the irreducible part belongs to the text, "
+           "not to the tokenizer" if result.get("shared_unit", True) else
+           "**but here the arms have other vocabularies and not every run has bits per byte: their nats per token "
+           "are not one unit, so neither this fit nor the gaps below compare like with like** (data manifests "
+           "with the validation text's bytes give bits per byte)").format(unit=unit)
     lines += ["### Fits", "",
               f"L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima. **Primary model: one E shared by the arms** "
-              f"(both are scored in {unit} of the same validation text, so the irreducible part belongs to the text, "
-              "not to the tokenizer). Sensitivity check: a separate E per arm. Extrapolated to "
+              f"({why}). Sensitivity check: a separate E per arm. Extrapolated to "
               f"C = {result['extrapolate_to']:.3g} (10× the largest budget); back-test error = the model fitted "
               "without the largest budget, minus that budget's optimum.", "",
               "Shared E (primary):", "",
