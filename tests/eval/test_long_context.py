@@ -112,3 +112,19 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
     bad = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--lengths", "32"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --lengths [32]: a passkey prompt needs at least 64 tokens"
+
+
+def test_cli_refuses_lengths_past_learned_positions(gpt2_tokenizer, mini_blocks, tmp_path):
+    """GPT-2 learns positions up to n_positions: passkey prompts or blocks longer than that failed with an
+    IndexError traceback from the embedding lookup. One line, exit 2, before any evaluation."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    ckpt = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(n_positions=64, n_layer=1, n_embd=32, n_head=2)).save_pretrained(ckpt)
+    AutoTokenizer.from_pretrained(str(gpt2_tokenizer)).save_pretrained(ckpt)
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--lengths", "64",
+                          "128", "--data", str(mini_blocks)], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2, bad.stderr[-2000:]
+    line = bad.stderr.strip()
+    assert line.startswith(f"error: {ckpt}: gpt2 learns absolute positions up to 64, so it has none for "), line
+    assert "--lengths 128" in line and f"--data {mini_blocks} (blocks of 128)" in line and "--lengths 64" not in line

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         return error(f"--lengths {a.lengths}: a passkey prompt needs at least 64 tokens")
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from hfpretrain.data.manifest import bits_per_byte, require_manifest, tokens_per_byte
     from hfpretrain.data.order import load_input_ids
@@ -79,6 +79,25 @@ def main(argv=None) -> int:
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}.get(a.dtype) or \
         (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    try:
+        config = AutoConfig.from_pretrained(str(checkpoint))
+    except (OSError, ValueError) as err:
+        return error(f"{checkpoint}: cannot read its config.json ({str(err).splitlines()[0]})")
+    # learned absolute positions (GPT-2) stop at n_positions: past it the embedding lookup fails (a RoPE model
+    # takes any length: how well it does past its training length is what is measured)
+    learned = None if getattr(config, "rope_parameters", None) else getattr(config, "n_positions", None)
+    if learned:
+        longest = {f"--lengths {n}": n for n in a.lengths or []}
+        for flag, folder in (("--data", a.data), ("--short-data", a.short_data)):
+            if folder is not None:
+                try:
+                    longest[f"{flag} {folder} (blocks of"] = int(require_manifest(folder)["seq_len"])
+                except (OSError, ValueError) as err:
+                    return error(err)
+        past = [f"{what} {n})" if what.endswith("of") else what for what, n in longest.items() if n > learned]
+        if past:
+            return error(f"{checkpoint}: {config.model_type} learns absolute positions up to {learned}, so "
+                         f"it has none for {', '.join(past)}: lengths up to {learned}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
         model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=dtype).to(device)
