@@ -319,10 +319,71 @@ def test_export_into_a_users_folder_changes_nothing(tmp_path, checkpoint, where)
     assert snapshot(tmp_path).keys() == before.keys()
 
 
-# ----------------------------------------------------------------------------------------------- 36.7: disk full
+# ----------------------------------------------------------------------------------------------- 36.2: output_dir
 TINY_TRAIN = ["training.use_cpu=true", "training.report_to=none", "training.dataloader_num_workers=0",
               "training.disable_tqdm=true", "training.per_device_train_batch_size=2", "training.logging_steps=1",
               "training.eval_strategy=no", "evaluation.eval_tokens=2048", "evaluation.final_eval_tokens=2048"]
+
+
+def _train(data: Path, out: Path, steps: int, *extra) -> subprocess.CompletedProcess:
+    return cli("train", "recipes/tiny_cpu.yaml", f"data.path={data}", f"training.output_dir={out}",
+               f"training.max_steps={steps}", "training.save_steps=1", "training.warmup_steps=0", *TINY_TRAIN, *extra)
+
+
+def test_a_new_run_in_a_finished_runs_folder_is_refused_unless_overwriting(tmp_path, mini_blocks):
+    """It overwrote the old run's checkpoints and final/ (exit 0), and with save_total_limit=1 the rotation kept the
+    old run's highest checkpoint and deleted the new run's own."""
+    run = tmp_path / "run"
+    assert _train(mini_blocks, run, 2).returncode == 0
+    before = snapshot(tmp_path)
+    r = _train(mini_blocks, run, 1, "training.learning_rate=1e-4", "training.save_total_limit=1")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert f"training.output_dir={run} holds an earlier run" in line and "overwrite_output_dir=true" in line, line
+    assert "resume_from_checkpoint=auto" in line, line
+    assert_kept(before, tmp_path)
+    r = _train(mini_blocks, run, 1, "training.learning_rate=1e-4", "training.save_total_limit=1",
+               "overwrite_output_dir=true")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]  # the new run's, none of the old
+    assert json.loads((run / "summary.json").read_text())["global_step"] == 1
+    steps = [json.loads(line).get("step") for line in (run / "log.jsonl").read_text().splitlines()]
+    assert max(s for s in steps if s is not None) == 1  # its log holds this run alone
+
+
+def test_a_new_run_in_a_users_folder_changes_nothing(tmp_path, mini_blocks):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "recipe.yaml").write_text("my: recipe\n")
+    (mine / "summary.json").write_text('{"mine": true}')
+    before = snapshot(tmp_path)
+    for resume in ("none", "auto"):
+        r = _train(mini_blocks, mine, 1, f"training.resume_from_checkpoint={resume}")
+        assert r.returncode == 2
+        line = one_error(r.stderr)
+        assert "not a run of this tool" in line and "recipe.yaml, summary.json" in line, line
+        assert_kept(before, tmp_path)
+        assert snapshot(tmp_path).keys() == before.keys()
+
+
+def test_auto_resume_starts_over_in_a_run_folder_that_saved_nothing(tmp_path, mini_blocks):
+    """A run stopped before its first save (a study's run killed early) is started again by resume=auto; without
+    it, the folder is a used one like any other."""
+    from hfpretrain.training.lineage import FORMAT
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "lineage.json").write_text(json.dumps({"format": FORMAT}))
+    (run / "log.jsonl").write_text(json.dumps({"event": "log", "step": 1, "loss": 11.0}) + "\n")
+    (run / "notes.txt").write_text("mine")
+    r = _train(mini_blocks, run, 1)
+    assert r.returncode == 2 and "holds an earlier run" in one_error(r.stderr)
+    r = _train(mini_blocks, run, 1, "training.resume_from_checkpoint=auto")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (run / "final").is_dir() and (run / "notes.txt").read_text() == "mine"
+
+
+# ----------------------------------------------------------------------------------------------- 36.7: disk full
 
 
 def _in_small_filesystem(mib: int, script: str) -> subprocess.CompletedProcess:

@@ -199,6 +199,9 @@ class Recipe:
     max_skipped_fraction: float = 0.05
     # resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | allow
     resume_mismatch: str = "error"
+    # a new run (nothing resumed) in a training.output_dir that holds files: refused, unless true, which removes the
+    # earlier run's checkpoints, final/, summary, log, recipe and lineage first (other files stay)
+    overwrite_output_dir: bool = False
 
 
 # recipe name -> torch.nn.attention.SDPBackend member

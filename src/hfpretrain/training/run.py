@@ -52,7 +52,7 @@ from .callbacks import (
     ThroughputCallback,
     WandbConfigCallback,
 )
-from .checkpoints import check_output_dir, hold_run_lock
+from .checkpoints import check_output_dir, hold_run_lock, prepare_fresh_output_dir
 from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_dict, recipe_to_yaml
 from .fast_path import speedups_of
 from .lineage import WandbLineageCallback, lineage, write_lineage
@@ -114,6 +114,8 @@ def train_run(run: RunSetup, extra_callbacks: list | None = None) -> dict:
     refuse_deepspeed_checkpoint(resume, bool(args.deepspeed) or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true")
     if resume:
         check_resume(resume, recipe, run.data_info, args.max_steps)
+    else:
+        prepare_fresh_output_dir(args, recipe.training.get("resume_from_checkpoint"), recipe.overwrite_output_dir)
 
     set_seed(args.seed)
     model, applied = build_run_model(run)
