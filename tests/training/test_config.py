@@ -516,3 +516,19 @@ def test_the_first_steps_log_is_written_unless_the_recipe_says_otherwise(mini_bl
 
     assert args().logging_first_step is True and args().logging_steps == 10
     assert args("training.logging_first_step=false").logging_first_step is False
+
+
+@pytest.mark.parametrize("warmup, peak", [(30, 3e-3 * 2 / 30), (1, 3e-3)])
+def test_the_model_card_states_the_learning_rate_that_ran(mini_blocks, tmp_path, warmup, peak):
+    """A 3-step run with a 30-step warmup trained at most at 2/30 of training.learning_rate: the card said 3e-3."""
+    from train_utils import run_pretrain
+
+    out = tmp_path / "run"
+    summary = run_pretrain(mini_blocks, out, {"training.max_steps": "3", "training.warmup_steps": str(warmup)})
+    assert summary["peak_learning_rate"] == pytest.approx(peak)
+    row = next(line for line in (out / "final" / "README.md").read_text().splitlines()
+               if line.startswith("| peak learning rate"))
+    if warmup > 3:
+        assert f"{peak:.3g} (peak reached; 0.003 set, but the warmup outlasts the run)" in row, row
+    else:
+        assert row == "| peak learning rate, schedule | 0.003, constant_with_warmup |", row
