@@ -383,6 +383,68 @@ def test_auto_resume_starts_over_in_a_run_folder_that_saved_nothing(tmp_path, mi
     assert (run / "final").is_dir() and (run / "notes.txt").read_text() == "mine"
 
 
+# ----------------------------------------------------------------------------------------------- kill points
+# `hfpretrain train` in a process that SIGKILLs itself at one point of a save: the step's files written but not its
+# marker; the older checkpoint half deleted by the rotation; final/ half written. What the trainer calls there is
+# replaced by the kill, nothing else changes.
+KILLER = """
+import os, signal, sys
+from pathlib import Path
+import hfpretrain.training.run as R
+import hfpretrain.training.trainer as T
+from hfpretrain.cli import main
+
+point, at = sys.argv[1], int(sys.argv[2])
+real_marker, real_rotate = T.write_complete_marker, T.rotate_checkpoints
+def die():
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+def marker(folder, step):
+    if point == "save" and step == at:
+        die()
+    real_marker(folder, step)
+def rotate(run_dir, keep, protect=None):
+    older = sorted(Path(run_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    if point == "rotate" and len(older) > 1 and older[-1].name == f"checkpoint-{at}":
+        (older[0] / "model.safetensors").unlink()
+        die()
+    real_rotate(run_dir, keep, protect)
+def card(folder, *args, **kwargs):
+    if point == "final":
+        die()
+T.write_complete_marker, T.rotate_checkpoints = marker, rotate
+if point == "final":
+    R.write_model_card = card
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("point, resumed", [("save", "checkpoint-1"), ("rotate", "checkpoint-2"),
+                                            ("final", "checkpoint-2")])
+def test_a_run_killed_while_saving_resumes_from_its_last_whole_checkpoint(tmp_path, mini_blocks, point, resumed):
+    from hfpretrain.training.checkpoints import checkpoint_problem
+
+    run = tmp_path / "run"
+    train = ["train", "recipes/tiny_cpu.yaml", f"data.path={mini_blocks}", f"training.output_dir={run}",
+             "training.max_steps=2", "training.save_steps=1", "training.save_total_limit=1",
+             "training.warmup_steps=0", *TINY_TRAIN]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    killed = subprocess.run([sys.executable, "-c", KILLER, point, "2", *train], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert checkpoint_problem(run / resumed) is None  # the last whole checkpoint is whole
+    before = snapshot(tmp_path)
+    before.pop("run/.run.lock")  # the killed run's lock: the next run takes it over, and removes it at its end
+    r = cli(*train)  # a new run is not what the folder needs: one line, nothing touched
+    assert r.returncode == 2 and "resume_from_checkpoint=auto" in one_error(r.stderr)
+    assert_kept(before, tmp_path)
+    r = cli(*train, "training.resume_from_checkpoint=auto")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resuming from {run / resumed}" in r.stderr, r.stderr[-3000:]
+    assert json.loads((run / "summary.json").read_text())["global_step"] == 2
+    assert (run / "final" / "README.md").is_file() and checkpoint_problem(run / "checkpoint-2") is None
+
+
 # ----------------------------------------------------------------------------------------------- 36.7: disk full
 
 
