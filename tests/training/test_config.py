@@ -270,6 +270,33 @@ def test_skip_ceilings_out_of_range(item, key):
     assert key in _error(["data.path=x", item])
 
 
+@pytest.mark.parametrize("item", ["training.gradient_accumulation_steps=0", "training.per_device_train_batch_size=0",
+                                  "training.per_device_eval_batch_size=-1", "training.save_steps=0",
+                                  "training.eval_steps=0", "evaluation.eval_tokens=-5",
+                                  "evaluation.final_eval_tokens=-1"])
+def test_a_count_of_zero_is_refused_at_load(item):
+    """gradient_accumulation_steps=0 was a ZeroDivisionError traceback, save_steps=0 a run with no checkpoint (exit
+    0), a batch size or eval_tokens of 0 or less an error that named no key, after the model was built."""
+    key, value = item.split("=")
+    msg = _error(["data.path=x", item])
+    assert msg.startswith(key) and "must be >" in msg, msg
+
+
+@pytest.mark.parametrize("where", ["override", "file"])
+def test_a_flow_mapping_without_a_space_after_the_colon_is_refused(tmp_path, where):
+    """YAML reads {min_lr_rate:0.5} as the key 'min_lr_rate:0.5' with no value, and a kwarg set to null is unset:
+    the run went on with the recipe's 0.1."""
+    if where == "override":
+        msg = _error(["data.path=x", "training.lr_scheduler_kwargs={min_lr_rate:0.5}"])
+    else:
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(TINY_RECIPE.read_text().replace("{min_lr_rate: 0.1}", "{min_lr_rate:0.1}"))
+        msg = _error(["data.path=x"], path=recipe)
+    assert "'min_lr_rate:0." in msg and "space after the colon" in msg, msg
+    assert load_recipe(TINY_RECIPE, ["data.path=x", "training.lr_scheduler_kwargs={min_lr_rate: 0.5}"]).training[
+        "lr_scheduler_kwargs"] == {"min_lr_rate": 0.5}
+
+
 def test_the_trainers_sampling_strategies_are_refused():
     """PretrainTrainer's sampler replaces the Trainer's: group_by_length or sequential would silently do nothing."""
     assert "training.train_sampling_strategy='group_by_length'" in _error(
