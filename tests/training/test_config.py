@@ -233,6 +233,8 @@ def _error(overrides, path=TINY_RECIPE) -> str:
 def test_unknown_training_key_suggests():
     msg = _error(["data.path=x", "training.learning_rat=1e-3"])
     assert "training.learning_rat" in msg and "did you mean 'learning_rate'" in msg
+    msg = _error(["data.path=x", "training.overwrite_output_dir=true"])  # the Trainer's flag: ours is top-level
+    assert "overwrite_output_dir is a top-level recipe key" in msg and "(overwrite_output_dir=true on" in msg, msg
 
 
 def test_wrong_type():

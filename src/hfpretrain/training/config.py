@@ -269,6 +269,9 @@ def _validate_training(training: dict) -> dict:
     fields = _training_fields()
     checked = {}
     for key, value in training.items():
+        if key not in fields and key in Recipe.__dataclass_fields__:  # overwrite_output_dir was a Trainer flag
+            raise RecipeError(f"unknown key training.{key}: {key} is a top-level recipe key, not in training "
+                              f"({key}={str(value).lower() if isinstance(value, bool) else value} on the command line)")
         if key not in fields:
             raise RecipeError(f"unknown key training.{key}{_nearest(key, fields)}: training takes TrainingArguments fields")
         if key == "resume_from_checkpoint" and isinstance(value, bool):
