@@ -555,8 +555,11 @@ def test_the_model_card_states_the_learning_rate_that_ran(mini_blocks, tmp_path,
     out = tmp_path / "run"
     summary = run_pretrain(mini_blocks, out, {"training.max_steps": "3", "training.warmup_steps": str(warmup)})
     assert summary["peak_learning_rate"] == pytest.approx(peak)
-    row = next(line for line in (out / "final" / "README.md").read_text().splitlines()
-               if line.startswith("| peak learning rate"))
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "final" / "README.md")  # the header as the Hub reads it
+    assert card.data.pipeline_tag == "text-generation" and "hfpretrain" in card.data.tags
+    row = next(line for line in card.text.splitlines() if line.startswith("| peak learning rate"))
     if warmup > 3:
         assert f"{peak:.3g} (peak reached; 0.003 set, but the warmup outlasts the run)" in row, row
     else:

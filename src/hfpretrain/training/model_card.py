@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CARD = """\
----
-library_name: transformers
-pipeline_tag: text-generation
-tags: [hfpretrain, pretraining, causal-lm]
----
+# the card's YAML header, which the Hub reads (export adds license and datasets: hfpretrain.eval.card)
+METADATA = dict(library_name="transformers", pipeline_tag="text-generation",
+                tags=["hfpretrain", "pretraining", "causal-lm"])
 
+CARD = """\
 # {name}
 
 A {model_type} causal language model with {total:,} parameters ({non_embedding:,} non-embedding), pretrained from
@@ -123,5 +121,7 @@ def write_model_card(folder: str | Path, config, plan: dict, summary: dict, reci
         world=plan["world_size"], device=plan.get("device"), val_loss=_num(final.get("eval_loss")),
         val_bpb=_num(final.get("eval_bpb")), val_tokens=_num(final.get("eval_tokens")), use=use_section(folder),
         scores=scores_section(folder), recipe=recipe_to_yaml(recipe))
-    (folder / "README.md").write_text(card)
+    from huggingface_hub import ModelCard, ModelCardData
+
+    ModelCard(f"---\n{ModelCardData(**METADATA).to_yaml()}\n---\n\n{card}").save(folder / "README.md")
     return folder / "README.md"
