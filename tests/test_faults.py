@@ -280,6 +280,17 @@ def test_report_with_a_corrupt_data_manifest_is_one_line(tmp_path):
     assert r.returncode == 2 and "manifest.json" in one_error(r.stderr)
 
 
+def test_plot_to_a_file_matplotlib_cannot_write_is_one_line(tmp_path):
+    """``--out run/final/config.json`` was a ValueError traceback from matplotlib's savefig, after the plotting."""
+    run = _run_folder(tmp_path)
+    before = snapshot(tmp_path)
+    r = cli("plot", run, "--out", run / "final" / "config.json")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert "config.json" in line and "no .json files" in line and "png" in line, line
+    assert_kept(before, tmp_path)
+
+
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_demo_with_a_misspelt_override_is_one_line_before_any_work(tmp_path, dry_run):
     out = tmp_path / "demo"
