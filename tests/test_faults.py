@@ -394,6 +394,24 @@ def test_auto_resume_starts_over_in_a_run_folder_that_saved_nothing(tmp_path, mi
     assert (run / "final").is_dir() and (run / "notes.txt").read_text() == "mine"
 
 
+def test_training_on_a_damaged_arrow_file_is_one_line_naming_the_folder(tmp_path, mini_blocks):
+    """A truncated train/*.arrow was "error: Expected to be able to read 261256 bytes for message body, got 192",
+    exit 1: no file named, as if the run had failed rather than its input."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(mini_blocks, data)
+    arrow = sorted((data / "train").glob("*.arrow"))[0]
+    arrow.write_bytes(arrow.read_bytes()[:1000])
+    before = snapshot(tmp_path)
+    r = _train(data, tmp_path / "run", 1)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert f"{data / 'train'}: cannot read its Arrow files" in line and "tokenize it again" in line, line
+    assert_kept(before, tmp_path)
+    assert not (tmp_path / "run").exists() or not any(p.name != ".run.lock" for p in (tmp_path / "run").iterdir())
+
+
 # ----------------------------------------------------------------------------------------------- kill points
 # `hfpretrain train` in a process that SIGKILLs itself at one point of a save: the step's files written but not its
 # marker; the older checkpoint half deleted by the rotation; final/ half written. What the trainer calls there is
