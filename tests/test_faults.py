@@ -1,5 +1,7 @@
-"""Fault injection: foreign files and folders next to or inside outputs, corrupt and truncated inputs, misspelt keys
-(issue 36: nothing lost, nothing silently wrong, no tracebacks; issue 39 items 6, 7, 10).
+"""Fault injection: foreign files and folders next to or inside outputs (a user's folder, an earlier run's), corrupt
+and truncated inputs, misspelt keys, kills at fixed points of a save, a full disk (a small tmpfs in a user namespace,
+a counted skip where the platform has none) (issue 36: nothing lost, nothing silently wrong, no tracebacks; issue 39
+items 6, 7, 10).
 
 Every case runs a command as a user would and checks three things: one ``error:`` line on stderr (no traceback),
 the exit code (2: bad input, nothing done; 1: a failure while running), and that every file that existed before the
