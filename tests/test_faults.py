@@ -494,9 +494,11 @@ def _in_small_filesystem(mib: int, script: str) -> subprocess.CompletedProcess:
         os.rmdir(small)
 
 
-def test_a_full_disk_while_saving_a_checkpoint_is_one_line(mini_blocks):
-    """torch's writer raises a RuntimeError ("... unexpected pos ..." / "file write failed"), not an OSError: it
-    was a traceback. Now one line (exit 1): the disk is full, the folder, the previous checkpoint intact."""
+@pytest.mark.parametrize("mib", [60, 48])
+def test_a_full_disk_while_saving_a_checkpoint_is_one_line(mini_blocks, mib):
+    """torch's writer raises a RuntimeError ("... unexpected pos ..." / "file write failed") and safetensors its
+    own SafetensorError, not an OSError: both were tracebacks. Now one line (exit 1): the disk is full, the folder,
+    the previous checkpoint intact. 60 MiB: the second checkpoint's optimizer state fails; 48: its weights."""
     probe = _in_small_filesystem(1, "true")
     if probe.returncode != 0:
         pytest.skip(f"no user+mount namespace for a small filesystem here: {probe.stderr.strip()[:200]}")
@@ -504,10 +506,29 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line(mini_blocks):
                       "training.output_dir=$SMALL/run", "training.max_steps=3", "training.save_steps=1",
                       "training.save_total_limit=1", *TINY_TRAIN])
     # a checkpoint of the tiny model is ~42 MiB: the first fits in 60 MiB, the second does not
-    r = _in_small_filesystem(60, f"{train}; echo rc=$?; ls $SMALL/run; cat $SMALL/run/checkpoint-1/COMPLETE")
+    r = _in_small_filesystem(mib, f"{train}; echo rc=$?; ls $SMALL/run; cat $SMALL/run/checkpoint-1/COMPLETE")
     assert "rc=1" in r.stdout, (r.stdout, r.stderr[-3000:])
     line = one_error(r.stderr)
     assert line.startswith("error: the disk is full") and "saving checkpoint-2 in " in line and "/run failed" in line
     assert "the previous checkpoint " in line and "checkpoint-1 is intact" in line, line
     listed = r.stdout.split()
     assert "checkpoint-1" in listed and "checkpoint-2" not in listed and "step 1" in r.stdout, r.stdout
+
+
+def test_a_full_disk_while_saving_final_is_one_line(mini_blocks):
+    """final/ was saved outside the checkpoint guard: a full disk there was a traceback. One line (exit 1), its
+    partial files removed, the checkpoint before it intact."""
+    probe = _in_small_filesystem(1, "true")
+    if probe.returncode != 0:
+        pytest.skip(f"no user+mount namespace for a small filesystem here: {probe.stderr.strip()[:200]}")
+    train = " ".join(["$PY -m hfpretrain train recipes/tiny_cpu.yaml", f"data.path={mini_blocks}",
+                      "training.output_dir=$SMALL/run", "training.max_steps=1", "training.save_steps=1",
+                      *TINY_TRAIN])
+    # checkpoint-1 (weights and optimizer state, ~42 MiB) fits in 48 MiB, final/'s weights beside it do not
+    r = _in_small_filesystem(48, f"{train}; echo rc=$?; ls $SMALL/run")
+    assert "rc=1" in r.stdout, (r.stdout, r.stderr[-3000:])
+    line = one_error(r.stderr)
+    assert line.startswith("error: the disk is full") and "saving final in " in line, line
+    assert "checkpoint-1 is intact" in line, line
+    listed = r.stdout.split()
+    assert "checkpoint-1" in listed and "final" not in listed, r.stdout

@@ -267,3 +267,24 @@ def test_missing_tokenizer_is_one_line_error(tmp_path):
     src = write_jsonl(tmp_path / "a.jsonl", [doc("x " * 50)])
     with pytest.raises(DataError, match="tokenizer .*does-not-exist"):
         tokenize_corpus([src], tmp_path / "out", tmp_path / "does-not-exist", seq_len=16)
+
+
+def test_whole_packing_for_long_blocks(tmp_path, mini_train, mini_val, gpt2_tokenizer):
+    """--pack whole on the mini corpus at 1,024 tokens: the same tokens and blocks as concat, less than half the
+    tokens in cut documents, its own fingerprint; both manifests give the documents' length distribution."""
+    kw = dict(inputs=[mini_train], val_inputs=[mini_val], tokenizer=gpt2_tokenizer, seq_len=1024, max_docs=300,
+              val_docs=100)
+    concat = _manifest(tokenize_corpus(out=tmp_path / "concat", **kw))
+    whole = _manifest(tokenize_corpus(out=tmp_path / "whole", pack="whole", **kw))
+    assert (concat["pack"], whole["pack"]) == ("concat", "whole") and concat["fingerprint"] != whole["fingerprint"]
+    for split in ("train", "validation"):
+        c, w = concat[split], whole[split]
+        assert (c["tokens"], c["blocks"]) == (w["tokens"], w["blocks"])
+        lengths = w["document_lengths"]
+        cut = ("split", "split_short", "split_short_tokens")
+        assert lengths == {**c["document_lengths"], **{k: lengths[k] for k in cut}}
+        assert lengths["documents"] == c["documents"] and lengths["p50"] <= lengths["p90"] <= lengths["max"]
+        assert sum(b["tokens"] for b in lengths["histogram"].values()) == c["tokens"]
+        assert lengths["split_short_tokens"] < c["document_lengths"]["split_short_tokens"] / 2
+    with pytest.raises(DataError, match="pack must be one of"):
+        tokenize_corpus(out=tmp_path / "x", pack="tight", **kw)

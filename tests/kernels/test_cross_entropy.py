@@ -58,7 +58,7 @@ def test_tile_by_vocabulary_and_checked():
     assert loss_tile(50304) == (16384, 8) and loss_tile(151936) == (8192, 8)
     assert loss_tile(5000) == (8192, 8) and loss_tile(512) == (512, 8)  # no wider than the row
     assert check_tile([4096, 4]) == (4096, 4)
-    for bad in ([16384], [3000, 8], ["a", "b"], 8192):
+    for bad in ([16384], [3000, 8], ["a", "b"], 8192, [8192, 64], [1 << 21, 8]):  # the last two: no launch
         with pytest.raises(ValueError, match="kernels.loss_tile"):
             check_tile(bad)
 

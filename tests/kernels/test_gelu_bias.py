@@ -15,9 +15,12 @@ from hfpretrain.kernels.gelu_bias import gelu_grad_bias, gelu_grad_reference
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_op_in_a_compiled_graph_equals_the_reference():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_op_in_a_compiled_graph_equals_the_reference(device):
+    """The op traced by torch.compile (its fake implementation and registration; on a CPU the op runs the
+    reference inside, so this checks the wiring), and on a GPU the Triton kernel inside a compiled graph."""
     torch.manual_seed(0)
-    grad, h = torch.randn(40, 300), torch.randn(40, 300)
+    grad, h = torch.randn(40, 300, device=device), torch.randn(40, 300, device=device)
     got = torch.compile(lambda g, x: gelu_grad_bias(g, x))(grad, h)
     want = gelu_grad_reference(grad, h)
     torch.testing.assert_close(got[0], want[0])

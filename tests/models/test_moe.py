@@ -265,3 +265,29 @@ def test_moe_activation_model_matches_saved_tensors_under_autocast(family, exper
 def test_unknown_experts_implementation_is_refused():
     with pytest.raises(ValueError, match="unknown experts_implementation 'grouped'"):
         estimate_memory(tiny("qwen3_moe"), TrainingLayout(2, 128, experts_implementation="grouped"))
+
+
+
+@pytest.mark.parametrize("name", ["MixtralConfig", "OlmoeConfig"])
+def test_memory_of_moe_families_without_moe_intermediate_size(name):
+    """Mixtral's and OLMoE's experts are intermediate_size wide (no moe_intermediate_size): the estimate read
+    that key and raised AttributeError, so their --dry-run and training stopped with a traceback."""
+    import transformers
+
+    from hfpretrain.models.memory import moe_shape
+
+    config = getattr(transformers, name)(vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=4, num_local_experts=4,
+                                         num_experts=4, num_experts_per_tok=2, eos_token_id=0, pad_token_id=0)
+    shape = moe_shape(config)
+    assert (shape.experts, shape.top_k, shape.expert_ff, shape.moe_layers) == (4, 2, 96, 2)
+    assert estimate_memory(config, TrainingLayout(2, 128)).total > 0
+
+
+def test_weights_load_under_the_planned_backends(tmp_path):
+    """model.init_from loaded with transformers' defaults (grouped_mm experts, sdpa), not the attention and
+    experts backends the plan printed: build_model(weights=...) takes both."""
+    config = tiny("qwen3_moe")
+    build_model(config, attn_implementation="sdpa").save_pretrained(tmp_path)
+    model = build_model(config, attn_implementation="eager", experts_implementation="eager", weights=str(tmp_path))
+    assert model.config._experts_implementation == "eager" and model.config._attn_implementation == "eager"

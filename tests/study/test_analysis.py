@@ -39,7 +39,7 @@ def test_recovers_the_planted_exponent_and_floor():
         o = r["optima"]["base", b]
         assert o["bracketed"] and o["n_opt"] == pytest.approx(0.05 * b**0.5, rel=1e-6)
         assert o["loss_opt"] == pytest.approx(E + A * b ** (-ALPHA), rel=1e-9)
-    assert r["backtest"]["base"]["error"] == pytest.approx(0, abs=0.01)
+    assert r["backtest"]["arms"]["base"]["error"] == pytest.approx(0, abs=0.01)
     assert r["edge"] == [] and r["noise"] is None and r["intervals"] is None
 
 
@@ -55,10 +55,15 @@ def test_recovers_a_constant_compute_multiplier():
 
 
 def test_finds_the_crossover():
-    """A change that helps small budgets and hurts large ones: the curves cross where planted."""
+    """A change that helps small budgets and hurts large ones (it raises the floor): the separate fits find the
+    crossing where planted; the shared-floor model cannot represent two floors, and says so by missing the top
+    budget in its back-test by more than the separate fits do."""
     a_c, e_c = 0.6 * A, E + 0.3
     planted = ((A - a_c) / (e_c - E)) ** (1 / ALPHA)
     r = analyse_isoflop(study({"base": (E, A, ALPHA), "change": (e_c, a_c, ALPHA)}), n_boot=0)
+    sep = r["sensitivity"]["separate"]
+    assert abs(sep["backtest"]["gap"]["change"]["error"]) < abs(r["backtest"]["gap"]["change"]["error"])
+    r = {**r, **sep}
     (cross,) = r["crossover"]["change"]
     assert math.log10(cross) == pytest.approx(math.log10(planted), abs=0.1)
     gaps = r["gap"]["change"]
@@ -113,3 +118,59 @@ def test_isoflop_plot_has_the_gap_panel_with_two_arms(tmp_path):
     one = plot_isoflop(one_rows, analyse_isoflop(one_rows, n_boot=20), tmp_path / "one.png")
     width = {p.name: image.imread(p).shape[1] for p in (two, one)}
     assert width["two.png"] == pytest.approx(1.5 * width["one.png"], rel=0.01)
+
+
+def test_a_shared_floor_is_recovered_and_the_gap_back_test_is_exact_on_the_law():
+    """Two arms on one planted floor with different exponents: the joint fit returns the floor and both exponents,
+    and fitted without the top budget it predicts the gap there."""
+    planted = {"base": (E, A, ALPHA), "steeper": (E, 3 * A, 0.2)}
+    r = analyse_isoflop(study(planted), n_boot=0)
+    assert r["model"] == "shared_E"
+    assert r["fits"]["base"].E == r["fits"]["steeper"].E == pytest.approx(E, abs=0.02)
+    assert r["fits"]["steeper"].alpha == pytest.approx(0.2, rel=0.03)
+    top = BUDGETS[-1]
+    bt = r["backtest"]["gap"]["steeper"]
+    planted_gap = 3 * A * top**-0.2 - A * top**-ALPHA
+    assert bt["observed"] == pytest.approx(planted_gap, rel=1e-6) and bt["error"] == pytest.approx(0, abs=0.01)
+    assert r["pairs"]["steeper vs base"]["gap"][top] == pytest.approx(planted_gap, rel=1e-6)
+
+
+def test_no_crossing_is_reported_below_the_smallest_budget():
+    """Curves that cross only below the data (as the first vocabulary report's 1.2e14 did) report none."""
+    from hfpretrain.study.analysis import crossovers
+    from hfpretrain.study.fit import PowerLawFit
+
+    a, b = PowerLawFit(E=1.0, A=100.0, alpha=0.1, n=4, r2=1, rmse=0), PowerLawFit(E=1.0, A=30.0, alpha=0.05, n=4, r2=1, rmse=0)
+    below = (100 / 30) ** (1 / 0.05)  # where they meet: ~3e10
+    assert crossovers(a, b, below / 10, 1e18)
+    assert crossovers(a, b, below * 10, 1e18) == []
+    r = analyse_isoflop(study({"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}), n_boot=0)
+    assert r["crossover_range"] == [BUDGETS[0], 10 * BUDGETS[-1]]
+
+
+def test_seed_outliers_are_named_and_the_floor_is_given_without_them():
+    rows = study({"base": (E, A, ALPHA)}, seeds=3, sigma=0.01, rng_seed=3)
+    for i, r in enumerate(rows):
+        r["run"] = f"run{i}"
+    rows[5]["val_loss"] += 0.2  # one wild seed
+    r = analyse_isoflop(rows, n_boot=20)
+    assert list(r["outliers"]["runs"]) == ["run5"]
+    assert r["noise"]["sigma"] > 2 * r["noise_without_outliers"]["sigma"]
+    assert r["noise_without_outliers"]["sigma"] == pytest.approx(0.01, rel=0.4)
+    assert r["intervals_without_outliers"] is not None
+
+
+def test_the_decision_rule_gives_its_verdicts():
+    from hfpretrain.study.analysis import decide
+
+    arms = {"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA), "same": (E, A, ALPHA)}
+    r = analyse_isoflop(study(arms, seeds=2, sigma=0.005), n_boot=60)
+    rule = {"margin": 0.01, "comparisons": [{"name": "b", "arm": "better", "baseline": "base"},
+                                            {"name": "reverse", "arm": "base", "baseline": "better"},
+                                            {"name": "s", "arm": "same", "baseline": "base"}]}
+    verdicts = {v["name"]: v for v in decide(r, rule)}
+    assert verdicts["b"]["verdict"] == "better, also at 10×" and verdicts["b"]["gap"] < 0
+    assert verdicts["reverse"]["verdict"] == "worse" and verdicts["reverse"]["gap"] == -verdicts["b"]["gap"]
+    assert verdicts["s"]["verdict"] in ("no practical difference", "undecided")
+    rule = {**rule, "at": BUDGETS[-1] * 10}  # a budget that was not run
+    assert {v["verdict"] for v in decide(r, rule)} == {"incomplete"}

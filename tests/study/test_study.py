@@ -10,7 +10,6 @@ import csv
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -177,9 +176,8 @@ def test_micro_study_end_to_end_and_resumable(mini_blocks, tmp_path):
 
     # resumable: a second pass trains nothing and reads the same rows back
     mtimes = {p: p.stat().st_mtime for p in out.glob("runs/*/*/summary.json")}
-    start = time.perf_counter()
     again = run_study(spec, out)
-    assert again == rows and time.perf_counter() - start < 2
+    assert again == rows
     assert {p: p.stat().st_mtime for p in out.glob("runs/*/*/summary.json")} == mtimes
 
     # the CLI regenerates the report from the finished runs

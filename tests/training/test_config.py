@@ -41,8 +41,16 @@ def cpu_overrides(path) -> list[str]:
     return ["training.use_cpu=true"] if bf16 and not torch.cuda.is_available() else []
 
 
+def context_overrides(path) -> list[str]:
+    """A context-extension recipe (recipes/best_small_16k.yaml) planned on the mini blocks: its phase at their 128
+    tokens, extending a model trained at 64."""
+    if load_recipe(path, ["data.path=x"]).context.seq_len is None:
+        return []
+    return ["context.seq_len=128", "context.from_seq_len=64"]
+
+
 def dry_run_overrides(path) -> list[str]:
-    return vocab_overrides(path) + cpu_overrides(path)
+    return vocab_overrides(path) + cpu_overrides(path) + context_overrides(path)
 
 
 def source_overrides(path, data) -> list[str]:
@@ -58,7 +66,8 @@ def test_recipes_are_shipped():
 def test_recipe_validates(path):
     recipe = load_recipe(path, ["data.path=x"])
     assert recipe.data.path == "x"
-    assert recipe.training.get("max_steps", 0) > 0 or recipe.training_flops > 0  # the budget, one way or the other
+    # the budget, one way or another
+    assert recipe.training.get("max_steps", 0) > 0 or (recipe.training_flops or 0) > 0 or recipe.context.tokens > 0
     assert recipe.nan_policy in {"stop", "skip"}
 
 

@@ -249,3 +249,43 @@ def test_fp8_composes_with_sharding(fp8_reference, mini_blocks, tmp_path, config
     if "lm_head.weight" in a and "lm_head.weight" not in b:  # DeepSpeed's gathered state dict saves the tied head
         assert torch.equal(a.pop("lm_head.weight"), a["model.embed_tokens.weight"])
     assert a.keys() == b.keys()  # plain weights under plain names: no float8 wrapper in the checkpoint
+
+
+# A tiny GLM-4-MoE with aux-loss-free balancing: sigmoid routing, a correction bias moved every step
+MOE = {"model.config": "glm4_moe_101m_a24m", "model.overrides.num_hidden_layers": "2",
+       "model.overrides.hidden_size": "64", "model.overrides.num_attention_heads": "2",
+       "model.overrides.num_key_value_heads": "2", "model.overrides.head_dim": "32",
+       "model.overrides.moe_intermediate_size": "32", "model.overrides.n_routed_experts": "4",
+       "model.overrides.num_experts_per_tok": "2", "model.overrides.intermediate_size": "64",
+       "moe.bias_update_rate": "0.01", "training.logging_steps": "1"}
+
+
+@pytest.fixture(scope="module")
+def moe_reference(mini_blocks, tmp_path_factory):
+    from train_utils import run_pretrain
+
+    out = tmp_path_factory.mktemp("moe_one") / "run"
+    run_pretrain(mini_blocks, out, {**DIST, "training.per_device_train_batch_size": "4", **MOE})
+    return out
+
+
+@pytest.mark.parametrize("config", ["fsdp2", "zero1"])
+def test_moe_with_balancing_composes_with_sharding(moe_reference, mini_blocks, tmp_path, config):
+    """An MoE under the FSDP2 config (DDP on a CPU, as above) and ZeRO-1 follows the one-process run step by
+    step, and its correction biases end where the one-process run's do: each step's expert counts are summed over
+    the two ranks before the update, so both ranks (and the single process) move the same biases."""
+    if config == "zero1":
+        pytest.importorskip("deepspeed")
+    out = tmp_path / config
+    _launch(REPO / "accelerate_configs" / f"cpu_2proc_{config}.yaml", mini_blocks, out, MOE)
+    dist, ref = step_losses(out), step_losses(moe_reference)
+    assert sorted(dist) == list(range(1, STEPS + 1))
+    for step in dist:
+        assert dist[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, dist[step], ref[step])
+    a, b = load_weights(out / "final"), load_weights(moe_reference / "final")
+    biases = [k for k in b if k.endswith("e_score_correction_bias")]
+    assert biases and any(b[k].abs().sum() > 0 for k in biases)
+    for k in biases:
+        assert torch.equal(a[k], b[k]), k
+    loads = [e for e in read_log(out) if e.get("event") == "log" and "loss" in e]
+    assert all("expert_load_max_mean" in e for e in loads)

@@ -144,3 +144,21 @@ def test_a_smaller_split_is_sized_with_the_loss_it_will_run():
 
     split = choose_micro_batch(section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048, memory, planning=True)
     assert split == (10, 8) and fast.fused_loss == "compiled"
+
+
+def test_a_model_that_fits_no_split_of_this_gpu_is_refused(monkeypatch):
+    """On a GPU, a model whose estimate at micro-batch 1 is over the GPU's whole memory (an MoE's experts, all of
+    them with their optimizer states) stops with one line before anything is loaded or written; a dry run on a
+    machine without a GPU plans for an assumed one and says so instead."""
+    from hfpretrain.training import RecipeError
+    from hfpretrain.training import fast_path
+
+    fast = FastPath("sdpa_packed", "decoder", "default", "compiled", {})
+    section = ModelSection(micro_batch="auto", fused_loss="compiled")
+    monkeypatch.setattr(fast_path, "gpu_memory_bytes", lambda planning=False: 80 * GIB)
+    with pytest.raises(RecipeError, match=r"does not fit the GPU: even micro-batch 1 x 1024 tokens would take "
+                                          r"~90\.0 GiB per GPU, over its 80 GiB"):
+        choose_micro_batch(section, fast, CONFIG, 8, 1, 1024, lambda m, a: 88 * GIB + m * 2 * GIB)
+    # between the share and the whole GPU: runs at the recipe's split, the reason says none fits
+    assert choose_micro_batch(section, fast, CONFIG, 8, 1, 1024, lambda m, a: 75 * GIB + m * GIB) == (8, 1)
+    assert "no smaller split fits" in fast.reasons["micro_batch"]

@@ -11,7 +11,7 @@ import torch
 
 from hfpretrain.training import RecipeError
 
-from train_utils import read_log, run_pretrain
+from train_utils import REPO, read_log, run_pretrain
 
 TINY_MOE = {"model.config": "qwen3_moe_109m_a21m", "model.overrides.num_hidden_layers": "2",
             "model.overrides.hidden_size": "64", "model.overrides.num_attention_heads": "2",
@@ -44,6 +44,22 @@ def test_the_aux_loss_is_added_to_the_training_loss(mini_blocks, tmp_path):
         run_pretrain(mini_blocks, tmp_path / coef, {**base, "model.overrides.router_aux_loss_coef": coef})
         first[coef] = next(e["loss"] for e in read_log(tmp_path / coef) if e.get("event") == "log" and "loss" in e)
     assert first["10.0"] > first["0.0"] + 1.0  # aux >= 1 at any routing: coefficient 10 adds >= 10 x 1
+
+
+def test_the_aux_loss_weight_does_not_depend_on_the_micro_batch_split(mini_blocks, tmp_path):
+    """The same 4 samples per step as 4 x 1 and 2 x 2 (model.micro_batch=auto changes the split with the GPU): the
+    same logged losses and weights. transformers adds the aux loss whole to every micro-batch, which weighted it
+    twice here, and world-size times more on several GPUs."""
+    base = {**TINY_MOE, "training.max_steps": "2", "training.save_steps": "2", "moe.aux_loss_coef": "5.0"}
+    runs = {"4x1": {}, "2x2": {"training.per_device_train_batch_size": "2",
+                                "training.gradient_accumulation_steps": "2"}}
+    for name, split in runs.items():
+        run_pretrain(mini_blocks, tmp_path / name, {**base, **split})
+    losses = [[e["loss"] for e in read_log(tmp_path / name) if e.get("event") == "log" and "loss" in e]
+              for name in runs]
+    # the load-balancing loss of two halves is not quite that of the whole (a product of per-expert shares): 2.5e-4
+    # here, where a doubled weight adds ~10 (aux >= 1 at any routing, x 5)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-3)
 
 
 def test_experts_implementation_checks(mini_blocks, tmp_path):
@@ -95,6 +111,7 @@ def test_aux_loss_free_balancing_moves_the_bias_logs_the_load_and_resumes_exactl
     assert all(0 <= e["dead_experts"] <= 1 and e["expert_load_max_mean"] >= 1 >= e["expert_load_min_mean"]
                for e in logs)
     assert "expert_load_max_mean/0" in logs[0]  # one MoE layer (GLM's first layer is dense)
+    _check_the_plot_has_the_load(ref / "log.jsonl", tmp_path)
 
     resumed = tmp_path / "resumed"
     resumed.mkdir()
@@ -104,6 +121,20 @@ def test_aux_loss_free_balancing_moves_the_bias_logs_the_load_and_resumes_exactl
     again = {e["step"]: e["loss"] for e in read_log(resumed) if e.get("event") == "log" and "loss" in e}
     assert sorted(again) == [3, 4] and all(again[s] == losses[s] for s in again)
     assert torch.equal(_bias(resumed / "final")[next(iter(_bias(ref / "final")))], bias)
+
+
+def _check_the_plot_has_the_load(log, tmp_path):
+    """The run's plot gains a row for the experts' load (a dense run's log, the same without those keys, not)."""
+    import matplotlib.image
+
+    from hfpretrain.study.plots import plot_run
+
+    dense_log = tmp_path / "dense.jsonl"
+    dense_log.write_text("".join(json.dumps({k: v for k, v in e.items() if "expert" not in k}) + "\n"
+                                 for e in read_log(log.parent)))
+    moe_png, dense_png = plot_run(log, tmp_path / "moe.png"), plot_run(dense_log, tmp_path / "dense.png")
+    moe_height, dense_height = (matplotlib.image.imread(p).shape[0] for p in (moe_png, dense_png))
+    assert moe_height == pytest.approx(1.5 * dense_height, rel=0.02)
 
 
 def test_moe_settings_the_model_cannot_take(mini_blocks, tmp_path):
@@ -166,31 +197,69 @@ def test_a_checkpoint_whose_weights_do_not_fit_is_refused_not_resumed_with_fresh
                                                      "training.resume_from_checkpoint": str(checkpoint)})
 
 
+def _tiny_glm(experts="eager", **overrides):
+    from hfpretrain.models import build_model, load_config
+
+    config = load_config("glm4_moe_101m_a24m", {"num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 2,
+                                                 "num_key_value_heads": 2, "head_dim": 32, "moe_intermediate_size": 32,
+                                                 "n_routed_experts": 8, "num_experts_per_tok": 2,
+                                                 "intermediate_size": 64, **overrides}, vocab_size=100)
+    return build_model(config, attn_implementation="eager", experts_implementation=experts)
+
+
 def test_balancing_acts_on_the_model_after_it_moved():
     """The Trainer moves the model to its device after the callbacks are made, which replaces every buffer: the
     bias updates must reach the moved model's buffers (they went to the stale CPU copies), and the counts follow the
-    logits' device (on a GPU: 'index is on cuda:0, ... other tensors on cpu'). A dtype move stands in for it here."""
-    from hfpretrain.models import build_model, load_config
+    indices' device (on a GPU: 'index is on cuda:0, ... other tensors on cpu'). A dtype move stands in for it here."""
     from hfpretrain.training.moe import ExpertBalanceCallback, ExpertLoad, find_routers
 
-    config = load_config("glm4_moe_101m_a24m", {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
-                                                 "num_key_value_heads": 2, "head_dim": 32, "moe_intermediate_size": 32,
-                                                 "n_routed_experts": 4, "num_experts_per_tok": 2,
-                                                 "intermediate_size": 64}, vocab_size=100)
-    model = build_model(config, attn_implementation="eager", experts_implementation="eager")  # float64 runs
+    model = _tiny_glm(num_hidden_layers=2).train()  # float64 runs
     load = ExpertLoad(find_routers(model))
     callback = ExpertBalanceCallback(load, rate=0.5)
     model.to(torch.float64)  # a new tensor for every buffer, as .to(device) makes
-    out = model(input_ids=torch.randint(0, 100, (2, 8)), output_router_logits=True)
-    load.add(out.router_logits)
+    model(input_ids=torch.randint(0, 100, (2, 8)))
+    load.count()
     callback.on_step_end(None, None, None)
     (router,) = find_routers(model)
     assert router.e_score_correction_bias.abs().sum() > 0  # the moved model's buffer moved
 
 
-def test_a_model_that_returns_no_router_logits():
-    """transformers 5.17's GLM-4-MoE returns no router logits (seen on the GPU machine: AttributeError at the
-    first step): the load is not logged, with one warning; balancing, which needs it, stops with one line."""
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_load_is_each_routers_own_choice_without_router_logits(compiled):
+    """The hooks count what each router chose (group-limited routing and the correction bias included) with no
+    output_router_logits, which transformers 5.17's GLM-4-MoE ignores; evaluation forwards are not counted; under
+    torch.compile the hooks trace without a graph break (fullgraph) and count the same."""
+    from hfpretrain.training.moe import ExpertLoad, find_routers
+
+    torch.manual_seed(0)
+    # batched_mm: eager's loop over the experts that got tokens is data-dependent, no full graph
+    model = _tiny_glm("batched_mm" if compiled else "eager", n_group=2, topk_group=1).train()
+    routers = find_routers(model)
+    for r in routers:
+        r.e_score_correction_bias.copy_(torch.linspace(-0.3, 0.3, 8))
+    load = ExpertLoad(routers)
+    seen = []
+    hooks = [r.register_forward_hook(lambda m, a, out: seen.append(out[2])) for r in routers]
+    ids = torch.randint(0, 100, (2, 16))
+    run = torch.compile(model, backend="eager", fullgraph=True) if compiled else model
+    run(input_ids=ids)
+    load.count()
+    for h in hooks:
+        h.remove()
+    counts = load.take()
+    assert counts.shape == (2, 8) and counts.sum(dim=1).tolist() == [32 * 2] * 2  # GLM's first layer is dense
+    expected = torch.stack([torch.bincount(s.reshape(-1), minlength=8) for s in seen])
+    assert torch.equal(counts, expected)
+    assert all(((s // 4) == (s[:, :1] // 4)).all() for s in seen)  # topk_group=1: one group of 4 per token
+    model.eval()
+    run(input_ids=ids)
+    load.count() if load.chosen else None
+    assert not load.chosen and load.take().sum() == 0
+
+
+def test_a_model_whose_routers_return_no_choice():
+    """Routers that return no (logits, weights, indices) (a transformers that changed them): the load is not
+    logged, with one warning; balancing, which needs it, stops with one line."""
     from hfpretrain.models import build_model, load_config
     from hfpretrain.training.moe import ExpertBalanceCallback, ExpertLoad, find_routers
 
@@ -201,11 +270,66 @@ def test_a_model_that_returns_no_router_logits():
                                     vocab_size=100))
     load = ExpertLoad(find_routers(model))
     callback = ExpertBalanceCallback(load)
-    load.add(None)
+    load.count()  # a training step whose routers returned nothing the hooks could read
     logs = {"loss": 1.0}
     callback.on_step_end(None, None, None)
     callback.on_log(None, None, None, logs=logs)
     assert logs == {"loss": 1.0}
     ExpertBalanceCallback(load, rate=0.001)
-    with pytest.raises(RuntimeError, match="moe.bias_update_rate: transformers .* returns no router logits"):
-        load.add(None)
+    with pytest.raises(RuntimeError, match="moe.bias_update_rate: transformers .* returned 0 expert choices"):
+        load.count()
+
+
+def test_best_small_moe_is_best_small_with_experts_at_equal_flops():
+    """recipes/best_small_moe.yaml changes the MLP into 32 experts (top-4) of a quarter of the dense width and
+    nothing else: the same active shape (within the router's weights), FLOPs per token, data and schedule."""
+    import dataclasses
+
+    from hfpretrain.models import count_params, flops_per_token, load_config
+    from hfpretrain.training.config import load_recipe
+
+    dense = load_recipe(REPO / "recipes" / "best_small.yaml", [])
+    moe = load_recipe(REPO / "recipes" / "best_small_moe.yaml", [])
+    assert moe.model.config == "qwen3_moe_587m_a103m" and moe.moe.aux_loss_coef == 0.001
+    for section in ("training", "data"):
+        a, b = (dict(x) if isinstance(x, dict) else dataclasses.asdict(x)
+                for x in (getattr(dense, section), getattr(moe, section)))
+        a.pop("output_dir", None), b.pop("output_dir", None)
+        assert a == b, section
+    assert dense.training_flops == moe.training_flops
+    d, m = (load_config(r.model.config, vocab_size=8192) for r in (dense, moe))
+    assert m.num_experts_per_tok * m.moe_intermediate_size == d.intermediate_size
+    dc, mc = count_params(d), count_params(m)
+    router = m.num_hidden_layers * m.num_experts * m.hidden_size
+    assert mc.active_non_embedding - dc.non_embedding == router
+    assert mc.non_embedding > 5 * dc.non_embedding
+    fd, fm = flops_per_token(d, 1024).total, flops_per_token(m, 1024).total
+    assert fm - fd == 6 * router  # 0.2% more: the routers' matmuls
+
+
+def test_the_aux_loss_from_the_hooks_is_transformers_and_compiles_whole():
+    """The trainer computes transformers' load-balancing loss from the logits the routers' hooks keep and calls
+    the model with output_router_logits=False: the same loss and gradient, and the forward compiles as one graph
+    (transformers collects router logits through a ContextVar, which split the compiled decoder at every router)."""
+    from hfpretrain.models import build_model, load_config
+    from hfpretrain.training.moe import ExpertLoad, aux_loss_function, find_routers
+
+    torch.manual_seed(0)
+    config = load_config("qwen3_moe_109m_a21m", {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                                                  "num_key_value_heads": 2, "head_dim": 32, "moe_intermediate_size": 32,
+                                                  "num_experts": 8, "num_experts_per_tok": 2}, vocab_size=100)
+    model = build_model(config, attn_implementation="sdpa", experts_implementation="batched_mm").train()
+    load = ExpertLoad(find_routers(model), aux_loss_function(model))
+    assert load.aux_loss is not None
+    ids = torch.randint(0, 100, (2, 16))
+    want = model(input_ids=ids, output_router_logits=True).aux_loss
+    (want_grad,) = torch.autograd.grad(want, model.model.layers[0].mlp.gate.weight)
+    load.logits.clear()
+    torch.compile(model, backend="eager", fullgraph=True)(input_ids=ids, output_router_logits=False)
+    got = load.take_aux_loss()
+    torch.testing.assert_close(got, want)
+    (got_grad,) = torch.autograd.grad(got, model.model.layers[0].mlp.gate.weight)
+    torch.testing.assert_close(got_grad, want_grad)
+    assert load.take_aux_loss() is None  # taken once per forward
+    glm = _tiny_glm()
+    assert aux_loss_function(glm) is None  # no auxiliary loss in transformers for GLM-4-MoE

@@ -178,6 +178,8 @@ def test_document_mask_and_z_loss_make_another_run():
                                                             "model.z_loss 0.0 → 0.0001"]
     older = {**plain, "model": {k: v for k, v in plain["model"].items() if k not in ("document_mask", "z_loss")}}
     assert resume_differences(older, plain, data, data) == []
+    before_moe = {k: v for k, v in plain.items() if k != "moe"}  # a recipe saved before the moe: section
+    assert resume_differences(before_moe, plain, data, data) == []
 
 
 def test_schedule_shape_makes_another_run():
@@ -205,6 +207,7 @@ def test_schedule_shape_makes_another_run():
     ("training.max_grad_norm", 1.0, 0.5), ("training.optim", "adamw_torch", "adafactor"),
     ("training.lr_scheduler_kwargs", "{min_lr_rate: 0.1}", "{min_lr_rate: 0.2}"),
     ("training.label_smoothing_factor", 0.0, 0.1), ("model.decay_embeddings", False, True),
+    ("moe.aux_loss_coef", 0.001, 0.01), ("moe.bias_update_rate", 0.0, 0.001),
 ])
 def test_every_optimisation_setting_makes_another_run(key, old, new):
     """A changed warmup made the learning rate rise again at the last step; the others changed the result with

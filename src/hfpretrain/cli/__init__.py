@@ -23,6 +23,7 @@ COMMANDS = {
     "plan": ("plan", "model sizes, FLOPs, memory and time for a GPU budget"),
     "study": ("study", "a scaling / ablation study: plan, run (resumable), report"),
     "report": ("report", "the report of a run or a study folder"),
+    "long-context": ("long_context", "loss by position and passkey retrieval of a checkpoint (long context)"),
     "plot": ("plot", "a run's curves from its log.jsonl"),
     "show-batches": ("show_batches", "decode the first blocks of a tokenized folder"),
     "demo": ("demo", "the whole pipeline, small, on CPU"),

@@ -1,7 +1,8 @@
 """Write the report of a run or of a study, generated from its folder (see docs/study.md).
 
     python scripts/report.py RUN_DIR [--eval-limit 200] [--no-eval] [--no-generate]
-    python scripts/report.py STUDY_DIR [--best RUN_DIR]     # re-analyse a study; --best adds the best model's report
+    python scripts/report.py STUDY_DIR [--best RUN_DIR]     # re-analyse a study from its run folders; --best adds
+                                                            # the best model's report (else STUDY_DIR/best*/report.md)
 
 A run folder (summary.json, recipe.yaml, log.jsonl, final/) gets RUN_DIR/report.md: data and example batches,
 model and hyper-parameters, hardware and time, curves, validation nats and bits per byte, lm-eval scores,
@@ -36,13 +37,14 @@ def main(argv=None) -> int:
     prompts = None if args.no_generate else DEFAULT_PROMPTS
     try:
         if (folder / "spec.yaml").is_file():
-            from hfpretrain.study.grid import load_spec, run_study
+            from hfpretrain.study.grid import collect, folder_runs, load_spec
             from hfpretrain.study.report import analyse
 
             spec = load_spec(folder / "spec.yaml")
-            rows = run_study(spec, folder, only_existing=True)
-            best = write_run_report(args.best, eval_limit=limit, run_eval=not args.no_eval, prompts=prompts) \
-                if args.best else None
+            # the run folders alone (no dry run): a committed study re-analyses without its tokenized data
+            rows = collect(folder_runs(spec, folder))
+            best = [write_run_report(args.best, eval_limit=limit, run_eval=not args.no_eval, prompts=prompts)] \
+                if args.best else sorted(folder.glob("best*/report.md"))
             report = analyse(spec, rows, folder, best_report=best)["report"]
         elif (folder / "summary.json").is_file():
             report = write_run_report(folder, eval_limit=limit, run_eval=not args.no_eval, prompts=prompts)

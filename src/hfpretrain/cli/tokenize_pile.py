@@ -27,6 +27,9 @@ def parse_args(argv=None):
                         "than 100,000 documents: the first 10%% of them, said in one line)")
     p.add_argument("--tokenizer", required=True, help="tokenizer folder or Hub id")
     p.add_argument("--seq-len", type=int, required=True, help="tokens per block")
+    p.add_argument("--pack", choices=["concat", "whole"], default="concat",
+                   help="how documents fill the blocks: concat (default: in order, cut at block ends) or whole (kept "
+                        "whole where they fit, order moved within 64 documents: for long-context blocks)")
     p.add_argument("--out", required=True, help="output folder (train/, validation/, tokenizer/, manifest.json)")
     p.add_argument("--num-proc", type=int, default=1, help="processes for reading and tokenizing")
     p.add_argument("--max-docs", type=int, default=None, help="limit train documents (for testing)")
@@ -72,7 +75,7 @@ def main(argv=None) -> int:
             max_docs=args.max_docs, force=args.force, on_bad=args.on_bad,
             max_bad_fraction=args.max_bad_fraction, eos_token=args.eos_token, blend=args.blend,
             encoder=args.encoder, sets=args.sets, text_field=args.text_field, txt_split=args.txt_split,
-            allow_missing=args.allow_missing,
+            allow_missing=args.allow_missing, pack=args.pack,
         )
     except DataError as e:  # bad input, flags or output folder: one line, nothing written
         return error(e)

@@ -2,18 +2,20 @@
 
 The fingerprint is a sha256 over: the input sources (path, size and mtime for local files;
 the id for Hub datasets; fraction/pass for blends), the tokenizer hash, the end-of-text id,
-seq_len, val_docs, max_docs, the selected sets (``--sets``, when given) and :data:`PIPELINE_VERSION`.
+seq_len, val_docs, max_docs, the selected sets (``--sets``, when given), the packing (``--pack``, when not
+``concat``) and :data:`PIPELINE_VERSION`.
 It is cheap (no file reads), so checking whether a finished output can be reused is instant; the manifest also records each
 input's sha256, computed while building.
 
 Manifest keys (top level): ``format``, ``pipeline_version``, ``created``, ``fingerprint``,
-``layout``, ``seq_len``, ``dtype``, ``tokenizer`` {name_or_path, vocab_size, eos_token,
+``layout``, ``seq_len``, ``pack``, ``dtype``, ``tokenizer`` {name_or_path, vocab_size, eos_token,
 eos_token_id, sha256, class, encoder {name, reason}}, ``inputs`` / ``val_inputs`` [{path, kind, size, sha256}], ``val_docs``,
 ``max_docs``, ``select_sets`` (``--sets``: the only sets kept, or null), ``on_bad``, ``max_bad_fraction``,
 ``sets`` (index -> name for ``set_ids``),
 ``train`` / ``validation`` {records_read, documents, skipped {reason: n}, bad_examples
 [{where, reason}], tokens, text_tokens, eos_tokens, blocks, block_tokens, dropped_tail_tokens,
-tokens_per_set, text_bytes (UTF-8 bytes of the documents: bits per byte), text_bytes_per_set, bytes (on disk), bare_id_bytes, bytes_overhead}, ``wall_time_s``, ``tokens_per_s``, ``num_proc``.
+tokens_per_set, document_lengths {documents, mean, p50, p90, p99, max, longer_than_block, split,
+split_short, histogram}, text_bytes (UTF-8 bytes of the documents: bits per byte), text_bytes_per_set, bytes (on disk), bare_id_bytes, bytes_overhead}, ``wall_time_s``, ``tokens_per_s``, ``num_proc``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def _source_key(src: dict) -> list:
 
 
 def fingerprint(train_sources, val_sources, tokenizer_sha: str, eos_id: int, seq_len: int,
-                val_docs: int | str, max_docs: int | None, sets=None) -> str:
+                val_docs: int | str, max_docs: int | None, sets=None, pack: str = "concat") -> str:
     payload = {
         "train": [_source_key(s) for s in train_sources],
         "val": [_source_key(s) for s in val_sources] if val_sources is not None else None,
@@ -56,6 +58,8 @@ def fingerprint(train_sources, val_sources, tokenizer_sha: str, eos_id: int, seq
     }
     if sets is not None:  # only when selecting: outputs of all sets keep their fingerprints
         payload["sets"] = sorted(sets)
+    if pack != "concat":  # likewise: concat outputs keep theirs
+        payload["pack"] = pack
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -42,7 +42,7 @@ from .manifest import (FORMAT, MANIFEST, PIPELINE_VERSION, describe_inputs, dir_
                        read_manifest, write_manifest)
 from .guard import BuildGuard, make_work_dir, raise_if_terminated
 from .encoders import ENCODERS, EncoderMismatch, Unsupported, choose_encoder
-from .pack import Packer
+from .pack import PACK_MODES, Packer
 from .read import FILE_ROW, POLICIES, RAW_COLUMNS, DataError, expand_blend, expand_inputs, generate_records
 from .tokenizer import BatchTokenizer, ids_dtype, load_tokenizer, pick_eos, tokenizer_sha256
 
@@ -75,6 +75,7 @@ def tokenize_corpus(
     text_field: str = "text",
     txt_split: str = "file",
     allow_missing: bool = False,
+    pack: str = "concat",
 ) -> Path:
     """Tokenize and pack ``inputs`` (paths/globs/Hub ids, or ``blend`` file) into ``out``.
 
@@ -93,6 +94,8 @@ def tokenize_corpus(
     unreadable, a ``.zst`` cut short by an unknown amount); without it each is an error naming the file.
     Bytes lost (bad records, the measured part of a cut ``.zst``) count against ``max_bad_fraction``
     too, and a file whose records are all bad is always an error (manifest ``input_files``).
+    ``pack``: ``concat`` (documents in order, cut at block ends) or ``whole`` (documents kept whole where they
+    fit, for long blocks: :mod:`.pack`); part of the fingerprint when not ``concat``.
     Raises :class:`DataError` (one-line message) for user-facing problems.
     """
     import datasets
@@ -106,6 +109,8 @@ def tokenize_corpus(
         raise DataError(f"on_bad must be one of {POLICIES}, got {on_bad!r}")
     if seq_len < 2:
         raise DataError(f"seq_len must be >= 2, got {seq_len}")
+    if pack not in PACK_MODES:
+        raise DataError(f"pack must be one of {PACK_MODES}, got {pack!r}")
     if val_docs is not None and val_docs < 1:
         raise DataError(f"val_docs must be >= 1, got {val_docs}")
     if encoder not in ENCODERS:
@@ -145,7 +150,7 @@ def tokenize_corpus(
         val_docs = VAL_DOCS
     # unset without val_inputs: "auto" (VAL_DOCS of a large input, VAL_SHARE of a small one: the inputs decide)
     fp = fingerprint(train_sources, val_sources, tok_sha, eos_id, seq_len, "auto" if val_docs is None else val_docs,
-                     max_docs, sets)
+                     max_docs, sets, pack)
 
     _refuse_existing(out, force)  # read-only, before anything is created, locked or removed
     guard = BuildGuard(out)
@@ -172,7 +177,7 @@ def tokenize_corpus(
         stage = work / "out"
 
         corpus = _Corpus(train_sources, val_sources, val_docs, max_docs, sets, on_bad, max_bad_fraction,
-                         allow_missing, num_proc)
+                         allow_missing, num_proc, pack)
 
         def build(enc):
             if stage.exists():
@@ -448,6 +453,7 @@ class _Corpus:
     max_bad_fraction: float
     allow_missing: bool
     num_proc: int
+    pack: str = "concat"  # how documents fill blocks (pack.py)
 
 
 @dataclass(frozen=True)
@@ -537,7 +543,7 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
         )
         t1 = time.time()
         timings[f"tokenize_{split}_s"] = round(t1 - t_prev, 3)
-        packer = Packer(encoding.seq_len, encoding.eos_id, dtype, set_index)
+        packer = Packer(encoding.seq_len, encoding.eos_id, dtype, set_index, corpus.pack, len(toks))
         blocks = toks.with_format("arrow").map(
             packer, batched=True, batch_size=PACK_BATCH, num_proc=None,
             remove_columns=["input_ids", "set"], desc=f"pack {split}",
@@ -570,6 +576,7 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
             "block_tokens": packer.blocks * encoding.seq_len,
             "dropped_tail_tokens": packer.dropped_tail_tokens,
             "tokens_per_set": dict(sorted(packer.tokens_per_set.items())),
+            "document_lengths": packer.length_stats(),  # a long-context phase's data: how long its documents are
             "text_bytes": sum(text_bytes.values()),  # UTF-8 bytes of the documents' text: nats/token -> bits per byte
             "text_bytes_per_set": dict(sorted(text_bytes.items())),
             "bytes": nbytes,  # on disk
@@ -596,6 +603,7 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
         "layout": "non-shifted blocks of seq_len tokens; labels = input_ids (the model shifts); "
                   "documents end with eos; boundaries = eos positions",
         "seq_len": int(encoding.seq_len),
+        "pack": corpus.pack,
         "dtype": np.dtype(dtype).name,
         "tokenizer": {
             "name_or_path": str(encoding.tok.name_or_path),

@@ -39,12 +39,20 @@ log = logging.getLogger(__name__)
 def recipe_callbacks(recipe) -> list:
     """The callbacks a recipe's ``evaluation`` section asks for (``pretrain(..., callbacks=recipe_callbacks)``):
     an LmEvalCallback for ``evaluation.lm_eval_task``, checked now (task name, lm-eval installed, task data), so
-    that a wrong one stops the run before any work. The tokenizer and cadence come from the trainer (attach)."""
-    task = recipe.evaluation.lm_eval_task
+    that a wrong one stops the run before any work. The tokenizer and cadence come from the trainer (attach).
+    And the long-context evaluation after the last step (``evaluation.long_context_lengths``/``_blocks``)."""
+    ev = recipe.evaluation
+    callbacks = []
+    if ev.long_context_lengths or ev.long_context_blocks:
+        from hfpretrain.eval.long_context_callback import LongContextCallback
+
+        callbacks.append(LongContextCallback(ev.long_context_lengths, ev.long_context_samples, ev.long_context_blocks,
+                                             ev.long_context_min_document_tokens, recipe.model.document_mask))
+    task = ev.lm_eval_task
     if not task:
-        return []
+        return callbacks
     try:
-        return [LmEvalCallback(None, every_n_steps=None, task=task, limit=recipe.evaluation.lm_eval_limit)]
+        return [LmEvalCallback(None, every_n_steps=None, task=task, limit=ev.lm_eval_limit), *callbacks]
     except ValueError as err:
         raise ValueError(f"evaluation.lm_eval_task={task}: {err}") from None
 

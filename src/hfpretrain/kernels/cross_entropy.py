@@ -33,13 +33,19 @@ def loss_tile(n_cols: int) -> tuple[int, int]:
     return min(block, 1 << max(n_cols - 1, 0).bit_length()), warps
 
 
+MAX_TILE_COLS = 1 << 20  # Triton's largest block (TRITON_MAX_TENSOR_NUMEL)
+MAX_WARPS = 32  # a block of 1,024 threads
+
+
 def check_tile(tile) -> tuple[int, int]:
-    """``kernels.loss_tile``: two powers of two (columns per iteration, warps), else ValueError naming the key."""
+    """``kernels.loss_tile``: two powers of two (columns per iteration up to 2^20, warps up to 32) that Triton can
+    launch, else ValueError naming the key: at load, not at the first GPU step after output_dir is written."""
     ok = (isinstance(tile, (list, tuple)) and len(tile) == 2 and all(isinstance(v, int) and v > 0 for v in tile)
-          and not any(v & (v - 1) for v in tile))
+          and not any(v & (v - 1) for v in tile) and tile[0] <= MAX_TILE_COLS and tile[1] <= MAX_WARPS)
     if not ok:
-        raise ValueError(f"kernels.loss_tile={tile!r}: want two powers of two, [columns, warps] (e.g. [8192, 8]), "
-                         "or null for the default by vocabulary")
+        raise ValueError(f"kernels.loss_tile={tile!r}: want two powers of two, [columns, warps] with columns <= "
+                         f"{MAX_TILE_COLS} and warps <= {MAX_WARPS} (e.g. [8192, 8]), or null for the default by "
+                         "vocabulary")
     return int(tile[0]), int(tile[1])
 
 

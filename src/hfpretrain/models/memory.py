@@ -37,8 +37,16 @@ with liger's loss (any chunk size) and with the chunked loss. With the decoder's
 matmuls read instead of the bf16 inputs they come from: the normalised projection inputs (2·d) and the down
 input (d_ff) take 1 byte each.
 
-With activation checkpointing (per decoder layer) only each layer's input (r·d) is kept,
-plus one layer's activations recomputed during its backward.
+With activation checkpointing (transformers' ``activation_checkpointing``, per decoder layer) a checkpointed layer
+keeps only its input (r·d; nothing on the GPU with ``offload``, which holds it in pinned host memory), plus one
+layer's activations recomputed during its backward; with ``every_n_layers: n`` the layers 0, n, 2n, ... are
+checkpointed (ceil(L/n) of them) and the others keep all of theirs.
+
+Document masking with SDPA (``model.document_mask``): transformers materialises the block-causal mask from the
+position ids, B·S·S booleans shared by the layers, and each layer's SDPA call turns it into an additive bias of the
+autocast dtype that its memory-efficient kernel keeps for the backward: a·S more bytes per token per layer, the
+term that grows with the length (0.5 GiB per layer and sample at 16k). Flash-attention's varlen path has no mask.
+Modelled from PyTorch's and transformers' code, not yet checked against a measured peak.
 
 ``total`` is the modelled peak: the larger of (a) start of backward — weights, optimizer
 states, all activations, the cross-entropy peak and (with gradient accumulation) the gradients
@@ -68,6 +76,7 @@ from transformers import PretrainedConfig
 from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS
 
 GIB = 1024**3
+MASKED_SDPA = ("sdpa",)  # SDPA with a mask tensor (sdpa_packed takes none; flash_attention_2 uses varlen)
 
 
 @dataclass(frozen=True)
@@ -128,16 +137,19 @@ def moe_shape(config: PretrainedConfig) -> MoeShape | None:
     if not is_moe(config):
         return None
     model = meta_model(config)
-    moe_layers, shared_ff = 0, 0
+    moe_layers, shared_ff, expert_ff = 0, 0, 0
     for layer in model.model.layers:
         mlp = layer.mlp
         if hasattr(mlp, "experts"):
             moe_layers += 1
+            # [experts, hidden, width] in every transformers experts module: Mixtral and OLMoE have no
+            # moe_intermediate_size (their experts are intermediate_size wide)
+            expert_ff = mlp.experts.down_proj.shape[-1]
             shared = getattr(mlp, "shared_experts", None) or getattr(mlp, "shared_expert", None)
             if shared is not None:
                 shared_ff = shared.gate_proj.weight.shape[0]
     return MoeShape(experts=num_routed_experts(config), top_k=int(config.num_experts_per_tok),
-                    expert_ff=int(config.moe_intermediate_size), shared_ff=int(shared_ff), moe_layers=moe_layers)
+                    expert_ff=int(expert_ff), shared_ff=int(shared_ff), moe_layers=moe_layers)
 
 
 def _has_qk_norm(config: PretrainedConfig) -> bool:
@@ -226,6 +238,10 @@ class TrainingLayout:
     residual_bytes: int = 4  # the residual stream: fp32 (4) or bf16 (2, model.residual_dtype=bfloat16)
     float8: bool = False  # the decoder's linears in float8 (model.precision=fp8): smaller saved inputs, compiled
     experts_implementation: str = "grouped_mm"  # MoE: transformers' experts backend (batched_mm keeps more)
+    # activation checkpointing (grad_checkpointing): every n-th decoder layer, its input in host memory with offload
+    checkpoint_every_n_layers: int = 1
+    checkpoint_offload: bool = False
+    document_mask: bool = False  # model.document_mask: a block-causal mask (sdpa: a bias per layer, see the notes)
 
 
 def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryEstimate:
@@ -254,19 +270,29 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     a = 2 if mixed else 4
     per_layer = activation_bytes_per_token_per_layer(config, layout.seq_len, layout.attn_implementation, layout.dtype,
                                                      layout.compiled, layout.residual_bytes, layout.float8)
+    # the additive bias each layer's SDPA makes of the document mask and keeps for its backward
+    mask_bias = a * layout.seq_len if layout.document_mask and layout.attn_implementation in MASKED_SDPA else 0
+    per_layer += mask_bias
     moe = moe_shape(config)
     all_layers = x["L"] * per_layer
     if moe is not None:  # the expert layers keep the routed tokens' activations instead of a dense MLP's
         moe_per_layer = activation_bytes_per_token_per_layer(
             config, layout.seq_len, layout.attn_implementation, layout.dtype, layout.compiled, layout.residual_bytes,
-            layout.float8, moe=moe, experts_implementation=layout.experts_implementation)
+            layout.float8, moe=moe, experts_implementation=layout.experts_implementation) + mask_bias
         all_layers = (x["L"] - moe.moe_layers) * per_layer + moe.moe_layers * moe_per_layer
         per_layer = max(per_layer, moe_per_layer) if moe.moe_layers < x["L"] else moe_per_layer
     outside = 8 + 8 * x["d"] + a * x["d"]  # input ids, final norm (in + out), LM-head cast input
     if layout.attn_implementation == "eager":
         outside += 4 * layout.seq_len  # the materialised causal mask (shared by all layers)
+    elif mask_bias:
+        outside += layout.seq_len  # the boolean block-causal mask the layers share
     if layout.grad_checkpointing:
-        layers_bytes = tokens * (x["L"] * layout.residual_bytes * x["d"] + per_layer)
+        every = max(1, int(layout.checkpoint_every_n_layers))
+        checkpointed = -(-x["L"] // every)  # layers 0, n, 2n, ...
+        kept_input = 0 if layout.checkpoint_offload else layout.residual_bytes * x["d"]
+        # the others keep all their activations (the average layer's, for an MoE with dense layers among them)
+        layers_bytes = tokens * (checkpointed * kept_input + (x["L"] - checkpointed) * all_layers // x["L"]
+                                 + per_layer)
     else:
         layers_bytes = tokens * all_layers
     if layout.fused_loss == "compiled":

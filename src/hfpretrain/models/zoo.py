@@ -197,8 +197,10 @@ def build_model(
     config: PretrainedConfig,
     attn_implementation: str = "auto",
     experts_implementation: str | None = None,
+    weights: str | None = None,
 ) -> PreTrainedModel:
-    """Build a randomly initialised causal LM for ``config`` with the chosen attention backend.
+    """Build a randomly initialised causal LM for ``config`` (with ``weights``: that checkpoint's weights under
+    ``config``) with the chosen attention backend.
 
     ``attn_implementation="auto"`` defers to a backend forced by the config (``attn_implementation``
     in its JSON/overrides), else picks flash_attention_2 > sdpa > eager; one line is logged.
@@ -215,6 +217,8 @@ def build_model(
             raise ValueError(f"experts_implementation={experts_implementation!r} is for MoE models; "
                              f"{config.model_type} has no experts")
         kwargs["experts_implementation"] = experts_implementation
+    if weights is not None:
+        return AutoModelForCausalLM.from_pretrained(weights, config=config, **kwargs)
     return AutoModelForCausalLM.from_config(config, **kwargs)
 
 

@@ -4,17 +4,21 @@
    sizes (seeds averaged). Its minimum is the optimum when it lies inside the sizes trained; otherwise
    the best size sits at the edge of the grid (``bracketed: false``), the budget's optimum is only bounded,
    and the report says so: the grid should be moved, not the result trusted.
-2. **Noise floor**: the pooled standard deviation of runs that differ only in their seed.
-3. **Per arm, a power law on the per-budget optima** L*(C) = E + A·C^(−α), E free when there are 3+
-   budgets.
+2. **Noise floor**: the pooled standard deviation of runs that differ only in their seed; runs far from their
+   seed siblings (k robust σ) are named, and the floor is also given without them.
+3. **Fits on the per-budget optima** L*_arm(C) = E + A_arm·C^(−α_arm). Primary model: **one E shared by the
+   arms** (both are scored in bits per byte of the same text: the irreducible part belongs to the text).
+   Sensitivity check: each arm with its own E (``sensitivity.separate``).
 4. **The arms compared**: per budget the gap L*(arm) − L*(baseline); the *effective compute multiplier*
    of the arm (the compute the baseline needs, on its fit, to reach the arm's loss, divided by C: > 1
    means the change is worth that much more compute); its trend with compute (slope of ln multiplier vs
-   ln C); where the fitted curves cross; and both arms extrapolated to 10× the largest budget.
+   ln C); where the fitted curves cross between the smallest budget and the extrapolation target (never
+   below the data); and both arms extrapolated to 10× the largest budget.
 5. **Uncertainty** by a parametric bootstrap: each cell mean gets Gaussian noise of the measured noise
    floor (σ/√seeds), everything is refitted, and 95% intervals are the 2.5/97.5 percentiles. Without
    seeds there is no noise estimate and no interval (reported as such, never invented).
-6. **Back-test**: each arm refitted without its largest budget predicts that budget's optimum.
+6. **Back-test**: each model refitted without the largest budget predicts that budget: each arm's optimum,
+   and the gap between the arms (what the verdict rests on).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from hfpretrain.study.fit import fit_power_law
+from hfpretrain.study.fit import fit_power_law, fit_shared_floor
 
 BOOTSTRAP_FIT = dict(grid=40, zooms=10)  # a coarser E search inside the bootstrap loop (hundreds of fits)
+OUTLIER_K = 4.0  # robust σ: a seed replicate further from its siblings is named and left out of the second floor
 
 
 def _n(row: dict) -> float:
@@ -37,7 +42,7 @@ def cells(rows: list[dict], y: str = "val_loss") -> dict:
     """(arm, budget) -> {size: {"n": N, "flops": mean C, "losses": [...]}} of the rows with a loss."""
     out: dict = defaultdict(dict)
     for r in rows:
-        if r.get(y) is None or not math.isfinite(r[y]):
+        if r.get(y) is None or not math.isfinite(r[y]) or r.get("lr_factor") is not None:  # LR checks: no cell
             continue
         cell = out[r["arm"], r["budget"]].setdefault(r["size"], {"n": _n(r), "flops": [], "losses": []})
         cell["flops"].append(r["flops"])
@@ -45,19 +50,52 @@ def cells(rows: list[dict], y: str = "val_loss") -> dict:
     return out
 
 
-def noise_floor(rows: list[dict], y: str = "val_loss") -> dict | None:
+def _replicates(rows: list[dict], y: str, exclude=()) -> list[tuple[list[str], np.ndarray]]:
+    """(run names, losses) of every cell run with several seeds, without the ``exclude``d runs."""
+    out: dict = defaultdict(lambda: ([], []))
+    for r in rows:
+        if r.get(y) is None or not math.isfinite(r[y]) or r.get("run") in exclude or r.get("lr_factor") is not None:
+            continue
+        names, losses = out[r["arm"], r["budget"], r["size"]]
+        names.append(r.get("run") or f"{r['arm']}/{r['size']}@{r['budget']:.3g}/seed{r.get('seed')}")
+        losses.append(float(r[y]))
+    return [(names, np.asarray(losses)) for names, losses in out.values() if len(losses) > 1]
+
+
+def noise_floor(rows: list[dict], y: str = "val_loss", exclude=()) -> dict | None:
     """Pooled standard deviation of seed replicates: {"sigma", "cells", "runs"}; None without replicates."""
     ss, dof, n_cells = 0.0, 0, 0
-    for sizes in cells(rows, y).values():
-        for cell in sizes.values():
-            losses = np.asarray(cell["losses"])
-            if len(losses) > 1:
-                ss += float(((losses - losses.mean()) ** 2).sum())
-                dof += len(losses) - 1
-                n_cells += 1
+    for _, losses in _replicates(rows, y, exclude):
+        ss += float(((losses - losses.mean()) ** 2).sum())
+        dof += len(losses) - 1
+        n_cells += 1
     if dof == 0:
         return None
     return {"sigma": math.sqrt(ss / dof), "cells": n_cells, "runs": dof + n_cells}
+
+
+def seed_outliers(rows: list[dict], y: str = "val_loss", k: float = OUTLIER_K) -> dict:
+    """Runs far from their seed siblings (at most one per cell of 3+ seeds): {"runs": {name: deviation},
+    "robust_sigma", "k"}.
+
+    A run's deviation is its loss minus the mean of its cell's other seeds, scaled by √(1 + 1/(n−1)) so that
+    it has the spread of one run; the robust σ is 1.4826 × the median absolute deviation over all replicated
+    runs (a few wild runs cannot inflate it, as they inflate the pooled σ); an outlier deviates by more than
+    k robust σ. Outliers are reported and the noise floor is given with and without them; they are not
+    dropped from the cell means (a configuration that sometimes diverges is a result)."""
+    devs, worst = [], []
+    for names, losses in _replicates(rows, y):
+        n = len(losses)
+        cell = [(name, float((losses[i] - np.delete(losses, i).mean()) / math.sqrt(1 + 1 / (n - 1))))
+                for i, name in enumerate(names)]
+        devs += cell
+        if n >= 3:  # with two seeds either could be the wild one; with three, a wild run also pulls its
+            worst.append(max(cell, key=lambda nd: abs(nd[1])))  # siblings' deviations: only the worst is a candidate
+    if len(devs) < 6:
+        return {"runs": {}, "robust_sigma": None, "k": k}
+    robust = 1.4826 * float(np.median([abs(d) for _, d in devs]))
+    return {"runs": {name: d for name, d in worst if robust > 0 and abs(d) > k * robust}, "robust_sigma": robust,
+            "k": k}
 
 
 def isoflop_optimum(n: np.ndarray, loss: np.ndarray) -> dict:
@@ -94,11 +132,35 @@ def optima(cell_map: dict, noise: np.random.Generator | None = None, sigma: floa
     return out
 
 
-def _fit(points: list[tuple[float, float]], **kw):
-    try:
-        return fit_power_law([c for c, _ in points], [loss for _, loss in points], **kw)
-    except ValueError:
-        return None
+def _points(opt: dict, arm: str, budgets: list[float]) -> tuple[list[float], list[float]]:
+    keep = [b for b in budgets if (arm, b) in opt]
+    return [opt[arm, b]["flops"] for b in keep], [opt[arm, b]["loss_opt"] for b in keep]
+
+
+def fit_separate(opt: dict, arms: list[str], budgets: list[float], **kw) -> dict:
+    """Per arm, its own E, A, α (the sensitivity check of a shared floor)."""
+    out = {}
+    for arm in arms:
+        try:
+            out[arm] = fit_power_law(*_points(opt, arm, budgets), **kw)
+        except ValueError:
+            out[arm] = None
+    return out
+
+
+def fit_shared(opt: dict, arms: list[str], budgets: list[float], **kw) -> dict:
+    """One irreducible E for every arm, A and α per arm: the arms' losses are bits per byte of the same text."""
+    points = {}
+    for arm in arms:
+        c, y = _points(opt, arm, budgets)
+        if len(set(c)) >= 2:
+            points[arm] = (c, y)
+    fits = fit_shared_floor(points, **kw) if points else {}
+    return {arm: fits.get(arm) for arm in arms}
+
+
+MODELS = {"shared_E": fit_shared, "separate": fit_separate}
+PRIMARY = "shared_E"
 
 
 def compute_multiplier(baseline_fit, loss: float, flops: float) -> float:
@@ -111,7 +173,9 @@ def compute_multiplier(baseline_fit, loss: float, flops: float) -> float:
 
 
 def crossovers(fit_a, fit_b, lo: float, hi: float) -> list[float]:
-    """Compute values in [lo, hi] where the two fitted curves cross (sign changes on a log grid)."""
+    """Compute values in [lo, hi] where the two fitted curves cross (sign changes on a log grid). Callers pass
+    the measured budgets up to the extrapolation target: a crossing below the smallest budget is the two
+    curves' shapes meeting where no run was made (the first report named one at 1.2e14), not a finding."""
     if fit_a is None or fit_b is None:
         return []
     grid = np.logspace(math.log10(lo), math.log10(hi), 2001)
@@ -124,12 +188,12 @@ def crossovers(fit_a, fit_b, lo: float, hi: float) -> list[float]:
     return out
 
 
-def _summaries(opt: dict, arms: list[str], budgets: list[float], extrapolate_to: float, fit_kw: dict) -> dict:
-    """Fits, gaps, multipliers and the extrapolation from one set of per-budget optima."""
-    fits = {arm: _fit([(opt[arm, b]["flops"], opt[arm, b]["loss_opt"]) for b in budgets if (arm, b) in opt], **fit_kw)
-            for arm in arms}
+def _summaries(opt: dict, arms: list[str], budgets: list[float], extrapolate_to: float, model: str,
+               fit_kw: dict) -> dict:
+    """Fits (of ``model``), gaps, multipliers, the extrapolation and crossings from one set of per-budget optima."""
+    fits = MODELS[model](opt, arms, budgets, **fit_kw)
     base = arms[0]
-    out = {"fits": fits, "gap": {}, "multiplier": {}, "extrapolated": {}, "trend": {}}
+    out = {"fits": fits, "gap": {}, "multiplier": {}, "extrapolated": {}, "trend": {}, "crossover": {}}
     for arm in arms:
         f = fits[arm]
         out["extrapolated"][arm] = float(f.predict(extrapolate_to)) if f is not None else float("nan")
@@ -145,6 +209,42 @@ def _summaries(opt: dict, arms: list[str], budgets: list[float], extrapolate_to:
         if len(finite) >= 2:
             lc, lm = np.log([c for c, _ in finite]), np.log([m for _, m in finite])
             out["trend"][arm] = float(np.polyfit(lc, lm, 1)[0])  # d ln(multiplier) / d ln C
+        out["crossover"][arm] = crossovers(fits[base], f, min(budgets), extrapolate_to)
+    out["pairs"] = {}
+    for i, b_arm in enumerate(arms):
+        for arm in arms[i + 1:]:
+            gaps = {b: opt[arm, b]["loss_opt"] - opt[b_arm, b]["loss_opt"] for b in budgets
+                    if (arm, b) in opt and (b_arm, b) in opt}
+            out["pairs"][pair_key(arm, b_arm)] = {
+                "gap": gaps, "gap_extrapolated": out["extrapolated"][arm] - out["extrapolated"][b_arm],
+                "crossover": crossovers(fits[b_arm], fits[arm], min(budgets), extrapolate_to)}
+    return out
+
+
+def pair_key(arm: str, baseline: str) -> str:
+    return f"{arm} vs {baseline}"
+
+
+def backtest(opt: dict, arms: list[str], budgets: list[float], model: str, fit_kw: dict | None = None) -> dict:
+    """The ``model`` fitted without the largest budget predicts it: each arm's optimum, and the gap between each
+    arm and the baseline (the ablation's question: was the trend of the gap right?). Needs 3+ budgets."""
+    out: dict = {"arms": {}, "gap": {}}
+    if len(budgets) < 3:
+        return out
+    held, base = budgets[-1], arms[0]
+    fits = MODELS[model](opt, arms, budgets[:-1], **(fit_kw or {}))
+    predicted = {}
+    for arm in arms:
+        if (arm, held) in opt and fits.get(arm) is not None:
+            predicted[arm] = float(fits[arm].predict(opt[arm, held]["flops"]))
+            observed = opt[arm, held]["loss_opt"]
+            out["arms"][arm] = {"budget": held, "predicted": predicted[arm], "observed": observed,
+                                "error": predicted[arm] - observed}
+    for arm in arms[1:]:
+        if arm in predicted and base in predicted:
+            observed = opt[arm, held]["loss_opt"] - opt[base, held]["loss_opt"]
+            gap = predicted[arm] - predicted[base]
+            out["gap"][arm] = {"budget": held, "predicted": gap, "observed": observed, "error": gap - observed}
     return out
 
 
@@ -153,9 +253,48 @@ def _interval(values: list[float]) -> list[float] | None:
     return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) >= 10 else None
 
 
+def _bootstrap(cell_map: dict, arms: list[str], budgets: list[float], target: float, sigma: float, n_boot: int,
+               seed: int, models=tuple(MODELS)) -> dict:
+    """95% intervals of the ``models``' figures: the cell means perturbed by σ/√seeds, everything refitted."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    draws: dict = {model: [] for model in models}
+    for _ in range(n_boot):
+        opt = optima(cell_map, rng, sigma)
+        for model in models:
+            d = _summaries(opt, arms, budgets, target, model, BOOTSTRAP_FIT)
+            d["backtest"] = backtest(opt, arms, budgets, model, BOOTSTRAP_FIT)
+            draws[model].append(d)
+    for model, ds in draws.items():
+        iv: dict = {"alpha": {}, "E": {}, "extrapolated": {}, "gap": {}, "multiplier": {}, "gap_extrapolated": {},
+                    "backtest_gap": {}}
+        for arm in arms:
+            iv["alpha"][arm] = _interval([d["fits"][arm].alpha for d in ds if d["fits"][arm] is not None])
+            iv["E"][arm] = _interval([d["fits"][arm].E for d in ds if d["fits"][arm] is not None])
+            iv["extrapolated"][arm] = _interval([d["extrapolated"][arm] for d in ds])
+            if arm == arms[0]:
+                continue
+            iv["gap"][arm] = {b: _interval([d["gap"][arm].get(b, float("nan")) for d in ds]) for b in budgets}
+            iv["multiplier"][arm] = {b: _interval([d["multiplier"][arm].get(b, float("nan")) for d in ds])
+                                     for b in budgets}
+            iv["gap_extrapolated"][arm] = _interval([d["extrapolated"][arm] - d["extrapolated"][arms[0]] for d in ds])
+            iv["backtest_gap"][arm] = _interval([d["backtest"]["gap"].get(arm, {}).get("predicted", float("nan"))
+                                                 for d in ds])
+        iv["pairs"] = {key: {"gap": {b: _interval([d["pairs"][key]["gap"].get(b, float("nan")) for d in ds])
+                                     for b in budgets},
+                             "gap_extrapolated": _interval([d["pairs"][key]["gap_extrapolated"] for d in ds])}
+                       for key in ds[0]["pairs"]} if ds else {}
+        out[model] = iv
+    return out
+
+
 def analyse_isoflop(rows: list[dict], y: str = "val_loss", n_boot: int = 300, seed: int = 0,
                     extrapolate_factor: float = 10.0) -> dict:
-    """Everything the report needs (see the module docstring). The first arm is the baseline."""
+    """Everything the report needs (see the module docstring). The first arm is the baseline.
+
+    The primary model (``model``: one E shared by the arms) fills the top-level keys; ``sensitivity`` holds the
+    same figures from separate per-arm fits. ``intervals`` come from the pooled noise floor of every seed
+    replicate, ``intervals_without_outliers`` from the floor without the ``outliers`` (when there are any)."""
     cell_map = cells(rows, y)
     arms = list(dict.fromkeys(r["arm"] for r in rows if (r["arm"], r["budget"]) in cell_map))
     budgets = sorted({b for _, b in cell_map})
@@ -164,63 +303,120 @@ def analyse_isoflop(rows: list[dict], y: str = "val_loss", n_boot: int = 300, se
     opt = optima(cell_map)
     c_max = max(o["flops"] for o in opt.values())
     target = extrapolate_factor * c_max
-    point = _summaries(opt, arms, budgets, target, {})
+    per_model = {model: _summaries(opt, arms, budgets, target, model, {}) for model in MODELS}
+    for model, d in per_model.items():
+        d["backtest"] = backtest(opt, arms, budgets, model)
+    outliers = seed_outliers(rows, y)
     noise = noise_floor(rows, y)
+    clean = noise_floor(rows, y, exclude=outliers["runs"]) if outliers["runs"] else None
+    point = per_model[PRIMARY]
     result = {
         "y": y, "arms": arms, "baseline": arms[0], "budgets": budgets, "optima": opt, "noise": noise,
+        "outliers": outliers, "noise_without_outliers": clean, "model": PRIMARY,
         "fits": point["fits"], "gap": point["gap"], "multiplier": point["multiplier"], "trend": point["trend"],
-        "extrapolate_to": target, "extrapolated": point["extrapolated"],
+        "extrapolate_to": target, "extrapolated": point["extrapolated"], "crossover": point["crossover"],
+        "crossover_range": [min(budgets), target], "backtest": point["backtest"], "pairs": point["pairs"],
         "edge": sorted(f"{arm} @ {b:.3g}" for (arm, b), o in opt.items() if not o["bracketed"]),
-        "crossover": {arm: crossovers(point["fits"][arms[0]], point["fits"][arm], min(budgets) / 100, target * 10)
-                      for arm in arms[1:]},
+        "sensitivity": {model: d for model, d in per_model.items() if model != PRIMARY},
     }
-    # back-test: leave the largest budget out, predict it
-    result["backtest"] = {}
-    if len(budgets) >= 3:
-        for arm in arms:
-            held = budgets[-1]
-            if (arm, held) not in opt:
-                continue
-            f = _fit([(opt[arm, b]["flops"], opt[arm, b]["loss_opt"]) for b in budgets[:-1] if (arm, b) in opt])
-            if f is not None:
-                predicted = float(f.predict(opt[arm, held]["flops"]))
-                result["backtest"][arm] = {"budget": held, "predicted": predicted, "observed": opt[arm, held]["loss_opt"],
-                                           "error": predicted - opt[arm, held]["loss_opt"]}
-    # uncertainty
-    result["intervals"] = None
+    result["intervals"] = result["intervals_without_outliers"] = None
     if noise is not None and n_boot > 0:
-        rng = np.random.default_rng(seed)
-        draws = [_summaries(optima(cell_map, rng, noise["sigma"]), arms, budgets, target, BOOTSTRAP_FIT)
-                 for _ in range(n_boot)]
-        iv: dict = {"alpha": {}, "E": {}, "extrapolated": {}, "gap": {}, "multiplier": {}, "gap_extrapolated": {}}
-        for arm in arms:
-            iv["alpha"][arm] = _interval([d["fits"][arm].alpha for d in draws if d["fits"][arm] is not None])
-            iv["E"][arm] = _interval([d["fits"][arm].E for d in draws if d["fits"][arm] is not None])
-            iv["extrapolated"][arm] = _interval([d["extrapolated"][arm] for d in draws])
-            if arm == arms[0]:
-                continue
-            iv["gap"][arm] = {b: _interval([d["gap"][arm].get(b, float("nan")) for d in draws]) for b in point["gap"][arm]}
-            iv["multiplier"][arm] = {b: _interval([d["multiplier"][arm].get(b, float("nan")) for d in draws])
-                                     for b in point["multiplier"][arm]}
-            iv["gap_extrapolated"][arm] = _interval([d["extrapolated"][arm] - d["extrapolated"][arms[0]] for d in draws])
-        result["intervals"] = iv
+        boot = _bootstrap(cell_map, arms, budgets, target, noise["sigma"], n_boot, seed)
+        result["intervals"] = boot[PRIMARY]
+        for model, d in result["sensitivity"].items():
+            d["intervals"] = boot[model]
+        if clean is not None:
+            result["intervals_without_outliers"] = _bootstrap(cell_map, arms, budgets, target, clean["sigma"], n_boot,
+                                                              seed, (PRIMARY,))[PRIMARY]
         result["n_boot"] = n_boot
     return result
 
 
 def to_json(result: dict) -> dict:
-    """The analysis as plain JSON (fits as dicts, tuple keys as "arm @ budget")."""
+    """The analysis as plain JSON (fits as dicts, tuple keys as "arm @ budget", budgets as "%.6g")."""
     def fit(f):
         return f.as_dict() if f is not None else None
 
-    out = {k: v for k, v in result.items() if k not in ("optima", "fits")}
+    def per_budget(d):
+        return {arm: {f"{b:.6g}": v for b, v in per.items()} for arm, per in (d or {}).items()}
+
+    def pairs(d):
+        return {key: {**p, "gap": {f"{b:.6g}": v for b, v in p["gap"].items()}} for key, p in (d or {}).items()}
+
+    def intervals(iv):
+        if not iv:
+            return iv
+        return {**iv, "gap": per_budget(iv["gap"]), "multiplier": per_budget(iv["multiplier"]),
+                "pairs": pairs(iv.get("pairs"))}
+
+    def figures(d):
+        out = {k: v for k, v in d.items() if k not in ("fits", "gap", "multiplier", "intervals", "pairs")}
+        out["fits"] = {arm: fit(f) for arm, f in d.get("fits", {}).items()}
+        out["pairs"] = pairs(d.get("pairs"))
+        out["gap"], out["multiplier"] = per_budget(d.get("gap")), per_budget(d.get("multiplier"))
+        if "intervals" in d:
+            out["intervals"] = intervals(d["intervals"])
+        return out
+
+    out = figures({k: v for k, v in result.items() if k not in ("optima", "sensitivity", "intervals_without_outliers")})
     out["optima"] = {f"{arm} @ {b:.6g}": o for (arm, b), o in result.get("optima", {}).items()}
-    out["fits"] = {arm: fit(f) for arm, f in result.get("fits", {}).items()}
-    for key in ("gap", "multiplier"):
-        out[key] = {arm: {f"{b:.6g}": v for b, v in d.items()} for arm, d in result.get(key, {}).items()}
-    if result.get("intervals"):
-        iv = dict(result["intervals"])
-        for key in ("gap", "multiplier"):
-            iv[key] = {arm: {f"{b:.6g}": v for b, v in d.items()} for arm, d in iv[key].items()}
-        out["intervals"] = iv
+    out["intervals_without_outliers"] = intervals(result.get("intervals_without_outliers"))
+    out["sensitivity"] = {model: figures(d) for model, d in result.get("sensitivity", {}).items()}
+    return out
+
+
+def decide(result: dict, decision: dict) -> list[dict]:
+    """The spec's ``decision`` rule (written before the runs) applied to the analysis: one verdict per comparison.
+
+    Per comparison (``arm`` against ``baseline``) at the budget ``at`` (default: the largest): the measured gap of
+    the best losses with its 95% interval, and the gap at 10× the largest budget on the primary (shared-E)
+    model with its interval and on the separate fits. Verdicts, in this order:
+      - ``incomplete``: a cell of the comparison at ``at`` was not run or is not bracketed (its optimum is a bound);
+      - ``better, also at 10×``: the measured interval lies below −margin, the shared-E extrapolation's interval
+        below 0, and the separate fits agree on the sign;
+      - ``better at the measured budgets``: the measured interval below −margin, the extrapolation unresolved
+        or the two models disagree: adopt at this scale, no recommendation beyond it;
+      - ``worse``: the measured interval above +margin;
+      - ``no practical difference``: the measured interval inside ±margin;
+      - ``undecided``: anything else (more seeds, or a larger budget).
+    """
+    margin = float(decision.get("margin", 0.0))
+    at = float(decision.get("at") or max(result["budgets"]))
+    iv = result.get("intervals") or {}
+    sep = (result.get("sensitivity") or {}).get("separate") or {}
+    out = []
+    for comp in decision.get("comparisons") or []:
+        arm, base = comp["arm"], comp["baseline"]
+        sign, key = (1, pair_key(arm, base)) if pair_key(arm, base) in result["pairs"] else (-1, pair_key(base, arm))
+        entry = {"name": comp.get("name", key), "arm": arm, "baseline": base, "budget": at, "margin": margin}
+        cells_ok = [(a, at) in result["optima"] and result["optima"][a, at]["bracketed"] for a in (arm, base)]
+        if key not in result["pairs"] or not all(cells_ok):
+            missing = [f"{a} @ {at:.3g}" for a, ok in zip((arm, base), cells_ok) if not ok]
+            out.append({**entry, "verdict": "incomplete", "why": "not run or not bracketed: " + ", ".join(missing)})
+            continue
+
+        def signed(x):
+            return None if x is None else sign * x
+
+        def signed_iv(ci):
+            return None if ci is None else sorted([sign * ci[0], sign * ci[1]])
+
+        p, pi = result["pairs"][key], ((iv.get("pairs") or {}).get(key) or {})
+        gap = signed(next((g for b, g in p["gap"].items() if math.isclose(b, at, rel_tol=1e-9)), None))
+        gap_ci = signed_iv(next((c for b, c in (pi.get("gap") or {}).items() if math.isclose(b, at, rel_tol=1e-9)), None))
+        gap10, gap10_ci = signed(p["gap_extrapolated"]), signed_iv(pi.get("gap_extrapolated"))
+        gap10_sep = signed((sep.get("pairs") or {}).get(key, {}).get("gap_extrapolated"))
+        entry.update(gap=gap, gap_interval=gap_ci, gap_10x=gap10, gap_10x_interval=gap10_ci, gap_10x_separate=gap10_sep)
+        if gap_ci is None:
+            verdict = "undecided"
+        elif gap_ci[1] < -margin:
+            agree = gap10_sep is not None and gap10_sep < 0
+            verdict = "better, also at 10×" if gap10_ci and gap10_ci[1] < 0 and agree else "better at the measured budgets"
+        elif gap_ci[0] > margin:
+            verdict = "worse"
+        elif -margin <= gap_ci[0] and gap_ci[1] <= margin:
+            verdict = "no practical difference"
+        else:
+            verdict = "undecided"
+        out.append({**entry, "verdict": verdict})
     return out

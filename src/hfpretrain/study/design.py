@@ -28,7 +28,10 @@ class Rules:
     lr_width: int = 768
     lr_power: float = 0.0  # lr = lr · (lr_width / width)^lr_power; 1 ≈ muP's hidden-matrix rule for Adam
     min_steps: int = 0  # halve the batch until the run has at least this many optimizer steps
-    max_passes: float = 4.0  # error: a run would read its data more often (repeated tokens teach less)
+    max_passes: float = 4.0  # a run would read its data more often (repeated tokens teach less)
+    # what a run over max_passes does: "exclude" moves the budget's sizes up (the cut-off optima of the first
+    # vocabulary study), "error" stops the plan, "flag" runs it and names it in the plan and the report
+    over_passes: str = "exclude"
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Rules":
@@ -37,6 +40,8 @@ class Rules:
         if set(d) - known:
             raise ValueError(f"rules: unknown keys {sorted(set(d) - known)}; known: {sorted(known)}")
         rules = cls(**d)
+        if rules.over_passes not in ("exclude", "error", "flag"):
+            raise ValueError(f"rules.over_passes={rules.over_passes!r}: exclude, error or flag")
         if rules.warmup_fraction is not None and not 0 <= rules.warmup_fraction < 1:
             raise ValueError(f"rules.warmup_fraction={rules.warmup_fraction}: must be in [0, 1)")
         return rules
@@ -62,8 +67,10 @@ class IsoFlop:
 
 
 def ratio_params(plan: dict) -> int:
-    """N for tokens per parameter: everything but the embedding tables, with the LM head counted once."""
-    return int(plan["parameters"]["non_embedding"] + plan["flops_per_token_head"] / 6)
+    """N for tokens per parameter: everything but the embedding tables, with the LM head counted once; for an
+    MoE the active parameters (what a token's FLOPs pay for), so an MoE arm gets the dense arm's sizes."""
+    parameters = plan["parameters"]
+    return int(parameters.get("active_non_embedding", parameters["non_embedding"]) + plan["flops_per_token_head"] / 6)
 
 
 def pick_sizes(costs: list[tuple[str, float, int]], budget: float, iso: IsoFlop) -> list[str]:
@@ -134,8 +141,11 @@ def check_plan(runs: list[PlannedRun], rules: Rules) -> tuple[list[str], list[st
             errors.append(f"{r.name}: {r.steps} steps, not more than its {r.warmup_steps} warmup steps "
                           "(rules.warmup_fraction, or a smaller batch with rules.min_steps)")
         if r.passes > rules.max_passes:
-            errors.append(f"{r.name}: reads the training data {r.passes:.1f} times (> rules.max_passes "
-                          f"{rules.max_passes:g}): a smaller budget or more data")
+            message = f"{r.name}: reads the training data {r.passes:.1f} times (> rules.max_passes {rules.max_passes:g})"
+            if rules.over_passes == "flag":
+                warnings.append(message + ": run and flagged (rules.over_passes: flag)")
+            else:
+                errors.append(message + ": a smaller budget or more data")
         if not 0.5 <= r.tokens_per_param <= 2000:
             warnings.append(f"{r.name}: {r.tokens_per_param:.2g} tokens per parameter: far from compute-optimal "
                             "(~20); its loss says little about the size's potential")

@@ -1,4 +1,5 @@
-"""Fit L(C) = E + A · C^(−α) (loss against training compute) with numpy only.
+"""Fit L(C) = E + A · C^(−α) (loss against training compute) with numpy only; several curves with one
+shared E (``fit_shared_floor``).
 
 For a fixed irreducible loss E the law is a straight line in log space,
     log(L − E) = log A − α · log C,
@@ -49,40 +50,71 @@ def _fit_given_E(logc: np.ndarray, loss: np.ndarray, E: float) -> tuple[float, f
     return float(log_a), float(alpha), sse
 
 
-def fit_power_law(compute, loss, grid: int = 200, zooms: int = 30) -> PowerLawFit:
-    """Fit E + A·C^(−α) to points (C, L); C > 0, L > 0, at least 2 points with distinct C."""
+def _search_E(sse, hi: float, grid: int, zooms: int) -> float:
+    """argmin of ``sse(E)`` over [0, hi): a grid, then repeated zooms around the best point (the sum of squares
+    is not convex in E and often flat: a grid does not get stuck where a local optimiser can)."""
+    lo, top = 0.0, hi * (1 - 1e-9)
+    best_e, best_sse = 0.0, math.inf
+    for _ in range(zooms):
+        es = np.linspace(lo, top, grid)
+        sses = [sse(e) for e in es]
+        i = int(np.argmin(sses))
+        if sses[i] < best_sse:
+            best_e, best_sse = float(es[i]), float(sses[i])
+        step = (top - lo) / (grid - 1)
+        lo, top = max(0.0, best_e - step), min(hi * (1 - 1e-12), best_e + step)
+        if top - lo < 1e-14 * max(hi, 1.0):
+            break
+    return best_e
+
+
+def _points(compute, loss) -> tuple[np.ndarray, np.ndarray]:
     c = np.asarray(compute, dtype=float)
     y = np.asarray(loss, dtype=float)
     keep = np.isfinite(c) & np.isfinite(y) & (c > 0) & (y > 0)
     c, y = c[keep], y[keep]
     if len(c) < 2 or len(np.unique(c)) < 2:
         raise ValueError(f"need at least 2 points with distinct compute, got {len(c)}")
+    return c, y
+
+
+def _result(c: np.ndarray, y: np.ndarray, E: float, fixed: bool) -> PowerLawFit:
     # Normalise C so the intercept stays well-conditioned (C ~ 1e12..1e20); A is converted back.
     c0 = float(np.exp(np.mean(np.log(c))))
-    logc = np.log(c / c0)
-    fixed = len(c) < 3
-    if fixed:
-        best_e = 0.0
-    else:
-        hi = float(y.min())
-        lo, top = 0.0, hi * (1 - 1e-9)
-        best_e, best_sse = 0.0, math.inf
-        for _ in range(zooms):
-            es = np.linspace(lo, top, grid)
-            sses = [_fit_given_E(logc, y, e)[2] for e in es]
-            i = int(np.argmin(sses))
-            if sses[i] < best_sse:
-                best_e, best_sse = float(es[i]), float(sses[i])
-            step = (top - lo) / (grid - 1)
-            lo, top = max(0.0, best_e - step), min(hi * (1 - 1e-12), best_e + step)
-            if top - lo < 1e-14 * max(hi, 1.0):
-                break
-    log_a, alpha, sse = _fit_given_E(logc, y, best_e)
+    log_a, alpha, sse = _fit_given_E(np.log(c / c0), y, E)
     A = math.exp(log_a) * c0**alpha  # A·(C/c0)^-α = A·c0^α · C^-α
     ly = np.log(y)
     sst = float(np.sum((ly - ly.mean()) ** 2))
     r2 = 1 - sse / sst if sst > 0 else 1.0
-    return PowerLawFit(E=best_e, A=A, alpha=alpha, n=len(c), r2=r2, rmse=math.sqrt(sse / len(c)), fixed_E=fixed)
+    return PowerLawFit(E=E, A=A, alpha=alpha, n=len(c), r2=r2, rmse=math.sqrt(sse / len(c)), fixed_E=fixed)
+
+
+def fit_power_law(compute, loss, grid: int = 200, zooms: int = 30) -> PowerLawFit:
+    """Fit E + A·C^(−α) to points (C, L); C > 0, L > 0, at least 2 points with distinct C."""
+    c, y = _points(compute, loss)
+    if len(c) < 3:
+        return _result(c, y, 0.0, True)
+    logc = np.log(c / float(np.exp(np.mean(np.log(c)))))
+    E = _search_E(lambda e: _fit_given_E(logc, y, e)[2], float(y.min()), grid, zooms)
+    return _result(c, y, E, False)
+
+
+def fit_shared_floor(points: dict, grid: int = 200, zooms: int = 30) -> dict[str, PowerLawFit]:
+    """One E for every curve, A and α per curve: L_k(C) = E + A_k·C^(−α_k), ``points`` = {key: (C, L)}.
+
+    For losses of the same text in the same unit (bits per byte of one validation set, whatever the tokenizer)
+    the irreducible part is a property of the text, not of the model family: sharing it is the primary model of
+    an ablation, and it lets curves with few points each pin E together. E minimises the summed squared error of
+    log L over all curves; with fewer than 3 points in all, E is fixed at 0."""
+    data = {k: _points(c, y) for k, (c, y) in points.items()}
+    total = sum(len(c) for c, _ in data.values())
+    fixed = total < 3 or total <= len(data) * 2  # 2 parameters per curve + E: identifiable only with more points
+    E = 0.0
+    if not fixed:
+        logs = {k: (np.log(c / float(np.exp(np.mean(np.log(c))))), y) for k, (c, y) in data.items()}
+        hi = min(float(y.min()) for _, y in data.values())
+        E = _search_E(lambda e: sum(_fit_given_E(lc, y, e)[2] for lc, y in logs.values()), hi, grid, zooms)
+    return {k: _result(c, y, E, fixed) for k, (c, y) in data.items()}
 
 
 def frontier(rows: list[dict], bucket_decades: float = 0.25, x: str = "flops", y: str = "val_loss") -> list[dict]:

@@ -28,6 +28,7 @@ import logging
 import math
 import multiprocessing
 import os
+import re
 import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,17 +45,24 @@ BUDGET_KINDS = ("tokens", "steps", "flops")
 
 @dataclass(frozen=True)
 class Size:
-    """One model size: a zoo config and/or config-field overrides and/or raw recipe overrides."""
+    """One model size: a zoo config and/or config-field overrides and/or raw recipe overrides.
+
+    ``arms`` gives an arm its own version of the size (an architecture ablation: the MoE arm's experts in place
+    of the dense arm's MLP at the same width and depth): its ``config`` replaces the size's, its ``fields`` are
+    merged over the size's, its ``overrides`` follow the size's."""
 
     name: str
     config: str | None = None  # zoo name: tiny, scale_7m, ...
     fields: dict = field(default_factory=dict)  # config fields -> model.overrides.<key>=<value>
     overrides: tuple[str, ...] = ()  # raw recipe overrides, e.g. "training.learning_rate=1e-3"
+    arms: dict = field(default_factory=dict)  # arm name -> {config, fields, overrides} for that arm
 
-    def recipe_overrides(self) -> list[str]:
-        out = [f"model.config={self.config}"] if self.config else []
-        out += [f"model.overrides.{k}={_yaml_value(v)}" for k, v in self.fields.items()]
-        return out + list(self.overrides)
+    def recipe_overrides(self, arm: str | None = None) -> list[str]:
+        own = self.arms.get(arm, {})
+        config = own.get("config") or self.config
+        out = [f"model.config={config}"] if config else []
+        out += [f"model.overrides.{k}={_yaml_value(v)}" for k, v in {**self.fields, **own.get("fields", {})}.items()]
+        return out + list(self.overrides) + list(own.get("overrides", ()))
 
 
 @dataclass
@@ -76,6 +84,12 @@ class StudySpec:
     gpu: str | None = None  # GPU the estimate is for (default: this machine's)
     overhead_s: float = 0.0  # per run, for the estimate: start, compile, final evaluation (measure it once)
     workers: int = 1  # runs trained at a time on the machine (small models leave a GPU mostly idle)
+    data: str = ""  # what text the runs read (which sets, how much): the report's Data section
+    reproduce: list[str] = field(default_factory=list)  # commands, paths relative to the repository or $DATA_ROOT
+    decision: dict = field(default_factory=dict)  # the rule the report applies, written before the runs
+    # {budget, factors}: per arm, the budget's central size (D/N nearest the target) again at the rule's LR times
+    # each factor, first seed: is the LR rule near each arm's optimum? Not part of the IsoFLOP cells.
+    lr_checks: dict = field(default_factory=dict)
 
     def seeds_for(self, budget: float) -> list[int | None]:
         if not self.seeds:
@@ -86,7 +100,7 @@ class StudySpec:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d = {k: v for k, v in d.items() if v not in (None, [], {})}
+        d = {k: v for k, v in d.items() if v not in (None, [], {}, "")}
         d["sizes"] = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items() if v}
                       for s in self.sizes]
         d[d.pop("budget_kind")] = d.pop("budgets")
@@ -103,6 +117,7 @@ class Run:
     out_dir: Path
     overrides: tuple[str, ...]  # everything but max_steps, which needs the plan (seq_len, batch)
     seed: int | None = None
+    lr_factor: float | None = None  # a learning-rate check: the rule's LR times this (not part of the grid)
 
     @property
     def done(self) -> bool:
@@ -134,11 +149,17 @@ def _size(entry) -> Size:
     name = entry.pop("name", None) or entry.get("config")
     if not name:
         raise ValueError(f"size {entry} needs a name (or a config)")
-    unknown = set(entry) - {"config", "fields", "overrides"}
+    unknown = set(entry) - {"config", "fields", "overrides", "arms"}
     if unknown:
-        raise ValueError(f"size {name}: unknown keys {sorted(unknown)} (config, fields, overrides)")
+        raise ValueError(f"size {name}: unknown keys {sorted(unknown)} (config, fields, overrides, arms)")
+    arms = {}
+    for arm, own in (entry.get("arms") or {}).items():
+        if not isinstance(own, dict) or set(own) - {"config", "fields", "overrides"}:
+            raise ValueError(f"size {name}: arms.{arm} must be a mapping of config, fields, overrides; got {own!r}")
+        arms[str(arm)] = {"config": own.get("config"), "fields": dict(own.get("fields") or {}),
+                          "overrides": [str(o) for o in own.get("overrides") or ()]}
     return Size(name=str(name), config=entry.get("config"), fields=dict(entry.get("fields") or {}),
-                overrides=tuple(entry.get("overrides") or ()))
+                overrides=tuple(entry.get("overrides") or ()), arms=arms)
 
 
 def _read_spec(path: Path) -> dict:
@@ -164,7 +185,8 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     if len(kinds) != 1:
         raise ValueError(f"a study spec needs exactly one of {BUDGET_KINDS}, got {kinds or 'none'}")
     known = {"name", "recipe", "sizes", "arms", "overrides", "out", "description", "isoflop", "seeds",
-             "seed_budgets", "rules", "mfu", "gpu", "overhead_s", "workers", *BUDGET_KINDS}
+             "seed_budgets", "rules", "mfu", "gpu", "overhead_s", "workers", "data", "reproduce", "decision", "lr_checks",
+             *BUDGET_KINDS}
     if set(d) - known:
         raise ValueError(f"unknown spec keys {sorted(set(d) - known)}; known: {sorted(known)}")
     if not d.get("sizes"):
@@ -180,6 +202,10 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     sizes = [_size(s) for s in d["sizes"]]
     if len({s.name for s in sizes}) != len(sizes):
         raise ValueError("size names must be unique")
+    for size in sizes:
+        if set(size.arms) - {str(a) for a in arms}:
+            raise ValueError(f"size {size.name}: arms {sorted(set(size.arms) - {str(a) for a in arms})} are not "
+                             f"among the spec's arms {sorted(str(a) for a in arms)}")
     name = str(d.get("name") or "study")
     isoflop = IsoFlop.from_dict(d.get("isoflop"))
     if isoflop and kinds[0] != "flops":
@@ -195,7 +221,30 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
                      overrides=[str(o) for o in d.get("overrides") or []], out=str(d.get("out") or f"studies/{name}"),
                      description=str(d.get("description") or ""), isoflop=isoflop, seeds=seeds,
                      seed_budgets=seed_budgets, rules=Rules.from_dict(d.get("rules")), mfu=dict(d.get("mfu") or {}),
-                     gpu=d.get("gpu"), overhead_s=float(d.get("overhead_s") or 0.0), workers=_workers(d.get("workers", 1)))
+                     gpu=d.get("gpu"), overhead_s=float(d.get("overhead_s") or 0.0), workers=_workers(d.get("workers", 1)),
+                     data=str(d.get("data") or ""), reproduce=[str(c) for c in d.get("reproduce") or []],
+                     decision=_decision(d.get("decision"), arms), lr_checks=_lr_checks(d.get("lr_checks"), budgets))
+
+
+def _lr_checks(d, budgets: list[float]) -> dict:
+    if not d:
+        return {}
+    if not isinstance(d, dict) or not any(math.isclose(float(d.get("budget", 0)), b, rel_tol=1e-9) for b in budgets) \
+            or not d.get("factors") or any(float(f) <= 0 or float(f) == 1 for f in d["factors"]):
+        raise ValueError(f"lr_checks: {{budget: one of {budgets}, factors: [positive, not 1]}}, got {d}")
+    return {"budget": float(d["budget"]), "factors": [float(f) for f in d["factors"]]}
+
+
+def _decision(d, arms: dict) -> dict:
+    """The decision rule, checked at load: every comparison names two of the spec's arms."""
+    if not d:
+        return {}
+    if not isinstance(d, dict) or not isinstance(d.get("comparisons"), list) or not d["comparisons"]:
+        raise ValueError("decision: a mapping with a non-empty list of comparisons ({arm, baseline})")
+    for c in d["comparisons"]:
+        if not isinstance(c, dict) or c.get("arm") not in arms or c.get("baseline") not in arms:
+            raise ValueError(f"decision: comparison {c} must name two of the arms {sorted(arms)} (arm, baseline)")
+    return dict(d)
 
 
 def _workers(value) -> int:
@@ -226,12 +275,39 @@ def expand(spec: StudySpec, out: str | Path | None = None, sizes_for=None) -> li
                     name = f"{arm}/{size.name}__{budget_label(spec.budget_kind, budget)}"
                     name += f"__seed{seed}" if seed is not None else ""
                     out_dir = root / "runs" / name
-                    overrides = (*spec.overrides, *size.recipe_overrides(), *arm_overrides,
+                    overrides = (*spec.overrides, *size.recipe_overrides(arm), *arm_overrides,
                                  *([f"training.seed={seed}"] if seed is not None else []),
                                  f"training.output_dir={out_dir}")
                     runs.append(Run(name=name, arm=arm, size=size.name, budget_kind=spec.budget_kind,
                                     budget=budget, out_dir=out_dir, overrides=tuple(overrides), seed=seed))
     return runs
+
+
+def lr_check_runs(spec: StudySpec, grid: list[Run], plan_of) -> list[Run]:
+    """The learning-rate checks: per arm, at ``lr_checks.budget``, the grid's size whose D/N is nearest the
+    IsoFLOP target, once per factor with the first seed; folders ``<size>__<budget>__lr<factor>__seed<seed>``."""
+    from dataclasses import replace
+
+    budget, out = spec.lr_checks["budget"], []
+    target = spec.isoflop.tokens_per_param if spec.isoflop else 20.0
+    for arm in spec.arms:
+        cell = [r for r in grid if r.arm == arm and math.isclose(r.budget, budget, rel_tol=1e-9)]
+        if not cell:
+            continue
+
+        def distance(run):
+            plan = plan_of(arm, run.size)
+            return abs(math.log(budget / plan["flops_per_token"] / ratio_params(plan) / target))
+
+        centre = min(cell, key=distance)
+        for factor in spec.lr_checks["factors"]:
+            name = f"{centre.size}__{budget_label(spec.budget_kind, budget)}__lr{factor:g}"
+            name += f"__seed{centre.seed}" if centre.seed is not None else ""
+            out_dir = centre.out_dir.parent / name
+            overrides = tuple(o if not o.startswith("training.output_dir=") else f"training.output_dir={out_dir}"
+                              for o in centre.overrides)
+            out.append(replace(centre, name=f"{arm}/{name}", out_dir=out_dir, overrides=overrides, lr_factor=factor))
+    return out
 
 
 def steps_for(run: Run, plan: dict) -> int:
@@ -259,7 +335,7 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
 
     def probe(arm: str, size: str) -> dict:
         if (arm, size) not in probes:
-            overrides = [*spec.overrides, *by_name[size].recipe_overrides(), *spec.arms[arm]]
+            overrides = [*spec.overrides, *by_name[size].recipe_overrides(arm), *spec.arms[arm]]
             probes[arm, size] = pretrain(spec.recipe, overrides, dry_run=True)
         return probes[arm, size]
 
@@ -271,21 +347,27 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
             costs, plans = [], {s.name: probe(arm, s.name)["plan"] for s in spec.sizes}
             for name, plan in plans.items():
                 passes = budget / plan["flops_per_token"] / (plan["train_blocks"] * plan["seq_len"])
-                if passes <= spec.rules.max_passes:
+                if passes <= spec.rules.max_passes or spec.rules.over_passes != "exclude":
                     costs.append((name, plan["flops_per_token"], ratio_params(plan)))
             if not costs:
                 raise ValueError(f"{arm} at {budget:.3g} FLOPs: every size reads the training data more than "
                                  f"rules.max_passes={spec.rules.max_passes:g} times: a smaller budget or more data")
             return pick_sizes(sorted(costs, key=lambda c: c[2]), budget, spec.isoflop)
 
+    grid = expand(spec, out, sizes_for)
+    if spec.lr_checks:
+        grid += lr_check_runs(spec, grid, lambda arm, size: probe(arm, size)["plan"])
     planned = []
-    for run in expand(spec, out, sizes_for):
+    for run in grid:
         dry = probe(run.arm, run.size)
         plan, training = dry["plan"], dry["recipe"]["training"]
         steps, extra = rule_overrides(spec.rules, plan, steps_for(run, plan), run.budget_kind, training)
         # a run stopped by SIGTERM left a checkpoint: the next pass continues from it
         overrides = [*run.overrides, *extra, "training.resume_from_checkpoint=auto", "training_flops=null",
                      f"training.max_steps={steps}"]
+        if run.lr_factor is not None:  # after the rule's learning rate: the last value of a key wins
+            lr = _last(overrides, "training.learning_rate", float(training.get("learning_rate", 5e-5)))
+            overrides.append(f"training.learning_rate={lr * run.lr_factor:.6g}")
         micro = _last(overrides, "training.per_device_train_batch_size", int(training.get("per_device_train_batch_size", 8)))
         accum = _last(overrides, "training.gradient_accumulation_steps", int(training.get("gradient_accumulation_steps", 1)))
         samples = micro * accum * plan["world_size"]
@@ -479,10 +561,43 @@ def result_row(run: Run) -> dict:
         "schedule": training.get("lr_scheduler_type"),
         "flops_per_token": plan["flops_per_token"], "flops": plan["flops_per_token"] * tokens,
         "passes": plan.get("passes_over_data"), "device": plan.get("device"),
-        "wall_time_s": (summary.get("train") or {}).get("train_runtime"),
+        **run_wall_time(run.out_dir, summary),
         "val_loss": _final_loss(run.out_dir, summary), "val_bpb": _bits_per_byte(final, recipe, plan),
-        "out_dir": str(run.out_dir),
+        "lr_factor": run.lr_factor, "out_dir": str(run.out_dir),
+        # per validation set (runs made since the manifest has text_bytes_per_set): only in results.json
+        **({"val_bpb_per_set": final["eval_bpb_per_set"]} if final.get("eval_bpb_per_set") else {}),
     }
+
+
+def run_wall_time(out_dir: Path, summary: dict) -> dict:
+    """Training wall time of a run made of several processes (a preempted run resumed, a killed one restarted).
+
+    ``summary.json``'s ``train_runtime`` is the Trainer's clock of the *last* process only, so a run resumed
+    from a checkpoint reported its post-resume part alone (the 2.5e16 vocabulary runs: 299 s of 664). log.jsonl
+    holds every process: each starts with a ``config`` event (at the step it resumed from) and a finished one
+    ends with a ``summary`` event. ``wall_time_s`` sums the processes behind the result, from the last one that
+    started at step 0; ``wall_time_all_s`` also counts attempts the result does not descend from (a restart from
+    scratch when no checkpoint survived). A process killed before its summary counts from its config event to
+    its last event: a lower bound, flagged by ``wall_time_partial``."""
+    segments: list[dict] = []
+    log = out_dir / "log.jsonl"
+    if log.is_file():
+        from hfpretrain.study.plots import read_log
+
+        for e in read_log(log):
+            if e.get("event") == "config":
+                segments.append({"start": e.get("step", 0), "t0": e["time"], "t1": e["time"], "runtime": None})
+            elif segments and "time" in e:
+                segments[-1]["t1"] = e["time"]
+                if e.get("event") == "summary":
+                    segments[-1]["runtime"] = (e.get("train") or {}).get("train_runtime")
+    if not segments:  # no log: the summary's figure is all there is
+        runtime = (summary.get("train") or {}).get("train_runtime")
+        return {"wall_time_s": runtime, "wall_time_all_s": runtime, "processes": 1, "wall_time_partial": False}
+    times = [s["runtime"] if s["runtime"] is not None else s["t1"] - s["t0"] for s in segments]
+    fresh = max(i for i, s in enumerate(segments) if not s["start"]) if any(not s["start"] for s in segments) else 0
+    return {"wall_time_s": float(sum(times[fresh:])), "wall_time_all_s": float(sum(times)),
+            "processes": len(segments), "wall_time_partial": any(s["runtime"] is None for s in segments[fresh:])}
 
 
 def _final_loss(out_dir: Path, summary: dict) -> float | None:
@@ -498,11 +613,37 @@ def _final_loss(out_dir: Path, summary: dict) -> float | None:
 
 COLUMNS = ["run", "arm", "size", "budget", "seed", "params", "non_embedding_params", "ratio_params", "hidden_size",
            "layers", "vocab_size", "steps", "tokens", "batch_tokens", "learning_rate", "warmup_steps", "schedule",
-           "flops_per_token", "flops", "passes", "device", "wall_time_s", "val_loss", "val_bpb", "out_dir"]
+           "flops_per_token", "flops", "passes", "device", "wall_time_s", "wall_time_all_s", "processes",
+           "wall_time_partial", "val_loss", "val_bpb", "lr_factor", "out_dir"]
 
 
 def collect(runs: list[Run]) -> list[dict]:
     return [result_row(r) for r in runs if r.done]
+
+
+CELL = re.compile(r"^(?P<size>.+?)__(?P<label>tok[^_]+|s\d+|c[^_]+)(?:__lr(?P<lr>[0-9.e+-]+))?(?:__seed(?P<seed>-?\d+))?$")
+
+
+def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
+    """The finished runs under OUT/runs/<arm>/<cell>, read from their folders alone: no dry run, so a study's
+    committed results re-analyse on a machine without its tokenized data (``plan_study`` needs the data).
+    Order: the spec's arms, sizes and budgets, then seed; a folder the spec does not name is left out."""
+    root = Path(out) / "runs"
+    sizes = {s.name: i for i, s in enumerate(spec.sizes)}
+    labels = {budget_label(spec.budget_kind, b): b for b in spec.budgets}
+    runs = []
+    for a, arm in enumerate(spec.arms):
+        for folder in sorted((root / arm).iterdir()) if (root / arm).is_dir() else []:
+            m = CELL.match(folder.name)
+            if not m or m["size"] not in sizes or m["label"] not in labels:
+                continue
+            seed = int(m["seed"]) if m["seed"] is not None else None
+            run = Run(name=f"{arm}/{folder.name}", arm=arm, size=m["size"], budget_kind=spec.budget_kind,
+                      budget=labels[m["label"]], out_dir=folder, overrides=(), seed=seed,
+                      lr_factor=float(m["lr"]) if m["lr"] else None)
+            if run.done:
+                runs.append((a, sizes[run.size], run.budget, run.lr_factor or 1.0, seed if seed is not None else -1, run))
+    return [r for *_, r in sorted(runs, key=lambda t: t[:5])]
 
 
 def write_results(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
@@ -510,7 +651,7 @@ def write_results(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     (out / "results.json").write_text(json.dumps(rows, indent=2))

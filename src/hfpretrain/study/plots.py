@@ -24,7 +24,7 @@ def _save(fig, out_png: str | Path) -> Path:
     fig.tight_layout()
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=120)
+    fig.savefig(out_png, dpi=120, bbox_inches="tight")  # legends placed below the axes stay in the picture
     plt.close(fig)
     return out_png
 
@@ -71,8 +71,9 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
     def series(rows, key):
         return [(e["step"] * tokens_per_step, e[key]) for e in rows if e.get(key) is not None]
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-    (loss_ax, lr_ax), (speed_ax, grad_ax) = axes
+    moe = any("expert_load_max_mean" in e for e in logs)  # an MoE run: a third row for the experts' load
+    fig, axes = plt.subplots(3 if moe else 2, 2, figsize=(11, 10.5 if moe else 7))
+    (loss_ax, lr_ax), (speed_ax, grad_ax) = axes[:2]
     if logs:
         loss_ax.plot(*zip(*series(logs, "loss")), label="train loss", lw=1)
     if evals:
@@ -102,6 +103,8 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
         grad_ax.plot(*zip(*grad))
         grad_ax.set_yscale("log")
     grad_ax.set_ylabel("gradient norm (before clipping)")
+    if moe:
+        _plot_expert_load(axes[2], logs, series)
     for ax in axes.flat:
         ax.set_xlabel("tokens seen")
         ax.grid(alpha=0.3)
@@ -110,17 +113,38 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
     return _save(fig, out_png)
 
 
+def _plot_expert_load(axes, logs: list[dict], series) -> None:
+    """Each MoE layer's most loaded expert against the mean (1 = balanced), and the worst layer's least loaded
+    expert with the share of experts that got no token in the window (training/moe.py load_figures)."""
+    per_layer, dead_ax = axes
+    layers = sorted({int(k.rsplit("/", 1)[1]) for e in logs for k in e if k.startswith("expert_load_max_mean/")})
+    for layer in layers:
+        per_layer.plot(*zip(*series(logs, f"expert_load_max_mean/{layer}")), lw=0.8, label=f"layer {layer}")
+    per_layer.axhline(1.0, color="grey", lw=0.8, ls=":")
+    per_layer.set_ylabel("expert load, max / mean per layer")
+    if 1 < len(layers) <= 12:
+        per_layer.legend(fontsize=6, ncol=2)
+    dead_ax.plot(*zip(*series(logs, "expert_load_min_mean")), label="min / mean (worst layer)")
+    dead_ax.plot(*zip(*series(logs, "dead_experts")), label="share of experts with no token")
+    dead_ax.set_ylabel("least loaded experts")
+    dead_ax.legend(fontsize=8)
+
+
 def _unit(y: str) -> str:
     return "bits per byte" if y == "val_bpb" else "nats/token"
 
 
+BELOW = dict(loc="upper center", bbox_to_anchor=(0.5, -0.16))  # a legend under the axes never covers a point
+
+
 def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, title: str | None = None,
-               y: str = "val_loss") -> Path:
+               y: str = "val_loss", dashed: dict | None = None) -> Path:
     """Final validation loss (``y``: val_loss, or val_bpb across tokenizers) against training FLOPs (log x),
     one colour per arm and one marker per model size: every run as a point (frontier points filled, the
     others hollow) and each arm's fitted E + A·C^(−α) curve.
 
-    ``fits`` is the output of ``hfpretrain.study.fit.fit_arms``.
+    ``fits`` is the output of ``hfpretrain.study.fit.fit_arms`` (or the IsoFLOP analysis' fits in its shape);
+    ``dashed``: arm -> another fit of the same arm, drawn dashed (the sensitivity model).
     """
     import matplotlib
 
@@ -149,12 +173,16 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
             ax.plot(xs, fit.predict(xs), color=colour, label=label)
         else:
             ax.plot([], [], "o", color=colour, label=label)
+        other = (dashed or {}).get(arm)
+        if other is not None and flops:
+            ax.plot(xs, other.predict(xs), "--", color=colour, lw=1,
+                    label=f"{arm}, separate E: E={other.E:.3g}, A={other.A:.3g}, α={other.alpha:.3g}")
     if len(sizes) > 1:
         for size in sizes:
             ax.scatter([], [], marker=marker[size], facecolors="none", edgecolors="grey", label=size)
     unit = _unit(y)
     _log_axes(ax, "training FLOPs (6·N_matmul + attention, × tokens)", f"final validation loss ({unit})",
-              title or "validation loss vs compute (filled: frontier)")
+              title or "validation loss vs compute (filled: frontier)", ncol=2, **{**BELOW, "bbox_to_anchor": (0.5, -0.2)})
     return _save(fig, out_png)
 
 
@@ -177,7 +205,7 @@ def _plot_gap(ax, result: dict, arms: list[str], unit: str) -> None:
                     fmt="s", mfc="none", color=f"C{i}", capsize=3)
     ax.axhline(0, color="k", lw=0.8)
     _log_axes(ax, "training FLOPs", f"gap in best loss ({unit}; < 0: the arm is better)",
-              "the ablation's effect vs compute (95% intervals; □: 10×)")
+              "the ablation's effect vs compute (95% intervals; □: 10×)", **BELOW)
 
 
 def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
@@ -210,7 +238,7 @@ def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
             o = result["optima"][arm, b]
             left.plot(o["n_opt"], o["loss_opt"], "*", ms=12, color=f"C{j}", mec="k" if o["bracketed"] else "r")
     _log_axes(left, "parameters N (non-embedding + LM head)", f"final validation loss ({unit})",
-              "IsoFLOP curves (★ optimum; red edge: not bracketed)", fontsize=7, ncol=2)
+              "IsoFLOP curves (★ optimum; red edge: not bracketed)", fontsize=7, ncol=2, **BELOW)
 
     sigma = (result.get("noise") or {}).get("sigma")
     xs = np.logspace(np.log10(min(budgets)) - 0.2, np.log10(result["extrapolate_to"]), 200)
@@ -218,13 +246,13 @@ def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
         pts = [(result["optima"][arm, b]["flops"], result["optima"][arm, b]["loss_opt"]) for b in budgets
                if (arm, b) in result["optima"]]
         fit = result["fits"].get(arm)
-        label = arm if fit is None else f"{arm}: {fit.E:.3g} + {fit.A:.3g}·C^−{fit.alpha:.3g}"
+        label = arm if fit is None else f"{arm}: {fit.E:.3g} + {fit.A:.3g}·C^−{fit.alpha:.3g} ({result.get('model', '')})"
         right.errorbar(*zip(*pts), yerr=sigma if sigma else None, fmt="o", color=f"C{i}", capsize=3, label=label)
         if fit is not None:
             right.plot(xs, fit.predict(xs), styles[i % 4], color=f"C{i}")
             right.plot(result["extrapolate_to"], result["extrapolated"][arm], "s", mfc="none", color=f"C{i}")
     _log_axes(right, "training FLOPs", f"best loss at the budget ({unit})",
-              "per-budget optimum vs compute (□: 10× extrapolation)")
+              "per-budget optimum vs compute (□: 10× extrapolation)", **BELOW)
     if others:
         _plot_gap(axes[2], result, others, unit)
     return _save(fig, out_png)

@@ -3,6 +3,7 @@ the plot, and the caveats. Markdown, readable as-is or rendered."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -78,77 +79,137 @@ def _ci(iv) -> str:
     return f" [{iv[0]:+.4f}, {iv[1]:+.4f}]" if iv else ""
 
 
-def run_table_lines(rows: list[dict]) -> list[str]:
+def run_table_lines(rows: list[dict], max_passes: float | None = None) -> list[str]:
     """Every run with what it was: size, tokens, hyper-parameters, hardware, time and result."""
     def val(r, k, digits=4):
         return _num(r.get(k), digits) if r.get(k) is not None else "–"
+
+    def minutes(r, key):
+        if not r.get(key):
+            return "–"
+        return f"{r[key] / 60:.1f}" + ("+" if key == "wall_time_s" and r.get("wall_time_partial") else "")
+
+    def passes(r):
+        text = val(r, "passes", 3)
+        return f"**{text}**" if max_passes is not None and (r.get("passes") or 0) > max_passes else text
 
     table = [[r["run"], r.get("seed") if r.get("seed") is not None else "–", val(r, "params"),
               val(r, "ratio_params"), f"{r.get('hidden_size') or '–'}×{r.get('layers') or '–'}", val(r, "vocab_size"),
               val(r, "tokens"), (f"{r['tokens'] / r['ratio_params']:.3g}" if r.get("ratio_params") else "–"),
               f"{r['flops']:.3e}", val(r, "learning_rate", 3), val(r, "batch_tokens"), val(r, "warmup_steps"),
-              r.get("schedule") or "–", val(r, "passes", 3), r.get("device") or "–",
-              (f"{r['wall_time_s'] / 60:.1f}" if r.get("wall_time_s") else "–"), val(r, "val_loss"), val(r, "val_bpb")]
+              r.get("schedule") or "–", passes(r), r.get("device") or "–", minutes(r, "wall_time_s"),
+              minutes(r, "wall_time_all_s"), r.get("processes") or "–", val(r, "val_loss"), val(r, "val_bpb")]
              for r in rows]
     header = ["run", "seed", "params", "N (ratio)", "width×layers", "vocab", "tokens", "D/N", "train FLOPs", "LR",
-              "batch tokens", "warmup", "schedule", "passes", "device", "minutes", "val nats", "val bpb"]
+              "batch tokens", "warmup", "schedule", "passes", "device", "minutes", "minutes (all attempts)",
+              "processes", "val nats", "val bpb"]
+    over = [r["run"] for r in rows if max_passes is not None and (r.get("passes") or 0) > max_passes]
     return ["## Runs", "",
             "N (ratio) = non-embedding parameters + the LM head (the N of tokens per parameter, D/N); passes = "
-            "reads of the training data; minutes = training wall time (evaluation and checkpoints excluded).", "",
+            "reads of the training data" + (f" (bold: more than rules.max_passes = {max_passes:g})" if over else "") +
+            "; minutes = training wall time of the processes behind the result, summed over resumes (evaluation "
+            "and checkpoints excluded; + : a process was killed before its summary, its part is a lower bound); "
+            "minutes (all attempts) adds attempts restarted from scratch; processes = the run's processes "
+            "(> 1: preempted and resumed, or restarted).", "",
             _table(header, table), ""]
 
 
+def _ci_plain(iv) -> str:
+    return _ci(iv).replace("+", "")
+
+
+def _gap_row(b, gap, ci, ci_clean, mult, mult_ci) -> list[str]:
+    return [f"{b:.3g}", f"{gap:+.4f}{_ci(ci)}", _ci(ci_clean).strip() or "–",
+            f"{mult:.3g}" + (f" [{mult_ci[0]:.3g}, {mult_ci[1]:.3g}]" if mult_ci else "")]
+
+
+def _fit_rows(fits: dict, result: dict, figures: dict, iv: dict) -> list[list[str]]:
+    rows = []
+    for arm, f in fits.items():
+        if f is None:
+            rows.append([arm, "–", "–", "–", "–", "–"])
+            continue
+        bt = (figures["backtest"].get("arms") or {}).get(arm)
+        rows.append([arm, f"{f.alpha:.4f}{_ci_plain((iv.get('alpha') or {}).get(arm))}",
+                     f"{f.E:.4f}{_ci_plain((iv.get('E') or {}).get(arm))}", f"{f.A:.4g}",
+                     f"{figures['extrapolated'][arm]:.4f}{_ci_plain((iv.get('extrapolated') or {}).get(arm))}",
+                     f"{bt['error']:+.4f}" if bt else "–"])
+    return rows
+
+
 def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
-    """The IsoFLOP analysis: optima per budget, the comparison of arms, and a discussion from the numbers."""
+    """The IsoFLOP analysis: optima per budget, both fit models, the comparison of arms, and a discussion."""
     unit = "bits/byte" if result["y"] == "val_bpb" else "nats/token"
     iv = result.get("intervals") or {}
+    iv_clean = result.get("intervals_without_outliers") or {}
     lines = ["## IsoFLOP analysis", "",
              f"Loss = final validation {unit}. Per budget and arm, a parabola of loss in ln N through the budget's "
              "sizes (seeds averaged) gives the best size and its loss; a budget whose best size is at the edge of "
              "its sizes is *not bracketed*: its optimum is only bounded. Intervals are 95% parametric-bootstrap "
              f"intervals from the seed noise floor ({result.get('n_boot', 0)} draws).", ""]
-    noise = result.get("noise")
+    noise, clean, outliers = result.get("noise"), result.get("noise_without_outliers"), result.get("outliers") or {}
     lines.append(f"- Noise floor: σ = {noise['sigma']:.4f} {unit} between seeds ({noise['cells']} cells, "
                  f"{noise['runs']} runs)." if noise else
                  "- Noise floor: unknown (no cell was run with several seeds): differences get no interval.")
+    if clean:
+        named = ", ".join(f"{name} ({d:+.3f})" for name, d in outliers["runs"].items())
+        lines.append(f"- Without the {len(outliers['runs'])} seed outlier(s) (a run more than {outliers['k']:g} robust σ "
+                     f"= {outliers['k'] * outliers['robust_sigma']:.3f} from its siblings' mean: {named}): "
+                     f"σ = {clean['sigma']:.4f} {unit} ({clean['runs']} runs). Both floors are used below; the "
+                     "outliers stay in their cell means.")
     if result["edge"]:
         lines.append(f"- **Not bracketed** (best size at the edge of the grid): {', '.join(result['edge'])}. "
-                     "Move those budgets' sizes towards the edge and run again before trusting them.")
+                     "Those optima are bounds, not measurements.")
     lines.append("")
     table = []
     for (arm, b), o in sorted(result["optima"].items(), key=lambda kv: (kv[0][1], kv[0][0])):
         table.append([f"{b:.3g}", arm, f"{o['n_opt']:.3g}", f"{o['loss_opt']:.4f}", "yes" if o["bracketed"] else "**no**",
                       str(o["points"])])
     lines += [_table(["budget (FLOPs)", "arm", "best N", "best loss", "bracketed", "sizes"], table), ""]
-    fit_rows = []
-    for arm, f in result["fits"].items():
-        if f is None:
-            fit_rows.append([arm, "–", "–", "–", "–", "–"])
-            continue
-        bt = result["backtest"].get(arm)
-        fit_rows.append([arm, f"{f.alpha:.4f}{_ci((iv.get('alpha') or {}).get(arm)).replace('+', '')}",
-                         f"{f.E:.4f}{_ci((iv.get('E') or {}).get(arm)).replace('+', '')}", f"{f.A:.4g}",
-                         f"{result['extrapolated'][arm]:.4f}{_ci((iv.get('extrapolated') or {}).get(arm)).replace('+', '')}",
-                         f"{bt['error']:+.4f}" if bt else "–"])
-    fixed = [arm for arm, f in result["fits"].items() if f is not None and f.fixed_E]
-    lines += [f"Per arm, L*(C) = E + A·C^(−α) on the per-budget optima; extrapolated to "
-              f"C = {result['extrapolate_to']:.3g} (10× the largest budget); back-test = the fit without the largest "
-              "budget minus that budget's optimum." +
-              (f" With fewer than 3 budgets E is fixed at 0 ({', '.join(fixed)}): a pure power law, not a scaling "
-               "law with an irreducible loss; its extrapolation is optimistic." if fixed else ""), "",
-              _table(["arm", "α", "E", "A", "L* at 10×", "back-test error"], fit_rows), ""]
+
+    sep = (result.get("sensitivity") or {}).get("separate")
+    lines += ["### Fits", "",
+              f"L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima. **Primary model: one E shared by the arms** "
+              f"(both are scored in {unit} of the same validation text, so the irreducible part belongs to the text, "
+              "not to the tokenizer). Sensitivity check: a separate E per arm. Extrapolated to "
+              f"C = {result['extrapolate_to']:.3g} (10× the largest budget); back-test error = the model fitted "
+              "without the largest budget, minus that budget's optimum.", "",
+              "Shared E (primary):", "",
+              _table(["arm", "α", "E", "A", "L* at 10×", "back-test error"],
+                     _fit_rows(result["fits"], result, result, iv)), ""]
+    if sep:
+        lines += ["Separate E per arm (sensitivity):", "",
+                  _table(["arm", "α", "E", "A", "L* at 10×", "back-test error"],
+                         _fit_rows(sep["fits"], result, sep, sep.get("intervals") or {})), ""]
     base = result["baseline"]
     for arm in result["arms"][1:]:
-        rows_ = []
-        for b, gap in result["gap"][arm].items():
-            m = result["multiplier"][arm][b]
-            rows_.append([f"{b:.3g}", f"{gap:+.4f}{_ci(((iv.get('gap') or {}).get(arm) or {}).get(b))}",
-                          f"{m:.3g}" + (lambda c: f" [{c[0]:.3g}, {c[1]:.3g}]" if c else "")(
-                              ((iv.get("multiplier") or {}).get(arm) or {}).get(b))])
+        rows_ = [_gap_row(b, gap, ((iv.get("gap") or {}).get(arm) or {}).get(b),
+                          ((iv_clean.get("gap") or {}).get(arm) or {}).get(b), result["multiplier"][arm][b],
+                          ((iv.get("multiplier") or {}).get(arm) or {}).get(b))
+                 for b, gap in result["gap"][arm].items()]
         lines += [f"### {arm} vs {base}", "",
-                  f"Gap = best loss of {arm} − best loss of {base} (negative: {arm} is better); compute multiplier = "
-                  f"the compute {base} needs (on its fit) to reach {arm}'s loss, ÷ C (> 1: {arm} is worth that much "
-                  "more compute).", "", _table(["budget (FLOPs)", "gap", "compute multiplier"], rows_), ""]
+                  f"Gap = best loss of {arm} − best loss of {base} (negative: {arm} is better), with its interval from "
+                  "the pooled σ and from the σ without outliers; compute multiplier (shared-E fit) = the compute "
+                  f"{base} needs to reach {arm}'s loss, ÷ C (> 1: {arm} is worth that much more compute).", "",
+                  _table(["budget (FLOPs)", "gap", "gap interval without outliers", "compute multiplier"], rows_), ""]
+        brow = []
+        for label, fig, ivm in (("shared E (primary)", result, iv), ("separate E", sep, (sep or {}).get("intervals") or {})):
+            if not fig:
+                continue
+            bt = (fig["backtest"].get("gap") or {}).get(arm)
+            ext = fig["extrapolated"][arm] - fig["extrapolated"][base]
+            cross = fig["crossover"].get(arm) or []
+            brow.append([label, f"{bt['predicted']:+.4f}{_ci((ivm.get('backtest_gap') or {}).get(arm))}" if bt else "–",
+                         f"{bt['observed']:+.4f}" if bt else "–", f"{bt['error']:+.4f}" if bt else "–",
+                         f"{ext:+.4f}{_ci((ivm.get('gap_extrapolated') or {}).get(arm))}",
+                         ", ".join(f"{c:.2g}" for c in cross) or "none"])
+        held = next(iter((result["backtest"].get("gap") or {}).values()), {}).get("budget")
+        lines += [f"Back-test of the gap: each model fitted on the budgets below {held:.3g} predicts the gap at "
+                  f"{held:.3g}; the gap at 10× and where the fitted curves cross (searched from the smallest budget, "
+                  f"{result['crossover_range'][0]:.3g}, to 10× the largest, {result['crossover_range'][1]:.3g}: never "
+                  "below the data)." if held else "Gap at 10× and crossings (no back-test: fewer than 3 budgets).", "",
+                  _table(["model", "predicted gap at the top budget", "measured", "error", "gap at 10×",
+                          "crossing (FLOPs)"], brow), ""]
     lines += ["## Discussion", "", *discussion_lines(result), ""]
     if plot_png:
         lines += [f"![IsoFLOP curves and per-budget optima]({plot_png})", ""]
@@ -159,37 +220,44 @@ def discussion_lines(result: dict) -> list[str]:
     """Sentences written from the analysis' numbers: sign and size per budget, trend, confidence, 10×."""
     unit = "bits/byte" if result["y"] == "val_bpb" else "nats"
     iv = result.get("intervals") or {}
+    iv_clean = result.get("intervals_without_outliers") or {}
+    sep = (result.get("sensitivity") or {}).get("separate")
     base, out = result["baseline"], []
     if len(result["arms"]) < 2:
         f = result["fits"].get(base)
         if f is not None:
             out.append(f"- One arm: the best loss falls as C^(−{f.alpha:.3f}) towards E = {f.E:.3f} {unit}.")
         return out
+
+    def word(g, ci):
+        if ci is None:
+            return f"{'better' if g < 0 else 'worse'} by {abs(g):.4f} (no interval)"
+        if ci[1] < 0:
+            return f"better by {-g:.4f} (resolved)"
+        if ci[0] > 0:
+            return f"worse by {g:.4f} (resolved)"
+        return f"within noise ({g:+.4f})"
+
     for arm in result["arms"][1:]:
         gaps, cis = result["gap"][arm], ((iv.get("gap") or {}).get(arm) or {})
-        verdicts = []
-        for b, g in gaps.items():
-            ci = cis.get(b)
-            if ci is None:
-                word = "better" if g < 0 else "worse"
-                verdicts.append(f"{word} by {abs(g):.4f} at {b:.2g} (no interval)")
-            elif ci[1] < 0:
-                verdicts.append(f"better by {-g:.4f} at {b:.2g} (resolved)")
-            elif ci[0] > 0:
-                verdicts.append(f"worse by {g:.4f} at {b:.2g} (resolved)")
-            else:
-                verdicts.append(f"within noise at {b:.2g} ({g:+.4f})")
+        verdicts = [f"{word(g, cis.get(b))} at {b:.2g}" for b, g in gaps.items()]
         out.append(f"- **{arm}** vs **{base}**: " + "; ".join(verdicts) + ".")
+        clean = (iv_clean.get("gap") or {}).get(arm) or {}
+        changed = [f"{b:.2g}: {word(g, clean.get(b))}" for b, g in gaps.items()
+                   if clean.get(b) is not None and word(g, clean.get(b)) != word(g, cis.get(b))]
+        if changed:
+            out.append(f"- With the noise floor without the seed outliers: {'; '.join(changed)}.")
         trend = result["trend"].get(arm)
         if trend is not None:
             per_decade = 10**trend
             direction = "grows" if per_decade > 1.05 else "shrinks" if per_decade < 0.95 else "stays about constant"
-            out.append(f"- Its effective compute multiplier {direction} with scale (×{per_decade:.2f} per decade of "
-                       f"compute; {', '.join(f'{m:.2f}' for m in result['multiplier'][arm].values())} at the budgets).")
+            out.append(f"- Its effective compute multiplier (shared-E fit) {direction} with scale (×{per_decade:.2f} "
+                       f"per decade of compute; {', '.join(f'{m:.2f}' for m in result['multiplier'][arm].values())} "
+                       "at the budgets).")
+        lo, hi = result["crossover_range"]
         cross = result["crossover"].get(arm) or []
-        if cross:
-            out.append(f"- The fitted curves cross at C ≈ {', '.join(f'{c:.2g}' for c in cross)} FLOPs: beyond that the "
-                       "sign of the effect flips.")
+        out.append(f"- Shared-E fits: the curves cross at C ≈ {', '.join(f'{c:.2g}' for c in cross)} FLOPs." if cross
+                   else f"- Shared-E fits: the curves do not cross between {lo:.2g} and {hi:.2g} FLOPs.")
         gap10 = result["extrapolated"][arm] - result["extrapolated"][base]
         ci10 = (iv.get("gap_extrapolated") or {}).get(arm)
         if ci10 and ci10[1] < 0:
@@ -201,15 +269,129 @@ def discussion_lines(result: dict) -> list[str]:
         else:
             rec = (f"predicted gap at 10× the largest budget {gap10:+.4f} {unit}, **without an interval** (no seeds): "
                    "a lean, not a recommendation")
-        out.append(f"- {arm}: {rec}.")
-        bt = [abs(v["error"]) for v in result["backtest"].values()]
-        if bt:
-            out.append(f"- Caveat: leaving out the largest budget, the fits missed it by up to {max(bt):.4f} {unit}; "
-                       "an extrapolation 10× further is less certain than its interval says (the interval covers "
-                       "noise, not a wrong functional form).")
+        out.append(f"- {arm} (primary model): {rec}.")
+        if sep:
+            s10 = sep["extrapolated"][arm] - sep["extrapolated"][base]
+            s_ci = ((sep.get("intervals") or {}).get("gap_extrapolated") or {}).get(arm)
+            s_cross = sep["crossover"].get(arm) or []
+            agree = (s10 < 0) == (gap10 < 0)
+            out.append(f"- Sensitivity, separate E per arm: gap at 10× {s10:+.4f}{_ci(s_ci)} {unit}"
+                       + (f", curves crossing at {', '.join(f'{c:.2g}' for c in s_cross)} FLOPs" if s_cross else "")
+                       + (": the same sign." if agree else ": **the opposite sign**: the verdict beyond the measured "
+                          "budgets depends on the fit's form, so it is not a finding."))
+        for label, fig in (("shared E", result), ("separate E", sep)):
+            bt = ((fig or {}).get("backtest") or {}).get("gap", {}).get(arm)
+            if bt:
+                out.append(f"- Back-test ({label}): fitted without {bt['budget']:.2g}, the model predicted a gap of "
+                           f"{bt['predicted']:+.4f} there; measured {bt['observed']:+.4f} (error {bt['error']:+.4f} "
+                           f"{unit}). An extrapolation 10× further is less certain than its interval says (the "
+                           "interval covers noise, not a wrong functional form).")
     if result["edge"]:
         out.append("- Caveat: some budgets are not bracketed (above); their optima are bounds.")
     return out
+
+
+def decision_lines(spec: StudySpec, result: dict | None) -> list[str]:
+    """The spec's decision rule, as written before the runs, and its verdicts on these results."""
+    if not spec.decision:
+        return []
+    from hfpretrain.study.analysis import decide
+
+    rule = spec.decision
+    lines = ["## Decision", "", f"The rule, from the spec (written {rule.get('written', 'before the runs')}):", "",
+             *[f"> {line}" for line in str(rule.get("rule", "")).strip().splitlines()], ""]
+    if not result or not result.get("optima"):
+        return lines + ["No results yet: nothing to decide.", ""]
+    unit = "bits/byte" if result["y"] == "val_bpb" else "nats"
+    table = []
+    for v in decide(result, rule):
+        if v["verdict"] == "incomplete":
+            table.append([v["name"], f"{v['arm']} vs {v['baseline']}", f"{v['budget']:.3g}", "–", "–", "–",
+                          f"**incomplete** ({v['why']})"])
+            continue
+        table.append([v["name"], f"{v['arm']} vs {v['baseline']}", f"{v['budget']:.3g}",
+                      f"{v['gap']:+.4f}{_ci(v['gap_interval'])}", f"{v['gap_10x']:+.4f}{_ci(v['gap_10x_interval'])}",
+                      f"{v['gap_10x_separate']:+.4f}" if v["gap_10x_separate"] is not None else "–",
+                      f"**{v['verdict']}**"])
+    return lines + [_table(["comparison", "arms", "budget", f"gap ({unit})", "gap at 10× (shared E)",
+                            "gap at 10× (separate E)", "verdict"], table),
+                    "", f"Margin: ±{float(rule.get('margin', 0)):g} {unit}.", ""]
+
+
+def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
+    """The learning-rate checks beside the rule's run of the same size, budget and seed: is the rule's LR within
+    the checked factors of each arm's best?"""
+    checks = [r for r in rows if r.get("lr_factor") is not None and r.get(y) is not None]
+    if not checks:
+        return []
+    table = []
+    for arm in dict.fromkeys(r["arm"] for r in checks):
+        mine = [r for r in checks if r["arm"] == arm]
+        ref = next((r for r in rows if r.get("lr_factor") is None and r["arm"] == arm and r["size"] == mine[0]["size"]
+                    and r["budget"] == mine[0]["budget"] and r.get("seed") == mine[0].get("seed")), None)
+        by_factor = {r["lr_factor"]: r for r in mine} | ({1.0: ref} if ref else {})
+        best = min(by_factor, key=lambda f: by_factor[f][y])
+        table.append([arm, mine[0]["size"], f"{mine[0]['budget']:.3g}",
+                      *[f"×{f:g}: {by_factor[f][y]:.4f} (LR {by_factor[f]['learning_rate']:.3g})" for f in sorted(by_factor)],
+                      "the rule's" if best == 1.0 else f"**×{best:g}**"])
+    width = max(len(t) for t in table)
+    header = ["arm", "size", "budget", *[f"LR factor {i + 1}" for i in range(width - 4)], "best"]
+    return ["## Learning-rate checks", "",
+            "Each arm's central size at one budget, first seed, at the rule's learning rate times each factor "
+            f"(spec lr_checks); {y}. If the best is not the rule's, that arm's grid ran at a learning rate "
+            "off its optimum and its gap carries that.", "", _table(header, [t + [""] * (width - len(t)) for t in table]), ""]
+
+
+def data_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
+    """What the runs read: the spec's description of the text, then per data folder what the runs' lineage
+    recorded (tokenizer hash, training tokens per set, validation text)."""
+    from hfpretrain.study.plots import read_log
+
+    lines = ["## Data", ""]
+    if spec.data:
+        lines += [spec.data.strip(), ""]
+    seen: dict = {}
+    for r in rows:
+        log = Path(r["out_dir"]) / "log.jsonl"
+        if r["arm"] in seen or not log.is_file():
+            continue
+        config = next((e for e in read_log(log) if e.get("event") == "config"), {})
+        v = (config.get("lineage") or {}).get("validation") or {}
+        summary = Path(r["out_dir"]) / "summary.json"  # its plan carries corrections (study/corrections.py)
+        plan = json.loads(summary.read_text())["plan"] if summary.is_file() else config.get("plan") or {}
+        seen[r["arm"]] = (v, plan, (config.get("recipe") or {}).get("data", {}).get("path"))
+    if not seen:
+        return lines
+    table = []
+    for arm, (v, plan, path) in seen.items():
+        per_set = v.get("tokens_per_set") or {}
+        table.append([arm, f"`{path}`", f"{(v.get('tokenizer_sha256') or '')[:12]}", _num(v.get("train_tokens")),
+                      _num(plan.get("validation_text_bytes")),
+                      f"{plan['validation_tokens_per_byte']:.4f}" if plan.get("validation_text_bytes") else "–",
+                      ", ".join(f"{k} {100 * n / sum(per_set.values()):.0f}%" for k, n in
+                                sorted(per_set.items(), key=lambda kv: -kv[1])) or "–"])
+    return lines + [_table(["arm", "data folder", "tokenizer sha256", "training tokens", "validation text bytes",
+                            "validation tokens per byte", "training tokens per set"], table), ""]
+
+
+def hardware_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
+    devices = sorted({r.get("device") or "?" for r in rows})
+    total = sum(r.get("wall_time_s") or 0 for r in rows)
+    every = sum(r.get("wall_time_all_s") or 0 for r in rows)
+    resumed = sum(1 for r in rows if (r.get("processes") or 1) > 1)
+    return ["## Hardware and time", "",
+            f"- Devices: {', '.join(devices)}; {spec.workers} run(s) at a time on one GPU"
+            + (" (per-run times are of a shared GPU)." if spec.workers > 1 else "."),
+            f"- Training wall time summed over the runs: {total / 60:.1f} minutes ({every / 60:.1f} with the attempts "
+            f"restarted from scratch); {resumed} run(s) ran in more than one process (preempted and resumed, or "
+            "restarted): their times are summed over the processes (the run table's minutes).", ""]
+
+
+def reproduce_lines(spec: StudySpec) -> list[str]:
+    if not spec.reproduce:
+        return []
+    return ["## Reproduce", "", "Paths are relative to the repository root; `DATA_ROOT` is the data root "
+            "(pretrain/mix, tokenizers, eval).", "", "```bash", *spec.reproduce, "```", ""]
 
 
 def frontier_lines(spec: StudySpec, rows: list[dict], fits: dict[str, dict], y: str = "val_loss") -> list[str]:
@@ -264,11 +446,17 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
     done = len([r for r in rows if r.get("val_loss") is not None])
     lines += [f"{done} finished runs" + (f" of {n_planned} planned" if n_planned else "") +
               f": {len(spec.arms)} arm(s) × {len(spec.sizes)} size(s) × {len(spec.budgets)} {spec.budget_kind} budget(s).",
-              ""]
+              "", "Generated from the run folders by `python scripts/report.py STUDY_DIR`: every number, table and "
+              "figure below comes from the committed runs (results.csv, analysis.json, fits.json are written by the "
+              "same command).", ""]
 
+    lines += data_lines(spec, rows)
+    lines += hardware_lines(spec, rows)
+    lines += decision_lines(spec, isoflop)
     lines += ["## Spec", "", "```yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False).strip(), "```", ""]
 
-    lines += run_table_lines(rows)
+    lines += run_table_lines(rows, spec.rules.max_passes)
+    lines += lr_check_lines(spec, rows, y or measure(rows))
     if isoflop and isoflop.get("optima"):
         lines += isoflop_lines(isoflop, isoflop_png)
     else:
@@ -277,8 +465,9 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
         lines += ["## Plot", "", f"![validation loss vs training FLOPs]({_link(plot_png, out_md.parent)})", ""]
 
     n_points = min((f["fit"].n for f in fits.values() if f["fit"] is not None), default=0)
-    caveats = [f"- Few points: each fit has 3 free parameters and as few as {n_points} points; α and E trade off "
-               "against each other, and an extrapolation beyond the measured compute is a guess."]
+    caveats = [f"- Few points: each fit has 3 free parameters per arm (2 per arm and a shared E in the primary "
+               f"IsoFLOP model) and as few as {n_points} points per arm; α and E trade off against each other, and an "
+               "extrapolation beyond the measured compute is a guess."]
     if not spec.seeds:
         caveats.append("- One seed per run: no error bars. Differences between arms smaller than the run-to-run "
                        "noise (typically ~0.01–0.02 nats at these scales) are not evidence.")
@@ -293,46 +482,60 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
                 "- Final validation loss on the final evaluation set (evaluation.final_eval_tokens; default: every "
                 "validation block)."]
     lines += ["## Caveats", "", *caveats, ""]
-    if best_report:
-        link = _link(best_report, out_md.parent)
+    lines += reproduce_lines(spec)
+    bests = [best_report] if isinstance(best_report, (str, Path)) else list(best_report or [])
+    if bests:
+        links = [_link(b, out_md.parent) for b in bests]
         lines += ["## The best model", "",
-                  f"The best configuration, trained once more with periodic evaluation: its curves, lm-eval scores and "
-                  f"generations are in [{link}]({link}).", ""]
+                  "The best configuration" + ("s" if len(links) > 1 else "") + ", trained once more with periodic "
+                  "evaluation (curves, lm-eval scores, generations): " +
+                  ", ".join(f"[{link}]({link})" for link in links) + ".", ""]
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text("\n".join(lines))
     return out_md
 
 
+def fits_for_plot(isoflop: dict) -> dict[str, dict]:
+    """The IsoFLOP analysis' primary fits in ``fit_arms``' shape, so that fits.json and loss_vs_flops.png show the
+    fits the report discusses (a frontier fit of its own gave other exponents: α 0.631 against 0.541)."""
+    return {arm: {"fit": f, "frontier": [], "on": f"per-budget optima, {isoflop['model']} model"}
+            for arm, f in isoflop["fits"].items()}
+
+
 def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int | None = None,
-            best_report: str | Path | None = None) -> dict:
+            best_report: str | Path | None = None, n_boot: int = 300) -> dict:
     """Everything after the runs: spec.yaml, results.csv/json, fits.json, analysis.json, the plots and
     report.md in ``out``. ``best_report``: the best model's run report, linked from the study's."""
     import json
 
+    from hfpretrain.study.analysis import analyse_isoflop, to_json
     from hfpretrain.study.fit import fit_arms
     from hfpretrain.study.grid import write_results
-    from hfpretrain.study.plots import plot_study
+    from hfpretrain.study.plots import plot_isoflop, plot_study
 
     out = Path(out)
-    from hfpretrain.study.analysis import analyse_isoflop, to_json
-    from hfpretrain.study.plots import plot_isoflop
-
     out.mkdir(parents=True, exist_ok=True)
     # the spec as run (with --workers and command-line overrides): scripts/report.py STUDY_DIR reads it back
     (out / "spec.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
     csv_path, json_path = write_results(rows, out)
     y = measure(rows)
     fits = fit_arms(rows, y=y)
-    isoflop, isoflop_png = None, None
+    isoflop, isoflop_png, extra = None, None, None
     if spec.budget_kind == "flops" and rows:
-        isoflop = analyse_isoflop(rows, y=y)
-        (out / "analysis.json").write_text(json.dumps(to_json(isoflop), indent=2, default=str))
+        isoflop = analyse_isoflop(rows, y=y, n_boot=n_boot)
+        (out / "analysis.json").write_text(json.dumps(to_json(isoflop), indent=2, default=str) + "\n")
         if isoflop.get("optima"):
             isoflop_png = plot_isoflop(rows, isoflop, out / "isoflop.png").name
-    (out / "fits.json").write_text(json.dumps(
-        {arm: {"fit": f["fit"].as_dict() if f["fit"] else None, "of": y, "on": f["on"],
-               "frontier": [r["run"] for r in f["frontier"]]} for arm, f in fits.items()}, indent=2))
-    plot = plot_study(rows, fits, out / "loss_vs_flops.png", title=spec.name, y=y) if rows else None
+            fits = fits_for_plot(isoflop)
+            extra = {arm: f for arm, f in (isoflop.get("sensitivity", {}).get("separate", {}).get("fits") or {}).items()}
+    fits_json = {arm: {"fit": f["fit"].as_dict() if f["fit"] else None, "of": y, "on": f["on"],
+                       "frontier": [r["run"] for r in f["frontier"]]} for arm, f in fits.items()}
+    if extra:
+        fits_json = {"model": isoflop["model"], "arms": fits_json,
+                     "sensitivity": {"separate": {arm: f.as_dict() if f else None for arm, f in extra.items()}}}
+    (out / "fits.json").write_text(json.dumps(fits_json, indent=2) + "\n")
+    grid_rows = [r for r in rows if r.get("lr_factor") is None]
+    plot = plot_study(grid_rows, fits, out / "loss_vs_flops.png", title=spec.name, y=y, dashed=extra) if rows else None
     report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report, y)
     return {"results_csv": csv_path, "results_json": json_path, "fits": fits, "plot": plot, "report": report,
             "isoflop": isoflop}

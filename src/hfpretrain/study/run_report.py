@@ -161,18 +161,44 @@ def curve_lines(run_dir: Path, out_dir: Path, summary: dict, manifest: dict | No
     return lines
 
 
-def eval_lines(checkpoint: Path, limit, run: bool) -> list[str]:
+# Tasks a report scores: ARC and OpenBookQA sit at chance for models of a few tens of millions of parameters;
+# HellaSwag, PIQA and LAMBADA move earlier, so they can tell such models apart.
+REPORT_TASKS = ("arc_easy", "arc_challenge", "openbookqa", "hellaswag", "piqa", "lambada_openai")
+# Accuracy of a uniform guess: 1 / choices (ARC has a few 3- and 5-choice questions: ~0.25); LAMBADA's target is
+# a free word, where guessing scores ~0.
+CHANCE = {"arc_easy": 0.25, "arc_challenge": 0.25, "openbookqa": 0.25, "hellaswag": 0.25, "piqa": 0.5,
+          "winogrande": 0.5, "lambada_openai": 0.0}
+
+
+def chance_lines(results: dict) -> list[str]:
+    """Each scored task's accuracy next to its chance level, and the report tasks that were not scored."""
+    scored = results.get("results") or {}
+    rows = [f"| {t} | {r['acc,none']:.4f} | {CHANCE[t]:.2f} | {r['acc,none'] - CHANCE[t]:+.4f} |"
+            for t, r in scored.items() if t in CHANCE and isinstance(r.get("acc,none"), (int, float))]
+    missing = [t for t in REPORT_TASKS if t not in scored]
+    lines = ["| task | acc | chance | acc − chance |", "|---|---|---|---|", *rows, ""] if rows else []
+    if missing:
+        lines += [f"Not scored: {', '.join(missing)} (not in the data root, or the saved final/eval/results.json "
+                  "predates them: delete it and run `scripts/report.py RUN_DIR` again).", ""]
+    return lines
+
+
+def eval_lines(checkpoint: Path, limit, run: bool, tasks=REPORT_TASKS) -> list[str]:
     from hfpretrain.eval.harness import evaluate_checkpoint, summary_markdown
 
     saved = checkpoint / "eval" / "results.json"
     if saved.is_file():
         results = _read(saved)
     elif run:
-        results = evaluate_checkpoint(checkpoint, limit=limit, batch_size=16, out_dir=checkpoint / "eval")
+        from hfpretrain.eval.task_data import available_tasks
+
+        # the tasks whose files the data root has (the embedded one: ARC only); none: the harness' default
+        results = evaluate_checkpoint(checkpoint, tasks=available_tasks(tasks) or None, limit=limit, batch_size=16,
+                                      out_dir=checkpoint / "eval")
     else:
         return ["## lm-eval", "", "Not run (`--no-eval`).", ""]
     body = [line for line in summary_markdown(results).strip().splitlines() if not line.startswith("# ")]
-    return ["## lm-eval (0-shot)", "", *body, ""]
+    return ["## lm-eval (0-shot)", "", *body, "", *chance_lines(results)]
 
 
 def generation_lines(checkpoint: Path, prompts, max_new_tokens: int) -> list[str]:
@@ -197,7 +223,7 @@ def reproduce_lines(run_dir: Path, data_path: Path, manifest: dict) -> list[str]
             f"python scripts/tokenize_pile.py --input {inputs} " + (f"--val-input {val} " if val else "") +
             f"--tokenizer {tok} --seq-len {manifest['seq_len']} --out {data_path}",
             f"accelerate launch scripts/pretrain.py {run_dir / 'recipe.yaml'}   # the resolved recipe of this run",
-            f"lm_eval --model hf --model_args pretrained={ckpt} --tasks arc_easy,arc_challenge,openbookqa "
+            f"lm_eval --model hf --model_args pretrained={ckpt} --tasks {','.join(REPORT_TASKS)} "
             "--include_path src/hfpretrain/eval/tasks",
             f"python scripts/generate.py --model {ckpt} --prompt 'The history of the'",
             f"python scripts/report.py {run_dir}", "```", ""]
@@ -240,6 +266,9 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     lines += model_lines(recipe, summary, config)
     lines += curve_lines(run_dir, out_md.parent, summary, manifest)
     lines += eval_lines(checkpoint, eval_limit, run_eval)
+    from hfpretrain.study.long_context_report import long_context_lines
+
+    lines += long_context_lines(checkpoint, out_md.parent)  # after `hfpretrain long-context` on final/
     if prompts is not None:
         lines += generation_lines(checkpoint, prompts, max_new_tokens)
     if manifest:

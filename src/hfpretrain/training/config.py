@@ -9,6 +9,7 @@ Sections:
   optimizer   adamw (TrainingArguments' optim) or muon (Muon for hidden matrices, AdamW for the rest)
   kernels     the project's own kernels and model rewrites, each on by default (off: A/B runs, bisecting)
   moe         Mixture-of-Experts: auxiliary-loss weight, aux-loss-free balancing, dead-expert warning
+  context     a context-extension phase: the longer length, the RoPE change, the token budget (training/context.py)
   training_flops  the compute budget; training.max_steps follows from it
   nan_policy  what to do with a non-finite loss
 
@@ -91,7 +92,7 @@ class DataSection:
     # output whose validation split and tokenizer/ the run uses (default: the first source)
     path: str = ""
     tokenizer: Optional[str] = None  # defaults to <path>/tokenizer
-    # Weighted mixtures and phases (training/mixture.py, docs/training.md § Mixtures and phases):
+    # Weighted mixtures and phases (data/mixture.py, docs/training.md § Mixtures and phases):
     sources: dict = field(default_factory=dict)  # name -> output folder of tokenize_pile.py
     mixture: dict = field(default_factory=dict)  # name -> weight: one phase, the whole run
     # [{mixture: {name: weight}, share: fraction of max_steps | steps: N, name: label}]; the last may omit both
@@ -109,6 +110,13 @@ class EvaluationSection:
     lm_eval_task: Optional[str] = None
     lm_eval_limit: int = 200
     per_set: bool = False  # final evaluation: loss per pile_set_name of the validation blocks (one more pass)
+    # after the last step (eval/long_context.py, through the eval package's callback): passkey retrieval at these
+    # prompt lengths ([]: none) and the loss by position on the first long_context_blocks validation blocks (0: none),
+    # into output_dir/long_context.json and the log
+    long_context_lengths: list = field(default_factory=list)
+    long_context_samples: int = 20  # passkey prompts per length
+    long_context_blocks: int = 0
+    long_context_min_document_tokens: int = 0  # loss by position: only documents at least this long in a block
 
 
 @dataclass
@@ -180,6 +188,26 @@ class MoeSection:
 
 
 @dataclass
+class ContextSection:
+    """A context-extension phase (training/context.py, docs/training.md § Long context): model.init_from's weights,
+    trained at ``from_seq_len``, train on at ``seq_len`` with the RoPE change chosen here."""
+
+    seq_len: Optional[int] = None  # the phase's length (null: no extension); data.path must be packed at it
+    # the length init_from was trained at; null: read from its lineage.json / data.json (a run's final/, checkpoint-N)
+    from_seq_len: Optional[int] = None
+    # keep (the model's RoPE as it is) | theta (a larger base frequency, rope_theta) | yarn (YaRN through the config's
+    # rope_parameters: factor yarn_factor, original length from_seq_len)
+    rope: str = "keep"
+    rope_theta: Optional[float] = None  # rope=theta: the new base frequency (yarn: optional, else the model's)
+    yarn_factor: Optional[float] = None  # rope=yarn: null is seq_len / from_seq_len
+    # the phase's token budget: training.max_steps = round(tokens / tokens per step); or set training.max_steps
+    tokens: Optional[float] = None
+    # the GPU the plan must fit (a name of models/hardware.py's table: H200, H100-SXM, ...); null: the GPU this
+    # process sees (none on a CPU: not checked, the plan says so)
+    gpu: Optional[str] = None
+
+
+@dataclass
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
@@ -189,6 +217,7 @@ class Recipe:
     optimizer: OptimizerSection = field(default_factory=OptimizerSection)
     kernels: KernelsSection = field(default_factory=KernelsSection)
     moe: MoeSection = field(default_factory=MoeSection)
+    context: ContextSection = field(default_factory=ContextSection)
     # train for this many FLOPs (the project formula, as --dry-run prints it): training.max_steps is derived,
     # round(training_flops / (FLOPs per token x tokens per step)), so a recipe keeps its budget when its
     # model, batch or data change. Set this or training.max_steps; both must agree.
@@ -223,6 +252,7 @@ _CHOICES = {
     "optimizer.name": {"adamw", "muon"},
     "optimizer.muon_lr_scale": {"match_rms_adamw", "original"},
     "logging.wandb_artifacts": {"none", "reference", "upload"},
+    "context.rope": {"keep", "theta", "yarn"},
 }
 
 
@@ -456,6 +486,9 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             recipe.kernels.loss_tile = list(check_tile(recipe.kernels.loss_tile))
         except ValueError as err:
             raise RecipeError(str(err)) from None
+    _check_checkpointing(recipe.training)
+    check_context_section(recipe)
+    _check_long_context_evaluation(recipe.evaluation)
     check_data_section(recipe.data, recipe.training)
     _check_decay_ratio(recipe.training, recipe.data.decay_in_last_phase)
     _check_scheduler_kwargs(recipe.training)
@@ -465,6 +498,88 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
         raise RecipeError("data.path is not set: point it at the output folder of scripts/tokenize_pile.py "
                           "(or name several in data.sources)")
     return recipe
+
+
+# activation_checkpointing_kwargs: transformers' own two, then torch.utils.checkpoint.checkpoint's keywords
+CHECKPOINTING_KEYS = ("every_n_layers", "offload", "use_reentrant", "preserve_rng_state", "determinism_check",
+                      "debug", "early_stop")
+
+
+def _check_checkpointing(training: dict) -> None:
+    """training.activation_checkpointing (gradient_checkpointing, its older name) and its kwargs, checked at load:
+    transformers forwards unknown kwargs to torch's checkpoint, which fails only at the first forward."""
+    on = training.get("activation_checkpointing", training.get("gradient_checkpointing"))
+    for name in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
+        kwargs = training.get(name)
+        if not kwargs:
+            continue
+        if not isinstance(kwargs, dict):
+            raise RecipeError(f"training.{name}={kwargs!r}: expected a mapping, e.g. {{every_n_layers: 2}}")
+        if not on:
+            raise RecipeError(f"training.{name} is set but activation checkpointing is off: set "
+                              "training.activation_checkpointing=true")
+        for key, value in kwargs.items():
+            if key not in CHECKPOINTING_KEYS:
+                raise RecipeError(f"training.{name}.{key}: not a checkpointing option{_nearest(str(key), CHECKPOINTING_KEYS)}"
+                                  f" ({', '.join(CHECKPOINTING_KEYS)})")
+        every = kwargs.get("every_n_layers", 1)
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise RecipeError(f"training.{name}.every_n_layers={every!r}: checkpoint every n-th decoder layer, n >= 1")
+
+
+def _check_long_context_evaluation(ev: EvaluationSection) -> None:
+    lengths = list(ev.long_context_lengths)
+    if any(not isinstance(n, int) or isinstance(n, bool) or n < 64 for n in lengths):
+        raise RecipeError(f"evaluation.long_context_lengths={lengths}: passkey prompt lengths in tokens, each >= 64")
+    for key in ("long_context_samples", "long_context_blocks", "long_context_min_document_tokens"):
+        low = 1 if key == "long_context_samples" else 0
+        if getattr(ev, key) < low:
+            raise RecipeError(f"evaluation.{key}={getattr(ev, key)} must be >= {low}")
+
+
+def check_context_section(recipe: Recipe) -> None:
+    """The context section's own keys, without reading the model or the data (those: training/context.py)."""
+    ctx = recipe.context
+    if ctx.seq_len is None:
+        set_keys = [k for k in ("from_seq_len", "rope_theta", "yarn_factor", "tokens", "gpu")
+                    if getattr(ctx, k) is not None] + (["rope"] if ctx.rope != "keep" else [])
+        if set_keys:
+            raise RecipeError(f"context.{set_keys[0]} is set but context.seq_len is not: a context-extension phase "
+                              "starts with its length")
+        return
+    if ctx.seq_len < 2:
+        raise RecipeError(f"context.seq_len={ctx.seq_len}: expected a length in tokens (>= 2)")
+    if ctx.from_seq_len is not None and ctx.from_seq_len < 2:
+        raise RecipeError(f"context.from_seq_len={ctx.from_seq_len}: expected a length in tokens (>= 2)")
+    if ctx.from_seq_len is not None and ctx.seq_len < ctx.from_seq_len:
+        raise RecipeError(f"context.seq_len={ctx.seq_len} is below the training length context.from_seq_len="
+                          f"{ctx.from_seq_len}: a context-extension phase trains at a longer length")
+    if not recipe.model.init_from:
+        raise RecipeError("context.seq_len needs model.init_from: a context-extension phase starts from a trained "
+                          "model (a run's final/ or a checkpoint-N folder)")
+    if ctx.rope == "theta" and ctx.rope_theta is None:
+        raise RecipeError("context.rope=theta needs context.rope_theta (the new RoPE base frequency)")
+    if ctx.rope == "keep" and (ctx.rope_theta is not None or ctx.yarn_factor is not None):
+        what = "rope_theta" if ctx.rope_theta is not None else "yarn_factor"
+        raise RecipeError(f"context.{what} is set but context.rope=keep: choose rope=theta or rope=yarn")
+    if ctx.rope == "theta" and ctx.yarn_factor is not None:
+        raise RecipeError("context.yarn_factor is set but context.rope=theta: YaRN is context.rope=yarn")
+    if ctx.rope_theta is not None and not ctx.rope_theta > 0:
+        raise RecipeError(f"context.rope_theta={ctx.rope_theta}: a base frequency must be > 0")
+    if ctx.yarn_factor is not None and not ctx.yarn_factor >= 1:
+        raise RecipeError(f"context.yarn_factor={ctx.yarn_factor}: YaRN stretches positions by a factor >= 1")
+    if ctx.tokens is not None:
+        if not ctx.tokens > 0 or ctx.tokens in (float("inf"),):
+            raise RecipeError(f"context.tokens={ctx.tokens}: the phase's token budget must be a number > 0")
+        if recipe.training_flops is not None:
+            raise RecipeError("context.tokens and training_flops both set the phase's length: keep one")
+    if ctx.gpu is not None:
+        from hfpretrain.models.hardware import canonical_gpu
+
+        try:
+            canonical_gpu(ctx.gpu)
+        except ValueError as err:
+            raise RecipeError(f"context.gpu: {err}") from None
 
 
 PHASE_KEYS = ("mixture", "share", "steps", "name")

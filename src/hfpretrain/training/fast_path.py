@@ -201,7 +201,7 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
     recipe_need = memory_bytes(micro_batch, accumulation)
     if recipe_need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
         split = _smaller_micro_batch(model_section, fast, config, micro_batch, accumulation, seq_len, memory_bytes,
-                                     gpu_memory, recipe_need)
+                                     gpu_memory, recipe_need, on_this_gpu=not without_gpu)
         fast.reasons["micro_batch"] += planned
         return split
     chosen, why_not = (micro_batch, accumulation), "no accumulation to fold"
@@ -237,12 +237,14 @@ def _over_budget(split: str, need: int, gpu_memory: int) -> str:
 
 
 def _smaller_micro_batch(model_section, fast: FastPath, config, micro_batch: int, accumulation: int, seq_len: int,
-                         memory_bytes, gpu_memory: int, recipe_need: int) -> tuple[int, int]:
+                         memory_bytes, gpu_memory: int, recipe_need: int, on_this_gpu: bool = False) -> tuple[int, int]:
     """The recipe's micro-batch would not fit this GPU (a recipe written for a 141 GB H200 on an 80 GB H100):
     the largest smaller split of the step's samples whose estimate fits, the loss re-chosen by ``auto`` at its size
     and ``memory_bytes`` reading ``fast.fused_loss`` (so a size that would fit only with another loss than auto's is
-    passed over). None fits: the recipe's, and the reason says so (the run then fails where PyTorch runs out of
-    memory)."""
+    passed over). None fits: the recipe's, and the reason says so (the run may still fit: the share is a margin).
+    ``on_this_gpu`` (not a plan for an assumed GPU): a RecipeError before any work when even micro-batch 1 is
+    estimated over the GPU's whole memory (all experts' weights and optimizer states of an MoE, say): the
+    estimator runs under the measured peaks, so that run would surely fail, after loading everything."""
     samples = micro_batch * accumulation
     over = _over_budget(f"the recipe's {micro_batch} x {accumulation}", recipe_need, gpu_memory)
     recipe_loss = fast.fused_loss
@@ -257,6 +259,11 @@ def _smaller_micro_batch(model_section, fast: FastPath, config, micro_batch: int
                                            f"in smaller micro-batches ({over}; model.micro_batch=recipe keeps it)")
             return micro, samples // micro
     fast.fused_loss = recipe_loss
+    smallest = memory_bytes(1, samples)
+    if on_this_gpu and smallest > gpu_memory:
+        raise RecipeError(f"this model does not fit the GPU: even micro-batch 1 x {seq_len} tokens would take "
+                          f"~{smallest / 2**30:.1f} GiB per GPU, over its {gpu_memory / 2**30:.0f} GiB: shard it over "
+                          "more GPUs (accelerate_configs/ fsdp2 or zero1), or a smaller model.config or seq_len")
     fast.reasons["micro_batch"] = (f"auto: the recipe's {micro_batch} x {accumulation} ({over}, and no smaller "
                                    "split fits)")
     return micro_batch, accumulation

@@ -1,8 +1,10 @@
 """Mixture-of-Experts in training: the load of every expert, and DeepSeek-V3's aux-loss-free balancing.
 
-The trainer asks the model for its router logits (``output_router_logits``) and hands them to :class:`ExpertLoad`,
-which recomputes each layer's top-k choice and counts the tokens routed to each expert, on the device, with no
-synchronisation. After every optimizer step :class:`ExpertBalanceCallback`:
+:class:`ExpertLoad` puts a forward hook on every router: transformers' routers return ``(logits, weights,
+indices)``, and the hook keeps the indices of the experts each token was sent to, in training mode only. That is
+the router's own choice (group-limited routing and the correction bias included), it needs no
+``output_router_logits`` (transformers 5.17's GLM-4-MoE returns none), and it works on every compute_loss path.
+After every optimizer step :class:`ExpertBalanceCallback`:
 
 * with ``moe.bias_update_rate`` > 0, nudges each router's correction bias (``e_score_correction_bias``: added to the
   scores for the choice only, never to the weights that scale the experts' outputs) towards equal load:
@@ -13,19 +15,26 @@ synchronisation. After every optimizer step :class:`ExpertBalanceCallback`:
   (worst layer), the share of experts that got no token, and the max/mean of each layer; and warns once for an
   expert that stays dead for ``moe.dead_expert_windows`` logging windows in a row.
 
-transformers' own auxiliary loss (``router_aux_loss_coef``, Qwen3-MoE) is added by the trainer's compute_loss.
+transformers' auxiliary loss (``router_aux_loss_coef``, Qwen3-MoE) is added by the trainer's compute_loss, computed
+by the model family's own ``load_balancing_loss_func`` from the router logits the same hooks keep
+(:func:`aux_loss_function`): the model is then called with ``output_router_logits=False``, because transformers
+collects those through a ContextVar that torch.compile cannot trace, which broke the compiled decoder into a graph
+per router.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
+import sys
+from functools import partial
 
 import torch
 from torch import nn
 from transformers import TrainerCallback
 
 from hfpretrain.models.params import meta_model
-from hfpretrain.models.zoo import is_moe
+from hfpretrain.models.zoo import is_moe, num_routed_experts
 
 from .config import RecipeError
 
@@ -44,16 +53,31 @@ def correction_bias(router: nn.Module) -> torch.Tensor | None:
 
 class ExpertLoad:
     """Tokens routed to each expert of each MoE layer since the last ``take()``: an [layers, experts] tensor on the
-    model's device, counted from the router logits with each router's own choice (top-k of the logits; of the
-    sigmoid scores plus the correction bias where the router has one)."""
+    model's device, counted from the top-k indices each router returns.
 
-    def __init__(self, routers: list[nn.Module]):
+    The hooks only append the indices (a side effect torch.compile traces without a graph break); ``count()``
+    turns them into counts once per micro-step, outside the compiled model, so the kept indices never outlive one
+    forward. A forward recomputed for activation checkpointing appends its (identical) choice again: every count
+    doubles, which changes neither the load ratios logged nor the sign of a bias update."""
+
+    def __init__(self, routers: list[nn.Module], aux_loss=None):
         self.routers = routers
-        self.top_k = routers[0].top_k
-        self.required = False  # balancing reads the counts: no router logits is then an error, not a warning
-        self.available = True  # False once the model returned no router logits
-        # made before the Trainer moves the model to its device: moved to the logits' device at the first add
-        self.counts = torch.zeros(len(routers), routers[0].weight.shape[0], dtype=torch.int64)
+        self.num_experts = routers[0].weight.shape[0]
+        self.required = False  # balancing reads the counts: a router that returns no indices is then an error
+        self.available = True  # False once a training forward gave no indices
+        self.chosen: list[torch.Tensor] = []  # this micro-step's indices, layer after layer
+        self.aux_loss = aux_loss  # aux_loss_function(model): the trainer's load-balancing loss from self.logits
+        self.logits: list[torch.Tensor] = []  # this forward's router logits, kept (with their graph) for aux_loss
+        # made before the Trainer moves the model to its device: moved to the indices' device at the first count
+        self.counts = torch.zeros(len(routers), self.num_experts, dtype=torch.int64)
+        for router in routers:
+            router.register_forward_hook(self._record)
+
+    def _record(self, router: nn.Module, args, output) -> None:
+        if router.training and isinstance(output, tuple) and len(output) == 3:
+            self.chosen.append(output[2])
+            if self.aux_loss is not None:
+                self.logits.append(output[0])
 
     @property
     def biases(self) -> list[torch.Tensor | None]:
@@ -61,30 +85,51 @@ class ExpertLoad:
         return [correction_bias(r) for r in self.routers]
 
     @torch.no_grad()
-    def add(self, router_logits: tuple[torch.Tensor, ...] | None) -> None:
-        if not router_logits:  # transformers 5.17's GLM-4-MoE returns none (5.24's does)
+    def count(self) -> None:
+        """Add the indices the routers returned since the last call (one training forward) to the counts."""
+        chosen, self.chosen = self.chosen, []
+        if len(chosen) % len(self.routers) or not chosen:
             import transformers
 
-            why = (f"transformers {transformers.__version__} returns no router logits for "
-                   f"{type(self.routers[0]).__name__}")
+            why = (f"transformers {transformers.__version__}'s {type(self.routers[0]).__name__} returned "
+                   f"{len(chosen)} expert choices for {len(self.routers)} MoE layers, not (logits, weights, "
+                   "indices) from each")
             if self.required:
-                raise RuntimeError(f"moe.bias_update_rate: {why}, so the experts' load cannot be counted: a newer "
-                                   "transformers, or moe.bias_update_rate=0")
+                raise RuntimeError(f"moe.bias_update_rate: {why}, so the experts' load cannot be counted: "
+                                   "moe.bias_update_rate=0, or a transformers whose routers return their indices")
             if self.available:
                 logger.warning("%s: the experts' load is not logged", why)
             self.available = False
             return
-        logits = torch.stack([x.reshape(-1, x.shape[-1]) for x in router_logits]).float()  # [layers, tokens, E]
-        biases = self.biases
-        if biases[0] is not None:
-            logits = logits.sigmoid() + torch.stack(biases)[:, None, :]
-        chosen = logits.topk(self.top_k, dim=-1).indices.reshape(len(self.routers), -1)
-        self.counts = self.counts.to(chosen.device)
-        self.counts.scatter_add_(1, chosen, torch.ones_like(chosen))
+        # one bincount for all layers: layer l's experts are bins l*E .. l*E+E-1 (a recomputed forward repeats
+        # the layers in order, so position modulo the layer count is the layer)
+        layers = len(self.routers)
+        offsets = torch.arange(len(chosen), device=chosen[0].device).remainder(layers) * self.num_experts
+        bins = (torch.stack([c.reshape(-1) for c in chosen]) + offsets[:, None]).reshape(-1)
+        step = torch.bincount(bins, minlength=layers * self.num_experts).reshape(layers, self.num_experts)
+        self.counts = self.counts.to(step.device) + step
 
     def take(self) -> torch.Tensor:
         counts, self.counts = self.counts, torch.zeros_like(self.counts)
         return counts
+
+    def take_aux_loss(self) -> torch.Tensor | None:
+        """The load-balancing loss of the router logits kept since the last call (one training forward)."""
+        logits, self.logits = self.logits, []
+        return self.aux_loss(tuple(logits)) if logits else None
+
+
+def aux_loss_function(model: nn.Module):
+    """``logits -> loss``: transformers' load-balancing loss of ``model``'s family (the module's own
+    ``load_balancing_loss_func``: Qwen3-MoE, Mixtral, OLMoE), when the config asks for it (``output_router_logits``)
+    and the model's forward can be told not to collect the logits itself; None otherwise (transformers' own
+    ``aux_loss`` output is used then)."""
+    function = getattr(sys.modules[type(model).__module__], "load_balancing_loss_func", None)
+    if (function is None or not getattr(model.config, "output_router_logits", False)
+            or "output_router_logits" not in inspect.signature(model.forward).parameters):
+        return None
+    return partial(function, num_experts=num_routed_experts(model.config), top_k=model.config.num_experts_per_tok,
+                   attention_mask=None)  # packed blocks: every token counts
 
 
 def _all_ranks_sum(counts: torch.Tensor) -> torch.Tensor:

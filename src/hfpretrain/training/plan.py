@@ -36,6 +36,7 @@ from hfpretrain.models.memory import GIB
 
 from .arguments import resolve_max_steps, training_arguments, warn_long_warmup, wsd_decay
 from .config import Recipe, RecipeError, recipe_to_dict
+from .context import apply_context, check_fits, context_max_steps
 from .fast_path import FastPath, choose_fast_path, choose_micro_batch
 from .loss import loss_chunk_tokens
 from .moe import apply_moe_section
@@ -61,8 +62,12 @@ def run_memory(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fa
                micro_batch: int, accumulation: int):
     """The memory estimate per GPU (models/memory.py) of this run at ``micro_batch x accumulation``."""
     loss = fast.fused_loss
+    checkpointing = args.activation_checkpointing_kwargs if isinstance(args.activation_checkpointing_kwargs, dict) \
+        else {}
     return estimate_memory(config, TrainingLayout(
-        micro_batch, seq_len, n_gpus=world, zero_stage=zero, grad_checkpointing=bool(args.gradient_checkpointing),
+        micro_batch, seq_len, n_gpus=world, zero_stage=zero, grad_checkpointing=bool(args.activation_checkpointing),
+        checkpoint_every_n_layers=int(checkpointing.get("every_n_layers", 1)),
+        checkpoint_offload=bool(checkpointing.get("offload", False)), document_mask=recipe.model.document_mask,
         attn_implementation=fast.attn_implementation, grad_accum=accumulation, compiled=fast.compile != "none",
         fused_loss=loss, fused_loss_chunk=loss_chunk_tokens(loss, micro_batch * seq_len, config.vocab_size,
                                                             config.hidden_size, recipe.model.loss_chunk_tokens,
@@ -125,12 +130,31 @@ def make_plan(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fas
         "validation_tokens_per_byte": tokens_per_byte(manifest),  # None without the text's bytes: no bpb
         "validation_text_bytes": (manifest.get("validation") or {}).get("text_bytes"),
         "precision": fast.precision,
+        # transformers' gradient checkpointing: each decoder layer's input kept, its activations recomputed
+        "activation_checkpointing": checkpointing_plan(args),
         # fp8: MFU stays against the bf16 peak (comparable with every other figure); mfu_fp8 against fp8's
         "peak_flops_fp8_per_gpu": detect_peak_flops("fp8") if fast.precision != "bf16" else None,
     }
     if peak:
         plan["expected_hours"] = plan["total_flops"] / (peak * world * recipe.logging.assumed_mfu) / 3600
     return plan
+
+
+def cuda_memory() -> int | None:
+    """Total memory of the GPU this process trains on, in bytes; None on a CPU."""
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+
+
+def checkpointing_plan(args: TrainingArguments) -> str:
+    """What activation checkpointing does in this run, in words (the plan's ``activation_checkpointing``)."""
+    if not args.activation_checkpointing:
+        return "off"
+    kwargs = args.activation_checkpointing_kwargs if isinstance(args.activation_checkpointing_kwargs, dict) else {}
+    every = int(kwargs.get("every_n_layers", 1))
+    where = "every decoder layer" if every == 1 else f"decoder layers 0, {every}, {2 * every}, ..."
+    return where + (", inputs offloaded to host memory" if kwargs.get("offload") else "")
 
 
 def load_tokenizer(path: str):
@@ -201,17 +225,24 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = eos
     # With init_from the loaded model's own config is the plan's (parameters, FLOPs, MFU), not model.config's
-    config = load_config(recipe.model.init_from or recipe.model.config, dict(recipe.model.overrides),
-                         vocab_size=len(tokenizer))
+    source = recipe.model.init_from or recipe.model.config
+    if dry_run and recipe.context.seq_len and not (Path(source) / "config.json").is_file():
+        # a context phase is planned before the run it extends has finished: model.config gives the shape
+        logger.warning("dry run: model.init_from=%s does not exist yet; planning with model.config=%s", source,
+                       recipe.model.config)
+        source = recipe.model.config
+    config = load_config(source, dict(recipe.model.overrides), vocab_size=len(tokenizer))
     apply_moe_section(recipe.moe, config)
     # Only eos: a pad_token_id would become the embedding's padding_idx, freezing the end-of-text
     # row at zero although it is a real token of every packed block.
     config.eos_token_id = tokenizer.convert_tokens_to_ids(eos)
     config.pad_token_id = None
     seq_len = int(manifest["seq_len"])
+    context = apply_context(recipe, config, seq_len, recipe.data.path)  # None: not a context-extension phase
 
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     resolve_max_steps(recipe, config, seq_len, world_size or launched)
+    context_max_steps(recipe, seq_len, world_size or launched)
     args = training_arguments(recipe, dry_run)
     if recipe.training_flops is not None and not dry_run and args.world_size != launched:
         raise RecipeError(f"training_flops: max_steps was derived for WORLD_SIZE={launched} "
@@ -221,8 +252,10 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
     warn_long_warmup(args)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage,
                      check_passes=not recipe.data.sources)
+    if context is not None:
+        plan["context"] = {**context, "fits": check_fits(plan, recipe.context.gpu, cuda_memory())}
     schedule = None
-    if recipe.data.sources:  # a weighted mixture, in phases (training/mixture.py)
+    if recipe.data.sources:  # a weighted mixture, in phases (data/mixture.py)
         sources = load_sources(recipe.data.sources, manifest, recipe.data.path, require_manifest)
         schedule = MixtureSchedule(sources, resolve_phases(recipe.data, args.max_steps), plan["samples_per_step"])
         plan["data"] = mixture_plan(schedule, seq_len, MAX_PASSES_WITHOUT_WARNING)
@@ -265,10 +298,19 @@ def _tokenizer_vocab(name: str | None) -> tuple[int | None, str]:
 def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | None = None) -> dict:
     """``pretrain(..., dry_run=True)``'s result for a recipe whose data is not tokenized yet."""
     vocab, why = _tokenizer_vocab(recipe.data.tokenizer)
-    config = load_config(recipe.model.config, dict(recipe.model.overrides), vocab_size=vocab)
+    # a context phase's model: init_from's once it exists; before, model.config describes its shape
+    init_from = recipe.model.init_from if recipe.context.seq_len and recipe.model.init_from and \
+        (Path(recipe.model.init_from) / "config.json").is_file() else None
+    config = load_config(init_from or recipe.model.config, dict(recipe.model.overrides), vocab_size=vocab)
     apply_moe_section(recipe.moe, config)
     seq_len = min(ASSUMED_SEQ_LEN, getattr(config, "max_position_embeddings", None) or ASSUMED_SEQ_LEN)
-    resolve_max_steps(recipe, config, seq_len, world_size or int(os.environ.get("WORLD_SIZE", "1")))
+    context = None
+    if recipe.context.seq_len:  # the phase's length is known without its data
+        seq_len = recipe.context.seq_len
+        context = apply_context(recipe, config, seq_len, recipe.data.path)
+    world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    resolve_max_steps(recipe, config, seq_len, world)
+    context_max_steps(recipe, seq_len, world)
     args = training_arguments(recipe, dry_run=True)
     world = world_size or args.world_size
     train_blocks = args.max_steps * args.per_device_train_batch_size * world * args.gradient_accumulation_steps
@@ -276,6 +318,8 @@ def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | N
     fast, args = choose_speed(recipe, config, args, seq_len, world_size, zero_stage, planning=True)
     warn_long_warmup(args)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage)
+    if context is not None:
+        plan["context"] = {**context, "fits": check_fits(plan, recipe.context.gpu, cuda_memory())}
     vocab_note = (f"vocabulary {config.vocab_size:,} from {why.removeprefix('data.tokenizer ')}" if vocab
                   else f"vocabulary {config.vocab_size:,} of the model config {recipe.model.config} ({why})")
     plan["assumed"] = {

@@ -12,7 +12,7 @@ from transformers import TrainingArguments
 
 from .arguments import _training_value
 from .checkpoints import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
-from .config import Recipe, recipe_to_dict
+from .config import MoeSection, Recipe, recipe_to_dict
 from .zero import deepspeed_tag
 
 logger = logging.getLogger("hfpretrain")
@@ -58,6 +58,11 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
         compare(f"model.{key}", (old.get("model") or {}).get(key), new["model"][key])
     for key, default in (("document_mask", False), ("z_loss", 0.0)):  # what the model learns from (absent: off)
         compare(f"model.{key}", (old.get("model") or {}).get(key, default), new["model"].get(key, default))
+    # a context phase's positions: its RoPE is in the config made at start, not in the checkpoint's weights
+    for key, default in (("seq_len", None), ("from_seq_len", None), ("rope", "keep"), ("rope_theta", None),
+                         ("yarn_factor", None)):
+        compare(f"context.{key}", (old.get("context") or {}).get(key, default),
+                (new.get("context") or {}).get(key, default))
     if old_data is None:  # saved before data.json existed: the recipe is all there is
         for key in ("path", "tokenizer"):
             compare(f"data.{key}", (old.get("data") or {}).get(key), new["data"][key])
@@ -80,6 +85,10 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
     # which matrices weight decay applies to (absent: off, as before the key existed)
     compare("model.decay_embeddings", (old.get("model") or {}).get("decay_embeddings", False),
             new["model"].get("decay_embeddings", False))
+    # the experts' balancing (absent: a checkpoint from before the section, whose defaults it ran with)
+    for key in ("aux_loss_coef", "bias_update_rate"):
+        default = getattr(MoeSection, key)
+        compare(f"moe.{key}", (old.get("moe") or {}).get(key, default), (new.get("moe") or {}).get(key, default))
     if isinstance(old.get("optimizer"), dict) and isinstance(new.get("optimizer"), dict):
         for key in sorted(set(old["optimizer"]) | set(new["optimizer"])):
             compare(f"optimizer.{key}", old["optimizer"].get(key), new["optimizer"].get(key))

@@ -52,12 +52,18 @@ from .callbacks import (
     ThroughputCallback,
     WandbConfigCallback,
 )
-from .checkpoints import check_output_dir, hold_run_lock, prepare_fresh_output_dir
+from .checkpoints import (
+    check_output_dir,
+    checkpoint_write_error,
+    hold_run_lock,
+    prepare_fresh_output_dir,
+    write_failure,
+)
 from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_dict, recipe_to_yaml
 from .fast_path import speedups_of
 from .lineage import WandbLineageCallback, lineage, write_lineage
 from .model_card import peak_learning_rate, write_model_card
-from .moe import ExpertBalanceCallback, ExpertLoad, apply_moe_section, find_routers
+from .moe import ExpertBalanceCallback, ExpertLoad, aux_loss_function, find_routers
 from .per_set import per_set_bits_per_byte, per_set_losses
 from .plan import RunSetup, needs_assumed_data, plan_without_data, setup_run
 from .resume import check_resume, refuse_deepspeed_checkpoint, resolve_resume
@@ -81,10 +87,12 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         raise RecipeError(f"model.overrides {dict(recipe.model.overrides)} do not apply to model.init_from="
                           f"{recipe.model.init_from} (its weights define the model): remove them")
     extra = list(callbacks(recipe)) if callbacks else []
-    if recipe.evaluation.lm_eval_task and not extra and not dry_run:
-        raise RecipeError(f"evaluation.lm_eval_task={recipe.evaluation.lm_eval_task} is scored by the eval "
-                          "package's callback: train through `hfpretrain train`, or pass "
-                          "callbacks=hfpretrain.eval.callback.recipe_callbacks to pretrain()")
+    ev = recipe.evaluation
+    scored = (f"evaluation.lm_eval_task={ev.lm_eval_task}" if ev.lm_eval_task else
+              "evaluation.long_context_lengths/_blocks" if ev.long_context_lengths or ev.long_context_blocks else None)
+    if scored and not extra and not dry_run:
+        raise RecipeError(f"{scored} is scored by the eval package's callback: train through `hfpretrain train`, or "
+                          "pass callbacks=hfpretrain.eval.callback.recipe_callbacks to pretrain()")
     if dry_run:
         if needs_assumed_data(recipe):  # not tokenized yet: plan with stated assumptions
             return plan_without_data(recipe, world_size, zero_stage)
@@ -162,10 +170,17 @@ def train_run(run: RunSetup, extra_callbacks: list | None = None) -> dict:
         if logs.mixture:
             summary["data"] = logs.mixture.figures(trainer.state.global_step)
         if trainer.state.global_step >= args.max_steps:
-            trainer.save_model(str(out / "final"))
+            try:
+                trainer.save_model(str(out / "final"))
+                if args.process_index == 0:
+                    write_lineage(out / "final", record)
+                    write_model_card(out / "final", run.config, plan, summary, recipe, run.manifest)
+            except Exception as e:  # a full disk: one line, as for a checkpoint (safetensors raises its own error)
+                cause = write_failure(e)
+                if cause is None or args.process_index != 0:
+                    raise
+                raise checkpoint_write_error(out / "final", cause) from None
             if args.process_index == 0:
-                write_lineage(out / "final", record)
-                write_model_card(out / "final", run.config, plan, summary, recipe, run.manifest)
                 if logs.wandb_lineage:
                     logs.wandb_lineage.log_model(out / "final", aliases=["final", f"step-{trainer.state.global_step}"])
         if args.process_index == 0:
@@ -199,14 +214,10 @@ def build_run_model(run: RunSetup) -> tuple[torch.nn.Module, Applied]:
             logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
     logger.info("micro-batch: %d x %d accumulation (%s)", run.args.per_device_train_batch_size,
                 run.args.gradient_accumulation_steps, fast.reasons["micro_batch"])
-    if run.recipe.model.init_from:
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(run.recipe.model.init_from)
-        apply_moe_section(run.recipe.moe, model.config)  # the recipe's balancing settings over the checkpoint's
-    else:
-        model = build_model(run.config, attn_implementation=fast.attn_implementation,
-                            experts_implementation=fast.experts_implementation)
+    # init_from's weights under the plan's config: the checkpoint's own, with the recipe's balancing (moe:) and a
+    # context phase's RoPE change (training/context.py), and the attention and experts backends the plan chose
+    model = build_model(run.config, attn_implementation=fast.attn_implementation,
+                        experts_implementation=fast.experts_implementation, weights=run.recipe.model.init_from)
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None
@@ -245,7 +256,7 @@ def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length:
                  ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx)]
     routers = find_routers(model)
     if routers:  # MoE: the experts' load in the log, and aux-loss-free balancing with moe.bias_update_rate
-        expert_load = ExpertLoad(routers)
+        expert_load = ExpertLoad(routers, aux_loss_function(model))
         callbacks.insert(0, ExpertBalanceCallback(expert_load, recipe.moe.bias_update_rate,
                                                   recipe.moe.dead_expert_windows))
     mixture_log = MixtureLogCallback(run.schedule, run.seq_len) if run.schedule is not None else None

@@ -188,7 +188,7 @@ class PretrainTrainer(Trainer):
         self.liger_min_chunk_tokens = liger_min_chunk_tokens
         self.z_loss = z_loss  # PaLM's z-loss weight, training steps only (training/loss.py)
         self.fused_head, self.loss_tile = fused_head, loss_tile  # the recipe's kernels.fused_head / loss_tile
-        self.expert_load = None  # MoE: a training/moe.py ExpertLoad, fed each training step's router logits
+        self.expert_load = None  # MoE: a training/moe.py ExpertLoad, whose hooks saw this micro-step's routing
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.nan_policy = nan_policy
         self.decay_embeddings = decay_embeddings
@@ -304,11 +304,13 @@ class PretrainTrainer(Trainer):
         if self._tap is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         labels = inputs["labels"]
+        own_aux = self.expert_load is not None and self.expert_load.aux_loss is not None  # training/moe.py
+        if own_aux:
+            self.expert_load.logits.clear()  # a checkpointed backward's recomputed forward kept some again
         self._tap.active = True
         try:
-            count_experts = self.expert_load is not None and model.training
             outputs = model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False,
-                            **({"output_router_logits": True} if count_experts else {}))
+                            **({"output_router_logits": False} if own_aux else {}))
         finally:
             self._tap.active = False
         hidden, self._tap.hidden = self._tap.hidden, None
@@ -320,12 +322,17 @@ class PretrainTrainer(Trainer):
                                   self.liger_min_chunk_tokens, self.compile_backend, self.compile_mode,
                                   z_loss=self.z_loss if model.training else 0.0,  # evaluation: cross-entropy only
                                   fused_head=self.fused_head, loss_tile=self.loss_tile)
-        if count_experts:
-            self.expert_load.add(getattr(outputs, "router_logits", None))
-        aux = getattr(outputs, "aux_loss", None)  # MoE with output_router_logits: transformers' load-balancing loss
+        # MoE: transformers' load-balancing loss, from the logits the routers' hooks kept, else the model's output
+        aux = self.expert_load.take_aux_loss() if own_aux else getattr(outputs, "aux_loss", None)
         config = self.accelerator.unwrap_model(model).config
-        if aux is not None and model.training and config.output_router_logits:  # as transformers adds it; eval: CE
-            loss = loss + config.router_aux_loss_coef * aux.to(loss.device)
+        if aux is not None and model.training and config.output_router_logits:  # eval: cross-entropy only
+            weight = config.router_aux_loss_coef
+            if num_items_in_batch is not None:
+                # The cross-entropy is this micro-batch's share of the step's tokens (all micro-batches, all ranks);
+                # the aux loss takes the same share, so that its weight is moe.aux_loss_coef whatever accumulation
+                # and GPU count model.micro_batch and the launch chose (transformers adds it whole per micro-batch).
+                weight = weight * labels.ne(-100).sum() / num_items_in_batch
+            loss = loss + weight * aux.to(loss.device)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
             # gradients over ranks, so scale back up.
@@ -334,6 +341,8 @@ class PretrainTrainer(Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.expert_load is not None:  # after the backward, which may have recomputed the forward
+            self.expert_load.count()
         self._watch("loss", loss)
         if self.nan_policy == "skip":  # this step's loss, kept apart until we know whether the step is skipped
             self._step_loss = loss.detach() if self._step_loss is None else self._step_loss + loss.detach()
@@ -496,7 +505,7 @@ class PretrainTrainer(Trainer):
                 if getattr(self, "data_info", None):
                     (folder / "data.json").write_text(json.dumps(self.data_info, indent=2) + "\n")
                 write_complete_marker(folder, self.state.global_step)
-        except (OSError, RuntimeError) as e:  # torch's writer says a full disk with a RuntimeError, not an OSError
+        except Exception as e:  # torch's writer says a full disk with a RuntimeError, safetensors with its own error
             cause = write_failure(e)
             if cause is None or not self.args.should_save:
                 raise

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Issue 38 on one GPU: the context extension of recipes/best_small.yaml (1,024 -> 16,384 tokens,
+# recipes/best_small_16k.yaml) and its goals, in three device calls on one machine that stays warm between them
+# (runs/ and out/ stay there; only $OUT comes back):
+#   STAGE=speed   tokens/s, MFU (attention FLOPs counted) and peak memory against the plan's estimate, best_small's
+#                 shape from random weights, at 2,048 and 16,384 tokens per block with the same tokens per micro-batch
+#                 (65,536) and the document mask, + 16k with activation checkpointing and 16k without the mask.
+#                 Goal: 16k >= 80% of 2k's tokens/s; estimate within 10% of the measured peak at 16k.
+#   STAGE=base    recipes/best_small.yaml itself (benchmarks/gpu_1gpu_best_small.sh, REPORT=0: ~480 s).
+#   STAGE=extend  the 16k data (--pack whole), the extension phase from runs/best_small/final (time-boxed:
+#                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
+#                 after: loss by position on 16k validation documents, passkey at 1k-16k, the short-context bits per
+#                 byte at 1,024; the run's report. Goals: loss at 8k-16k <= loss at 1k-2k, passkey >= 90% at 16k,
+#                 short-context bits per byte within +2% of the base model's.
+# Carry: .carry (TOKENIZERS=gpt2 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval, >= 6 train shards) and
+# out/tok_bpe8k, as for gpu_1gpu_best_small.sh.
+#   source .carry/setup.sh && STAGE=speed bash benchmarks/gpu_1gpu_long_context.sh
+#   source .carry/setup.sh && STAGE=base bash benchmarks/gpu_1gpu_long_context.sh
+#   source .carry/setup.sh && STAGE=extend bash benchmarks/gpu_1gpu_long_context.sh
+set -o pipefail
+OUT=${OUT:-out/bench}; mkdir -p "$OUT"; N="$OUT/notes.txt"
+export TOKENIZERS_PARALLELISM=false
+case "${STAGE:-}" in speed|base|extend) ;; *) echo "STAGE=speed, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$N"
+BUDGET_S=${BUDGET_S:-570}
+tok() {  # seq_len, out folder, extra arguments: the first 6 train shards with the 8k BPE (kept while warm)
+  [ -f "$2/manifest.json" ] || python3 scripts/tokenize_pile.py --input .carry/data/pretrain/mix/train-0000[0-5].jsonl.zst \
+    --val-input .carry/data/pretrain/mix/val.jsonl.zst --val-docs 10000 --tokenizer out/tok_bpe8k --seq-len "$1" \
+    --out "$2" --num-proc 16 -q "${@:3}" 2>&1 | tail -2
+  python3 -c "import json;m=json.load(open('$2/manifest.json'));d=m['train']['document_lengths'];print('$2', m['pack'], 'blocks',m['train']['blocks'],{k:d[k] for k in ('documents','p50','p90','p99','max','longer_than_block','split_short')})" | tee -a "$N"
+}
+row() {  # name: tokens/s, MFU, peak memory against the plan's estimate, from the run's log
+  python3 - "$1" <<'PY' | tee -a "$N"
+import json, sys
+name = sys.argv[1]
+events = [json.loads(l) for l in open(f"runs/lc_{name}/log.jsonl")]
+plan = events[0]["plan"]
+logs = [e for e in events if e["event"] == "log" and "tokens_per_s" in e][2:]  # past compilation
+if not logs:
+    sys.exit(print(f"{name}: no timed log"))
+tps = sum(e["tokens_per_s"] for e in logs) / len(logs)
+mfu = sum(e.get("mfu", 0) for e in logs) / len(logs)
+peak = max(e.get("mem_peak_gib") or 0 for e in events if e["event"] == "log")
+est = plan["memory_per_gpu_gib"]["total"]
+print(f"| {name} | {plan['seq_len']} | {plan['micro_batch']}x{plan['gradient_accumulation_steps']} | {tps:,.0f} | "
+      f"{mfu:.1%} | {peak:.1f} | {est:.1f} | {est / peak - 1:+.1%} | {plan['activation_checkpointing']} |")
+PY
+}
+speed() {  # name, seq_len, data, overrides...: 30 steps of best_small's shape, random weights
+  local t=$(( BUDGET_S - SECONDS - 10 )); [ $t -lt 60 ] && { echo "== $1 skipped (${t}s left)" | tee -a "$N"; return; }
+  rm -rf runs/lc_$1
+  timeout -k 10 -s TERM $t python3 scripts/pretrain.py recipes/best_small.yaml data.path=$3 training.output_dir=runs/lc_$1 \
+    training_flops=null training.max_steps=30 training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
+    training.gradient_accumulation_steps=2 training.warmup_steps=5 model.micro_batch=recipe \
+    model.attn_implementation=sdpa "${@:4}" > /tmp/lc_$1.log 2>&1
+  echo "== $1 rc $? (${SECONDS}s)" | tee -a "$N"; grep -E "error:|Error" /tmp/lc_$1.log | tail -2 | tee -a "$N"
+  row $1
+}
+if [ "$STAGE" = speed ]; then
+  tok 2048 out/mix6_bpe8k_2k --pack whole
+  tok 16384 out/mix6_bpe8k_16k --pack whole
+  echo "| run | seq_len | micro x accum | tokens/s | MFU | peak GiB | plan GiB | plan vs peak | checkpointing |" | tee -a "$N"
+  speed s2k 2048 out/mix6_bpe8k_2k training.per_device_train_batch_size=32 model.document_mask=true
+  speed s16k 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.document_mask=true
+  speed s16k_ckpt 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.document_mask=true \
+    training.activation_checkpointing=true
+  speed s16k_nomask 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.attn_implementation=sdpa_packed
+  exit 0
+fi
+if [ "$STAGE" = base ]; then
+  REPORT=0 OUT="$OUT" bash benchmarks/gpu_1gpu_best_small.sh
+  exit 0
+fi
+[ -f runs/best_small/final/config.json ] || { echo "no runs/best_small/final: run STAGE=base first on this machine" | tee -a "$N"; exit 2; }
+tok 1024 out/mix6_bpe8k_1024
+tok 16384 out/mix6_bpe8k_16k --pack whole
+echo "== data (${SECONDS}s)" | tee -a "$N"
+python3 scripts/pretrain.py recipes/best_small_16k.yaml --dry-run context.tokens=${EXT_TOKENS:-6e7} 2>/dev/null \
+  | python3 -c "import json,sys;p=json.load(sys.stdin)['plan'];print('plan', p['max_steps'], 'steps', p['micro_batch'], 'x', p['gradient_accumulation_steps'], p['memory_per_gpu_gib']['total'], 'GiB', p['context']['fits'])" | tee -a "$N"
+rm -rf runs/best_small_16k
+# the time left for training: the evaluations after it take ~90 s
+timeout --foreground -k 20 -s TERM $(( BUDGET_S - SECONDS - 150 )) python3 scripts/pretrain.py recipes/best_small_16k.yaml \
+  context.tokens=${EXT_TOKENS:-6e7} training.eval_strategy=no "evaluation.long_context_lengths=[]" \
+  evaluation.long_context_blocks=0 > "$OUT/extend.log" 2>&1  # measured below, for both models, uncompiled
+echo "== extend rc $? (${SECONDS}s)" | tee -a "$N"; grep -E "error:|Error" "$OUT/extend.log" | tail -2 | tee -a "$N"
+for model in best_small best_small_16k; do
+  [ -f runs/$model/final/config.json ] || { echo "== $model: no final/" | tee -a "$N"; continue; }
+  timeout -k 5 $(( (BUDGET_S - SECONDS) / 2 )) python3 scripts/long_context.py runs/$model/final --data out/mix6_bpe8k_16k \
+    --blocks 32 --min-document-tokens 8192 --lengths 1024 2048 4096 8192 16384 --samples 20 \
+    --short-data out/mix6_bpe8k_1024 --short-blocks 256 > "$OUT/long_context_$model.txt" 2>&1
+  echo "== long-context $model rc $? (${SECONDS}s)" | tee -a "$N"; cat "$OUT/long_context_$model.txt" >> "$N"
+done
+[ -f runs/best_small_16k/final/long_context.json ] && timeout -k 5 $(( BUDGET_S - SECONDS )) python3 scripts/report.py \
+  runs/best_small_16k --no-eval --no-generate > "$OUT/report.log" 2>&1
+tar -czf "$OUT/best_small_16k.tgz" --exclude='checkpoint-*' --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
+  runs/best_small_16k runs/best_small/final/long_context.json 2>/dev/null

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The MoE-vs-dense IsoFLOP study (src/hfpretrain/study/specs/gpu_moe.yaml) on one GPU, over several device calls,
+# as benchmarks/gpu_1gpu_vocab_study.sh runs the vocabulary study: each call tokenizes the carried shards
+# (reused while the machine stays warm), restores the finished runs of earlier calls from
+# .carry/gpu_moe_runs.tgz, trains until BUDGET_S, stops cleanly (SIGTERM), and packs what is finished into
+# $OUT/gpu_moe_runs.tgz (copy it to .carry/ for the next call). When no run is left, the report
+# (studies/gpu_moe/report.md: fits, compute multiplier per budget with its interval, the decision rule) comes back
+# as $OUT/report.tgz; commit it under results/study_gpu_moe/.
+# Carry: TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval (7 shards) + out/tok_bpe8k.
+#   source .carry/setup.sh && BUDGET_S=570 bash benchmarks/gpu_1gpu_moe_study.sh
+source benchmarks/gpu_common.sh
+SPEC=src/hfpretrain/study/specs/gpu_moe.yaml
+STUDY=studies/gpu_moe
+SHARDS=7 NUM_PROC=16 OUT=out bash benchmarks/prepare_vocab_study.sh 2>&1 | tail -2
+echo "== data ready (${SECONDS}s)" | tee -a "$N"
+mkdir -p "$STUDY"
+[ -f .carry/gpu_moe_runs.tgz ] && tar -xzf .carry/gpu_moe_runs.tgz -C "$STUDY"
+timeout --foreground -k 30 -s TERM $(( $(left) - 60 )) python3 scripts/study.py $SPEC > "$OUT/study.log" 2>&1
+echo "== study rc $? (${SECONDS}s)" | tee -a "$N"
+grep -hE ": (training|done)|Error|error" "$STUDY"/logs/worker*.log | cut -c1-200 | tail -60 >> "$OUT/runs.log"
+(cd "$STUDY" && tar -czf "$OUT/gpu_moe_runs.tgz" runs/*/*/summary.json runs/*/*/log.jsonl runs/*/*/recipe.yaml \
+  runs/*/*/lineage.json logs)
+todo=$(python3 scripts/study.py $SPEC --list | grep -c ^todo)
+echo "== runs left: $todo" | tee -a "$N"
+[ "$todo" = 0 ] && (cd "$STUDY" && tar -czf "$OUT/report.tgz" report.md analysis.json results.csv results.json ./*.png)

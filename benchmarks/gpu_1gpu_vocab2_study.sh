@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The second vocabulary study (src/hfpretrain/study/specs/gpu_vocab2.yaml, issue 37) on one GPU, over as many device
+# calls as it takes (~95 GPU-minutes: 10+ calls of 9.5 minutes). Each call: tokenizes the ten carried shards with
+# GPT-2's tokenizer and the two carried BPEs (reused while the machine stays warm), restores the finished runs of
+# earlier calls from .carry/gpu_vocab2_runs.tgz, trains (6 runs at a time) until BUDGET_S, stops cleanly (SIGTERM:
+# the runs in progress save a checkpoint; it survives only while the machine stays warm, so keep calls back to back),
+# and packs every finished run into $OUT/gpu_vocab2_runs.tgz: copy it to .carry/ for the next call and commit its
+# runs/ under results/study_gpu_vocab2/ as they come (python scripts/report.py results/study_gpu_vocab2 then writes
+# the report, the decision included, from them; --plan first to see the cells flagged for > 4 passes). Once every
+# run is done and time is left, the best run of 2.5e16 is trained again with periodic evaluation ($OUT/best.tgz.part-*;
+# BEST=0: not) for a run report with lm-eval (ARC, OpenBookQA, HellaSwag, PIQA, LAMBADA) beside chance levels.
+# Carry: TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval with all 10 shards, plus out/tok10_bpe8k
+# and out/tok10_bpe32k (trained on the CPU: the reproduce commands of the spec), so that every call uses the same merges.
+#   source .carry/setup.sh && BUDGET_S=570 bash benchmarks/gpu_1gpu_vocab2_study.sh
+source benchmarks/gpu_common.sh
+SPEC=src/hfpretrain/study/specs/gpu_vocab2.yaml
+STUDY=studies/gpu_vocab2
+for t in out/tok10_bpe8k out/tok10_bpe32k; do
+  [ -f "$t/tokenizer.json" ] || { echo "== $t missing: carry the trained tokenizers" | tee -a "$N"; exit 2; }
+done
+SHARDS=10 VOCABS="8192 32768" NUM_PROC=16 OUT=out bash benchmarks/prepare_vocab_study.sh 2>&1 | tail -2
+echo "== data ready (${SECONDS}s)" | tee -a "$N"
+mkdir -p "$STUDY"
+# the finished runs: an earlier call's (carried), else the committed ones; -n keeps a warm machine's
+if [ -f .carry/gpu_vocab2_runs.tgz ]; then tar -xzf .carry/gpu_vocab2_runs.tgz -C "$STUDY"
+elif [ -d results/study_gpu_vocab2/runs ]; then mkdir -p "$STUDY/runs" && cp -r -n results/study_gpu_vocab2/runs/. "$STUDY/runs/"; fi
+python3 scripts/study.py $SPEC --plan > "$OUT/plan.txt" 2>&1; echo "== plan rc $? ($(grep -c 'run and flagged' "$OUT/plan.txt") flagged)" | tee -a "$N"
+# --foreground: the signal goes to study.py alone, which passes it to its workers; -k: a hung study cannot eat the call
+timeout --foreground -k 30 -s TERM $(( $(left) - 90 )) python3 scripts/study.py $SPEC > "$OUT/study.log" 2>&1
+echo "== study rc $? (${SECONDS}s)" | tee -a "$N"
+grep -hE ": (training|done)|Error|error" "$STUDY"/logs/worker*.log | cut -c1-200 | tail -60 >> "$OUT/runs.log"
+(cd "$STUDY" && tar -czf "$OUT/gpu_vocab2_runs.tgz" runs/*/*/summary.json runs/*/*/log.jsonl runs/*/*/recipe.yaml \
+  runs/*/*/lineage.json logs)
+todo=$(python3 scripts/study.py $SPEC --list | grep -c ^todo)
+echo "== runs left: $todo" | tee -a "$N"
+if [ "$todo" = 0 ] && [ "${BEST:-1}" = 1 ] && [ $(left) -gt 150 ]; then
+  # the best run of the largest budget (lowest bits per byte), trained again with periodic evaluation; its
+  # checkpoint comes back in parts: `python scripts/report.py RUN_DIR` on any machine scores ARC, OpenBookQA,
+  # HellaSwag, PIQA and LAMBADA beside their chance levels and writes its report
+  python3 scripts/report.py "$STUDY" > /dev/null 2>&1
+  best=$(python3 -c "
+import json; rows = [r for r in json.load(open('$STUDY/results.json')) if r.get('lr_factor') is None]
+top = max(r['budget'] for r in rows)
+print(min((r for r in rows if r['budget'] == top), key=lambda r: r['val_bpb'])['out_dir'])")
+  steps=$(python3 -c "import json; print(json.load(open('$best/summary.json'))['global_step'])")
+  echo "== best: $best ($steps steps)" | tee -a "$N"
+  timeout -s TERM $(( $(left) - 30 )) python3 scripts/pretrain.py "$best/recipe.yaml" training.output_dir=runs/gpu_vocab2_best \
+    training.eval_steps=$(( steps / 10 )) evaluation.eval_tokens=1048576 training.logging_steps=25 \
+    > "$OUT/best.log" 2>&1; echo "== best rc $? (${SECONDS}s)" | tee -a "$N"
+  tar -czf - --exclude='checkpoint-*' runs/gpu_vocab2_best | split -b 15M - "$OUT/best.tgz.part-"
+fi

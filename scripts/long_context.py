@@ -1,0 +1,8 @@
+#!/usr/bin/env python
+"""Alias of `hfpretrain long-context` (src/hfpretrain/cli/long_context.py)."""
+import sys
+
+from hfpretrain.cli.long_context import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""A context-extension phase (the recipe's ``context`` section): the model of ``model.init_from``, trained at
+``from_seq_len``, trains on at ``context.seq_len`` on data packed at that length, with the RoPE change the recipe
+chooses, its own learning rate (``training.learning_rate``) and token budget (``context.tokens``).
+
+Everything here runs before any model is built, so that a phase which cannot work stops with one line: a length
+below the training length, a RoPE change the model type has no RoPE for (GPT-2's learned positions), data packed
+at another length than the phase's, a plan that does not fit the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from hfpretrain.models.hardware import canonical_gpu, device_name, gpu_memory_bytes
+from hfpretrain.models.memory import GIB
+
+from .arguments import _training_value
+from .config import Recipe, RecipeError
+
+logger = logging.getLogger("hfpretrain")
+
+# The estimate is the allocator's modelled peak; the CUDA context and the caching allocator's fragmentation come on
+# top, so a plan above this share of the card would run out of memory at its first steps.
+FIT_SHARE = 0.95
+
+
+def training_length(init_from: str | Path) -> tuple[int | None, str]:
+    """``(seq_len, file)`` the model in ``init_from`` was trained at, read from the run's records next to its weights:
+    ``lineage.json`` (a run's final/) or ``data.json`` (a checkpoint-N folder); ``(None, "")`` without either."""
+    for name in ("lineage.json", "data.json"):
+        path = Path(init_from) / name
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        seq_len = record.get("seq_len") or (record.get("lineage") or {}).get("seq_len")
+        if seq_len:
+            return int(seq_len), str(path)
+    return None, ""
+
+
+def rope_summary(config) -> dict | None:
+    """The config's RoPE settings (None for a model without RoPE), as the plan shows them."""
+    params = getattr(config, "rope_parameters", None)
+    return dict(params) if params else None
+
+
+def _position_limit(config) -> int | None:
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
+def change_rope(config, recipe: Recipe, from_seq_len: int) -> None:
+    """Set ``config``'s RoPE (``rope_parameters``) and ``max_position_embeddings`` for ``context.seq_len``, as
+    ``context.rope`` asks; RecipeError where the model type cannot take it."""
+    ctx = recipe.context
+    params = getattr(config, "rope_parameters", None)
+    limit = _position_limit(config)
+    if not params:
+        if ctx.rope != "keep":
+            raise RecipeError(f"context.rope={ctx.rope}: model type {config.model_type} has no rotary position "
+                              f"embedding (it learns absolute positions, up to {limit}): only a RoPE model "
+                              "(Llama, Qwen3) takes a RoPE change")
+        if limit is not None and ctx.seq_len > limit:
+            raise RecipeError(f"context.seq_len={ctx.seq_len}: model type {config.model_type} learns absolute "
+                              f"positions up to {limit}, so it has none for a longer context; extend a RoPE model "
+                              "(Llama, Qwen3) instead")
+        return
+    if "rope_type" not in params:  # per-layer-type parameters (e.g. sliding and full attention layers)
+        raise RecipeError(f"context.rope={ctx.rope}: {config.model_type} has RoPE parameters per layer type "
+                          f"({sorted(params)}), which a context-extension phase does not change")
+    new = dict(params)
+    theta = float(params.get("rope_theta") or 0)
+    if ctx.rope == "theta":
+        if ctx.rope_theta <= theta:
+            raise RecipeError(f"context.rope_theta={ctx.rope_theta:g} is not larger than the model's rope_theta="
+                              f"{theta:g}: a longer context needs lower rotary frequencies, a larger base")
+        new["rope_theta"] = float(ctx.rope_theta)
+        positions = ctx.seq_len
+    elif ctx.rope == "yarn":
+        factor = float(ctx.yarn_factor or ctx.seq_len / from_seq_len)
+        new = {"rope_type": "yarn", "rope_theta": float(ctx.rope_theta or theta), "factor": factor,
+               "original_max_position_embeddings": int(from_seq_len)}
+        # transformers reads max_position_embeddings / original as YaRN's implicit factor and warns when the two differ
+        positions = max(ctx.seq_len, round(from_seq_len * factor))
+    else:
+        positions = ctx.seq_len
+    config.rope_parameters = new
+    config.max_position_embeddings = max(int(limit or 0), int(positions)) if ctx.rope != "yarn" else int(positions)
+    try:
+        config.validate_rope()
+    except (KeyError, ValueError) as err:
+        raise RecipeError(f"context.rope={ctx.rope}: {config.model_type} does not take {new}: {err}") from None
+
+
+def apply_context(recipe: Recipe, config, data_seq_len: int, data_path: str) -> dict | None:
+    """Check the phase against its model and data and change ``config`` for it; the plan's ``context`` entry (None
+    without a context section). ``data_seq_len``: the length data.path is packed at."""
+    ctx = recipe.context
+    if ctx.seq_len is None:
+        return None
+    if data_seq_len != ctx.seq_len:
+        raise RecipeError(f"data.path={data_path} is packed at seq_len {data_seq_len}, but context.seq_len="
+                          f"{ctx.seq_len}: tokenize the phase's data with --seq-len {ctx.seq_len} "
+                          "(scripts/tokenize_pile.py)")
+    recorded, where = training_length(recipe.model.init_from)
+    from_seq_len = ctx.from_seq_len or recorded
+    if from_seq_len is None:
+        raise RecipeError(f"context.from_seq_len is not set and model.init_from={recipe.model.init_from} records no "
+                          "training length (no lineage.json or data.json beside its weights): set it")
+    if ctx.from_seq_len is not None and recorded is not None and recorded != ctx.from_seq_len:
+        raise RecipeError(f"context.from_seq_len={ctx.from_seq_len}, but {where} says model.init_from was trained at "
+                          f"seq_len {recorded}: correct it (or leave it out)")
+    if ctx.seq_len < from_seq_len:
+        raise RecipeError(f"context.seq_len={ctx.seq_len} is below the training length {from_seq_len}"
+                          f"{f' ({where})' if where and not ctx.from_seq_len else ''}: a context-extension phase "
+                          "trains at a longer length")
+    before = rope_summary(config)
+    change_rope(config, recipe, from_seq_len)
+    return {"from_seq_len": int(from_seq_len), "from_seq_len_source": where or "context.from_seq_len",
+            "seq_len": int(ctx.seq_len), "extension": ctx.seq_len / from_seq_len, "rope": ctx.rope,
+            "rope_before": before, "rope_after": rope_summary(config),
+            "max_position_embeddings": _position_limit(config), "tokens": ctx.tokens}
+
+
+def context_max_steps(recipe: Recipe, seq_len: int, world: int) -> None:
+    """``context.tokens`` -> ``training.max_steps`` (in place) for ``world`` processes: the nearest whole number of
+    steps; a ``max_steps`` that disagrees (not the one a resolved recipe.yaml carries) is refused."""
+    tokens = recipe.context.tokens
+    if tokens is None:
+        return
+    t = recipe.training
+    per_step = (int(_training_value(t, "per_device_train_batch_size"))
+                * int(_training_value(t, "gradient_accumulation_steps")) * world * seq_len)
+    if tokens < per_step:
+        raise RecipeError(f"context.tokens={tokens:.4g} is less than one optimizer step ({per_step:,} tokens): give "
+                          "at least that")
+    steps = max(1, round(tokens / per_step))
+    given = t.get("max_steps")
+    if given not in (None, -1) and int(given) != steps:
+        raise RecipeError(f"context.tokens={tokens:.4g} means training.max_steps={steps} ({per_step:,} tokens per "
+                          f"step), but training.max_steps={given} is set too: drop one")
+    t["max_steps"] = steps
+    logger.info("context.tokens %.4g: training.max_steps = %d (%s tokens per step)", tokens, steps, f"{per_step:,}")
+
+
+def check_fits(plan: dict, gpu: str | None, cuda_total_bytes: int | None = None) -> dict:
+    """Whether the plan's memory per GPU fits the GPU (``context.gpu``, else the one this process runs on, whose
+    ``cuda_total_bytes`` the caller passes); RecipeError when it does not. The plan's ``fits`` entry."""
+    if gpu is not None:
+        name, capacity = canonical_gpu(gpu), gpu_memory_bytes(gpu) / GIB
+    elif cuda_total_bytes:
+        name, capacity = device_name(), cuda_total_bytes / GIB
+    else:
+        return {"checked": False, "why": "no GPU in this process and context.gpu is not set"}
+    need = plan["memory_per_gpu_gib"]["total"]
+    if need > FIT_SHARE * capacity:
+        raise RecipeError(
+            f"context.seq_len={plan['seq_len']}: the plan needs {need:.1f} GiB per GPU (micro-batch "
+            f"{plan['micro_batch']} x {plan['seq_len']} tokens), more than {FIT_SHARE:.0%} of the {name}'s "
+            f"{capacity:.0f} GiB: set training.activation_checkpointing=true, a smaller "
+            "training.per_device_train_batch_size (more accumulation), or shard over more GPUs")
+    return {"checked": True, "gpu": name, "capacity_gib": round(capacity, 1), "need_gib": round(need, 2),
+            "share": round(need / capacity, 3)}

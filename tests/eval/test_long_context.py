@@ -1,0 +1,114 @@
+"""Long-context evaluation (eval/long_context.py, `hfpretrain long-context`, the report's section), at tiny lengths."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from hfpretrain.eval.long_context import (loss_by_position, mean_loss, passkey_accuracy, passkey_prompt,
+                                          position_bins)
+
+REPO = Path(__file__).resolve().parents[2]
+EOS = 0
+
+
+class _Fixed(torch.nn.Module):
+    """A stand-in language model whose next-token guess is a fixed rule of the input: ``next`` (the true next token:
+    a perfect model), ``same`` (the current token again) or ``uniform`` (equal logits)."""
+
+    def __init__(self, rule: str, vocab: int):
+        super().__init__()
+        self.rule, self.vocab = rule, vocab
+        self.weight = torch.nn.Parameter(torch.zeros(1))  # a parameter: the functions read its device
+
+    def forward(self, input_ids, position_ids=None, use_cache=False):
+        logits = torch.zeros(*input_ids.shape, self.vocab)
+        if self.rule == "next":
+            logits[:, :-1].scatter_(-1, input_ids[:, 1:, None], 10.0)
+        elif self.rule == "same":
+            logits.scatter_(-1, input_ids[..., None], 10.0)
+        return type("Out", (), {"logits": logits})()
+
+
+@pytest.fixture(scope="module")
+def tok(gpt2_tokenizer):
+    return AutoTokenizer.from_pretrained(str(gpt2_tokenizer))
+
+
+def test_a_passkey_prompt_has_its_length_and_the_key_at_its_depth(tok):
+    for depth in (0.0, 0.5, 1.0):
+        ids, answer = passkey_prompt(tok, 300, depth, "71432")
+        assert len(ids) == 300 and ids[-len(answer):] == answer and tok.decode(answer).strip() == "71432"
+        text = tok.decode(ids[:-len(answer)])
+        assert text.count("The pass key is 71432. Remember it.") == 1 and text.endswith("The pass key is")
+        needle = text.index("The pass key is 71432")
+        filler = len(text) - len("The pass key is") - text.index("irrelevant text")
+        assert abs(needle - text.index("there.") - depth * filler) < 0.15 * filler + 40
+    with pytest.raises(ValueError, match="needs more than 40 tokens"):
+        passkey_prompt(tok, 40, 0.5, "71432")
+
+
+def test_passkey_scores_the_answer_at_its_positions(tok):
+    """A model that always knows the next token scores 100%, one that repeats the current token 0%: a scoring off by
+    one position would swap them."""
+    vocab = len(tok)
+    assert passkey_accuracy(_Fixed("next", vocab), tok, lengths=(128, 256), samples=3)["256"]["accuracy"] == 1.0
+    same = passkey_accuracy(_Fixed("same", vocab), tok, lengths=(128,), samples=3)
+    assert same["128"] == {"accuracy": 0.0, "samples": 3, "by_depth": {"0.0": 0.0, "0.5": 0.0, "1.0": 0.0}}
+
+
+def test_loss_by_position_bins_the_tokens_of_documents_that_start_in_the_block():
+    """Block: [a b EOS | c d e EOS | f g h i j]; the first segment may continue an earlier document and is left out.
+    Targets at positions >= 1 of the other two: d e EOS (1, 2, 3) and g h i j (1, 2, 3, 4)."""
+    block = np.array([[5, 6, EOS, 7, 8, 9, EOS, 1, 2, 3, 4, 5]])
+    result = loss_by_position(_Fixed("uniform", 16), block, EOS)
+    assert position_bins(12) == [(1, 2), (2, 4), (4, 8), (8, 12)]
+    assert [b["tokens"] for b in result["bins"]] == [2, 4, 1, 0]
+    assert result["documents"] == 2 and result["tokens"] == 7
+    assert all(b["loss"] == pytest.approx(math.log(16)) for b in result["bins"][:3]) and result["bins"][3]["loss"] is None
+    long_only = loss_by_position(_Fixed("uniform", 16), block, EOS, min_document_tokens=5)
+    assert [b["tokens"] for b in long_only["bins"]] == [1, 2, 1, 0] and long_only["documents"] == 1
+
+
+def test_mean_loss_counts_every_target():
+    block = np.array([[5, 6, EOS, 7, 8, 9, EOS, 1, 2, 3, 4, 5]] * 3)
+    assert mean_loss(_Fixed("uniform", 16), block, EOS, batch_size=2) == {"loss": pytest.approx(math.log(16)),
+                                                                          "tokens": 33}
+
+
+def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks, tmp_path):
+    """`hfpretrain long-context` on a tiny model: the JSON (the loss per position bin of the mini blocks, passkey at
+    128 and 256 tokens), then the report's section and plot from it; a passkey length too short is one line."""
+    from hfpretrain.study.long_context_report import long_context_lines
+
+    ckpt = tmp_path / "run" / "final"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--data",
+                           str(mini_blocks), "--blocks", "2", "--lengths", "128", "256", "--samples", "2",
+                           "--short-data", str(mini_blocks), "--short-blocks", "2"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((ckpt / "long_context.json").read_text())
+    bins = result["loss_by_position"]["bins"]
+    assert result["loss_by_position"]["seq_len"] == 128 and sum(b["tokens"] for b in bins) > 50
+    assert all(b["loss"] is None or 0 < b["loss"] < 20 for b in bins)
+    assert set(result["passkey"]) == {"128", "256"} and result["passkey"]["256"]["samples"] == 2
+    short = result["short_context"]
+    assert short["tokens"] == 2 * 127 and short["bpb"] > 0 and short["seq_len"] == 128
+    # every target of the blocks: more than the position bins count (they leave out each block's first segment)
+    assert short["tokens"] > sum(b["tokens"] for b in bins)
+    assert "| positions | loss (nats) | tokens |" in proc.stdout
+    lines = long_context_lines(ckpt, tmp_path / "report")
+    assert lines[0] == "## Long context" and (tmp_path / "report" / "long_context.png").stat().st_size > 1000
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--lengths", "32"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --lengths [32]: a passkey prompt needs at least 64 tokens"

@@ -1,0 +1,225 @@
+"""Run records read back right: wall time across resumed processes, a study folder re-read without its data,
+stale bits per byte corrected (and none left in the committed vocabulary study)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from hfpretrain.study.grid import folder_runs, load_spec, run_wall_time
+
+REPO = Path(__file__).resolve().parents[2]
+VOCAB = REPO / "results" / "study_gpu_vocab"
+
+
+def _log(path: Path, events: list[dict]) -> None:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def _process(t0: float, start: int, end: int, runtime: float | None) -> list[dict]:
+    events = [{"event": "config", "time": t0, "step": start}, {"event": "log", "time": t0 + 5, "step": end}]
+    if runtime is not None:
+        events.append({"event": "summary", "time": t0 + 7, "global_step": end, "train": {"train_runtime": runtime}})
+    return events
+
+
+def test_wall_time_sums_the_resumed_processes(tmp_path):
+    # preempted at step 50 (its summary says 30 s), resumed from the checkpoint: 20 s more
+    _log(tmp_path / "log.jsonl", _process(0, 0, 50, 30.0) + _process(100, 50, 100, 20.0))
+    last = {"train": {"train_runtime": 20.0}}
+    t = run_wall_time(tmp_path, last)
+    assert (t["wall_time_s"], t["wall_time_all_s"], t["processes"], t["wall_time_partial"]) == (50.0, 50.0, 2, False)
+
+
+def test_wall_time_of_a_restart_from_scratch_counts_only_the_attempt_behind_the_result(tmp_path):
+    # killed before any checkpoint (no summary: 5 s from its config to its last event), then trained again from 0
+    _log(tmp_path / "log.jsonl", _process(0, 0, 40, None) + _process(100, 0, 100, 60.0))
+    t = run_wall_time(tmp_path, {"train": {"train_runtime": 60.0}})
+    assert (t["wall_time_s"], t["wall_time_all_s"], t["wall_time_partial"]) == (60.0, 65.0, False)
+    # resumed after a process killed without a summary: its part is a lower bound, flagged
+    _log(tmp_path / "log.jsonl", _process(0, 0, 40, None) + _process(100, 40, 100, 60.0))
+    t = run_wall_time(tmp_path, {"train": {"train_runtime": 60.0}})
+    assert (t["wall_time_s"], t["wall_time_partial"]) == (65.0, True)
+
+
+def test_stale_bits_per_byte_are_corrected_from_a_run_on_the_same_data(tmp_path):
+    from hfpretrain.study.corrections import correct_study
+
+    lineage = {"validation": {"tokenizer_sha256": "ab", "seq_len": 8, "train_blocks": 10, "train_tokens": 80,
+                              "tokens_per_set": {"A": 80}}}
+
+    def run(name, loss, plan, lineage=lineage):
+        d = tmp_path / "runs" / "arm" / name
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"final_eval": {"eval_loss": loss, "eval_bpb": 9.0}, "plan": plan}))
+        _log(d / "log.jsonl", [{"event": "config", "time": 0, "step": 0, "lineage": lineage}])
+        return d
+
+    ref = run("new", 2.0, {"validation_text_bytes": 1000, "validation_tokens_per_byte": 0.25})
+    old = run("old", 3.0, {"validation_tokens_per_byte": 0.5})
+    [(d, change)] = correct_study(tmp_path)
+    assert d == old and change["was"] == 9.0
+    summary = json.loads((old / "summary.json").read_text())
+    assert summary["final_eval"]["eval_bpb"] == pytest.approx(3.0 * 0.25 / math.log(2))
+    assert summary["plan"]["validation_text_bytes"] == 1000
+    assert "runs/arm/new" in summary["corrections"][0]["why"]
+    assert json.loads((ref / "summary.json").read_text())["final_eval"]["eval_bpb"] == 9.0  # not stale: untouched
+    assert correct_study(tmp_path) == []  # once
+    run("other", 3.0, {"validation_tokens_per_byte": 0.5}, {"validation": {**lineage["validation"], "train_blocks": 11}})
+    with pytest.raises(ValueError, match="no run on the same data"):
+        correct_study(tmp_path)
+
+
+def _summaries():
+    return sorted([*VOCAB.glob("runs/*/*/summary.json"), *VOCAB.glob("best*/summary.json")])
+
+
+def test_the_committed_vocabulary_runs_carry_bits_per_byte_of_the_text():
+    ratio = {}
+    for path in _summaries():
+        s = json.loads(path.read_text())
+        plan, final = s["plan"], s["final_eval"]
+        assert plan.get("validation_text_bytes") == 23_378_053, path
+        ratio.setdefault(plan["shape"]["vocab_size"], plan["validation_tokens_per_byte"])
+        assert plan["validation_tokens_per_byte"] == ratio[plan["shape"]["vocab_size"]], path
+        assert final["eval_bpb"] == pytest.approx(final["eval_loss"] * ratio[plan["shape"]["vocab_size"]] / math.log(2))
+    assert len(ratio) == 2 and len(_summaries()) == 50
+    assert json.loads((VOCAB / "best" / "summary.json").read_text())["final_eval"]["eval_bpb"] == pytest.approx(1.275, abs=5e-4)
+
+
+def test_a_committed_study_is_read_back_from_its_folders_without_its_data():
+    spec = load_spec(VOCAB / "spec.yaml")
+    runs = folder_runs(spec, VOCAB)
+    assert len(runs) == 48 and all(r.done for r in runs)
+    assert [r.arm for r in runs[:1]] == [next(iter(spec.arms))]
+    assert {r.seed for r in runs} == {0, 1, 2}
+    assert {r.budget for r in runs} == set(spec.budgets)
+
+
+def test_lm_eval_scores_are_printed_beside_their_chance_level():
+    from hfpretrain.study.run_report import chance_lines
+
+    lines = chance_lines({"results": {"piqa": {"acc,none": 0.58}, "arc_easy": {"acc,none": 0.26}}})
+    assert "| piqa | 0.5800 | 0.50 | +0.0800 |" in lines and "| arc_easy | 0.2600 | 0.25 | +0.0100 |" in lines
+    assert any("Not scored" in line and "hellaswag" in line and "lambada_openai" in line for line in lines)
+
+
+def _md_table(text: str, header_start: str) -> list[list[str]]:
+    lines = text.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[i + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_committed_report_states_the_numbers_of_its_files():
+    """report.md against results.json and analysis.json: every run's bits per byte and minutes, every optimum,
+    both fit tables, the gaps and the noise floors."""
+    report = (VOCAB / "report.md").read_text()
+    results = {r["run"]: r for r in json.loads((VOCAB / "results.json").read_text())}
+    analysis = json.loads((VOCAB / "analysis.json").read_text())
+    runs = _md_table(report, "| run | seed |")
+    assert len(runs) == len(results) == 48
+    for row in runs:
+        r = results[row[0]]
+        assert row[-1] == f"{r['val_bpb']:.4g}" and row[-2] == f"{r['val_loss']:.4g}"
+        assert row[15].rstrip("+") == f"{r['wall_time_s'] / 60:.1f}" and row[16] == f"{r['wall_time_all_s'] / 60:.1f}"
+    assert results["bpe_8k/L7__c2.50e+16__seed0"]["wall_time_s"] > 600  # the resumed run's parts, summed
+    for budget, arm, n_opt, loss, *_ in _md_table(report, "| budget (FLOPs) | arm | best N |"):
+        o = analysis["optima"][f"{arm} @ {float(budget):.6g}"]
+        assert loss == f"{o['loss_opt']:.4f}" and n_opt == f"{o['n_opt']:.3g}"
+    fits = json.loads((VOCAB / "fits.json").read_text())
+    for table, source in ((_md_table(report, "| arm | α | E |"), analysis["fits"]),
+                          (_md_table(report.split("Separate E per arm")[1], "| arm | α | E |"),
+                           analysis["sensitivity"]["separate"]["fits"])):
+        for arm, alpha, e, *_ in table:
+            assert alpha.split()[0] == f"{source[arm]['alpha']:.4f}" and e.split()[0] == f"{source[arm]['E']:.4f}"
+    for arm, f in analysis["fits"].items():  # fits.json is the analysis' primary model, not a fit of its own
+        assert fits["arms"][arm]["fit"]["alpha"] == f["alpha"] and fits["model"] == analysis["model"] == "shared_E"
+    for budget, gap, *_ in _md_table(report, "| budget (FLOPs) | gap |"):
+        assert gap.split()[0] == f"{analysis['gap']['bpe_8k'][f'{float(budget):.6g}']:+.4f}"
+    assert f"σ = {analysis['noise']['sigma']:.4f}" in report
+    assert f"σ = {analysis['noise_without_outliers']['sigma']:.4f}" in report
+    assert "1.2e+14" not in report
+
+
+def test_the_committed_study_regenerates_identically(tmp_path):
+    """``python scripts/report.py results/study_gpu_vocab`` on a copy of the committed runs writes the committed
+    files again: nothing in them is older than the code and the runs."""
+    import shutil
+    import subprocess
+    import sys
+
+    out = tmp_path / "study"
+    generated = {"isoflop.png", "loss_vs_flops.png", "report.md", "analysis.json", "fits.json", "results.csv",
+                 "results.json"}
+    shutil.copytree(VOCAB, out, ignore=lambda folder, names: generated & set(names) if Path(folder) == VOCAB else ())
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "report.py"), str(out)], capture_output=True,
+                          text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in ("report.md", "spec.yaml"):
+        assert (out / name).read_text() == (VOCAB / name).read_text(), name
+
+    def close(a, b, where):  # floats to 1e-9: another BLAS may round the least-squares fits' last bits apart
+        if isinstance(a, dict):
+            assert isinstance(b, dict) and a.keys() == b.keys(), where
+            for k in a:
+                close(a[k], b[k], f"{where}.{k}")
+        elif isinstance(a, list):
+            assert isinstance(b, list) and len(a) == len(b), where
+            for i, (x, y) in enumerate(zip(a, b)):
+                close(x, y, f"{where}[{i}]")
+        elif isinstance(a, float) and isinstance(b, (int, float)):
+            assert b == pytest.approx(a, rel=1e-9, abs=1e-12), where
+        else:
+            assert a == b, where
+
+    for name in ("analysis.json", "fits.json"):
+        close(json.loads((out / name).read_text()), json.loads((VOCAB / name).read_text()), name)
+
+    def rows(path):
+        return [{k: v for k, v in r.items() if k != "out_dir"} for r in json.loads(path.read_text())]
+
+    close(rows(out / "results.json"), rows(VOCAB / "results.json"), "results.json")
+
+
+def test_lr_checks_take_each_arms_central_size_and_stay_out_of_the_cells(tmp_path):
+    from hfpretrain.study.analysis import cells
+    from hfpretrain.study.grid import CELL, expand, lr_check_runs
+
+    spec = load_spec({"recipe": "r.yaml", "sizes": ["a", "b", "c"], "flops": [1e15, 1e16], "seeds": [0, 1],
+                      "isoflop": {"tokens_per_param": 20}, "arms": {"x": [], "y": []},
+                      "lr_checks": {"budget": 1e16, "factors": [0.5, 2]}})
+    sizes = {"a": 1e5, "b": 1e6, "c": 1e7}
+
+    def plan_of(arm, size):
+        return {"flops_per_token": 6 * sizes[size], "parameters": {"non_embedding": sizes[size]}, "flops_per_token_head": 0}
+
+    grid = expand(spec, tmp_path)
+    checks = lr_check_runs(spec, grid, plan_of)
+    # D/N at 1e16 FLOPs (6N per token): a 1.7e5, b 1.7e3, c 16.7: c is nearest 20
+    assert [r.name for r in checks] == ["x/c__c1.00e+16__lr0.5__seed0", "x/c__c1.00e+16__lr2__seed0",
+                                        "y/c__c1.00e+16__lr0.5__seed0", "y/c__c1.00e+16__lr2__seed0"]
+    assert all(f"training.output_dir={r.out_dir}" in r.overrides and r.lr_factor in (0.5, 2.0) for r in checks)
+    m = CELL.match(checks[0].out_dir.name)
+    assert (m["size"], m["label"], m["lr"], m["seed"]) == ("c", "c1.00e+16", "0.5", "0")
+    rows = [{"arm": "x", "budget": 1e16, "size": "c", "params": 1, "flops": 1e16, "val_loss": 2.0, "lr_factor": None},
+            {"arm": "x", "budget": 1e16, "size": "c", "params": 1, "flops": 1e16, "val_loss": 9.0, "lr_factor": 2.0}]
+    assert cells(rows)["x", 1e16]["c"]["losses"] == [2.0]
+
+
+def test_the_new_vocabulary_spec_states_its_decision_rule_and_checks():
+    spec = load_spec(REPO / "src" / "hfpretrain" / "study" / "specs" / "gpu_vocab2.yaml")
+    assert list(spec.arms) == ["gpt2_50k", "bpe_32k", "bpe_8k"] and spec.budgets == [8e14, 2.5e15, 8e15, 2.5e16]
+    assert spec.isoflop.sizes_per_budget == 4 and len(spec.seeds) >= 2 and spec.seed_budgets is None
+    assert spec.rules.over_passes == "flag" and spec.lr_checks["factors"] == [0.5, 2.0]
+    assert {(c["arm"], c["baseline"]) for c in spec.decision["comparisons"]} >= {("bpe_32k", "gpt2_50k"),
+                                                                               ("bpe_8k", "bpe_32k")}
+    assert all("mix10_" in o for arm in spec.arms.values() for o in arm)
+    assert not any("/work/" in c or "/tmp/" in c for c in spec.reproduce)
