@@ -1,5 +1,7 @@
-"""Fault injection: foreign files and folders next to or inside outputs, corrupt and truncated inputs, misspelt keys
-(issue 36: nothing lost, nothing silently wrong, no tracebacks; issue 39 items 6, 7, 10).
+"""Fault injection: foreign files and folders next to or inside outputs (a user's folder, an earlier run's), corrupt
+and truncated inputs, misspelt keys, kills at fixed points of a save, a full disk (a small tmpfs in a user namespace,
+a counted skip where the platform has none) (issue 36: nothing lost, nothing silently wrong, no tracebacks; issue 39
+items 6, 7, 10).
 
 Every case runs a command as a user would and checks three things: one ``error:`` line on stderr (no traceback),
 the exit code (2: bad input, nothing done; 1: a failure while running), and that every file that existed before the
@@ -280,6 +282,17 @@ def test_report_with_a_corrupt_data_manifest_is_one_line(tmp_path):
     assert r.returncode == 2 and "manifest.json" in one_error(r.stderr)
 
 
+def test_plot_to_a_file_matplotlib_cannot_write_is_one_line(tmp_path):
+    """``--out run/final/config.json`` was a ValueError traceback from matplotlib's savefig, after the plotting."""
+    run = _run_folder(tmp_path)
+    before = snapshot(tmp_path)
+    r = cli("plot", run, "--out", run / "final" / "config.json")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert "config.json" in line and "no .json files" in line and "png" in line, line
+    assert_kept(before, tmp_path)
+
+
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_demo_with_a_misspelt_override_is_one_line_before_any_work(tmp_path, dry_run):
     out = tmp_path / "demo"
@@ -319,10 +332,151 @@ def test_export_into_a_users_folder_changes_nothing(tmp_path, checkpoint, where)
     assert snapshot(tmp_path).keys() == before.keys()
 
 
-# ----------------------------------------------------------------------------------------------- 36.7: disk full
+# ----------------------------------------------------------------------------------------------- 36.2: output_dir
 TINY_TRAIN = ["training.use_cpu=true", "training.report_to=none", "training.dataloader_num_workers=0",
               "training.disable_tqdm=true", "training.per_device_train_batch_size=2", "training.logging_steps=1",
               "training.eval_strategy=no", "evaluation.eval_tokens=2048", "evaluation.final_eval_tokens=2048"]
+
+
+def _train(data: Path, out: Path, steps: int, *extra) -> subprocess.CompletedProcess:
+    return cli("train", "recipes/tiny_cpu.yaml", f"data.path={data}", f"training.output_dir={out}",
+               f"training.max_steps={steps}", "training.save_steps=1", "training.warmup_steps=0", *TINY_TRAIN, *extra)
+
+
+def test_a_new_run_in_a_finished_runs_folder_is_refused_unless_overwriting(tmp_path, mini_blocks):
+    """It overwrote the old run's checkpoints and final/ (exit 0), and with save_total_limit=1 the rotation kept the
+    old run's highest checkpoint and deleted the new run's own."""
+    run = tmp_path / "run"
+    assert _train(mini_blocks, run, 2).returncode == 0
+    before = snapshot(tmp_path)
+    r = _train(mini_blocks, run, 1, "training.learning_rate=1e-4", "training.save_total_limit=1")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert f"training.output_dir={run} holds an earlier run" in line and "overwrite_output_dir=true" in line, line
+    assert "resume_from_checkpoint=auto" in line, line
+    assert_kept(before, tmp_path)
+    r = _train(mini_blocks, run, 1, "training.learning_rate=1e-4", "training.save_total_limit=1",
+               "overwrite_output_dir=true")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]  # the new run's, none of the old
+    assert json.loads((run / "summary.json").read_text())["global_step"] == 1
+    steps = [json.loads(line).get("step") for line in (run / "log.jsonl").read_text().splitlines()]
+    assert max(s for s in steps if s is not None) == 1  # its log holds this run alone
+
+
+def test_a_new_run_in_a_users_folder_changes_nothing(tmp_path, mini_blocks):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "recipe.yaml").write_text("my: recipe\n")
+    (mine / "summary.json").write_text('{"mine": true}')
+    before = snapshot(tmp_path)
+    for resume in ("none", "auto"):
+        r = _train(mini_blocks, mine, 1, f"training.resume_from_checkpoint={resume}")
+        assert r.returncode == 2
+        line = one_error(r.stderr)
+        assert "not a run of this tool" in line and "recipe.yaml, summary.json" in line, line
+        assert_kept(before, tmp_path)
+        assert snapshot(tmp_path).keys() == before.keys()
+
+
+def test_auto_resume_starts_over_in_a_run_folder_that_saved_nothing(tmp_path, mini_blocks):
+    """A run stopped before its first save (a study's run killed early) is started again by resume=auto; without
+    it, the folder is a used one like any other."""
+    from hfpretrain.training.lineage import FORMAT
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "lineage.json").write_text(json.dumps({"format": FORMAT}))
+    (run / "log.jsonl").write_text(json.dumps({"event": "log", "step": 1, "loss": 11.0}) + "\n")
+    (run / "notes.txt").write_text("mine")
+    r = _train(mini_blocks, run, 1)
+    assert r.returncode == 2 and "holds an earlier run" in one_error(r.stderr)
+    r = _train(mini_blocks, run, 1, "training.resume_from_checkpoint=auto")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (run / "final").is_dir() and (run / "notes.txt").read_text() == "mine"
+
+
+def test_training_on_a_damaged_arrow_file_is_one_line_naming_the_folder(tmp_path, mini_blocks):
+    """A truncated train/*.arrow was "error: Expected to be able to read 261256 bytes for message body, got 192",
+    exit 1: no file named, as if the run had failed rather than its input."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(mini_blocks, data)
+    arrow = sorted((data / "train").glob("*.arrow"))[0]
+    arrow.write_bytes(arrow.read_bytes()[:1000])
+    before = snapshot(tmp_path)
+    r = _train(data, tmp_path / "run", 1)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert f"{data / 'train'}: cannot read its Arrow files" in line and "tokenize it again" in line, line
+    assert_kept(before, tmp_path)
+    assert not (tmp_path / "run").exists() or not any(p.name != ".run.lock" for p in (tmp_path / "run").iterdir())
+
+
+# ----------------------------------------------------------------------------------------------- kill points
+# `hfpretrain train` in a process that SIGKILLs itself at one point of a save: the step's files written but not its
+# marker; the older checkpoint half deleted by the rotation; final/ half written. What the trainer calls there is
+# replaced by the kill, nothing else changes.
+KILLER = """
+import os, signal, sys
+from pathlib import Path
+import hfpretrain.training.run as R
+import hfpretrain.training.trainer as T
+from hfpretrain.cli import main
+
+point, at = sys.argv[1], int(sys.argv[2])
+real_marker, real_rotate = T.write_complete_marker, T.rotate_checkpoints
+def die():
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+def marker(folder, step):
+    if point == "save" and step == at:
+        die()
+    real_marker(folder, step)
+def rotate(run_dir, keep, protect=None):
+    older = sorted(Path(run_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    if point == "rotate" and len(older) > 1 and older[-1].name == f"checkpoint-{at}":
+        (older[0] / "model.safetensors").unlink()
+        die()
+    real_rotate(run_dir, keep, protect)
+def card(folder, *args, **kwargs):
+    if point == "final":
+        die()
+T.write_complete_marker, T.rotate_checkpoints = marker, rotate
+if point == "final":
+    R.write_model_card = card
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("point, resumed", [("save", "checkpoint-1"), ("rotate", "checkpoint-2"),
+                                            ("final", "checkpoint-2")])
+def test_a_run_killed_while_saving_resumes_from_its_last_whole_checkpoint(tmp_path, mini_blocks, point, resumed):
+    from hfpretrain.training.checkpoints import checkpoint_problem
+
+    run = tmp_path / "run"
+    train = ["train", "recipes/tiny_cpu.yaml", f"data.path={mini_blocks}", f"training.output_dir={run}",
+             "training.max_steps=2", "training.save_steps=1", "training.save_total_limit=1",
+             "training.warmup_steps=0", *TINY_TRAIN]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    killed = subprocess.run([sys.executable, "-c", KILLER, point, "2", *train], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert checkpoint_problem(run / resumed) is None  # the last whole checkpoint is whole
+    before = snapshot(tmp_path)
+    before.pop("run/.run.lock")  # the killed run's lock: the next run takes it over, and removes it at its end
+    r = cli(*train)  # a new run is not what the folder needs: one line, nothing touched
+    assert r.returncode == 2 and "resume_from_checkpoint=auto" in one_error(r.stderr)
+    assert_kept(before, tmp_path)
+    r = cli(*train, "training.resume_from_checkpoint=auto")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resuming from {run / resumed}" in r.stderr, r.stderr[-3000:]
+    assert json.loads((run / "summary.json").read_text())["global_step"] == 2
+    assert (run / "final" / "README.md").is_file() and checkpoint_problem(run / "checkpoint-2") is None
+
+
+# ----------------------------------------------------------------------------------------------- 36.7: disk full
 
 
 def _in_small_filesystem(mib: int, script: str) -> subprocess.CompletedProcess:

@@ -133,6 +133,7 @@ def test_a_first_run_by_hand_runs_as_written(tmp_path):
         out = subprocess.run([sys.executable, "-m", "hfpretrain", *argv[1:]], capture_output=True, text=True,
                              cwd=tmp_path, env=env, timeout=600)
         assert out.returncode == 0, f"{cmd}\n{out.stderr[-2000:]}"
+        assert "never reaches" not in out.stderr, f"{cmd}: its warmup outlasts the run (issue 39.5)"
     assert (tmp_path / "out/first/run/final/model.safetensors").is_file()
     assert (tmp_path / "out/first/run/final/eval/results.json").is_file()
     assert (tmp_path / "out/first/run/curves.png").is_file()

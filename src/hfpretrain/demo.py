@@ -15,6 +15,7 @@ from hfpretrain.eval.local_tasks import DEFAULT_TASKS
 from hfpretrain.paths import MissingDataError, data_root, recipe_path
 from hfpretrain.study.plots import plot_run
 from hfpretrain.training import pretrain
+from hfpretrain.training.checkpoints import is_run_folder
 from hfpretrain.training.config import load_recipe
 
 
@@ -27,8 +28,10 @@ def run_demo(out: str | Path = "out/demo", max_steps: int = 300, eval_limit: int
     mix = root / "pretrain" / "mix"
     inputs = [mix / "mini_train.jsonl.zst", mix / "mini_val.jsonl.zst", root / "tokenizers" / "gpt2"]
     recipe, run_dir = recipe_path("tiny_cpu"), out / "run"
+    # a demo run of earlier is replaced, as its tokenized data is; a folder of anyone else's is refused
+    again = ["overwrite_output_dir=true"] if is_run_folder(run_dir) else []
     train_overrides = [f"training.output_dir={run_dir}", f"training.max_steps={max_steps}", "training.save_steps=100",
-                       "training.eval_steps=100", *(overrides or [])]
+                       "training.eval_steps=100", *again, *(overrides or [])]
     # the recipe with its overrides, checked before any work: a misspelt --override key is one line, not a
     # traceback after minutes of tokenizing
     planned = [f"data.path={out / 'data'}", f"data.tokenizer={inputs[2]}", *train_overrides]

@@ -53,9 +53,10 @@ def read_marker(path, format: str) -> dict | None:
     return info if isinstance(info, dict) and info.get("format") == format else None
 
 
-def listing(folder, shown: int = 3) -> str:
-    """``a, b, c and N more``: the first names in ``folder`` (sorted), for an error about what it holds."""
-    names = sorted(p.name for p in Path(folder).iterdir())
+def listing(folder, shown: int = 3, exclude: str | None = None) -> str:
+    """``a, b, c and N more``: the first names in ``folder`` (sorted; ``exclude``, a lock file of ours, left out),
+    for an error about what it holds."""
+    names = sorted(p.name for p in Path(folder).iterdir() if p.name != exclude)
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 

@@ -53,6 +53,26 @@ def test_greedy_when_temperature_zero(loaded):
     assert a[0]["completion"] == b[0]["completion"]
 
 
+def test_a_checkpoint_saved_with_use_cache_off_generates_with_the_cache(tiny_checkpoint, tmp_path):
+    """Checkpoints trained before 2026-11-25 say use_cache: false in generation_config.json: `hfpretrain generate`
+    fed the whole sequence again at every new token (2.5x slower on 200 tokens)."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    old = tmp_path / "old"
+    shutil.copytree(tiny_checkpoint, old)
+    config = GenerationConfig.from_pretrained(old)
+    config.use_cache = False
+    config.save_pretrained(old)
+    model = AutoModelForCausalLM.from_pretrained(old)
+    lengths = []
+    model.register_forward_pre_hook(lambda _, args, kwargs: lengths.append(kwargs["input_ids"].shape[-1]),
+                                    with_kwargs=True)
+    generate((model, AutoTokenizer.from_pretrained(old)), "Rocks are made of", max_new_tokens=5, temperature=0)
+    assert len(lengths) == 5 and lengths[0] > 1 and lengths[1:] == [1, 1, 1, 1], lengths  # one new token a step
+
+
 def test_missing_checkpoint(tmp_path):
     with pytest.raises(CheckpointNotFoundError):
         generate(tmp_path / "nope", "hi")

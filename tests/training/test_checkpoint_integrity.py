@@ -35,6 +35,11 @@ DAMAGE = {  # what is done to the newest checkpoint -> the file the warning must
     "truncated-weights": (lambda c: _truncate(c / "model.safetensors"), "model.safetensors is truncated"),
     "truncated-optimizer": (lambda c: _truncate(c / "optimizer.pt"), "optimizer.pt is truncated"),
     "corrupt-optimizer": (lambda c: _flip_a_byte(c / "optimizer.pt"), "optimizer.pt is corrupt"),
+    "appended-weights": (lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes() + b"x"),
+                         "model.safetensors is truncated or has bytes after its tensors"),
+    "broken-weights-header": (lambda c: (c / "model.safetensors").write_bytes(
+        (c / "model.safetensors").read_bytes()[:8] + b"{bad" + (c / "model.safetensors").read_bytes()[12:]),
+        "model.safetensors: unreadable safetensors header"),
     "missing-optimizer": (lambda c: (c / "optimizer.pt").unlink(), "optimizer.pt is missing"),
     "empty-scheduler": (lambda c: (c / "scheduler.pt").write_bytes(b""), "scheduler.pt is empty"),
     "broken-trainer-state": (lambda c: (c / "trainer_state.json").write_text('{"global_step": 1'),

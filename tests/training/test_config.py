@@ -242,6 +242,8 @@ def _error(overrides, path=TINY_RECIPE) -> str:
 def test_unknown_training_key_suggests():
     msg = _error(["data.path=x", "training.learning_rat=1e-3"])
     assert "training.learning_rat" in msg and "did you mean 'learning_rate'" in msg
+    msg = _error(["data.path=x", "training.overwrite_output_dir=true"])  # the Trainer's flag: ours is top-level
+    assert "overwrite_output_dir is a top-level recipe key" in msg and "(overwrite_output_dir=true on" in msg, msg
 
 
 def test_wrong_type():
@@ -277,6 +279,33 @@ def test_bad_choice(item, key):
                                       ("max_skipped_steps=-1", "max_skipped_steps=-1")])
 def test_skip_ceilings_out_of_range(item, key):
     assert key in _error(["data.path=x", item])
+
+
+@pytest.mark.parametrize("item", ["training.gradient_accumulation_steps=0", "training.per_device_train_batch_size=0",
+                                  "training.per_device_eval_batch_size=-1", "training.save_steps=0",
+                                  "training.eval_steps=0", "evaluation.eval_tokens=-5",
+                                  "evaluation.final_eval_tokens=-1"])
+def test_a_count_of_zero_is_refused_at_load(item):
+    """gradient_accumulation_steps=0 was a ZeroDivisionError traceback, save_steps=0 a run with no checkpoint (exit
+    0), a batch size or eval_tokens of 0 or less an error that named no key, after the model was built."""
+    key, value = item.split("=")
+    msg = _error(["data.path=x", item])
+    assert msg.startswith(key) and "must be >" in msg, msg
+
+
+@pytest.mark.parametrize("where", ["override", "file"])
+def test_a_flow_mapping_without_a_space_after_the_colon_is_refused(tmp_path, where):
+    """YAML reads {min_lr_rate:0.5} as the key 'min_lr_rate:0.5' with no value, and a kwarg set to null is unset:
+    the run went on with the recipe's 0.1."""
+    if where == "override":
+        msg = _error(["data.path=x", "training.lr_scheduler_kwargs={min_lr_rate:0.5}"])
+    else:
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(TINY_RECIPE.read_text().replace("{min_lr_rate: 0.1}", "{min_lr_rate:0.1}"))
+        msg = _error(["data.path=x"], path=recipe)
+    assert "'min_lr_rate:0." in msg and "space after the colon" in msg, msg
+    assert load_recipe(TINY_RECIPE, ["data.path=x", "training.lr_scheduler_kwargs={min_lr_rate: 0.5}"]).training[
+        "lr_scheduler_kwargs"] == {"min_lr_rate": 0.5}
 
 
 def test_the_trainers_sampling_strategies_are_refused():
@@ -525,3 +554,22 @@ def test_the_first_steps_log_is_written_unless_the_recipe_says_otherwise(mini_bl
 
     assert args().logging_first_step is True and args().logging_steps == 10
     assert args("training.logging_first_step=false").logging_first_step is False
+
+
+@pytest.mark.parametrize("warmup, peak", [(30, 3e-3 * 2 / 30), (1, 3e-3)])
+def test_the_model_card_states_the_learning_rate_that_ran(mini_blocks, tmp_path, warmup, peak):
+    """A 3-step run with a 30-step warmup trained at most at 2/30 of training.learning_rate: the card said 3e-3."""
+    from train_utils import run_pretrain
+
+    out = tmp_path / "run"
+    summary = run_pretrain(mini_blocks, out, {"training.max_steps": "3", "training.warmup_steps": str(warmup)})
+    assert summary["peak_learning_rate"] == pytest.approx(peak)
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "final" / "README.md")  # the header as the Hub reads it
+    assert card.data.pipeline_tag == "text-generation" and "hfpretrain" in card.data.tags
+    row = next(line for line in card.text.splitlines() if line.startswith("| peak learning rate"))
+    if warmup > 3:
+        assert f"{peak:.3g} (peak reached; 0.003 set, but the warmup outlasts the run)" in row, row
+    else:
+        assert row == "| peak learning rate, schedule | 0.003, constant_with_warmup |", row

@@ -255,3 +255,32 @@ def test_another_optimizer_on_resume_is_one_line(mini_blocks, run_dir):
     summary = run_pretrain(mini_blocks, run_dir, {**new, "training.optim": "adamw_torch_fused",
                                                   "resume_mismatch": "allow"})
     assert summary["global_step"] == 4
+
+
+@pytest.mark.parametrize("schedule, warned", [("cosine_with_min_lr", True), ("linear", True),
+                                              ("constant_with_warmup", False)])
+def test_a_longer_run_on_resume_says_the_schedule_is_stretched(tmp_path, caplog, schedule, warned):
+    """Extending a run is allowed, but a cosine over 10 steps resumed at step 5 as a cosine over 20 steps went from
+    the middle of its decay back near the peak, with nothing said."""
+    import json
+
+    from hfpretrain.training.config import load_recipe, recipe_to_yaml
+    from hfpretrain.training.resume import check_resume
+
+    def recipe(steps):
+        kwargs = "{min_lr_rate: 0.1}" if schedule == "cosine_with_min_lr" else "null"
+        return load_recipe(None, ["data.path=x", f"training.lr_scheduler_type={schedule}",
+                                  f"training.lr_scheduler_kwargs={kwargs}", f"training.max_steps={steps}"])
+
+    checkpoint = tmp_path / "checkpoint-5"
+    checkpoint.mkdir()
+    (checkpoint / "recipe.yaml").write_text(recipe_to_yaml(recipe(10)))
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 5}))
+    with caplog.at_level("WARNING", logger="hfpretrain"):
+        check_resume(str(checkpoint), recipe(20), {}, 20)
+        check_resume(str(checkpoint), recipe(10), {}, 10)  # the same length: nothing to say
+    said = [r.getMessage() for r in caplog.records if "stretches" in r.getMessage()]
+    assert len(said) == int(warned), caplog.text
+    if warned:
+        assert f"training.max_steps 10 → 20 on resume stretches the {schedule} schedule" in said[0]
+        assert "from step 5 on" in said[0] and "jumps" in said[0]

@@ -31,6 +31,12 @@ def main(argv=None) -> int:
     from hfpretrain.outdir import output_problem
 
     problem = "a folder, not a PNG file" if out.is_dir() else output_problem(out.parent)
+    if not problem and out.suffix:  # matplotlib picks the format from it, and refused others after the plotting
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        if out.suffix[1:].lower() not in formats:
+            problem = f"matplotlib writes no {out.suffix} files (its formats: {', '.join(sorted(formats))})"
     if problem:
         return error(f"--out {out}: {problem}")
     print(plot_run(log, out))

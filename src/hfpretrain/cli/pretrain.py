@@ -8,6 +8,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 
 from hfpretrain.cli import RecipeArgumentParser, error
 
@@ -32,9 +33,16 @@ def main() -> int:
     from hfpretrain.training.config import RecipeError
     from hfpretrain.training.trainer import NonFiniteLossError
 
+    from hfpretrain.paths import recipe_path
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
-        result = pretrain(args.recipe, args.overrides, dry_run=args.dry_run, world_size=args.world_size,
+        # outside the repository (an installed wheel) recipes/X.yaml is the shipped recipe X, as in the demo
+        recipe = recipe_path(args.recipe)
+        if recipe != Path(args.recipe).expanduser():
+            logging.getLogger("hfpretrain").info("%s is not a file here: training the shipped recipe %s",
+                                                 args.recipe, recipe)
+        result = pretrain(recipe, args.overrides, dry_run=args.dry_run, world_size=args.world_size,
                           zero_stage=args.zero_stage, callbacks=recipe_callbacks)
     except (RecipeError, FileNotFoundError, ValueError) as err:
         return error(err)

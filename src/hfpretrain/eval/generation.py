@@ -94,6 +94,7 @@ def generate(
         repetition_penalty=repetition_penalty,
         pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
         return_full_text=False,
+        use_cache=True,  # checkpoints saved before 2026-11-25 say use_cache: false (made from the training config)
     )
     if do_sample:
         gen_kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)

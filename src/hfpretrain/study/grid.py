@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import fcntl
 import functools
 import gc
 import json
@@ -490,15 +489,21 @@ def claim(run: Run):
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # the ranks of one launch train the same run, together
         yield True
         return
+    from filelock import FileLock, Timeout
+
     folder = run.out_dir.parent.parent / ".claims"  # OUT/runs/<arm>/<cell> -> OUT/runs/.claims
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{run.arm}__{run.out_dir.name}.lock", "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True  # closing the file releases the lock
+    # is_singleton=False: a second claim in this process is refused as another process's would be
+    lock = FileLock(str(folder / f"{run.arm}__{run.out_dir.name}.lock"), timeout=0, is_singleton=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
 
 
 def _run_recipe(out_dir: Path) -> dict:

@@ -3,6 +3,7 @@ completion marker written last, integrity checks), the last complete one, and ro
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -12,9 +13,11 @@ import torch
 from transformers import TrainingArguments
 
 from hfpretrain.integrity import json_problem, weights_problem, zip_problem
-from hfpretrain.outdir import OutputBusyError, OutputLock, output_problem
+from hfpretrain.outdir import OutputBusyError, OutputLock, listing, output_problem
 
 from .config import RecipeError
+from .lineage import FORMAT as LINEAGE_FORMAT
+from .lineage import LINEAGE_FILE
 from .zero import deepspeed_tag
 
 logger = logging.getLogger("hfpretrain")
@@ -194,6 +197,53 @@ def check_output_dir(output_dir: str) -> None:
         raise RecipeError(f"training.output_dir={output_dir}: {problem}")
 
 RUN_LOCK = ".run.lock"
+
+# What a run writes at its top level, beside its checkpoint-N folders: a new run in the folder replaces all of it
+RUN_FILES = ("final", "summary.json", "log.jsonl", "lineage.json", "recipe.yaml")
+
+
+def is_run_folder(folder: Path) -> bool:
+    """``lineage.json`` of ours (written when a run starts) is what tells a run's folder from a user's own, which
+    may hold a recipe.yaml and a summary.json of theirs."""
+    try:
+        info = json.loads((folder / LINEAGE_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and info.get("format") == LINEAGE_FORMAT
+
+
+def prepare_fresh_output_dir(args: TrainingArguments, resume_value, overwrite: bool) -> None:
+    """A new run (no checkpoint resumed) must not mix with what ``output_dir`` holds: the old run's checkpoints
+    would be rotated against the new run's (``save_total_limit`` kept the old highest step and deleted the new
+    run's own), its final/ and summary replaced, a user's files overwritten. So a new run needs a new or empty
+    folder; ``overwrite_output_dir=true`` removes the earlier run's files first; and ``resume_from_checkpoint=auto``
+    starts over in a run folder of ours that saved no checkpoint (a run stopped before its first save).
+
+    The main process decides and removes first, the others then find the folder as it leaves it."""
+    out = Path(args.output_dir)
+    with args.main_process_first(local=False, desc="output_dir check"):
+        held = sorted(p for p in out.iterdir() if p.name != RUN_LOCK) if out.is_dir() else []
+        if not held:
+            return
+        ours = is_run_folder(out)
+        auto = resume_value in (True, "auto", "true", "True", "last")
+        saved = [p for p in held if p.name.startswith("checkpoint-") or p.name == "final"]
+        if not overwrite and not (auto and ours and not saved):
+            what = "an earlier run" if ours else "files that are not a run of this tool"
+            resume = "resume that run (training.resume_from_checkpoint=auto), " if ours and saved else ""
+            raise RecipeError(f"training.output_dir={out} holds {what} ({listing(out, exclude=RUN_LOCK)}): a new run "
+                              f"needs a new or empty folder, nothing was changed; choose another training.output_dir, "
+                              f"{resume}or set overwrite_output_dir=true to replace the earlier run's files")
+        replaced = [p for p in held if p.name in RUN_FILES or _checkpoint_step(p) is not None]
+        if args.process_index == 0 and replaced:
+            logger.warning("%s: %s %s (%s)", out, "overwrite_output_dir=true: removing" if overwrite else
+                           "no checkpoint to resume: starting over, removing", "the earlier run's files",
+                           ", ".join(p.name for p in replaced))
+            for p in replaced:
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
 
 
 def hold_run_lock(args: TrainingArguments) -> OutputLock:

@@ -228,6 +228,9 @@ class Recipe:
     max_skipped_fraction: float = 0.05
     # resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | allow
     resume_mismatch: str = "error"
+    # a new run (nothing resumed) in a training.output_dir that holds files: refused, unless true, which removes the
+    # earlier run's checkpoints, final/, summary, log, recipe and lineage first (other files stay)
+    overwrite_output_dir: bool = False
 
 
 # recipe name -> torch.nn.attention.SDPBackend member
@@ -296,6 +299,9 @@ def _validate_training(training: dict) -> dict:
     fields = _training_fields()
     checked = {}
     for key, value in training.items():
+        if key not in fields and key in Recipe.__dataclass_fields__:  # overwrite_output_dir was a Trainer flag
+            raise RecipeError(f"unknown key training.{key}: {key} is a top-level recipe key, not in training "
+                              f"({key}={str(value).lower() if isinstance(value, bool) else value} on the command line)")
         if key not in fields:
             raise RecipeError(f"unknown key training.{key}{_nearest(key, fields)}: training takes TrainingArguments fields")
         if key == "resume_from_checkpoint" and isinstance(value, bool):
@@ -314,7 +320,9 @@ def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         if top not in cfg:
             raise RecipeError(f"unknown section '{top}' in override '{item}'{_nearest(top, cfg.keys())}")
         try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+            given = OmegaConf.from_dotlist([item])
+            _refuse_colon_keys(f"override '{item}'", OmegaConf.to_container(given))
+            cfg = OmegaConf.merge(cfg, given)
         except yaml.YAMLError as err:
             raise RecipeError(f"override '{item}': the value is not valid YAML "
                               f"({getattr(err, 'problem', None) or str(err).splitlines()[0]})") from None
@@ -323,6 +331,26 @@ def _apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         except ValidationError as err:
             raise RecipeError(f"{key}: {str(err).splitlines()[0]}") from None
     return cfg
+
+
+# counts and intervals that mean nothing at 0 or below
+_POSITIVE_TRAINING_KEYS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                           "save_steps", "eval_steps", "logging_steps")
+
+
+def _refuse_colon_keys(where: str, value) -> None:
+    """YAML reads ``{min_lr_rate:0.5}`` (no space after the colon) as the key ``min_lr_rate:0.5`` with no value,
+    and a key set to null is unset: the override was silently dropped."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if isinstance(key, str) and ":" in key and inner is None:
+                name, _, given = key.partition(":")
+                raise RecipeError(f"{where}: '{key}' reads as a key with no value; YAML needs a space "
+                                  f"after the colon ({name}: {given})")
+            _refuse_colon_keys(where, inner)
+    elif isinstance(value, list):
+        for inner in value:
+            _refuse_colon_keys(where, inner)
 
 
 def _section_keys(cfg: DictConfig, top: str):
@@ -348,6 +376,7 @@ def _read_yaml(path: Path) -> DictConfig:
     if not isinstance(cfg, DictConfig):
         raise RecipeError(f"{path}: a recipe is a mapping of sections (model:, data:, training:, ...), "
                           f"got a {type(cfg).__name__.replace('Config', '').lower()}")
+    _refuse_colon_keys(str(path), OmegaConf.to_container(cfg, resolve=False))
     return cfg
 
 
@@ -427,6 +456,14 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     if strategy != "random":  # PretrainTrainer replaces the Trainer's samplers: the setting would do nothing
         raise RecipeError(f"training.train_sampling_strategy={strategy!r}: the data order is the project's (blocks "
                           "of one length, shuffled by seed, resumed exactly): leave the key out")
+    for key in _POSITIVE_TRAINING_KEYS:  # TrainingArguments takes 0 (a traceback, or no saves, much later)
+        value = recipe.training.get(key)
+        if value is not None and value <= 0:
+            raise RecipeError(f"training.{key}={value} must be > 0")
+    for key in ("eval_tokens", "final_eval_tokens"):
+        value = getattr(recipe.evaluation, key)
+        if value is not None and value < 0:
+            raise RecipeError(f"evaluation.{key}={value} must be >= 0 (a number of validation tokens)")
     if recipe.max_skipped_steps < 0:
         raise RecipeError(f"max_skipped_steps={recipe.max_skipped_steps} must be >= 0")
     if not 0 <= recipe.max_skipped_fraction <= 1:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CARD = """\
----
-library_name: transformers
-pipeline_tag: text-generation
-tags: [hfpretrain, pretraining, causal-lm]
----
+# the card's YAML header, which the Hub reads (export adds license and datasets: hfpretrain.eval.card)
+METADATA = dict(library_name="transformers", pipeline_tag="text-generation",
+                tags=["hfpretrain", "pretraining", "causal-lm"])
 
+CARD = """\
 # {name}
 
 A {model_type} causal language model with {total:,} parameters ({non_embedding:,} non-embedding), pretrained from
@@ -82,6 +80,22 @@ def scores_section(path, summary: str | None = None) -> str:
     return _section("scores", body)
 
 
+def peak_learning_rate(scheduler, steps: int, learning_rate: float) -> float | None:
+    """The highest learning rate trained with over ``steps`` optimizer steps (step ``s`` uses the schedule's factor
+    at ``s``), or None for a scheduler that is no ``LambdaLR``: a warmup longer than the run never reaches
+    ``training.learning_rate``, and the card says what ran, not what was set."""
+    lambdas = getattr(scheduler, "lr_lambdas", None)
+    if not lambdas or steps <= 0:
+        return None
+    return learning_rate * max(float(lambdas[0](s)) for s in range(steps))
+
+
+def _learning_rate(set_lr, peak) -> str:
+    if peak is None or set_lr is None or peak >= 0.999 * float(set_lr):
+        return f"{set_lr}"
+    return f"{peak:.3g} (peak reached; {set_lr} set, but the warmup outlasts the run)"
+
+
 def _num(x, digits: int = 4) -> str:
     return "–" if x is None else f"{x:.{digits}g}" if isinstance(x, float) else str(x)
 
@@ -101,10 +115,13 @@ def write_model_card(folder: str | Path, config, plan: dict, summary: dict, reci
         tokenizer=manifest["tokenizer"].get("name_or_path"), seq_len=plan["seq_len"], data_path=recipe.data.path,
         fingerprint=manifest.get("fingerprint"), tokens=steps * plan["tokens_per_step"],
         passes=steps * plan["samples_per_step"] / plan["train_blocks"] if plan.get("train_blocks") else float("nan"),
-        steps=steps, tokens_per_step=plan["tokens_per_step"], lr=training.get("learning_rate"),
+        steps=steps, tokens_per_step=plan["tokens_per_step"],
+        lr=_learning_rate(training.get("learning_rate"), summary.get("peak_learning_rate")),
         schedule=training.get("lr_scheduler_type"), flops=plan["flops_per_token"] * plan["tokens_per_step"] * steps,
         world=plan["world_size"], device=plan.get("device"), val_loss=_num(final.get("eval_loss")),
         val_bpb=_num(final.get("eval_bpb")), val_tokens=_num(final.get("eval_tokens")), use=use_section(folder),
         scores=scores_section(folder), recipe=recipe_to_yaml(recipe))
-    (folder / "README.md").write_text(card)
+    from huggingface_hub import ModelCard, ModelCardData
+
+    ModelCard(f"---\n{ModelCardData(**METADATA).to_yaml()}\n---\n\n{card}").save(folder / "README.md")
     return folder / "README.md"

@@ -107,7 +107,7 @@ def check_resume(checkpoint: str, recipe: Recipe, data_info: dict, max_steps: in
     """Refuse to resume another run's checkpoint (``resume_mismatch=allow`` resumes it with a warning), and
     say so when the checkpoint leaves nothing to train."""
     folder = Path(checkpoint)
-    diffs = []
+    diffs, old = [], None
     if not (folder / "recipe.yaml").is_file():
         logger.warning("%s has no recipe.yaml (not saved by this project?): cannot check that it is this run's", folder)
     else:
@@ -133,6 +133,28 @@ def check_resume(checkpoint: str, recipe: Recipe, data_info: dict, max_steps: in
         step = int(json.loads(state.read_text()).get("global_step", 0)) if state.is_file() else None
     except (ValueError, TypeError):
         step = None
+    _warn_stretched_schedule(folder, old, recipe, step, max_steps)
     if step is not None and step >= max_steps:
         logger.warning("%s is at step %d and training.max_steps=%d: NOTHING WILL BE TRAINED (0 steps); final/ and "
                        "the summary are that checkpoint's. Raise training.max_steps to train on", folder, step, max_steps)
+
+
+# schedules whose learning rate after the warmup does not depend on max_steps
+_FLAT_SCHEDULES = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")
+
+
+def _warn_stretched_schedule(folder: Path, old, recipe: Recipe, step: int | None, max_steps: int) -> None:
+    """Extending a run (a larger max_steps) is a resume of the same run, but a schedule that decays over max_steps
+    is stretched: from the resumed step on the learning rate is not the one the run was heading for (a cosine jumps
+    back up). Said, not refused: for a constant or warmup-stable-decay schedule it is how a run is extended."""
+    if not isinstance(old, dict) or not isinstance(old.get("training"), dict):
+        return
+    before = old["training"].get("max_steps")
+    schedule = str(getattr(recipe.training.get("lr_scheduler_type"), "value",
+                           recipe.training.get("lr_scheduler_type", "linear")))
+    if not isinstance(before, int) or before == max_steps or schedule in _FLAT_SCHEDULES:
+        return
+    logger.warning("%s: training.max_steps %d → %d on resume stretches the %s schedule over the new length: from "
+                   "step %s on the learning rate follows the new schedule, not the one the run was following%s",
+                   folder, before, max_steps, schedule, step if step is not None else "?",
+                   "" if schedule == "warmup_stable_decay" else " (a decaying rate jumps there)")

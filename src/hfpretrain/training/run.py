@@ -52,11 +52,17 @@ from .callbacks import (
     ThroughputCallback,
     WandbConfigCallback,
 )
-from .checkpoints import check_output_dir, checkpoint_write_error, hold_run_lock, write_failure
+from .checkpoints import (
+    check_output_dir,
+    checkpoint_write_error,
+    hold_run_lock,
+    prepare_fresh_output_dir,
+    write_failure,
+)
 from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_dict, recipe_to_yaml
 from .fast_path import speedups_of
 from .lineage import WandbLineageCallback, lineage, write_lineage
-from .model_card import write_model_card
+from .model_card import peak_learning_rate, write_model_card
 from .moe import ExpertBalanceCallback, ExpertLoad, aux_loss_function, find_routers
 from .per_set import per_set_bits_per_byte, per_set_losses
 from .plan import RunSetup, needs_assumed_data, plan_without_data, setup_run
@@ -116,6 +122,8 @@ def train_run(run: RunSetup, extra_callbacks: list | None = None) -> dict:
     refuse_deepspeed_checkpoint(resume, bool(args.deepspeed) or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true")
     if resume:
         check_resume(resume, recipe, run.data_info, args.max_steps)
+    else:
+        prepare_fresh_output_dir(args, recipe.training.get("resume_from_checkpoint"), recipe.overwrite_output_dir)
 
     set_seed(args.seed)
     model, applied = build_run_model(run)
@@ -156,7 +164,9 @@ def train_run(run: RunSetup, extra_callbacks: list | None = None) -> dict:
                    "end_to_end": getattr(logs.throughput, "end_to_end", {}),
                    "skipped_steps": trainer.skipped_before + trainer.skipped_steps,  # earlier sessions' included
                    "loss_impl": run.fast.fused_loss, "compiled_modules": applied.compiled_modules,
-                   "fp8_modules": applied.fp8_modules, "speedups": dataclasses.asdict(applied), "plan": plan}
+                   "fp8_modules": applied.fp8_modules, "speedups": dataclasses.asdict(applied), "plan": plan,
+                   "peak_learning_rate": peak_learning_rate(trainer.lr_scheduler, trainer.state.global_step,
+                                                            args.learning_rate)}
         if logs.mixture:
             summary["data"] = logs.mixture.figures(trainer.state.global_step)
         if trainer.state.global_step >= args.max_steps:
