@@ -88,6 +88,7 @@ class ExpertLoad:
     def count(self) -> None:
         """Add the indices the routers returned since the last call (one training forward) to the counts."""
         chosen, self.chosen = self.chosen, []
+        self.logits = []  # not taken by the trainer's loss (the Trainer's own compute_loss path): never kept longer
         if len(chosen) % len(self.routers) or not chosen:
             import transformers
 
