@@ -67,13 +67,21 @@ def test_passkey_scores_the_answer_at_its_positions(tok):
 
 
 def test_loss_by_position_bins_the_tokens_of_documents_that_start_in_the_block():
-    """Block: [a b EOS | c d e EOS | f g h i j]; the first segment may continue an earlier document and is left out.
-    Targets at positions >= 1 of the other two: d e EOS (1, 2, 3) and g h i j (1, 2, 3, 4)."""
+    """Blocks read in order: [a b EOS | c d e EOS | f g h i j], then [k l EOS | ...]. The first block starts the
+    split's first document, so all three segments count: b EOS (1, 2), d e EOS (1, 2, 3), g h i j (1, 2, 3, 4). The
+    second block follows one that does not end with end-of-text: its first segment continues f g h i j and is left
+    out; after a block that ends with end-of-text it counts (a long document starts at a block's start)."""
     block = np.array([[5, 6, EOS, 7, 8, 9, EOS, 1, 2, 3, 4, 5]])
     result = loss_by_position(_Fixed("uniform", 16), block, EOS)
     assert position_bins(12) == [(1, 2), (2, 4), (4, 8), (8, 12)]
-    assert [b["tokens"] for b in result["bins"]] == [2, 4, 1, 0]
-    assert result["documents"] == 2 and result["tokens"] == 7
+    assert [b["tokens"] for b in result["bins"]] == [3, 5, 1, 0]
+    assert result["documents"] == 3 and result["tokens"] == 9
+    second = np.array([[5, 6, EOS, 7, 8, 9, 9, 9, 9, 9, 9, 9]])
+    after_cut = loss_by_position(_Fixed("uniform", 16), np.concatenate([block, second]), EOS, batch_size=1)
+    assert after_cut["tokens"] == 9 + 8 and after_cut["documents"] == 3 + 1  # k l EOS left out
+    ended = np.array([[5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, EOS]])
+    after_end = loss_by_position(_Fixed("uniform", 16), np.concatenate([ended, second]), EOS, batch_size=2)
+    assert after_end["documents"] == 1 + 2 and after_end["tokens"] == 11 + 10
     assert all(b["loss"] == pytest.approx(math.log(16)) for b in result["bins"][:3]) and result["bins"][3]["loss"] is None
     long_only = loss_by_position(_Fixed("uniform", 16), block, EOS, min_document_tokens=5)
     assert [b["tokens"] for b in long_only["bins"]] == [1, 2, 1, 0] and long_only["documents"] == 1

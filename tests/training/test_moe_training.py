@@ -57,9 +57,9 @@ def test_the_aux_loss_weight_does_not_depend_on_the_micro_batch_split(mini_block
         run_pretrain(mini_blocks, tmp_path / name, {**base, **split})
     losses = [[e["loss"] for e in read_log(tmp_path / name) if e.get("event") == "log" and "loss" in e]
               for name in runs]
-    # the load-balancing loss of two halves is not quite that of the whole (a product of per-expert shares): 2.5e-4
-    # here, where a doubled weight adds ~10 (aux >= 1 at any routing, x 5)
-    assert losses[0] == pytest.approx(losses[1], rel=1e-3)
+    # the load-balancing loss of two halves is not quite that of the whole (a product of per-expert shares): 0.005
+    # to 0.1 apart on the two corpora here, where a doubled weight adds at least 5 (aux >= 1 at any routing, x 5)
+    assert losses[0] == pytest.approx(losses[1], abs=0.5)
 
 
 def test_experts_implementation_checks(mini_blocks, tmp_path):

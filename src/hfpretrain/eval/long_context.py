@@ -3,9 +3,12 @@ retrieval accuracy at several lengths (``hfpretrain long-context``; its JSON is 
 
 **Loss by position.** Each validation block goes through the model once (with the document positions the run
 trained with, under ``document_mask``); each target token's loss is binned by its position in its document, the
-number of tokens of its own document the model has before it. Only documents that start inside a block count (the
-block's first segment may continue a document whose start is in the block before), and only tokens of documents
-of at least ``min_document_tokens`` in the block: "does the loss keep falling out to the new length?" is a question
+number of tokens of its own document the model has before it. Only documents that start in a block count: after an
+end-of-text inside it, or at its start when the blocks are read in order and the block before ends with one (the
+split's first block starts its first document; a first segment after a block that does not end with end-of-text
+continues a document whose start is elsewhere, and its positions are not its own). Documents longer than a block
+start at a block's start, so without that rule none of them counted. And only tokens of documents of at least
+``min_document_tokens`` in the block: "does the loss keep falling out to the new length?" is a question
 about long documents. Bins are powers of two, ``[1, 2), [2, 4), ..., [S/2, S)``.
 
 **Passkey retrieval** (Mohtashami & Jaggi 2023, as in the long-context reports of Llama, Qwen and Nemotron): a
@@ -59,16 +62,21 @@ def loss_by_position(model, blocks, eos_id: int, document_mask: bool = False, mi
     bins = position_bins(seq_len)
     sums, counts = np.zeros(len(bins)), np.zeros(len(bins), dtype=np.int64)
     documents = 0
+    def row(i):
+        return blocks[i]["input_ids"] if isinstance(blocks[i], dict) else blocks[i]
+
     for start in range(0, len(blocks), batch_size):
-        rows = [blocks[i] for i in range(start, min(start + batch_size, len(blocks)))]
-        ids = torch.as_tensor(np.stack([r["input_ids"] if isinstance(r, dict) else r for r in rows]).astype(np.int64),
-                              device=device)
+        rows = [row(i) for i in range(start, min(start + batch_size, len(blocks)))]
+        ids = torch.as_tensor(np.stack(rows).astype(np.int64), device=device)
         positions = document_positions(ids, eos_id)
         losses = token_losses(model, ids, positions if document_mask else None)
         target_pos = positions[:, 1:]  # the predicted token's position in its document
-        # the block's first segment may continue a document from the block before: its positions are not its own
+        # the block's first segment starts a document where the block before ends with end-of-text (or there is
+        # none); otherwise it may continue one from elsewhere, whose positions are not its own
         starts = torch.zeros_like(ids, dtype=torch.bool)
         starts[:, 1:] = ids[:, :-1] == eos_id
+        starts[:, 0] = torch.tensor([i == 0 or int(row(i - 1)[-1]) == eos_id
+                                     for i in range(start, start + len(rows))], device=device)
         own = starts.cumsum(dim=1)[:, 1:] > 0
         # each token's document length inside the block, to keep the long documents only
         doc_index = starts.cumsum(dim=1)

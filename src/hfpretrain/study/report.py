@@ -168,7 +168,7 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
     lines += [_table(["budget (FLOPs)", "arm", "best N", "best loss", "bracketed", "sizes"], table), ""]
 
     sep = (result.get("sensitivity") or {}).get("separate")
-    why = ("the arms are scored in {unit} of the same validation text, so the irreducible part belongs to the text, "
+    why = ("both are scored in {unit} of the same validation text, so the irreducible part belongs to the text, "
            "not to the tokenizer" if result.get("shared_unit", True) else
            "**but here the arms have other vocabularies and not every run has bits per byte: their nats per token "
            "are not one unit, so neither this fit nor the gaps below compare like with like** (data manifests "
