@@ -15,11 +15,5 @@ SHARDS=7 NUM_PROC=16 OUT=out bash benchmarks/prepare_vocab_study.sh 2>&1 | tail 
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
 mkdir -p "$STUDY"
 [ -f .carry/gpu_moe_runs.tgz ] && tar -xzf .carry/gpu_moe_runs.tgz -C "$STUDY"
-timeout --foreground -k 30 -s TERM $(( $(left) - 60 )) python3 scripts/study.py $SPEC > "$OUT/study.log" 2>&1
-echo "== study rc $? (${SECONDS}s)" | tee -a "$N"
-grep -hE ": (training|done)|Error|error" "$STUDY"/logs/worker*.log | cut -c1-200 | tail -60 >> "$OUT/runs.log"
-(cd "$STUDY" && tar -czf "$OUT/gpu_moe_runs.tgz" runs/*/*/summary.json runs/*/*/log.jsonl runs/*/*/recipe.yaml \
-  runs/*/*/lineage.json logs)
-todo=$(python3 scripts/study.py $SPEC --list | grep -c ^todo)
-echo "== runs left: $todo" | tee -a "$N"
+study_call $SPEC "$STUDY" gpu_moe
 [ "$todo" = 0 ] && (cd "$STUDY" && tar -czf "$OUT/report.tgz" report.md analysis.json results.csv results.json ./*.png)

@@ -25,14 +25,7 @@ mkdir -p "$STUDY"
 if [ -f .carry/gpu_vocab2_runs.tgz ]; then tar -xzf .carry/gpu_vocab2_runs.tgz -C "$STUDY"
 elif [ -d results/study_gpu_vocab2/runs ]; then mkdir -p "$STUDY/runs" && cp -r -n results/study_gpu_vocab2/runs/. "$STUDY/runs/"; fi
 python3 scripts/study.py $SPEC --plan > "$OUT/plan.txt" 2>&1; echo "== plan rc $? ($(grep -c 'run and flagged' "$OUT/plan.txt") flagged)" | tee -a "$N"
-# --foreground: the signal goes to study.py alone, which passes it to its workers; -k: a hung study cannot eat the call
-timeout --foreground -k 30 -s TERM $(( $(left) - 90 )) python3 scripts/study.py $SPEC > "$OUT/study.log" 2>&1
-echo "== study rc $? (${SECONDS}s)" | tee -a "$N"
-grep -hE ": (training|done)|Error|error" "$STUDY"/logs/worker*.log | cut -c1-200 | tail -60 >> "$OUT/runs.log"
-(cd "$STUDY" && tar -czf "$OUT/gpu_vocab2_runs.tgz" runs/*/*/summary.json runs/*/*/log.jsonl runs/*/*/recipe.yaml \
-  runs/*/*/lineage.json logs)
-todo=$(python3 scripts/study.py $SPEC --list | grep -c ^todo)
-echo "== runs left: $todo" | tee -a "$N"
+study_call $SPEC "$STUDY" gpu_vocab2
 if [ "$todo" = 0 ] && [ "${BEST:-1}" = 1 ] && [ $(left) -gt 150 ]; then
   # the best run of the largest budget (lowest bits per byte), trained again with periodic evaluation; its
   # checkpoint comes back in parts: `python scripts/report.py RUN_DIR` on any machine scores ARC, OpenBookQA,

@@ -19,15 +19,7 @@ mkdir -p "$STUDY"
 # the finished runs: an earlier call's (carried), else the committed ones (results/study_gpu_vocab/runs)
 if [ -f .carry/gpu_vocab_runs.tgz ]; then tar -xzf .carry/gpu_vocab_runs.tgz -C "$STUDY"
 else mkdir -p "$STUDY/runs" && cp -r -n results/study_gpu_vocab/runs/. "$STUDY/runs/"; fi  # -n: keeps a warm machine's
-# --foreground: the signal goes to study.py alone, which passes it to its workers (a group-wide TERM would
-# also reach loader workers in their first instants, before they ignore it); -k: a hung study cannot eat the call
-timeout --foreground -k 30 -s TERM $(( $(left) - 90 )) python3 scripts/study.py $SPEC > "$OUT/study.log" 2>&1
-echo "== study rc $? (${SECONDS}s)" | tee -a "$N"
-grep -hE ": (training|done)|Error|error" "$STUDY"/logs/worker*.log | cut -c1-200 | tail -60 >> "$OUT/runs.log"
-(cd "$STUDY" && tar -czf "$OUT/gpu_vocab_runs.tgz" runs/*/*/summary.json runs/*/*/log.jsonl runs/*/*/recipe.yaml \
-  runs/*/*/lineage.json logs)
-todo=$(python3 scripts/study.py $SPEC --list | grep -c ^todo)
-echo "== runs left: $todo" | tee -a "$N"
+study_call $SPEC "$STUDY" gpu_vocab
 if [ "$todo" = 0 ] && [ "${BEST:-1}" = 1 ] && [ $(left) -gt 150 ]; then
   # the best run of the largest budget (lowest bits per byte), trained again with periodic evaluation
   best=$(python3 -c "
