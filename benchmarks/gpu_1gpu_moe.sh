@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # One GPU: the ~1B-total MoE shape (qwen3_moe_856m_a152m: 16 layers, hidden 1024, 32 experts of 512, top-4) at
 # seq 2048 x MB, against the dense Qwen3 with the same active shape (FFN width 4 x 512 = 2048), same data and call.
+# The data: the first 3 shards with the corpus-trained 32k BPE (issue 37's out/tok10_bpe32k: the issue's 32,768-token
+# vocabulary, 923M parameters in all); CORPUS_TOK=.carry/data/tokenizers/qwen3 DATA=out/mix_qwen3_2048 for Qwen3's.
+# Carry: .carry (TOKENIZERS=gpt2 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 36 --no-eval) and out/tok10_bpe32k.
 #   source .carry/setup.sh && VARIANTS="grouped profile dense" bash benchmarks/gpu_1gpu_moe.sh
+CORPUS_TOK=${CORPUS_TOK:-out/tok10_bpe32k} DATA=${DATA:-out/mix3_bpe32k_2048}
+CORPUS_SHARDS=${CORPUS_SHARDS:-".carry/data/pretrain/mix/train-0000[0-2].jsonl.zst"}
 source benchmarks/gpu_common.sh
 [ -f $DATA/manifest.json ] || tokenize_corpus
 DENSE="model.config=qwen3_124m model.overrides.num_hidden_layers=16 model.overrides.hidden_size=1024

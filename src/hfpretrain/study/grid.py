@@ -261,17 +261,18 @@ def budget_label(kind: str, budget: float) -> str:
 
 
 def expand(spec: StudySpec, out: str | Path | None = None, sizes_for=None) -> list[Run]:
-    """All runs of the study in a fixed order: arm, size (as listed), budget (ascending), seed.
+    """All runs of the study in a fixed order: budget (ascending), seed, arm, size (as listed), so that a study
+    stopped part-way has whole cells (every arm of its smaller budgets) rather than one arm.
 
     ``sizes_for(arm, budget)``: the size names that budget trains (an IsoFLOP grid); default all."""
     root = Path(out or spec.out)
     runs = []
-    for arm, arm_overrides in spec.arms.items():
-        for size in spec.sizes:
-            for budget in spec.budgets:
-                if sizes_for is not None and size.name not in sizes_for(arm, budget):
-                    continue
-                for seed in spec.seeds_for(budget):
+    for budget in spec.budgets:
+        for seed in spec.seeds_for(budget):
+            for arm, arm_overrides in spec.arms.items():
+                for size in spec.sizes:
+                    if sizes_for is not None and size.name not in sizes_for(arm, budget):
+                        continue
                     name = f"{arm}/{size.name}__{budget_label(spec.budget_kind, budget)}"
                     name += f"__seed{seed}" if seed is not None else ""
                     out_dir = root / "runs" / name
