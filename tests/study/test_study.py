@@ -53,9 +53,10 @@ def test_expand_is_deterministic(tmp_path):
     spec = load_spec({**MICRO, "arms": {"baseline": [], "untied": ["model.overrides.tie_word_embeddings=false"]}})
     a, b = expand(spec, tmp_path), expand(spec, tmp_path)
     assert a == b
+    # budget by budget: a study stopped part-way has every arm of its smaller budgets
     assert [r.name for r in a] == [
-        "baseline/h32__s3", "baseline/h32__s6", "baseline/h64__s3", "baseline/h64__s6",
-        "untied/h32__s3", "untied/h32__s6", "untied/h64__s3", "untied/h64__s6"]
+        "baseline/h32__s3", "baseline/h64__s3", "untied/h32__s3", "untied/h64__s3",
+        "baseline/h32__s6", "baseline/h64__s6", "untied/h32__s6", "untied/h64__s6"]
     assert a[0].out_dir == tmp_path / "runs" / "baseline" / "h32__s3"
     # arm overrides come after the size's, the output dir last
     assert a[-1].overrides[-2:] == ("model.overrides.tie_word_embeddings=false",

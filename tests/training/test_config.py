@@ -573,3 +573,13 @@ def test_the_model_card_states_the_learning_rate_that_ran(mini_blocks, tmp_path,
         assert f"{peak:.3g} (peak reached; 0.003 set, but the warmup outlasts the run)" in row, row
     else:
         assert row == "| peak learning rate, schedule | 0.003, constant_with_warmup |", row
+
+
+@pytest.mark.parametrize("name", ["activation_checkpointing", "gradient_checkpointing"])
+def test_checkpointing_under_either_name(name):
+    """transformers 5.24's name and 5.17's both load, on whichever transformers is installed."""
+    from hfpretrain.training.arguments import activation_checkpointing, training_arguments
+
+    recipe = load_recipe(TINY_RECIPE, ["data.path=x", "training.max_steps=3", f"training.{name}=true",
+                                       f"training.{name}_kwargs={{every_n_layers: 2}}"])
+    assert activation_checkpointing(training_arguments(recipe, dry_run=True)) == (True, {"every_n_layers": 2})

@@ -14,7 +14,7 @@ from transformers import TrainingArguments
 
 from hfpretrain.models import flops_per_token
 
-from .config import Recipe, RecipeError
+from .config import CHECKPOINTING_NAMES, Recipe, RecipeError
 
 logger = logging.getLogger("hfpretrain")
 
@@ -90,6 +90,13 @@ def resolve_max_steps(recipe: Recipe, config, seq_len: int, world: int) -> None:
                 per_token * tokens_per_step * steps)
 
 
+def activation_checkpointing(args: TrainingArguments) -> tuple[bool, dict]:
+    """Whether activation checkpointing is on and its kwargs, under either transformers' name for them."""
+    on = bool(getattr(args, "activation_checkpointing", False) or getattr(args, "gradient_checkpointing", False))
+    kwargs = getattr(args, "activation_checkpointing_kwargs", None) or getattr(args, "gradient_checkpointing_kwargs", None)
+    return on, kwargs if isinstance(kwargs, dict) else {}
+
+
 def training_arguments(recipe: Recipe, dry_run: bool = False, **overrides) -> TrainingArguments:
     """The run's TrainingArguments: the recipe's ``training`` section over our defaults (``overrides`` over both)."""
     gpu = {"accelerator_config": {"non_blocking": True}} if torch.cuda.is_available() else {}
@@ -111,6 +118,10 @@ def training_arguments(recipe: Recipe, dry_run: bool = False, **overrides) -> Tr
     fields.pop("resume_from_checkpoint", None)
     if isinstance(fields.get("lr_scheduler_kwargs"), dict):  # a name set to null (an override took it out) is unset
         fields["lr_scheduler_kwargs"] = {k: v for k, v in fields["lr_scheduler_kwargs"].items() if v is not None}
+    known = {f.name for f in dataclasses.fields(TrainingArguments)}
+    for new, old in CHECKPOINTING_NAMES.items():
+        if new in fields and new not in known:
+            fields[old] = fields.pop(new)
     args = TrainingArguments(**fields)
     missing = missing_extras(args)
     if missing and not dry_run:

@@ -295,8 +295,17 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
     raise RecipeError(f"training.{key}: expected {names}, got {type(value).__name__} {value!r}")
 
 
+# transformers 5.24 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs) and kept the old
+# names as aliases; 5.17 knows only the old ones. A recipe may use either name on either version
+# (arguments.training_arguments passes the installed one).
+CHECKPOINTING_NAMES = {"activation_checkpointing": "gradient_checkpointing",
+                       "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
 def _validate_training(training: dict) -> dict:
     fields = _training_fields()
+    for new, old in CHECKPOINTING_NAMES.items():
+        fields.setdefault(new, fields[old])
     checked = {}
     for key, value in training.items():
         if key not in fields and key in Recipe.__dataclass_fields__:  # overwrite_output_dir was a Trainer flag

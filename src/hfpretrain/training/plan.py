@@ -34,7 +34,7 @@ from hfpretrain.models import (
 )
 from hfpretrain.models.memory import GIB
 
-from .arguments import resolve_max_steps, training_arguments, warn_long_warmup, wsd_decay
+from .arguments import activation_checkpointing, resolve_max_steps, training_arguments, warn_long_warmup, wsd_decay
 from .config import Recipe, RecipeError, recipe_to_dict
 from .context import apply_context, check_fits, context_max_steps
 from .fast_path import FastPath, choose_fast_path, choose_micro_batch
@@ -62,10 +62,9 @@ def run_memory(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fa
                micro_batch: int, accumulation: int):
     """The memory estimate per GPU (models/memory.py) of this run at ``micro_batch x accumulation``."""
     loss = fast.fused_loss
-    checkpointing = args.activation_checkpointing_kwargs if isinstance(args.activation_checkpointing_kwargs, dict) \
-        else {}
+    checkpointed, checkpointing = activation_checkpointing(args)
     return estimate_memory(config, TrainingLayout(
-        micro_batch, seq_len, n_gpus=world, zero_stage=zero, grad_checkpointing=bool(args.activation_checkpointing),
+        micro_batch, seq_len, n_gpus=world, zero_stage=zero, grad_checkpointing=checkpointed,
         checkpoint_every_n_layers=int(checkpointing.get("every_n_layers", 1)),
         checkpoint_offload=bool(checkpointing.get("offload", False)), document_mask=recipe.model.document_mask,
         attn_implementation=fast.attn_implementation, grad_accum=accumulation, compiled=fast.compile != "none",
@@ -149,9 +148,9 @@ def cuda_memory() -> int | None:
 
 def checkpointing_plan(args: TrainingArguments) -> str:
     """What activation checkpointing does in this run, in words (the plan's ``activation_checkpointing``)."""
-    if not args.activation_checkpointing:
+    on, kwargs = activation_checkpointing(args)
+    if not on:
         return "off"
-    kwargs = args.activation_checkpointing_kwargs if isinstance(args.activation_checkpointing_kwargs, dict) else {}
     every = int(kwargs.get("every_n_layers", 1))
     where = "every decoder layer" if every == 1 else f"decoder layers 0, {every}, {2 * every}, ..."
     return where + (", inputs offloaded to host memory" if kwargs.get("offload") else "")
