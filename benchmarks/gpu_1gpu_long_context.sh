@@ -6,6 +6,8 @@
 #                 shape from random weights, at 2,048 and 16,384 tokens per block with the same tokens per micro-batch
 #                 (65,536) and the document mask, + 16k with activation checkpointing and 16k without the mask.
 #                 Goal: 16k >= 80% of 2k's tokens/s; estimate within 10% of the measured peak at 16k.
+#   STAGE=flex    the same-call A/B of the document mask's backends at 16k: SDPA (a dense mask) and flex attention
+#                 (a block mask that skips whole blocks across documents), + flex at 2k.
 #   STAGE=base    recipes/best_small.yaml itself (benchmarks/gpu_1gpu_best_small.sh, REPORT=0: ~480 s).
 #   STAGE=extend  the 16k data (--pack whole), the extension phase from runs/best_small/final (time-boxed:
 #                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
@@ -20,7 +22,7 @@
 set -o pipefail
 OUT=${OUT:-out/bench}; mkdir -p "$OUT"; N="$OUT/notes.txt"
 export TOKENIZERS_PARALLELISM=false
-case "${STAGE:-}" in speed|base|extend) ;; *) echo "STAGE=speed, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
+case "${STAGE:-}" in speed|flex|base|extend) ;; *) echo "STAGE=speed, flex, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$N"
 BUDGET_S=${BUDGET_S:-570}
 tok() {  # seq_len, out folder, extra arguments: the first 6 train shards with the 8k BPE (kept while warm)
@@ -65,6 +67,17 @@ if [ "$STAGE" = speed ]; then
   speed s16k_ckpt 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.document_mask=true \
     training.activation_checkpointing=true
   speed s16k_nomask 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.attn_implementation=sdpa_packed
+  exit 0
+fi
+if [ "$STAGE" = flex ]; then  # same call: the document mask through SDPA's dense mask against flex attention's block mask
+  tok 2048 out/mix6_bpe8k_2k --pack whole
+  tok 16384 out/mix6_bpe8k_16k --pack whole
+  echo "| run | seq_len | micro x accum | tokens/s | MFU | peak GiB | plan GiB | plan vs peak | checkpointing |" | tee -a "$N"
+  speed s16k 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.document_mask=true
+  speed s16k_flex 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.document_mask=true \
+    model.attn_implementation=flex_attention
+  speed s2k_flex 2048 out/mix6_bpe8k_2k training.per_device_train_batch_size=32 model.document_mask=true \
+    model.attn_implementation=flex_attention
   exit 0
 fi
 if [ "$STAGE" = base ]; then

@@ -24,14 +24,14 @@ def test_positions_restart_after_each_end_of_text():
     assert "position_ids" not in collate_blocks([row.numpy() for row in ids])  # off by default
 
 
-@pytest.mark.parametrize("name", ["tiny", "gpt2_124m"])
-def test_a_document_sees_only_itself(name):
+@pytest.mark.parametrize("name,attn", [("tiny", "sdpa"), ("gpt2_124m", "sdpa"), ("tiny", "flex_attention")])
+def test_a_document_sees_only_itself(name, attn):
     """With the document positions, the second document's logits equal those of the document alone: no
     attention across the end-of-text, positions (RoPE or learned) from its own start."""
     torch.manual_seed(0)
     small = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
              "head_dim": 16, "intermediate_size": 128} if name == "tiny" else {"n_layer": 2, "n_embd": 64, "n_head": 4}
-    model = build_model(load_config(name, {**small, "vocab_size": 64}), attn_implementation="sdpa").eval()
+    model = build_model(load_config(name, {**small, "vocab_size": 64}), attn_implementation=attn).eval()
     first, second = torch.randint(8, 64, (1, 9)), torch.randint(8, 64, (1, 6))
     packed = torch.cat([first, torch.tensor([[EOS]]), second], dim=1)
     with torch.no_grad():

@@ -21,7 +21,7 @@ import importlib.util
 
 import torch
 
-KNOWN_IMPLEMENTATIONS = ("flash_attention_2", "sdpa_packed", "sdpa", "eager")
+KNOWN_IMPLEMENTATIONS = ("flash_attention_2", "sdpa_packed", "sdpa", "flex_attention", "eager")
 PACKED_SDPA = "sdpa_packed"
 
 
