@@ -103,6 +103,16 @@ def test_fit_two_points_is_a_pure_power_law():
         fit_power_law([1e12, 1e12], [4.0, 3.0])
 
 
+def test_an_arm_with_one_budget_has_no_fit():
+    """The sizes of one IsoFLOP budget (compute apart only by max_steps' rounding) give no L(C) slope: no fit,
+    where it once ran alpha to ~1e3 and crashed the report with an OverflowError (a study stopped part-way)."""
+    one_budget = [9.99e14, 1.0e15, 1.001e15, 1.0005e15]
+    with pytest.raises(ValueError, match="one budget"):
+        fit_power_law(one_budget, [1.72, 1.51, 1.81, 2.16])
+    rows = [{"arm": "moe", "flops": c, "val_loss": v} for c, v in zip(one_budget, [1.72, 1.51, 1.81, 2.16])]
+    assert fit_arms(rows)["moe"]["fit"] is None
+
+
 def test_frontier_keeps_min_loss_per_bucket():
     rows = [{"run": "a", "flops": 1.0e12, "val_loss": 5.0}, {"run": "b", "flops": 1.1e12, "val_loss": 4.5},
             {"run": "c", "flops": 1.0e13, "val_loss": 4.0}, {"run": "d", "flops": 1.2e13, "val_loss": 4.8},

@@ -40,6 +40,9 @@ class PowerLawFit:
         return f"L(C) = {self.E:.4g} + {self.A:.4g} · C^(−{self.alpha:.4g})"
 
 
+MIN_COMPUTE_SPAN = 1.5  # a fit of L(C) needs points of more than one budget
+
+
 def _fit_given_E(logc: np.ndarray, loss: np.ndarray, E: float) -> tuple[float, float, float]:
     """(log A, alpha, sse of log L) for a fixed E."""
     y = np.log(loss - E)
@@ -75,6 +78,11 @@ def _points(compute, loss) -> tuple[np.ndarray, np.ndarray]:
     c, y = c[keep], y[keep]
     if len(c) < 2 or len(np.unique(c)) < 2:
         raise ValueError(f"need at least 2 points with distinct compute, got {len(c)}")
+    if c.max() / c.min() < MIN_COMPUTE_SPAN:
+        # the sizes of one IsoFLOP budget differ in compute only by max_steps' rounding (0.1%): a fit through
+        # them has no slope to find (alpha ran to ~1e3 and A overflowed)
+        raise ValueError(f"need points spanning at least {MIN_COMPUTE_SPAN}x in compute, got "
+                         f"{c.min():.4g}..{c.max():.4g} (one budget)")
     return c, y
 
 

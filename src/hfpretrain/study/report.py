@@ -205,8 +205,8 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
             cross = fig["crossover"].get(arm) or []
             brow.append([label, f"{bt['predicted']:+.4f}{_ci((ivm.get('backtest_gap') or {}).get(arm))}" if bt else "–",
                          f"{bt['observed']:+.4f}" if bt else "–", f"{bt['error']:+.4f}" if bt else "–",
-                         f"{ext:+.4f}{_ci((ivm.get('gap_extrapolated') or {}).get(arm))}",
-                         ", ".join(f"{c:.2g}" for c in cross) or "none"])
+                         f"{ext:+.4f}{_ci((ivm.get('gap_extrapolated') or {}).get(arm))}" if math.isfinite(ext) else
+                         "– (no fit)", ", ".join(f"{c:.2g}" for c in cross) or ("none" if math.isfinite(ext) else "–")])
         held = next(iter((result["backtest"].get("gap") or {}).values()), {}).get("budget")
         lines += [f"Back-test of the gap: each model fitted on the budgets below {held:.3g} predicts the gap at "
                   f"{held:.3g}; the gap at 10× and where the fitted curves cross (searched from the smallest budget, "
@@ -258,11 +258,15 @@ def discussion_lines(result: dict) -> list[str]:
             out.append(f"- Its effective compute multiplier (shared-E fit) {direction} with scale (×{per_decade:.2f} "
                        f"per decade of compute; {', '.join(f'{m:.2f}' for m in result['multiplier'][arm].values())} "
                        "at the budgets).")
+        gap10 = result["extrapolated"][arm] - result["extrapolated"][base]
+        if not math.isfinite(gap10):  # an arm with fewer than 2 budgets has no fit: nothing to extrapolate
+            out.append(f"- {arm}: no fit (its finished runs cover fewer than 2 budgets): no crossing and no "
+                       "extrapolation; the verdict is the measured gaps above.")
+            continue
         lo, hi = result["crossover_range"]
         cross = result["crossover"].get(arm) or []
         out.append(f"- Shared-E fits: the curves cross at C ≈ {', '.join(f'{c:.2g}' for c in cross)} FLOPs." if cross
                    else f"- Shared-E fits: the curves do not cross between {lo:.2g} and {hi:.2g} FLOPs.")
-        gap10 = result["extrapolated"][arm] - result["extrapolated"][base]
         ci10 = (iv.get("gap_extrapolated") or {}).get(arm)
         if ci10 and ci10[1] < 0:
             rec = f"**recommended** at 10× the largest budget: predicted gap {gap10:+.4f}{_ci(ci10)} {unit}"
