@@ -49,3 +49,22 @@ def test_run_report_has_every_section(mini_blocks, tmp_path):
     assert proc.returncode == 0 and (tmp_path / "p.png").stat().st_size > 20_000, proc.stderr[-1000:]
     proc = subprocess.run([*plot, str(tmp_path / "nothing")], capture_output=True, text=True, env=_env(), cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ")
+
+
+def test_the_reproduce_command_carries_the_manifests_packing():
+    """The tokenize command in a run's report makes the same blocks: --pack whole, --val-docs, --max-docs and
+    --sets come from the manifest (a 16k extension's data is packed whole: without it the command packs otherwise)."""
+    from pathlib import Path
+
+    from hfpretrain.study.run_report import reproduce_lines
+
+    manifest = {"inputs": [{"path": "train-00000.jsonl.zst"}], "val_inputs": [{"path": "val.jsonl.zst"}],
+                "tokenizer": {"name_or_path": "out/tok_bpe8k"}, "seq_len": 16384, "pack": "whole",
+                "val_docs": 10000, "val_docs_rule": "given", "max_docs": None, "select_sets": ["Books", "Emails"]}
+    command = reproduce_lines(Path("runs/x"), Path("out/mix_16k"), manifest)[3]
+    assert command == ("python scripts/tokenize_pile.py --input train-00000.jsonl.zst --val-input val.jsonl.zst "
+                       "--tokenizer out/tok_bpe8k --seq-len 16384 --val-docs 10000 --pack whole --sets Books Emails "
+                       "--out out/mix_16k")
+    plain = reproduce_lines(Path("runs/x"), Path("out/d"), {**manifest, "pack": "concat", "val_docs_rule": "default",
+                                                            "select_sets": None})[3]
+    assert "--pack" not in plain and "--val-docs" not in plain and "--sets" not in plain

@@ -148,6 +148,18 @@ def test_a_plan_that_does_not_fit_the_gpu_is_refused_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_dry_run_before_init_from_exists_needs_model_config(tmp_path):
+    """Before the base run exists a dry run plans with model.config: left at its default (tiny) it would plan
+    another model without a word, so it is refused in one line naming both keys."""
+    recipe = tmp_path / "phase.yaml"
+    recipe.write_text(f"model:\n  init_from: {tmp_path / 'not_yet'}\ncontext:\n  seq_len: 4096\n"
+                      f"  from_seq_len: 1024\ndata:\n  path: {tmp_path / 'nodata'}\ntraining:\n  max_steps: 10\n"
+                      f"  output_dir: {tmp_path / 'run'}\n")
+    with pytest.raises(RecipeError, match=r"model.init_from=.*not_yet does not exist yet and model.config is not set"):
+        pretrain(str(recipe), [], dry_run=True)
+    assert pretrain(str(recipe), ["model.config=qwen3_103m"], dry_run=True)["plan"]["seq_len"] == 4096
+
+
 def test_activation_checkpointing_trains_the_same_with_less_memory(mini_blocks, tmp_path):
     """training.activation_checkpointing recomputes each layer in the backward: the same losses as without it (the
     same arithmetic, recomputed), and the estimator counts it: all layers, then every 2nd, then none."""

@@ -162,3 +162,20 @@ def test_a_model_that_fits_no_split_of_this_gpu_is_refused(monkeypatch):
     # between the share and the whole GPU: runs at the recipe's split, the reason says none fits
     assert choose_micro_batch(section, fast, CONFIG, 8, 1, 1024, lambda m, a: 75 * GIB + m * GIB) == (8, 1)
     assert "no smaller split fits" in fast.reasons["micro_batch"]
+
+
+def test_a_dry_run_plans_the_micro_batch_for_context_gpu():
+    """context.gpu names the card a long-context phase must fit: a dry run without a GPU sizes the micro-batch for
+    its memory (here 180 GB: a B200 folds all the accumulation that 80 GB could not), as the phase's fit check does."""
+    per_sample = int((MICRO_BATCH_MEMORY_SHARE * ASSUMED_GPU_MEMORY - 2 * GIB) / 40)  # 40 samples fit 80 GB
+
+    def split(target_gpu):
+        fast = FastPath("sdpa_packed", "decoder", "default", "compiled", {})
+        section = ModelSection(micro_batch="auto", fused_loss="compiled")
+        chosen = choose_micro_batch(section, fast, CONFIG, 16, 8, 1024, lambda m, a: 2 * GIB + m * per_sample,
+                                    planning=True, target_gpu=target_gpu)
+        return chosen, fast.reasons["micro_batch"]
+
+    assert split(None)[0] == (32, 4)
+    chosen, reason = split("B200")
+    assert chosen == (64, 2) and "B200's memory (context.gpu)" in reason

@@ -219,9 +219,15 @@ def reproduce_lines(run_dir: Path, data_path: Path, manifest: dict) -> list[str]
     val = " ".join(shlex.quote(i["path"]) for i in val_inputs) if isinstance(val_inputs, list) else ""
     tok = manifest["tokenizer"]["name_or_path"]
     ckpt = run_dir / "final"
+    # the manifest's choices that change the blocks, as the flags that made them (defaults left out)
+    flags = [f"--val-docs {manifest['val_docs']}" if manifest.get("val_docs_rule") == "given" else "",
+             f"--pack {manifest['pack']}" if manifest.get("pack", "concat") != "concat" else "",
+             f"--max-docs {manifest['max_docs']}" if manifest.get("max_docs") else "",
+             "--sets " + " ".join(map(shlex.quote, manifest["select_sets"])) if manifest.get("select_sets") else ""]
     return ["## Reproduce", "", "```bash",
             f"python scripts/tokenize_pile.py --input {inputs} " + (f"--val-input {val} " if val else "") +
-            f"--tokenizer {tok} --seq-len {manifest['seq_len']} --out {data_path}",
+            f"--tokenizer {tok} --seq-len {manifest['seq_len']} " + "".join(f + " " for f in flags if f) +
+            f"--out {data_path}",
             f"accelerate launch scripts/pretrain.py {run_dir / 'recipe.yaml'}   # the resolved recipe of this run",
             f"lm_eval --model hf --model_args pretrained={ckpt} --tasks {','.join(REPORT_TASKS)} "
             "--include_path src/hfpretrain/eval/tasks",

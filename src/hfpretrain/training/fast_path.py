@@ -26,6 +26,8 @@ import torch
 
 from hfpretrain.models.backend import PACKED_SDPA
 from hfpretrain.models.fp8 import check_fp8_available, fp8_unsupported
+from hfpretrain.models.hardware import canonical_gpu
+from hfpretrain.models.hardware import gpu_memory_bytes as card_memory_bytes
 from hfpretrain.models.speedups import Speedups
 from hfpretrain.models.zoo import is_moe, resolve_attn_implementation
 
@@ -181,14 +183,18 @@ def logits_bytes(micro_batch: int, seq_len: int, config) -> int:
 
 
 def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, accumulation: int, seq_len: int,
-                       memory_bytes, planning: bool = False) -> tuple[int, int]:
+                       memory_bytes, planning: bool = False, target_gpu: str | None = None) -> tuple[int, int]:
     """``(micro_batch, accumulation)`` for ``model.micro_batch``: with ``auto`` on a GPU, the largest micro-batch
     that divides the step's ``micro_batch * accumulation`` samples (20 x 12 can become 24 x 10), no smaller than the
     recipe's, whose estimate ``memory_bytes(micro, accumulation)`` stays under MICRO_BATCH_MEMORY_SHARE of the GPU
     and whose loss implementation stays ``fast.fused_loss``; smaller than the recipe's only where the recipe's
-    would not fit (_smaller_micro_batch). The reason goes into ``fast.reasons``."""
+    would not fit (_smaller_micro_batch). The reason goes into ``fast.reasons``. ``target_gpu`` (``context.gpu``):
+    a dry run plans for that card's memory, as the context phase's fit check does."""
     recipe_split = f"{micro_batch} x {accumulation}"
     gpu_memory = gpu_memory_bytes(planning)
+    planned_for = f"{ASSUMED_GPU_MEMORY / 1e9:.0f} GB"
+    if target_gpu is not None and planning and not torch.cuda.is_available():
+        gpu_memory, planned_for = card_memory_bytes(target_gpu), f"{canonical_gpu(target_gpu)}'s memory (context.gpu)"
     if model_section.micro_batch == "recipe":
         fast.reasons["micro_batch"] = f"set in the recipe: {recipe_split}"
         return micro_batch, accumulation
@@ -197,7 +203,7 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
         return micro_batch, accumulation
     samples = micro_batch * accumulation
     without_gpu = planning and not torch.cuda.is_available()
-    planned = f"; planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB" if without_gpu else ""
+    planned = f"; planned for a GPU of {planned_for}" if without_gpu else ""
     recipe_need = memory_bytes(micro_batch, accumulation)
     if recipe_need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
         split = _smaller_micro_batch(model_section, fast, config, micro_batch, accumulation, seq_len, memory_bytes,

@@ -85,7 +85,7 @@ def choose_speed(recipe: Recipe, config, args: TrainingArguments, seq_len: int, 
     micro, accum = choose_micro_batch(
         recipe.model, fast, config, args.per_device_train_batch_size, args.gradient_accumulation_steps, seq_len,
         lambda micro, accum: run_memory(recipe, config, args, seq_len, fast, world, zero, micro, accum).total,
-        planning=planning)
+        planning=planning, target_gpu=recipe.context.gpu)
     if (micro, accum) != (args.per_device_train_batch_size, args.gradient_accumulation_steps):
         # made again, not changed in place: TrainingArguments fills DeepSpeed's batch settings when it is made
         args = training_arguments(recipe, planning, per_device_train_batch_size=micro,
@@ -227,9 +227,7 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
     source = recipe.model.init_from or recipe.model.config
     if dry_run and recipe.context.seq_len and not (Path(source) / "config.json").is_file():
         # a context phase is planned before the run it extends has finished: model.config gives the shape
-        logger.warning("dry run: model.init_from=%s does not exist yet; planning with model.config=%s", source,
-                       recipe.model.config)
-        source = recipe.model.config
+        source = _shape_before_init_from(recipe)
     config = load_config(source, dict(recipe.model.overrides), vocab_size=len(tokenizer))
     apply_moe_section(recipe.moe, config)
     # Only eos: a pad_token_id would become the embedding's padding_idx, freezing the end-of-text
@@ -294,13 +292,28 @@ def _tokenizer_vocab(name: str | None) -> tuple[int | None, str]:
         return None, f"data.tokenizer {name} does not load ({str(err).splitlines()[0]})"
 
 
+def _shape_before_init_from(recipe) -> str:
+    """The shape a dry run plans a context phase with while ``model.init_from`` does not exist yet: model.config,
+    which must then be set (its default, tiny, would plan another model without a word)."""
+    default = dataclasses.fields(type(recipe.model))
+    if recipe.model.config == next(f.default for f in default if f.name == "config"):
+        raise RecipeError(f"model.init_from={recipe.model.init_from} does not exist yet and model.config is not set: "
+                          "a dry run plans the phase with model.config, the shape of the model init_from will hold "
+                          "(e.g. model.config=qwen3_103m)")
+    logger.warning("dry run: model.init_from=%s does not exist yet; planning with model.config=%s",
+                   recipe.model.init_from, recipe.model.config)
+    return recipe.model.config
+
+
 def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | None = None) -> dict:
     """``pretrain(..., dry_run=True)``'s result for a recipe whose data is not tokenized yet."""
     vocab, why = _tokenizer_vocab(recipe.data.tokenizer)
     # a context phase's model: init_from's once it exists; before, model.config describes its shape
-    init_from = recipe.model.init_from if recipe.context.seq_len and recipe.model.init_from and \
-        (Path(recipe.model.init_from) / "config.json").is_file() else None
-    config = load_config(init_from or recipe.model.config, dict(recipe.model.overrides), vocab_size=vocab)
+    source = recipe.model.config
+    if recipe.context.seq_len and recipe.model.init_from:
+        exists = (Path(recipe.model.init_from) / "config.json").is_file()
+        source = recipe.model.init_from if exists else _shape_before_init_from(recipe)
+    config = load_config(source, dict(recipe.model.overrides), vocab_size=vocab)
     apply_moe_section(recipe.moe, config)
     seq_len = min(ASSUMED_SEQ_LEN, getattr(config, "max_position_embeddings", None) or ASSUMED_SEQ_LEN)
     context = None
