@@ -160,6 +160,20 @@ def test_seed_outliers_are_named_and_the_floor_is_given_without_them():
     assert r["intervals_without_outliers"] is not None
 
 
+def test_a_two_seed_pair_that_disagrees_is_named():
+    """With two seeds per cell (the vocabulary study's design) either run of a wild pair could be the outlier: both
+    are named, and the floor without them leaves that cell out (it once could not fire below three seeds)."""
+    rows = study({"base": (E, A, ALPHA)}, seeds=2, sigma=0.01, rng_seed=5)
+    for i, r in enumerate(rows):
+        r["run"] = f"run{i}"
+    wild = next(r for r in rows if r["seed"] == 1)
+    pair = sorted(r["run"] for r in rows if (r["size"], r["budget"]) == (wild["size"], wild["budget"]))
+    wild["val_loss"] += 0.2
+    r = analyse_isoflop(rows, n_boot=20)
+    assert sorted(r["outliers"]["runs"]) == pair
+    assert r["noise"]["sigma"] > 2 * r["noise_without_outliers"]["sigma"]
+
+
 def test_the_decision_rule_gives_its_verdicts():
     from hfpretrain.study.analysis import decide
 

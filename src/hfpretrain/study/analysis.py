@@ -75,27 +75,30 @@ def noise_floor(rows: list[dict], y: str = "val_loss", exclude=()) -> dict | Non
 
 
 def seed_outliers(rows: list[dict], y: str = "val_loss", k: float = OUTLIER_K) -> dict:
-    """Runs far from their seed siblings (at most one per cell of 3+ seeds): {"runs": {name: deviation},
-    "robust_sigma", "k"}.
+    """Runs far from their seed siblings: {"runs": {name: deviation}, "robust_sigma", "k"}; at most one run per
+    cell of 3+ seeds, both runs of a 2-seed cell whose pair disagrees.
 
     A run's deviation is its loss minus the mean of its cell's other seeds, scaled by √(1 + 1/(n−1)) so that
     it has the spread of one run; the robust σ is 1.4826 × the median absolute deviation over all replicated
     runs (a few wild runs cannot inflate it, as they inflate the pooled σ); an outlier deviates by more than
-    k robust σ. Outliers are reported and the noise floor is given with and without them; they are not
-    dropped from the cell means (a configuration that sometimes diverges is a result)."""
-    devs, worst = [], []
+    k robust σ. With two seeds either run could be the wild one: the pair is named, and the floor without
+    outliers leaves that cell out. Outliers are reported and the noise floor is given with and without them;
+    they are not dropped from the cell means (a configuration that sometimes diverges is a result)."""
+    devs, candidates = [], []
     for names, losses in _replicates(rows, y):
         n = len(losses)
         cell = [(name, float((losses[i] - np.delete(losses, i).mean()) / math.sqrt(1 + 1 / (n - 1))))
                 for i, name in enumerate(names)]
         devs += cell
-        if n >= 3:  # with two seeds either could be the wild one; with three, a wild run also pulls its
-            worst.append(max(cell, key=lambda nd: abs(nd[1])))  # siblings' deviations: only the worst is a candidate
+        if n >= 3:  # a wild run also pulls its siblings' deviations: only the worst is a candidate
+            candidates.append(max(cell, key=lambda nd: abs(nd[1])))
+        else:  # two seeds: both deviations are the pair's difference, ±; the pair is the candidate
+            candidates += cell
     if len(devs) < 6:
         return {"runs": {}, "robust_sigma": None, "k": k}
     robust = 1.4826 * float(np.median([abs(d) for _, d in devs]))
-    return {"runs": {name: d for name, d in worst if robust > 0 and abs(d) > k * robust}, "robust_sigma": robust,
-            "k": k}
+    return {"runs": {name: d for name, d in candidates if robust > 0 and abs(d) > k * robust},
+            "robust_sigma": robust, "k": k}
 
 
 def isoflop_optimum(n: np.ndarray, loss: np.ndarray) -> dict:
