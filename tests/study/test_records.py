@@ -69,8 +69,29 @@ def test_stale_bits_per_byte_are_corrected_from_a_run_on_the_same_data(tmp_path)
     assert json.loads((ref / "summary.json").read_text())["final_eval"]["eval_bpb"] == 9.0  # not stale: untouched
     assert correct_study(tmp_path) == []  # once
     run("other", 3.0, {"validation_tokens_per_byte": 0.5}, {"validation": {**lineage["validation"], "train_blocks": 11}})
+    again = run("again", 3.0, {"validation_tokens_per_byte": 0.5})  # correctable, but another is not
     with pytest.raises(ValueError, match="no run on the same data"):
         correct_study(tmp_path)
+    assert "corrections" not in json.loads((again / "summary.json").read_text())  # nothing written before the error
+
+
+def test_the_corrections_cli_fails_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "hfpretrain.study.corrections", *map(str, args)],
+                              capture_output=True, text=True, timeout=120)
+
+    missing = cli(tmp_path / "nope")
+    assert missing.returncode == 2 and missing.stderr.strip() == f"error: {tmp_path / 'nope' / 'runs'} does not exist: " \
+        f"{tmp_path / 'nope'} is not a study folder"
+    bad = tmp_path / "study" / "runs" / "arm" / "r"
+    bad.mkdir(parents=True)
+    (bad / "summary.json").write_text("{not json")
+    corrupt = cli(tmp_path / "study")
+    assert corrupt.returncode == 2 and corrupt.stderr.startswith(f"error: {bad / 'summary.json'}: not a readable summary")
+    assert "Traceback" not in corrupt.stderr + missing.stderr
 
 
 def _summaries():

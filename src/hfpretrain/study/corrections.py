@@ -15,6 +15,7 @@ log.jsonl as it was logged (a log is a record of what the run printed).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -41,7 +42,11 @@ def _data_identity(run_dir: Path) -> tuple | None:
 
 
 def _summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+    path = run_dir / "summary.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a readable summary ({type(err).__name__}: {err})") from None
 
 
 def is_stale(summary: dict) -> bool:
@@ -70,7 +75,7 @@ def correct_bits_per_byte(run_dir: Path, ref_dir: Path, base: Path) -> dict:
     change = {"field": "final_eval.eval_bpb", "was": final.get("eval_bpb"),
               "now": bits_per_byte(final["eval_loss"], ratio),
               "was_validation_tokens_per_byte": plan.get("validation_tokens_per_byte"),
-              "why": WHY.format(ref=ref_dir.relative_to(base).as_posix())}
+              "why": WHY.format(ref=(ref_dir.relative_to(base) if ref_dir.is_relative_to(base) else ref_dir).as_posix())}
     final["eval_bpb"] = change["now"]
     plan["validation_tokens_per_byte"] = ratio
     plan["validation_text_bytes"] = ref["validation_text_bytes"]
@@ -82,27 +87,39 @@ def correct_bits_per_byte(run_dir: Path, ref_dir: Path, base: Path) -> dict:
 def correct_study(study_dir: Path, extra: list[Path] = ()) -> list[tuple[Path, dict]]:
     """Every stale summary under STUDY_DIR/runs (and the ``extra`` run folders), against a reference run on the
     same data from the same set; a stale run without one is an error (nothing is guessed)."""
+    if not (study_dir / "runs").is_dir():
+        raise ValueError(f"{study_dir / 'runs'} does not exist: {study_dir} is not a study folder")
+    for d in extra:
+        if not (Path(d) / "summary.json").is_file():
+            raise ValueError(f"{Path(d) / 'summary.json'} does not exist: {d} is not a run folder")
     dirs = sorted(p.parent for p in (study_dir / "runs").glob("*/*/summary.json")) + [Path(d) for d in extra]
     refs = references(dirs)
-    done = []
-    for d in dirs:
+    todo = []
+    for d in dirs:  # every reference found before any record is rewritten: an error leaves all of them as they were
         if not is_stale(_summary(d)):
             continue
         ref = refs.get(_data_identity(d))
         if ref is None:
             raise ValueError(f"{d}: stale bits per byte and no run on the same data logged them from the text")
-        done.append((d, correct_bits_per_byte(d, ref, study_dir)))
-    return done
+        todo.append((d, ref))
+    return [(d, correct_bits_per_byte(d, ref, study_dir)) for d, ref in todo]
 
 
 def main(argv=None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+    parser = argparse.ArgumentParser(prog="python -m hfpretrain.study.corrections",
+                                     description="Rewrite stale bits per byte in a study's run records (see the module's notes).")
+    parser.add_argument("study", type=Path, help="the study folder (its runs/*/*/summary.json)")
+    parser.add_argument("extra", type=Path, nargs="*", help="more run folders, e.g. a study's best run")
+    args = parser.parse_args(argv)
+    try:
+        done = correct_study(args.study, args.extra)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
-    study = Path(args[0])
-    for d, change in correct_study(study, [Path(a) for a in args[1:]]):
+    for d, change in done:
         print(f"{d}: eval_bpb {change['was']:.4f} -> {change['now']:.4f}")
+    if not done:
+        print(f"{args.study}: no stale bits per byte")
     return 0
 
 
