@@ -38,5 +38,7 @@ check-data:
 demo: install check-data
 	$(RUN_ENV) $(BIN)/python scripts/demo.py
 
+# One test file per process, one process per core (pytest-xdist): the files' fixtures stay in one process.
+XDIST   ?= -n auto --dist loadfile
 test: install check-data
-	$(RUN_ENV) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(RUN_ENV) $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)

@@ -179,8 +179,10 @@ def test_activation_checkpointing_trains_the_same_with_less_memory(mini_blocks, 
     assert gib["off"] > gib["every 2"] > gib["all"] > gib["offload"]
 
 
-def test_the_document_mask_costs_a_bias_per_layer_with_sdpa():
-    """With SDPA the document mask becomes a per-layer bias of S bytes x 2 per token: quadratic in the length."""
+def test_the_document_mask_costs_one_shared_bias_with_sdpa():
+    """With SDPA the document mask is one additive bias of S x 2 bytes per token, shared by the layers (measured on
+    an H100 at 16k: +2.0 GiB at micro-batch 4; one bias per layer overestimated the peak by 62%): quadratic in the
+    length; none with flash-attention's varlen path or flex attention's block mask."""
     config = load_config("qwen3_1p8b")
 
     def extra(seq_len, attn):
@@ -188,9 +190,8 @@ def test_the_document_mask_costs_a_bias_per_layer_with_sdpa():
         return estimate_memory(config, TrainingLayout(1, seq_len, attn_implementation=attn,
                                                       document_mask=True)).activations - base
 
-    layers = config.num_hidden_layers
-    assert extra(16384, "sdpa") == 16384 * (layers * 2 * 16384 + 16384)
-    assert extra(16384, "flash_attention_2") == 0
+    assert extra(16384, "sdpa") == 16384 * 2 * 16384
+    assert extra(16384, "flash_attention_2") == 0 and extra(16384, "flex_attention") == 0
     assert torch.tensor(extra(32768, "sdpa") / extra(16384, "sdpa")).item() == pytest.approx(4, rel=1e-3)
 
 
