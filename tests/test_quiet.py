@@ -36,7 +36,10 @@ def _noise(text: str) -> list[str]:
 def make_env() -> dict:
     """The environment the Makefile's targets run with (``make demo``'s commands), for a user who set no W&B
     variable; the offline switches are kept (no network in the tests)."""
-    user = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    # MAKEFLAGS: under `make test DATA_ROOT=../data` the outer make's command-line variables would reach this make
+    # and override the absolute DATA_ROOT the test target passes (a relative path, wrong in the runs' own folders)
+    user = {k: v for k, v in os.environ.items()
+            if not k.startswith("WANDB_") and k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     r = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO), "--eval=_print_env:\n\t@env -0",
                         "_print_env"], env=user, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

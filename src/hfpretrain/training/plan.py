@@ -295,8 +295,8 @@ def _tokenizer_vocab(name: str | None) -> tuple[int | None, str]:
 def _shape_before_init_from(recipe) -> str:
     """The shape a dry run plans a context phase with while ``model.init_from`` does not exist yet: model.config,
     which must then be set (its default, tiny, would plan another model without a word)."""
-    default = dataclasses.fields(type(recipe.model))
-    if recipe.model.config == next(f.default for f in default if f.name == "config"):
+    default_config = next(f.default for f in dataclasses.fields(type(recipe.model)) if f.name == "config")
+    if recipe.model.config == default_config:
         raise RecipeError(f"model.init_from={recipe.model.init_from} does not exist yet and model.config is not set: "
                           "a dry run plans the phase with model.config, the shape of the model init_from will hold "
                           "(e.g. model.config=qwen3_103m)")
