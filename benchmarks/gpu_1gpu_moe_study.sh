@@ -9,12 +9,12 @@
 # Carry: TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 36 --no-eval (6 shards) + out/tok_bpe8k
 # (best_small's data and tokenizer, out/mix6_bpe8k_1024).
 #   source .carry/setup.sh && BUDGET_S=570 bash benchmarks/gpu_1gpu_moe_study.sh
+DATA=out/mix6_bpe8k_1024 CORPUS_TOK=out/tok_bpe8k CORPUS_SEQ_LEN=1024
+CORPUS_SHARDS=".carry/data/pretrain/mix/train-0000[0-5].jsonl.zst"
 source benchmarks/gpu_common.sh
 SPEC=src/hfpretrain/study/specs/gpu_moe.yaml
 STUDY=studies/gpu_moe
-[ -f out/mix6_bpe8k_1024/manifest.json ] || python3 scripts/tokenize_pile.py --input .carry/data/pretrain/mix/train-0000[0-5].jsonl.zst \
-  --val-input .carry/data/pretrain/mix/val.jsonl.zst --val-docs 10000 --tokenizer out/tok_bpe8k --seq-len 1024 \
-  --out out/mix6_bpe8k_1024 --num-proc 16 -q 2>&1 | tail -2
+[ -f $DATA/manifest.json ] || tokenize_corpus
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
 mkdir -p "$STUDY"
 [ -f .carry/gpu_moe_runs.tgz ] && tar -xzf .carry/gpu_moe_runs.tgz -C "$STUDY"

@@ -58,13 +58,15 @@ def loss_by_position(model, blocks, eos_id: int, document_mask: bool = False, mi
     "to", "loss", "tokens"}], "tokens", "documents", "seq_len"}``. See the module notes for what counts."""
     model.eval()
     device = _device(model)
-    seq_len = len(blocks[0]["input_ids"] if isinstance(blocks[0], dict) else blocks[0])
-    bins = position_bins(seq_len)
-    sums, counts = np.zeros(len(bins)), np.zeros(len(bins), dtype=np.int64)
-    documents = 0
+
     def row(i):
         return blocks[i]["input_ids"] if isinstance(blocks[i], dict) else blocks[i]
 
+    seq_len = len(row(0))
+    bins = position_bins(seq_len)
+    sums, counts = np.zeros(len(bins)), np.zeros(len(bins), dtype=np.int64)
+    documents = 0
+    ends_document = True  # whether the block before this batch ends with end-of-text (the first has none before)
     for start in range(0, len(blocks), batch_size):
         rows = [row(i) for i in range(start, min(start + batch_size, len(blocks)))]
         ids = torch.as_tensor(np.stack(rows).astype(np.int64), device=device)
@@ -75,8 +77,9 @@ def loss_by_position(model, blocks, eos_id: int, document_mask: bool = False, mi
         # none); otherwise it may continue one from elsewhere, whose positions are not its own
         starts = torch.zeros_like(ids, dtype=torch.bool)
         starts[:, 1:] = ids[:, :-1] == eos_id
-        starts[:, 0] = torch.tensor([i == 0 or int(row(i - 1)[-1]) == eos_id
-                                     for i in range(start, start + len(rows))], device=device)
+        starts[0, 0] = ends_document
+        starts[1:, 0] = ids[:-1, -1] == eos_id
+        ends_document = bool(ids[-1, -1] == eos_id)
         own = starts.cumsum(dim=1)[:, 1:] > 0
         # each token's document length inside the block, to keep the long documents only
         doc_index = starts.cumsum(dim=1)

@@ -192,8 +192,9 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
     a dry run plans for that card's memory, as the context phase's fit check does."""
     recipe_split = f"{micro_batch} x {accumulation}"
     gpu_memory = gpu_memory_bytes(planning)
+    without_gpu = planning and not torch.cuda.is_available()
     planned_for = f"{ASSUMED_GPU_MEMORY / 1e9:.0f} GB"
-    if target_gpu is not None and planning and not torch.cuda.is_available():
+    if target_gpu is not None and without_gpu:
         gpu_memory, planned_for = card_memory_bytes(target_gpu), f"{canonical_gpu(target_gpu)}'s memory (context.gpu)"
     if model_section.micro_batch == "recipe":
         fast.reasons["micro_batch"] = f"set in the recipe: {recipe_split}"
@@ -202,7 +203,6 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
         fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} (no CUDA GPU)"
         return micro_batch, accumulation
     samples = micro_batch * accumulation
-    without_gpu = planning and not torch.cuda.is_available()
     planned = f"; planned for a GPU of {planned_for}" if without_gpu else ""
     recipe_need = memory_bytes(micro_batch, accumulation)
     if recipe_need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
