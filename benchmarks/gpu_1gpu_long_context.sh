@@ -8,6 +8,9 @@
 #                 Goal: 16k >= 80% of 2k's tokens/s; estimate within 10% of the measured peak at 16k.
 #   STAGE=flex    the same-call A/B of the document mask's backends at 16k: SDPA (a dense mask) and flex attention
 #                 (a block mask that skips whole blocks across documents), + flex at 2k.
+#   STAGE=flexdiag where flex attention's time goes: benchmarks/bench_doc_attention.py (the attention alone, fwd+bwd,
+#                 SDPA causal / SDPA + dense mask / flex + block mask, on real 16k and 2k blocks), then the 16k flex run
+#                 logging every step, with dynamo's recompiles and graph breaks in $OUT/flex_dynamo.log.
 #   STAGE=base    recipes/best_small.yaml itself (benchmarks/gpu_1gpu_best_small.sh, REPORT=0: ~480 s).
 #   STAGE=extend  the 16k data (--pack whole), the extension phase from runs/best_small/final (time-boxed:
 #                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
@@ -22,7 +25,7 @@
 set -o pipefail
 OUT=${OUT:-out/bench}; mkdir -p "$OUT"; N="$OUT/notes.txt"
 export TOKENIZERS_PARALLELISM=false
-case "${STAGE:-}" in speed|flex|base|extend) ;; *) echo "STAGE=speed, flex, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
+case "${STAGE:-}" in speed|flex|flexdiag|base|extend) ;; *) echo "STAGE=speed, flex, flexdiag, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$N"
 BUDGET_S=${BUDGET_S:-570}
 tok() {  # seq_len, out folder, extra arguments: the first 6 train shards with the 8k BPE (kept while warm)
@@ -78,6 +81,21 @@ if [ "$STAGE" = flex ]; then  # same call: the document mask through SDPA's dens
     model.attn_implementation=flex_attention
   speed s2k_flex 2048 out/mix6_bpe8k_2k training.per_device_train_batch_size=32 model.document_mask=true \
     model.attn_implementation=flex_attention
+  exit 0
+fi
+if [ "$STAGE" = flexdiag ]; then
+  tok 2048 out/mix6_bpe8k_2k --pack whole
+  tok 16384 out/mix6_bpe8k_16k --pack whole
+  for d in 16k:4 2k:32; do
+    timeout -k 5 240 python3 benchmarks/bench_doc_attention.py out/mix6_bpe8k_${d%:*} --batch ${d#*:} \
+      --out "$OUT/attention_${d%:*}.json" > "$OUT/attention_${d%:*}.log" 2>&1
+    echo "== attention ${d%:*} rc $? (${SECONDS}s)" | tee -a "$N"; tail -22 "$OUT/attention_${d%:*}.log" | tee -a "$N"
+  done
+  TORCH_LOGS=recompiles,graph_breaks speed s16k_flex 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 \
+    model.document_mask=true model.attn_implementation=flex_attention training.max_steps=12 training.logging_steps=1
+  grep -E "__recompiles|__graph_breaks" /tmp/lc_s16k_flex.log | cut -c1-400 > "$OUT/flex_dynamo.log"
+  tail -60 /tmp/lc_s16k_flex.log > "$OUT/flex_tail.log"
+  grep '"event": "log"' runs/lc_s16k_flex/log.jsonl | cut -c1-300 > "$OUT/flex_steps.log"
   exit 0
 fi
 if [ "$STAGE" = base ]; then

@@ -30,10 +30,13 @@ for v in ${VARIANTS:-grouped eager dense}; do
     grouped_mb8) MB=8 variant $v model.config=qwen3_moe_856m_a152m ;;  # memory at half the micro-batch
     glm) variant $v model.config=glm4_moe_837m_a177m moe.bias_update_rate=0.001  # aux-loss-free balancing
       grep -o "\"expert_load_max_mean\": [0-9.]*, \"expert_load_min_mean\": [0-9.]*, \"dead_experts\": [0-9.]*" /tmp/$v/log.jsonl > "$OUT/glm_expert_load.txt" ;;
-    profile)  # a kernel table and the gaps between kernels for steps 10-12 (not a speed figure)
-      STEPS=14 variant $v model.config=qwen3_moe_856m_a152m 'logging.profile_steps=[10,12]'
-      for f in /tmp/$v/profile/kernels-*.txt; do head -45 "$f" > "$OUT/kernels_moe.txt"; done
-      python3 benchmarks/trace_gaps.py /tmp/$v/profile/trace-*.json > "$OUT/gaps_moe.txt" 2>&1 ;;
+    profile|profile_dense)  # a kernel table, the gaps between kernels (steps 10-12) and dynamo's graph breaks and
+      # recompiles, for the MoE shape or its dense twin (not speed figures: the profiler slows the steps it records)
+      shape="model.config=qwen3_moe_856m_a152m"; [ $v = profile_dense ] && shape=$DENSE
+      TORCH_LOGS=graph_breaks,recompiles STEPS=14 variant $v $shape 'logging.profile_steps=[10,12]'
+      grep -E "__graph_breaks|__recompiles" /tmp/$v.log | cut -c1-400 > "$OUT/dynamo_$v.txt"
+      for f in /tmp/$v/profile/kernels-*.txt; do head -80 "$f" > "$OUT/kernels_$v.txt"; done
+      python3 benchmarks/trace_gaps.py /tmp/$v/profile/trace-*.json > "$OUT/gaps_$v.txt" 2>&1 ;;
     dense) variant $v $DENSE ;;
   esac
 done
