@@ -6,8 +6,8 @@
 #                 shape from random weights, at 2,048 and 16,384 tokens per block with the same tokens per micro-batch
 #                 (65,536) and the document mask, + 16k with activation checkpointing and 16k without the mask.
 #                 Goal: 16k >= 80% of 2k's tokens/s; estimate within 10% of the measured peak at 16k.
-#   STAGE=flex    the same-call A/B of the document mask's backends at 16k: SDPA (a dense mask) and flex attention
-#                 (a block mask that skips whole blocks across documents), + flex at 2k.
+#   STAGE=flex    the same-call A/B of the document mask's backends at 2k and 16k: SDPA (a dense mask) and flex
+#                 attention (a block mask that skips whole blocks across documents), + 2k without the mask.
 #   STAGE=flexdiag where flex attention's time goes: benchmarks/bench_doc_attention.py (the attention alone, fwd+bwd,
 #                 SDPA causal / SDPA + dense mask / flex + block mask, on real 16k and 2k blocks), then the 16k flex run
 #                 logging every step, with dynamo's recompiles and graph breaks in $OUT/flex_dynamo.log.
@@ -76,11 +76,13 @@ if [ "$STAGE" = flex ]; then  # same call: the document mask through SDPA's dens
   tok 2048 out/mix6_bpe8k_2k --pack whole
   tok 16384 out/mix6_bpe8k_16k --pack whole
   echo "| run | seq_len | micro x accum | tokens/s | MFU | peak GiB | plan GiB | plan vs peak | checkpointing |" | tee -a "$N"
-  speed s16k 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.document_mask=true
   speed s16k_flex 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.document_mask=true \
     model.attn_implementation=flex_attention
   speed s2k_flex 2048 out/mix6_bpe8k_2k training.per_device_train_batch_size=32 model.document_mask=true \
     model.attn_implementation=flex_attention
+  speed s2k 2048 out/mix6_bpe8k_2k training.per_device_train_batch_size=32 model.document_mask=true
+  speed s16k 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.document_mask=true
+  speed s2k_nomask 2048 out/mix6_bpe8k_2k training.per_device_train_batch_size=32 model.attn_implementation=sdpa_packed
   exit 0
 fi
 if [ "$STAGE" = flexdiag ]; then

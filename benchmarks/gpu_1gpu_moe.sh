@@ -25,6 +25,7 @@ for v in ${VARIANTS:-grouped eager dense}; do
   case ${v%.[0-9]} in
     grouped) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=grouped_mm ;;
     grouped_noac) variant $v model.config=qwen3_moe_856m_a152m kernels.experts_autocast=false ;;  # fp32 fallback
+    grouped_nogather) variant $v model.config=qwen3_moe_856m_a152m kernels.experts_gather=false ;;  # HF's permutation
     eager) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=eager ;;
     batched) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=batched_mm ;;
     grouped_mb8) MB=8 variant $v model.config=qwen3_moe_856m_a152m ;;  # memory at half the micro-batch

@@ -1,6 +1,7 @@
-"""models/speedups.py's grouped_mm under autocast: the experts' grouped matmuls run on the autocast dtype's copy of
+"""models/speedups.py's grouped_mm experts: under autocast the grouped matmuls run on the autocast dtype's copy of
 their weights (stock: the fp32 master weights, which a compiled model sends to transformers' per-expert fp32
-fallback), with the same values up to bf16 rounding and fp32 gradients for the weights; checkpoints unchanged."""
+fallback), with the same values up to bf16 rounding and fp32 gradients for the weights; the gather-only forward
+gives transformers' values and gradients and compiles as one graph; checkpoints unchanged."""
 
 import json
 
@@ -15,21 +16,22 @@ TINY = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "nu
         "head_dim": 32, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2}
 
 
-def _model(autocast_experts: bool):
+def _model(autocast_experts: bool, gather: bool = False):
     torch.manual_seed(0)
     model = build_model(load_config("qwen3_moe_109m_a21m", TINY, vocab_size=128), attn_implementation="eager",
                         experts_implementation="grouped_mm")
-    apply_speedups(model, Speedups(experts_implementation="grouped_mm", experts_autocast=autocast_experts), 16)
+    apply_speedups(model, Speedups(experts_implementation="grouped_mm", experts_autocast=autocast_experts,
+                                   experts_gather=gather), 16)
     return model
 
 
-@pytest.mark.parametrize("autocast_experts", [False, True])
-def test_grouped_matmuls_in_the_autocast_dtype(autocast_experts, monkeypatch, tmp_path):
+@pytest.mark.parametrize("autocast_experts,gather", [(False, False), (True, False), (True, True)])
+def test_grouped_matmuls_in_the_autocast_dtype(autocast_experts, gather, monkeypatch, tmp_path):
     seen = []
     real = hf_moe._grouped_mm
     monkeypatch.setattr(hf_moe, "_grouped_mm", lambda input, weight, offs: (seen.append(weight.dtype),
                                                                            real(input, weight, offs))[1])
-    model = _model(autocast_experts)
+    model = _model(autocast_experts, gather)
     ids = torch.randint(0, 128, (2, 16))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss = model(input_ids=ids, labels=ids).loss
@@ -39,7 +41,7 @@ def test_grouped_matmuls_in_the_autocast_dtype(autocast_experts, monkeypatch, tm
     assert expert.gate_up_proj.dtype == torch.float32 and expert.gate_up_proj.grad.dtype == torch.float32
     assert expert.gate_up_proj.grad.abs().sum() > 0
     model.save_pretrained(tmp_path)
-    assert "grouped_mm_autocast" not in (tmp_path / "config.json").read_text()  # a name only this process knows
+    assert "grouped_mm_" not in (tmp_path / "config.json").read_text()  # a name only this process knows
 
 
 def test_the_same_loss_and_gradients_up_to_bf16_rounding():
@@ -55,3 +57,35 @@ def test_the_same_loss_and_gradients_up_to_bf16_rounding():
     assert ours == pytest.approx(stock, rel=2e-2)
     assert ((g1 - g0).norm() / g0.norm()).item() < 0.05
     json.dumps(ours)
+
+
+def _loss_and_grads(model, ids):
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_the_gather_only_forward_gives_transformers_values_and_gradients():
+    """In fp32, the rows moved by gathers (backward: gathers and a sum over each token's k copies) against
+    transformers' indexing (backward: scatter-adds): the same loss and every parameter's gradient."""
+    ids = torch.randint(0, 128, (3, 16))
+    stock_loss, stock = _loss_and_grads(_model(False, gather=False), ids)
+    ours_loss, ours = _loss_and_grads(_model(False, gather=True), ids)
+    torch.testing.assert_close(ours_loss, stock_loss)
+    assert ours.keys() == stock.keys() and any("experts" in n for n in ours)
+    for name in stock:
+        torch.testing.assert_close(ours[name], stock[name], msg=name)
+
+
+def test_the_gather_only_forward_compiles_as_one_graph():
+    model = _model(True, gather=True)
+    ids = torch.randint(0, 128, (2, 16))
+
+    def forward(ids):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model.model(input_ids=ids).last_hidden_state
+
+    forward(ids)  # transformers installs its output-capturing hooks at the first call, under a lock
+    out = torch.compile(forward, backend="eager", fullgraph=True)(ids)  # a graph break raises
+    out.float().pow(2).mean().backward()
+    assert model.model.layers[0].mlp.experts.down_proj.grad.abs().sum() > 0

@@ -9,7 +9,8 @@
 4. compiled only: GPT-2's MLP with c_fc's bias gradient in GELU's backward (``kernels.bias_gelu``) and the tanh
    GELU as a sigmoid (``kernels.gelu_sigmoid``), models/gelu.py;
 4b. MoE with grouped_mm: the experts' weights cast to the autocast dtype before their grouped matmuls
-   (``kernels.experts_autocast``, :func:`autocast_grouped_mm`);
+   (``kernels.experts_autocast``) and the routed rows moved by gathers only (``kernels.experts_gather``,
+   :func:`gathered_grouped_mm`);
 5. ``torch.compile`` at the chosen scope (``model.compile``).
 
 State-dict names never change: checkpoints load with plain ``from_pretrained``. Which of these a run takes is
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -48,6 +50,7 @@ class Speedups:
     gelu_sigmoid: bool = True
     experts_implementation: str | None = None  # MoE: transformers' experts backend (None: a dense model)
     experts_autocast: bool = True
+    experts_gather: bool = True
 
 
 @dataclass
@@ -60,6 +63,7 @@ class Applied:
     bias_gelu_mlps: int = 0
     sigmoid_gelus: int = 0
     experts_autocast: bool = False
+    experts_gather: bool = False
     compiled_modules: int = 0
 
 
@@ -82,10 +86,12 @@ def apply_speedups(model: nn.Module, speedups: Speedups, seq_len: int) -> Applie
     if s.gelu_sigmoid and compiled and (n := use_sigmoid_gelu(model)):
         done.sigmoid_gelus = n
         logger.info("GELU (tanh approximation) computed as x * sigmoid(2u) in %d modules (models/gelu.py)", n)
-    if s.experts_autocast and s.experts_implementation == "grouped_mm":
-        model.set_experts_implementation(AUTOCAST_GROUPED_MM)
-        done.experts_autocast = True
-        logger.info("experts: grouped matmuls on the autocast dtype's copy of their weights (models/speedups.py)")
+    if (s.experts_autocast or s.experts_gather) and s.experts_implementation == "grouped_mm":
+        model.set_experts_implementation(experts_function_name(s.experts_gather, s.experts_autocast))
+        done.experts_autocast, done.experts_gather = s.experts_autocast, s.experts_gather
+        logger.info("experts: grouped matmuls%s%s (models/speedups.py)",
+                    " on the autocast dtype's copy of their weights" if s.experts_autocast else "",
+                    ", rows moved by gathers only" if s.experts_gather else "")
     done.compiled_modules = compile_model(model, s.compile, s.compile_backend, s.compile_mode)
     return done
 
@@ -116,17 +122,28 @@ def compile_model(model, scope: str, backend: str = "inductor", mode: str = "def
     return len(blocks)
 
 
-# ---- MoE: grouped matmuls in the autocast dtype ----------------------------------------------------------------
+# ---- MoE: the experts' grouped matmuls --------------------------------------------------------------------------
 #
 # Autocast casts an nn.Linear's fp32 weight to bf16 for its matmul; transformers' grouped expert matmuls are no
 # autocast op, and compiled with fp32 master weights transformers takes its fallback (integrations/moe.py
 # _can_use_grouped_mm: "not supported in torch.compile with dtypes other than bf16"): one fp32 matmul per expert, on
 # CUDA cores (profiled on an H100: fp32 sgemm kernels under grouped_mm_fallback, half of the step). Seen with its
 # weights in the autocast dtype, the experts take torch's grouped_mm; the cast is differentiable, so the fp32
-# weights get their gradients as a Linear's do.
+# weights get their gradients as a Linear's do (``kernels.experts_autocast``).
+#
+# Around the two grouped matmuls, transformers' forward sends each token to its k experts by indexing, whose
+# backward is a scatter-add (index_put with accumulate), and masks the rows of expert-parallel "sentinel" tokens
+# three times (masked_fill on every routed row, forward and backward) although a single GPU has none. Profiled on
+# an H100 (the ~1B MoE shape, results/moe_2026-11-26b/), those copies took more GPU time than the difference
+# between the grouped and the dense matmuls. :func:`gathered_grouped_mm` moves the rows by gathers only, in both
+# directions (a permutation's inverse is known), and masks nothing (``kernels.experts_gather``).
 
-AUTOCAST_GROUPED_MM = "grouped_mm_autocast"
 EXPERT_WEIGHTS = ("gate_up_proj", "down_proj", "gate_proj", "up_proj")
+
+
+def experts_function_name(gather: bool, autocast: bool) -> str:
+    """The name registered with transformers' experts interface for these two kernels' choices."""
+    return "grouped_mm" + ("_gather" if gather else "") + ("_autocast" if autocast else "")
 
 
 class _ExpertsInDtype:
@@ -142,25 +159,87 @@ class _ExpertsInDtype:
         return value
 
 
-def autocast_grouped_mm(self, hidden_states, top_k_index, top_k_weights):
-    """transformers' grouped_mm experts forward, under autocast on the autocast dtype's copy of the weights."""
+class _PermuteRows(torch.autograd.Function):
+    """``x[order]`` for a permutation ``order`` of x's rows with inverse ``inverse``: the gradient is gathered back
+    (``grad[inverse]``), where autograd's indexing backward would scatter-add it."""
+
+    @staticmethod
+    def forward(ctx, x, order, inverse):
+        ctx.save_for_backward(inverse)
+        return x[order]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inverse,) = ctx.saved_tensors
+        return grad[inverse], None, None
+
+
+class _RepeatRows(torch.autograd.Function):
+    """``x[order // k]``: each row of x taken k times, in the order of a permutation ``order`` of range(len(x) * k)
+    with inverse ``inverse``; the gradient of each row's k copies is gathered back and summed."""
+
+    @staticmethod
+    def forward(ctx, x, order, inverse, k: int):
+        ctx.save_for_backward(inverse)
+        ctx.k = k
+        return x[order // k]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inverse,) = ctx.saved_tensors
+        return grad[inverse].view(-1, ctx.k, grad.shape[-1]).sum(dim=1), None, None, None
+
+
+def gathered_grouped_mm(experts, hidden_states, top_k_index, top_k_weights):
+    """transformers' grouped_mm experts forward (integrations/moe.py), its routed rows moved by gathers only."""
+    from transformers.integrations.moe import _grouped_linear
+
+    tokens, k = top_k_index.shape
+    expert_ids, order = torch.sort(top_k_index.reshape(-1))  # (token, choice) rows grouped by expert
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)
+    # histc, not bincount: no wait for the GPU; integer input on CUDA (deterministic), float elsewhere (supported)
+    ids = expert_ids.int() if expert_ids.is_cuda else expert_ids.float()
+    offsets = torch.cumsum(torch.histc(ids, bins=experts.num_experts, min=0, max=experts.num_experts - 1), dim=0,
+                           dtype=torch.int32)
+
+    def linear(x, name):
+        bias = getattr(experts, f"{name}_bias")[expert_ids] if experts.has_bias else None
+        return _grouped_linear(x, getattr(experts, name), offsets, bias=bias, is_transposed=experts.is_transposed)
+
+    rows = _RepeatRows.apply(hidden_states, order, inverse, k)
+    if experts.has_gate:
+        rows = experts._apply_gate(linear(rows, "gate_up_proj"))
+    else:
+        rows = experts.act_fn(linear(rows, "up_proj"))
+    rows = _PermuteRows.apply(linear(rows, "down_proj"), inverse, order)  # back to (token, choice) order
+    return (rows.view(tokens, k, -1) * top_k_weights.unsqueeze(-1)).sum(dim=1)
+
+
+def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, gather: bool = True,
+                            autocast: bool = True):
+    """The experts' forward with grouped matmuls: :func:`gathered_grouped_mm` (``gather``) or transformers' own,
+    under autocast on the autocast dtype's copy of the weights (``autocast``)."""
     from transformers.integrations.moe import grouped_mm_experts_forward
 
+    forward = gathered_grouped_mm if gather else grouped_mm_experts_forward
     device = hidden_states.device.type
-    if torch.is_autocast_enabled(device):
+    if autocast and torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
         if self.down_proj.dtype != dtype:  # every experts module has it (gate_up_proj: gated ones only)
-            out = grouped_mm_experts_forward(_ExpertsInDtype(self, dtype), hidden_states.to(dtype), top_k_index,
-                                             top_k_weights)
+            out = forward(_ExpertsInDtype(self, dtype), hidden_states.to(dtype), top_k_index, top_k_weights)
             return out.to(hidden_states.dtype)
-    return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+    return forward(self, hidden_states, top_k_index, top_k_weights)
 
 
 def _register() -> None:
     from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
-    ALL_EXPERTS_FUNCTIONS.register(AUTOCAST_GROUPED_MM, autocast_grouped_mm)
+    for gather in (False, True):
+        for autocast in (False, True):
+            if gather or autocast:  # neither: transformers' own grouped_mm
+                ALL_EXPERTS_FUNCTIONS.register(experts_function_name(gather, autocast),
+                                               partial(grouped_experts_forward, gather=gather, autocast=autocast))
 
 
 _register()
-

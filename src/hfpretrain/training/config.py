@@ -171,6 +171,9 @@ class KernelsSection:
     # MoE with experts_implementation=grouped_mm under bf16 autocast: the experts' grouped matmuls on bf16 copies of
     # their weights (transformers falls back to one fp32 matmul per expert when compiled: models/speedups.py)
     experts_autocast: bool = True
+    # MoE with experts_implementation=grouped_mm: the tokens' rows sent to their experts and back by gathers only,
+    # without transformers' scatter-add backward and expert-parallel masks (models/speedups.py)
+    experts_gather: bool = True
 
 
 @dataclass

@@ -131,7 +131,7 @@ def speedups_of(fast: FastPath, recipe) -> Speedups:
                     residual_dtype=fast.residual_dtype, compile=fast.compile, compile_backend=m.compile_backend,
                     compile_mode=fast.compile_mode, rope_table=k.rope_table, bias_gelu=k.bias_gelu,
                     gelu_sigmoid=k.gelu_sigmoid, experts_implementation=fast.experts_implementation,
-                    experts_autocast=k.experts_autocast)
+                    experts_autocast=k.experts_autocast, experts_gather=k.experts_gather)
 
 
 def choose_residual_dtype(requested: str, gpu: bool, bf16: bool = True) -> tuple[str, str]:
