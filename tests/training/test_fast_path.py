@@ -179,3 +179,16 @@ def test_a_dry_run_plans_the_micro_batch_for_context_gpu():
     assert split(None)[0] == (32, 4)
     chosen, reason = split("B200")
     assert chosen == (64, 2) and "B200's memory (context.gpu)" in reason
+
+
+@pytest.mark.parametrize("planning,want", [(True, "flex_attention"), (False, "sdpa")])
+def test_the_document_mask_takes_flex_attention_on_a_gpu(planning, want):
+    """model.document_mask with attn auto: flex attention's block mask where a GPU trains (a dry run plans for one),
+    SDPA's dense mask on a CPU, where flex attention has no backward; sdpa_packed (no mask) never."""
+    from transformers import Qwen3Config
+
+    from hfpretrain.training.fast_path import choose_fast_path
+
+    fast = choose_fast_path(ModelSection(document_mask=True), Qwen3Config(), 4, 256, planning=planning)
+    assert fast.attn_implementation == want, fast.reasons["attn_implementation"]
+    assert "document_mask" in fast.reasons["attn_implementation"]

@@ -41,6 +41,11 @@ ASSUMED_GPU_MEMORY = 80 * 10**9
 FP8_MIN_HIDDEN = 2048
 
 
+# model.document_mask under attn auto on a GPU: flex attention's block mask against SDPA's dense mask (which costs
+# SDPA its flash kernel), best_small's shape on one H100, the same call (results/long_context_2026-11-26/).
+FLEX_SPEEDUP = "1.29x SDPA's dense mask at 2,048 tokens, 2.97x at 16,384, measured on an H100"
+
+
 # model.micro_batch=auto grows the micro-batch while the memory estimate (models/memory.py, within 4% of the
 # measured peaks in docs/benchmarks.md) stays under this share of the GPU: room for its error and fragmentation.
 # The shipped 1.8B recipe runs at 78% of an H200 (110.2 GiB measured, 105.5 estimated: docs/benchmarks.md), so
@@ -77,8 +82,13 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
         if model_section.attn_implementation != "auto":
             raise RecipeError("model.document_mask=true needs a mask, which model.attn_implementation=sdpa_packed does "
                              "not take: use sdpa, flash_attention_2 or auto")
-        attn, reasons["attn_implementation"] = "sdpa", ("document_mask: SDPA with the block-causal mask transformers "
-                                                        "builds from the position ids (sdpa_packed has no mask)")
+        if cuda or planning:
+            attn, reasons["attn_implementation"] = "flex_attention", (
+                "document_mask: flex attention with a block mask, which skips the blocks across documents "
+                f"({FLEX_SPEEDUP}: docs/benchmarks.md)")
+        else:  # flex attention has no backward on a CPU
+            attn, reasons["attn_implementation"] = "sdpa", ("document_mask: SDPA with the block-causal mask "
+                                                            "transformers builds from the position ids (no GPU)")
 
     compile_scope = model_section.compile
     if compile_scope == "auto":
