@@ -11,6 +11,9 @@
 #   STAGE=flexdiag where flex attention's time goes: benchmarks/bench_doc_attention.py (the attention alone, fwd+bwd,
 #                 SDPA causal / SDPA + dense mask / flex + block mask, on real 16k and 2k blocks), then the 16k flex run
 #                 logging every step, with dynamo's recompiles and graph breaks in $OUT/flex_dynamo.log.
+#   STAGE=maskloss the document mask's effect on the loss, same call: recipes/best_small.yaml on the 2k data (--pack
+#                 whole) at a quarter of its budget (MASK_FLOPS, default 3.36e16: ~80 s of training), with and
+#                 without model.document_mask; the final bits per byte of both on the same validation blocks.
 #   STAGE=base    recipes/best_small.yaml itself (benchmarks/gpu_1gpu_best_small.sh, REPORT=0: ~480 s).
 #   STAGE=extend  the 16k data (--pack whole), the extension phase from runs/best_small/final (time-boxed:
 #                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
@@ -25,7 +28,7 @@
 set -o pipefail
 OUT=${OUT:-out/bench}; mkdir -p "$OUT"; N="$OUT/notes.txt"
 export TOKENIZERS_PARALLELISM=false
-case "${STAGE:-}" in speed|flex|flexdiag|base|extend) ;; *) echo "STAGE=speed, flex, flexdiag, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
+case "${STAGE:-}" in speed|flex|flexdiag|maskloss|base|extend) ;; *) echo "STAGE=speed, flex, flexdiag, maskloss, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$N"
 BUDGET_S=${BUDGET_S:-570}
 tok() {  # seq_len, out folder, extra arguments: the first 6 train shards with the 8k BPE (kept while warm)
@@ -98,6 +101,24 @@ if [ "$STAGE" = flexdiag ]; then
   grep -E "__recompiles|__graph_breaks" /tmp/lc_s16k_flex.log | cut -c1-400 > "$OUT/flex_dynamo.log"
   tail -60 /tmp/lc_s16k_flex.log > "$OUT/flex_tail.log"
   grep '"event": "log"' runs/lc_s16k_flex/log.jsonl | cut -c1-300 > "$OUT/flex_steps.log"
+  exit 0
+fi
+if [ "$STAGE" = maskloss ]; then
+  tok 2048 out/mix6_bpe8k_2k --pack whole
+  for arm in nomask mask; do
+    extra=""; [ $arm = mask ] && extra=model.document_mask=true
+    rm -rf runs/ml_$arm
+    timeout -k 10 -s TERM $(( BUDGET_S - SECONDS - 10 )) python3 scripts/pretrain.py recipes/best_small.yaml \
+      data.path=out/mix6_bpe8k_2k training_flops=${MASK_FLOPS:-3.36e16} training.output_dir=runs/ml_$arm \
+      training.per_device_train_batch_size=32 training.gradient_accumulation_steps=2 model.micro_batch=recipe \
+      training.warmup_steps=25 training.eval_strategy=no training.save_strategy=no $extra > /tmp/ml_$arm.log 2>&1
+    echo "== $arm rc $? (${SECONDS}s)" | tee -a "$N"; grep -E "error:|Error" /tmp/ml_$arm.log | tail -2 | tee -a "$N"
+    python3 -c "
+import json; s = json.load(open('runs/ml_$arm/summary.json')); e = s['final_eval']; p = s['plan']
+print('| $arm |', p['fast_path']['attn_implementation'], '|', s['global_step'], 'steps |', f\"{s['train']['train_runtime']:.1f} s |\",
+      f\"{e['eval_loss']:.4f} nats | {e['eval_bpb']:.4f} bits per byte |\", e.get('eval_tokens'))" 2>&1 | tee -a "$N"
+    cp runs/ml_$arm/summary.json "$OUT/maskloss_$arm.json" 2>/dev/null
+  done
   exit 0
 fi
 if [ "$STAGE" = base ]; then
