@@ -111,11 +111,11 @@ if [ "$STAGE" = maskloss ]; then
     timeout -k 10 -s TERM $(( BUDGET_S - SECONDS - 10 )) python3 scripts/pretrain.py recipes/best_small.yaml \
       data.path=out/mix6_bpe8k_2k training_flops=${MASK_FLOPS:-3.36e16} training.output_dir=runs/ml_$arm \
       training.per_device_train_batch_size=32 training.gradient_accumulation_steps=2 model.micro_batch=recipe \
-      training.warmup_steps=25 training.eval_strategy=no training.save_strategy=no $extra > /tmp/ml_$arm.log 2>&1
+      training.warmup_steps=25 training.eval_steps=100000 training.save_strategy=no $extra > /tmp/ml_$arm.log 2>&1
     echo "== $arm rc $? (${SECONDS}s)" | tee -a "$N"; grep -E "error:|Error" /tmp/ml_$arm.log | tail -2 | tee -a "$N"
     python3 -c "
 import json; s = json.load(open('runs/ml_$arm/summary.json')); e = s['final_eval']; p = s['plan']
-print('| $arm |', p['fast_path']['attn_implementation'], '|', s['global_step'], 'steps |', f\"{s['train']['train_runtime']:.1f} s |\",
+print('| $arm |', p['fast_path']['attn_implementation'], '|', s['global_step'], 'steps |', f\"{s['train']['train_runtime']:.1f} s | mean train loss {s['train']['train_loss']:.4f} |\",
       f\"{e['eval_loss']:.4f} nats | {e['eval_bpb']:.4f} bits per byte |\", e.get('eval_tokens'))" 2>&1 | tee -a "$N"
     cp runs/ml_$arm/summary.json "$OUT/maskloss_$arm.json" 2>/dev/null
   done
