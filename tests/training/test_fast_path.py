@@ -181,14 +181,17 @@ def test_a_dry_run_plans_the_micro_batch_for_context_gpu():
     assert chosen == (64, 2) and "B200's memory (context.gpu)" in reason
 
 
-@pytest.mark.parametrize("planning,want", [(True, "flex_attention"), (False, "sdpa")])
-def test_the_document_mask_takes_flex_attention_on_a_gpu(planning, want):
-    """model.document_mask with attn auto: flex attention's block mask where a GPU trains (a dry run plans for one),
-    SDPA's dense mask on a CPU, where flex attention has no backward; sdpa_packed (no mask) never."""
-    from transformers import Qwen3Config
+@pytest.mark.parametrize("model_type,planning,want", [("qwen3", True, "flex_attention"), ("qwen3", False, "sdpa"),
+                                                       ("gpt2", True, "sdpa")])
+def test_the_document_mask_takes_flex_attention_on_a_gpu(model_type, planning, want):
+    """model.document_mask with attn auto: flex attention's block mask where a GPU trains (a dry run plans for one)
+    and transformers has it for the model (not GPT-2); else SDPA's dense mask (on a CPU flex attention has no
+    backward); sdpa_packed (no mask) never."""
+    from transformers import AutoConfig
 
     from hfpretrain.training.fast_path import choose_fast_path
 
-    fast = choose_fast_path(ModelSection(document_mask=True), Qwen3Config(), 4, 256, planning=planning)
+    fast = choose_fast_path(ModelSection(document_mask=True), AutoConfig.for_model(model_type), 4, 256,
+                            planning=planning)
     assert fast.attn_implementation == want, fast.reasons["attn_implementation"]
     assert "document_mask" in fast.reasons["attn_implementation"]

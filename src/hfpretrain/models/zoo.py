@@ -193,6 +193,17 @@ def resolve_attn_implementation(config: PretrainedConfig, requested: str = "auto
     return choose_attn_implementation(requested)
 
 
+def supports_flex_attention(config: PretrainedConfig) -> bool:
+    """Whether transformers' causal-LM class for ``config`` takes ``attn_implementation="flex_attention"`` (Qwen3,
+    Llama, the MoE families do; GPT-2 does not)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        return bool(getattr(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)], "_supports_flex_attn", False))
+    except KeyError:
+        return False
+
+
 def build_model(
     config: PretrainedConfig,
     attn_implementation: str = "auto",

@@ -29,7 +29,7 @@ from hfpretrain.models.fp8 import check_fp8_available, fp8_unsupported
 from hfpretrain.models.hardware import canonical_gpu
 from hfpretrain.models.hardware import gpu_memory_bytes as card_memory_bytes
 from hfpretrain.models.speedups import Speedups
-from hfpretrain.models.zoo import is_moe, resolve_attn_implementation
+from hfpretrain.models.zoo import is_moe, resolve_attn_implementation, supports_flex_attention
 
 from .config import RecipeError
 from .loss import choose_fused_loss
@@ -82,13 +82,15 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
         if model_section.attn_implementation != "auto":
             raise RecipeError("model.document_mask=true needs a mask, which model.attn_implementation=sdpa_packed does "
                              "not take: use sdpa, flash_attention_2 or auto")
-        if cuda or planning:
+        flex = supports_flex_attention(config)
+        if (cuda or planning) and flex:
             attn, reasons["attn_implementation"] = "flex_attention", (
                 "document_mask: flex attention with a block mask, which skips the blocks across documents "
                 f"({FLEX_SPEEDUP}: docs/benchmarks.md)")
         else:  # flex attention has no backward on a CPU
+            why = "no GPU" if flex else f"transformers' {config.model_type} has no flex attention"
             attn, reasons["attn_implementation"] = "sdpa", ("document_mask: SDPA with the block-causal mask "
-                                                            "transformers builds from the position ids (no GPU)")
+                                                            f"transformers builds from the position ids ({why})")
 
     compile_scope = model_section.compile
     if compile_scope == "auto":
