@@ -16,9 +16,15 @@ TINY = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "nu
         "head_dim": 32, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2}
 
 
-def _model(autocast_experts: bool, gather: bool = False):
+GLM = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32,
+       "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 64,
+       "first_k_dense_replace": 1}  # layer 0 dense, layer 1 routed experts + a shared one, sigmoid routing
+
+
+def _model(autocast_experts: bool, gather: bool = False, family: str = "qwen3_moe"):
     torch.manual_seed(0)
-    model = build_model(load_config("qwen3_moe_109m_a21m", TINY, vocab_size=128), attn_implementation="eager",
+    name, fields = ("qwen3_moe_109m_a21m", TINY) if family == "qwen3_moe" else ("glm4_moe_101m_a24m", GLM)
+    model = build_model(load_config(name, fields, vocab_size=128), attn_implementation="eager",
                         experts_implementation="grouped_mm")
     apply_speedups(model, Speedups(experts_implementation="grouped_mm", experts_autocast=autocast_experts,
                                    experts_gather=gather), 16)
@@ -65,12 +71,13 @@ def _loss_and_grads(model, ids):
     return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
-def test_the_gather_only_forward_gives_transformers_values_and_gradients():
+@pytest.mark.parametrize("family", ["qwen3_moe", "glm4_moe"])
+def test_the_gather_only_forward_gives_transformers_values_and_gradients(family):
     """In fp32, the rows moved by gathers (backward: gathers and a sum over each token's k copies) against
     transformers' indexing (backward: scatter-adds): the same loss and every parameter's gradient."""
     ids = torch.randint(0, 128, (3, 16))
-    stock_loss, stock = _loss_and_grads(_model(False, gather=False), ids)
-    ours_loss, ours = _loss_and_grads(_model(False, gather=True), ids)
+    stock_loss, stock = _loss_and_grads(_model(False, gather=False, family=family), ids)
+    ours_loss, ours = _loss_and_grads(_model(False, gather=True, family=family), ids)
     torch.testing.assert_close(ours_loss, stock_loss)
     assert ours.keys() == stock.keys() and any("experts" in n for n in ours)
     for name in stock:
