@@ -9,16 +9,30 @@
 # the report, the decision included, from them; --plan first to see the cells flagged for > 4 passes). Once every
 # run is done and time is left, the best run of 2.5e16 is trained again with periodic evaluation ($OUT/best.tgz.part-*;
 # BEST=0: not) for a run report with lm-eval (ARC, OpenBookQA, HellaSwag, PIQA, LAMBADA) beside chance levels.
-# Carry: TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval with all 10 shards, plus out/tok10_bpe8k
-# and out/tok10_bpe32k (trained on the CPU: the reproduce commands of the spec), so that every call uses the same merges.
-#   source .carry/setup.sh && BUDGET_S=570 bash benchmarks/gpu_1gpu_vocab2_study.sh
+# Carry: the ten shards (49 MB) do not fit one 64 MiB carry beside the kit and the tree, so they come in two calls
+# on a machine kept warm between them: STASH=1 copies the carried shards to $STASH_DIR (outside the tree; kept while
+# the machine stays warm) and stops; every later call reads the ten from there.
+#   TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval               # shards 0-4 (27 MB)
+#   call 1: source .carry/setup.sh && STASH=1 bash benchmarks/gpu_1gpu_vocab2_study.sh
+#   FIRST_SHARD=5 TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval # shards 5-9 (22 MB)
+#   call 2 (within 30 s): source .carry/setup.sh && BUDGET_S=570 bash benchmarks/gpu_1gpu_vocab2_study.sh
+# plus, in every carry, out/tok10_bpe8k and out/tok10_bpe32k (trained on the CPU: the reproduce commands of the
+# spec), so that every call uses the same merges, and benchmarks/pack_extra.sh (OmegaConf).
 source benchmarks/gpu_common.sh
 SPEC=src/hfpretrain/study/specs/gpu_vocab2.yaml
 STUDY=studies/gpu_vocab2
 for t in out/tok10_bpe8k out/tok10_bpe32k; do
   [ -f "$t/tokenizer.json" ] || { echo "== $t missing: carry the trained tokenizers" | tee -a "$N"; exit 2; }
 done
-SHARDS=10 VOCABS="8192 32768" NUM_PROC=16 OUT=out bash benchmarks/prepare_vocab_study.sh 2>&1 | tail -2
+STASH_DIR=${STASH_DIR:-/root/vocab2_data}  # a data root of its own: the ten shards, val, GPT-2's tokenizer
+mkdir -p "$STASH_DIR/pretrain/mix" "$STASH_DIR/tokenizers"
+cp -n "$DATA_ROOT"/pretrain/mix/train-*.jsonl.zst "$DATA_ROOT"/pretrain/mix/val.jsonl.zst "$STASH_DIR/pretrain/mix/"
+[ -e "$STASH_DIR/tokenizers/gpt2" ] || cp -r "$DATA_ROOT/tokenizers/gpt2" "$STASH_DIR/tokenizers/"
+shards=$(ls "$STASH_DIR"/pretrain/mix/train-*.jsonl.zst | wc -l)
+echo "== $shards shards in $STASH_DIR" | tee -a "$N"
+[ "${STASH:-0}" = 1 ] && exit 0
+[ "$shards" -ge 10 ] || { echo "== $shards of 10 shards: carry the others with STASH=1 first" | tee -a "$N"; exit 2; }
+DATA_ROOT="$STASH_DIR" SHARDS=10 VOCABS="8192 32768" NUM_PROC=16 OUT=out bash benchmarks/prepare_vocab_study.sh 2>&1 | tail -2
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
 mkdir -p "$STUDY"
 # the finished runs: an earlier call's (carried), else the committed ones; -n keeps a warm machine's
