@@ -14,19 +14,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from hfpretrain.data.order import document_positions
-
-
-def timed(fn, repeat: int) -> float:
-    """Milliseconds per call after one warm call (CUDA events)."""
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeat):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / repeat
+from cuda_timing import cuda_ms  # benchmarks/ (the script's folder)
 
 
 def main():
@@ -56,10 +44,10 @@ def main():
             out.backward(grad)
         return run
 
-    result["sdpa_causal_ms"] = timed(step(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), a.repeat)
+    result["sdpa_causal_ms"] = cuda_ms(step(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)), a.repeat)
     dense = (doc[:, None, :, None] == doc[:, None, None, :]) & torch.ones(S, S, dtype=torch.bool,
                                                                           device="cuda").tril()
-    result["sdpa_dense_mask_ms"] = timed(step(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)),
+    result["sdpa_dense_mask_ms"] = cuda_ms(step(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)),
                                          a.repeat)
     del dense
 
@@ -84,7 +72,7 @@ def main():
         step(lambda: flex(q, k, v, block_mask=mask))()
         torch.cuda.synchronize()
         result[f"{name}_first_s"] = time.perf_counter() - t
-        result[f"{name}_ms"] = timed(step(lambda: flex(q, k, v, block_mask=mask)), a.repeat)
+        result[f"{name}_ms"] = cuda_ms(step(lambda: flex(q, k, v, block_mask=mask)), a.repeat)
     print(json.dumps(result, indent=1))
     if a.out:
         json.dump(result, open(a.out, "w"), indent=1)

@@ -19,18 +19,7 @@ from transformers.activations import NewGELUActivation
 from hfpretrain.kernels import gelu_bias as G
 from hfpretrain.models.gelu import fuse_bias_gelu
 from hfpretrain.models.gelu import SigmoidGELU
-
-
-def cuda_ms(fn, repeats: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / repeats
+from cuda_timing import cuda_ms  # benchmarks/ (the script's folder)
 
 
 def main() -> None:
