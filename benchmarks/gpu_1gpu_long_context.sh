@@ -31,9 +31,10 @@ export TOKENIZERS_PARALLELISM=false
 case "${STAGE:-}" in speed|flex|flexdiag|maskloss|base|extend) ;; *) echo "STAGE=speed, flex, flexdiag, maskloss, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$N"
 BUDGET_S=${BUDGET_S:-570}
+MIX=${MIX:-.carry/data/pretrain/mix}  # the shards' folder (another where a study's call stashed them)
 tok() {  # seq_len, out folder, extra arguments: the first 6 train shards with the 8k BPE (kept while warm)
-  [ -f "$2/manifest.json" ] || python3 scripts/tokenize_pile.py --input .carry/data/pretrain/mix/train-0000[0-5].jsonl.zst \
-    --val-input .carry/data/pretrain/mix/val.jsonl.zst --val-docs 10000 --tokenizer out/tok_bpe8k --seq-len "$1" \
+  [ -f "$2/manifest.json" ] || python3 scripts/tokenize_pile.py --input "$MIX"/train-0000[0-5].jsonl.zst \
+    --val-input "$MIX"/val.jsonl.zst --val-docs 10000 --tokenizer out/tok_bpe8k --seq-len "$1" \
     --out "$2" --num-proc 16 -q "${@:3}" 2>&1 | tail -2
   python3 -c "import json;m=json.load(open('$2/manifest.json'));d=m['train']['document_lengths'];print('$2', m['pack'], 'blocks',m['train']['blocks'],{k:d[k] for k in ('documents','p50','p90','p99','max','longer_than_block','split_short')})" | tee -a "$N"
 }
