@@ -13,7 +13,8 @@
 #                 logging every step, with dynamo's recompiles and graph breaks in $OUT/flex_dynamo.log.
 #   STAGE=maskloss the document mask's effect on the loss, same call: recipes/best_small.yaml on the 2k data (--pack
 #                 whole) at a quarter of its budget (MASK_FLOPS, default 3.36e16: ~80 s of training), with and
-#                 without model.document_mask; the final bits per byte of both on the same validation blocks.
+#                 without model.document_mask; the final bits per byte of both on the same validation blocks,
+#                 then both final models evaluated both ways (with and without the mask) on 256 of them.
 #   STAGE=base    recipes/best_small.yaml itself (benchmarks/gpu_1gpu_best_small.sh, REPORT=0: ~480 s).
 #   STAGE=extend  the 16k data (--pack whole), the extension phase from runs/best_small/final (time-boxed:
 #                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
@@ -120,6 +121,13 @@ print('| $arm |', p['fast_path']['attn_implementation'], '|', s['global_step'], 
       f\"{e['eval_loss']:.4f} nats | {e['eval_bpb']:.4f} bits per byte |\", e.get('eval_tokens'))" 2>&1 | tee -a "$N"
     cp runs/ml_$arm/summary.json "$OUT/maskloss_$arm.json" 2>/dev/null
   done
+  # Each run's own evaluation scores the unmasked model with attention across documents, the masked one per
+  # document: not the same task. Both models, both ways, on the same 256 validation blocks.
+  for arm in nomask mask; do for how in on off; do
+    python3 -m hfpretrain.cli.long_context runs/ml_$arm/final --short-data out/mix6_bpe8k_2k --short-blocks 256 \
+      --lengths --document-mask $how --out "$OUT/cross_${arm}_mask_$how.json" > /dev/null 2>&1
+    python3 -c "import json; s=json.load(open('$OUT/cross_${arm}_mask_$how.json'))['short_context']; print('| $arm model | evaluated with the mask $how |', {k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()})" 2>&1 | tee -a "$N"
+  done; done
   exit 0
 fi
 if [ "$STAGE" = base ]; then
