@@ -16,6 +16,8 @@
 #   call 1: source .carry/setup.sh && STASH=1 bash benchmarks/gpu_1gpu_vocab2_study.sh
 #   FIRST_SHARD=5 TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval # shards 5-9 (22 MB)
 #   call 2 (within 30 s): source .carry/setup.sh && BUDGET_S=570 bash benchmarks/gpu_1gpu_vocab2_study.sh
+# With the committed runs of results/study_gpu_vocab2 in the tree (12 MB) five shards no longer fit beside it: bring
+# three calls' worth instead (pack.sh 18; FIRST_SHARD=3 pack.sh 18; FIRST_SHARD=6 pack.sh 20), STASH=1 in the first two.
 # plus, in every carry, out/tok10_bpe8k and out/tok10_bpe32k (trained on the CPU: the reproduce commands of the
 # spec), so that every call uses the same merges, and benchmarks/pack_extra.sh (OmegaConf).
 source benchmarks/gpu_common.sh

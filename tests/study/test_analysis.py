@@ -205,3 +205,19 @@ def test_losses_of_other_vocabularies_without_bits_per_byte_are_not_one_unit():
     assert same["shared_unit"] is True and not any("not one unit" in line for line in isoflop_lines(same, None))
     bpb = analyse_isoflop([{**r, "val_bpb": r["val_loss"]} for r in rows], y="val_bpb", n_boot=0)
     assert bpb["shared_unit"] is True
+
+
+def test_the_report_compares_two_arms_that_are_not_the_baseline():
+    """A vocabulary study's size effect is 8k against 32k, neither of them the baseline: the report gives that
+    pair its own per-budget gaps (the same numbers as the analysis' pairs), not only each arm against the baseline."""
+    from hfpretrain.study.report import isoflop_lines
+
+    m = 2.0
+    arms = {"base": (E, A, ALPHA), "mid": (E, A * m ** (-ALPHA), ALPHA), "best": (E, A * (2 * m) ** (-ALPHA), ALPHA)}
+    r = analyse_isoflop(study(arms, seeds=2, sigma=0.005), n_boot=40)
+    text = "\n".join(isoflop_lines(r, None))
+    assert "### best vs mid" in text and "### mid vs best" not in text and "### mid vs base" in text
+    section = text.split("### best vs mid")[1].split("###")[0]
+    for b, gap in r["pairs"]["best vs mid"]["gap"].items():
+        assert gap < 0 and f"| {b:.3g} | {gap:+.4f} [" in section
+    assert f"shared E {r['pairs']['best vs mid']['gap_extrapolated']:+.4f}" in section

@@ -214,9 +214,36 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
                   "below the data)." if held else "Gap at 10× and crossings (no back-test: fewer than 3 budgets).", "",
                   _table(["model", "predicted gap at the top budget", "measured", "error", "gap at 10×",
                           "crossing (FLOPs)"], brow), ""]
+    lines += _pair_lines(result, iv, iv_clean, sep)
     lines += ["## Discussion", "", *discussion_lines(result), ""]
     if plot_png:
         lines += [f"![IsoFLOP curves and per-budget optima]({plot_png})", ""]
+    return lines
+
+
+def _pair_lines(result: dict, iv: dict, iv_clean: dict, sep: dict | None) -> list[str]:
+    """The comparisons between two arms that are not the baseline (a vocabulary study's size effect: 8k vs 32k,
+    both trained on the corpus), per budget, as the sections above give each arm against the baseline."""
+    lines = []
+    for key, p in result.get("pairs", {}).items():
+        arm, other = key.split(" vs ")
+        if other == result["baseline"] or arm == result["baseline"]:
+            continue
+        pi, pc = (iv.get("pairs") or {}).get(key) or {}, (iv_clean.get("pairs") or {}).get(key) or {}
+        ps = ((sep or {}).get("pairs") or {}).get(key) or {}
+        rows_ = [[f"{b:.3g}", f"{g:+.4f}{_ci((pi.get('gap') or {}).get(b))}", _ci((pc.get("gap") or {}).get(b)).strip() or "–"]
+                 for b, g in p["gap"].items()]
+        tenx = [f"{label} {d['gap_extrapolated']:+.4f}{_ci(ci)}" for label, d, ci in
+                (("shared E", p, pi.get("gap_extrapolated")),
+                 ("separate E", ps, ((sep or {}).get("intervals") or {}).get("pairs", {}).get(key, {}).get("gap_extrapolated")))
+                if d and math.isfinite(d.get("gap_extrapolated", float("nan")))]
+        cross = ", ".join(f"{c:.2g}" for c in p.get("crossover") or []) or "none"
+        lines += [f"### {key}", "",
+                  f"Gap = best loss of {arm} − best loss of {other} (negative: {arm} is better), with its interval from "
+                  "the pooled σ and from the σ without outliers.", "",
+                  _table(["budget (FLOPs)", "gap", "gap interval without outliers"], rows_), "",
+                  f"Gap at 10× the largest budget: {'; '.join(tenx) or '– (no fit)'}; the shared-E curves cross at: "
+                  f"{cross}.", ""]
     return lines
 
 
