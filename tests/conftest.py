@@ -88,6 +88,19 @@ def mini_val(data_root) -> Path:
 
 
 @pytest.fixture(scope="session")
+def mini_blocks_bpe1k(tmp_path_factory, mini_train, mini_val) -> Path:
+    """``mini_blocks`` with a 1,024-token byte-level BPE trained on the same 300 documents: for the tests that
+    train many tiny models (the studies), whose time GPT-2's 50k-row head and loss would otherwise take."""
+    from hfpretrain.data import tokenize_corpus
+    from hfpretrain.data.train_tokenizer import train_tokenizer
+
+    base = tmp_path_factory.mktemp("bpe1k")
+    tokenizer = train_tokenizer([mini_train], vocab_size=1024, out=base / "tokenizer", max_docs=300)
+    return tokenize_corpus(inputs=[mini_train], val_inputs=[mini_val], out=base / "mini_blocks",
+                           tokenizer=tokenizer, seq_len=128, max_docs=300, val_docs=100)
+
+
+@pytest.fixture(scope="session")
 def mini_blocks(tmp_path_factory, mini_train, mini_val, gpt2_tokenizer) -> Path:
     """Output dir of the real data pipeline: 300 mini_train docs / 100 mini_val docs, gpt2, seq_len 128.
 
