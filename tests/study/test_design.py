@@ -86,8 +86,8 @@ def test_plan_errors_stop_the_study_before_training(mini_blocks, tmp_path):
 
 
 def test_isoflop_micro_study_and_its_report(mini_blocks_bpe1k, tmp_path):
-    # a 1k vocabulary (N without GPT-2's 50k-row embedding) at a quarter of the budgets: the same sizes, steps
-    # of the same order as with GPT-2's tokenizer at the full budgets
+    # a 1k vocabulary at a quarter of the budgets: steps of the order GPT-2's tokenizer gave at the full ones, each
+    # 4x cheaper without a 50k-row head (the moving window is test_plan_applies_isoflop_seeds_and_rules' part)
     spec = _spec(mini_blocks_bpe1k, flops=[8e9, 3.3e10], seed_budgets=[8e9])
     out = tmp_path / "study"
     rows = run_study(spec, out)

@@ -225,22 +225,25 @@ def _pair_lines(result: dict, iv: dict, iv_clean: dict, sep: dict | None) -> lis
     """The comparisons between two arms that are not the baseline (a vocabulary study's size effect: 8k vs 32k,
     both trained on the corpus), per budget, as the sections above give each arm against the baseline."""
     lines = []
+    sep_iv = ((sep or {}).get("intervals") or {}).get("pairs") or {}
     for key, p in result.get("pairs", {}).items():
         arm, other = key.split(" vs ")
-        if other == result["baseline"] or arm == result["baseline"]:
+        if result["baseline"] in (arm, other):
             continue
-        pi, pc = (iv.get("pairs") or {}).get(key) or {}, (iv_clean.get("pairs") or {}).get(key) or {}
-        ps = ((sep or {}).get("pairs") or {}).get(key) or {}
-        rows_ = [[f"{b:.3g}", f"{g:+.4f}{_ci((pi.get('gap') or {}).get(b))}", _ci((pc.get("gap") or {}).get(b)).strip() or "–"]
+        gap_ci = ((iv.get("pairs") or {}).get(key) or {}).get("gap") or {}
+        gap_ci_clean = ((iv_clean.get("pairs") or {}).get(key) or {}).get("gap") or {}
+        rows_ = [[f"{b:.3g}", f"{g:+.4f}{_ci(gap_ci.get(b))}", _ci(gap_ci_clean.get(b)).strip() or "–"]
                  for b, g in p["gap"].items()]
-        tenx = [f"{label} {d['gap_extrapolated']:+.4f}{_ci(ci)}" for label, d, ci in
-                (("shared E", p, pi.get("gap_extrapolated")),
-                 ("separate E", ps, ((sep or {}).get("intervals") or {}).get("pairs", {}).get(key, {}).get("gap_extrapolated")))
-                if d and math.isfinite(d.get("gap_extrapolated", float("nan")))]
+        tenx = []
+        for label, fig, ci in (("shared E", p, ((iv.get("pairs") or {}).get(key) or {}).get("gap_extrapolated")),
+                               ("separate E", ((sep or {}).get("pairs") or {}).get(key),
+                                (sep_iv.get(key) or {}).get("gap_extrapolated"))):
+            if fig and math.isfinite(fig.get("gap_extrapolated", float("nan"))):
+                tenx.append(f"{label} {fig['gap_extrapolated']:+.4f}{_ci(ci)}")
         cross = ", ".join(f"{c:.2g}" for c in p.get("crossover") or []) or "none"
         lines += [f"### {key}", "",
-                  f"Gap = best loss of {arm} − best loss of {other} (negative: {arm} is better), with its interval from "
-                  "the pooled σ and from the σ without outliers.", "",
+                  f"Gap = best loss of {arm} − best loss of {other} (negative: {arm} is better), with its interval "
+                  "from the pooled σ and from the σ without outliers.", "",
                   _table(["budget (FLOPs)", "gap", "gap interval without outliers"], rows_), "",
                   f"Gap at 10× the largest budget: {'; '.join(tenx) or '– (no fit)'}; the shared-E curves cross at: "
                   f"{cross}.", ""]
