@@ -19,7 +19,7 @@
 # or, as on 2026-11-26, call 2 starts it in the background and every later call (within 30 s) waits and packs:
 #   ... && STASH=1 bash benchmarks/gpu_1gpu_vocab2_study.sh && bash benchmarks/gpu_chain.sh start \
 #     'BEST=0 bash benchmarks/gpu_1gpu_vocab2_study.sh' && PACK=studies/gpu_vocab2 bash benchmarks/gpu_chain.sh wait 560
-#   PACK=studies/gpu_vocab2 bash benchmarks/gpu_chain.sh wait 560    # $OUT/study_runs.tgz: the finished runs so far
+#   PACK=studies/gpu_vocab2 bash benchmarks/gpu_chain.sh wait 560    # $OUT/study_runs.tgz: the runs so far
 # With the committed runs of results/study_gpu_vocab2 in the tree (12 MB) five shards no longer fit beside it: bring
 # three calls' worth instead (pack.sh 18; FIRST_SHARD=3 pack.sh 18; FIRST_SHARD=6 pack.sh 20), STASH=1 in the first two.
 # plus, in every carry, out/tok10_bpe8k and out/tok10_bpe32k (trained on the CPU: the reproduce commands of the

@@ -4,8 +4,8 @@
 #   source .carry/setup.sh && bash benchmarks/gpu_chain.sh start 'STAGE=speed bash benchmarks/gpu_1gpu_long_context.sh' ...
 #   bash benchmarks/gpu_chain.sh wait 560   # every follow-up call: waits until the chain ends or 560 s pass
 #   PACK=studies/gpu_vocab2 bash benchmarks/gpu_chain.sh wait 560   # also packs that study's runs ($OUT/study_runs.tgz)
-# A study step writes its runs in the tree, not under $CHAIN, and packs them only when it ends: PACK brings back the
-# finished runs of every call, so that a chain cut by the device budget loses only the runs in progress.
+# A study step writes its runs in the tree, not under $CHAIN, and packs them only when it ends: PACK packs them at
+# every call (benchmarks/pack_study_runs.sh), so that a chain cut by the device budget loses only the runs in progress.
 # Each step runs in its own session (setsid: it outlives the call that started it) with OUT=$CHAIN/<n> and an
 # unbounded BUDGET_S; `wait` packs every step's output so far into $OUT/chain.tgz and prints the notes.
 set -o pipefail
@@ -32,10 +32,5 @@ esac
 cat "$CHAIN/steps.txt" "$CHAIN/chain.txt"; for d in "$CHAIN"/[0-9]*; do echo "#### $d"; cat "$d/notes.txt" 2>/dev/null | tail -40; done
 tail -5 "$CHAIN/chain.log"
 [ -n "${OUT:-}" ] && tar -czf "$OUT/chain.tgz" -C "$CHAIN" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.bin' .
-if [ -n "${PACK:-}" ] && [ -n "${OUT:-}" ] && [ -d "$PACK/runs" ]; then  # the files study_call packs, of finished runs
-  (cd "$PACK" && { ls -d runs/*/*/summary.json 2>/dev/null | xargs -r -n1 dirname | while read -r r; do
-     ls "$r"/summary.json "$r"/log.jsonl "$r"/recipe.yaml "$r"/lineage.json 2>/dev/null; done
-     [ -d logs ] && echo logs; } | tar -czf "$OUT/study_runs.tgz" -T -)
-  echo "packed $(tar -tzf "$OUT/study_runs.tgz" | grep -c summary.json) finished runs of $PACK"
-fi
+[ -n "${PACK:-}" ] && [ -n "${OUT:-}" ] && [ -d "$PACK/runs" ] && bash benchmarks/pack_study_runs.sh "$PACK" "$OUT/study_runs.tgz"
 [ -f "$CHAIN/DONE" ] && echo "chain done" || echo "chain running"
