@@ -230,12 +230,13 @@ def _pair_lines(result: dict, iv: dict, iv_clean: dict, sep: dict | None) -> lis
         arm, other = key.split(" vs ")
         if result["baseline"] in (arm, other):
             continue
-        gap_ci = ((iv.get("pairs") or {}).get(key) or {}).get("gap") or {}
+        pair_iv = (iv.get("pairs") or {}).get(key) or {}
+        gap_ci = pair_iv.get("gap") or {}
         gap_ci_clean = ((iv_clean.get("pairs") or {}).get(key) or {}).get("gap") or {}
         rows_ = [[f"{b:.3g}", f"{g:+.4f}{_ci(gap_ci.get(b))}", _ci(gap_ci_clean.get(b)).strip() or "–"]
                  for b, g in p["gap"].items()]
         tenx = []
-        for label, fig, ci in (("shared E", p, ((iv.get("pairs") or {}).get(key) or {}).get("gap_extrapolated")),
+        for label, fig, ci in (("shared E", p, pair_iv.get("gap_extrapolated")),
                                ("separate E", ((sep or {}).get("pairs") or {}).get(key),
                                 (sep_iv.get(key) or {}).get("gap_extrapolated"))):
             if fig and math.isfinite(fig.get("gap_extrapolated", float("nan"))):
