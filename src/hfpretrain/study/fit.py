@@ -43,26 +43,16 @@ class PowerLawFit:
 MIN_COMPUTE_SPAN = 1.5  # a fit of L(C) needs points of more than one budget
 
 
-def _fit_given_E(logc: np.ndarray, loss: np.ndarray, E: float) -> tuple[float, float, float]:
-    """(log A, alpha, sse of log L) for a fixed E."""
-    y = np.log(loss - E)
-    X = np.stack([np.ones_like(logc), -logc], axis=1)
-    (log_a, alpha), *_ = np.linalg.lstsq(X, y, rcond=None)
-    pred = E + np.exp(log_a - alpha * logc)
-    sse = float(np.sum((np.log(pred) - np.log(loss)) ** 2))
-    return float(log_a), float(alpha), sse
-
-
-def _sse_given_Es(logc: np.ndarray, loss: np.ndarray, es: np.ndarray) -> np.ndarray:
-    """:func:`_fit_given_E`'s sse for every E of ``es`` at once (the line's closed form, one array op per grid
-    instead of one least-squares call per E: the bootstrap of a study fits thousands of times)."""
+def _fit_given_Es(logc: np.ndarray, loss: np.ndarray, es: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(log A, alpha, sse of log L) for each fixed E of ``es``: log(L − E) is a line in log C, fitted in closed
+    form for all of them in one array operation (the bootstrap of a study fits thousands of times)."""
     y = np.log(loss[None, :] - es[:, None])
     x = -logc
     xc = x - x.mean()
     alpha = (y * xc).sum(axis=1) / (xc * xc).sum()
     log_a = y.mean(axis=1) - alpha * x.mean()
     pred = es[:, None] + np.exp(log_a[:, None] - alpha[:, None] * logc[None, :])
-    return ((np.log(pred) - np.log(loss)[None, :]) ** 2).sum(axis=1)
+    return log_a, alpha, ((np.log(pred) - np.log(loss)[None, :]) ** 2).sum(axis=1)
 
 
 def _search_E(sses, hi: float, grid: int, zooms: int) -> float:
@@ -102,7 +92,7 @@ def _points(compute, loss) -> tuple[np.ndarray, np.ndarray]:
 def _result(c: np.ndarray, y: np.ndarray, E: float, fixed: bool) -> PowerLawFit:
     # Normalise C so the intercept stays well-conditioned (C ~ 1e12..1e20); A is converted back.
     c0 = float(np.exp(np.mean(np.log(c))))
-    log_a, alpha, sse = _fit_given_E(np.log(c / c0), y, E)
+    log_a, alpha, sse = (float(v[0]) for v in _fit_given_Es(np.log(c / c0), y, np.array([E])))
     A = math.exp(log_a) * c0**alpha  # A·(C/c0)^-α = A·c0^α · C^-α
     ly = np.log(y)
     sst = float(np.sum((ly - ly.mean()) ** 2))
@@ -116,7 +106,7 @@ def fit_power_law(compute, loss, grid: int = 200, zooms: int = 30) -> PowerLawFi
     if len(c) < 3:
         return _result(c, y, 0.0, True)
     logc = np.log(c / float(np.exp(np.mean(np.log(c)))))
-    E = _search_E(lambda es: _sse_given_Es(logc, y, es), float(y.min()), grid, zooms)
+    E = _search_E(lambda es: _fit_given_Es(logc, y, es)[2], float(y.min()), grid, zooms)
     return _result(c, y, E, False)
 
 
@@ -134,7 +124,7 @@ def fit_shared_floor(points: dict, grid: int = 200, zooms: int = 30) -> dict[str
     if not fixed:
         logs = {k: (np.log(c / float(np.exp(np.mean(np.log(c))))), y) for k, (c, y) in data.items()}
         hi = min(float(y.min()) for _, y in data.values())
-        E = _search_E(lambda es: sum(_sse_given_Es(lc, y, es) for lc, y in logs.values()), hi, grid, zooms)
+        E = _search_E(lambda es: sum(_fit_given_Es(lc, y, es)[2] for lc, y in logs.values()), hi, grid, zooms)
     return {k: _result(c, y, E, fixed) for k, (c, y) in data.items()}
 
 
