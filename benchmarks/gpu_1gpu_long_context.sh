@@ -124,7 +124,7 @@ print('| $arm |', p['fast_path']['attn_implementation'], '|', s['global_step'], 
   # Each run's own evaluation scores the unmasked model with attention across documents, the masked one per
   # document: not the same task. Both models, both ways, on the same 256 validation blocks.
   for arm in nomask mask; do for how in on off; do
-    python3 -m hfpretrain.cli.long_context runs/ml_$arm/final --short-data out/mix6_bpe8k_2k --short-blocks 256 \
+    python3 scripts/long_context.py runs/ml_$arm/final --short-data out/mix6_bpe8k_2k --short-blocks 256 \
       --lengths --document-mask $how --out "$OUT/cross_${arm}_mask_$how.json" > /dev/null 2>&1
     python3 -c "import json; s=json.load(open('$OUT/cross_${arm}_mask_$how.json'))['short_context']; print('| $arm model | evaluated with the mask $how |', {k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()})" 2>&1 | tee -a "$N"
   done; done
