@@ -257,6 +257,16 @@ def test_a_claimed_run_is_not_claimed_again(tmp_path):
         assert again
 
 
+def test_workers_are_spread_over_every_visible_gpu():
+    """``workers`` runs at a time on each GPU, round robin (the plan's first runs land on different GPUs),
+    as CUDA_VISIBLE_DEVICES names them; on a CPU machine ``workers`` processes in all."""
+    from hfpretrain.study.grid import worker_gpus
+
+    assert worker_gpus(2, ["0", "1", "3"]) == ["0", "1", "3", "0", "1", "3"]
+    assert worker_gpus(1, ["2"]) == ["2"]
+    assert worker_gpus(3, []) == [None, None, None]
+
+
 def test_workers_share_the_runs_and_train_each_once(mini_blocks, tmp_path):
     import yaml
 

@@ -4,7 +4,7 @@
     python scripts/study.py SPEC.yaml --out DIR --report-only     # re-analyse the finished runs
     python scripts/study.py SPEC.yaml --list                      # the runs it would do, and which are done
     python scripts/study.py SPEC.yaml --plan                      # sizes, tokens, LR, warmup, passes, GPU time; checks
-    python scripts/study.py SPEC.yaml --workers 3                 # 3 runs at a time (small models on one GPU)
+    python scripts/study.py SPEC.yaml --workers 3                 # 3 runs at a time on each GPU (small models)
 
 Outputs in DIR (default: the spec's ``out``): runs/<arm>/<size>__<budget>/ (ordinary run folders),
 results.csv, results.json, fits.json, loss_vs_flops.png, report.md. See docs/study.md.
@@ -12,6 +12,7 @@ results.csv, results.json, fits.json, loss_vs_flops.png, report.md. See docs/stu
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -26,14 +27,14 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="print the runs and their state, do nothing")
     parser.add_argument("--plan", action="store_true",
                         help="print every run's size, tokens, hyper-parameters and GPU time, check the design, do nothing")
-    parser.add_argument("--workers", type=int, help="runs trained at a time on this machine (default: the spec's "
-                        "workers, else 1); logs in DIR/logs/worker<i>.log")
+    parser.add_argument("--workers", type=int, help="runs trained at a time on each visible GPU (on a CPU "
+                        "machine: in all; default: the spec's workers, else 1); logs in DIR/logs/worker<i>.log")
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
     args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides
     # these import torch and transformers: after parsing, so --help is instant
     from hfpretrain.outdir import output_problem
     from hfpretrain.study.design import check_plan, format_plan
-    from hfpretrain.study.grid import load_spec, plan_study, run_study, run_study_workers
+    from hfpretrain.study.grid import load_spec, plan_study, run_study, run_study_workers, visible_gpus
     from hfpretrain.study.report import analyse
     from hfpretrain.training.config import RecipeError
 
@@ -59,7 +60,9 @@ def main() -> int:
             if args.workers < 1:
                 raise ValueError(f"--workers {args.workers}: needs a whole number ≥ 1")
             spec.workers = args.workers  # recorded in the study's spec.yaml (the report says runs shared the GPU)
-        if spec.workers > 1 and not args.report_only:
+        # one process per run at a time on every GPU; not under a multi-process launch (its ranks train each run together)
+        several = spec.workers > 1 or (len(visible_gpus()) > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1)
+        if several and not args.report_only:
             rows = run_study_workers(spec, out, spec.workers)
         else:
             rows = run_study(spec, out, only_existing=args.report_only)

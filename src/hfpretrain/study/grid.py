@@ -83,7 +83,7 @@ class StudySpec:
     mfu: dict = field(default_factory=dict)  # size name or "default" -> measured MFU, for the GPU-time estimate
     gpu: str | None = None  # GPU the estimate is for (default: this machine's)
     overhead_s: float = 0.0  # per run, for the estimate: start, compile, final evaluation (measure it once)
-    workers: int = 1  # runs trained at a time on the machine (small models leave a GPU mostly idle)
+    workers: int = 1  # runs trained at a time on each GPU (small models leave a GPU mostly idle)
     data: str = ""  # what text the runs read (which sets, how much): the report's Data section
     reproduce: list[str] = field(default_factory=list)  # commands, paths relative to the repository or $DATA_ROOT
     decision: dict = field(default_factory=dict)  # the rule the report applies, written before the runs
@@ -441,17 +441,19 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
 
 
 def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[dict]:
-    """``run_study`` in ``workers`` processes at once on this machine, each taking the next unclaimed run
-    (see :func:`claim`); logs in OUT/logs/worker<i>.log. Small models leave a GPU mostly idle and spend
-    tens of seconds per run compiling on one CPU core, so a few runs side by side finish a grid of them
-    sooner; the runs' own tokens/s and wall times are then those of a shared GPU. SIGTERM (a time limit,
-    a preemption) reaches every worker: each saves its run in progress, as one process would."""
+    """``run_study`` in ``workers`` processes per visible GPU (or ``workers`` on a CPU machine), each taking
+    the next unclaimed run (see :func:`claim`) on the GPU it was given; logs in OUT/logs/worker<i>.log.
+    Small models leave a GPU mostly idle and spend tens of seconds per run compiling on one CPU core, so a
+    few runs side by side finish a grid of them sooner; the runs' own tokens/s and wall times are then those
+    of a shared GPU. SIGTERM (a time limit, a preemption) reaches every worker: each saves its run in
+    progress, as one process would."""
     out = Path(out)
     checked_plan(spec, out)  # a bad plan fails here, once, not in every worker
     (out / "logs").mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
-    procs = [ctx.Process(target=_worker, args=(spec, out, out / "logs" / f"worker{i}.log"), name=f"worker{i}")
-             for i in range(workers)]
+    gpus = worker_gpus(workers, visible_gpus())
+    procs = [ctx.Process(target=_worker, args=(spec, out, out / "logs" / f"worker{i}.log", gpu), name=f"worker{i}")
+             for i, gpu in enumerate(gpus)]
     previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs if p.pid and p.is_alive()])
     try:
         for proc in procs:
@@ -467,7 +469,26 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[di
     return run_study(spec, out, only_existing=True)
 
 
-def _worker(spec: StudySpec, out: Path, log_path: Path) -> None:
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (none on a CPU machine)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    count = torch.cuda.device_count()
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+def worker_gpus(workers: int, gpus: list[str]) -> list[str | None]:
+    """The GPU of each worker process: ``workers`` on every GPU, round robin so that the first runs of
+    the plan spread over all of them (None: no GPU, ``workers`` processes in all)."""
+    return [gpus[i % len(gpus)] if gpus else None for i in range(workers * max(1, len(gpus)))]
+
+
+def _worker(spec: StudySpec, out: Path, log_path: Path, gpu: str | None = None) -> None:
+    if gpu is not None:  # before anything touches CUDA in this fresh (spawned) process
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     from hfpretrain.data.order import kill_loader_workers
 
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)

@@ -419,7 +419,7 @@ def hardware_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
     every = sum(r.get("wall_time_all_s") or 0 for r in rows)
     resumed = sum(1 for r in rows if (r.get("processes") or 1) > 1)
     return ["## Hardware and time", "",
-            f"- Devices: {', '.join(devices)}; {spec.workers} run(s) at a time on one GPU"
+            f"- Devices: {', '.join(devices)}; {spec.workers} run(s) at a time on each GPU"
             + (" (per-run times are of a shared GPU)." if spec.workers > 1 else "."),
             f"- Training wall time summed over the runs: {total / 60:.1f} minutes ({every / 60:.1f} with the attempts "
             f"restarted from scratch); {resumed} run(s) ran in more than one process (preempted and resumed, or "
@@ -514,7 +514,7 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
         caveats.append("- Hyper-parameters (learning rate, warmup, batch) are the base recipe's for every size and "
                        "budget (no `rules`), not tuned per size; short runs are dominated by warmup and the schedule.")
     if spec.workers > 1:
-        caveats.append(f"- Runs were trained {spec.workers} at a time on one machine (`workers`): the tokens/s and "
+        caveats.append(f"- Runs were trained {spec.workers} at a time on each GPU (`workers`): the tokens/s and "
                        "wall times in the run table are those of a shared GPU, not of a run alone.")
     caveats += ["- Compute counts training FLOPs only (6·N_matmul + attention), not evaluation; arms that change "
                 "the parameter count (e.g. tied vs untied embeddings) differ in params at equal FLOPs/token.",
