@@ -69,6 +69,14 @@ def test_plan_applies_isoflop_seeds_and_rules(mini_blocks):
     assert errors == [] and warnings  # 0.002 tokens per parameter is far from compute-optimal: said so
     text = format_plan(planned, errors, warnings)
     assert "tied/h16__c3.30e+10__seed1" in text and "GPU time unknown" in text
+    # isoflop.extra: one arm's cell grows past its window (its optimum at the edge), the other's does not;
+    # the budget key as YAML reads 1.3e11 (a string)
+    iso = {**ISO["isoflop"], "extra": {"untied": {"1.3e11": ["h16"]}}}
+    extended = [p for _, p in plan_study(_spec(mini_blocks, isoflop=iso), "/tmp/unused")]
+    cells = lambda runs: {(p.arm, p.size, p.budget) for p in runs}  # noqa: E731
+    assert cells(extended) - cells(planned) == {("untied", "h16", 1.3e11)}
+    assert len(extended) == len(planned) + 1 and load_spec(_spec(mini_blocks, isoflop=iso).to_dict()).isoflop == \
+        _spec(mini_blocks, isoflop=iso).isoflop  # spec.yaml reads back the same
 
 
 def test_plan_errors_stop_the_study_before_training(mini_blocks, tmp_path):
@@ -83,6 +91,9 @@ def test_plan_errors_stop_the_study_before_training(mini_blocks, tmp_path):
         load_spec({**{k: v for k, v in ISO.items() if k != "flops"}, "steps": [3]})
     with pytest.raises(ValueError, match="rules: unknown keys"):
         load_spec({**ISO, "rules": {"warmup": 3}})
+    for extra in ({"wide": {3.3e10: ["h16"]}}, {"tied": {5e10: ["h16"]}}, {"tied": {3.3e10: ["h999"]}}, ["h16"]):
+        with pytest.raises(ValueError, match="isoflop.extra"):
+            load_spec({**ISO, "isoflop": {**ISO["isoflop"], "extra": extra}})
 
 
 def test_isoflop_micro_study_and_its_report(mini_blocks_bpe1k, tmp_path):

@@ -51,6 +51,9 @@ class Rules:
 class IsoFlop:
     tokens_per_param: float = 20.0
     sizes_per_budget: int = 3
+    # {arm: {budget: [size, ...]}}: sizes a cell trains beyond its window, written in the spec when a cell's
+    # optimum lies at the window's edge (a decision rule's "move its sizes"); checked against the spec at load
+    extra: dict = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "IsoFlop | None":
@@ -60,7 +63,12 @@ class IsoFlop:
         known = {f.name for f in fields(cls)}
         if set(d) - known:
             raise ValueError(f"isoflop: unknown keys {sorted(set(d) - known)}; known: {sorted(known)}")
-        iso = cls(**d)
+        extra = d.pop("extra", None) or {}
+        if not isinstance(extra, dict) or not all(isinstance(cells, dict) for cells in extra.values()):
+            raise ValueError(f"isoflop.extra: {{arm: {{budget: [size, ...]}}}}, got {extra!r}")
+        # YAML reads 2.5e16 (no dot before the exponent's sign) as a string: every budget key becomes a float here
+        iso = cls(**d, extra={str(arm): {float(b): [str(n) for n in names] for b, names in cells.items()}
+                              for arm, cells in extra.items()})
         if iso.tokens_per_param <= 0 or iso.sizes_per_budget < 1:
             raise ValueError("isoflop: tokens_per_param must be > 0 and sizes_per_budget >= 1")
         return iso
@@ -81,6 +89,11 @@ def pick_sizes(costs: list[tuple[str, float, int]], budget: float, iso: IsoFlop)
     centre = min(range(len(costs)), key=distance.__getitem__)
     lo = min(max(0, centre - k // 2), len(costs) - k)
     return [name for name, _, _ in costs[lo:lo + k]]
+
+
+def extra_sizes(iso: IsoFlop, arm: str, budget: float) -> list[str]:
+    """The sizes ``iso.extra`` adds to one cell (arm, budget)."""
+    return next((names for b, names in iso.extra.get(arm, {}).items() if math.isclose(b, budget, rel_tol=1e-9)), [])
 
 
 def rule_overrides(rules: Rules, plan: dict, steps: int, budget_kind: str, training: dict) -> tuple[int, list[str]]:

@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from hfpretrain.study.design import IsoFlop, PlannedRun, Rules, check_plan, pick_sizes, ratio_params, rule_overrides
+from hfpretrain.study.design import (IsoFlop, PlannedRun, Rules, check_plan, extra_sizes, pick_sizes, ratio_params,
+                                     rule_overrides)
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ class StudySpec:
         d["sizes"] = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items() if v}
                       for s in self.sizes]
         d[d.pop("budget_kind")] = d.pop("budgets")
+        if "isoflop" in d and not d["isoflop"]["extra"]:
+            del d["isoflop"]["extra"]
         return d
 
 
@@ -210,6 +213,12 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     isoflop = IsoFlop.from_dict(d.get("isoflop"))
     if isoflop and kinds[0] != "flops":
         raise ValueError("isoflop needs a compute grid (flops: [...]), not " + kinds[0])
+    for arm, cells in (isoflop.extra if isoflop else {}).items():
+        for budget, names in cells.items():
+            if arm not in {str(a) for a in arms} or not any(math.isclose(budget, b, rel_tol=1e-9) for b in budgets) \
+                    or set(names) - {s.name for s in sizes}:
+                raise ValueError(f"isoflop.extra: {arm} at {budget:g} [{', '.join(names)}]: needs one of the arms "
+                                 f"{sorted(str(a) for a in arms)}, one of the budgets {budgets} and the spec's sizes")
     seeds = [int(x) for x in d.get("seeds") or []]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct, got {seeds}")
@@ -353,7 +362,8 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
             if not costs:
                 raise ValueError(f"{arm} at {budget:.3g} FLOPs: every size reads the training data more than "
                                  f"rules.max_passes={spec.rules.max_passes:g} times: a smaller budget or more data")
-            return pick_sizes(sorted(costs, key=lambda c: c[2]), budget, spec.isoflop)
+            window = pick_sizes(sorted(costs, key=lambda c: c[2]), budget, spec.isoflop)
+            return window + [n for n in extra_sizes(spec.isoflop, arm, budget) if n not in window]
 
     grid = expand(spec, out, sizes_for)
     if spec.lr_checks:
@@ -471,8 +481,6 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[di
 
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (none on a CPU machine)."""
-    import torch
-
     if not torch.cuda.is_available():
         return []
     count = torch.cuda.device_count()
