@@ -13,6 +13,7 @@ from hfpretrain.study.grid import folder_runs, load_spec, run_wall_time
 
 REPO = Path(__file__).resolve().parents[2]
 VOCAB = REPO / "results" / "study_gpu_vocab"
+VOCAB2 = REPO / "results" / "study_gpu_vocab2"
 
 
 def _log(path: Path, events: list[dict]) -> None:
@@ -139,23 +140,26 @@ def _md_table(text: str, header_start: str) -> list[list[str]]:
     return rows
 
 
-def test_the_committed_report_states_the_numbers_of_its_files():
+@pytest.mark.parametrize("study, n_runs, first_arm", [(VOCAB, 48, "bpe_8k"), (VOCAB2, 102, "bpe_32k")],
+                         ids=["vocab", "vocab2"])
+def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, first_arm):
     """report.md against results.json and analysis.json: every run's bits per byte and minutes, every optimum,
-    both fit tables, the gaps and the noise floors."""
-    report = (VOCAB / "report.md").read_text()
-    results = {r["run"]: r for r in json.loads((VOCAB / "results.json").read_text())}
-    analysis = json.loads((VOCAB / "analysis.json").read_text())
+    both fit tables, the (first pair's) gaps and the noise floors."""
+    report = (study / "report.md").read_text()
+    results = {r["run"]: r for r in json.loads((study / "results.json").read_text())}
+    analysis = json.loads((study / "analysis.json").read_text())
     runs = _md_table(report, "| run | seed |")
-    assert len(runs) == len(results) == 48
+    assert len(runs) == len(results) == n_runs
     for row in runs:
         r = results[row[0]]
         assert row[-1] == f"{r['val_bpb']:.4g}" and row[-2] == f"{r['val_loss']:.4g}"
         assert row[15].rstrip("+") == f"{r['wall_time_s'] / 60:.1f}" and row[16] == f"{r['wall_time_all_s'] / 60:.1f}"
-    assert results["bpe_8k/L7__c2.50e+16__seed0"]["wall_time_s"] > 600  # the resumed run's parts, summed
+    if study == VOCAB:
+        assert results["bpe_8k/L7__c2.50e+16__seed0"]["wall_time_s"] > 600  # the resumed run's parts, summed
     for budget, arm, n_opt, loss, *_ in _md_table(report, "| budget (FLOPs) | arm | best N |"):
         o = analysis["optima"][f"{arm} @ {float(budget):.6g}"]
         assert loss == f"{o['loss_opt']:.4f}" and n_opt == f"{o['n_opt']:.3g}"
-    fits = json.loads((VOCAB / "fits.json").read_text())
+    fits = json.loads((study / "fits.json").read_text())
     for table, source in ((_md_table(report, "| arm | α | E |"), analysis["fits"]),
                           (_md_table(report.split("Separate E per arm")[1], "| arm | α | E |"),
                            analysis["sensitivity"]["separate"]["fits"])):
@@ -164,7 +168,7 @@ def test_the_committed_report_states_the_numbers_of_its_files():
     for arm, f in analysis["fits"].items():  # fits.json is the analysis' primary model, not a fit of its own
         assert fits["arms"][arm]["fit"]["alpha"] == f["alpha"] and fits["model"] == analysis["model"] == "shared_E"
     for budget, gap, *_ in _md_table(report, "| budget (FLOPs) | gap |"):
-        assert gap.split()[0] == f"{analysis['gap']['bpe_8k'][f'{float(budget):.6g}']:+.4f}"
+        assert gap.split()[0] == f"{analysis['gap'][first_arm][f'{float(budget):.6g}']:+.4f}"
     assert f"σ = {analysis['noise']['sigma']:.4f}" in report
     assert f"σ = {analysis['noise_without_outliers']['sigma']:.4f}" in report
     assert "1.2e+14" not in report
