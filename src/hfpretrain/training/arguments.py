@@ -126,6 +126,14 @@ def training_arguments(recipe: Recipe, dry_run: bool = False, **overrides) -> Tr
     missing = missing_extras(args)
     if missing and not dry_run:
         raise RecipeError(missing[0])
+    if not dry_run and int(os.environ.get("WORLD_SIZE", "1")) == 1 and not args.use_cpu and torch.cuda.device_count() > 1:
+        # Without a launcher the Trainer wraps the model in torch's DataParallel over every visible GPU: a batch
+        # the plan did not count, slower than one GPU for these models, broken under torch.compile. One process
+        # trains on one GPU (transformers' own switch, as it does for a model-parallel model).
+        logger.warning("%d GPUs visible and no launcher: training on the first one alone (`accelerate launch "
+                       "--num_processes %d scripts/pretrain.py ...` trains on all of them)", torch.cuda.device_count(),
+                       torch.cuda.device_count())
+        args._n_gpu = min(args.n_gpu, 1)
     kwargs = args.lr_scheduler_kwargs
     if isinstance(kwargs, dict) and "min_lr" in kwargs and "min_lr_rate" not in kwargs:
         # transformers turns min_lr into a rate through optimizer.defaults, which DeepSpeed's ZeRO
