@@ -125,6 +125,22 @@ def test_learned_positions_take_no_rope_change(blocks_256, tmp_path, gpt2_tokeni
         pretrain(str(TINY_RECIPE), phase(blocks_256, tmp_path / "x", base), dry_run=True)
 
 
+def test_a_run_past_the_configs_positions(mini_blocks, tmp_path):
+    """Outside a context phase the data's length rules: a RoPE model's saved config says it (lm-eval truncates to
+    max_position_embeddings), learned positions that stop short are one line before any work."""
+    from hfpretrain.training.config import load_recipe
+    from hfpretrain.training.plan import setup_run
+
+    short = {"model.overrides.max_position_embeddings": "64"}
+    run = setup_run(load_recipe(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "r", short)), True, None, None)
+    assert run.seq_len == 128 and run.config.max_position_embeddings == 128
+    gpt2 = {"model.config": "gpt2_124m", "model.overrides.n_layer": "2", "model.overrides.n_embd": "64",
+            "model.overrides.n_head": "4", "model.overrides.n_positions": "64"}
+    with pytest.raises(RecipeError, match=r"is packed at seq_len 128, past the 64 positions model type gpt2 learns"):
+        pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "g", gpt2), dry_run=True)
+    assert not (tmp_path / "g").exists()
+
+
 def test_a_plan_that_does_not_fit_the_gpu_is_refused_before_any_work(tmp_path):
     """Planned before the base run or the data exist (model.config gives the shape): Qwen3 1.8B at 32k does not fit
     an H100 at micro-batch 8, does with micro-batch 1 and activation checkpointing. From the CLI: one `error:` line,

@@ -104,6 +104,24 @@ def change_rope(config, recipe: Recipe, from_seq_len: int) -> None:
         raise RecipeError(f"context.rope={ctx.rope}: {config.model_type} does not take {new}: {err}") from None
 
 
+def fit_positions(config, seq_len: int, data_path: str) -> None:
+    """A run outside a context phase at the data's length: learned positions (GPT-2) must reach it, one line before
+    any work (past them the embedding lookup fails at the first step); a RoPE model's ``max_position_embeddings``
+    is raised to it, so that the saved checkpoint states the length it was trained at (lm-eval truncates its
+    contexts to that number). The rotary frequencies do not depend on it, so training is unchanged."""
+    limit = _position_limit(config)
+    if limit is None or seq_len <= limit:
+        return
+    params = getattr(config, "rope_parameters", None)
+    if not params:
+        raise RecipeError(f"data.path={data_path} is packed at seq_len {seq_len}, past the {limit} positions model "
+                          f"type {config.model_type} learns: tokenize with --seq-len {limit} or less, or set "
+                          f"model.overrides.n_positions={seq_len}")
+    if params.get("rope_type", "default") == "default":  # YaRN and the others read it: a context phase sets them
+        logger.info("max_position_embeddings %d -> %d: the training length of data.path=%s", limit, seq_len, data_path)
+        config.max_position_embeddings = int(seq_len)
+
+
 def apply_context(recipe: Recipe, config, data_seq_len: int, data_path: str) -> dict | None:
     """Check the phase against its model and data and change ``config`` for it; the plan's ``context`` entry (None
     without a context section). ``data_seq_len``: the length data.path is packed at."""

@@ -36,7 +36,7 @@ from hfpretrain.models.memory import GIB
 
 from .arguments import activation_checkpointing, resolve_max_steps, training_arguments, warn_long_warmup, wsd_decay
 from .config import Recipe, RecipeError, recipe_to_dict
-from .context import apply_context, check_fits, context_max_steps
+from .context import apply_context, check_fits, context_max_steps, fit_positions
 from .fast_path import FastPath, choose_fast_path, choose_micro_batch
 from .loss import loss_chunk_tokens
 from .moe import apply_moe_section
@@ -236,6 +236,8 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
     config.pad_token_id = None
     seq_len = int(manifest["seq_len"])
     context = apply_context(recipe, config, seq_len, recipe.data.path)  # None: not a context-extension phase
+    if context is None:
+        fit_positions(config, seq_len, recipe.data.path)
 
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     resolve_max_steps(recipe, config, seq_len, world_size or launched)
