@@ -409,19 +409,20 @@ def checked_plan(spec: StudySpec, out: str | Path | None = None, only_existing: 
     return planned
 
 
-def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: bool = False) -> list[dict]:
+def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: bool = False,
+              planned: list | None = None) -> list[dict]:
     """Run every unfinished run of the study (in process, one after another); return the results rows.
 
     The plan is checked first: an error (a run shorter than its warmup, data repeated too often) stops
     the study before any training. ``only_existing``: train nothing, collect the finished runs
     (--report-only). On SIGTERM the run in progress saves a checkpoint and the study stops; the next
-    call continues from there.
+    call continues from there. ``planned``: the checked plan, where the caller has it (the workers').
     """
     from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain
     from hfpretrain.training.callbacks import SIGTERM_RECEIVED
 
-    planned = checked_plan(spec, out, only_existing)
+    planned = planned if planned is not None else checked_plan(spec, out, only_existing)
     runs = [run for run, _ in planned]
     for i, (run, p) in enumerate(planned, 1):
         if run.done:
@@ -458,12 +459,14 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[di
     of a shared GPU. SIGTERM (a time limit, a preemption) reaches every worker: each saves its run in
     progress, as one process would."""
     out = Path(out)
-    checked_plan(spec, out)  # a bad plan fails here, once, not in every worker
+    # planned once, here: a bad plan fails before any worker starts, and the workers do not each repeat its
+    # dry runs (24 workers x 33 of them took 3 minutes of a 4-GPU machine)
+    planned = checked_plan(spec, out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
     gpus = worker_gpus(workers, visible_gpus())
-    procs = [ctx.Process(target=_worker, args=(spec, out, out / "logs" / f"worker{i}.log", gpu), name=f"worker{i}")
-             for i, gpu in enumerate(gpus)]
+    procs = [ctx.Process(target=_worker, args=(spec, out, out / "logs" / f"worker{i}.log", gpu, planned),
+                         name=f"worker{i}") for i, gpu in enumerate(gpus)]
     previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs if p.pid and p.is_alive()])
     try:
         for proc in procs:
@@ -476,7 +479,7 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[di
               if p.exitcode not in (0, -signal.SIGTERM)]
     if failed:
         raise RuntimeError(f"study workers failed: {', '.join(failed)}")
-    return run_study(spec, out, only_existing=True)
+    return run_study(spec, out, only_existing=True, planned=planned)
 
 
 def visible_gpus() -> list[str]:
@@ -494,7 +497,7 @@ def worker_gpus(workers: int, gpus: list[str]) -> list[str | None]:
     return [gpus[i % len(gpus)] if gpus else None for i in range(workers * max(1, len(gpus)))]
 
 
-def _worker(spec: StudySpec, out: Path, log_path: Path, gpu: str | None = None) -> None:
+def _worker(spec: StudySpec, out: Path, log_path: Path, gpu: str | None, planned: list) -> None:
     if gpu is not None:  # before anything touches CUDA in this fresh (spawned) process
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     from hfpretrain.data.order import kill_loader_workers
@@ -504,7 +507,7 @@ def _worker(spec: StudySpec, out: Path, log_path: Path, gpu: str | None = None) 
     os.dup2(log, 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", force=True)
     try:
-        run_study(spec, out)
+        run_study(spec, out, planned=planned)
     finally:
         # A Process ends through multiprocessing's exit, not atexit: after a crash it would SIGTERM the
         # loader workers (which ignore it) and wait for them forever.
