@@ -71,8 +71,10 @@ def test_bits_per_byte_and_passes(reference_run, mini_blocks, mini_val):
         assert e["epoch"] == pytest.approx(e["step"] * 4 / manifest["train"]["blocks"], rel=1e-3)
 
 
-def test_final_evaluation_covers_all_validation_blocks(mini_blocks, tmp_path):
-    """In-loop evaluations read a fixed budget; the last one reads the whole validation split."""
+def test_final_evaluation_covers_all_validation_blocks(mini_blocks_bpe1k, tmp_path):
+    """In-loop evaluations read a fixed budget; the last one reads the whole validation split (on the 1k BPE's
+    blocks: with GPT-2's 50k-row head the CPU spent 25 s on the split's logits)."""
+    mini_blocks = mini_blocks_bpe1k
     summary = run_pretrain(mini_blocks, tmp_path / "run", {"training.max_steps": "2", "training.eval_steps": "1",
                                                           "training.eval_strategy": "steps",
                                                           "evaluation.eval_tokens": "1024",
