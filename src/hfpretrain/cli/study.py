@@ -60,8 +60,10 @@ def main() -> int:
             if args.workers < 1:
                 raise ValueError(f"--workers {args.workers}: needs a whole number ≥ 1")
             spec.workers = args.workers  # recorded in the study's spec.yaml (the report says runs shared the GPU)
-        # one process per run at a time on every GPU; not under a multi-process launch (its ranks train each run together)
-        several = spec.workers > 1 or (len(visible_gpus()) > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1)
+        # a process per run at a time on every GPU; not under a multi-process launch (its ranks train each run
+        # together)
+        launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        several = spec.workers > 1 or (len(visible_gpus()) > 1 and not launched)
         if several and not args.report_only:
             rows = run_study_workers(spec, out, spec.workers)
         else:

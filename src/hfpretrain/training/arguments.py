@@ -126,7 +126,8 @@ def training_arguments(recipe: Recipe, dry_run: bool = False, **overrides) -> Tr
     missing = missing_extras(args)
     if missing and not dry_run:
         raise RecipeError(missing[0])
-    if not dry_run and int(os.environ.get("WORLD_SIZE", "1")) == 1 and not args.use_cpu and torch.cuda.device_count() > 1:
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if not dry_run and not launched and not args.use_cpu and torch.cuda.device_count() > 1:
         # Without a launcher the Trainer wraps the model in torch's DataParallel over every visible GPU: a batch
         # the plan did not count, slower than one GPU for these models, broken under torch.compile. One process
         # trains on one GPU (transformers' own switch, as it does for a model-parallel model).
