@@ -116,6 +116,7 @@ CASES = {
     "train-tokenizer-out-not-writable": (["train_tokenizer.py", "--input", "{d}/small.jsonl", "--vocab-size", "300",
                                           "--out", "{ro}/tok"], 2, ["{ro}/tok", "cannot write in"]),
     # pretrain.py
+    "pretrain-no-recipe": (["pretrain.py", "{d}/nope.yaml"], 2, ["recipe {d}/nope.yaml does not exist", "tiny_cpu"]),
     "pretrain-yaml-syntax": (["pretrain.py", "{d}/bad.yaml", "--dry-run"], 2, ["{d}/bad.yaml:4", "YAML syntax error"]),
     "pretrain-recipe-not-mapping": (["pretrain.py", "{d}/list.yaml", "--dry-run"], 2, ["{d}/list.yaml", "mapping"]),
     "pretrain-override-yaml": (["pretrain.py", "recipes/tiny_cpu.yaml", "--dry-run", "training.max_steps=[1,"], 2,
@@ -134,6 +135,7 @@ CASES = {
                                   ["micro_batch", "-3"]),
     "plan-mfu-above-one": (["plan.py", "--gpu", "H100", "--hours", "1", "--mfu", "2"], 2, ["mfu"]),
     # study.py
+    "study-no-spec": (["study.py", "{d}/nope.yaml", "--plan"], 2, ["study spec {d}/nope.yaml does not exist"]),
     "study-yaml-syntax": (["study.py", "{d}/bad.yaml", "--list"], 2, ["{d}/bad.yaml:4", "YAML syntax error"]),
     "study-empty-spec": (["study.py", "{d}/spec_empty.yaml", "--list"], 2, ["{d}/spec_empty.yaml", "empty file"]),
     # generate.py, evaluate.py: inputs and the output folder checked before any work

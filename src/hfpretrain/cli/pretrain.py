@@ -27,18 +27,21 @@ def main() -> int:
     json_out = sys.stdout
     if args.dry_run:
         sys.stdout = sys.stderr
+    from hfpretrain.paths import recipe_path
+
+    try:  # before torch and transformers load (seconds): a mistyped recipe name is said at once
+        # outside the repository (an installed wheel) recipes/X.yaml is the shipped recipe X, as in the demo
+        recipe = recipe_path(args.recipe)
+    except FileNotFoundError as err:
+        return error(err)
     # imported after parsing so that --help and usage errors need no torch (seconds)
     from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain, shutdown_distributed
     from hfpretrain.training.config import RecipeError
     from hfpretrain.training.trainer import NonFiniteLossError
 
-    from hfpretrain.paths import recipe_path
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
-        # outside the repository (an installed wheel) recipes/X.yaml is the shipped recipe X, as in the demo
-        recipe = recipe_path(args.recipe)
         if recipe != Path(args.recipe).expanduser():
             logging.getLogger("hfpretrain").info("%s is not a file here: training the shipped recipe %s",
                                                  args.recipe, recipe)

@@ -31,6 +31,8 @@ def main() -> int:
                         "machine: in all; default: the spec's workers, else 1); logs in DIR/logs/worker<i>.log")
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
     args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides
+    if not Path(args.spec).is_file():  # said before torch and transformers load (seconds)
+        return error(f"study spec {args.spec} does not exist")
     # these import torch and transformers: after parsing, so --help is instant
     from hfpretrain.outdir import output_problem
     from hfpretrain.study.design import check_plan, format_plan
