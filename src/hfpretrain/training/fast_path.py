@@ -20,6 +20,7 @@ Measured in docs/benchmarks.md (benchmarks/gpu_1gpu_fast_path.sh).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,8 @@ from hfpretrain.models.zoo import is_moe, resolve_attn_implementation, supports_
 
 from .config import RecipeError
 from .loss import choose_fused_loss
+
+logger = logging.getLogger("hfpretrain")
 
 # A dry run on a machine without a GPU plans for this one (the loss choice depends on its memory).
 ASSUMED_GPU_MEMORY = 80 * 10**9
@@ -99,6 +102,11 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
                               else "auto: no CUDA GPU (compiling on a CPU costs more than it saves)")
     else:
         reasons["compile"] = "set in the recipe"
+        if compile_scope == "layers" and is_moe(config):
+            reasons["compile"] += (": compiled per layer, an MoE shape trained at 61% of the tokens/s it reached "
+                                   "compiled whole (auto's decoder; two H100s), and its memory estimate was 20% low "
+                                   "(docs/benchmarks.md § Mixture-of-Experts)")
+            logger.warning("model.compile=layers on an MoE model: %s", reasons["compile"])
 
     gpu_memory = gpu_memory_bytes(planning)  # None: no GPU, so no compiled or liger loss for auto
     try:
