@@ -39,15 +39,17 @@ def _n(row: dict) -> float:
 
 
 def cells(rows: list[dict], y: str = "val_loss") -> dict:
-    """(arm, budget) -> {size: {"n": N, "flops": mean C, "losses": [...]}} of the rows with a loss."""
+    """(arm, budget) -> {size: {"n": N, "flops": mean C, "losses": [...]}} of the rows with a loss, in a fixed
+    order (arm and budget, then N, seeds by seed): the bootstrap draws its noise cell by cell, so the intervals
+    must not depend on the order the run folders were read in."""
     out: dict = defaultdict(dict)
-    for r in rows:
+    for r in sorted(rows, key=lambda r: (str(r.get("seed")), str(r.get("run")))):
         if r.get(y) is None or not math.isfinite(r[y]) or r.get("lr_factor") is not None:  # LR checks: no cell
             continue
         cell = out[r["arm"], r["budget"]].setdefault(r["size"], {"n": _n(r), "flops": [], "losses": []})
         cell["flops"].append(r["flops"])
         cell["losses"].append(float(r[y]))
-    return out
+    return {key: dict(sorted(sizes.items(), key=lambda kv: (kv[1]["n"], kv[0]))) for key, sizes in sorted(out.items())}
 
 
 def _replicates(rows: list[dict], y: str, exclude=()) -> list[tuple[list[str], np.ndarray]]:
