@@ -9,14 +9,18 @@
 # Carry: TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 36 --no-eval (6 shards) + out/tok_bpe8k
 # (best_small's data and tokenizer, out/mix6_bpe8k_1024).
 #   source .carry/setup.sh && BUDGET_S=570 bash benchmarks/gpu_1gpu_moe_study.sh
+# or beside the vocabulary study on a machine where its call stashed the ten shards (one GPU of several):
+#   CUDA_VISIBLE_DEVICES=3 MIX=/root/vocab2_data/pretrain/mix bash benchmarks/gpu_1gpu_moe_study.sh
+# Without .carry/gpu_moe_runs.tgz the finished runs come from results/study_gpu_moe/runs (the committed ones).
 DATA=out/mix6_bpe8k_1024 CORPUS_TOK=out/tok_bpe8k CORPUS_SEQ_LEN=1024
-CORPUS_SHARDS=".carry/data/pretrain/mix/train-0000[0-5].jsonl.zst"
+CORPUS_SHARDS="${MIX:-.carry/data/pretrain/mix}/train-0000[0-5].jsonl.zst"
 source benchmarks/gpu_common.sh
 SPEC=src/hfpretrain/study/specs/gpu_moe.yaml
 STUDY=studies/gpu_moe
 [ -f $DATA/manifest.json ] || tokenize_corpus
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
 mkdir -p "$STUDY"
-[ -f .carry/gpu_moe_runs.tgz ] && tar -xzf .carry/gpu_moe_runs.tgz -C "$STUDY"
+if [ -f .carry/gpu_moe_runs.tgz ]; then tar -xzf .carry/gpu_moe_runs.tgz -C "$STUDY"
+elif [ -d results/study_gpu_moe/runs ]; then mkdir -p "$STUDY/runs" && cp -r -n results/study_gpu_moe/runs/. "$STUDY/runs/"; fi
 study_call $SPEC "$STUDY" gpu_moe
 [ "$todo" = 0 ] && (cd "$STUDY" && tar -czf "$OUT/report.tgz" report.md analysis.json results.csv results.json ./*.png)

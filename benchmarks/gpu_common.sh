@@ -9,9 +9,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 python3 -c "import torch,transformers,accelerate,datasets; import importlib.util as u; print('torch',torch.__version__,'transformers',transformers.__version__,'accelerate',accelerate.__version__,'datasets',datasets.__version__,'liger',bool(u.find_spec('liger_kernel')),'flash_attn',bool(u.find_spec('flash_attn')),'deepspeed',bool(u.find_spec('deepspeed')))" | tee -a "$OUT/notes.txt"
 DATA=${DATA:-out/mix_qwen3_2048}
 CORPUS_TOK=${CORPUS_TOK:-$DATA_ROOT/tokenizers/qwen3}
-tokenize_corpus() {  # all carried train shards (or CORPUS_SHARDS) at CORPUS_SEQ_LEN (2048), validation = first 10,000 docs
-  python3 scripts/tokenize_pile.py --input ${CORPUS_SHARDS:-.carry/data/pretrain/mix/train-*.jsonl.zst} \
-    --val-input .carry/data/pretrain/mix/val.jsonl.zst --val-docs 10000 \
+MIX=${MIX:-.carry/data/pretrain/mix}  # the shards' folder (another where a study's call stashed them)
+tokenize_corpus() {  # all train shards of $MIX (or CORPUS_SHARDS) at CORPUS_SEQ_LEN (2048), validation = first 10,000 docs
+  python3 scripts/tokenize_pile.py --input ${CORPUS_SHARDS:-$MIX/train-*.jsonl.zst} \
+    --val-input "$MIX"/val.jsonl.zst --val-docs 10000 \
     --tokenizer "$CORPUS_TOK" --seq-len ${CORPUS_SEQ_LEN:-2048} --out "$DATA" --num-proc 16 -q 2>&1 | tail -3
   python3 -c "import json;m=json.load(open('$DATA/manifest.json'));print('tokens train',m['train']['tokens'],'blocks',m['train']['blocks'],'val blocks',m['validation']['blocks'],'tok/s',m['tokens_per_s'])" | tee -a "$OUT/notes.txt"
 }
