@@ -34,13 +34,18 @@ def main() -> int:
         recipe = recipe_path(args.recipe)
     except FileNotFoundError as err:
         return error(err)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     # imported after parsing so that --help and usage errors need no torch (seconds)
+    from hfpretrain.training import RecipeError, load_recipe
+
+    try:  # the recipe's keys and values, before the Trainer and the model code load (seconds more)
+        load_recipe(recipe, args.overrides)
+    except (RecipeError, FileNotFoundError, ValueError) as err:
+        return error(err)
     from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain, shutdown_distributed
-    from hfpretrain.training.config import RecipeError
     from hfpretrain.training.trainer import NonFiniteLossError
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         if recipe != Path(args.recipe).expanduser():
             logging.getLogger("hfpretrain").info("%s is not a file here: training the shipped recipe %s",

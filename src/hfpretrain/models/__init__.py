@@ -1,63 +1,62 @@
 """Models and accounting: the config zoo, attention backend choice, parameter/FLOP counts,
 peak-FLOPs table, memory estimator and the compute planner.
 
-Each piece lives in a small module; this package re-exports the public API.
+Each piece lives in a small module; this package re-exports the public API, each name imported on first use:
+the zoo and the parameter counts load transformers' model code (seconds), which a recipe check does not need.
 """
 
-from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS, choose_attn_implementation
-from hfpretrain.models.flops import FORMULA, MOE_FORMULA, FlopsPerToken, flops_per_token, matmul_params
-from hfpretrain.models.hardware import GPU_PEAK_FLOPS, canonical_gpu, detect_peak_flops, device_name, peak_flops
-from hfpretrain.models.memory import MemoryEstimate, MoeShape, TrainingLayout, estimate_memory, moe_shape
-from hfpretrain.models.params import ParamCounts, count_params, meta_model
-from hfpretrain.models.planner import Plan, PlanRequest, chinchilla_optimal, plan
-from hfpretrain.models.zoo import (
-    CONFIG_DIR,
-    build_model,
-    is_moe,
-    load_config,
-    moe_config_dict,
-    moe_name,
-    num_routed_experts,
-    pad_vocab,
-    scaling_config_dict,
-    scaling_name,
-    zoo_names,
-)
+from __future__ import annotations
 
-__all__ = [
-    "CONFIG_DIR",
-    "FORMULA",
-    "GPU_PEAK_FLOPS",
-    "KNOWN_IMPLEMENTATIONS",
-    "MOE_FORMULA",
-    "FlopsPerToken",
-    "MemoryEstimate",
-    "MoeShape",
-    "TrainingLayout",
-    "ParamCounts",
-    "Plan",
-    "PlanRequest",
-    "build_model",
-    "canonical_gpu",
-    "chinchilla_optimal",
-    "choose_attn_implementation",
-    "count_params",
-    "detect_peak_flops",
-    "device_name",
-    "estimate_memory",
-    "flops_per_token",
-    "is_moe",
-    "load_config",
-    "matmul_params",
-    "meta_model",
-    "moe_config_dict",
-    "moe_name",
-    "moe_shape",
-    "num_routed_experts",
-    "pad_vocab",
-    "peak_flops",
-    "plan",
-    "scaling_config_dict",
-    "scaling_name",
-    "zoo_names",
-]
+import importlib
+
+_EXPORTS = {
+    "CONFIG_DIR": "zoo",
+    "FORMULA": "flops",
+    "GPU_PEAK_FLOPS": "hardware",
+    "KNOWN_IMPLEMENTATIONS": "backend",
+    "MOE_FORMULA": "flops",
+    "FlopsPerToken": "flops",
+    "MemoryEstimate": "memory",
+    "MoeShape": "memory",
+    "TrainingLayout": "memory",
+    "ParamCounts": "params",
+    "Plan": "planner",
+    "PlanRequest": "planner",
+    "build_model": "zoo",
+    "canonical_gpu": "hardware",
+    "chinchilla_optimal": "planner",
+    "choose_attn_implementation": "backend",
+    "count_params": "params",
+    "detect_peak_flops": "hardware",
+    "device_name": "hardware",
+    "estimate_memory": "memory",
+    "flops_per_token": "flops",
+    "is_moe": "zoo",
+    "load_config": "zoo",
+    "matmul_params": "flops",
+    "meta_model": "params",
+    "moe_config_dict": "zoo",
+    "moe_name": "zoo",
+    "moe_shape": "memory",
+    "num_routed_experts": "zoo",
+    "pad_vocab": "zoo",
+    "peak_flops": "hardware",
+    "plan": "planner",
+    "scaling_config_dict": "zoo",
+    "scaling_name": "zoo",
+    "zoo_names": "zoo",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value  # once: later lookups find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
