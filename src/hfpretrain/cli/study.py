@@ -31,18 +31,20 @@ def main() -> int:
                         "machine: in all; default: the spec's workers, else 1); logs in DIR/logs/worker<i>.log")
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
     args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides
-    if not Path(args.spec).is_file():  # said before torch and transformers load (seconds)
-        return error(f"study spec {args.spec} does not exist")
-    # these import torch and transformers: after parsing, so --help is instant
+    # after parsing, so --help is instant; the spec is checked before the report's and the Trainer's imports
+    from hfpretrain.study.grid import load_spec, plan_study, run_study, run_study_workers, visible_gpus
+
+    try:
+        spec = load_spec(args.spec)
+    except (FileNotFoundError, ValueError) as err:
+        return error(err)
     from hfpretrain.outdir import output_problem
     from hfpretrain.study.design import check_plan, format_plan
-    from hfpretrain.study.grid import load_spec, plan_study, run_study, run_study_workers, visible_gpus
     from hfpretrain.study.report import analyse
     from hfpretrain.training.config import RecipeError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
-        spec = load_spec(args.spec)
         spec.overrides += args.overrides
         out = Path(args.out or spec.out)
         planned = plan_study(spec, out)

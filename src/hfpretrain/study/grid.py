@@ -33,7 +33,6 @@ import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
 import yaml
 
 from hfpretrain.study.design import (IsoFlop, PlannedRun, Rules, check_plan, extra_sizes, pick_sizes, ratio_params,
@@ -446,6 +445,8 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
                            "continue from the run's checkpoint)", i, len(runs), run.name)
             break
         gc.collect()  # the finished run's model and optimizer (the Trainer holds reference cycles)
+        import torch
+
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return collect(runs)
@@ -484,6 +485,8 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[di
 
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (none on a CPU machine)."""
+    import torch  # here, not at the top: a spec is read and checked without it
+
     if not torch.cuda.is_available():
         return []
     count = torch.cuda.device_count()
