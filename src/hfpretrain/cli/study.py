@@ -12,7 +12,6 @@ results.csv, results.json, fits.json, loss_vs_flops.png, report.md. See docs/stu
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -41,6 +40,7 @@ def main() -> int:
     from hfpretrain.outdir import output_problem
     from hfpretrain.study.design import check_plan, format_plan
     from hfpretrain.study.report import analyse
+    from hfpretrain.training.arguments import launched_processes
     from hfpretrain.training.config import RecipeError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -66,8 +66,7 @@ def main() -> int:
             spec.workers = args.workers  # recorded in the study's spec.yaml (the report says runs shared the GPU)
         # a process per run at a time on every GPU; not under a multi-process launch (its ranks train each run
         # together)
-        launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
-        several = spec.workers > 1 or (len(visible_gpus()) > 1 and not launched)
+        several = spec.workers > 1 or (len(visible_gpus()) > 1 and launched_processes() == 1)
         if several and not args.report_only:
             rows = run_study_workers(spec, out, spec.workers)
         else:

@@ -522,7 +522,9 @@ def claim(run: Run):
     """Yield whether this process holds ``run``: an exclusive lock file per run under OUT/runs/.claims, so
     that several study processes (``--workers``) on one machine never train the same run. The operating
     system drops the lock when its process ends, killed or not: no stale claims after a preemption."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # the ranks of one launch train the same run, together
+    from hfpretrain.training.arguments import launched_processes
+
+    if launched_processes() > 1:  # the ranks of one launch train the same run, together
         yield True
         return
     from filelock import FileLock, Timeout

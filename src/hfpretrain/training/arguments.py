@@ -43,6 +43,11 @@ def wandb_logged_in() -> bool:
         return False
 
 
+def launched_processes() -> int:
+    """The processes of this launch: accelerate and torchrun set WORLD_SIZE; 1 without a launcher."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def missing_extras(args: TrainingArguments) -> list[str]:
     """One line for each optional package this run needs and this environment lacks (they are extras,
     so that a CPU user does not install DeepSpeed or W&B): said before the Trainer fails on it mid-start."""
@@ -126,8 +131,7 @@ def training_arguments(recipe: Recipe, dry_run: bool = False, **overrides) -> Tr
     missing = missing_extras(args)
     if missing and not dry_run:
         raise RecipeError(missing[0])
-    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if not dry_run and not launched and not args.use_cpu and torch.cuda.device_count() > 1:
+    if not dry_run and launched_processes() == 1 and not args.use_cpu and torch.cuda.device_count() > 1:
         # Without a launcher the Trainer wraps the model in torch's DataParallel over every visible GPU: a batch
         # the plan did not count, slower than one GPU for these models, broken under torch.compile. One process
         # trains on one GPU (transformers' own switch, as it does for a model-parallel model).

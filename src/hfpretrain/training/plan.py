@@ -34,7 +34,8 @@ from hfpretrain.models import (
 )
 from hfpretrain.models.memory import GIB
 
-from .arguments import activation_checkpointing, resolve_max_steps, training_arguments, warn_long_warmup, wsd_decay
+from .arguments import (activation_checkpointing, launched_processes, resolve_max_steps, training_arguments,
+                        warn_long_warmup, wsd_decay)
 from .config import Recipe, RecipeError, recipe_to_dict
 from .context import apply_context, check_fits, context_max_steps, fit_positions
 from .fast_path import FastPath, choose_fast_path, choose_micro_batch
@@ -239,7 +240,7 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
     if context is None:
         fit_positions(config, seq_len, recipe.data.path)
 
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    launched = launched_processes()
     resolve_max_steps(recipe, config, seq_len, world_size or launched)
     context_max_steps(recipe, seq_len, world_size or launched)
     args = training_arguments(recipe, dry_run)
@@ -322,7 +323,7 @@ def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | N
     if recipe.context.seq_len:  # the phase's length is known without its data
         seq_len = recipe.context.seq_len
         context = apply_context(recipe, config, seq_len, recipe.data.path)
-    world = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    world = world_size or launched_processes()
     resolve_max_steps(recipe, config, seq_len, world)
     context_max_steps(recipe, seq_len, world)
     args = training_arguments(recipe, dry_run=True)
