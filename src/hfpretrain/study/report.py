@@ -118,9 +118,13 @@ def _ci_plain(iv) -> str:
     return _ci(iv).replace("+", "")
 
 
+def _gap_cells(b, gap, ci, ci_clean) -> list[str]:
+    return [f"{b:.3g}", f"{gap:+.4f}{_ci(ci)}", _ci(ci_clean).strip() or "–"]
+
+
 def _gap_row(b, gap, ci, ci_clean, mult, mult_ci) -> list[str]:
-    return [f"{b:.3g}", f"{gap:+.4f}{_ci(ci)}", _ci(ci_clean).strip() or "–",
-            f"{mult:.3g}" + (f" [{mult_ci[0]:.3g}, {mult_ci[1]:.3g}]" if mult_ci else "")]
+    return _gap_cells(b, gap, ci, ci_clean) + [f"{mult:.3g}" + (f" [{mult_ci[0]:.3g}, {mult_ci[1]:.3g}]" if mult_ci
+                                                                else "")]
 
 
 def _fit_rows(fits: dict, result: dict, figures: dict, iv: dict) -> list[list[str]]:
@@ -233,8 +237,7 @@ def _pair_lines(result: dict, iv: dict, iv_clean: dict, sep: dict | None) -> lis
         pair_iv = (iv.get("pairs") or {}).get(key) or {}
         gap_ci = pair_iv.get("gap") or {}
         gap_ci_clean = ((iv_clean.get("pairs") or {}).get(key) or {}).get("gap") or {}
-        rows_ = [[f"{b:.3g}", f"{g:+.4f}{_ci(gap_ci.get(b))}", _ci(gap_ci_clean.get(b)).strip() or "–"]
-                 for b, g in p["gap"].items()]
+        rows_ = [_gap_cells(b, g, gap_ci.get(b), gap_ci_clean.get(b)) for b, g in p["gap"].items()]
         tenx = []
         for label, fig, ci in (("shared E", p, pair_iv.get("gap_extrapolated")),
                                ("separate E", ((sep or {}).get("pairs") or {}).get(key),
