@@ -116,6 +116,21 @@ def test_isoflop_optimum_needs_three_points_and_a_minimum():
     assert noise_floor([{"arm": "a", "budget": 1, "size": "s", "params": 1, "flops": 1, "val_loss": 2.0}]) is None
 
 
+def test_isoflop_optimum_inner_best_with_a_tilted_parabola_uses_its_neighbours():
+    """The cell of gpt2_50k at 8e15 in the vocab2 study: five sizes falling steeply to the fourth, the fifth higher.
+    The parabola through all five has its minimum beyond the largest size; the measured minimum is an inner one,
+    so the optimum is the parabola's through it and its two neighbours. A best size at the edge stays a bound."""
+    n, loss = np.array([1.0, 2.0, 4.0, 8.0, 16.0]), np.array([2.07, 1.88, 1.58, 1.39, 1.42])
+    c, b, _ = np.polyfit(np.log(n), loss, 2)
+    assert math.exp(-b / (2 * c)) > 16.0
+    c3, b3, a3 = np.polyfit(np.log(n[2:]), loss[2:], 2)
+    o = isoflop_optimum(n, loss)
+    assert o["bracketed"] and o["points"] == 3
+    assert math.log(o["n_opt"]) == pytest.approx(-b3 / (2 * c3)) and 4.0 < o["n_opt"] < 16.0
+    assert o["loss_opt"] == pytest.approx(a3 - b3**2 / (4 * c3)) and o["loss_opt"] < 1.39
+    assert not isoflop_optimum(n, np.array([2.07, 1.88, 1.58, 1.42, 1.39]))["bracketed"]
+
+
 def test_isoflop_plot_has_the_gap_panel_with_two_arms(tmp_path):
     """Two arms: a third panel, the gap vs compute with its intervals and the 10× point; one arm: two panels."""
     from matplotlib import image

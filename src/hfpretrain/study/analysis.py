@@ -1,9 +1,10 @@
 """The analysis that answers an ablation's questions from an IsoFLOP study's results.
 
 1. **Per budget and arm, the best size and its loss**: a parabola of loss in ln N through the budget's
-   sizes (seeds averaged). Its minimum is the optimum when it lies inside the sizes trained; otherwise
-   the best size sits at the edge of the grid (``bracketed: false``), the budget's optimum is only bounded,
-   and the report says so: the grid should be moved, not the result trusted.
+   sizes (seeds averaged). Its minimum is the optimum when it lies inside the sizes trained (else, when the
+   best measured size is an inner one, the minimum of the parabola through it and its two neighbours);
+   otherwise the best size sits at the edge of the grid (``bracketed: false``), the budget's optimum is only
+   bounded, and the report says so: the grid should be moved, not the result trusted.
 2. **Noise floor**: the pooled standard deviation of runs that differ only in their seed; runs far from their
    seed siblings (k robust σ) are named, and the floor is also given without them.
 3. **Fits on the per-budget optima** L*_arm(C) = E + A_arm·C^(−α_arm). Primary model: **one E shared by the
@@ -104,7 +105,10 @@ def seed_outliers(rows: list[dict], y: str = "val_loss", k: float = OUTLIER_K) -
 
 
 def isoflop_optimum(n: np.ndarray, loss: np.ndarray) -> dict:
-    """Best size and loss of one budget from (N, loss) points: a parabola in ln N."""
+    """Best size and loss of one budget from (N, loss) points: a parabola in ln N through all of them. Where that
+    one bends the wrong way or has its minimum outside the sizes while the best measured size is an inner one (far
+    sizes on a steep side tilt a parabola), the parabola through the best size and its two neighbours. Not
+    bracketed (the best measured size and loss, a bound): neither gives a minimum inside the sizes."""
     order = np.argsort(n)
     n, loss = np.asarray(n, float)[order], np.asarray(loss, float)[order]
     best = int(np.argmin(loss))
@@ -112,14 +116,14 @@ def isoflop_optimum(n: np.ndarray, loss: np.ndarray) -> dict:
     if len(n) < 3:
         return edge
     x = np.log(n)
-    c, b, a = np.polyfit(x, loss, 2)
-    if c <= 0:
-        return edge
-    x_opt = -b / (2 * c)
-    if not x[0] < x_opt < x[-1]:
-        return edge
-    return {"n_opt": float(math.exp(x_opt)), "loss_opt": float(a + b * x_opt + c * x_opt**2), "bracketed": True,
-            "points": len(n)}
+    windows = [slice(None)] + ([slice(best - 1, best + 2)] if 0 < best < len(n) - 1 else [])
+    for window in windows:
+        c, b, a = np.polyfit(x[window], loss[window], 2)
+        x_opt = -b / (2 * c) if c > 0 else math.nan
+        if x[window][0] < x_opt < x[window][-1]:
+            return {"n_opt": float(math.exp(x_opt)), "loss_opt": float(a + b * x_opt + c * x_opt**2),
+                    "bracketed": True, "points": len(x[window])}
+    return edge
 
 
 def optima(cell_map: dict, noise: np.random.Generator | None = None, sigma: float = 0.0) -> dict:
