@@ -140,7 +140,8 @@ def _md_table(text: str, header_start: str) -> list[list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("study, n_runs, first_arm", [(VOCAB, 48, "bpe_8k"), (VOCAB2, 102, "bpe_32k")],
+@pytest.mark.parametrize("study, n_runs, first_arm",
+                         [(VOCAB, 48, "bpe_8k"), (VOCAB2, 108, "bpe_32k")],
                          ids=["vocab", "vocab2"])
 def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, first_arm):
     """report.md against results.json and analysis.json: every run's bits per byte and minutes, every optimum,
