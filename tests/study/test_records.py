@@ -14,6 +14,7 @@ from hfpretrain.study.grid import folder_runs, load_spec, run_wall_time
 REPO = Path(__file__).resolve().parents[2]
 VOCAB = REPO / "results" / "study_gpu_vocab"
 VOCAB2 = REPO / "results" / "study_gpu_vocab2"
+MOE = REPO / "results" / "study_gpu_moe"
 
 
 def _log(path: Path, events: list[dict]) -> None:
@@ -141,8 +142,8 @@ def _md_table(text: str, header_start: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("study, n_runs, first_arm",
-                         [(VOCAB, 48, "bpe_8k"), (VOCAB2, 108, "bpe_32k")],
-                         ids=["vocab", "vocab2"])
+                         [(VOCAB, 48, "bpe_8k"), (VOCAB2, 108, "bpe_32k"), (MOE, 32, "moe")],
+                         ids=["vocab", "vocab2", "moe"])
 def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, first_arm):
     """report.md against results.json and analysis.json: every run's bits per byte and minutes, every optimum,
     both fit tables, the (first pair's) gaps and the noise floors."""
