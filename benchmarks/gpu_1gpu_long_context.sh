@@ -8,6 +8,8 @@
 #                 Goal: 16k >= 80% of 2k's tokens/s; estimate within 10% of the measured peak at 16k.
 #   STAGE=flex    the same-call A/B of the document mask's backends at 2k and 16k: SDPA (a dense mask) and flex
 #                 attention (a block mask that skips whole blocks across documents), + 2k without the mask.
+#   STAGE=large   the 1.8B shape (recipes/qwen3_1p8b_1gpu.yaml) at 2k and 16k, document mask, flex attention: the
+#                 issue's throughput row for a model whose attention is a smaller share of its FLOPs
 #   STAGE=flexdiag where flex attention's time goes: benchmarks/bench_doc_attention.py (the attention alone, fwd+bwd,
 #                 SDPA causal / SDPA + dense mask / flex + block mask, on real 16k and 2k blocks), then the 16k flex run
 #                 logging every step, with dynamo's recompiles and graph breaks in $OUT/flex_dynamo.log.
@@ -24,12 +26,14 @@
 # Carry: .carry (TOKENIZERS=gpt2 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval, >= 6 train shards) and
 # out/tok_bpe8k, as for gpu_1gpu_best_small.sh.
 #   source .carry/setup.sh && STAGE=speed bash benchmarks/gpu_1gpu_long_context.sh
+# STAGE=large needs Qwen3's tokenizer and one shard instead: TOKENIZERS=qwen3 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 6
+# --no-eval, then benchmarks/pack_extra.sh.
 #   source .carry/setup.sh && STAGE=base bash benchmarks/gpu_1gpu_long_context.sh
 #   source .carry/setup.sh && STAGE=extend bash benchmarks/gpu_1gpu_long_context.sh
 set -o pipefail
 OUT=${OUT:-out/bench}; mkdir -p "$OUT"; N="$OUT/notes.txt"
 export TOKENIZERS_PARALLELISM=false
-case "${STAGE:-}" in speed|flex|flexdiag|maskloss|base|extend) ;; *) echo "STAGE=speed, flex, flexdiag, maskloss, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
+case "${STAGE:-}" in speed|flex|large|flexdiag|maskloss|base|extend) ;; *) echo "STAGE=speed, flex, large, flexdiag, maskloss, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$N"
 BUDGET_S=${BUDGET_S:-570}
 MIX=${MIX:-.carry/data/pretrain/mix}  # the shards' folder (another where a study's call stashed them)
@@ -59,7 +63,7 @@ PY
 speed() {  # name, seq_len, data, overrides...: 30 steps of best_small's shape, random weights
   local t=$(( BUDGET_S - SECONDS - 10 )); [ $t -lt 60 ] && { echo "== $1 skipped (${t}s left)" | tee -a "$N"; return; }
   rm -rf runs/lc_$1
-  timeout -k 10 -s TERM $t python3 scripts/pretrain.py recipes/best_small.yaml data.path=$3 training.output_dir=runs/lc_$1 \
+  timeout -k 10 -s TERM $t python3 scripts/pretrain.py ${RECIPE:-recipes/best_small.yaml} data.path=$3 training.output_dir=runs/lc_$1 \
     training_flops=null training.max_steps=30 training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
     training.gradient_accumulation_steps=2 training.warmup_steps=5 model.micro_batch=recipe \
     model.attn_implementation=sdpa "${@:4}" > /tmp/lc_$1.log 2>&1
@@ -88,6 +92,21 @@ if [ "$STAGE" = flex ]; then  # same call: the document mask through SDPA's dens
   speed s2k 2048 out/mix6_bpe8k_2k training.per_device_train_batch_size=32 model.document_mask=true
   speed s16k 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=4 model.document_mask=true
   speed s2k_nomask 2048 out/mix6_bpe8k_2k training.per_device_train_batch_size=32 model.attn_implementation=sdpa_packed
+  exit 0
+fi
+if [ "$STAGE" = large ]; then  # the throughput row at the 1.8B shape (recipes/qwen3_1p8b_1gpu.yaml, Qwen3's tokenizer):
+  # 2k and 16k with the document mask (flex attention, auto's choice), the same tokens per micro-batch (16,384);
+  # one shard is enough for 30 steps
+  for L in 2048 16384; do
+    [ -f out/mix1_qwen3_$L/manifest.json ] || python3 scripts/tokenize_pile.py --input "$MIX"/train-00000.jsonl.zst \
+      --val-input "$MIX"/val.jsonl.zst --val-docs 1000 --tokenizer "$DATA_ROOT/tokenizers/qwen3" --seq-len $L \
+      --out out/mix1_qwen3_$L --num-proc 16 -q --pack whole 2>&1 | tail -1
+  done
+  echo "| run | seq_len | micro x accum | tokens/s | MFU | peak GiB | plan GiB | plan vs peak | checkpointing |" | tee -a "$N"
+  RECIPE=recipes/qwen3_1p8b_1gpu.yaml speed l2k 2048 out/mix1_qwen3_2048 training.per_device_train_batch_size=8 \
+    model.document_mask=true model.attn_implementation=auto
+  RECIPE=recipes/qwen3_1p8b_1gpu.yaml speed l16k 16384 out/mix1_qwen3_16384 training.per_device_train_batch_size=1 \
+    model.document_mask=true model.attn_implementation=auto
   exit 0
 fi
 if [ "$STAGE" = flexdiag ]; then
