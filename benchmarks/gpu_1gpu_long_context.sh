@@ -27,7 +27,8 @@
 # out/tok_bpe8k, as for gpu_1gpu_best_small.sh.
 #   source .carry/setup.sh && STAGE=speed bash benchmarks/gpu_1gpu_long_context.sh
 # STAGE=large needs Qwen3's tokenizer and one shard instead: TOKENIZERS=qwen3 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 6
-# --no-eval, then benchmarks/pack_extra.sh.
+# --no-eval, then benchmarks/pack_extra.sh; beside the 40 MB tree that is over 64 MiB: cut .carry's val.jsonl.zst to
+# its first 1,000 documents (all the stage reads).
 #   source .carry/setup.sh && STAGE=base bash benchmarks/gpu_1gpu_long_context.sh
 #   source .carry/setup.sh && STAGE=extend bash benchmarks/gpu_1gpu_long_context.sh
 set -o pipefail
