@@ -65,6 +65,16 @@ def test_the_reproduce_command_carries_the_manifests_packing():
     assert command == ("python scripts/tokenize_pile.py --input train-00000.jsonl.zst --val-input val.jsonl.zst "
                        "--tokenizer out/tok_bpe8k --seq-len 16384 --val-docs 10000 --pack whole --sets Books Emails "
                        "--out out/mix_16k")
+    moved = {**manifest, "inputs": [{"path": "/root/stash/pretrain/mix/train-00000.jsonl.zst"}],
+             "val_inputs": [{"path": "/work/shared/data/pretrain/mix/val.jsonl.zst"}],
+             "tokenizer": {"name_or_path": "/mnt/d/tokenizers/gpt2"}}
+    command = reproduce_lines(Path("runs/x"), Path("out/mix_16k"), moved)[3]  # no machine's folders in a report
+    assert command.startswith('python scripts/tokenize_pile.py --input "$DATA_ROOT"/pretrain/mix/train-00000.jsonl.zst '
+                              '--val-input "$DATA_ROOT"/pretrain/mix/val.jsonl.zst --tokenizer "$DATA_ROOT"/tokenizers/gpt2 ')
+    from hfpretrain.study.run_report import portable_path
+
+    embedded = Path.cwd() / "src" / "hfpretrain" / "assets" / "default_data" / "pretrain" / "sample.jsonl.zst"
+    assert portable_path(str(embedded)) == "src/hfpretrain/assets/default_data/pretrain/sample.jsonl.zst"
     plain = reproduce_lines(Path("runs/x"), Path("out/d"), {**manifest, "pack": "concat", "val_docs_rule": "default",
                                                             "select_sets": None})[3]
     assert "--pack" not in plain and "--val-docs" not in plain and "--sets" not in plain

@@ -213,11 +213,30 @@ def generation_lines(checkpoint: Path, prompts, max_new_tokens: int) -> list[str
     return lines
 
 
+DATA_ROOT_FOLDERS = ("pretrain", "tokenizers", "eval")  # the data root's layout (hfpretrain.paths)
+
+
+def portable_path(path: str) -> str:
+    """A manifest's path as a reader can run it: inside the working directory (the repository: its embedded data
+    too), relative to it; else inside a data root (a folder with the data root's layout: .../pretrain/mix/x,
+    .../tokenizers/gpt2) as ``$DATA_ROOT/...``, whatever machine tokenized; others (a relative path, a Hub id) as
+    they are."""
+    p = Path(path)
+    if not p.is_absolute():
+        return shlex.quote(path)
+    if p.is_relative_to(Path.cwd()):
+        return shlex.quote(str(p.relative_to(Path.cwd())))
+    for i, part in enumerate(p.parts[:-1]):
+        if part in DATA_ROOT_FOLDERS:
+            return '"$DATA_ROOT"/' + shlex.quote(str(Path(*p.parts[i:])))
+    return shlex.quote(path)
+
+
 def reproduce_lines(run_dir: Path, data_path: Path, manifest: dict) -> list[str]:
-    inputs = " ".join(shlex.quote(i["path"]) for i in manifest.get("inputs", []))
+    inputs = " ".join(portable_path(i["path"]) for i in manifest.get("inputs", []))
     val_inputs = manifest.get("val_inputs")
-    val = " ".join(shlex.quote(i["path"]) for i in val_inputs) if isinstance(val_inputs, list) else ""
-    tok = manifest["tokenizer"]["name_or_path"]
+    val = " ".join(portable_path(i["path"]) for i in val_inputs) if isinstance(val_inputs, list) else ""
+    tok = portable_path(manifest["tokenizer"]["name_or_path"])
     ckpt = run_dir / "final"
     # the manifest's choices that change the blocks, as the flags that made them (defaults left out)
     flags = [f"--val-docs {manifest['val_docs']}" if manifest.get("val_docs_rule") == "given" else "",
