@@ -61,7 +61,7 @@ print(f"| {name} | {plan['seq_len']} | {plan['micro_batch']}x{plan['gradient_acc
       f"{mfu:.1%} | {peak:.1f} | {est:.1f} | {est / peak - 1:+.1%} | {plan['activation_checkpointing']} |")
 PY
 }
-speed() {  # name, seq_len, data, overrides...: 30 steps of best_small's shape, random weights
+speed() {  # name, seq_len, data, overrides...: 30 steps of $RECIPE's shape (best_small's), random weights
   local t=$(( BUDGET_S - SECONDS - 10 )); [ $t -lt 60 ] && { echo "== $1 skipped (${t}s left)" | tee -a "$N"; return; }
   rm -rf runs/lc_$1
   timeout -k 10 -s TERM $t python3 scripts/pretrain.py ${RECIPE:-recipes/best_small.yaml} data.path=$3 training.output_dir=runs/lc_$1 \
