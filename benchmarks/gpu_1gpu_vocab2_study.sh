@@ -20,12 +20,14 @@
 #   ... && STASH=1 bash benchmarks/gpu_1gpu_vocab2_study.sh && bash benchmarks/gpu_chain.sh start \
 #     'BEST=0 bash benchmarks/gpu_1gpu_vocab2_study.sh' && PACK=studies/gpu_vocab2 bash benchmarks/gpu_chain.sh wait 560
 #   PACK=studies/gpu_vocab2 bash benchmarks/gpu_chain.sh wait 560    # $OUT/study_runs.tgz: the runs so far
-# With the committed runs of results/study_gpu_vocab2 in the tree (38 MB in all since the 102 runs) the kit and a
-# shard no longer fit beside it: two calls carry five shards each and nothing else (after pack.sh 28, and
-# FIRST_SHARD=5 pack.sh 28: rm -rf .carry/wheels .carry/data/tokenizers .carry/data/eval .carry/data/pretrain/mix/[mv]*)
+# With the committed runs of results/study_gpu_vocab2 in the tree (40 MB in all since the 108 runs) the kit and a
+# shard no longer fit beside it: two calls carry five shards each and nothing else (after pack.sh 28, which takes
+# shards 0-3, plus train-00004.jsonl.zst copied into .carry/data/pretrain/mix; then FIRST_SHARD=5 pack.sh 28 for 5-9;
+# each time: rm -rf .carry/wheels .carry/data/tokenizers .carry/data/eval .carry/data/pretrain/mix/[mv]*)
 #   mkdir -p /root/vocab2_data/pretrain/mix && cp .carry/data/pretrain/mix/train-* /root/vocab2_data/pretrain/mix/
 # then the kit with pack.sh 0 (and the tokenizers below) for the runbook itself. On a machine with several GPUs the
-# study takes them all (six runs at a time on each): the 36 runs of 2026-11-26 took 14 minutes on 4xH200.
+# study takes them all (six runs at a time on each): the 36 runs of 2026-11-26 took 14 minutes on 4xH200; on
+# 2026-11-27 the last six took two of four H100s (CUDA_VISIBLE_DEVICES=0,1) beside the MoE study on the other two.
 # plus, in every carry, out/tok10_bpe8k and out/tok10_bpe32k (trained on the CPU: the reproduce commands of the
 # spec), so that every call uses the same merges, and benchmarks/pack_extra.sh (OmegaConf).
 source benchmarks/gpu_common.sh
