@@ -16,6 +16,7 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 EMBEDDED_DATA_ROOT = Path(__file__).resolve().parent / "assets" / "default_data"
+DATA_ROOT_LAYOUT = ("tokenizers", "eval", "pretrain")  # the folders a data root holds
 # The repository's recipes/*.yaml, shipped in the wheel as package data: in a checkout this folder is a link to
 # ../../recipes (one copy, nothing to keep in step); an installed wheel holds the files themselves.
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"

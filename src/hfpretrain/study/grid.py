@@ -417,6 +417,8 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
     (--report-only). On SIGTERM the run in progress saves a checkpoint and the study stops; the next
     call continues from there. ``planned``: the checked plan, where the caller has it (the workers').
     """
+    import torch
+
     from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain
     from hfpretrain.training.callbacks import SIGTERM_RECEIVED
@@ -445,8 +447,6 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
                            "continue from the run's checkpoint)", i, len(runs), run.name)
             break
         gc.collect()  # the finished run's model and optimizer (the Trainer holds reference cycles)
-        import torch
-
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return collect(runs)

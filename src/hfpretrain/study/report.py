@@ -123,8 +123,8 @@ def _gap_cells(b, gap, ci, ci_clean) -> list[str]:
 
 
 def _gap_row(b, gap, ci, ci_clean, mult, mult_ci) -> list[str]:
-    return _gap_cells(b, gap, ci, ci_clean) + [f"{mult:.3g}" + (f" [{mult_ci[0]:.3g}, {mult_ci[1]:.3g}]" if mult_ci
-                                                                else "")]
+    mult_cell = f"{mult:.3g}" + (f" [{mult_ci[0]:.3g}, {mult_ci[1]:.3g}]" if mult_ci else "")
+    return _gap_cells(b, gap, ci, ci_clean) + [mult_cell]
 
 
 def _fit_rows(fits: dict, result: dict, figures: dict, iv: dict) -> list[list[str]]:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from hfpretrain.paths import DATA_ROOT_LAYOUT
+
 DEFAULT_PROMPTS = ("The history of the", "def fibonacci(n):", "Question: Why is the sky blue?\nAnswer:")
 
 TRAINING_CODE = """\
@@ -213,9 +215,6 @@ def generation_lines(checkpoint: Path, prompts, max_new_tokens: int) -> list[str
     return lines
 
 
-DATA_ROOT_FOLDERS = ("pretrain", "tokenizers", "eval")  # the data root's layout (hfpretrain.paths)
-
-
 def portable_path(path: str) -> str:
     """A manifest's path as a reader can run it: inside the working directory (the repository: its embedded data
     too), relative to it; else inside a data root (a folder with the data root's layout: .../pretrain/mix/x,
@@ -227,7 +226,7 @@ def portable_path(path: str) -> str:
     if p.is_relative_to(Path.cwd()):
         return shlex.quote(str(p.relative_to(Path.cwd())))
     for i, part in enumerate(p.parts[:-1]):
-        if part in DATA_ROOT_FOLDERS:
+        if part in DATA_ROOT_LAYOUT:
             return '"$DATA_ROOT"/' + shlex.quote(str(Path(*p.parts[i:])))
     return shlex.quote(path)
 
