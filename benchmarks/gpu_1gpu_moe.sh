@@ -5,6 +5,8 @@
 # vocabulary, 923M parameters in all); CORPUS_TOK=.carry/data/tokenizers/qwen3 DATA=out/mix_qwen3_2048 for Qwen3's.
 # Carry: .carry (TOKENIZERS=gpt2 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 36 --no-eval) and out/tok10_bpe32k.
 #   source .carry/setup.sh && VARIANTS="grouped profile dense" bash benchmarks/gpu_1gpu_moe.sh
+# A same-call A/B against an earlier commit's code: its src/hfpretrain copied to ab_base/hfpretrain (untracked, so
+# it travels), then PYTHONPATH=$PWD/ab_base:$PYTHONPATH VARIANTS=grouped.0 ... before the current code's variants.
 CORPUS_TOK=${CORPUS_TOK:-out/tok10_bpe32k} DATA=${DATA:-out/mix3_bpe32k_2048}
 CORPUS_SHARDS=${CORPUS_SHARDS:-".carry/data/pretrain/mix/train-0000[0-2].jsonl.zst"}
 source benchmarks/gpu_common.sh
@@ -28,6 +30,7 @@ for v in ${VARIANTS:-grouped eager dense}; do
     grouped_nogather) variant $v model.config=qwen3_moe_856m_a152m kernels.experts_gather=false ;;  # HF's permutation
     eager) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=eager ;;
     batched) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=batched_mm ;;
+    grouped_layers) variant $v model.config=qwen3_moe_856m_a152m model.compile=layers ;;  # the memory estimate
     grouped_mb8) MB=8 variant $v model.config=qwen3_moe_856m_a152m ;;  # memory at half the micro-batch
     glm) variant $v model.config=glm4_moe_837m_a177m moe.bias_update_rate=0.001  # aux-loss-free balancing
       grep -o "\"expert_load_max_mean\": [0-9.]*, \"expert_load_min_mean\": [0-9.]*, \"dead_experts\": [0-9.]*" /tmp/$v/log.jsonl > "$OUT/glm_expert_load.txt" ;;
@@ -39,6 +42,9 @@ for v in ${VARIANTS:-grouped eager dense}; do
       for f in /tmp/$v/profile/kernels-*.txt; do head -80 "$f" > "$OUT/kernels_$v.txt"; done
       python3 benchmarks/trace_gaps.py /tmp/$v/profile/trace-*.json > "$OUT/gaps_$v.txt" 2>&1 ;;
     dense) variant $v $DENSE ;;
+    grouped_ga|dense_ga)  # the optimizer step once per 4 micro-batches, as a recipe's accumulation does
+      shape="model.config=qwen3_moe_856m_a152m"; [ $v = dense_ga ] && shape=$DENSE
+      STEPS=15 variant $v $shape training.gradient_accumulation_steps=4 training.logging_steps=3 ;;
   esac
 done
 python3 - <<'PY' | tee -a "$N"

@@ -10,9 +10,9 @@ python3 -c "import torch,transformers,accelerate,datasets; import importlib.util
 DATA=${DATA:-out/mix_qwen3_2048}
 CORPUS_TOK=${CORPUS_TOK:-$DATA_ROOT/tokenizers/qwen3}
 MIX=${MIX:-.carry/data/pretrain/mix}  # the shards' folder (another where a study's call stashed them)
-tokenize_corpus() {  # all train shards of $MIX (or CORPUS_SHARDS) at CORPUS_SEQ_LEN (2048), validation = first 10,000 docs
+tokenize_corpus() {  # all train shards of $MIX (or CORPUS_SHARDS) at CORPUS_SEQ_LEN (2048), validation = first VAL_DOCS (10,000)
   python3 scripts/tokenize_pile.py --input ${CORPUS_SHARDS:-$MIX/train-*.jsonl.zst} \
-    --val-input "$MIX"/val.jsonl.zst --val-docs 10000 \
+    --val-input "$MIX"/val.jsonl.zst --val-docs ${VAL_DOCS:-10000} \
     --tokenizer "$CORPUS_TOK" --seq-len ${CORPUS_SEQ_LEN:-2048} --out "$DATA" --num-proc 16 -q 2>&1 | tail -3
   python3 -c "import json;m=json.load(open('$DATA/manifest.json'));print('tokens train',m['train']['tokens'],'blocks',m['train']['blocks'],'val blocks',m['validation']['blocks'],'tok/s',m['tokens_per_s'])" | tee -a "$OUT/notes.txt"
 }

@@ -212,8 +212,16 @@ def gathered_grouped_mm(experts, hidden_states, top_k_index, top_k_weights):
         rows = experts._apply_gate(linear(rows, "gate_up_proj"))
     else:
         rows = experts.act_fn(linear(rows, "up_proj"))
-    rows = _PermuteRows.apply(linear(rows, "down_proj"), inverse, order)  # back to (token, choice) order
-    return (rows.view(tokens, k, -1) * top_k_weights.unsqueeze(-1)).sum(dim=1)
+    if experts.has_bias:  # the routing weight scales the down projection's bias too: weigh its output
+        rows = _PermuteRows.apply(linear(rows, "down_proj"), inverse, order)  # back to (token, choice) order
+        return (rows.view(tokens, k, -1) * top_k_weights.unsqueeze(-1)).sum(dim=1)
+    # Without a bias the down projection is linear, so each row is weighed before it, in the activation's fused
+    # kernel: backward then reads the activation (expert width) for the weights' gradient, not the down
+    # projection's output (hidden width), and autograd keeps half the bytes per routed row.
+    weights = _PermuteRows.apply(top_k_weights.reshape(-1), order, inverse)
+    rows = linear((rows * weights.unsqueeze(-1)).to(rows.dtype), "down_proj")
+    rows = _PermuteRows.apply(rows, inverse, order)  # back to (token, choice) order
+    return rows.view(tokens, k, -1).sum(dim=1, dtype=torch.promote_types(rows.dtype, top_k_weights.dtype))
 
 
 def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, gather: bool = True,
