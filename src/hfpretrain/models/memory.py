@@ -64,8 +64,11 @@ the routing weight and that weight (a·(2·d + 4·I) + 4, I = ``moe_intermediate
 experts are a dense MLP of width n_shared·I. Compiled: k·(2·a·d + 3·a·I + 4) + 4·E, shared experts
 as compiled dense MLPs. ``experts_implementation="batched_mm"`` also keeps each routed copy's
 gathered expert weights in bf16 (a·3·d·I per copy). Layers that stay dense
-(``first_k_dense_replace``, ``mlp_only_layers``) count as dense layers. The MoE activation terms
-are modelled from transformers' code and not yet checked against a GPU's measured peak.
+(``first_k_dense_replace``, ``mlp_only_layers``) count as dense layers. Measured on an H200
+(qwen3_moe_856m_a152m, grouped_mm, seq 2048, docs/benchmarks.md): decoder compiled, 35.1 GiB at
+micro-batch 16 (estimate +1%) and 103.9 at 64 (+6%); compiled per layer (``compiled_per_layer``),
+41.3 GiB at 16, which k·a·(d + I) more per token of each expert layer accounts for: a term fitted to
+that one peak, not derived from what the per-layer graphs keep.
 """
 
 from __future__ import annotations
@@ -235,6 +238,7 @@ class TrainingLayout:
     # for one chunk only, next to the head's gradient buffers
     fused_loss_chunk: int | None = None
     compiled: bool = False  # the decoder runs under torch.compile (see the module notes)
+    compiled_per_layer: bool = False  # ... as one graph per decoder layer (model.compile=layers): MoE layers keep more
     fused_loss: str = "chunked"
     residual_bytes: int = 4  # the residual stream: fp32 (4) or bf16 (2, model.residual_dtype=bfloat16)
     float8: bool = False  # the decoder's linears in float8 (model.precision=fp8): smaller saved inputs, compiled
@@ -280,6 +284,8 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
         moe_per_layer = activation_bytes_per_token_per_layer(
             config, layout.seq_len, layout.attn_implementation, layout.dtype, layout.compiled, layout.residual_bytes,
             layout.float8, moe=moe, experts_implementation=layout.experts_implementation)
+        if layout.compiled and layout.compiled_per_layer:
+            moe_per_layer += moe.top_k * a * (x["d"] + moe.expert_ff)  # fitted, see the module notes
         all_layers = (x["L"] - moe.moe_layers) * per_layer + moe.moe_layers * moe_per_layer
         per_layer = max(per_layer, moe_per_layer) if moe.moe_layers < x["L"] else moe_per_layer
     outside = 8 + 8 * x["d"] + a * x["d"]  # input ids, final norm (in + out), LM-head cast input

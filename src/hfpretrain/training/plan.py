@@ -69,6 +69,7 @@ def run_memory(recipe: Recipe, config, args: TrainingArguments, seq_len: int, fa
         checkpoint_every_n_layers=int(checkpointing.get("every_n_layers", 1)),
         checkpoint_offload=bool(checkpointing.get("offload", False)), document_mask=recipe.model.document_mask,
         attn_implementation=fast.attn_implementation, grad_accum=accumulation, compiled=fast.compile != "none",
+        compiled_per_layer=fast.compile == "layers",
         fused_loss=loss, fused_loss_chunk=loss_chunk_tokens(loss, micro_batch * seq_len, config.vocab_size,
                                                             config.hidden_size, recipe.model.loss_chunk_tokens,
                                                             recipe.model.liger_min_chunk_tokens),
