@@ -172,7 +172,8 @@ class KernelsSection:
     # their weights (transformers falls back to one fp32 matmul per expert when compiled: models/speedups.py)
     experts_autocast: bool = True
     # MoE with experts_implementation=grouped_mm: the tokens' rows sent to their experts and back by gathers only,
-    # without transformers' scatter-add backward and expert-parallel masks (models/speedups.py)
+    # without transformers' scatter-add backward and expert-parallel masks, each weighed before its down projection
+    # (models/speedups.py)
     experts_gather: bool = True
 
 
