@@ -9,7 +9,7 @@ import torch
 
 from hfpretrain.models.zoo import build_model, load_config
 from hfpretrain.training import RecipeError, pretrain
-from hfpretrain.data.order import collate_blocks, document_positions
+from hfpretrain.data.order import attended_length, collate_blocks, document_positions
 
 from train_utils import TINY_RECIPE
 
@@ -22,6 +22,19 @@ def test_positions_restart_after_each_end_of_text():
     batch = collate_blocks([row.numpy() for row in ids], eos_id=EOS)
     assert batch["position_ids"].tolist() == document_positions(ids, EOS).tolist()
     assert "position_ids" not in collate_blocks([row.numpy() for row in ids])  # off by default
+
+
+def test_attended_length_is_the_token_mean_of_its_document_length():
+    """Segments as document_positions starts them: row 1 has 3, 3, 1, 1 tokens, row 2 has 1 and 7; per token the
+    length of its segment, averaged: (9+9+1+1 + 1+49) / 16."""
+    import datasets
+
+    rows = [[5, 6, EOS, 8, 9, EOS, EOS, 1], [EOS, 2, 3, 4, 5, 6, 7 + 1, 9]]
+    blocks = datasets.Dataset.from_dict({"input_ids": rows}).with_format("numpy")
+    assert attended_length(blocks, EOS) == pytest.approx(70 / 16)
+    assert attended_length(blocks, EOS, sample=1) == pytest.approx(20 / 8)  # the first block only
+    no_eos = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3, 4]]}).with_format("numpy")
+    assert attended_length(no_eos, EOS) == 4  # one document over the whole block
 
 
 @pytest.mark.parametrize("name,attn", [("tiny", "sdpa"), ("gpt2_124m", "sdpa"), ("tiny", "flex_attention")])
@@ -57,6 +70,13 @@ def test_training_with_document_mask(mini_blocks, tmp_path):
 
     masked, out = losses("masked", "model.document_mask=true", "evaluation.per_set=true", "training.eval_strategy=steps",
                          "training.eval_steps=3", "evaluation.eval_tokens=1024", "evaluation.final_eval_tokens=2048")
+    # MFU and TFLOP/s count attention within documents; the plan keeps the block's count for budgets
+    events = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    plan, window = events[0]["plan"], next(e for e in events if e["event"] == "log" and "tflops_per_gpu" in e)
+    assert 1 <= plan["attended_length"] < plan["seq_len"]
+    assert plan["flops_per_token_attended"] < plan["flops_per_token"]
+    assert window["tflops_per_gpu"] == pytest.approx(window["tokens_per_s_per_gpu"] * plan["flops_per_token_attended"]
+                                                     / 1e12)
     summary = json.loads((out / "summary.json").read_text())["final_eval"]
     assert summary["eval_loss_per_set"] and all(v > 0 for v in summary["eval_loss_per_set"].values())
     plain, _ = losses("plain")

@@ -301,6 +301,24 @@ def test_dry_run_prints_the_phases(mini_blocks, hq_blocks, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_document_mask_counts_each_sources_attended_length(mini_blocks, hq_blocks, tmp_path):
+    """With the document mask, MFU's FLOPs take the mean attended length of the sources, weighted by the samples
+    the run reads from each (plan.attended_flops)."""
+    from hfpretrain.data.order import attended_length, load_input_ids
+
+    plan = pretrain(str(CURRICULUM), [f"data.path={mini_blocks}", f"data.sources.mix={mini_blocks}",
+                                      f"data.sources.hq={hq_blocks}", f"training.output_dir={tmp_path / 'run'}",
+                                      "training.max_steps=1000", "model.document_mask=true"], dry_run=True)["plan"]
+    eos = json.loads((mini_blocks / "manifest.json").read_text())["tokenizer"]["eos_token_id"]
+    samples = {name: source["samples"] for name, source in plan["data"]["sources"].items()}
+    lengths = {"mix": attended_length(load_input_ids(mini_blocks, "train"), eos),
+               "hq": attended_length(load_input_ids(hq_blocks, "train"), eos)}
+    assert lengths["mix"] != lengths["hq"]
+    want = sum(samples[n] * lengths[n] for n in samples) / sum(samples.values())
+    assert plan["attended_length"] == pytest.approx(want)
+    assert plan["flops_per_token_attended"] < plan["flops_per_token"]
+
+
 # ---- real runs: resume across the phase boundary, WSD over the last phase, lineage -------------------
 
 # run_pretrain(..., recipe=CURRICULUM): the shipped recipe under the tests' common overrides (train_utils.BASE)

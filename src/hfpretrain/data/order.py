@@ -137,6 +137,23 @@ def collate_blocks(rows: list[np.ndarray], eos_id: int | None = None) -> dict[st
     return batch
 
 
+def attended_length(blocks: datasets.Dataset, eos_id: int, sample: int = 1024) -> float:
+    """Under the document mask, how far a token's attention reaches: the mean over tokens of the length of the
+    document segment it sits in (sum n^2 / sum n over the segments, which start where :func:`document_positions`
+    starts them), read from ``sample`` blocks spread evenly over ``blocks`` (an ``input_ids`` column as numpy rows).
+    The length that the attention term of a FLOPs count takes in place of the block's."""
+    rows = np.linspace(0, len(blocks) - 1, num=min(sample, len(blocks))).round().astype(int)
+    ids = np.asarray(blocks[rows.tolist()]["input_ids"])
+    starts = np.zeros(ids.shape, dtype=bool)
+    starts[:, 0] = True
+    starts[:, 1:] = ids[:, :-1] == eos_id
+    row, col = np.nonzero(starts)  # row-major: each row's starts in order
+    ends = np.append(col[1:], 0)
+    ends[np.append(row[1:] != row[:-1], True)] = ids.shape[1]  # a row's last segment runs to the row's end
+    lengths = (ends - col).astype(np.float64)
+    return float((lengths**2).sum() / lengths.sum())
+
+
 def document_positions(ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     """Per row, each token's offset from the start of its document; a document starts at the row's first
     token and after each ``eos_id`` (the end-of-text belongs to the document it ends)."""

@@ -22,6 +22,7 @@ from hfpretrain.data.mixture import (
     mixture_plan,
     resolve_phases,
 )
+from hfpretrain.data.order import attended_length, load_input_ids
 from hfpretrain.data.tokenizer import tokenizer_sha256
 from hfpretrain.models import (
     TrainingLayout,
@@ -272,8 +273,22 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
         if kwargs["decay_ratio"] is not None:  # null: an override took it out
             plan["lr_schedule"] = wsd_decay(args, max(1, round(kwargs["decay_ratio"] * args.max_steps)),
                                             "training.lr_scheduler_kwargs.decay_ratio")
+    if recipe.model.document_mask:
+        plan.update(attended_flops(config, plan, recipe.data.path, int(manifest["tokenizer"]["eos_token_id"])))
     data_info["samples_per_step"] = plan["samples_per_step"]
     return RunSetup(recipe, manifest, tokenizer, config, seq_len, args, fast, plan, schedule, data_info)
+
+
+def attended_flops(config, plan: dict, data_path: str, eos_id: int) -> dict:
+    """Under the document mask a token attends within its document only: the FLOPs per token that MFU and TFLOP/s
+    count take the data's mean attended length (data/order.py) in the attention term instead of the block's (at
+    16k, 0.39 of the block on the mix corpus). A mixture weighs its sources by the samples the run reads from each.
+    Budgets (``training_flops``, studies) stay on the block's count, so that a FLOPs budget buys the same steps with
+    the mask as without it."""
+    sources = (plan.get("data") or {}).get("sources")
+    parts = [(s["path"], s["samples"]) for s in sources.values() if s["samples"]] if sources else [(data_path, 1)]
+    length = sum(w * attended_length(load_input_ids(p, "train"), eos_id) for p, w in parts) / sum(w for _, w in parts)
+    return {"attended_length": length, "flops_per_token_attended": flops_per_token(config, length).total}
 
 
 # ---- a dry run before the data exists ----

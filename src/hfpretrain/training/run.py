@@ -248,8 +248,10 @@ def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length:
                                                            "compiled_modules": applied.compiled_modules,
                                                            "speedups": dataclasses.asdict(applied),
                                                            "lineage": record})
-    throughput = ThroughputCallback(plan["tokens_per_step"], plan["flops_per_token"], plan["peak_flops_per_gpu"],
-                                    args.world_size, plan.get("peak_flops_fp8_per_gpu"))
+    # with the document mask, FLOPs within documents (plan.attended_flops)
+    flops = plan.get("flops_per_token_attended", plan["flops_per_token"])
+    throughput = ThroughputCallback(plan["tokens_per_step"], flops, plan["peak_flops_per_gpu"], args.world_size,
+                                    plan.get("peak_flops_fp8_per_gpu"))
     grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
     preemption = PreemptionCallback()
     callbacks = [throughput, MemoryCallback(), grad_stats, jsonl, preemption,
