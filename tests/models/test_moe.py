@@ -252,16 +252,18 @@ def test_memory_states_count_every_expert_and_activations_the_routed_tokens():
 
 
 # Peaks measured on one H200 (docs/benchmarks.md § Mixture-of-Experts, 2026-11-27; results/moe_2026-11-27b):
-# qwen3_moe_856m_a152m with the 32k BPE, seq 2048, grouped_mm, the bf16 stream, head + loss compiled, fused AdamW.
-# (micro-batch, compiled per layer, measured GiB); the per-layer term was fitted to the 16 x 2048 one.
-MOE_PEAKS = [(16, False, 35.09), (64, False, 103.90), (16, True, 41.29), (8, True, 26.76)]
+# the ~1B shapes with the 32k BPE, seq 2048, grouped_mm, the bf16 stream, head + loss compiled, fused AdamW.
+# (shape, micro-batch, compiled per layer, measured GiB); the per-layer term was fitted to qwen3's 16 x 2048 one.
+MOE_PEAKS = [("qwen3_moe_856m_a152m", 16, False, 35.09), ("qwen3_moe_856m_a152m", 64, False, 103.90),
+             ("qwen3_moe_856m_a152m", 16, True, 41.29), ("qwen3_moe_856m_a152m", 8, True, 26.76),
+             ("glm4_moe_837m_a177m", 16, False, 37.86)]
 
 
-@pytest.mark.parametrize("micro,per_layer,measured", MOE_PEAKS)
-def test_moe_estimate_within_10_percent_of_measured(micro, per_layer, measured):
+@pytest.mark.parametrize("name,micro,per_layer,measured", MOE_PEAKS)
+def test_moe_estimate_within_10_percent_of_measured(name, micro, per_layer, measured):
     from hfpretrain.models.memory import GIB
 
-    cfg = load_config("qwen3_moe_856m_a152m", {}, vocab_size=32768)
+    cfg = load_config(name, {}, vocab_size=32768)
     layout = TrainingLayout(micro, 2048, compiled=True, compiled_per_layer=per_layer, fused_loss="compiled",
                             residual_bytes=2)
     assert abs(estimate_memory(cfg, layout).total / GIB / measured - 1) <= 0.10
