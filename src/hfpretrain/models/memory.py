@@ -65,10 +65,11 @@ experts are a dense MLP of width n_shared·I. Compiled: k·(2·a·d + 3·a·I + 
 as compiled dense MLPs. ``experts_implementation="batched_mm"`` also keeps each routed copy's
 gathered expert weights in bf16 (a·3·d·I per copy). Layers that stay dense
 (``first_k_dense_replace``, ``mlp_only_layers``) count as dense layers. Measured on an H200
-(qwen3_moe_856m_a152m, grouped_mm, seq 2048, docs/benchmarks.md): decoder compiled, 35.1 GiB at
-micro-batch 16 (estimate +1%) and 103.9 at 64 (+6%), glm4_moe_837m_a177m 37.9 at 16 (−4.5%); compiled per layer (``compiled_per_layer``),
-41.3 GiB at 16, which k·a·(d + I) more per token of each expert layer accounts for: a term fitted to
-that one peak, not derived from what the per-layer graphs keep.
+(grouped_mm, seq 2048, docs/benchmarks.md), decoder compiled: qwen3_moe_856m_a152m 35.1 GiB at
+micro-batch 16 (estimate +1%) and 103.9 at 64 (+6%), glm4_moe_837m_a177m 37.9 at 16 (−4.5%).
+Compiled per layer (``compiled_per_layer``) the qwen3 shape peaked at 41.3 GiB at 16, which
+k·a·(d + I) more per token of each expert layer accounts for: a term fitted to that one peak, not
+derived from what the per-layer graphs keep (3% low at micro-batch 8).
 """
 
 from __future__ import annotations
