@@ -172,6 +172,13 @@ for model in best_small best_small_16k; do
     --blocks 32 --min-document-tokens 8192 --lengths 1024 2048 4096 8192 16384 --samples 20 \
     --short-data out/mix6_bpe8k_1024 --short-blocks 256 > "$OUT/long_context_$model.txt" 2>&1
   echo "== long-context $model rc $? (${SECONDS}s)" | tee -a "$N"; cat "$OUT/long_context_$model.txt" >> "$N"
+  # the short context scored both ways for both models: auto scores each as its recipe trained it (the base model
+  # on packed text, the masked extension on each document alone), two tasks ~1% apart (STAGE=maskloss)
+  for mask in on off; do
+    timeout -k 5 120 python3 scripts/long_context.py runs/$model/final --short-data out/mix6_bpe8k_1024 \
+      --short-blocks 256 --lengths --document-mask $mask --out "$OUT/short_${model}_mask_$mask.json" > /dev/null 2>&1
+    python3 -c "import json;print('$model mask $mask short bpb', json.load(open('$OUT/short_${model}_mask_$mask.json'))['short_context']['bpb'])" 2>&1 | tail -1 | tee -a "$N"
+  done
 done
 [ -f runs/best_small_16k/final/long_context.json ] && timeout -k 5 $(( BUDGET_S - SECONDS )) python3 scripts/report.py \
   runs/best_small_16k --no-eval --no-generate > "$OUT/report.log" 2>&1
