@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from . import load_blocks
+from .pack import segment_starts
 
 
 def load_input_ids(path: str | Path, split: str) -> datasets.Dataset:
@@ -144,10 +145,7 @@ def attended_length(blocks: datasets.Dataset, eos_id: int, sample: int = 1024) -
     The length that the attention term of a FLOPs count takes in place of the block's."""
     rows = np.linspace(0, len(blocks) - 1, num=min(sample, len(blocks))).round().astype(int)
     ids = np.asarray(blocks[rows.tolist()]["input_ids"])
-    starts = np.zeros(ids.shape, dtype=bool)
-    starts[:, 0] = True
-    starts[:, 1:] = ids[:, :-1] == eos_id
-    row, col = np.nonzero(starts)  # row-major: each row's starts in order
+    row, col = np.nonzero(segment_starts(ids, eos_id))  # row-major: each row's starts in order
     ends = np.append(col[1:], 0)
     ends[np.append(row[1:] != row[:-1], True)] = ids.shape[1]  # a row's last segment runs to the row's end
     lengths = (ends - col).astype(np.float64)

@@ -50,6 +50,14 @@ PACK_MODES = ("concat", "whole")
 WINDOW = 64  # documents a block may take from in whole mode: how far the order may move
 
 
+def segment_starts(blocks: np.ndarray, eos_id: int) -> np.ndarray:
+    """Where the document segments of each block start: its first token and every token after an end-of-text."""
+    starts = np.zeros(blocks.shape, dtype=bool)
+    starts[:, 0] = True
+    starts[:, 1:] = blocks[:, :-1] == eos_id
+    return starts
+
+
 class Packer:
     """Stateful ``Dataset.map`` function (arrow format, batched, one process)."""
 
@@ -179,9 +187,7 @@ class Packer:
     def _table(self, blocks: np.ndarray, bsets: np.ndarray) -> pa.Table:
         n = len(blocks)
         self.blocks += n
-        starts = np.zeros((n, self.seq_len), dtype=bool)
-        starts[:, 0] = True
-        starts[:, 1:] = blocks[:, :-1] == self.eos_id
+        starts = segment_starts(blocks, self.eos_id)
         seg_sets = bsets[starts]
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(starts.sum(axis=1), out=offsets[1:])
