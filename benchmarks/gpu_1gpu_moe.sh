@@ -30,6 +30,7 @@ for v in ${VARIANTS:-grouped eager dense}; do
     grouped_nogather) variant $v model.config=qwen3_moe_856m_a152m kernels.experts_gather=false ;;  # HF's permutation
     eager) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=eager ;;
     batched) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=batched_mm ;;
+    small) variant $v model.config=qwen3_moe_587m_a103m ;;  # best_small_moe's shape (8 layers, 32 experts of 704, top-4)
     grouped_layers) variant $v model.config=qwen3_moe_856m_a152m model.compile=layers ;;  # the memory estimate
     grouped_mb8) MB=8 variant $v model.config=qwen3_moe_856m_a152m ;;  # memory at half the micro-batch
     glm) variant $v model.config=glm4_moe_837m_a177m moe.bias_update_rate=0.001  # aux-loss-free balancing
