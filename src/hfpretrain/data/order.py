@@ -145,10 +145,8 @@ def attended_length(blocks: datasets.Dataset, eos_id: int, sample: int = 1024) -
     The length that the attention term of a FLOPs count takes in place of the block's."""
     rows = np.linspace(0, len(blocks) - 1, num=min(sample, len(blocks))).round().astype(int)
     ids = np.asarray(blocks[rows.tolist()]["input_ids"])
-    row, col = np.nonzero(segment_starts(ids, eos_id))  # row-major: each row's starts in order
-    ends = np.append(col[1:], 0)
-    ends[np.append(row[1:] != row[:-1], True)] = ids.shape[1]  # a row's last segment runs to the row's end
-    lengths = (ends - col).astype(np.float64)
+    starts = np.flatnonzero(segment_starts(ids, eos_id))  # every row opens with one: no segment spans two rows
+    lengths = np.diff(starts, append=ids.size).astype(np.float64)
     return float((lengths**2).sum() / lengths.sum())
 
 
