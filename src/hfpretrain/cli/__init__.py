@@ -24,6 +24,7 @@ COMMANDS = {
     "study": ("study", "a scaling / ablation study: plan, run (resumable), report"),
     "report": ("report", "the report of a run or a study folder"),
     "long-context": ("long_context", "loss by position and passkey retrieval of a checkpoint (long context)"),
+    "retrieval-docs": ("retrieval_docs", "synthetic retrieval documents for a context-extension phase's mixture"),
     "plot": ("plot", "a run's curves from its log.jsonl"),
     "show-batches": ("show_batches", "decode the first blocks of a tokenized folder"),
     "demo": ("demo", "the whole pipeline, small, on CPU"),

@@ -1,0 +1,117 @@
+"""Synthetic retrieval documents for a context-extension phase: corpus text with a few made-up facts hidden at
+random depths, each asked for at the end of the document.
+
+A small model trained on a few hundred million tokens retrieves nothing from far back, even inside its training
+length (best_small: passkey 0% at 1k, docs/benchmarks.md § Long context), and corpus text seldom makes it try: an
+extension phase on long documents alone teaches it to use long context for the next word, not to look a fact up.
+A share of the extension's blocks made of these documents asks for exactly that on every document, as Xiong et al.
+(2024, "From Artificial Needles to Real Haystacks") do with synthetic key-value retrieval. The facts are worded
+unlike the passkey evaluation's prompt (eval/long_context.py: no "pass key", no repeated filler; the haystack is
+real text), so that the evaluation measures retrieval learnt, not a template learnt.
+
+``hfpretrain retrieval-docs`` writes them as Pile-format jsonl.zst, which ``hfpretrain tokenize`` packs (``--pack
+whole`` at the phase's length) into a source for ``data.sources`` / ``data.mixture`` (recipes/best_small_16k.yaml).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable, Iterator
+
+KINDS = ("secret number", "access code", "room number", "serial number", "account number", "ticket number",
+         "lucky number", "order number", "locker code", "badge number", "flight number", "invoice number")
+ADJECTIVES = ("red", "quiet", "golden", "old", "hidden", "northern", "silver", "tiny", "brave", "frozen", "green",
+              "ancient", "lazy", "bright", "wooden", "distant", "hollow", "eager", "crimson", "gentle")
+NOUNS = ("otter", "lighthouse", "river", "falcon", "bakery", "comet", "garden", "harbor", "violin", "glacier",
+         "orchard", "tunnel", "meadow", "castle", "badger", "canyon", "lantern", "island", "forest", "engine")
+# (fact, question): the cue (kind and name) always comes before the value, as in any lookup by name
+FORMS = (
+    ("The {kind} of the {name} is {value}.", "What is the {kind} of the {name}? The {kind} of the {name} is {value}."),
+    ("Note that the {name} has {kind} {value}.", "Which {kind} does the {name} have? The {name} has {kind} {value}."),
+    ("Keep in mind: {kind} for the {name}, {value}.", "Question: the {kind} for the {name}? Answer: {value}."),
+)
+
+
+def make_facts(rng: random.Random, n: int) -> list[tuple[str, str]]:
+    """``n`` (fact, question-with-answer) pairs about distinct names, values of 4 to 7 digits."""
+    names = rng.sample([f"{a} {b}" for a in ADJECTIVES for b in NOUNS], n)
+    out = []
+    for name in names:
+        fact, question = rng.choice(FORMS)
+        fields = {"kind": rng.choice(KINDS), "name": name, "value": str(rng.randint(1000, 9_999_999))}
+        out.append((fact.format(**fields), question.format(**fields)))
+    return out
+
+
+def _cut_at_space(text: str, at: int) -> int:
+    """The first whitespace at or after ``at`` (the text's end if none): facts go between words."""
+    space = text.find(" ", at)
+    return len(text) if space < 0 else space
+
+
+def retrieval_document(rng: random.Random, haystack: str, facts: list[tuple[str, str]]) -> str:
+    """``haystack`` with each fact inserted at a random depth (between words), then every question in a random
+    order, each followed by its answer."""
+    cuts = sorted(_cut_at_space(haystack, rng.randrange(len(haystack) + 1)) for _ in facts)
+    parts, start = [], 0
+    for cut, (fact, _) in zip(cuts, facts):
+        parts += [haystack[start:cut], f" {fact}"]
+        start = cut
+    parts.append(haystack[start:])
+    questions = [q for _, q in facts]
+    rng.shuffle(questions)
+    return "".join(parts).rstrip() + "\n\n" + "\n".join(questions)
+
+
+def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]], list[int]], documents: int,
+                        min_tokens: int, max_tokens: int, max_facts: int = 4, seed: int = 0) -> Iterator[str]:
+    """``documents`` retrieval documents of ``min_tokens`` to ``max_tokens`` tokens (log-uniform; as
+    ``count_tokens`` counts a list of texts, never more than ``max_tokens``), their haystacks cut from ``texts`` in
+    order (joined by blank lines; read again from the start when they run out), each with 1 to ``max_facts`` facts."""
+    if not 0 < min_tokens <= max_tokens:
+        raise ValueError(f"min_tokens={min_tokens}, max_tokens={max_tokens}: need 0 < min_tokens <= max_tokens")
+    rng = random.Random(seed)
+    source = _measured(texts, count_tokens)
+    pending = None  # (text, tokens) left of a text the previous document cut
+    made = 0
+    while made < documents:
+        facts = make_facts(rng, rng.randint(1, max_facts))
+        target = round(math.exp(rng.uniform(math.log(min_tokens), math.log(max_tokens))))
+        room = target - sum(count_tokens([f" {fact}" for fact, _ in facts] + [q for _, q in facts])) - 2
+        pieces, have = [], 0
+        while have < room:
+            text, n = pending or next(source)
+            pending = None
+            if have + n > room:  # cut near the room left, the rest's tokens pro rata (the document is counted below)
+                cut = _cut_at_space(text, int(len(text) * (room - have) / n))
+                rest = text[cut:].lstrip()
+                if rest:
+                    pending = (rest, max(1, round(n * len(rest) / len(text))))
+                text, n = text[:cut], n - (pending[1] if pending else 0)
+            pieces.append(text)
+            have += n
+        document = retrieval_document(rng, "\n\n".join(pieces), facts)
+        if count_tokens([document])[0] <= max_tokens:  # else a cut kept a few tokens too many: draw again
+            made += 1
+            yield document
+
+
+def _measured(texts: Iterable[str], count_tokens, batch: int = 256) -> Iterator[tuple[str, int]]:
+    """``(text, tokens)`` of the non-empty ``texts``, counted a batch at a time (a fast tokenizer's threads), then
+    again from the start, for ever."""
+    kept, chunk = [], []
+    for text in texts:
+        if text:
+            chunk.append(text)
+        if len(chunk) == batch:
+            kept += zip(chunk, count_tokens(chunk))
+            yield from kept[-batch:]
+            chunk = []
+    if chunk:
+        kept += zip(chunk, count_tokens(chunk))
+        yield from kept[-len(chunk):]
+    if not kept:
+        raise ValueError("no text to cut haystacks from")
+    while True:
+        yield from kept

@@ -1,0 +1,81 @@
+"""Synthetic retrieval documents (data/retrieval.py, `hfpretrain retrieval-docs`): real text, facts hidden in it,
+asked for at the end; written as Pile-format jsonl.zst that the tokenizer packs into a mixture source."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import zstandard
+from transformers import AutoTokenizer
+
+from hfpretrain.cli import main
+from hfpretrain.data import tokenize_corpus
+from hfpretrain.data.read import generate_records, expand_inputs
+from hfpretrain.data.retrieval import retrieval_documents
+
+QUESTION = re.compile(r"^(?:What is the (.+) of the (.+)\? The \1 of the \2 is (\d+)\."
+                      r"|Which (.+) does the (.+) have\? The \5 has \4 (\d+)\."
+                      r"|Question: the (.+) for the (.+)\? Answer: (\d+)\.)$")
+
+
+def _texts(path):
+    return [row["text"] for row in generate_records(expand_inputs([path])) if not row["skip"]]
+
+
+def test_each_fact_is_hidden_once_and_asked_at_the_end(mini_train, gpt2_tokenizer):
+    tok = AutoTokenizer.from_pretrained(gpt2_tokenizer)
+    count = lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]  # noqa: E731
+    texts = _texts(mini_train)
+    docs = list(retrieval_documents(texts, count, documents=30, min_tokens=200, max_tokens=600, seed=3))
+    assert len(docs) == 30
+    lengths = count(docs)
+    assert max(lengths) <= 600 and min(lengths) >= 150  # the cut is by characters, checked in tokens
+    asked = 0
+    for doc in docs:
+        body, _, questions = doc.rpartition("\n\n")
+        for line in questions.split("\n"):
+            m = QUESTION.match(line)
+            assert m, line
+            kind, name, value = [g for g in m.groups() if g is not None]
+            facts = [f"The {kind} of the {name} is {value}.", f"the {name} has {kind} {value}.",
+                     f"{kind} for the {name}, {value}."]
+            assert sum(body.count(f) for f in facts) == 1  # hidden once, before its question
+            asked += 1
+        assert "pass key" not in doc  # the passkey evaluation's wording is never trained on
+    assert asked > 30  # one to four facts a document
+    haystack = re.sub(r" (The|Note that|Keep in mind:) [^.]*\d+\.", "", docs[0].rpartition("\n\n")[0])
+    assert haystack[:200] in "\n\n".join(texts)  # the haystack is the corpus's text, in order
+    again = list(retrieval_documents(texts, count, documents=30, min_tokens=200, max_tokens=600, seed=3))
+    assert again == docs  # a seed gives the same documents
+    assert list(retrieval_documents(texts, count, 30, 200, 600, seed=4)) != docs
+
+
+def test_the_command_writes_a_corpus_the_tokenizer_packs(tmp_path, mini_train, gpt2_tokenizer, capsys):
+    out = tmp_path / "retrieval.jsonl.zst"
+    assert main(["retrieval-docs", "--input", str(mini_train), "--tokenizer", str(gpt2_tokenizer), "--out", str(out),
+                 "--documents", "40", "--min-tokens", "100", "--max-tokens", "500"]) == 0
+    rows = [json.loads(line) for line in zstandard.open(out, "rt", encoding="utf-8")]
+    assert len(rows) == 40 and {r["meta"]["pile_set_name"] for r in rows} == {"Retrieval"}
+    blocks = tokenize_corpus(inputs=[out], out=tmp_path / "blocks", tokenizer=gpt2_tokenizer, seq_len=512,
+                             pack="whole", val_docs=4)
+    manifest = json.loads((blocks / "manifest.json").read_text())
+    assert manifest["train"]["document_lengths"]["longer_than_block"] == 0  # no document split from its questions
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--input", "nowhere/*.jsonl.zst"], "--input nowhere/\\*.jsonl.zst: glob matches no file"),
+    (["--out", "r.jsonl"], "name a .jsonl.zst file"),
+    (["--min-tokens", "900", "--max-tokens", "500"], "0 < --min-tokens <= --max-tokens"),
+    (["--tokenizer", "no_such_tokenizer_dir"], "tokenizer no_such_tokenizer_dir"),
+])
+def test_bad_arguments_are_one_line_errors(tmp_path, mini_train, gpt2_tokenizer, capsys, args, message):
+    base = {"--input": str(mini_train), "--tokenizer": str(gpt2_tokenizer), "--out": str(tmp_path / "r.jsonl.zst")}
+    for key, value in zip(args[::2], args[1::2]):
+        base[key] = value
+    argv = ["retrieval-docs"] + [x for kv in base.items() for x in kv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and len(err.splitlines()) == 1 and re.search(message, err), err
+    assert not list(tmp_path.glob("r.jsonl.zst*"))  # nothing written
