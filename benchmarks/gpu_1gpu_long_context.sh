@@ -18,7 +18,8 @@
 #                 without model.document_mask; the final bits per byte of both on the same validation blocks,
 #                 then both final models evaluated both ways (with and without the mask) on 256 of them.
 #   STAGE=base    recipes/best_small.yaml itself (benchmarks/gpu_1gpu_best_small.sh, REPORT=0: ~480 s).
-#   STAGE=extend  the 16k data (--pack whole), the extension phase from runs/best_small/final (time-boxed:
+#   STAGE=extend  the 16k data (--pack whole) and the recipe's retrieval documents (RETRIEVAL_DOCS, default 2,500),
+#                 the extension phase from runs/best_small/final (time-boxed:
 #                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
 #                 after: loss by position on 16k validation documents, passkey at 1k-16k, the short-context bits per
 #                 byte at 1,024; the run's report. Goals: loss at 8k-16k <= loss at 1k-2k, passkey >= 90% at 16k,
@@ -157,6 +158,13 @@ fi
 [ -f runs/best_small/final/config.json ] || { echo "no runs/best_small/final: run STAGE=base first on this machine" | tee -a "$N"; exit 2; }
 tok 1024 out/mix6_bpe8k_1024
 tok 16384 out/mix6_bpe8k_16k --pack whole
+# the recipe's second source: synthetic retrieval documents from the first three shards' text (data/retrieval.py)
+[ -f out/retrieval_bpe8k.jsonl.zst ] || python3 scripts/retrieval_docs.py --input "$MIX"/train-0000[0-2].jsonl.zst \
+  --tokenizer out/tok_bpe8k --documents ${RETRIEVAL_DOCS:-2500} --max-tokens 16000 --out out/retrieval_bpe8k.jsonl.zst \
+  2>&1 | tail -1 | tee -a "$N"
+[ -f out/retrieval_bpe8k_16k/manifest.json ] || python3 scripts/tokenize_pile.py --input out/retrieval_bpe8k.jsonl.zst \
+  --val-docs 100 --tokenizer out/tok_bpe8k --seq-len 16384 --pack whole --out out/retrieval_bpe8k_16k --num-proc 16 -q \
+  2>&1 | tail -2
 echo "== data (${SECONDS}s)" | tee -a "$N"
 python3 scripts/pretrain.py recipes/best_small_16k.yaml --dry-run context.tokens=${EXT_TOKENS:-6e7} 2>/dev/null \
   | python3 -c "import json,sys;p=json.load(sys.stdin)['plan'];print('plan', p['max_steps'], 'steps', p['micro_batch'], 'x', p['gradient_accumulation_steps'], p['memory_per_gpu_gib']['total'], 'GiB', p['context']['fits'])" | tee -a "$N"
