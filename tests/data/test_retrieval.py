@@ -69,6 +69,7 @@ def test_the_command_writes_a_corpus_the_tokenizer_packs(tmp_path, mini_train, g
     (["--out", "r.jsonl"], "name a .jsonl.zst file"),
     (["--min-tokens", "900", "--max-tokens", "500"], "0 < --min-tokens <= --max-tokens"),
     (["--tokenizer", "no_such_tokenizer_dir"], "tokenizer no_such_tokenizer_dir"),
+    (["--min-tokens", "8", "--max-tokens", "8"], "longer than max_tokens=8: raise it"),  # the facts alone are more
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, mini_train, gpt2_tokenizer, capsys, args, message):
     base = {"--input": str(mini_train), "--tokenizer": str(gpt2_tokenizer), "--out": str(tmp_path / "r.jsonl.zst")}

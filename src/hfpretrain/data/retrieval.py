@@ -45,7 +45,7 @@ def make_facts(rng: random.Random, n: int) -> list[tuple[str, str]]:
 
 
 def _cut_at_space(text: str, at: int) -> int:
-    """The first whitespace at or after ``at`` (the text's end if none): facts go between words."""
+    """The first space at or after ``at`` (the text's end if none): facts go between words."""
     space = text.find(" ", at)
     return len(text) if space < 0 else space
 
@@ -74,8 +74,10 @@ def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]]
     rng = random.Random(seed)
     source = _measured(texts, count_tokens)
     pending = None  # (text, tokens) left of a text the previous document cut
-    made = 0
+    made = misses = 0
     while made < documents:
+        if misses == 100:
+            raise ValueError(f"100 documents in a row came out longer than max_tokens={max_tokens}: raise it")
         facts = make_facts(rng, rng.randint(1, max_facts))
         target = round(math.exp(rng.uniform(math.log(min_tokens), math.log(max_tokens))))
         room = target - sum(count_tokens([f" {fact}" for fact, _ in facts] + [q for _, q in facts])) - 2
@@ -92,9 +94,11 @@ def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]]
             pieces.append(text)
             have += n
         document = retrieval_document(rng, "\n\n".join(pieces), facts)
-        if count_tokens([document])[0] <= max_tokens:  # else a cut kept a few tokens too many: draw again
-            made += 1
-            yield document
+        if count_tokens([document])[0] > max_tokens:  # a cut kept a few tokens too many: draw again
+            misses += 1
+            continue
+        made, misses = made + 1, 0
+        yield document
 
 
 def _measured(texts: Iterable[str], count_tokens, batch: int = 256) -> Iterator[tuple[str, int]]:
