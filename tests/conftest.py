@@ -46,8 +46,21 @@ def pytest_configure(config):
         "markers", "gpu: needs a CUDA GPU (benchmarks/gpu_tests.sh runs them on the GPU machine); skipped without one")
 
 
+# The longest test files (minutes each, `make test PYTEST_ARGS=--durations=40`), run first: `make test` deals whole
+# files to its workers in collection order, and one of these dealt last would run alone after the others finish.
+LONGEST_FILES = ("training/test_distributed.py", "test_faults.py", "test_readme.py", "study/test_study.py",
+                 "study/test_design.py", "eval/test_harness.py")
+
+
+def _longest_first(item) -> int:
+    path = item.nodeid.split("::", 1)[0].removeprefix("tests/")
+    return LONGEST_FILES.index(path) if path in LONGEST_FILES else len(LONGEST_FILES)
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
+
+    items.sort(key=_longest_first)  # stable: the other files, and the tests in each file, keep their order
 
     if os.environ.get("PYTEST_XDIST_WORKER"):  # torch read OMP_NUM_THREADS when imported; this holds if it came first
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
