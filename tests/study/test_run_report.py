@@ -78,3 +78,22 @@ def test_the_reproduce_command_carries_the_manifests_packing():
     plain = reproduce_lines(Path("runs/x"), Path("out/d"), {**manifest, "pack": "concat", "val_docs_rule": "default",
                                                             "select_sets": None})[3]
     assert "--pack" not in plain and "--val-docs" not in plain and "--sets" not in plain
+
+
+def test_the_data_section_says_how_the_blocks_were_packed_and_the_mixture(mini_blocks, tmp_path):
+    """The packing sentence follows the manifest's ``pack`` (a context-extension phase's data is packed whole), and a
+    mixture run names its sources' shares."""
+    import json
+
+    from hfpretrain.data import tokenize_corpus
+    from hfpretrain.study.run_report import data_lines
+
+    manifest = json.loads((mini_blocks / "manifest.json").read_text())
+    text = "\n".join(data_lines(mini_blocks, manifest))
+    assert "documents run across block boundaries" in text and "mixture" not in text
+    tok = mini_blocks / "tokenizer"
+    whole = tokenize_corpus(inputs=manifest["inputs"][0]["path"], out=tmp_path / "whole", tokenizer=tok, seq_len=128,
+                            max_docs=100, val_docs=10, pack="whole")
+    text = "\n".join(data_lines(whole, json.loads((whole / "manifest.json").read_text()), {"long": 4, "retrieval": 1}))
+    assert "documents kept whole where they fit" in text and "run across" not in text
+    assert "long 80%, retrieval 20%." in text

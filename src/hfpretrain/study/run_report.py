@@ -81,16 +81,28 @@ def _table(rows: list[tuple]) -> list[str]:
     return ["| | |", "|---|---|", *(f"| {k} | {_fmt(v)} |" for k, v in rows), ""]
 
 
-def data_lines(data_path: Path, manifest: dict) -> list[str]:
+PACKING = {  # docs/data.md § Flags, --pack
+    "concat": "documents run across block boundaries; the tail that does not fill a block is dropped",
+    "whole": "documents kept whole where they fit: a document longer than a block gets whole blocks of its own, "
+             "the others fill blocks best-fit",
+}
+
+
+def data_lines(data_path: Path, manifest: dict, mixture: dict | None = None) -> list[str]:
+    """``mixture``: the recipe's ``data.mixture`` (source name -> weight), of which ``data_path`` is one source."""
     from hfpretrain.data.show import render_batches
 
     train, val, tok = manifest["train"], manifest["validation"], manifest["tokenizer"]
     lines = ["## Data", "",
              f"`{data_path}`: Pile-format documents tokenized with `{tok['name_or_path']}` ({tok['vocab_size']:,} "
              f"tokens, end-of-text `{tok['eos_token']}` after every document), packed into blocks of "
-             f"{manifest['seq_len']} tokens (documents run across block boundaries; the tail that does not fill a "
-             "block is dropped), saved as Arrow with `datasets.save_to_disk`. Fingerprint "
-             f"`{manifest['fingerprint']}`.", ""]
+             f"{manifest['seq_len']} tokens ({PACKING[manifest.get('pack', 'concat')]}), saved as Arrow with "
+             f"`datasets.save_to_disk`. Fingerprint `{manifest['fingerprint']}`.", ""]
+    if mixture:
+        total = sum(mixture.values())
+        lines += ["Trained on a mixture (`data.mixture`; the tables below are of this source, whose validation "
+                  "blocks the run scores): " + ", ".join(f"{name} {w / total:.0%}" for name, w in mixture.items())
+                  + ".", ""]
     lines += _table([("train documents", train["documents"]), ("train tokens", train["tokens"]),
                      ("train blocks", train["blocks"]), ("train text bytes", train.get("text_bytes")),
                      ("bad records skipped", sum((train.get("skipped") or {}).values())),
@@ -285,7 +297,7 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     out_md = Path(out_md) if out_md else run_dir / "report.md"
     out_md.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"# Run report: {run_dir.name}", "", f"Generated from `{run_dir}` by `scripts/report.py`.", ""]
-    lines += data_lines(data_path, manifest) if manifest else \
+    lines += data_lines(data_path, manifest, recipe["data"].get("mixture")) if manifest else \
         ["## Data", "", f"`{data_path}` is not on this machine: data section left out.", ""]
     lines += model_lines(recipe, summary, config)
     lines += curve_lines(run_dir, out_md.parent, summary, manifest)
