@@ -98,11 +98,11 @@ def test_compiled_estimate_within_15_percent_of_measured(name, micro, loss, lige
 
     cfg = load_config(name, {}, vocab_size=151680)
     chunk = loss_chunk_tokens(loss, micro * 2048, cfg.vocab_size, cfg.hidden_size, 8192, liger_min)
-    layout = TrainingLayout(micro, 2048, fused_loss_chunk=chunk, compiled=True, fused_loss=loss)
+    layout = TrainingLayout(micro, 2048, fused_loss_chunk=chunk, compile="decoder", fused_loss=loss)
     est = estimate_memory(cfg, layout).total / GIB
     assert abs(est / measured - 1) <= 0.15, (est, measured)
     # the eager model overestimates compiled runs: compile is what the numbers depend on
-    assert estimate_memory(cfg, replace(layout, compiled=False)).total / GIB > est
+    assert estimate_memory(cfg, replace(layout, compile="none")).total / GIB > est
 
 
 # Per-GPU peaks on 2 x H200 (docs/benchmarks.md § two H200s): Qwen3 1.8B, micro-batch 20, liger, compile=layers.
@@ -117,7 +117,7 @@ def test_sharded_estimate_within_15_percent_of_2_h200(zero_stage, measured):
     cfg = load_config("qwen3_1p8b", {}, vocab_size=151680)
     chunk = loss_chunk_tokens("liger", 20 * 2048, cfg.vocab_size, cfg.hidden_size, 8192)
     est = estimate_memory(cfg, TrainingLayout(20, 2048, n_gpus=2, zero_stage=zero_stage, fused_loss_chunk=chunk,
-                                              compiled=True, fused_loss="liger")).total / GIB
+                                              compile="decoder", fused_loss="liger")).total / GIB
     assert abs(est / measured - 1) <= 0.15, (est, measured)
 
 
@@ -126,7 +126,7 @@ def test_sharded_estimate_within_15_percent_of_2_h200(zero_stage, measured):
 @pytest.mark.parametrize("micro,measured", [(32, 15.6), (64, 29.1), (8, 5.1)])
 def test_gpt2_compiled_loss_estimate_within_15_percent(micro, measured):
     cfg = load_config("gpt2_124m", {}, vocab_size=50257)
-    est = estimate_memory(cfg, TrainingLayout(micro, 1024, compiled=True, fused_loss="compiled",
+    est = estimate_memory(cfg, TrainingLayout(micro, 1024, compile="decoder", fused_loss="compiled",
                                               attn_implementation="sdpa_packed"))
     assert abs(est.total / GIB / measured - 1) <= 0.15, (est.total / GIB, measured)
 
@@ -152,7 +152,7 @@ def test_bf16_residual_stream_saves_what_the_model_says():
 # (benchmarks/gpu_1gpu_fp8.sh, docs/benchmarks.md § FP8): bf16 104.0 GiB, fp8 83.0 GiB measured.
 def test_float8_estimate_follows_the_measured_saving_and_stays_above_it():
     cfg = load_config("qwen3_1p8b", {})
-    layout = TrainingLayout(20, 2048, compiled=True, fused_loss="compiled", attn_implementation="sdpa_packed",
+    layout = TrainingLayout(20, 2048, compile="decoder", fused_loss="compiled", attn_implementation="sdpa_packed",
                             residual_bytes=2)
     bf16, fp8 = (estimate_memory(cfg, replace(layout, float8=f)).total / GIB for f in (False, True))
     assert abs(bf16 / 104.0 - 1) <= 0.05, bf16
@@ -162,7 +162,7 @@ def test_float8_estimate_follows_the_measured_saving_and_stays_above_it():
     per_layer = {f: estimate_memory(cfg, replace(layout, float8=f)).activations_per_layer for f in (False, True)}
     assert per_layer[False] - per_layer[True] == 20 * 2048 * (2 * d + ff)
     # float8 changes nothing uncompiled (torchao's autograd keeps the bf16 inputs)
-    eager = replace(layout, compiled=False)
+    eager = replace(layout, compile="none")
     assert estimate_memory(cfg, eager).total == estimate_memory(cfg, replace(eager, float8=True)).total
 
 
@@ -172,7 +172,7 @@ def test_float8_estimate_follows_the_measured_saving_and_stays_above_it():
                                                          (24, 5, True, 101.1)])
 def test_estimate_plans_the_fp8_fold_safely(micro, accum, float8, measured):
     cfg = load_config("qwen3_1p8b", {})
-    est = estimate_memory(cfg, TrainingLayout(micro, 2048, compiled=True, fused_loss="compiled", grad_accum=accum,
+    est = estimate_memory(cfg, TrainingLayout(micro, 2048, compile="decoder", fused_loss="compiled", grad_accum=accum,
                                               attn_implementation="sdpa_packed", residual_bytes=2,
                                               float8=float8)).total / GIB
     if float8:  # over the peak, by at most 10%: the fold it plans cannot run out of memory on the estimate's error

@@ -231,7 +231,7 @@ def test_flops_for_the_reference_shape():
 
 # --------------------------------------------------------------------------------------------- memory
 def test_memory_states_count_every_expert_and_activations_the_routed_tokens():
-    layout = TrainingLayout(4, 512, compiled=True)
+    layout = TrainingLayout(4, 512, compile="decoder")
     base = tiny("qwen3_moe")
     est = estimate_memory(base, layout)
     total = count_params(base).total
@@ -264,7 +264,7 @@ def test_moe_estimate_within_10_percent_of_measured(name, micro, per_layer, meas
     from hfpretrain.models.memory import GIB
 
     cfg = load_config(name, {}, vocab_size=32768)
-    layout = TrainingLayout(micro, 2048, compiled=True, compiled_per_layer=per_layer, fused_loss="compiled",
+    layout = TrainingLayout(micro, 2048, compile="layers" if per_layer else "decoder", fused_loss="compiled",
                             residual_bytes=2)
     assert abs(estimate_memory(cfg, layout).total / GIB / measured - 1) <= 0.10
 
@@ -275,13 +275,13 @@ def test_per_layer_compile_keeps_more_per_routed_copy(family):
     compiled whole; the fitted term, k·a·(d + I) per token of each expert layer, for MoE layers only."""
     from hfpretrain.models.memory import moe_shape
 
-    cfg, layout = tiny(family), TrainingLayout(4, 512, compiled=True)
+    cfg, layout = tiny(family), TrainingLayout(4, 512, compile="decoder")
     moe = moe_shape(cfg)
-    extra = (estimate_memory(cfg, replace(layout, compiled_per_layer=True)).activations
+    extra = (estimate_memory(cfg, replace(layout, compile="layers")).activations
              - estimate_memory(cfg, layout).activations)
     assert extra == 4 * 512 * moe.moe_layers * moe.top_k * 2 * (cfg.hidden_size + moe.expert_ff)
     dense = load_config("tiny")
-    assert (estimate_memory(dense, replace(layout, compiled_per_layer=True)).activations
+    assert (estimate_memory(dense, replace(layout, compile="layers")).activations
             == estimate_memory(dense, layout).activations)
 
 

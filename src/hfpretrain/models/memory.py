@@ -24,7 +24,7 @@ implementations under autocast (a = bytes of the autocast dtype, 2 for bf16; fp3
   12·V bytes per token) dominates at a 151k vocab. Autocast also caches a bf16 copy of
   every matmul weight for the backward: 2·N_matmul bytes.
 
-Under ``torch.compile`` (``compiled=True``) inductor's partitioner recomputes pointwise ops in
+Under ``torch.compile`` (``compile="decoder"``) inductor's partitioner recomputes pointwise ops in
 the backward and keeps only what matmuls and attention need, so per layer: the residual
 stream at the layer input and after attention (2·r·d; r = 4 for fp32, 2 with
 ``model.residual_dtype=bfloat16``), the two normalised projection inputs (2·a·d), Qwen3's q, k
@@ -67,7 +67,7 @@ gathered expert weights in bf16 (a·3·d·I per copy). Layers that stay dense
 (``first_k_dense_replace``, ``mlp_only_layers``) count as dense layers. Measured on an H200
 (grouped_mm, seq 2048, docs/benchmarks.md), decoder compiled: qwen3_moe_856m_a152m 35.1 GiB at
 micro-batch 16 (estimate +1%) and 103.9 at 64 (+6%), glm4_moe_837m_a177m 37.9 at 16 (−4.5%).
-Compiled per layer (``compiled_per_layer``) the qwen3 shape peaked at 41.3 GiB at 16, which
+Compiled per layer (``compile="layers"``) the qwen3 shape peaked at 41.3 GiB at 16, which
 k·a·(d + I) more per token of each expert layer accounts for: a term fitted to that one peak, not
 derived from what the per-layer graphs keep (3% low at micro-batch 8).
 """
@@ -81,6 +81,7 @@ from transformers import PretrainedConfig
 from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS
 
 GIB = 1024**3
+COMPILE_SCOPES = ("none", "decoder", "layers", "model")  # model.compile once auto is resolved (training/fast_path.py)
 MASKED_SDPA = ("sdpa",)  # SDPA with a mask tensor (sdpa_packed takes none; flash_attention_2 uses varlen)
 
 
@@ -238,8 +239,9 @@ class TrainingLayout:
     # tokens per chunk of a fused/chunked linear cross-entropy (fused_loss liger or chunked): logits then exist
     # for one chunk only, next to the head's gradient buffers
     fused_loss_chunk: int | None = None
-    compiled: bool = False  # the decoder runs under torch.compile (see the module notes)
-    compiled_per_layer: bool = False  # ... as one graph per decoder layer (model.compile=layers): MoE layers keep more
+    # model.compile's scope: none, decoder (one graph: see the module notes) or layers (one graph per decoder layer:
+    # MoE layers keep more)
+    compile: str = "none"
     fused_loss: str = "chunked"
     residual_bytes: int = 4  # the residual stream: fp32 (4) or bf16 (2, model.residual_dtype=bfloat16)
     float8: bool = False  # the decoder's linears in float8 (model.precision=fp8): smaller saved inputs, compiled
@@ -249,12 +251,18 @@ class TrainingLayout:
     checkpoint_offload: bool = False
     document_mask: bool = False  # model.document_mask: a block-causal mask (sdpa: a bias per layer, see the notes)
 
+    @property
+    def compiled(self) -> bool:
+        return self.compile != "none"
+
 
 def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryEstimate:
     """Estimated peak memory of one GPU training ``config`` on ``layout.micro_batch × layout.seq_len`` tokens."""
     from hfpretrain.models.flops import matmul_params
     from hfpretrain.models.params import count_params
 
+    if layout.compile not in COMPILE_SCOPES:
+        raise ValueError(f"compile must be one of {COMPILE_SCOPES}, got {layout.compile!r}")
     if layout.zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0..3, got {layout.zero_stage}")
     if layout.attn_implementation not in KNOWN_IMPLEMENTATIONS:
@@ -285,7 +293,7 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
         moe_per_layer = activation_bytes_per_token_per_layer(
             config, layout.seq_len, layout.attn_implementation, layout.dtype, layout.compiled, layout.residual_bytes,
             layout.float8, moe=moe, experts_implementation=layout.experts_implementation)
-        if layout.compiled and layout.compiled_per_layer:
+        if layout.compile == "layers":
             moe_per_layer += moe.top_k * a * (x["d"] + moe.expert_ff)  # fitted, see the module notes
         all_layers = (x["L"] - moe.moe_layers) * per_layer + moe.moe_layers * moe_per_layer
         per_layer = max(per_layer, moe_per_layer) if moe.moe_layers < x["L"] else moe_per_layer
