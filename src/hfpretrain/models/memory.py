@@ -239,8 +239,8 @@ class TrainingLayout:
     # tokens per chunk of a fused/chunked linear cross-entropy (fused_loss liger or chunked): logits then exist
     # for one chunk only, next to the head's gradient buffers
     fused_loss_chunk: int | None = None
-    # model.compile's scope: none, decoder (one graph: see the module notes) or layers (one graph per decoder layer:
-    # MoE layers keep more)
+    # model.compile's scope (COMPILE_SCOPES): none, decoder or model (one graph: see the module notes), or layers
+    # (one graph per decoder layer: MoE layers keep more)
     compile: str = "none"
     fused_loss: str = "chunked"
     residual_bytes: int = 4  # the residual stream: fp32 (4) or bf16 (2, model.residual_dtype=bfloat16)
