@@ -238,6 +238,8 @@ def test_mismatched_outputs_are_refused(mini_blocks, tmp_path):
     assert "other-tokenizer" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ValueError, match="data.sources.other=.* has seq_len 256, data.path=.* has 128"):
         plan(_fake_output(tmp_path / "len", mini_blocks, seq_len=256))
+    with pytest.raises(FileNotFoundError, match="^data.sources.other=.*nowhere: .* is missing or not JSON"):
+        plan(tmp_path / "nowhere")  # a source not tokenized yet: its key, not data.path
 
 
 # ---- tokenize --sets ------------------------------------------------------------------------------------

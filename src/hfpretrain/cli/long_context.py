@@ -91,7 +91,7 @@ def main(argv=None) -> int:
         for flag, folder in (("--data", a.data), ("--short-data", a.short_data)):
             if folder is not None:
                 try:
-                    longest[f"{flag} {folder} (blocks of"] = int(require_manifest(folder)["seq_len"])
+                    longest[f"{flag} {folder} (blocks of"] = int(require_manifest(folder, flag)["seq_len"])
                 except (OSError, ValueError) as err:
                     return error(err)
         past = [f"{what} {n})" if what.endswith("of") else what for what, n in longest.items() if n > learned]
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
               "rope_parameters": getattr(model.config, "rope_parameters", None)}
     try:
         if a.data is not None:
-            manifest = require_manifest(a.data)
+            manifest = require_manifest(a.data, "--data")
             blocks = load_input_ids(a.data, "validation")
             blocks = blocks.select(range(min(a.blocks, len(blocks))))
             result["loss_by_position"] = {
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
                     model, blocks, int(manifest["tokenizer"]["eos_token_id"]), _document_mask(a.document_mask, checkpoint),
                     a.min_document_tokens, a.batch_size)}
         if a.short_data is not None:
-            manifest = require_manifest(a.short_data)
+            manifest = require_manifest(a.short_data, "--short-data")
             blocks = load_input_ids(a.short_data, "validation")
             blocks = blocks.select(range(min(a.short_blocks, len(blocks))))
             short = mean_loss(model, blocks, int(manifest["tokenizer"]["eos_token_id"]),

@@ -112,12 +112,13 @@ def bits_per_byte(nats_per_token: float, tokens_per_byte: float) -> float:
     return nats_per_token * tokens_per_byte / math.log(2)
 
 
-def require_manifest(data_path) -> dict:
-    """The manifest of a data folder a run reads (:func:`read_manifest` is for folders that may not be one)."""
+def require_manifest(data_path, key: str = "data.path") -> dict:
+    """The manifest of a data folder a run reads (:func:`read_manifest` is for folders that may not be one);
+    ``key``: the setting that named the folder, for the error."""
     manifest = read_manifest(data_path)
     if manifest is None:
-        raise FileNotFoundError(f"{Path(data_path) / MANIFEST} is missing or not JSON: data.path must be an output "
-                                "folder of scripts/tokenize_pile.py")
+        raise FileNotFoundError(f"{key}={data_path}: {Path(data_path) / MANIFEST} is missing or not JSON: not an "
+                                "output folder of scripts/tokenize_pile.py")
     return manifest
 
 

@@ -86,7 +86,7 @@ def load_sources(sources: dict, reference: dict, reference_path: str, require_ma
     want_len = int(reference["seq_len"])
     out = {}
     for name, path in sources.items():
-        manifest = require_manifest(path)
+        manifest = require_manifest(path, f"data.sources.{name}")
         src = Source(str(name), str(path), manifest)
         if src.tokenizer_sha256 != want_sha:
             tok = manifest.get("tokenizer") or {}
