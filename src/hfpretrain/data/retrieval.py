@@ -1,9 +1,10 @@
 """Synthetic retrieval documents for a context-extension phase: corpus text with a few made-up facts hidden at
 random depths, each asked for at the end of the document.
 
-A small model trained on a few hundred million tokens retrieves nothing from far back, even inside its training
-length (best_small: passkey 0-10% at 1k, docs/benchmarks.md § Long context), and corpus text seldom makes it try: an
-extension phase on long documents alone teaches it to use long context for the next word, not to look a fact up.
+A small model trained on a few hundred million tokens retrieves almost nothing from far back, even inside its
+training length (best_small: passkey 0-10% at 1k, docs/benchmarks.md § Long context), and corpus text seldom
+makes it try: an extension phase on long documents alone teaches it to use long context for the next word, not to
+look a fact up.
 A share of the extension's blocks made of these documents asks for exactly that on every document, as Xiong et al.
 (2024, "From Artificial Needles to Real Haystacks") do with synthetic key-value retrieval. The facts are worded
 unlike the passkey evaluation's prompt (eval/long_context.py: no "pass key", no repeated filler; the haystack is
