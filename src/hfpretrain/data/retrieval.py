@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 
 KINDS = ("secret number", "access code", "room number", "serial number", "account number", "ticket number",
          "lucky number", "order number", "locker code", "badge number", "flight number", "invoice number")
@@ -105,17 +106,11 @@ def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]]
 def _measured(texts: Iterable[str], count_tokens, batch: int = 256) -> Iterator[tuple[str, int]]:
     """``(text, tokens)`` of the non-empty ``texts``, counted a batch at a time (a fast tokenizer's threads), then
     again from the start, for ever."""
-    kept, chunk = [], []
-    for text in texts:
-        if text:
-            chunk.append(text)
-        if len(chunk) == batch:
-            kept += zip(chunk, count_tokens(chunk))
-            yield from kept[-batch:]
-            chunk = []
-    if chunk:
-        kept += zip(chunk, count_tokens(chunk))
-        yield from kept[-len(chunk):]
+    texts, kept = (text for text in texts if text), []
+    while chunk := list(islice(texts, batch)):
+        counted = list(zip(chunk, count_tokens(chunk)))
+        kept += counted
+        yield from counted
     if not kept:
         raise ValueError("no text to cut haystacks from")
     while True:
