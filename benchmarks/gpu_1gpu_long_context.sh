@@ -23,7 +23,9 @@
 #                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
 #                 after: loss by position on 16k validation documents, passkey at 1k-16k, the short-context bits per
 #                 byte at 1,024; the run's report. Goals: loss at 8k-16k <= loss at 1k-2k, passkey >= 90% at 16k,
-#                 short-context bits per byte within +2% of the base model's.
+#                 short-context bits per byte within +2% of the base model's. A variant, on the machine that ran
+#                 the first: NAME=ext_x EXTRA='training.learning_rate=1.5e-4' (recipe overrides), and/or
+#                 RDOCS=retrieval_x RETRIEVAL_ARGS='--min-facts 1 --max-facts 4' (other retrieval documents).
 # Carry: .carry (TOKENIZERS=gpt2 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval, >= 6 train shards) and
 # out/tok_bpe8k, as for gpu_1gpu_best_small.sh.
 #   source .carry/setup.sh && STAGE=speed bash benchmarks/gpu_1gpu_long_context.sh
@@ -156,25 +158,31 @@ if [ "$STAGE" = base ]; then
   exit 0
 fi
 [ -f runs/best_small/final/config.json ] || { echo "no runs/best_small/final: run STAGE=base first on this machine" | tee -a "$N"; exit 2; }
+NAME=${NAME:-best_small_16k}  # a variant: another NAME, its recipe overrides in EXTRA, its own RDOCS/RETRIEVAL_ARGS
+RDOCS=${RDOCS:-retrieval_bpe8k}
+RETRIEVAL_ARGS=${RETRIEVAL_ARGS:---min-tokens 2048 --min-facts 4 --max-facts 16 --repeat-share 0.5}  # the recipe's
 tok 1024 out/mix6_bpe8k_1024
 tok 16384 out/mix6_bpe8k_16k --pack whole
 # the recipe's second source: synthetic retrieval documents from the first three shards' text (data/retrieval.py)
-[ -f out/retrieval_bpe8k.jsonl.zst ] || python3 scripts/retrieval_docs.py --input "$MIX"/train-0000[0-2].jsonl.zst \
-  --tokenizer out/tok_bpe8k --documents ${RETRIEVAL_DOCS:-2500} --max-tokens 16000 --out out/retrieval_bpe8k.jsonl.zst \
-  2>&1 | tail -1 | tee -a "$N"
-[ -f out/retrieval_bpe8k_16k/manifest.json ] || python3 scripts/tokenize_pile.py --input out/retrieval_bpe8k.jsonl.zst \
-  --val-docs 100 --tokenizer out/tok_bpe8k --seq-len 16384 --pack whole --out out/retrieval_bpe8k_16k --num-proc 16 -q \
+[ -f out/$RDOCS.jsonl.zst ] || python3 scripts/retrieval_docs.py --input "$MIX"/train-0000[0-2].jsonl.zst \
+  --tokenizer out/tok_bpe8k --documents ${RETRIEVAL_DOCS:-2500} --max-tokens 16000 $RETRIEVAL_ARGS \
+  --out out/$RDOCS.jsonl.zst 2>&1 | tail -1 | tee -a "$N"
+[ -f out/${RDOCS}_16k/manifest.json ] || python3 scripts/tokenize_pile.py --input out/$RDOCS.jsonl.zst \
+  --val-docs 100 --tokenizer out/tok_bpe8k --seq-len 16384 --pack whole --out out/${RDOCS}_16k --num-proc 16 -q \
   2>&1 | tail -2
-echo "== data (${SECONDS}s)" | tee -a "$N"
-python3 scripts/pretrain.py recipes/best_small_16k.yaml --dry-run context.tokens=${EXT_TOKENS:-6e7} 2>/dev/null \
+echo "== data (${SECONDS}s): $RDOCS ($RETRIEVAL_ARGS), $NAME: ${EXTRA:-the recipe}" | tee -a "$N"
+args="recipes/best_small_16k.yaml context.tokens=${EXT_TOKENS:-6e7} training.output_dir=runs/$NAME
+  data.sources.retrieval=out/${RDOCS}_16k ${EXTRA:-}"
+python3 scripts/pretrain.py $args --dry-run 2>/dev/null \
   | python3 -c "import json,sys;p=json.load(sys.stdin)['plan'];print('plan', p['max_steps'], 'steps', p['micro_batch'], 'x', p['gradient_accumulation_steps'], p['memory_per_gpu_gib']['total'], 'GiB', p['context']['fits'])" | tee -a "$N"
-rm -rf runs/best_small_16k
+rm -rf runs/$NAME
 # the time left for training: the evaluations after it take ~90 s
-timeout --foreground -k 20 -s TERM $(( BUDGET_S - SECONDS - 150 )) python3 scripts/pretrain.py recipes/best_small_16k.yaml \
-  context.tokens=${EXT_TOKENS:-6e7} training.eval_strategy=no "evaluation.long_context_lengths=[]" \
-  evaluation.long_context_blocks=0 > "$OUT/extend.log" 2>&1  # measured below, for both models, uncompiled
-echo "== extend rc $? (${SECONDS}s)" | tee -a "$N"; grep -E "error:|Error" "$OUT/extend.log" | tail -2 | tee -a "$N"
-for model in best_small best_small_16k; do
+timeout --foreground -k 20 -s TERM $(( BUDGET_S - SECONDS - 150 )) python3 scripts/pretrain.py $args \
+  training.eval_strategy=no "evaluation.long_context_lengths=[]" evaluation.long_context_blocks=0 \
+  > "$OUT/extend.log" 2>&1  # measured below, for both models, uncompiled
+echo "== extend $NAME rc $? (${SECONDS}s)" | tee -a "$N"; grep -E "error:|Error" "$OUT/extend.log" | tail -2 | tee -a "$N"
+models=$NAME; [ "$NAME" = best_small_16k ] && models="best_small $NAME"  # a variant: the base is measured already
+for model in $models; do
   [ -f runs/$model/final/config.json ] || { echo "== $model: no final/" | tee -a "$N"; continue; }
   timeout -k 5 $(( (BUDGET_S - SECONDS) / 2 )) python3 scripts/long_context.py runs/$model/final --data out/mix6_bpe8k_16k \
     --blocks 32 --min-document-tokens 8192 --lengths 1024 2048 4096 8192 16384 --samples 20 \
@@ -188,7 +196,7 @@ for model in best_small best_small_16k; do
     python3 -c "import json;print('$model mask $mask short bpb', json.load(open('$OUT/short_${model}_mask_$mask.json'))['short_context']['bpb'])" 2>&1 | tail -1 | tee -a "$N"
   done
 done
-[ -f runs/best_small_16k/final/long_context.json ] && timeout -k 5 $(( BUDGET_S - SECONDS )) python3 scripts/report.py \
-  runs/best_small_16k --no-eval --no-generate > "$OUT/report.log" 2>&1
-tar -czf "$OUT/best_small_16k.tgz" --exclude='checkpoint-*' --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
-  runs/best_small_16k runs/best_small/final/long_context.json 2>/dev/null
+[ -f runs/$NAME/final/long_context.json ] && timeout -k 5 $(( BUDGET_S - SECONDS )) python3 scripts/report.py \
+  runs/$NAME --no-eval --no-generate > "$OUT/report.log" 2>&1
+tar -czf "$OUT/$NAME.tgz" --exclude='checkpoint-*' --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
+  runs/$NAME runs/best_small/final/long_context.json 2>/dev/null

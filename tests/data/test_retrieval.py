@@ -24,6 +24,27 @@ def _texts(path):
     return [row["text"] for row in generate_records(expand_inputs([path])) if not row["skip"]]
 
 
+def _asked(doc):
+    """The document's body and, for each question at its end, the ways its fact can be worded."""
+    body, _, questions = doc.rpartition("\n\n")
+    asked = []
+    for line in questions.split("\n"):
+        m = QUESTION.match(line)
+        assert m, line
+        kind, name, value = [g for g in m.groups() if g is not None]
+        asked.append([f"The {kind} of the {name} is {value}.", f"Note that the {name} has {kind} {value}.",
+                      f"Keep in mind: {kind} for the {name}, {value}."])
+    return body, asked
+
+
+def _haystack(doc):
+    body, asked = _asked(doc)
+    for forms in asked:
+        for fact in forms:
+            body = body.replace(" " + fact, "")
+    return body
+
+
 def test_each_fact_is_hidden_once_and_asked_at_the_end(mini_train, gpt2_tokenizer):
     tok = AutoTokenizer.from_pretrained(gpt2_tokenizer)
     count = lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]  # noqa: E731
@@ -34,22 +55,34 @@ def test_each_fact_is_hidden_once_and_asked_at_the_end(mini_train, gpt2_tokenize
     assert max(lengths) <= 600 and min(lengths) >= 150  # the cut is by characters, checked in tokens
     asked = 0
     for doc in docs:
-        body, _, questions = doc.rpartition("\n\n")
-        for line in questions.split("\n"):
-            m = QUESTION.match(line)
-            assert m, line
-            kind, name, value = [g for g in m.groups() if g is not None]
-            facts = [f"The {kind} of the {name} is {value}.", f"the {name} has {kind} {value}.",
-                     f"{kind} for the {name}, {value}."]
-            assert sum(body.count(f) for f in facts) == 1  # hidden once, before its question
-            asked += 1
+        body, facts = _asked(doc)
+        for forms in facts:
+            assert sum(body.count(f) for f in forms) == 1  # hidden once, before its question
+        asked += len(facts)
         assert "pass key" not in doc  # the passkey evaluation's wording is never trained on
     assert asked > 30  # one to four facts a document
-    haystack = re.sub(r" (The|Note that|Keep in mind:) [^.]*\d+\.", "", docs[0].rpartition("\n\n")[0])
-    assert haystack[:200] in "\n\n".join(texts)  # the haystack is the corpus's text, in order
+    assert _haystack(docs[0])[:200] in "\n\n".join(texts)  # the haystack is the corpus's text, in order
     again = list(retrieval_documents(texts, count, documents=30, min_tokens=200, max_tokens=600, seed=3))
     assert again == docs  # a seed gives the same documents
     assert list(retrieval_documents(texts, count, 30, 200, 600, seed=4)) != docs
+
+
+def test_a_repetitive_haystack_is_a_few_corpus_sentences_said_again(mini_train, gpt2_tokenizer):
+    tok = AutoTokenizer.from_pretrained(gpt2_tokenizer)
+    count = lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]  # noqa: E731
+    corpus = " ".join(" ".join(_texts(mini_train)).split())
+    docs = list(retrieval_documents(_texts(mini_train), count, documents=12, min_tokens=500, max_tokens=900,
+                                    min_facts=5, max_facts=5, repeat_share=1.0, seed=1))
+    assert max(count(docs)) <= 900
+    for doc in docs:
+        assert len(_asked(doc)[1]) == 5  # min_facts = max_facts
+        haystack = _haystack(doc)
+        unit = min((haystack[:n] for n in range(20, len(haystack) // 3)
+                    if haystack.startswith(haystack[:n] + " " + haystack[:n])), key=len)
+        assert haystack.count(unit) >= 3 and len(haystack.replace(unit, "").strip()) < len(unit)  # said again and again
+        assert all(sentence in corpus for sentence in re.split(r"(?<=[.!?]) ", unit))  # the corpus's sentences
+    mixed = list(retrieval_documents(_texts(mini_train), count, 40, 300, 800, repeat_share=0.5, seed=1))
+    assert 0 < sum(doc[:60] in doc[60:] for doc in mixed) < 40  # some repetitive, some not
 
 
 def test_the_command_writes_a_corpus_the_tokenizer_packs(tmp_path, mini_train, gpt2_tokenizer, capsys):
@@ -68,6 +101,8 @@ def test_the_command_writes_a_corpus_the_tokenizer_packs(tmp_path, mini_train, g
     (["--input", "nowhere/*.jsonl.zst"], "--input nowhere/\\*.jsonl.zst: glob matches no file"),
     (["--out", "r.jsonl"], "name a .jsonl.zst file"),
     (["--min-tokens", "900", "--max-tokens", "500"], "0 < --min-tokens <= --max-tokens"),
+    (["--min-facts", "5", "--max-facts", "3"], "1 <= --min-facts <= --max-facts <= 400"),
+    (["--repeat-share", "1.5"], "--repeat-share 1.5: a share, 0 to 1"),
     (["--tokenizer", "no_such_tokenizer_dir"], "tokenizer no_such_tokenizer_dir"),
     (["--min-tokens", "8", "--max-tokens", "8"], "longer than max_tokens=8: raise it"),  # the facts alone are more
 ])

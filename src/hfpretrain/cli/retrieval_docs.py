@@ -1,10 +1,11 @@
 """Synthetic retrieval documents (Pile-format jsonl.zst) for a context-extension phase's mixture.
 
     hfpretrain retrieval-docs --input SHARDS... --tokenizer TOK --out retrieval.jsonl.zst [--documents 2000]
-        [--min-tokens 1024] [--max-tokens 15000] [--max-facts 4] [--seed 0]
+        [--min-tokens 1024] [--max-tokens 15000] [--min-facts 1] [--max-facts 4] [--repeat-share 0] [--seed 0]
 
 Corpus text from --input (Pile-format files, as `hfpretrain tokenize` reads them) with made-up facts hidden at
-random depths and asked for at the end (hfpretrain/data/retrieval.py says why). Then tokenize the file at the
+random depths and asked for at the end (hfpretrain/data/retrieval.py says why); --repeat-share of the documents
+have a haystack of a few of its sentences repeated instead. Then tokenize the file at the
 phase's length, `--pack whole`, and name the output in the extension recipe's data.sources and data.mixture
 (recipes/best_small_16k.yaml). Keep --max-tokens under that length, so that no document is split from its questions.
 """
@@ -28,18 +29,25 @@ def main(argv=None) -> int:
     p.add_argument("--documents", type=int, default=2000)
     p.add_argument("--min-tokens", type=int, default=1024)
     p.add_argument("--max-tokens", type=int, default=15000)
-    p.add_argument("--max-facts", type=int, default=4, help="facts per document: 1 to this many")
+    p.add_argument("--min-facts", type=int, default=1, help="facts per document: at least this many")
+    p.add_argument("--max-facts", type=int, default=4, help="facts per document: at most this many")
+    p.add_argument("--repeat-share", type=float, default=0.0,
+                   help="the share of documents whose haystack is a few sentences repeated")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     if not a.out.endswith(".jsonl.zst"):
         return error(f"--out {a.out}: name a .jsonl.zst file")
-    if a.documents < 1 or a.max_facts < 1 or not 0 < a.min_tokens <= a.max_tokens:
-        return error("--documents and --max-facts must be >= 1 and 0 < --min-tokens <= --max-tokens")
+    from hfpretrain.data.retrieval import MAX_FACTS, retrieval_documents
+
+    if a.documents < 1 or not 1 <= a.min_facts <= a.max_facts <= MAX_FACTS or not 0 < a.min_tokens <= a.max_tokens:
+        return error(f"need --documents >= 1, 1 <= --min-facts <= --max-facts <= {MAX_FACTS} and "
+                     "0 < --min-tokens <= --max-tokens")
+    if not 0 <= a.repeat_share <= 1:
+        return error(f"--repeat-share {a.repeat_share}: a share, 0 to 1")
 
     import zstandard
 
     from hfpretrain.data.read import DataError, expand_inputs, generate_records
-    from hfpretrain.data.retrieval import retrieval_documents
     from hfpretrain.data.tokenizer import load_tokenizer
 
     files = expand_inputs(a.input)
@@ -57,7 +65,7 @@ def main(argv=None) -> int:
     try:
         with zstandard.open(partial, "wt", encoding="utf-8") as f:
             for text in retrieval_documents(texts, count, a.documents, a.min_tokens, a.max_tokens, a.max_facts,
-                                            a.seed):
+                                            a.seed, a.min_facts, a.repeat_share):
                 f.write(json.dumps({"text": text, "meta": {"pile_set_name": "Retrieval"}}) + "\n")
     except (DataError, ValueError) as e:
         partial.unlink(missing_ok=True)

@@ -7,8 +7,15 @@ makes it try: an extension phase on long documents alone teaches it to use long 
 look a fact up.
 A share of the extension's blocks made of these documents asks for exactly that on every document, as Xiong et al.
 (2024, "From Artificial Needles to Real Haystacks") do with synthetic key-value retrieval. The facts are worded
-unlike the passkey evaluation's prompt (eval/long_context.py: no "pass key", no repeated filler; the haystack is
-real text), so that the evaluation measures retrieval learnt, not a template learnt.
+unlike the passkey evaluation's prompt (eval/long_context.py: no "pass key", none of its filler; the haystack is
+the corpus's text), so that the evaluation measures retrieval learnt, not a template learnt.
+
+Two things make a lookup hard at a distance, and a document can have both. Look-alike facts: many facts of the same
+few forms, differing only in a name, so that the answer needs the whole cue, not its last word (Xiong et al. ask
+for one key of a dictionary of many). A repetitive haystack (``repeat_share``): a few of the corpus's sentences said
+again and again, as in logs, forms or RULER's noise haystack, where thousands of tokens look alike and attention
+spread over them finds nothing; in corpus text the cue's words are rare, and a lookup learnt there fails among
+look-alikes as the context grows (best_small after a phase of such documents alone: passkey 75% at 1k, 5% at 16k).
 
 ``hfpretrain retrieval-docs`` writes them as Pile-format jsonl.zst, which ``hfpretrain tokenize`` packs (``--pack
 whole`` at the phase's length) into a source for ``data.sources`` / ``data.mixture`` (recipes/best_small_16k.yaml).
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 
@@ -27,6 +35,7 @@ ADJECTIVES = ("red", "quiet", "golden", "old", "hidden", "northern", "silver", "
               "ancient", "lazy", "bright", "wooden", "distant", "hollow", "eager", "crimson", "gentle")
 NOUNS = ("otter", "lighthouse", "river", "falcon", "bakery", "comet", "garden", "harbor", "violin", "glacier",
          "orchard", "tunnel", "meadow", "castle", "badger", "canyon", "lantern", "island", "forest", "engine")
+MAX_FACTS = len(ADJECTIVES) * len(NOUNS)  # each fact of a document is about another name
 # (fact, question): the cue (kind and name) always comes before the value, as in any lookup by name
 FORMS = (
     ("The {kind} of the {name} is {value}.", "What is the {kind} of the {name}? The {kind} of the {name} is {value}."),
@@ -66,13 +75,41 @@ def retrieval_document(rng: random.Random, haystack: str, facts: list[tuple[str,
     return "".join(parts).rstrip() + "\n\n" + "\n".join(questions)
 
 
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def repeated_haystack(rng: random.Random, source: Iterator[tuple[str, int]], count_tokens, room: int) -> str:
+    """About ``room`` tokens of one to four sentences of one text from ``source`` (the first with two sentences of
+    4 to 30 words), said again and again: at least four times where ``room`` allows."""
+    for _ in range(1000):
+        text, _ = next(source)
+        # whole sentences: the text's last piece may stop mid-sentence
+        sentences = [" ".join(s.split()) for s in SENTENCE_END.split(text)[:-1] if 4 <= len(s.split()) <= 30]
+        if len(sentences) >= 2:
+            break
+    else:
+        raise ValueError("1,000 texts in a row have fewer than two sentences of 4 to 30 words to repeat")
+    unit = rng.sample(sentences, min(len(sentences), rng.randint(2, 4)))
+    while len(unit) > 1 and count_tokens([" " + " ".join(unit)])[0] > room // 4:
+        unit.pop()
+    unit = " ".join(unit)
+    return " ".join([unit] * max(1, room // count_tokens([" " + unit])[0]))
+
+
 def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]], list[int]], documents: int,
-                        min_tokens: int, max_tokens: int, max_facts: int = 4, seed: int = 0) -> Iterator[str]:
+                        min_tokens: int, max_tokens: int, max_facts: int = 4, seed: int = 0, min_facts: int = 1,
+                        repeat_share: float = 0.0) -> Iterator[str]:
     """``documents`` retrieval documents of ``min_tokens`` to ``max_tokens`` tokens (log-uniform; as
-    ``count_tokens`` counts a list of texts, never more than ``max_tokens``), their haystacks cut from ``texts`` in
-    order (joined by blank lines; read again from the start when they run out), each with 1 to ``max_facts`` facts."""
+    ``count_tokens`` counts a list of texts, never more than ``max_tokens``), each with ``min_facts`` to
+    ``max_facts`` facts. Their haystacks are cut from ``texts`` in order (joined by blank lines; read again from the
+    start when they run out), or, for a ``repeat_share`` of the documents, a few sentences of one text repeated."""
     if not 0 < min_tokens <= max_tokens:
         raise ValueError(f"min_tokens={min_tokens}, max_tokens={max_tokens}: need 0 < min_tokens <= max_tokens")
+    if not 0 < min_facts <= max_facts <= MAX_FACTS:
+        raise ValueError(f"min_facts={min_facts}, max_facts={max_facts}: need 0 < min_facts <= max_facts <= "
+                         f"{MAX_FACTS}")
+    if not 0 <= repeat_share <= 1:
+        raise ValueError(f"repeat_share={repeat_share}: a share, 0 to 1")
     rng = random.Random(seed)
     source = _measured(texts, count_tokens)
     pending = None  # (text, tokens) left of a text the previous document cut
@@ -80,22 +117,26 @@ def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]]
     while made < documents:
         if misses == 100:
             raise ValueError(f"100 documents in a row came out longer than max_tokens={max_tokens}: raise it")
-        facts = make_facts(rng, rng.randint(1, max_facts))
+        facts = make_facts(rng, rng.randint(min_facts, max_facts))
         target = round(math.exp(rng.uniform(math.log(min_tokens), math.log(max_tokens))))
         room = target - sum(count_tokens([f" {fact}" for fact, _ in facts] + [q for _, q in facts])) - 2
-        pieces, have = [], 0
-        while have < room:
-            text, n = pending or next(source)
-            pending = None
-            if have + n > room:  # cut near the room left, the rest's tokens pro rata (the document is counted below)
-                cut = _cut_at_space(text, int(len(text) * (room - have) / n))
-                rest = text[cut:].lstrip()
-                if rest:
-                    pending = (rest, max(1, round(n * len(rest) / len(text))))
-                text, n = text[:cut], n - (pending[1] if pending else 0)
-            pieces.append(text)
-            have += n
-        document = retrieval_document(rng, "\n\n".join(pieces), facts)
+        if repeat_share and rng.random() < repeat_share:
+            haystack = repeated_haystack(rng, source, count_tokens, room)
+        else:
+            pieces, have = [], 0
+            while have < room:
+                text, n = pending or next(source)
+                pending = None
+                if have + n > room:  # cut near the room left, the rest's tokens pro rata (counted again below)
+                    cut = _cut_at_space(text, int(len(text) * (room - have) / n))
+                    rest = text[cut:].lstrip()
+                    if rest:
+                        pending = (rest, max(1, round(n * len(rest) / len(text))))
+                    text, n = text[:cut], n - (pending[1] if pending else 0)
+                pieces.append(text)
+                have += n
+            haystack = "\n\n".join(pieces)
+        document = retrieval_document(rng, haystack, facts)
         if count_tokens([document])[0] > max_tokens:  # a cut kept a few tokens too many: draw again
             misses += 1
             continue
