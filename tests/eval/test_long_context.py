@@ -63,7 +63,8 @@ def test_passkey_scores_the_answer_at_its_positions(tok):
     vocab = len(tok)
     assert passkey_accuracy(_Fixed("next", vocab), tok, lengths=(128, 256), samples=3)["256"]["accuracy"] == 1.0
     same = passkey_accuracy(_Fixed("same", vocab), tok, lengths=(128,), samples=3)
-    assert same["128"] == {"accuracy": 0.0, "samples": 3, "by_depth": {"0.0": 0.0, "0.5": 0.0, "1.0": 0.0}}
+    assert same["128"] == {"accuracy": 0.0, "samples": 3, "by_depth": {"0.0": 0.0, "0.5": 0.0, "1.0": 0.0},
+                           "wrong_answers": {" is": 3}}  # what greedy decoding says: the question's last word again
 
 
 def test_loss_by_position_bins_the_tokens_of_documents_that_start_in_the_block():
@@ -110,6 +111,9 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
     assert result["loss_by_position"]["seq_len"] == 128 and sum(b["tokens"] for b in bins) > 50
     assert all(b["loss"] is None or 0 < b["loss"] < 20 for b in bins)
     assert set(result["passkey"]) == {"128", "256"} and result["passkey"]["256"]["samples"] == 2
+    for v in result["passkey"].values():  # each miss is a wrong answer, counted by what was said
+        assert sum(v["wrong_answers"].values()) == round((1 - v["accuracy"]) * v["samples"])
+    assert "| length | accuracy | prompts | most said instead |" in proc.stdout
     short = result["short_context"]
     assert short["tokens"] == 2 * 127 and short["bpb"] > 0 and short["seq_len"] == 128
     # every target of the blocks: more than the position bins count (they leave out each block's first segment)

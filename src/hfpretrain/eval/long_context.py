@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 
 import numpy as np
 import torch
@@ -134,8 +135,10 @@ def passkey_prompt(tokenizer, length: int, depth: float, key: str) -> tuple[list
 @torch.no_grad()
 def passkey_accuracy(model, tokenizer, lengths=DEFAULT_LENGTHS, samples: int = 20, seed: int = 0,
                      batch_size: int = 1) -> dict:
-    """``{str(length): {"accuracy", "samples", "by_depth": {depth: accuracy}}}`` over ``samples`` prompts per length,
-    the keys random 5-digit numbers and the depths spread evenly over 0..1 (the same for every length)."""
+    """``{str(length): {"accuracy", "samples", "by_depth": {depth: accuracy}, "wrong_answers": {text: count}}}`` over
+    ``samples`` prompts per length, the keys random 5-digit numbers and the depths spread evenly over 0..1 (the same
+    for every length). A wrong answer is what greedy decoding says: the key's tokens up to the first wrong one, that
+    one included (" green": the model went on with the filler; " 71499": it found the key and lost it)."""
     model.eval()
     device = _device(model)
     rng = random.Random(seed)
@@ -143,7 +146,7 @@ def passkey_accuracy(model, tokenizer, lengths=DEFAULT_LENGTHS, samples: int = 2
     out = {}
     for length in lengths:
         prompts = [passkey_prompt(tokenizer, length, d, str(rng.randint(10000, 99999))) for d in depths]
-        right = []
+        right, wrong = [], Counter()
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start:start + batch_size]
             ids = torch.tensor([p[0] for p in chunk], device=device)
@@ -152,9 +155,13 @@ def passkey_accuracy(model, tokenizer, lengths=DEFAULT_LENGTHS, samples: int = 2
                 k = len(answer)
                 guess = logits[row, length - k - 1:length - 1].argmax(dim=-1).tolist()
                 right.append(guess == answer)
+                if guess != answer:
+                    first = next(i for i, (g, a) in enumerate(zip(guess, answer)) if g != a)
+                    wrong[tokenizer.decode(guess[:first + 1])] += 1
         by_depth = {}
         for d, ok in zip(depths, right):
             by_depth.setdefault(round(d, 2), []).append(ok)
         out[str(length)] = {"accuracy": sum(right) / len(right), "samples": len(right),
-                            "by_depth": {str(d): sum(v) / len(v) for d, v in by_depth.items()}}
+                            "by_depth": {str(d): sum(v) / len(v) for d, v in by_depth.items()},
+                            "wrong_answers": dict(wrong.most_common())}
     return out

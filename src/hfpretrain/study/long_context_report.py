@@ -35,10 +35,16 @@ def summary_lines(result: dict) -> list[str]:
     passkey = result.get("passkey")
     if passkey:
         lines += ["Passkey retrieval (a 5-digit key at depths spread over the prompt; exact greedy answer):", "",
-                  "| length | accuracy | prompts |", "|---|---|---|"]
-        lines += [f"| {int(n):,} | {v['accuracy']:.0%} | {v['samples']} |" for n, v in passkey.items()]
+                  "| length | accuracy | prompts | most said instead |", "|---|---|---|---|"]
+        lines += [f"| {int(n):,} | {v['accuracy']:.0%} | {v['samples']} | {_said(v.get('wrong_answers'))} |"
+                  for n, v in passkey.items()]
         lines.append("")
     return lines
+
+
+def _said(wrong: dict | None) -> str:
+    """The most common wrong answers, quoted (a result written before they were recorded: "")."""
+    return ", ".join(f"`{text!r}` x{n}" for text, n in list((wrong or {}).items())[:2])
 
 
 def plot_long_context(result: dict, out_png: str | Path, title: str = "") -> Path:
