@@ -4,9 +4,9 @@
         [--min-tokens 1024] [--max-tokens 15000] [--min-facts 1] [--max-facts 4] [--repeat-share 0] [--seed 0]
 
 Corpus text from --input (Pile-format files, as `hfpretrain tokenize` reads them) with made-up facts hidden at
-random depths and asked for at the end (hfpretrain/data/retrieval.py says why); --repeat-share of the documents
-have a haystack of a few of its sentences repeated instead. Then tokenize the file at the
-phase's length, `--pack whole`, and name the output in the extension recipe's data.sources and data.mixture
+random depths and asked for at the end (hfpretrain/data/retrieval.py says why); for --repeat-share of the
+documents the haystack is a few of the corpus's sentences repeated instead. Then tokenize the file at the phase's
+length, `--pack whole`, and name the output in the extension recipe's data.sources and data.mixture
 (recipes/best_small_16k.yaml). Keep --max-tokens under that length, so that no document is split from its questions.
 """
 
