@@ -14,8 +14,11 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from hfpretrain.cli import main as cli
+from hfpretrain.data.read import expand_inputs, generate_records
+from hfpretrain.data.retrieval import asked_facts, retrieval_documents
 from hfpretrain.eval.long_context import (loss_by_position, mean_loss, passkey_accuracy, passkey_prompt,
-                                          position_bins)
+                                          position_bins, retrieval_accuracy)
 
 REPO = Path(__file__).resolve().parents[2]
 EOS = 0
@@ -30,12 +33,14 @@ class _Fixed(torch.nn.Module):
         self.rule, self.vocab = rule, vocab
         self.weight = torch.nn.Parameter(torch.zeros(1))  # a parameter: the functions read its device
 
-    def forward(self, input_ids, position_ids=None, use_cache=False):
+    def forward(self, input_ids, position_ids=None, use_cache=False, logits_to_keep=None):
         logits = torch.zeros(*input_ids.shape, self.vocab)
         if self.rule == "next":
             logits[:, :-1].scatter_(-1, input_ids[:, 1:, None], 10.0)
         elif self.rule == "same":
             logits.scatter_(-1, input_ids[..., None], 10.0)
+        if logits_to_keep is not None:  # transformers' models take the positions to compute logits at
+            logits = logits[:, logits_to_keep]
         return type("Out", (), {"logits": logits})()
 
 
@@ -67,6 +72,32 @@ def test_passkey_scores_the_answer_at_its_positions(tok):
                            "wrong_answers": {" is": 3}}  # what greedy decoding says: the question's last word again
 
 
+def _retrieval_docs(mini_train, tok, n=6, **kw):
+    count = lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]  # noqa: E731
+    texts = [row["text"] for row in generate_records(expand_inputs([mini_train])) if not row["skip"]]
+    return list(retrieval_documents(texts, count, n, 300, 1500, seed=5, **kw))
+
+
+def test_retrieval_on_held_out_documents_scores_each_answer_by_its_distance(mini_train, tok):
+    """Each question's value is found where its fact states it; a model that knows the next token answers all of
+    them, one that repeats the current token none; every question falls in one distance bin."""
+    docs = _retrieval_docs(mini_train, tok, min_facts=3, max_facts=6, repeat_share=0.5)
+    for doc in docs:
+        asked = asked_facts(doc)
+        assert 3 <= len(asked) <= 6
+        for fact, lo, hi in asked:
+            assert doc[lo:hi].isdigit() and f"{doc[lo:hi]}." in doc[fact:fact + 120] and fact < lo
+    perfect = retrieval_accuracy(_Fixed("next", len(tok)), tok, docs)
+    assert perfect["accuracy"] == 1.0 and perfect["documents"] == 6
+    assert perfect["questions"] == sum(len(asked_facts(d)) for d in docs) == sum(b["questions"] for b in perfect["bins"])
+    assert perfect["bins"][0]["from"] == 0 and perfect["bins"][-1]["to"] > max(map(len, tok(docs)["input_ids"])) // 2
+    assert retrieval_accuracy(_Fixed("same", len(tok)), tok, docs)["accuracy"] == 0.0
+    with pytest.raises(ValueError, match="is not a question of a retrieval document"):
+        asked_facts("Some text.\n\nWhat is this? Nothing.")
+    with pytest.raises(ValueError, match="asks for a fact the document does not state"):
+        asked_facts("Some text.\n\nQuestion: the room number for the red otter? Answer: 1234.")
+
+
 def test_loss_by_position_bins_the_tokens_of_documents_that_start_in_the_block():
     """Blocks read in order: [a b EOS | c d e EOS | f g h i j], then [k l EOS | ...]. The first block starts the
     split's first document, so all three segments count: b EOS (1, 2), d e EOS (1, 2, 3), g h i j (1, 2, 3, 4). The
@@ -94,16 +125,19 @@ def test_mean_loss_counts_every_target():
                                                                           "tokens": 33}
 
 
-def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks, tmp_path):
+def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks, mini_train, tmp_path):
     """`hfpretrain long-context` on a tiny model: the JSON (the loss per position bin of the mini blocks, passkey at
     128 and 256 tokens), then the report's section and plot from it; a passkey length too short is one line."""
     from hfpretrain.study.long_context_report import long_context_lines
 
     ckpt = tmp_path / "run" / "final"
     shutil.copytree(tiny_checkpoint, ckpt)
+    docs = tmp_path / "retrieval.jsonl.zst"
+    assert cli(["retrieval-docs", "--input", str(mini_train), "--tokenizer", str(ckpt), "--out", str(docs),
+                "--documents", "3", "--min-tokens", "100", "--max-tokens", "250", "--repeat-share", "0.5"]) == 0
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--data",
                            str(mini_blocks), "--blocks", "2", "--lengths", "128", "256", "--samples", "2",
-                           "--short-data", str(mini_blocks), "--short-blocks", "2"],
+                           "--short-data", str(mini_blocks), "--short-blocks", "2", "--retrieval-docs", str(docs)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((ckpt / "long_context.json").read_text())
@@ -114,6 +148,9 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
     for v in result["passkey"].values():  # each miss is a wrong answer, counted by what was said
         assert sum(v["wrong_answers"].values()) == round((1 - v["accuracy"]) * v["samples"])
     assert "| length | accuracy | prompts | most said instead |" in proc.stdout
+    retrieval = result["retrieval"]
+    assert retrieval["documents"] == 3 and retrieval["questions"] >= 3 and 0 <= retrieval["accuracy"] <= 1
+    assert "| distance (tokens) | accuracy | questions |" in proc.stdout
     short = result["short_context"]
     assert short["tokens"] == 2 * 127 and short["bpb"] > 0 and short["seq_len"] == 128
     # every target of the blocks: more than the position bins count (they leave out each block's first segment)
@@ -124,9 +161,14 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
     bad = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--lengths", "32"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --lengths [32]: a passkey prompt needs at least 64 tokens"
+    for given, message in ((tmp_path / "none.jsonl.zst", "none.jsonl.zst"), (mini_train, "not a retrieval document")):
+        bad = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--lengths",
+                              "--retrieval-docs", str(given)], capture_output=True, text=True, timeout=300)
+        line = bad.stderr.strip()
+        assert bad.returncode == 2 and line.startswith(f"error: --retrieval-docs {given}: ") and message in line, line
 
 
-def test_cli_refuses_lengths_past_learned_positions(gpt2_tokenizer, mini_blocks, tmp_path):
+def test_cli_refuses_lengths_past_learned_positions(gpt2_tokenizer, mini_blocks, mini_train, tmp_path):
     """GPT-2 learns positions up to n_positions: passkey prompts or blocks longer than that failed with an
     IndexError traceback from the embedding lookup. One line, exit 2, before any evaluation."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -140,3 +182,11 @@ def test_cli_refuses_lengths_past_learned_positions(gpt2_tokenizer, mini_blocks,
     line = bad.stderr.strip()
     assert line.startswith(f"error: {ckpt}: gpt2 learns absolute positions up to 64, so it has none for "), line
     assert "--lengths 128" in line and f"--data {mini_blocks} (blocks of 128)" in line and "--lengths 64" not in line
+    docs = tmp_path / "retrieval.jsonl.zst"
+    assert cli(["retrieval-docs", "--input", str(mini_train), "--tokenizer", str(ckpt), "--out", str(docs),
+                "--documents", "2", "--min-tokens", "100", "--max-tokens", "200"]) == 0
+    bad = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--lengths",
+                          "--retrieval-docs", str(docs)], capture_output=True, text=True, timeout=300)
+    line = bad.stderr.strip()
+    assert bad.returncode == 2 and line.startswith(f"error: --retrieval-docs {docs}: documents of up to ") and \
+        line.endswith("past the 64 positions gpt2 learns: make them with --max-tokens 64 or less"), line

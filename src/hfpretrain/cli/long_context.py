@@ -1,13 +1,15 @@
 """Long-context evaluation of a checkpoint: loss by position on long validation documents, passkey retrieval.
 
     hfpretrain long-context CKPT --data DATA [--blocks 16] [--min-document-tokens N] [--lengths 2048 4096 8192 16384]
-        [--samples 20] [--short-data DATA_2K --short-blocks 64] [--document-mask auto|on|off]
-        [--dtype auto|bf16|fp32] [--device cuda] [--out FILE]
+        [--samples 20] [--short-data DATA_2K --short-blocks 64] [--retrieval-docs FILE --retrieval-samples 50]
+        [--document-mask auto|on|off] [--dtype auto|bf16|fp32] [--device cuda] [--out FILE]
 
 DATA is an output folder of tokenize_pile.py (its validation blocks; packed at the length to evaluate, e.g. the
 context phase's); --short-data one packed at the length the model was trained at before, for the short-context
-loss and bits per byte (does the extension cost short-context quality?). Writes CKPT/long_context.json (or --out), which the run's report (scripts/report.py) shows as a
-table and a plot. See hfpretrain/eval/long_context.py for what is measured.
+loss and bits per byte (does the extension cost short-context quality?); --retrieval-docs a file of
+`hfpretrain retrieval-docs` made from held-out text, for retrieval accuracy by distance beside the passkey's.
+Writes CKPT/long_context.json (or --out), which the run's report (scripts/report.py) shows as a table and a plot.
+See hfpretrain/eval/long_context.py for what is measured.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from itertools import islice
 from pathlib import Path
 
 from hfpretrain.cli import error
@@ -47,6 +50,8 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=20, help="passkey prompts per length (depths spread over 0..1)")
     p.add_argument("--short-data", help="tokenize_pile.py output at the original length: plain loss and bits per byte")
     p.add_argument("--short-blocks", type=int, default=64, help="validation blocks of --short-data")
+    p.add_argument("--retrieval-docs", help="retrieval-docs output (.jsonl.zst) of held-out text: accuracy by distance")
+    p.add_argument("--retrieval-samples", type=int, default=50, help="documents of --retrieval-docs to score")
     p.add_argument("--document-mask", choices=("auto", "on", "off"), default="auto",
                    help="positions restart per document (auto: as the run's recipe.yaml says)")
     p.add_argument("--batch-size", type=int, default=1)
@@ -58,23 +63,37 @@ def main(argv=None) -> int:
     checkpoint = Path(a.checkpoint)
     if not (checkpoint / "config.json").is_file():
         return error(f"{checkpoint} holds no checkpoint (config.json)")
-    if a.data is None and a.short_data is None and not a.lengths:
-        return error("nothing to measure: give --data (loss by position), --short-data and/or --lengths (passkey)")
+    if a.data is None and a.short_data is None and not a.lengths and a.retrieval_docs is None:
+        return error("nothing to measure: give --data (loss by position), --short-data, --lengths (passkey) "
+                     "and/or --retrieval-docs")
     for flag, folder in (("--data", a.data), ("--short-data", a.short_data)):
         if folder is not None and not (Path(folder) / "manifest.json").is_file():
             return error(f"{flag} {folder}: no manifest.json (an output folder of tokenize_pile.py)")
-    for name in ("blocks", "samples", "batch_size", "short_blocks"):
+    for name in ("blocks", "samples", "batch_size", "short_blocks", "retrieval_samples"):
         if getattr(a, name) < 1:
             return error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     if any(n < 64 for n in a.lengths):
         return error(f"--lengths {a.lengths}: a passkey prompt needs at least 64 tokens")
+    documents = []
+    if a.retrieval_docs is not None:
+        from hfpretrain.data.read import DataError, expand_inputs, generate_records
+        from hfpretrain.data.retrieval import asked_facts
+
+        try:
+            rows = generate_records(expand_inputs([a.retrieval_docs]), on_bad="fail")
+            rows = (row for row in rows if not row["skip"])
+            documents = [row["text"] for row in islice(rows, a.retrieval_samples)]
+            for document in documents:
+                asked_facts(document)
+        except (DataError, ValueError) as err:
+            return error(f"--retrieval-docs {a.retrieval_docs}: {err}")
 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from hfpretrain.data.manifest import bits_per_byte, require_manifest, tokens_per_byte
     from hfpretrain.data.order import load_input_ids
-    from hfpretrain.eval.long_context import loss_by_position, mean_loss, passkey_accuracy
+    from hfpretrain.eval.long_context import loss_by_position, mean_loss, passkey_accuracy, retrieval_accuracy
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}.get(a.dtype) or \
@@ -100,9 +119,18 @@ def main(argv=None) -> int:
                          f"it has none for {', '.join(past)}: lengths up to {learned}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    except (OSError, ValueError) as err:
+        return error(f"{checkpoint}: cannot load its tokenizer ({str(err).splitlines()[0]})")
+    if learned and documents:
+        longest = max(map(len, tokenizer(documents, add_special_tokens=False)["input_ids"]))
+        if longest > learned:
+            return error(f"--retrieval-docs {a.retrieval_docs}: documents of up to {longest} tokens, past the "
+                         f"{learned} positions {config.model_type} learns: make them with --max-tokens {learned} "
+                         "or less")
+    try:
         model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=dtype).to(device)
     except (OSError, ValueError) as err:
-        return error(f"{checkpoint}: cannot load the model and its tokenizer ({str(err).splitlines()[0]})")
+        return error(f"{checkpoint}: cannot load the model ({str(err).splitlines()[0]})")
     result = {"checkpoint": str(checkpoint), "dtype": str(dtype).removeprefix("torch."),
               "max_position_embeddings": getattr(model.config, "max_position_embeddings", None),
               "rope_parameters": getattr(model.config, "rope_parameters", None)}
@@ -127,6 +155,8 @@ def main(argv=None) -> int:
                                        "bpb": bits_per_byte(short["loss"], ratio) if ratio else None}
         if a.lengths:
             result["passkey"] = passkey_accuracy(model, tokenizer, a.lengths, a.samples, batch_size=a.batch_size)
+        if documents:
+            result["retrieval"] = {"data": str(a.retrieval_docs), **retrieval_accuracy(model, tokenizer, documents)}
     except ValueError as err:
         return error(err)
     except torch.OutOfMemoryError as err:

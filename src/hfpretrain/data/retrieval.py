@@ -45,6 +45,23 @@ FORMS = (
 )
 
 
+def _question_pattern(template: str) -> re.Pattern:
+    """A question form as a regex: the kind and name as words, the value as digits (a field said twice, the same)."""
+    seen = set()
+
+    def field(m):
+        name = m.group(1)
+        if name in seen:
+            return f"(?P={name})"
+        seen.add(name)
+        return rf"(?P<{name}>\d+)" if name == "value" else rf"(?P<{name}>[a-z ]+?)"
+
+    return re.compile("^" + re.sub(r"\\\{(\w+)\\\}", field, re.escape(template)) + "$")
+
+
+QUESTION_PATTERNS = tuple(_question_pattern(question) for _, question in FORMS)
+
+
 def make_facts(rng: random.Random, n: int) -> list[tuple[str, str]]:
     """``n`` (fact, question-with-answer) pairs about distinct names, values of 4 to 7 digits."""
     names = rng.sample([f"{a} {b}" for a in ADJECTIVES for b in NOUNS], n)
@@ -74,6 +91,27 @@ def retrieval_document(rng: random.Random, haystack: str, facts: list[tuple[str,
     questions = [q for _, q in facts]
     rng.shuffle(questions)
     return "".join(parts).rstrip() + "\n\n" + "\n".join(questions)
+
+
+def asked_facts(document: str) -> list[tuple[int, int, int]]:
+    """``(fact, answer_start, answer_end)`` for each question at the end of a retrieval document of this module:
+    the character offsets of its fact in the body and of the value its answer gives. ValueError for a document
+    of another format."""
+    split = document.rfind("\n\n")
+    if split < 0:
+        raise ValueError("no questions after a blank line: not a retrieval document")
+    out, at = [], split + 2
+    for line in document[at:].split("\n"):
+        match = next((m for pattern in QUESTION_PATTERNS if (m := pattern.match(line))), None)
+        if match is None:
+            raise ValueError(f"{line[:80]!r} is not a question of a retrieval document")
+        fields = {key: match[key] for key in ("kind", "name", "value")}
+        found = [document.find(" " + fact.format(**fields), 0, split) for fact, _ in FORMS]
+        if max(found) < 0:
+            raise ValueError(f"{line[:80]!r} asks for a fact the document does not state")
+        out.append((max(found) + 1, at + match.start("value"), at + match.end("value")))
+        at += len(line) + 1
+    return out
 
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

@@ -16,10 +16,17 @@ about long documents. Bins are powers of two, ``[1, 2), [2, 4), ..., [S/2, S)``.
 a prompt of exactly ``length`` tokens with the key's tokens last. One forward pass per prompt: the answer is right
 when the model's most likely next token is the key's at every one of its positions. That is exactly the greedy
 decoding of the key (each greedy step sees the same prefix the forced one does), without a generation loop.
+
+**Retrieval on held-out documents**: the passkey prompt is one template, and a model can learn or miss a template
+apart from the skill. Documents of ``hfpretrain retrieval-docs`` made from held-out text (its ``--input`` the
+validation file: their facts and haystacks never trained on) ask for facts at every distance; each answer is
+scored as the passkey is (every token of its value the most likely one, in one forward pass per document) and
+binned by the distance in tokens from its fact to its answer.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections import Counter
@@ -28,6 +35,7 @@ import numpy as np
 import torch
 
 from hfpretrain.data.order import document_positions
+from hfpretrain.data.retrieval import asked_facts
 
 DEFAULT_LENGTHS = (2048, 4096, 8192, 16384)
 PREFIX = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -165,3 +173,44 @@ def passkey_accuracy(model, tokenizer, lengths=DEFAULT_LENGTHS, samples: int = 2
                             "by_depth": {str(d): sum(v) / len(v) for d, v in by_depth.items()},
                             "wrong_answers": dict(wrong.most_common())}
     return out
+
+
+def distance_bins(longest: int) -> list[tuple[int, int]]:
+    """``[0, 1024), [1024, 2048), [2048, 4096), ...`` until one holds ``longest``."""
+    bins = [(0, 1024)]
+    while bins[-1][1] <= longest:
+        bins.append((bins[-1][1], 2 * bins[-1][1]))
+    return bins
+
+
+@torch.no_grad()
+def retrieval_accuracy(model, tokenizer, documents: list[str]) -> dict:
+    """``{"documents", "questions", "accuracy", "bins": [{"from", "to", "questions", "accuracy"}]}`` over the
+    questions of ``documents`` (data/retrieval.py's format, each tokenized whole), binned by the distance in tokens
+    from the fact to its answer."""
+    model.eval()
+    device = _device(model)
+    scored = []  # (distance, right)
+    for document in documents:
+        asked = asked_facts(document)
+        encoded = tokenizer(document, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+        starts = [start for start, _ in offsets]
+        # the tokens that spell each answer's value (BPE may join it to the space before it)
+        answers = [[t for t, (s, e) in enumerate(offsets) if e > lo and s < hi] for _, lo, hi in asked]
+        keep = sorted({t - 1 for tokens in answers for t in tokens})
+        logits = model(input_ids=torch.tensor([ids], device=device), use_cache=False,
+                       logits_to_keep=torch.tensor(keep, device=device)).logits[0]
+        guess = dict(zip(keep, logits.argmax(dim=-1).tolist()))
+        for (fact, _, _), tokens in zip(asked, answers):
+            right = all(guess[t - 1] == ids[t] for t in tokens)
+            scored.append((tokens[0] - (bisect.bisect_right(starts, fact) - 1), right))
+    if not scored:
+        raise ValueError("no retrieval documents to score")
+    bins = []
+    for lo, hi in distance_bins(max(d for d, _ in scored)):
+        inside = [right for d, right in scored if lo <= d < hi]
+        bins.append({"from": lo, "to": hi, "questions": len(inside),
+                     "accuracy": sum(inside) / len(inside) if inside else None})
+    return {"documents": len(documents), "questions": len(scored),
+            "accuracy": sum(right for _, right in scored) / len(scored), "bins": bins}

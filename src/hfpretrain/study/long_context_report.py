@@ -11,8 +11,8 @@ from hfpretrain.study.plots import _save
 FILE = "long_context.json"
 
 
-def _fmt(x) -> str:
-    return "-" if x is None else f"{x:.4f}"
+def _fmt(x, spec: str = ".4f") -> str:
+    return "-" if x is None else f"{x:{spec}}"
 
 
 def summary_lines(result: dict) -> list[str]:
@@ -38,6 +38,14 @@ def summary_lines(result: dict) -> list[str]:
                   "| length | accuracy | prompts | most said instead |", "|---|---|---|---|"]
         lines += [f"| {int(n):,} | {v['accuracy']:.0%} | {v['samples']} | {_said(v.get('wrong_answers'))} |"
                   for n, v in passkey.items()]
+        lines.append("")
+    retrieval = result.get("retrieval")
+    if retrieval:
+        lines += [f"Retrieval on held-out documents ({retrieval['questions']:,} questions in {retrieval['documents']} "
+                  f"documents; exact greedy answer): {retrieval['accuracy']:.0%}, by the distance from fact to answer:",
+                  "", "| distance (tokens) | accuracy | questions |", "|---|---|---|"]
+        lines += [f"| {b['from']:,}-{b['to'] - 1:,} | {_fmt(b['accuracy'], '.0%')} | {b['questions']} |"
+                  for b in retrieval["bins"]]
         lines.append("")
     return lines
 
