@@ -21,8 +21,8 @@
 #   STAGE=extend  the 16k data (--pack whole) and the recipe's retrieval documents (RETRIEVAL_DOCS, default 2,500),
 #                 the extension phase from runs/best_small/final (time-boxed:
 #                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
-#                 after: loss by position on 16k validation documents, passkey at 1k-16k, the short-context bits per
-#                 byte at 1,024; the run's report. Goals: loss at 8k-16k <= loss at 1k-2k, passkey >= 90% at 16k,
+#                 after: loss by position on 16k validation documents, passkey at 1k-16k, retrieval by distance
+#                 on 60 held-out retrieval documents, the short-context bits per byte at 1,024; the run's report. Goals: loss at 8k-16k <= loss at 1k-2k, passkey >= 90% at 16k,
 #                 short-context bits per byte within +2% of the base model's. A variant, on the machine that ran
 #                 the first: NAME=ext_x EXTRA='training.learning_rate=1.5e-4' (recipe overrides), and/or
 #                 RDOCS=retrieval_x RETRIEVAL_ARGS='--min-facts 1 --max-facts 4' (other retrieval documents).
@@ -170,6 +170,10 @@ tok 16384 out/mix6_bpe8k_16k --pack whole
 [ -f out/${RDOCS}_16k/manifest.json ] || python3 scripts/tokenize_pile.py --input out/$RDOCS.jsonl.zst \
   --val-docs 100 --tokenizer out/tok_bpe8k --seq-len 16384 --pack whole --out out/${RDOCS}_16k --num-proc 16 -q \
   2>&1 | tail -2
+# held out, the same for every variant: retrieval scored beside the passkey, on facts and text never trained on
+[ -f out/retrieval_val.jsonl.zst ] || python3 scripts/retrieval_docs.py --input "$MIX"/val.jsonl.zst \
+  --tokenizer out/tok_bpe8k --documents 60 --min-tokens 1024 --max-tokens 16000 --min-facts 4 --max-facts 8 \
+  --repeat-share 0.5 --seed 1 --out out/retrieval_val.jsonl.zst 2>&1 | tail -1 | tee -a "$N"
 echo "== data (${SECONDS}s): $RDOCS ($RETRIEVAL_ARGS), $NAME: ${EXTRA:-the recipe}" | tee -a "$N"
 args="recipes/best_small_16k.yaml context.tokens=${EXT_TOKENS:-6e7} training.output_dir=runs/$NAME
   data.sources.retrieval=out/${RDOCS}_16k ${EXTRA:-}"
@@ -186,7 +190,8 @@ for model in $models; do
   [ -f runs/$model/final/config.json ] || { echo "== $model: no final/" | tee -a "$N"; continue; }
   timeout -k 5 $(( (BUDGET_S - SECONDS) / 2 )) python3 scripts/long_context.py runs/$model/final --data out/mix6_bpe8k_16k \
     --blocks 32 --min-document-tokens 8192 --lengths 1024 2048 4096 8192 16384 --samples 20 \
-    --short-data out/mix6_bpe8k_1024 --short-blocks 256 > "$OUT/long_context_$model.txt" 2>&1
+    --short-data out/mix6_bpe8k_1024 --short-blocks 256 --retrieval-docs out/retrieval_val.jsonl.zst \
+    --retrieval-samples 60 > "$OUT/long_context_$model.txt" 2>&1
   echo "== long-context $model rc $? (${SECONDS}s)" | tee -a "$N"; cat "$OUT/long_context_$model.txt" >> "$N"
   # the short context scored both ways for both models: auto scores each as its recipe trained it (the base model
   # on packed text, the masked extension on each document alone), two tasks ~1% apart (STAGE=maskloss)
