@@ -158,7 +158,11 @@ if [ "$STAGE" = base ]; then
   exit 0
 fi
 [ -f runs/best_small/final/config.json ] || { echo "no runs/best_small/final: run STAGE=base first on this machine" | tee -a "$N"; exit 2; }
-NAME=${NAME:-best_small_16k}  # a variant: another NAME, its recipe overrides in EXTRA, its own RDOCS/RETRIEVAL_ARGS
+# a variant: another NAME, its recipe overrides in EXTRA (split at spaces: no space inside one), and other retrieval
+# documents under their own RDOCS (a folder that exists is used as it is, whatever RETRIEVAL_ARGS say)
+NAME=${NAME:-best_small_16k}
+[ "$NAME" = best_small ] && { echo "NAME=best_small is the base model's run: name the variant otherwise" | tee -a "$N"; exit 2; }
+[ -n "${RETRIEVAL_ARGS:-}" ] && [ -z "${RDOCS:-}" ] && { echo "RETRIEVAL_ARGS needs an RDOCS of its own" | tee -a "$N"; exit 2; }
 RDOCS=${RDOCS:-retrieval_bpe8k}
 RETRIEVAL_ARGS=${RETRIEVAL_ARGS:---min-tokens 2048 --min-facts 4 --max-facts 16 --repeat-share 0.5}  # the recipe's
 tok 1024 out/mix6_bpe8k_1024

@@ -86,12 +86,19 @@ def test_retrieval_on_held_out_documents_scores_each_answer_by_its_distance(mini
         asked = asked_facts(doc)
         assert 3 <= len(asked) <= 6
         for fact, lo, hi in asked:
+            assert doc[fact - 1] == " " and doc.startswith(("The ", "Note that ", "Keep in mind: "), fact)
             assert doc[lo:hi].isdigit() and f"{doc[lo:hi]}." in doc[fact:fact + 120] and fact < lo
     perfect = retrieval_accuracy(_Fixed("next", len(tok)), tok, docs)
     assert perfect["accuracy"] == 1.0 and perfect["documents"] == 6
-    assert perfect["questions"] == sum(len(asked_facts(d)) for d in docs) == sum(b["questions"] for b in perfect["bins"])
+    assert perfect["questions"] == sum(len(asked_facts(d)) for d in docs) == sum(b["questions"] for b in
+                                                                                perfect["bins"])
     assert perfect["bins"][0]["from"] == 0 and perfect["bins"][-1]["to"] > max(map(len, tok(docs)["input_ids"])) // 2
     assert retrieval_accuracy(_Fixed("same", len(tok)), tok, docs)["accuracy"] == 0.0
+    # distances in tokens: " word" is one GPT-2 token, so the facts are ~100 and ~1,300 tokens from their answers
+    question = "What is the room number of the red otter? The room number of the red otter is 1234."
+    near, far = [f"Intro. The room number of the red otter is 1234.{' word' * n}\n\n{question}" for n in (100, 1300)]
+    bins = retrieval_accuracy(_Fixed("next", len(tok)), tok, [near, far])["bins"]
+    assert [(b["from"], b["questions"]) for b in bins] == [(0, 1), (1024, 1)]
     with pytest.raises(ValueError, match="is not a question of a retrieval document"):
         asked_facts("Some text.\n\nWhat is this? Nothing.")
     with pytest.raises(ValueError, match="asks for a fact the document does not state"):
@@ -161,7 +168,10 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
     bad = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--lengths", "32"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --lengths [32]: a passkey prompt needs at least 64 tokens"
-    for given, message in ((tmp_path / "none.jsonl.zst", "none.jsonl.zst"), (mini_train, "not a retrieval document")):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for given, message in ((tmp_path / "none.jsonl.zst", "none.jsonl.zst"), (mini_train, "not a retrieval document"),
+                           (empty, "no documents in it")):
         bad = subprocess.run([sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--lengths",
                               "--retrieval-docs", str(given)], capture_output=True, text=True, timeout=300)
         line = bad.stderr.strip()

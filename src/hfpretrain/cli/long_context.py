@@ -87,6 +87,8 @@ def main(argv=None) -> int:
                 asked_facts(document)
         except (DataError, ValueError) as err:
             return error(f"--retrieval-docs {a.retrieval_docs}: {err}")
+        if not documents:
+            return error(f"--retrieval-docs {a.retrieval_docs}: no documents in it")
 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

@@ -11,12 +11,13 @@ unlike the passkey evaluation's prompt (eval/long_context.py: no "pass key", non
 the corpus's text), so that the evaluation measures retrieval learnt, not a template learnt.
 
 Two things make a lookup hard at a distance, and a document can have both. Look-alike facts: many facts of the same
-few forms, differing only in a name, so that the answer needs the whole cue, not its last word (Xiong et al. ask
-for one key of a dictionary of many). A repetitive haystack (``repeat_share``): a few of the corpus's sentences said
-again and again, as in logs, forms or RULER's noise haystack, where thousands of tokens look alike and attention
-spread over them finds nothing; in corpus text the cue's words are rare, and a lookup learnt there fails among
-look-alikes as the context grows. Measured on best_small's 16k phase (docs/benchmarks.md § Long context): passkey
-at 16k 5% after corpus haystacks alone, with or without look-alike facts; 40-45% with half of them repetitive.
+three forms, about names of one two-word shape, so that the answer needs the whole cue, not its last word (Xiong
+et al. ask for one key of a dictionary of many). A repetitive haystack (``repeat_share``): a few of the corpus's
+sentences said again and again, as in logs, forms or RULER's noise haystack, where thousands of tokens look alike
+and attention spread over them finds nothing; in corpus text the cue's words are rare, and a lookup learnt there
+fails among look-alikes as the context grows. Measured on best_small's 16k phase (docs/benchmarks.md § Long
+context): passkey at 16k 5% after corpus haystacks alone, with or without look-alike facts; 40-45% with half of
+them repetitive.
 
 ``hfpretrain retrieval-docs`` writes them as Pile-format jsonl.zst, which ``hfpretrain tokenize`` packs (``--pack
 whole`` at the phase's length) into a source for ``data.sources`` / ``data.mixture`` (recipes/best_small_16k.yaml).

@@ -19,9 +19,11 @@ decoding of the key (each greedy step sees the same prefix the forced one does),
 
 **Retrieval on held-out documents**: the passkey prompt is one template, and a model can learn or miss a template
 apart from the skill. Documents of ``hfpretrain retrieval-docs`` made from held-out text (its ``--input`` the
-validation file: their facts and haystacks never trained on) ask for facts at every distance; each answer is
-scored as the passkey is (every token of its value the most likely one, in one forward pass per document) and
-binned by the distance in tokens from its fact to its answer.
+validation file: values and haystacks never trained on, but the facts' forms those an extension phase with
+retrieval documents trains on) ask for facts at every distance; each answer is scored as the passkey is (every
+token of its value the most likely one, in one forward pass per document) and binned by the distance in tokens
+from its fact to its answer. Read beside the passkey: retrieval within the trained forms against retrieval across
+templates.
 """
 
 from __future__ import annotations

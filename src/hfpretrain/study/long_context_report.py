@@ -52,7 +52,7 @@ def summary_lines(result: dict) -> list[str]:
 
 def _said(wrong: dict | None) -> str:
     """The most common wrong answers, quoted (a result written before they were recorded: "")."""
-    return ", ".join(f"`{text!r}` x{n}" for text, n in list((wrong or {}).items())[:2])
+    return ", ".join(f"`{text!r}` x{n}".replace("|", "\\|") for text, n in list((wrong or {}).items())[:2])
 
 
 def plot_long_context(result: dict, out_png: str | Path, title: str = "") -> Path:
