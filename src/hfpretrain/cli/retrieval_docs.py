@@ -64,8 +64,9 @@ def main(argv=None) -> int:
     partial = out.with_name(out.name + ".partial")  # the file appears whole or not at all
     try:
         with zstandard.open(partial, "wt", encoding="utf-8") as f:
-            for text in retrieval_documents(texts, count, a.documents, a.min_tokens, a.max_tokens, a.max_facts,
-                                            a.seed, a.min_facts, a.repeat_share):
+            for text in retrieval_documents(texts, count, a.documents, a.min_tokens, a.max_tokens,
+                                            min_facts=a.min_facts, max_facts=a.max_facts,
+                                            repeat_share=a.repeat_share, seed=a.seed):
                 f.write(json.dumps({"text": text, "meta": {"pile_set_name": "Retrieval"}}) + "\n")
     except (DataError, ValueError) as e:
         partial.unlink(missing_ok=True)
