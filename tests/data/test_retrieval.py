@@ -85,6 +85,31 @@ def test_a_repetitive_haystack_is_a_few_corpus_sentences_said_again(mini_train, 
     assert 0 < sum(doc[:60] in doc[60:] for doc in mixed) < 40  # some repetitive, some not
 
 
+def test_a_statement_haystack_is_made_up_statements_said_again(mini_train, gpt2_tokenizer):
+    tok = AutoTokenizer.from_pretrained(gpt2_tokenizer)
+    count = lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]  # noqa: E731
+    docs = list(retrieval_documents(_texts(mini_train), count, documents=12, min_tokens=500, max_tokens=900,
+                                    min_facts=3, max_facts=3, statement_share=1.0, seed=1))
+    assert max(count(docs)) <= 900
+    passkey_words = set("the grass is green sky blue sun yellow here we go there and back again".split())
+    for doc in docs:
+        haystack = _haystack(doc)
+        statements = haystack.rstrip(".").split(". ")
+        assert all(re.fullmatch(r"The [a-z]+ is [a-z]+", s) for s in statements), haystack[:200]
+        distinct = set(statements)
+        assert 2 <= len(distinct) <= 5 and len(statements) >= 4 * len(distinct) - 1  # a few, said again and again
+        assert not {w for s in distinct for w in s.split()[1::2]} & passkey_words  # none of its words
+    mixed = list(retrieval_documents(_texts(mini_train), count, 60, 300, 800, repeat_share=0.3, statement_share=0.3,
+                                     seed=1))
+    kinds = ["statement" if re.match(r"The [a-z]+ is [a-z]+\. The", doc) else "repeat" if doc[:60] in doc[60:]
+             else "corpus" for doc in mixed]
+    assert min(kinds.count(k) for k in ("statement", "repeat", "corpus")) > 0  # all three kinds
+    # statement_share 0 draws what the settings before it drew
+    assert list(retrieval_documents(_texts(mini_train), count, 10, 300, 800, repeat_share=0.5, seed=1)) == \
+        list(retrieval_documents(_texts(mini_train), count, 10, 300, 800, repeat_share=0.5, statement_share=0.0,
+                                 seed=1))
+
+
 def test_the_command_writes_a_corpus_the_tokenizer_packs(tmp_path, mini_train, gpt2_tokenizer, capsys):
     out = tmp_path / "retrieval.jsonl.zst"
     assert main(["retrieval-docs", "--input", str(mini_train), "--tokenizer", str(gpt2_tokenizer), "--out", str(out),
@@ -103,6 +128,7 @@ def test_the_command_writes_a_corpus_the_tokenizer_packs(tmp_path, mini_train, g
     (["--min-tokens", "900", "--max-tokens", "500"], "0 < --min-tokens <= --max-tokens"),
     (["--min-facts", "5", "--max-facts", "3"], "1 <= --min-facts <= --max-facts <= 400"),
     (["--repeat-share", "1.5"], "--repeat-share 1.5: a share, 0 to 1"),
+    (["--repeat-share", "0.6", "--statement-share", "0.5"], "--statement-share 0.5: a share, 0 to 1 - --repeat-share"),
     (["--tokenizer", "no_such_tokenizer_dir"], "tokenizer no_such_tokenizer_dir"),
     (["--min-tokens", "8", "--max-tokens", "8"], "longer than max_tokens=8: raise it"),  # the facts alone are more
 ])

@@ -1,13 +1,15 @@
 """Synthetic retrieval documents (Pile-format jsonl.zst) for a context-extension phase's mixture.
 
     hfpretrain retrieval-docs --input SHARDS... --tokenizer TOK --out retrieval.jsonl.zst [--documents 2000]
-        [--min-tokens 1024] [--max-tokens 15000] [--min-facts 1] [--max-facts 4] [--repeat-share 0] [--seed 0]
+        [--min-tokens 1024] [--max-tokens 15000] [--min-facts 1] [--max-facts 4] [--repeat-share 0]
+        [--statement-share 0] [--seed 0]
 
 Corpus text from --input (Pile-format files, as `hfpretrain tokenize` reads them) with made-up facts hidden at
 random depths and asked for at the end (hfpretrain/data/retrieval.py says why); for --repeat-share of the
-documents the haystack is a few of the corpus's sentences repeated instead. Then tokenize the file at the phase's
-length, `--pack whole`, and name the output in the extension recipe's data.sources and data.mixture
-(recipes/best_small_16k.yaml). Keep --max-tokens under that length, so that no document is split from its questions.
+documents the haystack is a few of the corpus's sentences repeated instead, and for --statement-share a few
+made-up statements ("The lake is cold.") repeated. Then tokenize the file at the phase's length, `--pack whole`,
+and name the output in the extension recipe's data.sources and data.mixture (recipes/best_small_16k.yaml). Keep
+--max-tokens under that length, so that no document is split from its questions.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-facts", type=int, default=4, help="facts per document: at most this many")
     p.add_argument("--repeat-share", type=float, default=0.0,
                    help="the share of documents whose haystack is a few sentences repeated")
+    p.add_argument("--statement-share", type=float, default=0.0,
+                   help="the share of documents whose haystack is a few made-up statements repeated")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     if not a.out.endswith(".jsonl.zst"):
@@ -44,6 +48,9 @@ def main(argv=None) -> int:
                      "0 < --min-tokens <= --max-tokens")
     if not 0 <= a.repeat_share <= 1:
         return error(f"--repeat-share {a.repeat_share}: a share, 0 to 1")
+    if not 0 <= a.statement_share <= 1 - a.repeat_share:
+        return error(f"--statement-share {a.statement_share}: a share, 0 to 1 - --repeat-share "
+                     f"({1 - a.repeat_share:g})")
 
     import zstandard
 
@@ -66,7 +73,8 @@ def main(argv=None) -> int:
         with zstandard.open(partial, "wt", encoding="utf-8") as f:
             for text in retrieval_documents(texts, count, a.documents, a.min_tokens, a.max_tokens,
                                             min_facts=a.min_facts, max_facts=a.max_facts,
-                                            repeat_share=a.repeat_share, seed=a.seed):
+                                            repeat_share=a.repeat_share, statement_share=a.statement_share,
+                                            seed=a.seed):
                 f.write(json.dumps({"text": text, "meta": {"pile_set_name": "Retrieval"}}) + "\n")
     except (DataError, ValueError) as e:
         partial.unlink(missing_ok=True)

@@ -7,8 +7,8 @@ makes it try: an extension phase on long documents alone teaches it to use long 
 look a fact up.
 A share of the extension's blocks made of these documents asks for exactly that on every document, as Xiong et al.
 (2024, "From Artificial Needles to Real Haystacks") do with synthetic key-value retrieval. The facts are worded
-unlike the passkey evaluation's prompt (eval/long_context.py: no "pass key", none of its filler; the haystack is
-the corpus's text), so that the evaluation measures retrieval learnt, not a template learnt.
+unlike the passkey evaluation's prompt (eval/long_context.py: no "pass key", none of its filler's words), so that
+the evaluation measures retrieval learnt, not a template learnt.
 
 Two things make a lookup hard at a distance, and a document can have both. Look-alike facts: many facts of the same
 three forms, about names of one two-word shape, so that the answer needs the whole cue, not its last word (Xiong
@@ -17,7 +17,12 @@ sentences said again and again, as in logs, forms or RULER's noise haystack, whe
 and attention spread over them finds nothing; in corpus text the cue's words are rare, and a lookup learnt there
 fails among look-alikes as the context grows. Measured on best_small's 16k phase (docs/benchmarks.md § Long
 context): passkey at 16k 5% after corpus haystacks alone, with or without look-alike facts; 40-45% with half of
-them repetitive.
+them repetitive. Its misses say the filler's next word (``The pass key is`` → `` green``): the question ends as the
+filler's statements do (``The grass is green``), and corpus sentences seldom have that form. A
+``statement_share`` of the documents has a haystack of made-up statements of that form (``The lake is cold.``, in
+none of the filler's words) said again and again, where the question's last words alone point at the wrong answer.
+That haystack shares the passkey filler's form, so read the passkey after it beside the held-out retrieval score
+(``hfpretrain long-context --retrieval-docs``, corpus haystacks): retrieval learnt shows in both.
 
 ``hfpretrain retrieval-docs`` writes them as Pile-format jsonl.zst, which ``hfpretrain tokenize`` packs (``--pack
 whole`` at the phase's length) into a source for ``data.sources`` / ``data.mixture`` (recipes/best_small_16k.yaml).
@@ -116,6 +121,17 @@ def asked_facts(document: str) -> list[tuple[int, int, int]]:
 
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# Statements of the passkey filler's form ("The grass is green."), none of its words: a haystack of them said again
+# and again is one where the last words of a question ("... is") point at thousands of wrong answers
+SUBJECTS = ("wall", "road", "lake", "bread", "door", "cloud", "stone", "rope", "soup", "chair", "floor", "window",
+            "coat", "field", "shell", "bell", "hill", "milk", "wind", "sand")
+QUALITIES = ("warm", "wet", "long", "soft", "open", "dark", "round", "heavy", "sweet", "loud", "empty", "narrow",
+             "cold", "smooth", "tall", "clean", "white", "sharp", "slow", "deep")
+
+
+def _said_again(unit: str, count_tokens, room: int) -> str:
+    """``unit`` repeated to about ``room`` tokens (once at least)."""
+    return " ".join([unit] * max(1, room // count_tokens([" " + unit])[0]))
 
 
 def repeated_haystack(rng: random.Random, source: Iterator[tuple[str, int]], count_tokens, room: int) -> str:
@@ -132,24 +148,32 @@ def repeated_haystack(rng: random.Random, source: Iterator[tuple[str, int]], cou
     unit = rng.sample(sentences, min(len(sentences), rng.randint(2, 4)))
     while len(unit) > 1 and count_tokens([" " + " ".join(unit)])[0] > room // 4:
         unit.pop()
-    unit = " ".join(unit)
-    return " ".join([unit] * max(1, room // count_tokens([" " + unit])[0]))
+    return _said_again(" ".join(unit), count_tokens, room)
+
+
+def statement_haystack(rng: random.Random, count_tokens, room: int) -> str:
+    """About ``room`` tokens of two to five statements "The <subject> is <quality>.", said again and again."""
+    k = rng.randint(2, 5)
+    unit = " ".join(f"The {s} is {q}." for s, q in zip(rng.sample(SUBJECTS, k), rng.sample(QUALITIES, k)))
+    return _said_again(unit, count_tokens, room)
 
 
 def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]], list[int]], documents: int,
                         min_tokens: int, max_tokens: int, max_facts: int = 4, seed: int = 0, min_facts: int = 1,
-                        repeat_share: float = 0.0) -> Iterator[str]:
+                        repeat_share: float = 0.0, statement_share: float = 0.0) -> Iterator[str]:
     """``documents`` retrieval documents of ``min_tokens`` to ``max_tokens`` tokens (log-uniform; as
     ``count_tokens`` counts a list of texts, never more than ``max_tokens``), each with ``min_facts`` to
     ``max_facts`` facts. Their haystacks are cut from ``texts`` in order (joined by blank lines; read again from the
-    start when they run out), or, for a ``repeat_share`` of the documents, a few sentences of one text repeated."""
+    start when they run out), or, for a ``repeat_share`` of the documents, a few sentences of one text repeated,
+    and for a ``statement_share``, a few made-up statements repeated."""
     if not 0 < min_tokens <= max_tokens:
         raise ValueError(f"min_tokens={min_tokens}, max_tokens={max_tokens}: need 0 < min_tokens <= max_tokens")
     if not 0 < min_facts <= max_facts <= MAX_FACTS:
         raise ValueError(f"min_facts={min_facts}, max_facts={max_facts}: need 0 < min_facts <= max_facts <= "
                          f"{MAX_FACTS}")
-    if not 0 <= repeat_share <= 1:
-        raise ValueError(f"repeat_share={repeat_share}: a share, 0 to 1")
+    if not (0 <= repeat_share and 0 <= statement_share and repeat_share + statement_share <= 1):
+        raise ValueError(f"repeat_share={repeat_share}, statement_share={statement_share}: shares of the documents, "
+                         "at least 0 and at most 1 together")
     rng = random.Random(seed)
     source = _measured(texts, count_tokens)
     pending = None  # (text, tokens) left of a text the previous document cut
@@ -160,7 +184,12 @@ def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]]
         facts = make_facts(rng, rng.randint(min_facts, max_facts))
         target = round(math.exp(rng.uniform(math.log(min_tokens), math.log(max_tokens))))
         room = target - sum(count_tokens([f" {fact}" for fact, _ in facts] + [q for _, q in facts])) - 2
-        if repeat_share and rng.random() < repeat_share:
+        # one draw per document when a share is set, none otherwise, and statements first: a seed's documents under
+        # the settings before statement_share existed stay the same
+        draw = rng.random() if repeat_share or statement_share else 1.0
+        if draw < statement_share:
+            haystack = statement_haystack(rng, count_tokens, room)
+        elif draw < statement_share + repeat_share:
             haystack = repeated_haystack(rng, source, count_tokens, room)
         else:
             pieces, have = [], 0
