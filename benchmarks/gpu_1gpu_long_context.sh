@@ -18,6 +18,8 @@
 #                 without model.document_mask; the final bits per byte of both on the same validation blocks,
 #                 then both final models evaluated both ways (with and without the mask) on 256 of them.
 #   STAGE=base    recipes/best_small.yaml itself (benchmarks/gpu_1gpu_best_small.sh, REPORT=0: ~480 s).
+#   STAGE=data    STAGE=extend's data alone (RDOCS and RETRIEVAL_ARGS as there): run beside STAGE=base, its CPU work
+#                 done while the base trains.
 #   STAGE=extend  the 16k data (--pack whole) and the recipe's retrieval documents (RETRIEVAL_DOCS, default 2,500),
 #                 the extension phase from runs/best_small/final (time-boxed:
 #                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
@@ -37,7 +39,7 @@
 set -o pipefail
 OUT=${OUT:-out/bench}; mkdir -p "$OUT"; N="$OUT/notes.txt"
 export TOKENIZERS_PARALLELISM=false
-case "${STAGE:-}" in speed|flex|large|flexdiag|maskloss|base|extend) ;; *) echo "STAGE=speed, flex, large, flexdiag, maskloss, base or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
+case "${STAGE:-}" in speed|flex|large|flexdiag|maskloss|base|data|extend) ;; *) echo "STAGE=speed, flex, large, flexdiag, maskloss, base, data or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$N"
 BUDGET_S=${BUDGET_S:-570}
 MIX=${MIX:-.carry/data/pretrain/mix}  # the shards' folder (another where a study's call stashed them)
@@ -157,7 +159,7 @@ if [ "$STAGE" = base ]; then
   REPORT=0 OUT="$OUT" bash benchmarks/gpu_1gpu_best_small.sh
   exit 0
 fi
-[ -f runs/best_small/final/config.json ] || { echo "no runs/best_small/final: run STAGE=base first on this machine" | tee -a "$N"; exit 2; }
+[ "$STAGE" = data ] || [ -f runs/best_small/final/config.json ] || { echo "no runs/best_small/final: run STAGE=base first on this machine" | tee -a "$N"; exit 2; }
 # a variant: another NAME, its recipe overrides in EXTRA (split at spaces: no space inside one), and other retrieval
 # documents under their own RDOCS (a folder that exists is used as it is, whatever RETRIEVAL_ARGS say)
 NAME=${NAME:-best_small_16k}
@@ -179,6 +181,7 @@ tok 16384 out/mix6_bpe8k_16k --pack whole
   --tokenizer out/tok_bpe8k --documents 60 --min-tokens 1024 --max-tokens 16000 --min-facts 4 --max-facts 8 \
   --repeat-share 0.5 --seed 1 --out out/retrieval_val.jsonl.zst 2>&1 | tail -1 | tee -a "$N"
 echo "== data (${SECONDS}s): $RDOCS ($RETRIEVAL_ARGS), $NAME: ${EXTRA:-the recipe}" | tee -a "$N"
+[ "$STAGE" = data ] && exit 0
 args="recipes/best_small_16k.yaml context.tokens=${EXT_TOKENS:-6e7} training.output_dir=runs/$NAME
   data.sources.retrieval=out/${RDOCS}_16k ${EXTRA:-}"
 python3 scripts/pretrain.py $args --dry-run 2>/dev/null \
@@ -193,7 +196,7 @@ models=$NAME; [ "$NAME" = best_small_16k ] && models="best_small $NAME"  # a var
 for model in $models; do
   [ -f runs/$model/final/config.json ] || { echo "== $model: no final/" | tee -a "$N"; continue; }
   timeout -k 5 $(( (BUDGET_S - SECONDS) / 2 )) python3 scripts/long_context.py runs/$model/final --data out/mix6_bpe8k_16k \
-    --blocks 32 --min-document-tokens 8192 --lengths 1024 2048 4096 8192 16384 --samples 20 \
+    --blocks 32 --min-document-tokens 8192 --lengths 1024 2048 4096 8192 16384 --samples 50 \
     --short-data out/mix6_bpe8k_1024 --short-blocks 256 --retrieval-docs out/retrieval_val.jsonl.zst \
     --retrieval-samples 60 > "$OUT/long_context_$model.txt" 2>&1
   echo "== long-context $model rc $? (${SECONDS}s)" | tee -a "$N"; cat "$OUT/long_context_$model.txt" >> "$N"
