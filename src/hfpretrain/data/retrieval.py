@@ -15,14 +15,15 @@ three forms, about names of one two-word shape, so that the answer needs the who
 et al. ask for one key of a dictionary of many). A repetitive haystack (``repeat_share``): a few of the corpus's
 sentences said again and again, as in logs, forms or RULER's noise haystack, where thousands of tokens look alike
 and attention spread over them finds nothing; in corpus text the cue's words are rare, and a lookup learnt there
-fails among look-alikes as the context grows. Measured on best_small's 16k phase (docs/benchmarks.md § Long
-context): passkey at 16k 5% after corpus haystacks alone, with or without look-alike facts; 40-45% with half of
-them repetitive. Its misses say the filler's next word (``The pass key is`` → `` green``): the question ends as the
-filler's statements do (``The grass is green``), and corpus sentences seldom have that form. A
-``statement_share`` of the documents has a haystack of made-up statements of that form (``The lake is cold.``, in
-none of the filler's words) said again and again, where the question's last words alone point at the wrong answer.
-That haystack shares the passkey filler's form, so read the passkey after it beside the held-out retrieval score
-(``hfpretrain long-context --retrieval-docs``, corpus haystacks): retrieval learnt shows in both.
+fails among look-alikes as the context grows. Statement haystacks (``statement_share``): a few made-up statements
+of the passkey filler's form (``The lake is cold.``, none of its words) said again and again, where the last
+words of a question (``... is``) alone point at thousands of wrong answers. Measured on best_small's 16k phase
+(docs/benchmarks.md § Long context): passkey at 16k 5% after corpus haystacks alone, with or without look-alike
+facts; 40-45% with half of them repetitive, whose misses said the filler's next word (``The pass key is`` ->
+`` green``: the question ends as the filler's statements do); 64% with a quarter repetitive and a quarter
+statements. That haystack shares the filler's form, so read the passkey beside the held-out retrieval score
+(``hfpretrain long-context --retrieval-docs``, documents without statements): it held (64% -> 66%), so the
+passkey's gain cost no retrieval elsewhere, though part of it may be the form.
 
 ``hfpretrain retrieval-docs`` writes them as Pile-format jsonl.zst, which ``hfpretrain tokenize`` packs (``--pack
 whole`` at the phase's length) into a source for ``data.sources`` / ``data.mixture`` (recipes/best_small_16k.yaml).
