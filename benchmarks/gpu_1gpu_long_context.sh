@@ -9,7 +9,9 @@
 #   STAGE=flex    the same-call A/B of the document mask's backends at 2k and 16k: SDPA (a dense mask) and flex
 #                 attention (a block mask that skips whole blocks across documents), + 2k without the mask.
 #   STAGE=large   the 1.8B shape (recipes/qwen3_1p8b_1gpu.yaml) at 2k and 16k, document mask, flex attention: the
-#                 issue's throughput row for a model whose attention is a smaller share of its FLOPs
+#                 issue's throughput row for a model whose attention is a smaller share of its FLOPs. An A/B in one
+#                 call: run it again with NAME=at EXTRA='model.compile_mode=max-autotune-no-cudagraphs' (overrides
+#                 split at spaces; NAME prefixes the runs' names, default l).
 #   STAGE=flexdiag where flex attention's time goes: benchmarks/bench_doc_attention.py (the attention alone, fwd+bwd,
 #                 SDPA causal / SDPA + dense mask / flex + block mask, on real 16k and 2k blocks), then the 16k flex run
 #                 logging every step, with dynamo's recompiles and graph breaks in $OUT/flex_dynamo.log.
@@ -110,8 +112,9 @@ if [ "$STAGE" = large ]; then  # the throughput row at the 1.8B shape (recipes/q
   done
   echo "| run | seq_len | micro x accum | tokens/s | MFU | peak GiB | plan GiB | plan vs peak | checkpointing |" | tee -a "$N"
   for L in ${LENGTHS:-2048 16384}; do  # LENGTHS="16384 2048": the other order, for drift
-    RECIPE=recipes/qwen3_1p8b_1gpu.yaml speed l$((L / 1024))k $L out/mix1_qwen3_$L \
-      training.per_device_train_batch_size=$((16384 / L)) model.document_mask=true model.attn_implementation=auto
+    RECIPE=recipes/qwen3_1p8b_1gpu.yaml speed ${NAME:-l}$((L / 1024))k $L out/mix1_qwen3_$L \
+      training.per_device_train_batch_size=$((16384 / L)) model.document_mask=true model.attn_implementation=auto \
+      ${EXTRA:-}
   done
   exit 0
 fi
