@@ -48,9 +48,9 @@ def main(argv=None) -> int:
                      "0 < --min-tokens <= --max-tokens")
     if not 0 <= a.repeat_share <= 1:
         return error(f"--repeat-share {a.repeat_share}: a share, 0 to 1")
-    if not 0 <= a.statement_share <= 1 - a.repeat_share:
-        return error(f"--statement-share {a.statement_share}: a share, 0 to 1 - --repeat-share "
-                     f"({1 - a.repeat_share:g})")
+    if a.statement_share < 0 or a.repeat_share + a.statement_share > 1:
+        return error(f"--statement-share {a.statement_share}: a share, 0 to 1 with --repeat-share "
+                     f"{a.repeat_share}")
 
     import zstandard
 

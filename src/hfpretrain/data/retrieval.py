@@ -7,17 +7,17 @@ makes it try: an extension phase on long documents alone teaches it to use long 
 look a fact up.
 A share of the extension's blocks made of these documents asks for exactly that on every document, as Xiong et al.
 (2024, "From Artificial Needles to Real Haystacks") do with synthetic key-value retrieval. The facts are worded
-unlike the passkey evaluation's prompt (eval/long_context.py: no "pass key", none of its filler's words), so that
-the evaluation measures retrieval learnt, not a template learnt.
+unlike the passkey evaluation's prompt (eval/long_context.py: no "pass key", and of its filler's words only
+"green", in some names), so that the evaluation measures retrieval learnt, not a template learnt.
 
 Two things make a lookup hard at a distance, and a document can have both. Look-alike facts: many facts of the same
 three forms, about names of one two-word shape, so that the answer needs the whole cue, not its last word (Xiong
 et al. ask for one key of a dictionary of many). A repetitive haystack (``repeat_share``): a few of the corpus's
 sentences said again and again, as in logs, forms or RULER's noise haystack, where thousands of tokens look alike
 and attention spread over them finds nothing; in corpus text the cue's words are rare, and a lookup learnt there
-fails among look-alikes as the context grows. Statement haystacks (``statement_share``): a few made-up statements
-of the passkey filler's form (``The lake is cold.``, none of its words) said again and again, where the last
-words of a question (``... is``) alone point at thousands of wrong answers. Measured on best_small's 16k phase
+fails among look-alikes as the context grows. Statement haystacks (``statement_share``): a few made-up statements of
+the passkey filler's form (``The lake is cold.``, none of its nouns or adjectives) said again and again, where the
+last words of a question (``... is``) alone point at thousands of wrong answers. Measured on best_small's 16k phase
 (docs/benchmarks.md § Long context): passkey at 16k 5% after corpus haystacks alone, with or without look-alike
 facts; 40-45% with half of them repetitive, whose misses said the filler's next word (``The pass key is`` ->
 `` green``: the question ends as the filler's statements do); 64% with a quarter repetitive and a quarter
@@ -122,8 +122,8 @@ def asked_facts(document: str) -> list[tuple[int, int, int]]:
 
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-# Statements of the passkey filler's form ("The grass is green."), none of its words: a haystack of them said again
-# and again is one where the last words of a question ("... is") point at thousands of wrong answers
+# Statements of the passkey filler's form ("The grass is green."), none of its nouns or adjectives: a haystack of
+# them said again and again is one where the last words of a question ("... is") point at thousands of wrong answers
 SUBJECTS = ("wall", "road", "lake", "bread", "door", "cloud", "stone", "rope", "soup", "chair", "floor", "window",
             "coat", "field", "shell", "bell", "hill", "milk", "wind", "sand")
 QUALITIES = ("warm", "wet", "long", "soft", "open", "dark", "round", "heavy", "sweet", "loud", "empty", "narrow",
@@ -185,8 +185,7 @@ def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]]
         facts = make_facts(rng, rng.randint(min_facts, max_facts))
         target = round(math.exp(rng.uniform(math.log(min_tokens), math.log(max_tokens))))
         room = target - sum(count_tokens([f" {fact}" for fact, _ in facts] + [q for _, q in facts])) - 2
-        # one draw per document when a share is set, none otherwise, and statements first: a seed's documents under
-        # the settings before statement_share existed stay the same
+        # drawn only when a share is set: a seed's documents without shares are those made before shares existed
         draw = rng.random() if repeat_share or statement_share else 1.0
         if draw < statement_share:
             haystack = statement_haystack(rng, count_tokens, room)
