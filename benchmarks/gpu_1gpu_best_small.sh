@@ -11,7 +11,7 @@
 #   source .carry/setup.sh && bash benchmarks/gpu_1gpu_best_small.sh
 set -o pipefail
 [ "${REPORT:-1}" = 1 ] && python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry_eval/*.whl && tar -xJf .carry_eval/lm_eval_slim.tar.xz -C /tmp/site
-nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/notes.txt"
+nvidia-smi --query-gpu=name --format=csv,noheader | tee -a "$OUT/notes.txt"  # -a: a stage beside it writes there too
 python3 scripts/tokenize_pile.py --input .carry/data/pretrain/mix/train-0000[0-5].jsonl.zst \
   --val-input .carry/data/pretrain/mix/val.jsonl.zst --val-docs 10000 --tokenizer ${TOK:-out/tok_bpe8k} --seq-len 1024 \
   --out ${DATA:-out/mix6_bpe8k_1024} --num-proc 16 -q 2>&1 | tail -2

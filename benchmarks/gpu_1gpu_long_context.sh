@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 38 on one GPU: the context extension of recipes/best_small.yaml (1,024 -> 16,384 tokens,
-# recipes/best_small_16k.yaml) and its goals, in three device calls on one machine that stays warm between them
-# (runs/ and out/ stay there; only $OUT comes back):
+# recipes/best_small_16k.yaml) and its goals, in device calls on one machine that stays warm between them (runs/
+# and out/ stay there; only $OUT comes back; benchmarks/gpu_chain.sh runs stages back to back):
 #   STAGE=speed   tokens/s, MFU (attention FLOPs counted) and peak memory against the plan's estimate, best_small's
 #                 shape from random weights, at 2,048 and 16,384 tokens per block with the same tokens per micro-batch
 #                 (65,536) and the document mask, + 16k with activation checkpointing and 16k without the mask.
@@ -36,7 +36,7 @@
 # STAGE=large needs Qwen3's tokenizer and one shard instead: TOKENIZERS=qwen3 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 6
 # --no-eval, then benchmarks/pack_extra.sh; beside the 40 MB tree that is over 64 MiB: cut .carry's val.jsonl.zst to
 # its first 1,000 documents (all the stage reads).
-#   source .carry/setup.sh && STAGE=base bash benchmarks/gpu_1gpu_long_context.sh
+#   source .carry/setup.sh && STAGE=base bash benchmarks/gpu_1gpu_long_context.sh  # beside it: STAGE=data
 #   source .carry/setup.sh && STAGE=extend bash benchmarks/gpu_1gpu_long_context.sh
 set -o pipefail
 OUT=${OUT:-out/bench}; mkdir -p "$OUT"; N="$OUT/notes.txt"
@@ -170,7 +170,7 @@ NAME=${NAME:-best_small_16k}
 [ -n "${RETRIEVAL_ARGS:-}" ] && [ -z "${RDOCS:-}" ] && { echo "RETRIEVAL_ARGS needs an RDOCS of its own" | tee -a "$N"; exit 2; }
 RDOCS=${RDOCS:-retrieval_bpe8k}
 RETRIEVAL_ARGS=${RETRIEVAL_ARGS:---min-tokens 2048 --min-facts 4 --max-facts 16 --repeat-share 0.25 --statement-share 0.25}  # the recipe's
-tok 1024 out/mix6_bpe8k_1024
+[ "$STAGE" = data ] || tok 1024 out/mix6_bpe8k_1024  # STAGE=base makes it, beside STAGE=data
 tok 16384 out/mix6_bpe8k_16k --pack whole
 # the recipe's second source: synthetic retrieval documents from the first three shards' text (data/retrieval.py)
 [ -f out/$RDOCS.jsonl.zst ] || python3 scripts/retrieval_docs.py --input "$MIX"/train-0000[0-2].jsonl.zst \
@@ -190,7 +190,7 @@ args="recipes/best_small_16k.yaml context.tokens=${EXT_TOKENS:-6e7} training.out
 python3 scripts/pretrain.py $args --dry-run 2>/dev/null \
   | python3 -c "import json,sys;p=json.load(sys.stdin)['plan'];print('plan', p['max_steps'], 'steps', p['micro_batch'], 'x', p['gradient_accumulation_steps'], p['memory_per_gpu_gib']['total'], 'GiB', p['context']['fits'])" | tee -a "$N"
 rm -rf runs/$NAME
-# the time left for training: the evaluations after it take ~90 s
+# the time left for training: the evaluations after it take ~90 s (measured with 32 blocks of loss by position)
 timeout --foreground -k 20 -s TERM $(( BUDGET_S - SECONDS - 150 )) python3 scripts/pretrain.py $args \
   training.eval_strategy=no "evaluation.long_context_lengths=[]" evaluation.long_context_blocks=0 \
   > "$OUT/extend.log" 2>&1  # measured below, for both models, uncompiled
@@ -198,10 +198,11 @@ echo "== extend $NAME rc $? (${SECONDS}s)" | tee -a "$N"; grep -E "error:|Error"
 models=$NAME; [ "$NAME" = best_small_16k ] && models="best_small $NAME"  # a variant: the base is measured already
 for model in $models; do
   [ -f runs/$model/final/config.json ] || { echo "== $model: no final/" | tee -a "$N"; continue; }
-  # every validation block (~480 at 16k): the loss by position over all 147 documents of >= 8,192 tokens, not the
-  # first 32 blocks' 7, whose 8k-16k and 1k-2k losses swapped order between runs of one recipe
+  # 256 validation blocks: the loss by position over ~63 documents of >= 8,192 tokens (counted on the validation
+  # file with out/tok_bpe8k: 147 in its 10,000 documents, in ~580 blocks), not the first 32 blocks' 7, on which
+  # 8k-16k and 1k-2k swapped order between two sessions' runs of one recipe
   timeout -k 5 $(( (BUDGET_S - SECONDS) / 2 )) python3 scripts/long_context.py runs/$model/final --data out/mix6_bpe8k_16k \
-    --blocks 1000 --min-document-tokens 8192 --lengths 1024 2048 4096 8192 16384 --samples 50 \
+    --blocks 256 --min-document-tokens 8192 --lengths 1024 2048 4096 8192 16384 --samples 50 \
     --short-data out/mix6_bpe8k_1024 --short-blocks 256 --retrieval-docs out/retrieval_val.jsonl.zst \
     --retrieval-samples 60 > "$OUT/long_context_$model.txt" 2>&1
   echo "== long-context $model rc $? (${SECONDS}s)" | tee -a "$N"; cat "$OUT/long_context_$model.txt" >> "$N"
