@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -61,23 +62,56 @@ def test_the_reproduce_command_carries_the_manifests_packing():
     manifest = {"inputs": [{"path": "train-00000.jsonl.zst"}], "val_inputs": [{"path": "val.jsonl.zst"}],
                 "tokenizer": {"name_or_path": "out/tok_bpe8k"}, "seq_len": 16384, "pack": "whole",
                 "val_docs": 10000, "val_docs_rule": "given", "max_docs": None, "select_sets": ["Books", "Emails"]}
-    command = reproduce_lines(Path("runs/x"), Path("out/mix_16k"), manifest)[3]
+    command = reproduce_lines(Path("runs/x"), [(Path("out/mix_16k"), manifest)])[3]
     assert command == ("python scripts/tokenize_pile.py --input train-00000.jsonl.zst --val-input val.jsonl.zst "
                        "--tokenizer out/tok_bpe8k --seq-len 16384 --val-docs 10000 --pack whole --sets Books Emails "
                        "--out out/mix_16k")
     moved = {**manifest, "inputs": [{"path": "/root/stash/pretrain/mix/train-00000.jsonl.zst"}],
              "val_inputs": [{"path": "/work/shared/data/pretrain/mix/val.jsonl.zst"}],
              "tokenizer": {"name_or_path": "/mnt/d/tokenizers/gpt2"}}
-    command = reproduce_lines(Path("runs/x"), Path("out/mix_16k"), moved)[3]  # no machine's folders in a report
+    command = reproduce_lines(Path("runs/x"), [(Path("out/mix_16k"), moved)])[3]  # no machine's folders in a report
     assert command.startswith('python scripts/tokenize_pile.py --input "$DATA_ROOT"/pretrain/mix/train-00000.jsonl.zst '
                               '--val-input "$DATA_ROOT"/pretrain/mix/val.jsonl.zst --tokenizer "$DATA_ROOT"/tokenizers/gpt2 ')
     from hfpretrain.study.run_report import portable_path
 
     embedded = Path.cwd() / "src" / "hfpretrain" / "assets" / "default_data" / "pretrain" / "sample.jsonl.zst"
     assert portable_path(str(embedded)) == "src/hfpretrain/assets/default_data/pretrain/sample.jsonl.zst"
-    plain = reproduce_lines(Path("runs/x"), Path("out/d"), {**manifest, "pack": "concat", "val_docs_rule": "default",
-                                                            "select_sets": None})[3]
+    plain = reproduce_lines(Path("runs/x"), [(Path("out/d"), {**manifest, "pack": "concat", "val_docs_rule": "default",
+                                                              "select_sets": None})])[3]
     assert "--pack" not in plain and "--val-docs" not in plain and "--sets" not in plain
+
+
+def test_the_reproduce_commands_make_every_source_and_its_retrieval_documents(tmp_path, mini_train, gpt2_tokenizer):
+    """A mixture's run is made again from all its sources: each source's tokenize command, and before one made of
+    `hfpretrain retrieval-docs` output, the command that wrote it (the arguments its rows record); a source not on
+    this machine is named as such."""
+    from pathlib import Path
+
+    from hfpretrain.cli import main
+    from hfpretrain.data import tokenize_corpus
+    from hfpretrain.data.retrieval import made_by
+    from hfpretrain.study.run_report import portable_path, reproduce_lines
+
+    docs = tmp_path / "retrieval.jsonl.zst"
+    args = ["--input", str(mini_train), "--tokenizer", str(gpt2_tokenizer), "--out", str(docs), "--documents", "12",
+            "--min-tokens", "100", "--max-tokens", "400", "--statement-share", "0.5"]
+    assert main(["retrieval-docs", *args]) == 0
+    assert made_by(docs) == args and made_by(mini_train) is None and made_by(tmp_path / "nowhere.jsonl") is None
+    blocks = tokenize_corpus(inputs=[docs], out=tmp_path / "retrieval_512", tokenizer=gpt2_tokenizer, seq_len=512,
+                             pack="whole", val_docs=4)
+    manifest = json.loads((blocks / "manifest.json").read_text())
+    main_manifest = {"inputs": [{"path": "train.jsonl.zst"}], "tokenizer": {"name_or_path": "tok"}, "seq_len": 512}
+    lines = reproduce_lines(Path("runs/x"), [(Path("out/long"), main_manifest), (blocks, manifest),
+                                             (Path("out/gone"), None)])
+    commands = lines[lines.index("```bash") + 1:lines.index("```")]
+    assert commands[0].startswith("python scripts/tokenize_pile.py --input train.jsonl.zst")
+    # the data root's files as "$DATA_ROOT"/... (the embedded sample's relative to the repository), as elsewhere
+    assert commands[1] == "python scripts/retrieval_docs.py " + " ".join(map(portable_path, args))
+    assert str(mini_train) not in commands[1] and f"--out {docs} " in commands[1]
+    assert commands[2].startswith(f"python scripts/tokenize_pile.py --input {docs} ")
+    assert commands[2].endswith(f"--pack whole --out {blocks}")
+    assert commands[3] == "# out/gone: not on this machine, its command unknown here"
+    assert commands[4].startswith("accelerate launch scripts/pretrain.py runs/x/recipe.yaml")
 
 
 def test_the_data_section_says_how_the_blocks_were_packed_and_the_mixture(mini_blocks, tmp_path):

@@ -9,7 +9,8 @@ random depths and asked for at the end (hfpretrain/data/retrieval.py says why); 
 documents the haystack is a few of the corpus's sentences repeated instead, and for --statement-share a few
 made-up statements ("The lake is cold.") repeated. Then tokenize the file at the phase's length, `--pack whole`,
 and name the output in the extension recipe's data.sources and data.mixture (recipes/best_small_16k.yaml). Keep
---max-tokens under that length, so that no document is split from its questions.
+--max-tokens under that length, so that no document is split from its questions. Each row's meta records the
+arguments (`made_by`): a run's report (scripts/report.py) prints the command that makes the file again.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def main(argv=None) -> int:
     p.add_argument("--statement-share", type=float, default=0.0,
                    help="the share of documents whose haystack is a few made-up statements repeated")
     p.add_argument("--seed", type=int, default=0)
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = p.parse_args(argv)
     if not a.out.endswith(".jsonl.zst"):
         return error(f"--out {a.out}: name a .jsonl.zst file")
@@ -75,7 +77,8 @@ def main(argv=None) -> int:
                                             min_facts=a.min_facts, max_facts=a.max_facts,
                                             repeat_share=a.repeat_share, statement_share=a.statement_share,
                                             seed=a.seed):
-                f.write(json.dumps({"text": text, "meta": {"pile_set_name": "Retrieval"}}) + "\n")
+                # made_by: the arguments, so that a run's report can say how to make the file again
+                f.write(json.dumps({"text": text, "meta": {"pile_set_name": "Retrieval", "made_by": argv}}) + "\n")
     except (DataError, ValueError) as e:
         partial.unlink(missing_ok=True)
         return error(f"--input {' '.join(a.input)}: {e}")

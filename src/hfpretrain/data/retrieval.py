@@ -213,6 +213,22 @@ def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]]
         yield document
 
 
+def made_by(path) -> list[str] | None:
+    """The ``hfpretrain retrieval-docs`` arguments that wrote the Pile-format file ``path`` (its first row's
+    ``meta.made_by``); None for a file it did not write, or one that is not on this machine."""
+    import json
+
+    import zstandard
+
+    try:
+        with (zstandard.open if str(path).endswith(".zst") else open)(path, "rt", encoding="utf-8") as f:
+            row = json.loads(f.readline())
+    except (OSError, ValueError, zstandard.ZstdError):
+        return None
+    made = (row.get("meta") or {}).get("made_by") if isinstance(row, dict) else None
+    return made if isinstance(made, list) and all(isinstance(arg, str) for arg in made) else None
+
+
 def _measured(texts: Iterable[str], count_tokens, batch: int = 256) -> Iterator[tuple[str, int]]:
     """``(text, tokens)`` of the non-empty ``texts``, counted a batch at a time (a fast tokenizer's threads), then
     again from the start, for ever."""

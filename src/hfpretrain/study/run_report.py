@@ -243,26 +243,42 @@ def portable_path(path: str) -> str:
     return shlex.quote(path)
 
 
-def reproduce_lines(run_dir: Path, data_path: Path, manifest: dict) -> list[str]:
+def tokenize_command(data_path: Path, manifest: dict) -> str:
+    """The ``tokenize_pile.py`` command that makes ``data_path``'s blocks again, from its manifest."""
     inputs = " ".join(portable_path(i["path"]) for i in manifest.get("inputs", []))
     val_inputs = manifest.get("val_inputs")
     val = " ".join(portable_path(i["path"]) for i in val_inputs) if isinstance(val_inputs, list) else ""
     tok = portable_path(manifest["tokenizer"]["name_or_path"])
-    ckpt = run_dir / "final"
     # the manifest's choices that change the blocks, as the flags that made them (defaults left out)
     flags = [f"--val-docs {manifest['val_docs']}" if manifest.get("val_docs_rule") == "given" else "",
              f"--pack {manifest['pack']}" if manifest.get("pack", "concat") != "concat" else "",
              f"--max-docs {manifest['max_docs']}" if manifest.get("max_docs") else "",
              "--sets " + " ".join(map(shlex.quote, manifest["select_sets"])) if manifest.get("select_sets") else ""]
-    return ["## Reproduce", "", "```bash",
-            f"python scripts/tokenize_pile.py --input {inputs} " + (f"--val-input {val} " if val else "") +
+    return (f"python scripts/tokenize_pile.py --input {inputs} " + (f"--val-input {val} " if val else "") +
             f"--tokenizer {tok} --seq-len {manifest['seq_len']} " + "".join(f + " " for f in flags if f) +
-            f"--out {data_path}",
-            f"accelerate launch scripts/pretrain.py {run_dir / 'recipe.yaml'}   # the resolved recipe of this run",
-            f"lm_eval --model hf --model_args pretrained={ckpt} --tasks {','.join(REPORT_TASKS)} "
-            "--include_path src/hfpretrain/eval/tasks",
-            f"python scripts/generate.py --model {ckpt} --prompt 'The history of the'",
-            f"python scripts/report.py {run_dir}", "```", ""]
+            f"--out {data_path}")
+
+
+def reproduce_lines(run_dir: Path, sources: list[tuple[Path, dict | None]]) -> list[str]:
+    """The commands that make a run again: each data source's blocks (``data.path`` first; before them, the
+    ``retrieval-docs`` command that wrote an input, as the input records it), training, evaluation, generation."""
+    from hfpretrain.data.retrieval import made_by
+
+    ckpt = run_dir / "final"
+    lines = ["## Reproduce", "", "```bash"]
+    for data_path, manifest in sources:
+        if manifest is None:
+            lines.append(f"# {data_path}: not on this machine, its command unknown here")
+            continue
+        for made in filter(None, (made_by(i["path"]) for i in manifest.get("inputs", []))):
+            lines.append("python scripts/retrieval_docs.py " + " ".join(map(portable_path, made)))
+        lines.append(tokenize_command(data_path, manifest))
+    return lines + [
+        f"accelerate launch scripts/pretrain.py {run_dir / 'recipe.yaml'}   # the resolved recipe of this run",
+        f"lm_eval --model hf --model_args pretrained={ckpt} --tasks {','.join(REPORT_TASKS)} "
+        "--include_path src/hfpretrain/eval/tasks",
+        f"python scripts/generate.py --model {ckpt} --prompt 'The history of the'",
+        f"python scripts/report.py {run_dir}", "```", ""]
 
 
 def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval_limit=None, run_eval: bool = True,
@@ -308,6 +324,9 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     if prompts is not None:
         lines += generation_lines(checkpoint, prompts, max_new_tokens)
     if manifest:
-        lines += reproduce_lines(run_dir, data_path, manifest)
+        # the mixture's other sources too: a run on data.path alone could not be made again
+        others = [Path(p) for p in (recipe["data"].get("sources") or {}).values() if Path(p) != data_path]
+        lines += reproduce_lines(run_dir, [(data_path, manifest)] + [
+            (p, _read(p / "manifest.json") if (p / "manifest.json").is_file() else None) for p in others])
     out_md.write_text("\n".join(lines))
     return out_md
