@@ -97,6 +97,9 @@ def test_the_reproduce_commands_make_every_source_and_its_retrieval_documents(tm
             "--min-tokens", "100", "--max-tokens", "400", "--statement-share", "0.5"]
     assert main(["retrieval-docs", *args]) == 0
     assert made_by(docs) == args and made_by(mini_train) is None and made_by(tmp_path / "nowhere.jsonl") is None
+    for first_row in ('{"text": "x", "meta": "a string"}', "not json", '["a list"]'):
+        (tmp_path / "other.jsonl").write_text(first_row + "\n")
+        assert made_by(tmp_path / "other.jsonl") is None, first_row
     blocks = tokenize_corpus(inputs=[docs], out=tmp_path / "retrieval_512", tokenizer=gpt2_tokenizer, seq_len=512,
                              pack="whole", val_docs=4)
     manifest = json.loads((blocks / "manifest.json").read_text())

@@ -225,7 +225,8 @@ def made_by(path) -> list[str] | None:
             row = json.loads(f.readline())
     except (OSError, ValueError, zstandard.ZstdError):
         return None
-    made = (row.get("meta") or {}).get("made_by") if isinstance(row, dict) else None
+    meta = row.get("meta") if isinstance(row, dict) else None
+    made = meta.get("made_by") if isinstance(meta, dict) else None  # other corpora's meta may be anything
     return made if isinstance(made, list) and all(isinstance(arg, str) for arg in made) else None
 
 
