@@ -154,7 +154,8 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
     assert set(result["passkey"]) == {"128", "256"} and result["passkey"]["256"]["samples"] == 2
     for v in result["passkey"].values():  # each miss is a wrong answer, counted by what was said
         assert sum(v["wrong_answers"].values()) == round((1 - v["accuracy"]) * v["samples"])
-    assert "| length | accuracy | prompts | most said instead |" in proc.stdout
+    assert ("| length | accuracy | key in the first half | in the second half | prompts | most said instead |"
+            in proc.stdout)
     retrieval = result["retrieval"]
     assert retrieval["documents"] == 3 and retrieval["questions"] >= 3 and 0 <= retrieval["accuracy"] <= 1
     assert "| distance (tokens) | accuracy | questions |" in proc.stdout
@@ -200,3 +201,16 @@ def test_cli_refuses_lengths_past_learned_positions(gpt2_tokenizer, mini_blocks,
     line = bad.stderr.strip()
     assert bad.returncode == 2 and line.startswith(f"error: --retrieval-docs {docs}: documents of up to ") and \
         line.endswith("past the 64 positions gpt2 learns: make them with --max-tokens 64 or less"), line
+
+
+def test_the_passkey_table_splits_the_keys_by_their_half_of_the_prompt():
+    """Far keys (the prompt's first half) and near ones apart: where a model that fails at a length fails."""
+    from hfpretrain.study.long_context_report import summary_lines
+
+    by_depth = {"0.0": 0.0, "0.25": 1.0, "0.5": 1.0, "0.75": 1.0, "1.0": 1.0}
+    result = {"passkey": {"16384": {"accuracy": 0.8, "samples": 5, "by_depth": by_depth,
+                                    "wrong_answers": {" green": 1}},
+                          "8192": {"accuracy": 1.0, "samples": 2}}}  # written before by_depth was read: "-"
+    lines = summary_lines(result)
+    assert "| 16,384 | 80% | 50% | 100% | 5 | `' green'` x1 |" in lines
+    assert "| 8,192 | 100% | - | - | 2 |  |" in lines

@@ -34,10 +34,12 @@ def summary_lines(result: dict) -> list[str]:
                   f"({short['blocks']} blocks of {short['seq_len']:,}).", ""]
     passkey = result.get("passkey")
     if passkey:
-        lines += ["Passkey retrieval (a 5-digit key at depths spread over the prompt; exact greedy answer):", "",
-                  "| length | accuracy | prompts | most said instead |", "|---|---|---|---|"]
-        lines += [f"| {int(n):,} | {v['accuracy']:.0%} | {v['samples']} | {_said(v.get('wrong_answers'))} |"
-                  for n, v in passkey.items()]
+        lines += ["Passkey retrieval (a 5-digit key at depths spread over the prompt; exact greedy answer; a key in "
+                  "the prompt's first half is more than half its length from the question):", "",
+                  "| length | accuracy | key in the first half | in the second half | prompts | most said instead |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {int(n):,} | {v['accuracy']:.0%} | {' | '.join(_halves(v.get('by_depth')))} | {v['samples']} | "
+                  f"{_said(v.get('wrong_answers'))} |" for n, v in passkey.items()]
         lines.append("")
     retrieval = result.get("retrieval")
     if retrieval:
@@ -48,6 +50,15 @@ def summary_lines(result: dict) -> list[str]:
                   for b in retrieval["bins"]]
         lines.append("")
     return lines
+
+
+def _halves(by_depth: dict | None) -> tuple[str, str]:
+    """The accuracy with the key in the prompt's first half (far from the question) and in its second half: where
+    a model that fails at a length fails (each depth weighs the same)."""
+    halves = ([], [])
+    for depth, accuracy in (by_depth or {}).items():
+        halves[float(depth) >= 0.5].append(accuracy)
+    return tuple(_fmt(sum(h) / len(h) if h else None, ".0%") for h in halves)
 
 
 def _said(wrong: dict | None) -> str:
