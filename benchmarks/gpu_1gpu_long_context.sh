@@ -26,8 +26,9 @@
 #                 the extension phase from runs/best_small/final (time-boxed:
 #                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
 #                 after: loss by position on 16k validation documents, passkey at 1k-16k, retrieval by distance
-#                 on 60 held-out retrieval documents, the short-context bits per byte at 1,024; the run's report. Goals: loss at 8k-16k <= loss at 1k-2k, passkey >= 90% at 16k,
-#                 short-context bits per byte within +2% of the base model's. A variant, on the machine that ran
+#                 on 60 held-out retrieval documents, the short-context bits per byte at 1,024; the run's report.
+#                 Goals: loss at 8k-16k <= loss at 1k-2k, passkey >= 90% at 16k, short-context bits per byte
+#                 within +2% of the base model's. A variant, on the machine that ran
 #                 the first: NAME=ext_x EXTRA='training.learning_rate=1.5e-4' (recipe overrides), and/or
 #                 RDOCS=retrieval_x RETRIEVAL_ARGS='--min-facts 1 --max-facts 4' (other retrieval documents).
 # Carry: .carry (TOKENIZERS=gpt2 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval, >= 6 train shards) and
