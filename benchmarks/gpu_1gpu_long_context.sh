@@ -31,8 +31,8 @@
 #                 within +2% of the base model's. A variant, on the machine that ran
 #                 the first: NAME=ext_x EXTRA='training.learning_rate=1.5e-4' (recipe overrides), and/or
 #                 RDOCS=retrieval_x RETRIEVAL_ARGS='--min-facts 1 --max-facts 4' (other retrieval documents).
-# Carry: .carry (TOKENIZERS=gpt2 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval, >= 6 train shards) and
-# out/tok_bpe8k, as for gpu_1gpu_best_small.sh.
+# Carry: .carry (TOKENIZERS=gpt2 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 45 --no-eval, >= 6 train shards, then
+# benchmarks/pack_extra.sh) and out/tok_bpe8k, as for gpu_1gpu_best_small.sh.
 #   source .carry/setup.sh && STAGE=speed bash benchmarks/gpu_1gpu_long_context.sh
 # STAGE=large needs Qwen3's tokenizer and one shard instead: TOKENIZERS=qwen3 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 6
 # --no-eval, then benchmarks/pack_extra.sh; beside the 40 MB tree that is over 64 MiB: cut .carry's val.jsonl.zst to
@@ -160,8 +160,7 @@ print('| $arm |', p['fast_path']['attn_implementation'], '|', s['global_step'], 
   exit 0
 fi
 if [ "$STAGE" = base ]; then
-  REPORT=0 OUT="$OUT" bash benchmarks/gpu_1gpu_best_small.sh
-  exit 0
+  REPORT=0 OUT="$OUT" exec bash benchmarks/gpu_1gpu_best_small.sh
 fi
 [ "$STAGE" = data ] || [ -f runs/best_small/final/config.json ] || { echo "no runs/best_small/final: run STAGE=base first on this machine" | tee -a "$N"; exit 2; }
 # a variant: another NAME, its recipe overrides in EXTRA (split at spaces: no space inside one), and other retrieval
@@ -218,4 +217,4 @@ done
 [ -f runs/$NAME/final/long_context.json ] && timeout -k 5 $(( BUDGET_S - SECONDS )) python3 scripts/report.py \
   runs/$NAME --no-eval --no-generate > "$OUT/report.log" 2>&1
 tar -czf "$OUT/$NAME.tgz" --exclude='checkpoint-*' --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
-  runs/$NAME runs/best_small/final/long_context.json 2>/dev/null
+  runs/$NAME $(ls runs/best_small/final/long_context.json 2>/dev/null)  # the base's: measured beside the recipe only
