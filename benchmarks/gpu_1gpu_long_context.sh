@@ -169,7 +169,7 @@ NAME=${NAME:-best_small_16k}
 [ "$NAME" = best_small ] && { echo "NAME=best_small is the base model's run: name the variant otherwise" | tee -a "$N"; exit 2; }
 [ -n "${RETRIEVAL_ARGS:-}" ] && [ -z "${RDOCS:-}" ] && { echo "RETRIEVAL_ARGS needs an RDOCS of its own" | tee -a "$N"; exit 2; }
 RDOCS=${RDOCS:-retrieval_bpe8k}
-RETRIEVAL_ARGS=${RETRIEVAL_ARGS:---min-tokens 2048 --min-facts 4 --max-facts 16 --repeat-share 0.25 --statement-share 0.25}  # the recipe's
+RETRIEVAL_ARGS=${RETRIEVAL_ARGS:---min-tokens 8192 --min-facts 16 --max-facts 48 --repeat-share 0.25 --statement-share 0.25}  # the recipe's
 [ "$STAGE" = data ] || tok 1024 out/mix6_bpe8k_1024  # STAGE=base makes it, beside STAGE=data
 tok 16384 out/mix6_bpe8k_16k --pack whole
 # the recipe's second source: synthetic retrieval documents from the first three shards' text (data/retrieval.py)
