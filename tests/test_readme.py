@@ -1,7 +1,7 @@
 """The README's commands: the two leading ones are what CI and users run (with no argument: the embedded
 data when DATA_ROOT is not set), the install line needs no compiler, the first run by hand runs as written, every
 time it states was measured (docs/benchmarks.md) and every page it links to exists. The commands at scale moved
-to docs/pipeline.md: every script there exists and parses its documented flags, and the planner and the first
+to docs/pipeline.md: every script there and in the recipes' headers exists and parses its documented flags, and the planner and the first
 dry run reproduce the documented figures."""
 
 from __future__ import annotations
@@ -72,23 +72,49 @@ def test_make_demo_and_test_need_no_data_root(tmp_path):
     assert bad.returncode == 2 and "has no tokenizers/ folder" in bad.stdout
 
 
-def test_documented_scripts_exist_and_accept_their_flags():
-    commands = _commands()
-    assert sum(c.startswith("python scripts/") for c in commands) >= 8  # the pipeline's blocks were read
+def _recipe_commands() -> list[str]:
+    """The commands in the shipped recipes' header comments (``#   python scripts/... \\`` and its continued lines)."""
+    commands = []
+    for path in sorted((REPO / "recipes").glob("*.yaml")):
+        block, continued = [], False
+        for line in path.read_text().splitlines():
+            body = line[1:].strip() if line.startswith("#") else ""
+            if continued or body.startswith(("python scripts/", "accelerate launch")):
+                block.append(body)
+            continued = body.endswith("\\")
+        commands += _commands_of("\n".join(block))
+    return commands
+
+
+def _check_scripts_and_flags(commands: list[str]) -> None:
+    helps: dict[str, str] = {}
     for cmd in commands:
         argv = shlex.split(cmd)
         if argv[0] == "python" and argv[1].startswith("scripts/"):
             script = REPO / argv[1]
             assert script.is_file(), cmd
-            flags = [a.split("=")[0] for a in argv[2:] if a.startswith("--")]
-            helptext = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
-                                      cwd=REPO, timeout=120).stdout
-            for flag in flags:
-                assert flag in helptext, f"{flag} of `{cmd}` is not in {argv[1]} --help"
+            if argv[1] not in helps:
+                helps[argv[1]] = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                                                text=True, cwd=REPO, timeout=120).stdout
+            for flag in [a.split("=")[0] for a in argv[2:] if a.startswith("--")]:
+                assert flag in helps[argv[1]], f"{flag} of `{cmd}` is not in {argv[1]} --help"
         if argv[0] == "accelerate":
             config = argv[argv.index("--config_file") + 1]
             assert (REPO / config).is_file(), cmd
             assert (REPO / next(a for a in argv if a.endswith(".yaml") and a.startswith("recipes/"))).is_file()
+
+
+def test_documented_scripts_exist_and_accept_their_flags():
+    commands = _commands()
+    assert sum(c.startswith("python scripts/") for c in commands) >= 8  # the pipeline's blocks were read
+    _check_scripts_and_flags(commands)
+
+
+def test_the_recipes_commands_name_scripts_and_flags_that_exist():
+    """A recipe's header says how to make its data and run it; a renamed flag there fails here, not for a user."""
+    commands = _recipe_commands()
+    assert len(commands) >= 15 and any("--statement-share" in c for c in commands), commands  # continued lines read
+    _check_scripts_and_flags(commands)
 
 
 def test_first_training_command_plans_before_the_data_exists():
