@@ -1,8 +1,8 @@
 """The README's commands: the two leading ones are what CI and users run (with no argument: the embedded
 data when DATA_ROOT is not set), the install line needs no compiler, the first run by hand runs as written, every
 time it states was measured (docs/benchmarks.md) and every page it links to exists. The commands at scale moved
-to docs/pipeline.md: every script there and in the recipes' headers exists and parses its documented flags, and the planner and the first
-dry run reproduce the documented figures."""
+to docs/pipeline.md: every script there and in the recipes' headers exists and parses its documented flags, and
+the planner and the first dry run reproduce the documented figures."""
 
 from __future__ import annotations
 
