@@ -109,6 +109,37 @@ def test_a_statement_haystack_is_made_up_statements_said_again(mini_train, gpt2_
     assert min(kinds.count(k) for k in ("statement", "repeat", "corpus")) > 0  # all three kinds
 
 
+def _depths(doc):
+    """Where each fact sits in its haystack, as a share of the haystack's length (the facts before it taken out)."""
+    body, asked = _asked(doc)
+    found = sorted((body.find(" " + f), len(" " + f)) for forms in asked for f in forms if " " + f in body)
+    haystack = len(body) - sum(n for _, n in found)
+    depths, before = [], 0
+    for at, n in found:
+        depths.append((at - before) / haystack)
+        before += n
+    return depths
+
+
+def test_an_early_share_of_the_facts_is_hidden_in_the_first_quarter(mini_train, gpt2_tokenizer):
+    tok = AutoTokenizer.from_pretrained(gpt2_tokenizer)
+    count = lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]  # noqa: E731
+    texts = _texts(mini_train)
+
+    def depths(early_share):
+        docs = retrieval_documents(texts, count, 40, 400, 800, min_facts=4, max_facts=8, seed=5,
+                                   early_share=early_share)
+        return [d for doc in docs for d in _depths(doc)]
+
+    every, half, none = depths(1.0), depths(0.5), depths(0.0)
+    assert len(every) > 200 and max(every) < 0.26  # the quarter, and the word the cut waits for
+    early = lambda ds: sum(d < 0.26 for d in ds) / len(ds)  # noqa: E731
+    assert 0.5 < early(half) < 0.75  # half of them, and a quarter of the rest: 0.625 expected
+    assert early(none) < 0.4 and max(none) > 0.9  # anywhere
+    with pytest.raises(ValueError, match="early_share=1.5"):
+        next(retrieval_documents(texts, count, 1, 400, 800, early_share=1.5))
+
+
 def test_a_seed_gives_the_documents_it_gave_before_shares_of_haystacks():
     """Golden: what ffab36c made (before statement_share) for one seed, so that recorded runs can be made again.
     Regenerate only for a change meant to alter the documents, and say so in the commit."""
@@ -142,6 +173,7 @@ def test_the_command_writes_a_corpus_the_tokenizer_packs(tmp_path, mini_train, g
     (["--repeat-share", "1.5"], "--repeat-share 1.5: a share, 0 to 1"),
     (["--repeat-share", "0.6", "--statement-share", "0.5"],
      "--statement-share 0.5: a share, 0 to 1 with --repeat-share 0.6"),
+    (["--early-share", "-0.1"], "--early-share -0.1: a share, 0 to 1"),
     (["--tokenizer", "no_such_tokenizer_dir"], "tokenizer no_such_tokenizer_dir"),
     (["--min-tokens", "8", "--max-tokens", "8"], "longer than max_tokens=8: raise it"),  # the facts alone are more
 ])

@@ -2,15 +2,17 @@
 
     hfpretrain retrieval-docs --input SHARDS... --tokenizer TOK --out retrieval.jsonl.zst [--documents 2000]
         [--min-tokens 1024] [--max-tokens 15000] [--min-facts 1] [--max-facts 4] [--repeat-share 0]
-        [--statement-share 0] [--seed 0]
+        [--statement-share 0] [--early-share 0] [--seed 0]
 
 Corpus text from --input (Pile-format files, as `hfpretrain tokenize` reads them) with made-up facts hidden at
 random depths and asked for at the end (hfpretrain/data/retrieval.py says why); for --repeat-share of the
 documents the haystack is a few of the corpus's sentences repeated instead, and for --statement-share a few
-made-up statements ("The lake is cold.") repeated. Then tokenize the file at the phase's length, `--pack whole`,
-and name the output in the extension recipe's data.sources and data.mixture (recipes/best_small_16k.yaml). Keep
---max-tokens under that length, so that no document is split from its questions. Each row's meta records the
-arguments (`made_by`): a run's report (scripts/report.py) prints the command that makes the file again.
+made-up statements ("The lake is cold.") repeated; --early-share of the facts go in the haystack's first quarter,
+the farthest from their questions (at uniform depths a document of the phase's length asks few from near its
+length back). Then tokenize the file at the phase's length, `--pack whole`, and name the output in the extension
+recipe's data.sources and data.mixture (recipes/best_small_16k.yaml). Keep --max-tokens under that length, so
+that no document is split from its questions. Each row's meta records the arguments (`made_by`): a run's report
+(scripts/report.py) prints the command that makes the file again.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def main(argv=None) -> int:
                    help="the share of documents whose haystack is a few sentences repeated")
     p.add_argument("--statement-share", type=float, default=0.0,
                    help="the share of documents whose haystack is a few made-up statements repeated")
+    p.add_argument("--early-share", type=float, default=0.0,
+                   help="the share of facts hidden in the haystack's first quarter (the rest anywhere)")
     p.add_argument("--seed", type=int, default=0)
     argv = sys.argv[1:] if argv is None else list(argv)
     a = p.parse_args(argv)
@@ -53,6 +57,8 @@ def main(argv=None) -> int:
     if a.statement_share < 0 or a.repeat_share + a.statement_share > 1:
         return error(f"--statement-share {a.statement_share}: a share, 0 to 1 with --repeat-share "
                      f"{a.repeat_share}")
+    if not 0 <= a.early_share <= 1:
+        return error(f"--early-share {a.early_share}: a share, 0 to 1")
 
     import zstandard
 
@@ -76,7 +82,7 @@ def main(argv=None) -> int:
             for text in retrieval_documents(texts, count, a.documents, a.min_tokens, a.max_tokens,
                                             min_facts=a.min_facts, max_facts=a.max_facts,
                                             repeat_share=a.repeat_share, statement_share=a.statement_share,
-                                            seed=a.seed):
+                                            early_share=a.early_share, seed=a.seed):
                 # made_by: the arguments, so that a run's report can say how to make the file again
                 f.write(json.dumps({"text": text, "meta": {"pile_set_name": "Retrieval", "made_by": argv}}) + "\n")
     except (DataError, ValueError) as e:

@@ -25,7 +25,10 @@ statements. That haystack shares the filler's form, so read the passkey beside t
 (``hfpretrain long-context --retrieval-docs``, documents without statements): it held (64% -> 66%), so the
 passkey's gain cost no retrieval elsewhere, though part of it may be the form. The misses left were far keys, which
 documents of 2k-16k tokens with 4-16 facts seldom ask for; documents of 8k-16k tokens with 16-48 facts ask five
-times as many questions from more than 8,192 tokens back per token: 80% at 16k (far half 32% -> 60%).
+times as many questions from more than 8,192 tokens back per token: 80% at 16k (far half 32% -> 60%). The keys
+still missed are 13k-16k tokens back, where even those documents seldom ask (a fact at a uniform depth is that far
+from its question only in a document nearly that long): ``early_share`` puts a share of the facts in the haystack's
+first quarter (not yet measured on a GPU).
 
 ``hfpretrain retrieval-docs`` writes them as Pile-format jsonl.zst, which ``hfpretrain tokenize`` packs (``--pack
 whole`` at the phase's length) into a source for ``data.sources`` / ``data.mixture`` (recipes/best_small_16k.yaml).
@@ -88,10 +91,17 @@ def _cut_at_space(text: str, at: int) -> int:
     return len(text) if space < 0 else space
 
 
-def retrieval_document(rng: random.Random, haystack: str, facts: list[tuple[str, str]]) -> str:
-    """``haystack`` with each fact inserted at a random depth (between words), then every question in a random
-    order, each followed by its answer."""
-    cuts = sorted(_cut_at_space(haystack, rng.randrange(len(haystack) + 1)) for _ in facts)
+def retrieval_document(rng: random.Random, haystack: str, facts: list[tuple[str, str]],
+                       early_share: float = 0.0) -> str:
+    """``haystack`` with each fact inserted at a random depth (between words), an ``early_share`` of them in its
+    first quarter, then every question in a random order, each followed by its answer."""
+    def depth() -> int:
+        # drawn only when a share is set: a seed's documents without it are those made before it existed
+        if early_share and rng.random() < early_share:
+            return rng.randrange(len(haystack) // 4 + 1)
+        return rng.randrange(len(haystack) + 1)
+
+    cuts = sorted(_cut_at_space(haystack, depth()) for _ in facts)
     parts, start = [], 0
     for cut, (fact, _) in zip(cuts, facts):
         parts += [haystack[start:cut], f" {fact}"]
@@ -163,12 +173,14 @@ def statement_haystack(rng: random.Random, count_tokens, room: int) -> str:
 
 def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]], list[int]], documents: int,
                         min_tokens: int, max_tokens: int, max_facts: int = 4, seed: int = 0, min_facts: int = 1,
-                        repeat_share: float = 0.0, statement_share: float = 0.0) -> Iterator[str]:
+                        repeat_share: float = 0.0, statement_share: float = 0.0,
+                        early_share: float = 0.0) -> Iterator[str]:
     """``documents`` retrieval documents of ``min_tokens`` to ``max_tokens`` tokens (log-uniform; as
     ``count_tokens`` counts a list of texts, never more than ``max_tokens``), each with ``min_facts`` to
-    ``max_facts`` facts. Their haystacks are cut from ``texts`` in order (joined by blank lines; read again from the
-    start when they run out), or, for a ``repeat_share`` of the documents, a few sentences of one text repeated,
-    and for a ``statement_share``, a few made-up statements repeated."""
+    ``max_facts`` facts, an ``early_share`` of them in the haystack's first quarter (the farthest from their
+    questions; the rest anywhere). Their haystacks are cut from ``texts`` in order (joined by blank lines; read again
+    from the start when they run out), or, for a ``repeat_share`` of the documents, a few sentences of one text
+    repeated, and for a ``statement_share``, a few made-up statements repeated."""
     if not 0 < min_tokens <= max_tokens:
         raise ValueError(f"min_tokens={min_tokens}, max_tokens={max_tokens}: need 0 < min_tokens <= max_tokens")
     if not 0 < min_facts <= max_facts <= MAX_FACTS:
@@ -177,6 +189,8 @@ def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]]
     if not (0 <= repeat_share and 0 <= statement_share and repeat_share + statement_share <= 1):
         raise ValueError(f"repeat_share={repeat_share}, statement_share={statement_share}: shares of the documents, "
                          "at least 0 and at most 1 together")
+    if not 0 <= early_share <= 1:
+        raise ValueError(f"early_share={early_share}: a share of the facts, 0 to 1")
     rng = random.Random(seed)
     source = _measured(texts, count_tokens)
     pending = None  # (text, tokens) left of a text the previous document cut
@@ -207,7 +221,7 @@ def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]]
                 pieces.append(text)
                 have += n
             haystack = "\n\n".join(pieces)
-        document = retrieval_document(rng, haystack, facts)
+        document = retrieval_document(rng, haystack, facts, early_share)
         if count_tokens([document])[0] > max_tokens:  # a cut kept a few tokens too many: draw again
             misses += 1
             continue
