@@ -23,8 +23,8 @@
 #   STAGE=data    STAGE=extend's data alone (RDOCS and RETRIEVAL_ARGS as there): run beside STAGE=base, its CPU work
 #                 done while the base trains.
 #   STAGE=extend  the 16k data (--pack whole) and the recipe's retrieval documents (RETRIEVAL_DOCS, default 2,500),
-#                 the extension phase from runs/best_small/final (time-boxed:
-#                 context.tokens=EXT_TOKENS, default 6e7), then `hfpretrain long-context` on the model before and
+#                 the extension phase from runs/best_small/final (the recipe's context.tokens, 6e7; EXT_TOKENS
+#                 overrides it), then `hfpretrain long-context` on the model before and
 #                 after: loss by position on 16k validation documents, passkey at 1k-16k, retrieval by distance
 #                 on 60 held-out retrieval documents, the short-context bits per byte at 1,024; the run's report.
 #                 Goals: loss at 8k-16k <= loss at 1k-2k, passkey >= 90% at 16k, short-context bits per byte
@@ -185,7 +185,7 @@ tok 16384 out/mix6_bpe8k_16k --pack whole
   --repeat-share 0.5 --seed 1 --out out/retrieval_val.jsonl.zst 2>&1 | tail -1 | tee -a "$N"
 echo "== data (${SECONDS}s): $RDOCS ($RETRIEVAL_ARGS), $NAME: ${EXTRA:-the recipe}" | tee -a "$N"
 [ "$STAGE" = data ] && exit 0
-args="recipes/best_small_16k.yaml context.tokens=${EXT_TOKENS:-6e7} training.output_dir=runs/$NAME
+args="recipes/best_small_16k.yaml ${EXT_TOKENS:+context.tokens=$EXT_TOKENS} training.output_dir=runs/$NAME
   data.sources.retrieval=out/${RDOCS}_16k ${EXTRA:-}"
 python3 scripts/pretrain.py $args --dry-run 2>/dev/null \
   | python3 -c "import json,sys;p=json.load(sys.stdin)['plan'];print('plan', p['max_steps'], 'steps', p['micro_batch'], 'x', p['gradient_accumulation_steps'], p['memory_per_gpu_gib']['total'], 'GiB', p['context']['fits'])" | tee -a "$N"
