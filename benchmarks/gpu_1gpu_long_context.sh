@@ -40,6 +40,7 @@
 #   source .carry/setup.sh && STAGE=base bash benchmarks/gpu_1gpu_long_context.sh  # beside it: STAGE=data
 #   source .carry/setup.sh && STAGE=extend bash benchmarks/gpu_1gpu_long_context.sh
 set -o pipefail
+source benchmarks/gpu_omegaconf.sh || exit 2
 OUT=${OUT:-out/bench}; mkdir -p "$OUT"; N="$OUT/notes.txt"
 export TOKENIZERS_PARALLELISM=false
 case "${STAGE:-}" in speed|flex|large|flexdiag|maskloss|base|data|extend) ;; *) echo "STAGE=speed, flex, large, flexdiag, maskloss, base, data or extend (got '${STAGE:-}')" >&2; exit 2 ;; esac
@@ -168,8 +169,9 @@ fi
 NAME=${NAME:-best_small_16k}
 [ "$NAME" = best_small ] && { echo "NAME=best_small is the base model's run: name the variant otherwise" | tee -a "$N"; exit 2; }
 [ -n "${RETRIEVAL_ARGS:-}" ] && [ -z "${RDOCS:-}" ] && { echo "RETRIEVAL_ARGS needs an RDOCS of its own" | tee -a "$N"; exit 2; }
-RDOCS=${RDOCS:-retrieval_bpe8k}
-RETRIEVAL_ARGS=${RETRIEVAL_ARGS:---min-tokens 8192 --min-facts 16 --max-facts 48 --repeat-share 0.25 --statement-share 0.25}  # the recipe's
+RDOCS=${RDOCS:-retrieval_far_bpe8k}  # the recipe's, with its arguments:
+RETRIEVAL_ARGS=${RETRIEVAL_ARGS:---min-tokens 8192 --min-facts 16 --max-facts 48 --repeat-share 0.25 \
+  --statement-share 0.25}
 [ "$STAGE" = data ] || tok 1024 out/mix6_bpe8k_1024  # STAGE=base makes it, beside STAGE=data
 tok 16384 out/mix6_bpe8k_16k --pack whole
 # the recipe's second source: synthetic retrieval documents from the first three shards' text (data/retrieval.py)
@@ -183,7 +185,10 @@ tok 16384 out/mix6_bpe8k_16k --pack whole
 [ -f out/retrieval_val.jsonl.zst ] || python3 scripts/retrieval_docs.py --input "$MIX"/val.jsonl.zst \
   --tokenizer out/tok_bpe8k --documents 60 --min-tokens 1024 --max-tokens 16000 --min-facts 4 --max-facts 8 \
   --repeat-share 0.5 --seed 1 --out out/retrieval_val.jsonl.zst 2>&1 | tail -1 | tee -a "$N"
-echo "== data (${SECONDS}s): $RDOCS ($RETRIEVAL_ARGS), $NAME: ${EXTRA:-the recipe}" | tee -a "$N"
+# what made the file (a folder left on the machine is used as it is, whatever RETRIEVAL_ARGS say now)
+made=$(python3 -c "import sys;from hfpretrain.data.retrieval import made_by;print(*made_by(sys.argv[1]) or '?')" \
+  out/$RDOCS.jsonl.zst)
+echo "== data (${SECONDS}s): $RDOCS (made by: $made), $NAME: ${EXTRA:-the recipe}" | tee -a "$N"
 [ "$STAGE" = data ] && exit 0
 args="recipes/best_small_16k.yaml ${EXT_TOKENS:+context.tokens=$EXT_TOKENS} training.output_dir=runs/$NAME
   data.sources.retrieval=out/${RDOCS}_16k ${EXTRA:-}"
@@ -194,7 +199,8 @@ rm -rf runs/$NAME
 timeout --foreground -k 20 -s TERM $(( BUDGET_S - SECONDS - 150 )) python3 scripts/pretrain.py $args \
   training.eval_strategy=no "evaluation.long_context_lengths=[]" evaluation.long_context_blocks=0 \
   > "$OUT/extend.log" 2>&1  # measured below, for both models, uncompiled
-echo "== extend $NAME rc $? (${SECONDS}s)" | tee -a "$N"; grep -E "error:|Error" "$OUT/extend.log" | tail -2 | tee -a "$N"
+rc=$?; echo "== extend $NAME rc $rc (${SECONDS}s)" | tee -a "$N"
+grep -E "error:|Error" "$OUT/extend.log" | tail -2 | tee -a "$N"
 models=$NAME; [ "$NAME" = best_small_16k ] && models="best_small $NAME"  # a variant: the base is measured already
 for model in $models; do
   [ -f runs/$model/final/config.json ] || { echo "== $model: no final/" | tee -a "$N"; continue; }
@@ -205,7 +211,8 @@ for model in $models; do
     --blocks 256 --min-document-tokens 8192 --lengths 1024 2048 4096 8192 16384 --samples 50 \
     --short-data out/mix6_bpe8k_1024 --short-blocks 256 --retrieval-docs out/retrieval_val.jsonl.zst \
     --retrieval-samples 60 > "$OUT/long_context_$model.txt" 2>&1
-  echo "== long-context $model rc $? (${SECONDS}s)" | tee -a "$N"; cat "$OUT/long_context_$model.txt" >> "$N"
+  lc=$?; (( rc )) || rc=$lc; echo "== long-context $model rc $lc (${SECONDS}s)" | tee -a "$N"
+  cat "$OUT/long_context_$model.txt" >> "$N"
   # the short context scored both ways for both models: auto scores each as its recipe trained it (the base model
   # on packed text, the masked extension on each document alone), two tasks ~1% apart (STAGE=maskloss)
   for mask in on off; do
@@ -218,3 +225,4 @@ done
   runs/$NAME --no-eval --no-generate > "$OUT/report.log" 2>&1
 tar -czf "$OUT/$NAME.tgz" --exclude='checkpoint-*' --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
   runs/$NAME $(ls runs/best_small/final/long_context.json 2>/dev/null)  # the base's: measured beside the recipe only
+exit $rc  # the extension's status, else the first evaluation's

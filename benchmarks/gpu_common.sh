@@ -4,7 +4,7 @@
 set -o pipefail
 OUT=${OUT:-out/bench}; mkdir -p "$OUT"
 export TOKENIZERS_PARALLELISM=false
-python3 -c "import omegaconf" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry/wheels/omegaconf-*.whl
+source benchmarks/gpu_omegaconf.sh || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/notes.txt"
 python3 -c "import torch,transformers,accelerate,datasets; import importlib.util as u; print('torch',torch.__version__,'transformers',transformers.__version__,'accelerate',accelerate.__version__,'datasets',datasets.__version__,'liger',bool(u.find_spec('liger_kernel')),'flash_attn',bool(u.find_spec('flash_attn')),'deepspeed',bool(u.find_spec('deepspeed')))" | tee -a "$OUT/notes.txt"
 DATA=${DATA:-out/mix_qwen3_2048}
