@@ -132,8 +132,8 @@ def test_an_early_share_of_the_facts_is_hidden_in_the_first_quarter(mini_train, 
         return [d for doc in docs for d in _depths(doc)]
 
     every, half, none = depths(1.0), depths(0.5), depths(0.0)
-    assert len(every) > 200 and max(every) < 0.26  # the quarter, and the word the cut waits for
-    early = lambda ds: sum(d < 0.26 for d in ds) / len(ds)  # noqa: E731
+    assert len(every) > 200 and 0.2 < max(every) < 0.3  # the quarter, and the word the cut waits for
+    early = lambda ds: sum(d < 0.3 for d in ds) / len(ds)  # noqa: E731
     assert 0.5 < early(half) < 0.75  # half of them, and a quarter of the rest: 0.625 expected
     assert early(none) < 0.4 and max(none) > 0.9  # anywhere
     with pytest.raises(ValueError, match="early_share=1.5"):
@@ -150,6 +150,15 @@ def test_a_seed_gives_the_documents_it_gave_before_shares_of_haystacks():
     for repeat_share, digest in golden.items():
         docs = retrieval_documents(texts, count, 8, 200, 600, max_facts=6, seed=2, repeat_share=repeat_share)
         assert hashlib.sha256("\x00".join(docs).encode()).hexdigest() == digest, repeat_share
+
+
+def test_the_command_passes_its_early_share_on(tmp_path, mini_train, gpt2_tokenizer):
+    out = tmp_path / "early.jsonl.zst"
+    assert main(["retrieval-docs", "--input", str(mini_train), "--tokenizer", str(gpt2_tokenizer), "--out", str(out),
+                 "--documents", "10", "--min-tokens", "400", "--max-tokens", "800", "--min-facts", "4",
+                 "--max-facts", "8", "--early-share", "1"]) == 0
+    depths = [d for line in zstandard.open(out, "rt", encoding="utf-8") for d in _depths(json.loads(line)["text"])]
+    assert len(depths) >= 40 and max(depths) < 0.3  # the quarter, and the word the cut waits for
 
 
 def test_the_command_writes_a_corpus_the_tokenizer_packs(tmp_path, mini_train, gpt2_tokenizer, capsys):

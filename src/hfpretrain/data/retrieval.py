@@ -94,7 +94,7 @@ def _cut_at_space(text: str, at: int) -> int:
 def retrieval_document(rng: random.Random, haystack: str, facts: list[tuple[str, str]],
                        early_share: float = 0.0) -> str:
     """``haystack`` with each fact inserted at a random depth (between words), an ``early_share`` of them in its
-    first quarter, then every question in a random order, each followed by its answer."""
+    first quarter (up to the next space), then every question in a random order, each followed by its answer."""
     def depth() -> int:
         # drawn only when a share is set: a seed's documents without it are those made before it existed
         if early_share and rng.random() < early_share:
