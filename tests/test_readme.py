@@ -87,7 +87,7 @@ def _recipe_commands() -> list[str]:
 
 
 def _check_scripts_and_flags(commands: list[str]) -> None:
-    helps: dict[str, str] = {}
+    helps: dict[str, set[str]] = {}
     for cmd in commands:
         argv = shlex.split(cmd)
         if argv[0] == "python" and argv[1].startswith("scripts/"):
