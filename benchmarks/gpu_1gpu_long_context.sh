@@ -185,7 +185,7 @@ tok 16384 out/mix6_bpe8k_16k --pack whole
 [ -f out/retrieval_val.jsonl.zst ] || python3 scripts/retrieval_docs.py --input "$MIX"/val.jsonl.zst \
   --tokenizer out/tok_bpe8k --documents 60 --min-tokens 1024 --max-tokens 16000 --min-facts 4 --max-facts 8 \
   --repeat-share 0.5 --seed 1 --out out/retrieval_val.jsonl.zst 2>&1 | tail -1 | tee -a "$N"
-# what made the file (a folder left on the machine is used as it is, whatever RETRIEVAL_ARGS say now)
+# what made the file, not what RETRIEVAL_ARGS ask for (a file left on the machine is not made again)
 made=$(python3 -c "import sys;from hfpretrain.data.retrieval import made_by;print(*made_by(sys.argv[1]) or '?')" \
   out/$RDOCS.jsonl.zst)
 echo "== data (${SECONDS}s): $RDOCS (made by: $made), $NAME: ${EXTRA:-the recipe}" | tee -a "$N"

@@ -22,6 +22,13 @@ QUESTION = re.compile(r"^(?:What is the (.+) of the (.+)\? The \1 of the \2 is (
                       r"|Question: the (.+) for the (.+)\? Answer: (\d+)\.)$")
 
 
+@pytest.fixture(scope="module")
+def count(gpt2_tokenizer):
+    """Tokens of each text of a list, as GPT-2 counts them (what the generator measures documents with)."""
+    tok = AutoTokenizer.from_pretrained(gpt2_tokenizer)
+    return lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]
+
+
 def _texts(path):
     return [row["text"] for row in generate_records(expand_inputs([path])) if not row["skip"]]
 
@@ -47,9 +54,7 @@ def _haystack(doc):
     return body
 
 
-def test_each_fact_is_hidden_once_and_asked_at_the_end(mini_train, gpt2_tokenizer):
-    tok = AutoTokenizer.from_pretrained(gpt2_tokenizer)
-    count = lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]  # noqa: E731
+def test_each_fact_is_hidden_once_and_asked_at_the_end(mini_train, count):
     texts = _texts(mini_train)
     docs = list(retrieval_documents(texts, count, documents=30, min_tokens=200, max_tokens=600, seed=3))
     assert len(docs) == 30
@@ -69,9 +74,7 @@ def test_each_fact_is_hidden_once_and_asked_at_the_end(mini_train, gpt2_tokenize
     assert list(retrieval_documents(texts, count, 30, 200, 600, seed=4)) != docs
 
 
-def test_a_repetitive_haystack_is_a_few_corpus_sentences_said_again(mini_train, gpt2_tokenizer):
-    tok = AutoTokenizer.from_pretrained(gpt2_tokenizer)
-    count = lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]  # noqa: E731
+def test_a_repetitive_haystack_is_a_few_corpus_sentences_said_again(mini_train, count):
     corpus = " ".join(" ".join(_texts(mini_train)).split())
     docs = list(retrieval_documents(_texts(mini_train), count, documents=12, min_tokens=500, max_tokens=900,
                                     min_facts=5, max_facts=5, repeat_share=1.0, seed=1))
@@ -87,9 +90,7 @@ def test_a_repetitive_haystack_is_a_few_corpus_sentences_said_again(mini_train, 
     assert 0 < sum(doc[:60] in doc[60:] for doc in mixed) < 40  # some repetitive, some not
 
 
-def test_a_statement_haystack_is_made_up_statements_said_again(mini_train, gpt2_tokenizer):
-    tok = AutoTokenizer.from_pretrained(gpt2_tokenizer)
-    count = lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]  # noqa: E731
+def test_a_statement_haystack_is_made_up_statements_said_again(mini_train, count):
     docs = list(retrieval_documents(_texts(mini_train), count, documents=12, min_tokens=500, max_tokens=900,
                                     min_facts=3, max_facts=3, statement_share=1.0, seed=1))
     assert max(count(docs)) <= 900
@@ -121,9 +122,7 @@ def _depths(doc):
     return depths
 
 
-def test_an_early_share_of_the_facts_is_hidden_in_the_first_quarter(mini_train, gpt2_tokenizer):
-    tok = AutoTokenizer.from_pretrained(gpt2_tokenizer)
-    count = lambda batch: [len(ids) for ids in tok(batch, add_special_tokens=False)["input_ids"]]  # noqa: E731
+def test_an_early_share_of_the_facts_is_hidden_in_the_first_quarter(mini_train, count):
     texts = _texts(mini_train)
 
     def depths(early_share):

@@ -85,8 +85,6 @@ def test_the_reproduce_commands_make_every_source_and_its_retrieval_documents(tm
     """A mixture's run is made again from all its sources: each source's tokenize command, and before one made of
     `hfpretrain retrieval-docs` output, the command that wrote it (the arguments its rows record); a source not on
     this machine is named as such."""
-    from pathlib import Path
-
     from hfpretrain.cli import main
     from hfpretrain.data import tokenize_corpus
     from hfpretrain.data.retrieval import made_by
