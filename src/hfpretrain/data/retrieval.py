@@ -17,19 +17,11 @@ sentences said again and again, as in logs, forms or RULER's noise haystack, whe
 and attention spread over them finds nothing; in corpus text the cue's words are rare, and a lookup learnt there
 fails among look-alikes as the context grows. Statement haystacks (``statement_share``): a few made-up statements of
 the passkey filler's form (``The lake is cold.``, none of its nouns or adjectives) said again and again, where the
-last words of a question (``... is``) alone point at thousands of wrong answers. Measured on best_small's 16k phase
-(docs/benchmarks.md § Long context): passkey at 16k 5% after corpus haystacks alone, with or without look-alike
-facts; 40-45% with half of them repetitive, whose misses said the filler's next word (``The pass key is`` ->
-`` green``: the question ends as the filler's statements do); 64% with a quarter repetitive and a quarter
-statements. That haystack shares the filler's form, so read the passkey beside the held-out retrieval score
-(``hfpretrain long-context --retrieval-docs``, documents without statements): it held (64% -> 66%), so the
-passkey's gain cost no retrieval elsewhere, though part of it may be the form. The misses left were far keys, which
-documents of 2k-16k tokens with 4-16 facts seldom ask for; with documents of 8k-16k tokens and 16-48 facts, which
-ask five times as many questions from more than 8,192 tokens back per token, 80% and 94% at 16k in two runs of the
-same recipe (a key in the prompt's far half: 60% and 88%; 32% in a run with the earlier documents). The keys still
-missed are mostly 13k-16k tokens back, where even those documents seldom ask (a fact at a uniform depth is that far
-from its question only in a document nearly that long): ``early_share`` puts a share of the facts in the haystack's
-first quarter, and asking ~50 times as often from 14k back gained nothing in a same-call A/B (92-94% against 94%).
+last words of a question (``... is``) alone point at thousands of wrong answers. Far facts (``early_share``): at
+uniform depths a fact is nearly a document's length from its question only in the longest documents, so a share of
+the facts goes in the haystack's first quarter. What each did on best_small's 16k phase (the repetitive and
+statement haystacks took passkey at 16k from 5% to 64%, longer documents with more facts to 80-94% in two runs,
+early facts nothing more) is in docs/training.md § Long context, the tables in docs/benchmarks.md.
 
 ``hfpretrain retrieval-docs`` writes them as Pile-format jsonl.zst, which ``hfpretrain tokenize`` packs (``--pack
 whole`` at the phase's length) into a source for ``data.sources`` / ``data.mixture`` (recipes/best_small_16k.yaml).
