@@ -303,3 +303,20 @@ def test_yarn_keeps_the_models_other_rope_parameters_and_chains():
     again = extend(glm, 8192, 4096)  # the extended model, extended again
     assert again["original_max_position_embeddings"] == 1024 and again["factor"] == 8.0
     assert glm.max_position_embeddings == 8192
+
+
+def test_yarn_factor_beyond_the_new_length():
+    """context.yarn_factor stretches the positions further than the new length needs (recipes/best_small_16k.yaml:
+    32 for 1,024 -> 16,384): YaRN takes the recipe's factor, and max_position_embeddings says how far it reaches."""
+    from hfpretrain.training.config import load_recipe
+    from hfpretrain.training.context import change_rope
+
+    config = load_config("qwen3_103m")
+    recipe = load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", "context.seq_len=16384",
+                                       "context.rope=yarn", "context.yarn_factor=32"])
+    change_rope(config, recipe, 1024)
+    assert config.rope_parameters["factor"] == 32.0
+    assert config.rope_parameters["original_max_position_embeddings"] == 1024
+    assert config.max_position_embeddings == 32768
+    shipped = load_recipe(REPO / "recipes" / "best_small_16k.yaml", ["data.path=x"])
+    assert shipped.context.yarn_factor == 2 * shipped.context.seq_len / shipped.context.from_seq_len
