@@ -20,8 +20,8 @@ the passkey filler's form (``The lake is cold.``, none of its nouns or adjective
 last words of a question (``... is``) alone point at thousands of wrong answers. Far facts (``early_share``): at
 uniform depths a fact is nearly a document's length from its question only in the longest documents, so a share of
 the facts goes in the haystack's first quarter. What each did on best_small's 16k phase (the repetitive and
-statement haystacks took passkey at 16k from 5% to 64%, longer documents with more facts to 76-94% in four runs,
-early facts nothing more) is in docs/training.md § Long context, the tables in docs/benchmarks.md.
+statement haystacks took passkey at 16k from 5% to 64%, longer documents with more facts to 76-94% in four runs
+(YaRN factor 16), early facts nothing more) is in docs/training.md § Long context, the tables in docs/benchmarks.md.
 
 ``hfpretrain retrieval-docs`` writes them as Pile-format jsonl.zst, which ``hfpretrain tokenize`` packs (``--pack
 whole`` at the phase's length) into a source for ``data.sources`` / ``data.mixture`` (recipes/best_small_16k.yaml).
