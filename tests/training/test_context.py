@@ -7,6 +7,7 @@ packed at 256: real runs on CPU, a few steps each.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -305,9 +306,10 @@ def test_yarn_keeps_the_models_other_rope_parameters_and_chains():
     assert glm.max_position_embeddings == 8192
 
 
-def test_yarn_factor_beyond_the_new_length():
+def test_yarn_factor_beyond_the_new_length(caplog):
     """context.yarn_factor stretches the positions further than the new length needs (recipes/best_small_16k.yaml:
-    32 for 1,024 -> 16,384): YaRN takes the recipe's factor, and max_position_embeddings says how far it reaches."""
+    32 for 1,024 -> 16,384): YaRN takes the recipe's factor, and max_position_embeddings says how far it reaches.
+    A factor short of the new length is a warning: the phase would train past the stretched range."""
     from hfpretrain.training.config import load_recipe
     from hfpretrain.training.context import change_rope
 
@@ -318,5 +320,10 @@ def test_yarn_factor_beyond_the_new_length():
     assert config.rope_parameters["factor"] == 32.0
     assert config.rope_parameters["original_max_position_embeddings"] == 1024
     assert config.max_position_embeddings == 32768
+    short = load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", "context.seq_len=65536",
+                                      "context.rope=yarn", "context.yarn_factor=32"])
+    with caplog.at_level(logging.WARNING, logger="hfpretrain"):
+        change_rope(load_config("qwen3_103m"), short, 1024)  # the recipe's factor, overridden to a longer phase
+    assert "short of context.seq_len=65536" in caplog.text and "at least 64" in caplog.text
     shipped = load_recipe(REPO / "recipes" / "best_small_16k.yaml", ["data.path=x"])
     assert shipped.context.yarn_factor == 2 * shipped.context.seq_len / shipped.context.from_seq_len
