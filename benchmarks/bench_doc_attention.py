@@ -123,7 +123,7 @@ def main():
                 out = f()
                 out.backward(grad)
                 diffs = [out - reference] + [x.grad - g for x, g in zip((q, k, v), ref_grads)]
-                result[f"{key}_max_abs_diff"] = max(float(d.abs().max()) for d in diffs)
+                result[f"{key}_max_abs_diff"] = max(float(d.detach().abs().max()) for d in diffs)
                 result[f"{key}_ms"] = cuda_ms(step(f), a.repeat)
             except Exception as exc:  # a kernel this torch lacks or refuses: say so, keep the others
                 result[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
