@@ -37,7 +37,8 @@ def main():
     eos = int(manifest["tokenizer"]["eos_token_id"])
     ids = torch.tensor(load_from_disk(f"{a.data}/train")[: a.batch]["input_ids"], device="cuda")
     B, S = ids.shape
-    doc = (document_positions(ids, eos) == 0).cumsum(-1)  # a document id per token
+    starts = document_positions(ids, eos) == 0
+    doc = starts.cumsum(-1)  # a document id per token
     kv_heads = a.kv_heads or a.heads
     q, k, v = (torch.randn(B, h, S, a.head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for h in (a.heads, kv_heads, kv_heads))
@@ -86,7 +87,7 @@ def main():
 
     # The variable-length kernels take the blocks as one sequence of documents: (tokens, heads, head_dim) and the
     # documents' cumulative lengths; no mask, no skipped blocks, no partial ones.
-    flat_start = (document_positions(ids, eos) == 0).flatten().nonzero().flatten()
+    flat_start = starts.flatten().nonzero().flatten()
     cu = torch.cat([flat_start, flat_start.new_tensor([B * S])]).to(torch.int32)
     longest = int(cu.diff().max())
     result["documents"], result["longest_document"] = len(cu) - 1, longest

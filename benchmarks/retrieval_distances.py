@@ -13,7 +13,7 @@ import json
 import zstandard
 from transformers import AutoTokenizer
 
-from hfpretrain.data.retrieval import asked_facts
+from hfpretrain.eval.long_context import tokenized_questions
 
 EDGES = (4096, 8192, 12288, 14336)
 
@@ -27,11 +27,9 @@ def main():
     documents = [json.loads(line)["text"] for line in zstandard.open(a.file, "rt", encoding="utf-8")]
     tokens, per_bin = 0, [0] * (len(EDGES) + 1)
     for document in documents:
-        offsets = tokenizer(document, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        starts = [start for start, _ in offsets]
-        tokens += len(starts)
-        for fact, answer, _ in asked_facts(document):
-            distance = bisect.bisect_right(starts, answer) - bisect.bisect_right(starts, fact)
+        ids, _, distances = tokenized_questions(tokenizer, document)
+        tokens += len(ids)
+        for distance in distances:
             per_bin[bisect.bisect_right(EDGES, distance)] += 1
     names = [f"<{EDGES[0]}"] + [f"{lo}-{hi}" for lo, hi in zip(EDGES, EDGES[1:])] + [f">={EDGES[-1]}"]
     print(f"{a.file}: {len(documents)} documents, {tokens / len(documents):,.0f} tokens each, "

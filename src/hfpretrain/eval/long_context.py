@@ -185,6 +185,19 @@ def distance_bins(longest: int) -> list[tuple[int, int]]:
     return bins
 
 
+def tokenized_questions(tokenizer, document: str) -> tuple[list[int], list[list[int]], list[int]]:
+    """``(ids, answers, distances)`` of a retrieval document (data/retrieval.py's format) tokenized whole: for each
+    question the tokens that spell its answer's value (BPE may join it to the space before it) and the distance in
+    tokens from its fact to the answer's first token."""
+    asked = asked_facts(document)
+    encoded = tokenizer(document, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    starts = [start for start, _ in offsets]
+    answers = [[t for t, (s, e) in enumerate(offsets) if e > lo and s < hi] for _, lo, hi in asked]
+    distances = [tokens[0] - (bisect.bisect_right(starts, fact) - 1) for (fact, _, _), tokens in zip(asked, answers)]
+    return ids, answers, distances
+
+
 @torch.no_grad()
 def retrieval_accuracy(model, tokenizer, documents: list[str]) -> dict:
     """``{"documents", "questions", "accuracy", "bins": [{"from", "to", "questions", "accuracy"}]}`` over the
@@ -194,19 +207,13 @@ def retrieval_accuracy(model, tokenizer, documents: list[str]) -> dict:
     device = _device(model)
     scored = []  # (distance, right)
     for document in documents:
-        asked = asked_facts(document)
-        encoded = tokenizer(document, add_special_tokens=False, return_offsets_mapping=True)
-        ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
-        starts = [start for start, _ in offsets]
-        # the tokens that spell each answer's value (BPE may join it to the space before it)
-        answers = [[t for t, (s, e) in enumerate(offsets) if e > lo and s < hi] for _, lo, hi in asked]
+        ids, answers, distances = tokenized_questions(tokenizer, document)
         keep = sorted({t - 1 for tokens in answers for t in tokens})
         logits = model(input_ids=torch.tensor([ids], device=device), use_cache=False,
                        logits_to_keep=torch.tensor(keep, device=device)).logits[0]
         guess = dict(zip(keep, logits.argmax(dim=-1).tolist()))
-        for (fact, _, _), tokens in zip(asked, answers):
-            right = all(guess[t - 1] == ids[t] for t in tokens)
-            scored.append((tokens[0] - (bisect.bisect_right(starts, fact) - 1), right))
+        for tokens, distance in zip(answers, distances):
+            scored.append((distance, all(guess[t - 1] == ids[t] for t in tokens)))
     if not scored:
         raise ValueError("no retrieval documents to score")
     bins = []

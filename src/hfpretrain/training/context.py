@@ -87,11 +87,12 @@ def change_rope(config, recipe: Recipe, from_seq_len: int) -> None:
         # from there (a 16k phase's model taken to 32k), not from the phase's starting length
         original = int(params.get("original_max_position_embeddings") or from_seq_len) if kind == "yarn" \
             else int(from_seq_len)
-        factor = float(ctx.yarn_factor or ctx.seq_len / original)
-        if factor < ctx.seq_len / original:  # allowed (inference-style YaRN does it), but seldom what a phase means
+        needed = ctx.seq_len / original
+        factor = float(ctx.yarn_factor or needed)
+        if factor < needed:  # allowed (inference-style YaRN does it), but seldom what a phase means
             logger.warning("context.yarn_factor=%g stretches %d positions to %d, short of context.seq_len=%d: the "
                            "phase trains past YaRN's range (a factor of at least %g covers it)", factor, original,
-                           round(original * factor), ctx.seq_len, ctx.seq_len / original)
+                           round(original * factor), ctx.seq_len, needed)
         # the model's other rotary parameters stay (partial_rotary_factor: GLM-4-MoE rotates half of each head)
         new = {**params, "rope_type": "yarn", "rope_theta": float(ctx.rope_theta or theta), "factor": factor,
                "original_max_position_embeddings": original}
