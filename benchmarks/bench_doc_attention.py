@@ -29,6 +29,8 @@ def main():
     ap.add_argument("--eager-mask", action="store_true",
                     help="build the block mask eagerly (its compile took minutes at 16k on an H100)")
     ap.add_argument("--skip-dense", action="store_true", help="leave out SDPA's dense mask (slow, much memory)")
+    ap.add_argument("--flex-options", nargs="*", default=[], metavar="JSON",
+                    help='flex attention kernel_options to time beside its defaults, e.g. \'{"USE_TMA": true}\'')
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -114,20 +116,24 @@ def main():
     reference = flex(q, k, v, block_mask=block_mask, enable_gqa=gqa)
     reference.backward(grad)
     ref_grads = [x.grad.clone() for x in (q, k, v)]
-    for name, fn in (("flash_varlen", flash_varlen), ("cudnn_varlen", cudnn_varlen)):
-        for compiled in (False, True):
-            key = name + ("_compiled" if compiled else "")
-            try:
-                f = torch.compile(fn) if compiled else fn
-                for x in (q, k, v):
-                    x.grad = None
-                out = f()
-                out.backward(grad)
-                diffs = [out - reference] + [x.grad - g for x, g in zip((q, k, v), ref_grads)]
-                result[f"{key}_max_abs_diff"] = max(float(d.detach().abs().max()) for d in diffs)
-                result[f"{key}_ms"] = cuda_ms(step(f), a.repeat)
-            except Exception as exc:  # a kernel this torch lacks or refuses: say so, keep the others
-                result[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    candidates = [(name + ("_compiled" if compiled else ""), torch.compile(fn) if compiled else fn)
+                  for name, fn in (("flash_varlen", flash_varlen), ("cudnn_varlen", cudnn_varlen))
+                  for compiled in (False, True)]
+    for options in map(json.loads, a.flex_options):
+        candidates.append((f"flex_document {json.dumps(options, sort_keys=True)}",
+                           lambda options=options: flex(q, k, v, block_mask=block_mask, enable_gqa=gqa,
+                                                        kernel_options=options)))
+    for key, f in candidates:
+        try:
+            for x in (q, k, v):
+                x.grad = None
+            out = f()
+            out.backward(grad)
+            diffs = [out - reference] + [x.grad - g for x, g in zip((q, k, v), ref_grads)]
+            result[f"{key}_max_abs_diff"] = max(float(d.detach().abs().max()) for d in diffs)
+            result[f"{key}_ms"] = cuda_ms(step(f), a.repeat)
+        except Exception as exc:  # a kernel or option this torch lacks or refuses: say so, keep the others
+            result[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     print(json.dumps(result, indent=1))
     if a.out:
         json.dump(result, open(a.out, "w"), indent=1)
