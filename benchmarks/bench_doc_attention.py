@@ -6,6 +6,7 @@ Prints milliseconds per call, the block mask's build time and sparsity, and the 
 that a slow training step can be placed (kernel, mask, or compilation).
 
     python benchmarks/bench_doc_attention.py out/mix6_bpe8k_16k --batch 4 --heads 8 --head-dim 128 [--out r.json]
+    python benchmarks/bench_doc_attention.py out/mix6_bpe8k_16k --row-len 2048 --batch 32 ...   # the same as 2k rows
 """
 import argparse
 import json
@@ -31,13 +32,22 @@ def main():
     ap.add_argument("--skip-dense", action="store_true", help="leave out SDPA's dense mask (slow, much memory)")
     ap.add_argument("--flex-options", nargs="*", default=[], metavar="JSON",
                     help='flex attention kernel_options to time beside its defaults, e.g. \'{"USE_TMA": true}\'')
+    ap.add_argument("--row-len", type=int, default=0,
+                    help="cut the blocks into rows of this many tokens (2048: 16k blocks as 2k rows; --batch counts "
+                         "the rows)")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--out")
     a = ap.parse_args()
     from datasets import load_from_disk
     manifest = json.load(open(f"{a.data}/manifest.json"))
     eos = int(manifest["tokenizer"]["eos_token_id"])
-    ids = torch.tensor(load_from_disk(f"{a.data}/train")[: a.batch]["input_ids"], device="cuda")
+    seq_len = int(manifest["seq_len"])
+    row_len = a.row_len or seq_len
+    if seq_len % row_len:
+        raise SystemExit(f"error: --row-len {row_len} does not divide {a.data}'s seq_len {seq_len}")
+    blocks = -(-a.batch * row_len // seq_len)
+    ids = torch.tensor(load_from_disk(f"{a.data}/train")[:blocks]["input_ids"], device="cuda")
+    ids = ids.reshape(-1, row_len)[: a.batch]
     B, S = ids.shape
     starts = document_positions(ids, eos) == 0
     doc = starts.cumsum(-1)  # a document id per token

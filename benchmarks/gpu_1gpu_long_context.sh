@@ -15,9 +15,9 @@
 #   STAGE=flexdiag where flex attention's time goes: benchmarks/bench_doc_attention.py (the attention alone, fwd+bwd,
 #                 SDPA causal / SDPA + dense mask / flex + block mask, on real 16k and 2k blocks), then the 16k flex run
 #                 logging every step, with dynamo's recompiles and graph breaks in $OUT/flex_dynamo.log.
-#   STAGE=kernels flex attention's kernel options that a document mask allows, and TMA, against its
-#                 defaults, the attention alone at the 1.8B shape's heads (16 query, 8 key/value) on out/probe_16k's 4
-#                 blocks and out/probe_2k's 32 rows (carry both: 544 KB each).
+#   STAGE=kernels flex attention's kernel options against its defaults (the attention alone, fwd+bwd), at the 1.8B
+#                 shape's heads (16 query, 8 key/value) on the first 4 blocks of the 16k data, and on the same cut
+#                 into 32 rows of 2k.
 #   STAGE=maskloss the document mask's effect on the loss, same call: recipes/best_small.yaml on the 2k data (--pack
 #                 whole) at a quarter of its budget (MASK_FLOPS, default 3.36e16: ~80 s of training), with and
 #                 without model.document_mask; the final bits per byte of both on the same validation blocks,
@@ -138,13 +138,16 @@ if [ "$STAGE" = flexdiag ]; then
   grep '"event": "log"' runs/lc_s16k_flex/log.jsonl | cut -c1-300 > "$OUT/flex_steps.log"
   exit 0
 fi
-if [ "$STAGE" = kernels ]; then  # the options a document mask allows (each row attends to itself; each row's blocks
-  # run from its document's start to the diagonal) and Hopper's tensor memory accelerator
+if [ "$STAGE" = kernels ]; then  # Hopper's tensor memory accelerator, and two promises that a document mask seemed to
+  # allow (each row attends to itself; a row's blocks run from its document's start to the diagonal), which gave NaN
+  # with flex's block mask (docs/benchmarks.md § Long context)
+  tok 16384 out/mix6_bpe8k_16k --pack whole
   opts=('{"USE_TMA": true}' '{"ROWS_GUARANTEED_SAFE": true, "BLOCKS_ARE_CONTIGUOUS": true}'
         '{"USE_TMA": true, "ROWS_GUARANTEED_SAFE": true, "BLOCKS_ARE_CONTIGUOUS": true}')
-  for spec in "16k 4" "2k 32"; do set -- $spec
-    timeout -k 5 300 python3 benchmarks/bench_doc_attention.py out/probe_$1 --batch $2 --heads 16 --kv-heads 8 \
-      --skip-dense --eager-mask --flex-options "${opts[@]}" --out "$OUT/attn_$1.json" > "$OUT/attn_$1.log" 2>&1
+  for spec in "16k 4 16384" "2k 32 2048"; do set -- $spec
+    timeout -k 5 300 python3 benchmarks/bench_doc_attention.py out/mix6_bpe8k_16k --batch $2 --row-len $3 \
+      --heads 16 --kv-heads 8 --skip-dense --eager-mask --flex-options "${opts[@]}" --out "$OUT/attn_$1.json" \
+      > "$OUT/attn_$1.log" 2>&1
     echo "== attention $1 rc $? (${SECONDS}s)" | tee -a "$N"; grep -E '"flex|_ms"|error' "$OUT/attn_$1.log" | tee -a "$N"
   done
   exit 0
