@@ -41,13 +41,13 @@ def main():
     from datasets import load_from_disk
     manifest = json.load(open(f"{a.data}/manifest.json"))
     eos = int(manifest["tokenizer"]["eos_token_id"])
-    seq_len = int(manifest["seq_len"])
+    train = load_from_disk(f"{a.data}/train")
+    seq_len = len(train[0]["input_ids"])
     row_len = a.row_len or seq_len
     if seq_len % row_len:
-        raise SystemExit(f"error: --row-len {row_len} does not divide {a.data}'s seq_len {seq_len}")
+        raise SystemExit(f"error: --row-len {row_len} does not divide {a.data}'s blocks of {seq_len} tokens")
     blocks = -(-a.batch * row_len // seq_len)
-    ids = torch.tensor(load_from_disk(f"{a.data}/train")[:blocks]["input_ids"], device="cuda")
-    ids = ids.reshape(-1, row_len)[: a.batch]
+    ids = torch.tensor(train[:blocks]["input_ids"], device="cuda").reshape(-1, row_len)[: a.batch]
     B, S = ids.shape
     starts = document_positions(ids, eos) == 0
     doc = starts.cumsum(-1)  # a document id per token

@@ -40,6 +40,20 @@ def test_forced_backend(monkeypatch):
         choose_attn_implementation("flash")
 
 
+def test_flex_attention_fa4_is_refused_without_its_package_or_a_gpu(monkeypatch):
+    """flash-attention 4 is a beta that auto never picks; forced, it needs the package and a CUDA GPU. The real
+    probe first: this machine has neither."""
+    with pytest.raises(ValueError, match=r"flex_attention_fa4 was forced but (flash-attn-4 \(flash_attn.cute\) is "
+                                         r"not installed|no CUDA GPU)"):
+        choose_attn_implementation("flex_attention_fa4")
+    monkeypatch.setattr(backend, "_flash_cute_importable", lambda: (True, "flash-attn-4 imports"))
+    monkeypatch.setattr(backend, "_cuda_available", lambda: False)
+    with pytest.raises(ValueError, match="flex_attention_fa4 was forced but no CUDA GPU"):
+        choose_attn_implementation("flex_attention_fa4")
+    monkeypatch.setattr(backend, "_cuda_available", lambda: True)
+    assert choose_attn_implementation("flex_attention_fa4") == ("flex_attention_fa4", "forced by config")
+
+
 def test_cpu_choice_is_real():
     # this machine has no flash-attn / GPU: the real probes pick sdpa
     impl, _ = choose_attn_implementation()

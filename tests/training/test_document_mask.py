@@ -37,10 +37,17 @@ def test_attended_length_is_the_token_mean_of_its_document_length():
     assert attended_length(no_eos, EOS) == 4  # one document over the whole block
 
 
-@pytest.mark.parametrize("name,attn", [("tiny", "sdpa"), ("gpt2_124m", "sdpa"), ("tiny", "flex_attention")])
-def test_a_document_sees_only_itself(name, attn):
+@pytest.mark.parametrize("name,attn", [("tiny", "sdpa"), ("gpt2_124m", "sdpa"), ("tiny", "flex_attention"),
+                                       ("tiny", "flex_attention_fa4")])
+def test_a_document_sees_only_itself(name, attn, monkeypatch):
     """With the document positions, the second document's logits equal those of the document alone: no
-    attention across the end-of-text, positions (RoPE or learned) from its own start."""
+    attention across the end-of-text, positions (RoPE or learned) from its own start. flex_attention_fa4 is
+    flex attention with flash-attention 4's kernels on a GPU (benchmarks/gpu_tests.sh); on a CPU, flex attention's
+    reference ignores the kernel choice, so this checks its wiring (mask and attention) through transformers."""
+    if attn == "flex_attention_fa4":  # the package and a GPU, which build_model requires, are not here
+        from hfpretrain.models import backend
+        monkeypatch.setattr(backend, "_flash_cute_importable", lambda: (True, "flash-attn-4 imports"))
+        monkeypatch.setattr(backend, "_cuda_available", lambda: True)
     torch.manual_seed(0)
     small = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
              "head_dim": 16, "intermediate_size": 128} if name == "tiny" else {"n_layer": 2, "n_embd": 64, "n_head": 4}

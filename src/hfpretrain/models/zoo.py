@@ -17,7 +17,8 @@ from typing import Any
 
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-from hfpretrain.models.backend import PACKED_SDPA, choose_attn_implementation, register_packed_sdpa
+from hfpretrain.models.backend import (FLEX_FA4, PACKED_SDPA, choose_attn_implementation, register_flex_fa4,
+                                       register_packed_sdpa)
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +223,8 @@ def build_model(
     logger.info("attention backend: %s (%s)", impl, reason)
     if impl == PACKED_SDPA:
         register_packed_sdpa()
+    elif impl == FLEX_FA4:
+        register_flex_fa4()
     kwargs = {"attn_implementation": impl}
     if experts_implementation is not None:
         if not is_moe(config):
