@@ -11,7 +11,9 @@
 #   STAGE=large   the 1.8B shape (recipes/qwen3_1p8b_1gpu.yaml) at 2k and 16k, document mask, flex attention: the
 #                 issue's throughput row for a model whose attention is a smaller share of its FLOPs. An A/B in one
 #                 call: run it again with NAME=at EXTRA='model.compile_mode=max-autotune-no-cudagraphs' (overrides
-#                 split at spaces; NAME prefixes the runs' names, default l).
+#                 split at spaces; NAME prefixes the runs' names, default l). With flash-attention 4 installed
+#                 (results/long_context_2026-11-27/fa4/README.md says how it travels):
+#                 NAME=fa4 EXTRA='model.attn_implementation=flex_attention_fa4' STAGE=large.
 #   STAGE=flexdiag where flex attention's time goes: benchmarks/bench_doc_attention.py (the attention alone, fwd+bwd,
 #                 SDPA causal / SDPA + dense mask / flex + block mask, on real 16k and 2k blocks), then the 16k flex run
 #                 logging every step, with dynamo's recompiles and graph breaks in $OUT/flex_dynamo.log.

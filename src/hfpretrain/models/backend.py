@@ -16,8 +16,9 @@ out), so a checkpoint loads with plain transformers.
 
 ``flex_attention_fa4`` is transformers' flex attention (its block mask, e.g. the document mask) run by
 PyTorch's ``BACKEND: "FLASH"``: flash-attention 4's CuTe kernels (the ``flash-attn-4`` package) in place of the
-Triton ones. On an H200 it ran the document mask's attention at 16k 7.5% faster than Triton and at 2k as fast
-(docs/benchmarks.md § Long context); an explicit choice only, as the package is a beta that ``auto`` never assumes.
+Triton ones. On an H200 it ran the document mask's attention at 16k 7.5% faster than Triton's and at 2k as fast,
+and trained the 1.8B shape at 16k 4.9% faster (docs/benchmarks.md § Long context); an explicit choice only, as the
+package is a beta that ``auto`` never assumes.
 """
 
 from __future__ import annotations
