@@ -42,8 +42,9 @@ def test_attended_length_is_the_token_mean_of_its_document_length():
 def test_a_document_sees_only_itself(name, attn, monkeypatch):
     """With the document positions, the second document's logits equal those of the document alone: no
     attention across the end-of-text, positions (RoPE or learned) from its own start. flex_attention_fa4 is
-    flex attention with flash-attention 4's kernels on a GPU (benchmarks/gpu_tests.sh); on a CPU, flex attention's
-    reference ignores the kernel choice, so this checks its wiring (mask and attention) through transformers."""
+    flex attention with flash-attention 4's kernels on a GPU (checked against Triton's there by
+    benchmarks/bench_doc_attention.py --flex-options '{"BACKEND": "FLASH"}'); on a CPU, flex attention's reference
+    ignores the kernel choice, so this checks its wiring (mask and attention) through transformers."""
     if attn == "flex_attention_fa4":  # the package and a GPU, which build_model requires, are not here
         from hfpretrain.models import backend
         monkeypatch.setattr(backend, "_flash_cute_importable", lambda: (True, "flash-attn-4 imports"))
