@@ -1,6 +1,8 @@
 import logging
+import sys
 
 import pytest
+import torch
 
 from hfpretrain.models import backend, build_model, choose_attn_implementation, load_config
 
@@ -42,10 +44,10 @@ def test_forced_backend(monkeypatch):
 
 def test_flex_attention_fa4_is_refused_without_its_package_or_a_gpu(monkeypatch):
     """flash-attention 4 is a beta that auto never picks; forced, it needs the package and a CUDA GPU. The real
-    probe first: this machine has neither."""
-    with pytest.raises(ValueError, match=r"flex_attention_fa4 was forced but (flash-attn-4 \(flash_attn.cute\) is "
-                                         r"not installed|no CUDA GPU)"):
-        choose_attn_implementation("flex_attention_fa4")
+    probes first, where this machine lacks either."""
+    if not (backend._flash_cute_importable()[0] and torch.cuda.is_available()):
+        with pytest.raises(ValueError, match=r"flex_attention_fa4 was forced but (flash-attn-4|no CUDA GPU)"):
+            choose_attn_implementation("flex_attention_fa4")
     monkeypatch.setattr(backend, "_flash_cute_importable", lambda: (True, "flash-attn-4 imports"))
     monkeypatch.setattr(backend, "_cuda_available", lambda: False)
     with pytest.raises(ValueError, match="flex_attention_fa4 was forced but no CUDA GPU"):
@@ -115,3 +117,40 @@ def test_packed_sdpa_equals_sdpa_and_builds_no_mask(name, tmp_path):
     assert "sdpa_packed" not in (tmp_path / "config.json").read_text()
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
     assert reloaded.config._attn_implementation == "sdpa"
+
+
+def test_flash_attn_4_alone_is_not_flash_attention_2(tmp_path, monkeypatch):
+    """flash-attn-4 installs flash_attn/cute only: a namespace package without flash_attn_func, which auto must not
+    take for flash-attention 2; and a cute package that fails to import is refused by name, not left to inductor."""
+    (tmp_path / "flash_attn" / "cute").mkdir(parents=True)
+    (tmp_path / "flash_attn" / "cute" / "__init__.py").write_text("import no_such_cute_dsl\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("flash_attn", "flash_attn.cute"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert backend._flash_attn_importable() == (False, "flash-attn (2) is not installed, only flash_attn.cute")
+    ok, why = backend._flash_cute_importable()
+    assert not ok and why.startswith("flash-attn-4 fails to import (ModuleNotFoundError") and "no_such_cute_dsl" in why
+    (tmp_path / "flash_attn" / "cute" / "__init__.py").write_text("")
+    monkeypatch.delitem(sys.modules, "flash_attn.cute", raising=False)
+    assert backend._flash_cute_importable() == (True, "flash-attn-4 imports")
+
+
+def test_flex_attention_fa4_asks_torch_for_the_flash_backend():
+    """Registered (twice: idempotent) under its own name for attention and mask, and its calls reach torch's flex
+    attention with BACKEND "FLASH": torch refuses that beside the legacy FORCE_USE_FLEX_ATTENTION, which shows the
+    option arrived (on a CPU torch's reference otherwise ignores the backend)."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flex_attention_mask as mask_fn
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    backend.register_flex_fa4()
+    backend.register_flex_fa4()
+    assert ALL_ATTENTION_FUNCTIONS["flex_attention_fa4"] is backend.flex_fa4_attention_forward
+    assert ALL_MASK_ATTENTION_FUNCTIONS["flex_attention_fa4"] is mask_fn
+    model = build_model(load_config("tiny", {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4,
+                                             "num_key_value_heads": 4, "head_dim": 16, "intermediate_size": 64},
+                                    vocab_size=64), attn_implementation="sdpa").eval()
+    attention = model.model.layers[0].self_attn
+    q = torch.randn(1, 4, 128, 16)
+    with pytest.raises(Exception, match="BACKEND cannot be combined"):
+        backend.flex_fa4_attention_forward(attention, q, q, q, None,
+                                           kernel_options={"FORCE_USE_FLEX_ATTENTION": True})

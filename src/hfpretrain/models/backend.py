@@ -16,9 +16,9 @@ out), so a checkpoint loads with plain transformers.
 
 ``flex_attention_fa4`` is transformers' flex attention (its block mask, e.g. the document mask) run by
 PyTorch's ``BACKEND: "FLASH"``: flash-attention 4's CuTe kernels (the ``flash-attn-4`` package) in place of the
-Triton ones. On an H200 it ran the document mask's attention at 16k 7.5% faster than Triton's and at 2k as fast,
-and trained the 1.8B shape at 16k 4.9% faster (docs/benchmarks.md § Long context); an explicit choice only, as the
-package is a beta that ``auto`` never assumes.
+Triton ones. On an H200 it ran the document mask's attention at 16k in 7.5% less time than Triton's (at 2k in 1.2%
+more), and trained the 1.8B shape at 16k with 4.9% more tokens/s in one same-call A/B (docs/benchmarks.md § Long
+context); an explicit choice only, as the package is a beta that ``auto`` never assumes.
 """
 
 from __future__ import annotations
@@ -51,9 +51,15 @@ def _flash_attn_importable() -> tuple[bool, str]:
 def _flash_cute_importable() -> tuple[bool, str]:
     try:
         found = importlib.util.find_spec("flash_attn.cute") is not None
-    except ImportError:  # a flash_attn without the cute subpackage, or a broken one
+    except ImportError:  # a flash_attn without the cute subpackage
         found = False
-    return (True, "flash-attn-4 imports") if found else (False, "flash-attn-4 (flash_attn.cute) is not installed")
+    if not found:
+        return False, "flash-attn-4 (flash_attn.cute) is not installed"
+    try:  # imported here, so that a broken install (e.g. its CuTe DSL missing) is one line now, not an inductor error
+        importlib.import_module("flash_attn.cute")
+    except Exception as exc:
+        return False, f"flash-attn-4 fails to import ({type(exc).__name__}: {exc})"
+    return True, "flash-attn-4 imports"
 
 
 def _sdpa_available() -> bool:
