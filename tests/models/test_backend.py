@@ -127,12 +127,17 @@ def test_flash_attn_4_alone_is_not_flash_attention_2(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in ("flash_attn", "flash_attn.cute"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    assert backend._flash_attn_importable() == (False, "flash-attn (2) is not installed, only flash_attn.cute")
-    ok, why = backend._flash_cute_importable()
-    assert not ok and why.startswith("flash-attn-4 fails to import (ModuleNotFoundError") and "no_such_cute_dsl" in why
-    (tmp_path / "flash_attn" / "cute" / "__init__.py").write_text("")
-    monkeypatch.delitem(sys.modules, "flash_attn.cute", raising=False)
-    assert backend._flash_cute_importable() == (True, "flash-attn-4 imports")
+    try:
+        assert backend._flash_attn_importable() == (False, "flash-attn (2) is not installed, only flash_attn.cute")
+        ok, why = backend._flash_cute_importable()
+        assert not ok and why.startswith("flash-attn-4 fails to import (ModuleNotFoundError")
+        assert "no_such_cute_dsl" in why
+        (tmp_path / "flash_attn" / "cute" / "__init__.py").write_text("")
+        sys.modules.pop("flash_attn.cute", None)
+        assert backend._flash_cute_importable() == (True, "flash-attn-4 imports")
+    finally:  # the fake package must not outlive the test in this worker's module cache
+        for name in [n for n in sys.modules if n == "flash_attn" or n.startswith("flash_attn.")]:
+            del sys.modules[name]
 
 
 def test_flex_attention_fa4_asks_torch_for_the_flash_backend():
