@@ -90,12 +90,17 @@ def main():
     result["block_mask_sparsity"] = block_mask.sparsity() / 100
     causal_mask = build(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, B, None, S, S, device="cuda")
     flex = torch.compile(flex_attention)
+
+    def flex_on(mask, options=None):
+        return flex(q, k, v, block_mask=mask, enable_gqa=gqa, kernel_options=options)
+
     for name, mask in (("flex_document", block_mask), ("flex_causal", causal_mask)):
+        run = step(lambda: flex_on(mask))
         t = time.perf_counter()
-        step(lambda: flex(q, k, v, block_mask=mask, enable_gqa=gqa))()
+        run()
         torch.cuda.synchronize()
         result[f"{name}_first_s"] = time.perf_counter() - t
-        result[f"{name}_ms"] = cuda_ms(step(lambda: flex(q, k, v, block_mask=mask, enable_gqa=gqa)), a.repeat)
+        result[f"{name}_ms"] = cuda_ms(run, a.repeat)
 
     # The variable-length kernels take the blocks as one sequence of documents: (tokens, heads, head_dim) and the
     # documents' cumulative lengths; no mask, no skipped blocks, no partial ones.
@@ -121,9 +126,12 @@ def main():
                                                       True, False)[0]
         return unpacked(out)
 
-    for x in (q, k, v):
-        x.grad = None  # the timed calls above accumulated theirs
-    reference = flex(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+    def clear_grads():  # every timed call accumulates into them
+        for x in (q, k, v):
+            x.grad = None
+
+    clear_grads()
+    reference = flex_on(block_mask)
     reference.backward(grad)
     ref_grads = [x.grad.clone() for x in (q, k, v)]
     candidates = [(name + ("_compiled" if compiled else ""), torch.compile(fn) if compiled else fn)
@@ -131,12 +139,10 @@ def main():
                   for compiled in (False, True)]
     for options in map(json.loads, a.flex_options):
         candidates.append((f"flex_document {json.dumps(options, sort_keys=True)}",
-                           lambda options=options: flex(q, k, v, block_mask=block_mask, enable_gqa=gqa,
-                                                        kernel_options=options)))
+                           lambda options=options: flex_on(block_mask, options)))
     for key, f in candidates:
         try:
-            for x in (q, k, v):
-                x.grad = None
+            clear_grads()
             out = f()
             out.backward(grad)
             diffs = [out - reference] + [x.grad - g for x, g in zip((q, k, v), ref_grads)]

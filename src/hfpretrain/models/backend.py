@@ -120,18 +120,12 @@ def choose_attn_implementation(requested: str = "auto") -> tuple[str, str]:
             raise ValueError(
                 f"unknown attention implementation {requested!r}; choose 'auto' or one of {KNOWN_IMPLEMENTATIONS}"
             )
-        if requested == "flash_attention_2":
-            ok, why = _flash_attn_importable()
+        if requested in ("flash_attention_2", FLEX_FA4):  # a package's CUDA kernels: the package, then a GPU
+            ok, why = _flash_attn_importable() if requested == "flash_attention_2" else _flash_cute_importable()
             if not ok:
-                raise ValueError(f"flash_attention_2 was forced but {why}")
+                raise ValueError(f"{requested} was forced but {why}")
             if not _cuda_available():
-                raise ValueError("flash_attention_2 was forced but no CUDA GPU is available")
-        if requested == FLEX_FA4:
-            ok, why = _flash_cute_importable()
-            if not ok:
-                raise ValueError(f"{FLEX_FA4} was forced but {why}")
-            if not _cuda_available():
-                raise ValueError(f"{FLEX_FA4} was forced but no CUDA GPU is available")
+                raise ValueError(f"{requested} was forced but no CUDA GPU is available")
         if requested in ("sdpa", PACKED_SDPA) and not _sdpa_available():
             raise ValueError(f"{requested} was forced but torch has no scaled_dot_product_attention")
         return requested, "forced by config"
