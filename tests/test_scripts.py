@@ -15,3 +15,23 @@ def test_script_help(script):
     proc = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage" in proc.stdout.lower()
+
+
+RUNBOOKS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.sh"))
+
+
+@pytest.mark.parametrize("runbook", RUNBOOKS, ids=[r.name for r in RUNBOOKS])
+def test_runbook_parses(runbook):
+    """A shell slip in a GPU runbook would otherwise cost a device call to find."""
+    proc = subprocess.run(["bash", "-n", str(runbook)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_long_context_runbook_names_its_stages(tmp_path):
+    runbook = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_1gpu_long_context.sh"
+    proc = subprocess.run(["bash", str(runbook)], cwd=runbook.parents[1], capture_output=True, text=True, timeout=60,
+                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "STAGE": "bogus",
+                               "OUT": str(tmp_path)})
+    assert proc.returncode == 2
+    assert "got 'bogus'" in proc.stderr and "small, largedata" in proc.stderr
+    assert not (tmp_path / "notes.txt").exists()  # refused before any work
