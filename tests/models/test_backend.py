@@ -56,6 +56,17 @@ def test_flex_attention_fa4_is_refused_without_its_package_or_a_gpu(monkeypatch)
     assert choose_attn_implementation("flex_attention_fa4") == ("flex_attention_fa4", "forced by config")
 
 
+def test_models_built_from_one_config_keep_their_own_backend():
+    """transformers writes the backend into the config it is given: without a copy, a second model built from the
+    same config switched the first one's attention too (an A/B of two backends then compared one with itself)."""
+    cfg = load_config("tiny", vocab_size=64)
+    plain = build_model(cfg, attn_implementation="sdpa")
+    packed = build_model(cfg, attn_implementation="sdpa_packed")
+    assert plain.config is not packed.config
+    assert (plain.config._attn_implementation, packed.config._attn_implementation) == ("sdpa", "sdpa_packed")
+    assert plain.model.layers[0].self_attn.config._attn_implementation == "sdpa"
+
+
 def test_cpu_choice_is_real():
     # this machine has no flash-attn / GPU: the real probes pick sdpa
     impl, _ = choose_attn_implementation()
@@ -159,3 +170,43 @@ def test_flex_attention_fa4_asks_torch_for_the_flash_backend():
     with pytest.raises(Exception, match="BACKEND cannot be combined"):
         backend.flex_fa4_attention_forward(attention, q, q, q, None,
                                            kernel_options={"FORCE_USE_FLEX_ATTENTION": True})
+
+
+@pytest.mark.gpu
+def test_flex_attention_fa4_on_a_gpu_matches_triton():
+    """With flash-attn-4 on a GPU (benchmarks/gpu_tests.sh): a document-masked training step gives flex attention's
+    Triton loss and gradients (bf16), and the calls a run makes besides training work under it and agree too: a
+    forward at a length that is no multiple of the kernels' tiles (a passkey prompt) and a cached decoding step."""
+    from hfpretrain.data.order import document_positions
+
+    ok, why = backend._flash_cute_importable()
+    if not ok:
+        pytest.skip(why)
+    cfg = load_config("tiny", {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+                               "head_dim": 64, "intermediate_size": 512}, vocab_size=512)
+    torch.manual_seed(0)
+    triton = build_model(cfg, attn_implementation="flex_attention").cuda().to(torch.bfloat16)
+    fa4 = build_model(cfg, attn_implementation="flex_attention_fa4").cuda().to(torch.bfloat16)
+    fa4.load_state_dict(triton.state_dict())
+    eos = 7
+    ids = torch.randint(8, 512, (2, 1024), device="cuda")
+    ids[:, [100, 450, 700]] = eos  # four documents a row
+    positions = document_positions(ids, eos)
+    losses, grads = [], []
+    for model in (triton, fa4):
+        model.train()
+        loss = model(input_ids=ids, position_ids=positions, labels=ids).loss
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(torch.cat([p.grad.float().flatten() for p in model.parameters()]))
+    assert losses[1] == pytest.approx(losses[0], rel=1e-2)
+    assert torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
+
+    prompt = ids[:1, :777]
+    with torch.no_grad():
+        triton.eval(), fa4.eval()
+        full = [m(input_ids=prompt).logits.float() for m in (triton, fa4)]
+        torch.testing.assert_close(full[1], full[0], atol=0.1, rtol=0.05)
+        cache = fa4(input_ids=prompt[:, :-1], use_cache=True).past_key_values
+        step = fa4(input_ids=prompt[:, -1:], past_key_values=cache, use_cache=True).logits.float()
+        torch.testing.assert_close(step[:, -1], full[1][:, -1], atol=0.1, rtol=0.05)

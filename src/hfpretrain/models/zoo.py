@@ -8,6 +8,7 @@ things on top of ``AutoConfig``: zoo names, checked overrides, and vocab sizing 
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import logging
@@ -221,6 +222,9 @@ def build_model(
     """
     impl, reason = resolve_attn_implementation(config, attn_implementation)
     logger.info("attention backend: %s (%s)", impl, reason)
+    # transformers sets the backend on the config it is given and the model keeps that object: two models built
+    # from one config would both run the last one's backend
+    config = copy.deepcopy(config)
     if impl == PACKED_SDPA:
         register_packed_sdpa()
     elif impl == FLEX_FA4:
