@@ -16,7 +16,7 @@
 #                 NAME=fa4 EXTRA='model.attn_implementation=flex_attention_fa4' STAGE=large.
 #   STAGE=small   the same at best_small's shape (65,536 tokens per micro-batch, as STAGE=speed; NAME, EXTRA and
 #                 LENGTHS as there).
-#   STAGE=largedata the CPU work of STAGE=large and STAGE=small (their blocks), beside STAGE=base.
+#   STAGE=largedata the CPU work of STAGE=large and STAGE=small (their blocks at LENGTHS), beside STAGE=base.
 #   STAGE=flexdiag where flex attention's time goes: benchmarks/bench_doc_attention.py (the attention alone, fwd+bwd,
 #                 SDPA causal / SDPA + dense mask / flex + block mask, on real 16k and 2k blocks), then the 16k flex run
 #                 logging every step, with dynamo's recompiles and graph breaks in $OUT/flex_dynamo.log.
@@ -48,12 +48,12 @@
 #   source .carry/setup.sh && STAGE=base bash benchmarks/gpu_1gpu_long_context.sh  # beside it: STAGE=data
 #   source .carry/setup.sh && STAGE=extend bash benchmarks/gpu_1gpu_long_context.sh
 set -o pipefail
-source benchmarks/gpu_omegaconf.sh || exit 2
-OUT=${OUT:-out/bench}; mkdir -p "$OUT"; N="$OUT/notes.txt"
-export TOKENIZERS_PARALLELISM=false
 case "${STAGE:-}" in speed|flex|large|small|largedata|flexdiag|kernels|maskloss|base|data|extend) ;;
   *) echo "STAGE=speed, flex, large, small, largedata, flexdiag, kernels, maskloss, base, data or extend (got '${STAGE:-}')" >&2
      exit 2 ;; esac
+source benchmarks/gpu_omegaconf.sh || exit 2
+OUT=${OUT:-out/bench}; mkdir -p "$OUT"; N="$OUT/notes.txt"
+export TOKENIZERS_PARALLELISM=false
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$N"
 BUDGET_S=${BUDGET_S:-570}
 MIX=${MIX:-.carry/data/pretrain/mix}  # the shards' folder (another where a study's call stashed them)
@@ -114,30 +114,27 @@ if [ "$STAGE" = flex ]; then  # same call: the document mask through SDPA's dens
   speed s2k_nomask 2048 out/mix6_bpe8k_2k training.per_device_train_batch_size=32 model.attn_implementation=sdpa_packed
   exit 0
 fi
-large_data() {  # the 1.8B shape's blocks (Qwen3's tokenizer): one shard is enough for 30 steps
-  for L in 2048 16384; do
-    [ -f out/mix1_qwen3_$L/manifest.json ] || python3 scripts/tokenize_pile.py --input "$MIX"/train-00000.jsonl.zst \
-      --val-input "$MIX"/val.jsonl.zst --val-docs 1000 --tokenizer "$DATA_ROOT/tokenizers/qwen3" --seq-len $L \
-      --out out/mix1_qwen3_$L --num-proc 16 -q --pack whole 2>&1 | tail -1
-  done
+large_data() {  # seq_len: the 1.8B shape's blocks (Qwen3's tokenizer); one shard is enough for 30 steps
+  [ -f out/mix1_qwen3_$1/manifest.json ] || python3 scripts/tokenize_pile.py --input "$MIX"/train-00000.jsonl.zst \
+    --val-input "$MIX"/val.jsonl.zst --val-docs 1000 --tokenizer "$DATA_ROOT/tokenizers/qwen3" --seq-len $1 \
+    --out out/mix1_qwen3_$1 --num-proc 16 -q --pack whole 2>&1 | tail -1
 }
 if [ "$STAGE" = largedata ]; then  # the CPU work of STAGE=large and STAGE=small, beside STAGE=base
-  large_data; tok 2048 out/mix6_bpe8k_2k --pack whole; tok 16384 out/mix6_bpe8k_16k --pack whole
+  for L in ${LENGTHS:-2048 16384}; do large_data $L; tok $L out/mix6_bpe8k_$((L / 1024))k --pack whole; done
   exit 0
 fi
 if [ "$STAGE" = large ] || [ "$STAGE" = small ]; then  # the throughput row: 2k and 16k with the document mask (flex
   # attention, auto's choice), the same tokens per micro-batch; large: the 1.8B shape (recipes/qwen3_1p8b_1gpu.yaml,
-  # Qwen3's tokenizer, 16,384 tokens), small: best_small's (65,536 tokens, as STAGE=speed)
-  if [ "$STAGE" = large ]; then
-    large_data; recipe=recipes/qwen3_1p8b_1gpu.yaml data=out/mix1_qwen3_; micro=16384
-  else
-    tok 2048 out/mix6_bpe8k_2k --pack whole; tok 16384 out/mix6_bpe8k_16k --pack whole
-    recipe=recipes/best_small.yaml data=out/mix6_bpe8k_; micro=65536
-  fi
+  # Qwen3's tokenizer, 16,384 tokens), small: best_small's (65,536 tokens, as STAGE=speed; runs named sm2k, sm16k)
   echo "| run | seq_len | micro x accum | tokens/s | MFU | peak GiB | plan GiB | plan vs peak | checkpointing |" | tee -a "$N"
   for L in ${LENGTHS:-2048 16384}; do  # LENGTHS="16384 2048": the other order, for drift
-    d=$data$L; [ $STAGE = small ] && d=$data$((L / 1024))k
-    RECIPE=$recipe speed ${NAME:-${STAGE:0:1}}$((L / 1024))k $L $d \
+    if [ "$STAGE" = large ]; then
+      large_data $L; recipe=recipes/qwen3_1p8b_1gpu.yaml d=out/mix1_qwen3_$L micro=16384 name=${NAME:-l}
+    else
+      tok $L out/mix6_bpe8k_$((L / 1024))k --pack whole
+      recipe=recipes/best_small.yaml d=out/mix6_bpe8k_$((L / 1024))k micro=65536 name=${NAME:-sm}
+    fi
+    RECIPE=$recipe speed $name$((L / 1024))k $L $d \
       training.per_device_train_batch_size=$((micro / L)) model.document_mask=true model.attn_implementation=auto \
       ${EXTRA:-}
   done

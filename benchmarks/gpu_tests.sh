@@ -3,6 +3,8 @@
 # without flash-attn-4), and the whole kernel, loss and attention-backend test files, on the GPU machine; the result
 # goes to $OUT/gpu_tests.txt (record it in docs/benchmarks.md).
 #   source .carry/setup.sh && bash benchmarks/gpu_tests.sh
+# flash-attn-4 installed with pip --target (results/long_context_2026-11-27/fa4/README.md) is found only with its
+# folders on PYTHONPATH: export PYTHONPATH=$PYTHONPATH:/tmp/site_fa4:/tmp/site_fa4/nvidia_cutlass_dsl/dsl_packages
 set -o pipefail
 OUT=${OUT:-out/gpu_tests}; mkdir -p "$OUT"
 python3 -c "import pytest" 2>/dev/null || { echo "pytest is missing: carry its wheel"; exit 2; }
