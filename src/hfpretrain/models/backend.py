@@ -17,8 +17,8 @@ out), so a checkpoint loads with plain transformers.
 ``flex_attention_fa4`` is transformers' flex attention (its block mask, e.g. the document mask) run by
 PyTorch's ``BACKEND: "FLASH"``: flash-attention 4's CuTe kernels (the ``flash-attn-4`` package) in place of the
 Triton ones. On an H200 it ran the document mask's attention at 16k in 7.5% less time than Triton's (at 2k in 1.2%
-more), and trained the 1.8B shape at 16k with 4.9% more tokens/s in one same-call A/B (docs/benchmarks.md § Long
-context); an explicit choice only, as the package is a beta that ``auto`` never assumes.
+more), and trained the 1.8B shape at 16k with 4.9% and 6.6% more tokens/s in two same-call A/Bs
+(docs/benchmarks.md § Long context); an explicit choice only, as the package is a beta that ``auto`` never assumes.
 """
 
 from __future__ import annotations
