@@ -154,8 +154,8 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
     assert set(result["passkey"]) == {"128", "256"} and result["passkey"]["256"]["samples"] == 2
     for v in result["passkey"].values():  # each miss is a wrong answer, counted by what was said
         assert sum(v["wrong_answers"].values()) == round((1 - v["accuracy"]) * v["samples"])
-    assert ("| length | accuracy | key in the first half | in the second half | prompts | most said instead |"
-            in proc.stdout)
+    assert ("| length | accuracy | 95% interval | key in the first half | in the second half | prompts | "
+            "most said instead |" in proc.stdout)
     retrieval = result["retrieval"]
     assert retrieval["documents"] == 3 and retrieval["questions"] >= 3 and 0 <= retrieval["accuracy"] <= 1
     assert "| distance (tokens) | accuracy | questions |" in proc.stdout
@@ -212,5 +212,15 @@ def test_the_passkey_table_splits_the_keys_by_their_half_of_the_prompt():
                                     "wrong_answers": {" green": 1}},
                           "8192": {"accuracy": 1.0, "samples": 2}}}  # written before by_depth was read: "-"
     lines = summary_lines(result)
-    assert "| 16,384 | 80% | 50% | 100% | 5 | `' green'` x1 |" in lines
-    assert "| 8,192 | 100% | - | - | 2 |  |" in lines
+    assert "| 16,384 | 80% | 38-96% | 50% | 100% | 5 | `' green'` x1 |" in lines
+    assert "| 8,192 | 100% | 34-100% | - | - | 2 |  |" in lines
+
+
+@pytest.mark.parametrize("right, samples, interval", [(48, 50, "87-99%"), (39, 50, "65-87%"), (50, 50, "93-100%"),
+                                                       (0, 50, "0-7%"), (10, 20, "30-70%")])
+def test_the_passkey_interval_is_wilsons(right, samples, interval):
+    """The report's 95% interval, against scipy.stats.binomtest(right, samples).proportion_ci(method="wilson")
+    (48 of 50: 0.8654-0.9890; 39: 0.6476-0.8725; 50: 0.9287-1; 0: 0-0.0713; 10 of 20: 0.2993-0.7007)."""
+    from hfpretrain.study.long_context_report import _interval
+
+    assert _interval(right / samples, samples) == interval
