@@ -119,8 +119,9 @@ large_data() {  # seq_len: the 1.8B shape's blocks (Qwen3's tokenizer); one shar
     --val-input "$MIX"/val.jsonl.zst --val-docs 1000 --tokenizer "$DATA_ROOT/tokenizers/qwen3" --seq-len $1 \
     --out out/mix1_qwen3_$1 --num-proc 16 -q --pack whole 2>&1 | tail -1
 }
+small_data() { tok $1 out/mix6_bpe8k_$(($1 / 1024))k --pack whole; }  # seq_len: best_small's blocks
 if [ "$STAGE" = largedata ]; then  # the CPU work of STAGE=large and STAGE=small, beside STAGE=base
-  for L in ${LENGTHS:-2048 16384}; do large_data $L; tok $L out/mix6_bpe8k_$((L / 1024))k --pack whole; done
+  for L in ${LENGTHS:-2048 16384}; do large_data $L; small_data $L; done
   exit 0
 fi
 if [ "$STAGE" = large ] || [ "$STAGE" = small ]; then  # the throughput row: 2k and 16k with the document mask (flex
@@ -131,8 +132,7 @@ if [ "$STAGE" = large ] || [ "$STAGE" = small ]; then  # the throughput row: 2k 
     if [ "$STAGE" = large ]; then
       large_data $L; recipe=recipes/qwen3_1p8b_1gpu.yaml d=out/mix1_qwen3_$L micro=16384 name=${NAME:-l}
     else
-      tok $L out/mix6_bpe8k_$((L / 1024))k --pack whole
-      recipe=recipes/best_small.yaml d=out/mix6_bpe8k_$((L / 1024))k micro=65536 name=${NAME:-sm}
+      small_data $L; recipe=recipes/best_small.yaml d=out/mix6_bpe8k_$((L / 1024))k micro=65536 name=${NAME:-sm}
     fi
     RECIPE=$recipe speed $name$((L / 1024))k $L $d \
       training.per_device_train_batch_size=$((micro / L)) model.document_mask=true model.attn_implementation=auto \

@@ -61,7 +61,8 @@ def _interval(accuracy: float, samples: int, z: float = 1.96) -> str:
         return "-"
     centre = (accuracy + z * z / (2 * samples)) / (1 + z * z / samples)
     half = z / (1 + z * z / samples) * math.sqrt(accuracy * (1 - accuracy) / samples + z * z / (4 * samples ** 2))
-    return f"{100 * max(0.0, centre - half):.0f}-{min(1.0, centre + half):.0%}"
+    low, high = max(0.0, centre - half), min(1.0, centre + half)
+    return f"{100 * low:.0f}-{100 * high:.0f}%"
 
 
 def _halves(by_depth: dict | None) -> tuple[str, str]:
