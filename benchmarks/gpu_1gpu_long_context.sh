@@ -28,8 +28,9 @@
 #                 without model.document_mask; the final bits per byte of both on the same validation blocks,
 #                 then both final models evaluated both ways (with and without the mask) on 256 of them.
 #   STAGE=base    recipes/best_small.yaml itself (benchmarks/gpu_1gpu_best_small.sh, REPORT=0: ~480 s).
-#   STAGE=data    STAGE=extend's data alone (RDOCS and RETRIEVAL_ARGS as there): run beside STAGE=base, its CPU work
-#                 done while the base trains.
+#   STAGE=data    STAGE=extend's data alone (RDOCS and RETRIEVAL_ARGS as there), then 8 untimed steps at the
+#                 extension's shape that compile flex attention into this machine's cache: run beside STAGE=base,
+#                 its work done while the base trains, so that the first extension starts warm.
 #   STAGE=extend  the 16k data (--pack whole) and the recipe's retrieval documents (RETRIEVAL_DOCS, default 2,500),
 #                 the extension phase from runs/best_small/final (the recipe's context.tokens, 6e7; EXT_TOKENS
 #                 overrides it), then `hfpretrain long-context` on the model before and
@@ -223,9 +224,17 @@ tok 16384 out/mix6_bpe8k_16k --pack whole
 made=$(python3 -c "import sys;from hfpretrain.data.retrieval import made_by;print(*made_by(sys.argv[1]) or '?')" \
   out/$RDOCS.jsonl.zst)
 echo "== data (${SECONDS}s): $RDOCS (made by: $made), $NAME: ${EXTRA:-the recipe}" | tee -a "$N"
-[ "$STAGE" = data ] && exit 0
 args="recipes/best_small_16k.yaml ${EXT_TOKENS:+context.tokens=$EXT_TOKENS} training.output_dir=runs/$NAME
   data.sources.retrieval=out/${RDOCS}_16k ${EXTRA:-}"
+if [ "$STAGE" = data ]; then  # flex attention's first build of the block mask at 16k takes minutes: done here, the
+  # first extension trained in 179 s (2026-11-27), against 362-461 s compiling cold in the nine chains before
+  micro=$(python3 scripts/pretrain.py $args --dry-run 2>/dev/null \
+    | python3 -c "import json,sys;print(json.load(sys.stdin)['plan']['micro_batch'])")
+  echo "== compiling the extension's shape (16,384 x ${micro:-?}), random weights, not timed" | tee -a "$N"
+  [ -n "$micro" ] && speed compile16k 16384 out/mix6_bpe8k_16k training.per_device_train_batch_size=$micro \
+    training.max_steps=8 model.document_mask=true model.attn_implementation=auto
+  exit 0
+fi
 python3 scripts/pretrain.py $args --dry-run 2>/dev/null \
   | python3 -c "import json,sys;p=json.load(sys.stdin)['plan'];print('plan', p['max_steps'], 'steps', p['micro_batch'], 'x', p['gradient_accumulation_steps'], p['memory_per_gpu_gib']['total'], 'GiB', p['context']['fits'])" | tee -a "$N"
 rm -rf runs/$NAME
