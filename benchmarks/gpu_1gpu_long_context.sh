@@ -227,7 +227,7 @@ echo "== data (${SECONDS}s): $RDOCS (made by: $made), $NAME: ${EXTRA:-the recipe
 args="recipes/best_small_16k.yaml ${EXT_TOKENS:+context.tokens=$EXT_TOKENS} training.output_dir=runs/$NAME
   data.sources.retrieval=out/${RDOCS}_16k ${EXTRA:-}"
 if [ "$STAGE" = data ]; then  # flex attention's first build of the block mask at 16k takes minutes: done here, the
-  # first extension trained in 179 s (2026-11-27), against 362-461 s compiling cold in the nine chains before
+  # first extension trained in 179 s (2026-11-27), against 362-461 s compiling cold in the eleven chains before
   micro=$(python3 scripts/pretrain.py $args --dry-run 2>/dev/null \
     | python3 -c "import json,sys;print(json.load(sys.stdin)['plan']['micro_batch'])")
   echo "== compiling the extension's shape (16,384 x ${micro:-?}), random weights, not timed" | tee -a "$N"
