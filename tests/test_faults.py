@@ -414,6 +414,24 @@ def test_training_on_a_damaged_arrow_file_is_one_line_naming_the_folder(tmp_path
     assert not (tmp_path / "run").exists() or not any(p.name != ".run.lock" for p in (tmp_path / "run").iterdir())
 
 
+def test_blocks_of_another_length_than_the_manifest_says_are_one_line(tmp_path, mini_blocks):
+    """A folder whose manifest.json came from another tokenization (here: seq_len 64 over blocks of 128) passed every
+    length check, all of which read the manifest, and trained on blocks of the other length without a word."""
+    import json
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(mini_blocks, data)
+    manifest = json.loads((data / "manifest.json").read_text())
+    (data / "manifest.json").write_text(json.dumps({**manifest, "seq_len": 64}))
+    before = snapshot(tmp_path)
+    r = _train(data, tmp_path / "run", 1)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert f"{data / 'train'}: its blocks are 128 tokens long" in line and "says seq_len 64" in line, line
+    assert_kept(before, tmp_path)
+
+
 # ----------------------------------------------------------------------------------------------- kill points
 # `hfpretrain train` in a process that SIGKILLs itself at one point of a save: the step's files written but not its
 # marker; the older checkpoint half deleted by the rotation; final/ half written. What the trainer calls there is

@@ -22,15 +22,23 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from . import load_blocks
+from .manifest import MANIFEST, read_manifest
 from .pack import segment_starts
 
 
 def load_input_ids(path: str | Path, split: str) -> datasets.Dataset:
-    """The ``input_ids`` column of a split of tokenize_pile.py's output, as numpy rows."""
+    """The ``input_ids`` column of a split of tokenize_pile.py's output, as numpy rows; refused when its rows are not
+    the manifest's ``seq_len`` long (every length check before training reads the manifest, not the blocks)."""
     blocks = load_blocks(path, split)
     if "input_ids" not in blocks.column_names:
         raise ValueError(f"{Path(path) / split} has no input_ids column (columns: {blocks.column_names})")
-    return blocks.select_columns(["input_ids"]).with_format("numpy")
+    ids = blocks.select_columns(["input_ids"]).with_format("numpy")
+    manifest = read_manifest(Path(path))
+    if manifest and manifest.get("seq_len") and len(ids) and len(ids[0]["input_ids"]) != int(manifest["seq_len"]):
+        raise ValueError(f"{Path(path) / split}: its blocks are {len(ids[0]['input_ids'])} tokens long, but "
+                         f"{Path(path) / MANIFEST} says seq_len {manifest['seq_len']}: the folder mixes two "
+                         f"tokenizations; tokenize it again (scripts/tokenize_pile.py --out {path})")
+    return ids
 
 
 class ShuffledBlocks(Dataset):
