@@ -64,15 +64,19 @@ def test_extension_trains_from_the_checkpoint_with_yarn(blocks_256, base_run, tm
     assert step_losses(out)[1] < step_losses(fresh)[1] - 1.0
 
 
-def test_theta_and_token_budget(blocks_256, base_run, tmp_path):
-    """rope=theta sets the base frequency; context.tokens gives max_steps (tokens / tokens per step)."""
+def test_theta_and_token_budget(blocks_256, base_run, tmp_path, caplog):
+    """rope=theta sets the base frequency; context.tokens gives max_steps (tokens / tokens per step). A dry run with
+    no GPU to check the plan against says so in a warning (before, only in the JSON's fits entry)."""
     out = tmp_path / "theta"
     overrides = phase(blocks_256, out, base_run, **{"context.rope": "theta", "context.rope_theta": "40000",
                                                     "context.tokens": "3072", "training.max_steps": "-1"})
-    plan = pretrain(str(TINY_RECIPE), overrides, dry_run=True)["plan"]
+    with caplog.at_level(logging.WARNING, logger="hfpretrain"):
+        plan = pretrain(str(TINY_RECIPE), overrides, dry_run=True)["plan"]
     assert plan["max_steps"] == 3  # 3,072 tokens / (4 x 256)
     assert plan["context"]["rope_after"] == {"rope_theta": 40000.0, "rope_type": "default"}
     assert plan["context"]["fits"] == {"checked": False, "why": "no GPU in this process and context.gpu is not set"}
+    assert any("not checked against a GPU" in r.getMessage() and "context.gpu" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
     short = pretrain(str(TINY_RECIPE), make_overrides(blocks_256, out, {"training.max_steps": "3"}), dry_run=True)
     assert "context" not in short["plan"]
 

@@ -178,16 +178,20 @@ def context_max_steps(recipe: Recipe, seq_len: int, world: int) -> None:
     logger.info("context.tokens %.4g: training.max_steps = %d (%s tokens per step)", tokens, steps, f"{per_step:,}")
 
 
-def check_fits(plan: dict, gpu: str | None, cuda_total_bytes: int | None = None) -> dict:
+def check_fits(plan: dict, gpu: str | None, cuda_total_bytes: int | None = None, planning: bool = False) -> dict:
     """Whether the plan's memory per GPU fits the GPU (``context.gpu``, else the one this process runs on, whose
-    ``cuda_total_bytes`` the caller passes); RecipeError when it does not. The plan's ``fits`` entry."""
+    ``cuda_total_bytes`` the caller passes); RecipeError when it does not. The plan's ``fits`` entry. ``planning``
+    (a dry run): a plan checked against no GPU is said in a warning, not only in the JSON."""
+    need = plan["memory_per_gpu_gib"]["total"]
     if gpu is not None:
         name, capacity = canonical_gpu(gpu), gpu_memory_bytes(gpu) / GIB
     elif cuda_total_bytes:
         name, capacity = device_name(), cuda_total_bytes / GIB
     else:
+        if planning:  # a dry run on a login node: the GPU the run will get is unknown here
+            logger.warning("context.seq_len=%d: the plan needs %.1f GiB per GPU, not checked against a GPU (none in "
+                           "this process): set context.gpu (e.g. H100, H200) to check it", plan["seq_len"], need)
         return {"checked": False, "why": "no GPU in this process and context.gpu is not set"}
-    need = plan["memory_per_gpu_gib"]["total"]
     if need > FIT_SHARE * capacity:
         raise RecipeError(
             f"context.seq_len={plan['seq_len']}: the plan needs {need:.1f} GiB per GPU (micro-batch "

@@ -254,7 +254,7 @@ def setup_run(recipe: Recipe, dry_run: bool, world_size: int | None, zero_stage:
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage,
                      check_passes=not recipe.data.sources)
     if context is not None:
-        plan["context"] = {**context, "fits": check_fits(plan, recipe.context.gpu, cuda_memory())}
+        plan["context"] = {**context, "fits": check_fits(plan, recipe.context.gpu, cuda_memory(), planning=dry_run)}
     schedule = None
     if recipe.data.sources:  # a weighted mixture, in phases (data/mixture.py)
         sources = load_sources(recipe.data.sources, manifest, recipe.data.path, require_manifest)
@@ -349,7 +349,7 @@ def plan_without_data(recipe, world_size: int | None = None, zero_stage: int | N
     warn_long_warmup(args)
     plan = make_plan(recipe, config, args, seq_len, fast, manifest, world_size, zero_stage)
     if context is not None:
-        plan["context"] = {**context, "fits": check_fits(plan, recipe.context.gpu, cuda_memory())}
+        plan["context"] = {**context, "fits": check_fits(plan, recipe.context.gpu, cuda_memory(), planning=True)}
     vocab_note = (f"vocabulary {config.vocab_size:,} from {why.removeprefix('data.tokenizer ')}" if vocab
                   else f"vocabulary {config.vocab_size:,} of the model config {recipe.model.config} ({why})")
     plan["assumed"] = {
