@@ -37,7 +37,8 @@ def test_attended_length_is_the_token_mean_of_its_document_length():
     assert attended_length(no_eos, EOS) == 4  # one document over the whole block
 
 
-@pytest.mark.parametrize("name,attn", [("tiny", "sdpa"), ("gpt2_124m", "sdpa"), ("tiny", "flex_attention"),
+@pytest.mark.parametrize("name,attn", [("tiny", "sdpa"), ("gpt2_124m", "sdpa"), ("tiny", "eager"),
+                                       ("gpt2_124m", "eager"), ("tiny", "flex_attention"),
                                        ("tiny", "flex_attention_fa4")])
 def test_a_document_sees_only_itself(name, attn, monkeypatch):
     """With the document positions, the second document's logits equal those of the document alone: no
