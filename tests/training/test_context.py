@@ -331,3 +331,29 @@ def test_yarn_factor_beyond_the_new_length(caplog):
     assert "short of context.seq_len=65536" in caplog.text and "at least 64" in caplog.text
     shipped = load_recipe(REPO / "recipes" / "best_small_16k.yaml", ["data.path=x"])
     assert shipped.context.yarn_factor == 2 * shipped.context.seq_len / shipped.context.from_seq_len
+
+
+def test_rope_a_phase_cannot_change_is_refused():
+    """Two RoPE layouts a phase does not extend, each refused with the reason: RoPE parameters per layer type
+    (sliding and full attention layers, as Gemma 3 has them) and a model whose RoPE is another scaling already
+    (Llama 3's), which YaRN would silently replace; a larger theta still applies to the latter."""
+    from hfpretrain.training.config import load_recipe
+    from hfpretrain.training.context import change_rope
+
+    def extend(config, rope, *extra):
+        recipe = load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", "context.seq_len=4096",
+                                           f"context.rope={rope}", *extra])
+        change_rope(config, recipe, 1024)
+        return config.rope_parameters
+
+    per_layer = load_config("qwen3_103m")
+    per_layer.rope_parameters = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    with pytest.raises(RecipeError, match=r"context.rope=yarn: qwen3 has RoPE parameters per layer type"):
+        extend(per_layer, "yarn")
+    llama3 = load_config("qwen3_103m")
+    llama3.rope_parameters = {**llama3.rope_parameters, "rope_type": "llama3", "factor": 8.0,
+                              "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}
+    with pytest.raises(RecipeError, match=r"the model's RoPE is already 'llama3', which YaRN does not extend"):
+        extend(llama3, "yarn")
+    assert extend(llama3, "theta", "context.rope_theta=1e7")["rope_theta"] == 1e7
