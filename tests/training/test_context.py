@@ -335,7 +335,7 @@ def test_yarn_factor_beyond_the_new_length(caplog):
 
 def test_rope_a_phase_cannot_change_is_refused():
     """Two RoPE layouts a phase does not extend, each refused with the reason: RoPE parameters per layer type
-    (sliding and full attention layers, as Gemma 3 has them) and a model whose RoPE is another scaling already
+    (sliding and full attention layers) and a model whose RoPE is another scaling already
     (Llama 3's), which YaRN would silently replace; a larger theta still applies to the latter."""
     from hfpretrain.training.config import load_recipe
     from hfpretrain.training.context import change_rope
