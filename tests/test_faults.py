@@ -396,40 +396,43 @@ def test_auto_resume_starts_over_in_a_run_folder_that_saved_nothing(tmp_path, mi
     assert (run / "final").is_dir() and (run / "notes.txt").read_text() == "mine"
 
 
-def test_training_on_a_damaged_arrow_file_is_one_line_naming_the_folder(tmp_path, mini_blocks):
-    """A truncated train/*.arrow was "error: Expected to be able to read 261256 bytes for message body, got 192",
-    exit 1: no file named, as if the run had failed rather than its input."""
+def _training_on_refused(tmp_path, mini_blocks, spoil) -> tuple[Path, str]:
+    """A copy of ``mini_blocks`` spoilt by ``spoil(folder)``, trained on: the folder and the run's one error line,
+    after checking that the run exited 2 and left every file as it was."""
     import shutil
 
     data = tmp_path / "data"
     shutil.copytree(mini_blocks, data)
-    arrow = sorted((data / "train").glob("*.arrow"))[0]
-    arrow.write_bytes(arrow.read_bytes()[:1000])
+    spoil(data)
     before = snapshot(tmp_path)
     r = _train(data, tmp_path / "run", 1)
     assert r.returncode == 2
     line = one_error(r.stderr)
-    assert f"{data / 'train'}: cannot read its Arrow files" in line and "tokenize it again" in line, line
     assert_kept(before, tmp_path)
+    return data, line
+
+
+def test_training_on_a_damaged_arrow_file_is_one_line_naming_the_folder(tmp_path, mini_blocks):
+    """A truncated train/*.arrow was "error: Expected to be able to read 261256 bytes for message body, got 192",
+    exit 1: no file named, as if the run had failed rather than its input."""
+    def truncate(data):
+        arrow = sorted((data / "train").glob("*.arrow"))[0]
+        arrow.write_bytes(arrow.read_bytes()[:1000])
+
+    data, line = _training_on_refused(tmp_path, mini_blocks, truncate)
+    assert f"{data / 'train'}: cannot read its Arrow files" in line and "tokenize it again" in line, line
     assert not (tmp_path / "run").exists() or not any(p.name != ".run.lock" for p in (tmp_path / "run").iterdir())
 
 
 def test_blocks_of_another_length_than_the_manifest_says_are_one_line(tmp_path, mini_blocks):
     """A folder whose manifest.json came from another tokenization (here: seq_len 64 over blocks of 128) passed every
     length check, all of which read the manifest, and trained on blocks of the other length without a word."""
-    import json
-    import shutil
+    def shorten_manifest(data):
+        manifest = json.loads((data / "manifest.json").read_text())
+        (data / "manifest.json").write_text(json.dumps({**manifest, "seq_len": 64}))
 
-    data = tmp_path / "data"
-    shutil.copytree(mini_blocks, data)
-    manifest = json.loads((data / "manifest.json").read_text())
-    (data / "manifest.json").write_text(json.dumps({**manifest, "seq_len": 64}))
-    before = snapshot(tmp_path)
-    r = _train(data, tmp_path / "run", 1)
-    assert r.returncode == 2
-    line = one_error(r.stderr)
+    data, line = _training_on_refused(tmp_path, mini_blocks, shorten_manifest)
     assert f"{data / 'train'}: its blocks are 128 tokens long" in line and "says seq_len 64" in line, line
-    assert_kept(before, tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------- kill points
