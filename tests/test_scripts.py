@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "scripts").glob("*.py"))
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
@@ -17,7 +18,7 @@ def test_script_help(script):
     assert "usage" in proc.stdout.lower()
 
 
-RUNBOOKS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.sh"))
+RUNBOOKS = sorted((REPO / "benchmarks").glob("*.sh"))
 
 
 @pytest.mark.parametrize("runbook", RUNBOOKS, ids=[r.name for r in RUNBOOKS])
@@ -28,8 +29,8 @@ def test_runbook_parses(runbook):
 
 
 def test_long_context_runbook_names_its_stages(tmp_path):
-    runbook = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_1gpu_long_context.sh"
-    proc = subprocess.run(["bash", str(runbook)], cwd=runbook.parents[1], capture_output=True, text=True, timeout=60,
+    runbook = REPO / "benchmarks" / "gpu_1gpu_long_context.sh"
+    proc = subprocess.run(["bash", str(runbook)], cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "STAGE": "bogus",
                                "OUT": str(tmp_path)})
     assert proc.returncode == 2

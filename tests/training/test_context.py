@@ -287,25 +287,25 @@ def test_the_training_length_of_a_checkpoint_folder(tmp_path):
     assert training_length(ckpt)[0] == 2048
 
 
+def changed_rope(config, from_seq_len: int, *context):
+    """``config``'s RoPE parameters after ``change_rope`` for a phase of ``context`` overrides from ``from_seq_len``."""
+    from hfpretrain.training.config import load_recipe
+    from hfpretrain.training.context import change_rope
+
+    change_rope(config, load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", *context]), from_seq_len)
+    return config.rope_parameters
+
+
 def test_yarn_keeps_the_models_other_rope_parameters_and_chains():
     """YaRN's parameters were built from scratch: GLM-4-MoE's partial_rotary_factor 0.5 was dropped (the rotary
     then covered the whole head), and a model already under YaRN (a 16k phase taken to 32k) was rebuilt from default
     frequencies with the phase's starting length as the original one."""
-    from hfpretrain.training.config import load_recipe
-    from hfpretrain.training.context import change_rope
-
-    def extend(config, seq_len, from_seq_len):
-        recipe = load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", f"context.seq_len={seq_len}",
-                                           "context.rope=yarn"])
-        change_rope(config, recipe, from_seq_len)
-        return config.rope_parameters
-
     glm = load_config("glm4_moe_101m_a24m", vocab_size=1024)
     assert glm.rope_parameters.get("partial_rotary_factor") == 0.5
-    params = extend(glm, 4096, 1024)
+    params = changed_rope(glm, 1024, "context.seq_len=4096", "context.rope=yarn")
     assert params["partial_rotary_factor"] == 0.5 and params["factor"] == 4.0
     assert params["original_max_position_embeddings"] == 1024
-    again = extend(glm, 8192, 4096)  # the extended model, extended again
+    again = changed_rope(glm, 4096, "context.seq_len=8192", "context.rope=yarn")  # the extended model, extended again
     assert again["original_max_position_embeddings"] == 1024 and again["factor"] == 8.0
     assert glm.max_position_embeddings == 8192
 
@@ -315,19 +315,15 @@ def test_yarn_factor_beyond_the_new_length(caplog):
     32 for 1,024 -> 16,384): YaRN takes the recipe's factor, and max_position_embeddings says how far it reaches.
     A factor short of the new length is a warning: the phase would train past the stretched range."""
     from hfpretrain.training.config import load_recipe
-    from hfpretrain.training.context import change_rope
 
     config = load_config("qwen3_103m")
-    recipe = load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", "context.seq_len=16384",
-                                       "context.rope=yarn", "context.yarn_factor=32"])
-    change_rope(config, recipe, 1024)
-    assert config.rope_parameters["factor"] == 32.0
-    assert config.rope_parameters["original_max_position_embeddings"] == 1024
+    params = changed_rope(config, 1024, "context.seq_len=16384", "context.rope=yarn", "context.yarn_factor=32")
+    assert params["factor"] == 32.0
+    assert params["original_max_position_embeddings"] == 1024
     assert config.max_position_embeddings == 32768
-    short = load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", "context.seq_len=65536",
-                                      "context.rope=yarn", "context.yarn_factor=32"])
-    with caplog.at_level(logging.WARNING, logger="hfpretrain"):
-        change_rope(load_config("qwen3_103m"), short, 1024)  # the recipe's factor, overridden to a longer phase
+    with caplog.at_level(logging.WARNING, logger="hfpretrain"):  # the recipe's factor, overridden to a longer phase
+        changed_rope(load_config("qwen3_103m"), 1024, "context.seq_len=65536", "context.rope=yarn",
+                     "context.yarn_factor=32")
     assert "short of context.seq_len=65536" in caplog.text and "at least 64" in caplog.text
     shipped = load_recipe(REPO / "recipes" / "best_small_16k.yaml", ["data.path=x"])
     assert shipped.context.yarn_factor == 2 * shipped.context.seq_len / shipped.context.from_seq_len
@@ -337,23 +333,15 @@ def test_rope_a_phase_cannot_change_is_refused():
     """Two RoPE layouts a phase does not extend, each refused with the reason: RoPE parameters per layer type
     (sliding and full attention layers) and a model whose RoPE is another scaling already
     (Llama 3's), which YaRN would silently replace; a larger theta still applies to the latter."""
-    from hfpretrain.training.config import load_recipe
-    from hfpretrain.training.context import change_rope
-
-    def extend(config, rope, *extra):
-        recipe = load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", "context.seq_len=4096",
-                                           f"context.rope={rope}", *extra])
-        change_rope(config, recipe, 1024)
-        return config.rope_parameters
-
     per_layer = load_config("qwen3_103m")
     per_layer.rope_parameters = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
                                  "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
     with pytest.raises(RecipeError, match=r"context.rope=yarn: qwen3 has RoPE parameters per layer type"):
-        extend(per_layer, "yarn")
+        changed_rope(per_layer, 1024, "context.seq_len=4096", "context.rope=yarn")
     llama3 = load_config("qwen3_103m")
     llama3.rope_parameters = {**llama3.rope_parameters, "rope_type": "llama3", "factor": 8.0,
                               "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}
     with pytest.raises(RecipeError, match=r"the model's RoPE is already 'llama3', which YaRN does not extend"):
-        extend(llama3, "yarn")
-    assert extend(llama3, "theta", "context.rope_theta=1e7")["rope_theta"] == 1e7
+        changed_rope(llama3, 1024, "context.seq_len=4096", "context.rope=yarn")
+    theta = changed_rope(llama3, 1024, "context.seq_len=4096", "context.rope=theta", "context.rope_theta=1e7")
+    assert theta["rope_theta"] == 1e7
