@@ -52,7 +52,9 @@ def test_train_help_lists_every_key_of_every_section_with_type_and_default(train
             assert line.strip().endswith(f" = {default!r}"), line
     assert "  model.precision: str = 'bf16'" in lines
     assert "  model.init_from: str | None = None" in lines
-    assert "      chunk size of the chunked cross-entropy" in lines  # the field's comment in config.py
+    assert "      chunk size of the chunked cross-entropy" in lines  # the field's metadata["help"] in config.py
+    assert "  model.compile: str = 'auto'" in lines  # a Literal field reads as its values' type, then its values
+    assert "[one of: auto, decoder, layers, model, none]" in " ".join(train_help.split())
     for field in dataclasses.fields(Recipe):  # top-level keys (not a section, not training)
         if field.name not in sections and field.name != "training":
             assert any(line.startswith(f"  {field.name}: ") for line in lines), field.name
@@ -78,7 +80,7 @@ def test_a_new_section_appears_in_help_and_hints_by_itself(monkeypatch):
     class ExtraSection:
         """An extra section. Only for this test."""
 
-        knob: int = 3  # how far to turn it
+        knob: int = dataclasses.field(default=3, metadata={"help": "how far to turn it"})
 
     fields = [(f.name, f.type, f) for f in dataclasses.fields(config.Recipe)]
     extended = dataclasses.make_dataclass(
@@ -89,6 +91,47 @@ def test_a_new_section_appears_in_help_and_hints_by_itself(monkeypatch):
     text = cli.recipe_keys_help()
     assert "\nextra: An extra section\n  extra.knob: int = 3\n      how far to turn it" in text
     assert cli.recipe_keys()["knob"] == [("extra.knob", int)]
+
+
+def _all_fields():
+    """``(key, field, type)`` of every recipe field: each section's, and the top level's (sections included)."""
+    from hfpretrain.training.config import Recipe
+
+    for name, section in _sections().items():
+        hints = typing.get_type_hints(section)
+        for field in dataclasses.fields(section):
+            yield f"{name}.{field.name}", field, hints[field.name]
+    hints = typing.get_type_hints(Recipe)
+    for field in dataclasses.fields(Recipe):
+        yield field.name, field, hints[field.name]
+
+
+def test_every_recipe_field_has_help_and_every_choice_default_is_a_choice():
+    """Issue 57: the help is on the field (metadata["help"], as in TrainingArguments), the choices in its type."""
+    from hfpretrain.training.config import field_choices, recipe_choices
+
+    checked = set()
+    for key, field, hint in _all_fields():
+        assert isinstance(field.metadata.get("help"), str) and field.metadata["help"].strip(), f"{key}: no help"
+        allowed = field_choices(hint)
+        if allowed is not None:
+            assert typing.get_origin(hint) is typing.Literal or type(None) in typing.get_args(hint), key
+            assert all(isinstance(a, str) for a in allowed if a is not None), key
+            default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+            assert default in allowed, f"{key}: default {default!r} is not one of {allowed}"
+            checked.add(key)
+    assert checked == set(recipe_choices())
+    assert {"model.compile", "model.attn_implementation", "nan_policy", "context.rope"} <= checked
+
+
+def test_the_key_help_reads_the_fields_metadata(monkeypatch):
+    """Not the source: a field's help changed at run time is what the help prints."""
+    from hfpretrain import cli
+    from hfpretrain.training import config
+
+    field = config.ModelSection.__dataclass_fields__["loss_chunk_tokens"]
+    monkeypatch.setattr(field, "metadata", {"help": "a help set at run time"})
+    assert "  model.loss_chunk_tokens: int = 8192\n      a help set at run time\n" in cli.recipe_keys_help()
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])

@@ -77,6 +77,8 @@ def _type_name(hint) -> str:
 
     if typing.get_origin(hint) in (typing.Union, getattr(types, "UnionType", None)):
         return " | ".join(_type_name(arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Literal:  # a choice: the type of its values (the help lists them)
+        return " | ".join(dict.fromkeys(type(arg).__name__ for arg in typing.get_args(hint)))
     if hint is type(None):
         return "None"
     if isinstance(hint, type) and not typing.get_args(hint):
@@ -95,36 +97,6 @@ def _default(field) -> str:
     else:
         return "required"
     return repr(value.value if isinstance(value, enum.Enum) else value)
-
-
-def _field_comments(cls) -> dict[str, str]:
-    """The comments above and after each field of a dataclass in its source (the recipe sections document their
-    keys that way): ``{field: text}``; empty when the source cannot be read."""
-    import inspect
-    import re
-
-    try:
-        lines = inspect.getsource(cls).splitlines()[1:]
-    except (OSError, TypeError):
-        return {}
-    comments: dict[str, str] = {}
-    pending: list[str] = []
-    in_docstring = False
-    for line in lines:
-        text = line.strip()
-        quotes = text.count('"' * 3)
-        if in_docstring or quotes:
-            in_docstring = (in_docstring + quotes) % 2 == 1
-            continue
-        if text.startswith("#"):
-            pending.append(text.lstrip("#").strip())
-            continue
-        match = re.match(r"(\w+)\s*:", text)
-        if match:
-            trailing = text.split("  # ", 1)[1].strip() if "  # " in text else ""
-            comments[match.group(1)] = " ".join([*pending, trailing]).strip()
-        pending = []
-    return comments
 
 
 def _first_sentences(text: str, enough: int = 60) -> str:
@@ -177,8 +149,9 @@ def recipe_keys() -> dict[str, list[tuple[str, object]]]:
 
 
 def recipe_keys_help() -> str:
-    """Every recipe key with its type, default and comment, for ``train --help``; of TrainingArguments' fields the
-    common ones, with the type, default and help that TrainingArguments itself gives."""
+    """Every recipe key with its type, default and help (its field's ``metadata["help"]``, and for a ``Literal``
+    type its values), for ``train --help``; of TrainingArguments' fields the common ones, with the type, default and
+    help that TrainingArguments itself gives."""
     import shutil
     import textwrap
     import typing
@@ -187,16 +160,16 @@ def recipe_keys_help() -> str:
 
     sections, top = recipe_sections()
     hints = typing.get_type_hints(config.Recipe)
-    choices = getattr(config, "_CHOICES", {})
     width = max(60, min(120, shutil.get_terminal_size((100, 24)).columns - 2))
 
-    def entry(key: str, field, hint, comment: str) -> list[str]:
-        allowed = choices.get(key)
+    def entry(key: str, field, hint, text: str) -> list[str]:
+        allowed = config.field_choices(hint)  # a Literal type's values
         if allowed:
-            comment = f"{comment} [one of: {', '.join(str(a) for a in sorted(allowed, key=str))}]".strip()
+            text = f"{text} [one of: {', '.join(str(a) for a in sorted(allowed, key=str))}]".strip()
         lines = [f"  {key}: {_type_name(hint)} = {_default(field)}"]
-        if comment:
-            lines += textwrap.wrap(comment, width, initial_indent="      ", subsequent_indent="      ")
+        if text:
+            lines += textwrap.wrap(text, width, initial_indent="      ", subsequent_indent="      ",
+                                   break_on_hyphens=False)
         return lines
 
     out = textwrap.wrap("recipe keys: the sections and keys of a recipe YAML; override any on the command line as "
@@ -218,14 +191,12 @@ def recipe_keys_help() -> str:
         doc = section_cls.__doc__ or ""
         intro = "" if doc.startswith(f"{section_cls.__name__}(") else " ".join(doc.split()).split(". ")[0]
         out.append(f"{name}:" + (f" {intro.rstrip('.')}" if intro else ""))
-        comments = _field_comments(section_cls)
         for field, hint in fields:
-            out += entry(f"{name}.{field.name}", field, hint, comments.get(field.name, ""))
+            out += entry(f"{name}.{field.name}", field, hint, field.metadata.get("help", ""))
     if top:
         out += ["", "top level (outside any section):"]
-        comments = _field_comments(config.Recipe)
         for field, hint in top:
-            out += entry(field.name, field, hint, comments.get(field.name, ""))
+            out += entry(field.name, field, hint, field.metadata.get("help", ""))
     return "\n".join(out)
 
 

@@ -15,18 +15,20 @@ Sections:
 
 Typed sections are dataclasses read through OmegaConf (which rejects unknown keys and wrong
 types); the ``training`` section is checked against ``TrainingArguments``'s own dataclass fields.
-Every error names the key, and for a typo the nearest valid one.
+Each field carries its help in ``metadata["help"]`` (``train --help`` lists them), and a field with a fixed set of
+values has a ``Literal`` type, checked at load. Every error names the key, and for a typo the nearest valid one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -39,115 +41,163 @@ from hfpretrain.models.fp8 import FAST_ACCUM
 from hfpretrain.models.residual import RESIDUAL_DTYPES
 
 
+_UNION_TYPES = (typing.Union, types.UnionType)  # Optional[int], int | None
+
+
 class RecipeError(ValueError):
     """A recipe or override that cannot be used; the message names the key."""
 
 
+# Each recipe key is a dataclass field with its help in ``metadata["help"]`` (as transformers' TrainingArguments
+# does; ``train --help`` lists them). A key with a fixed set of values has a ``Literal`` type: load_recipe checks the
+# value against it. OmegaConf is given the same classes with ``str`` in place of each ``Literal`` (``_schema_class``):
+# OmegaConf 2.3 refuses ``Literal`` fields, and 2.4's own check would refuse the bool of old recipes' fp8_fast_accum
+# and word its errors otherwise.
+AttnImplementation = Literal[("auto", *KNOWN_IMPLEMENTATIONS)]  # models/backend.py's names, and auto
+FastAccum = Literal[tuple(FAST_ACCUM)]  # models/fp8.py
+ResidualDtype = Literal[RESIDUAL_DTYPES]  # models/residual.py
+
+
 @dataclass
 class ModelSection:
-    config: str = "tiny"  # zoo name, JSON file, or folder with config.json
-    overrides: dict = field(default_factory=dict)  # config field overrides (an ablation is a diff here)
-    # auto | flash_attention_2 | sdpa_packed (SDPA, causal without a mask) | sdpa | eager
-    attn_implementation: str = "auto"
-    # bf16 | fp8 (torchao float8 matmuls, tensorwise scales) | fp8_rowwise: the decoder's linears only (models/fp8.py)
-    # | auto (fp8 from hidden size 2048 on a float8 GPU with torchao, else bf16: training/fast_path.py)
-    precision: str = "bf16"
-    fp8_emulate: bool = False  # fp8 casts without a float8 GPU (tests, debugging numerics): slow, no speed-up
-    # fp8: which matmuls accumulate with Hopper's fast (lower-precision) fp8 accumulation: all (+2.6% tokens/s at
-    # 1.8B, the loss within 0.44% of bf16's over 300 steps: docs/benchmarks.md) | input_grad (the forward's and the
-    # input gradients': sums over a model width) | forward (torchao's recipes: the conservative choice). models/fp8.py
-    fp8_fast_accum: str = "all"
-    # the residual stream under bf16 autocast: auto (bfloat16 on a GPU, float32 on a CPU) | float32 (what
-    # fp32 embeddings give) | bfloat16 (cast where it enters the first layer: half the bytes; models/residual.py)
-    residual_dtype: str = "auto"
-    # auto | none | decoder (base model, loss outside) | layers (each decoder layer) | model
-    compile: str = "auto"
-    compile_backend: str = "inductor"  # inductor | aot_eager | eager: the last two bisect a compile failure
-    compile_mode: str = "default"  # torch.compile mode: default | max-autotune-no-cudagraphs | ...
-    # torch._inductor.config settings for this run's compiles, e.g. {coordinate_descent_tuning: true}
-    inductor_options: dict = field(default_factory=dict)
-    # auto (a GPU): fewer, larger micro-batches than the recipe's split when memory allows, same samples per step
-    # (training/fast_path.py choose_micro_batch) | recipe: training.per_device_train_batch_size as written
-    micro_batch: str = "auto"
-    fused_loss: str = "auto"  # auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)
-    loss_chunk_tokens: int = 8192  # chunk size of the chunked cross-entropy
-    liger_min_chunk_tokens: int = 1024  # liger's chunks at least this long (0: its own sizing, logits ~ hidden)
-    # PaLM's z-loss: + z_loss * logsumexp(logits)^2 per token in training (1e-4 in PaLM); evaluation stays CE
-    z_loss: float = 0.0
-    # attend within each packed document only (position ids restart after every end-of-text; transformers
-    # builds the block-causal mask from them): sdpa (or flash_attention_2), not sdpa_packed, which has no mask
-    document_mask: bool = False
-    init_from: Optional[str] = None  # start from these weights instead of random init
-    decay_embeddings: bool = False  # weight decay on embedding tables too
-    # MoE shapes: transformers' experts backend, auto (grouped_mm on a GPU: one grouped matmul over all experts;
-    # eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm. Refused on a dense model.
-    experts_implementation: str = "auto"
-    # PyTorch SDPA kernels allowed, in the order they are tried (PyTorch's default order)
-    sdpa_backends: list = field(default_factory=lambda: ["flash", "efficient", "math", "cudnn"])
+    config: str = field(default="tiny", metadata={"help": "zoo name, JSON file, or folder with config.json"})
+    overrides: dict = field(default_factory=dict, metadata={
+        "help": "config field overrides (an ablation is a diff here)"})
+    attn_implementation: AttnImplementation = field(default="auto", metadata={
+        "help": "the attention backend: auto | flash_attention_2 | sdpa_packed (SDPA, causal without a mask) | sdpa "
+                "| eager | flex_attention | flex_attention_fa4 (models/backend.py)"})
+    precision: Literal["bf16", "fp8", "fp8_rowwise", "auto"] = field(default="bf16", metadata={
+        "help": "bf16 | fp8 (torchao float8 matmuls, tensorwise scales) | fp8_rowwise: the decoder's linears only "
+                "(models/fp8.py) | auto (fp8 from hidden size 2048 on a float8 GPU with torchao, else bf16: "
+                "training/fast_path.py)"})
+    fp8_emulate: bool = field(default=False, metadata={
+        "help": "fp8 casts without a float8 GPU (tests, debugging numerics): slow, no speed-up"})
+    fp8_fast_accum: FastAccum = field(default="all", metadata={
+        "help": "fp8: which matmuls accumulate with Hopper's fast (lower-precision) fp8 accumulation: all (+2.6% "
+                "tokens/s at 1.8B, the loss within 0.44% of bf16's over 300 steps: docs/benchmarks.md) | input_grad "
+                "(the forward's and the input gradients': sums over a model width) | forward (torchao's recipes: the "
+                "conservative choice). models/fp8.py"})
+    residual_dtype: ResidualDtype = field(default="auto", metadata={
+        "help": "the residual stream under bf16 autocast: auto (bfloat16 on a GPU, float32 on a CPU) | float32 (what "
+                "fp32 embeddings give) | bfloat16 (cast where it enters the first layer: half the bytes; "
+                "models/residual.py)"})
+    compile: Literal["auto", "none", "decoder", "layers", "model"] = field(default="auto", metadata={
+        "help": "what torch.compile compiles: auto | none | decoder (base model, loss outside) | layers (each "
+                "decoder layer) | model"})
+    compile_backend: Literal["inductor", "aot_eager", "eager"] = field(default="inductor", metadata={
+        "help": "torch.compile backend: inductor | aot_eager | eager: the last two bisect a compile failure"})
+    compile_mode: Literal["default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"] = field(
+        default="default", metadata={"help": "torch.compile mode"})
+    inductor_options: dict = field(default_factory=dict, metadata={
+        "help": "torch._inductor.config settings for this run's compiles, e.g. {coordinate_descent_tuning: true}"})
+    micro_batch: Literal["auto", "recipe"] = field(default="auto", metadata={
+        "help": "auto (a GPU): fewer, larger micro-batches than the recipe's split when memory allows, same samples "
+                "per step (training/fast_path.py choose_micro_batch) | recipe: training.per_device_train_batch_size "
+                "as written"})
+    fused_loss: Literal["auto", "compiled", "liger", "chunked", "none"] = field(default="auto", metadata={
+        "help": "auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)"})
+    loss_chunk_tokens: int = field(default=8192, metadata={"help": "chunk size of the chunked cross-entropy"})
+    liger_min_chunk_tokens: int = field(default=1024, metadata={
+        "help": "liger's chunks at least this long (0: its own sizing, logits ~ hidden)"})
+    z_loss: float = field(default=0.0, metadata={
+        "help": "PaLM's z-loss: + z_loss * logsumexp(logits)^2 per token in training (1e-4 in PaLM); evaluation "
+                "stays CE"})
+    document_mask: bool = field(default=False, metadata={
+        "help": "attend within each packed document only (position ids restart after every end-of-text; "
+                "transformers builds the block-causal mask from them): sdpa (or flash_attention_2), not sdpa_packed, "
+                "which has no mask"})
+    init_from: Optional[str] = field(default=None, metadata={
+        "help": "start from these weights instead of random init"})
+    decay_embeddings: bool = field(default=False, metadata={"help": "weight decay on embedding tables too"})
+    experts_implementation: Literal["auto", "eager", "batched_mm", "grouped_mm"] = field(default="auto", metadata={
+        "help": "MoE shapes: transformers' experts backend, auto (grouped_mm on a GPU: one grouped matmul over all "
+                "experts; eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm. Refused on a "
+                "dense model."})
+    sdpa_backends: list = field(default_factory=lambda: ["flash", "efficient", "math", "cudnn"], metadata={
+        "help": "PyTorch SDPA kernels allowed (flash, efficient, math, cudnn), in the order they are tried "
+                "(PyTorch's default order)"})
 
 
 @dataclass
 class DataSection:
-    # output folder of tokenize_pile.py (train/, validation/, manifest.json, tokenizer/). With `sources`: the
-    # output whose validation split and tokenizer/ the run uses (default: the first source)
-    path: str = ""
-    tokenizer: Optional[str] = None  # defaults to <path>/tokenizer
-    # Weighted mixtures and phases (data/mixture.py, docs/training.md § Mixtures and phases):
-    sources: dict = field(default_factory=dict)  # name -> output folder of tokenize_pile.py
-    mixture: dict = field(default_factory=dict)  # name -> weight: one phase, the whole run
-    # [{mixture: {name: weight}, share: fraction of max_steps | steps: N, name: label}]; the last may omit both
-    phases: list = field(default_factory=list)
-    decay_in_last_phase: bool = False  # warmup_stable_decay's num_decay_steps = the last phase's steps
+    path: str = field(default="", metadata={
+        "help": "output folder of tokenize_pile.py (train/, validation/, manifest.json, tokenizer/). With `sources`: "
+                "the output whose validation split and tokenizer/ the run uses (default: the first source)"})
+    tokenizer: Optional[str] = field(default=None, metadata={"help": "defaults to <path>/tokenizer"})
+    sources: dict = field(default_factory=dict, metadata={
+        "help": "Weighted mixtures and phases (data/mixture.py, docs/training.md § Mixtures and phases): name -> "
+                "output folder of tokenize_pile.py"})
+    mixture: dict = field(default_factory=dict, metadata={"help": "name -> weight: one phase, the whole run"})
+    phases: list = field(default_factory=list, metadata={
+        "help": "[{mixture: {name: weight}, share: fraction of max_steps | steps: N, name: label}]; the last may "
+                "omit both"})
+    decay_in_last_phase: bool = field(default=False, metadata={
+        "help": "warmup_stable_decay's num_decay_steps = the last phase's steps"})
 
 
 @dataclass
 class EvaluationSection:
-    eval_tokens: int = 1_000_000  # fixed validation budget; blocks = eval_tokens // seq_len
-    # the evaluation after the last step: None = every validation block (tokenize_pile.py's first 10,000
-    # documents by default), so final losses and bits per byte compare across runs and tokenizers
-    final_eval_tokens: Optional[int] = None
-    # arc_easy | arc_challenge | openbookqa | hellaswag | piqa: scored on the live model at every evaluation
-    lm_eval_task: Optional[str] = None
-    lm_eval_limit: int = 200
-    per_set: bool = False  # final evaluation: loss per pile_set_name of the validation blocks (one more pass)
-    # after the last step (eval/long_context.py, through the eval package's callback): passkey retrieval at these
-    # prompt lengths ([]: none) and the loss by position on the first long_context_blocks validation blocks (0: none),
-    # into output_dir/long_context.json and the log
-    long_context_lengths: list = field(default_factory=list)
-    long_context_samples: int = 20  # passkey prompts per length
-    long_context_blocks: int = 0
-    long_context_min_document_tokens: int = 0  # loss by position: only documents at least this long in a block
+    eval_tokens: int = field(default=1_000_000, metadata={
+        "help": "fixed validation budget; blocks = eval_tokens // seq_len"})
+    final_eval_tokens: Optional[int] = field(default=None, metadata={
+        "help": "the evaluation after the last step: None = every validation block (tokenize_pile.py's first 10,000 "
+                "documents by default), so final losses and bits per byte compare across runs and tokenizers"})
+    # not a Literal: the eval package checks the task (its name, lm-eval installed, the task's data) when the run starts
+    lm_eval_task: Optional[str] = field(default=None, metadata={
+        "help": "arc_easy | arc_challenge | openbookqa | hellaswag | piqa: scored on the live model at every "
+                "evaluation"})
+    lm_eval_limit: int = field(default=200, metadata={"help": "lm_eval_task: the first this many of its documents"})
+    per_set: bool = field(default=False, metadata={
+        "help": "final evaluation: loss per pile_set_name of the validation blocks (one more pass)"})
+    long_context_lengths: list = field(default_factory=list, metadata={
+        "help": "after the last step (eval/long_context.py, through the eval package's callback): passkey retrieval "
+                "at these prompt lengths ([]: none) and the loss by position on the first long_context_blocks "
+                "validation blocks (0: none), into output_dir/long_context.json and the log"})
+    long_context_samples: int = field(default=20, metadata={"help": "passkey prompts per length"})
+    long_context_blocks: int = field(default=0, metadata={
+        "help": "loss by position on the first this many validation blocks after the last step (0: none)"})
+    long_context_min_document_tokens: int = field(default=0, metadata={
+        "help": "loss by position: only documents at least this long in a block"})
 
 
 @dataclass
 class LoggingSection:
-    jsonl: str = "log.jsonl"  # in the run's output_dir
-    grad_stats_interval: int = 0  # per-layer grad norms + histograms every N steps (0: off)
-    profile_steps: list = field(default_factory=list)  # [start, stop]: torch.profiler window
-    nvtx: bool = False
-    peak_flops: Optional[float] = None  # override the detected per-GPU peak (FLOP/s)
-    dtype_for_peak: str = "bf16"
-    assumed_mfu: float = 0.4  # for the --dry-run time estimate
-    # with report_to including wandb: none | reference (the data and final/ as artifacts that point at their
-    # folders) | upload (final/'s files uploaded; the data is always a reference)
-    wandb_artifacts: str = "reference"
-    wandb_checkpoint_artifacts: bool = False  # each checkpoint as a model artifact too (a reference)
+    jsonl: str = field(default="log.jsonl", metadata={"help": "the JSONL log, in the run's output_dir"})
+    grad_stats_interval: int = field(default=0, metadata={
+        "help": "per-layer grad norms + histograms every N steps (0: off)"})
+    profile_steps: list = field(default_factory=list, metadata={"help": "[start, stop]: torch.profiler window"})
+    nvtx: bool = field(default=False, metadata={"help": "an NVTX range per training step (a GPU)"})
+    peak_flops: Optional[float] = field(default=None, metadata={
+        "help": "override the detected per-GPU peak (FLOP/s)"})
+    dtype_for_peak: str = field(default="bf16", metadata={
+        "help": "the dtype of the detected per-GPU peak (fp8, bf16, fp16, tf32, fp32: models/hardware.py)"})
+    assumed_mfu: float = field(default=0.4, metadata={"help": "for the --dry-run time estimate"})
+    wandb_artifacts: Literal["none", "reference", "upload"] = field(default="reference", metadata={
+        "help": "with report_to including wandb: none | reference (the data and final/ as artifacts that point at "
+                "their folders) | upload (final/'s files uploaded; the data is always a reference)"})
+    wandb_checkpoint_artifacts: bool = field(default=False, metadata={
+        "help": "each checkpoint as a model artifact too (a reference)"})
 
 
 @dataclass
 class OptimizerSection:
-    # adamw: TrainingArguments' own optimizer (training.optim); muon: Muon for the 2-D weights inside the
-    # decoder blocks, AdamW for embeddings, head, norms and biases (training/optim.py). Either way the LR,
-    # weight decay, betas, eps and the schedule are the training.* fields: one scheduler scales both parts.
-    name: str = "adamw"
-    muon_momentum: float = 0.95  # Muon's momentum (Keller Jordan's and torch's default)
-    muon_nesterov: bool = True  # Nesterov momentum, as in the reference implementation
-    muon_ns_steps: int = 5  # Newton-Schulz iterations: 5 orthogonalise well enough in bf16
-    # torch.optim.Muon's adjust_lr_fn. match_rms_adamw (Moonshot): Muon's update RMS matches AdamW's, so
-    # training.learning_rate and weight_decay serve both parts; original (Keller Jordan): sqrt(max(1, A/B)),
-    # wants its own, larger LR in muon_learning_rate (e.g. 0.02)
-    muon_lr_scale: str = "match_rms_adamw"
-    muon_learning_rate: Optional[float] = None  # Muon's peak LR; None: training.learning_rate
+    name: Literal["adamw", "muon"] = field(default="adamw", metadata={
+        "help": "adamw: TrainingArguments' own optimizer (training.optim); muon: Muon for the 2-D weights inside the "
+                "decoder blocks, AdamW for embeddings, head, norms and biases (training/optim.py). Either way the LR, "
+                "weight decay, betas, eps and the schedule are the training.* fields: one scheduler scales both "
+                "parts."})
+    muon_momentum: float = field(default=0.95, metadata={
+        "help": "Muon's momentum (Keller Jordan's and torch's default)"})
+    muon_nesterov: bool = field(default=True, metadata={
+        "help": "Nesterov momentum, as in the reference implementation"})
+    muon_ns_steps: int = field(default=5, metadata={
+        "help": "Newton-Schulz iterations: 5 orthogonalise well enough in bf16"})
+    muon_lr_scale: Literal["match_rms_adamw", "original"] = field(default="match_rms_adamw", metadata={
+        "help": "torch.optim.Muon's adjust_lr_fn. match_rms_adamw (Moonshot): Muon's update RMS matches AdamW's, so "
+                "training.learning_rate and weight_decay serve both parts; original (Keller Jordan): "
+                "sqrt(max(1, A/B)), wants its own, larger LR in muon_learning_rate (e.g. 0.02)"})
+    muon_learning_rate: Optional[float] = field(default=None, metadata={
+        "help": "Muon's peak LR; None: training.learning_rate"})
 
 
 @dataclass
@@ -157,38 +207,41 @@ class KernelsSection:
     (docs/benchmarks.md); switching one off brings back the stock path, for A/B runs and for bisecting a
     numeric change."""
 
-    # the compiled loss on a GPU: LM head, loss and gradient with one Triton kernel (kernels/cross_entropy.py);
-    # false: the head and cross-entropy compiled by inductor
-    fused_head: bool = True
-    # [columns per iteration, warps] of that kernel; null: 16,384 x 8 up to a 64k vocabulary, 8,192 x 8 above
-    loss_tile: Optional[list] = None
-    # compiled GPT-2 MLPs: c_fc's bias gradient summed in GELU's backward kernel (kernels/gelu_bias.py)
-    bias_gelu: bool = True
-    # compiled models: the tanh GELU computed as x * sigmoid(2u) (models/gelu.py)
-    gelu_sigmoid: bool = True
-    # compiled decoder/model: rotary cos/sin read from a table made once (models/rotary.py)
-    rope_table: bool = True
-    # MoE with experts_implementation=grouped_mm under bf16 autocast: the experts' grouped matmuls on bf16 copies of
-    # their weights (transformers falls back to one fp32 matmul per expert when compiled: models/speedups.py)
-    experts_autocast: bool = True
-    # MoE with experts_implementation=grouped_mm: the tokens' rows sent to their experts and back by gathers only,
-    # without transformers' scatter-add backward and expert-parallel masks, each weighed before its down projection
-    # (models/speedups.py)
-    experts_gather: bool = True
+    fused_head: bool = field(default=True, metadata={
+        "help": "the compiled loss on a GPU: LM head, loss and gradient with one Triton kernel "
+                "(kernels/cross_entropy.py); false: the head and cross-entropy compiled by inductor"})
+    loss_tile: Optional[list] = field(default=None, metadata={
+        "help": "[columns per iteration, warps] of that kernel; null: 16,384 x 8 up to a 64k vocabulary, 8,192 x 8 "
+                "above"})
+    bias_gelu: bool = field(default=True, metadata={
+        "help": "compiled GPT-2 MLPs: c_fc's bias gradient summed in GELU's backward kernel (kernels/gelu_bias.py)"})
+    gelu_sigmoid: bool = field(default=True, metadata={
+        "help": "compiled models: the tanh GELU computed as x * sigmoid(2u) (models/gelu.py)"})
+    rope_table: bool = field(default=True, metadata={
+        "help": "compiled decoder/model: rotary cos/sin read from a table made once (models/rotary.py)"})
+    experts_autocast: bool = field(default=True, metadata={
+        "help": "MoE with experts_implementation=grouped_mm under bf16 autocast: the experts' grouped matmuls on bf16 "
+                "copies of their weights (transformers falls back to one fp32 matmul per expert when compiled: "
+                "models/speedups.py)"})
+    experts_gather: bool = field(default=True, metadata={
+        "help": "MoE with experts_implementation=grouped_mm: the tokens' rows sent to their experts and back by "
+                "gathers only, without transformers' scatter-add backward and expert-parallel masks, each weighed "
+                "before its down projection (models/speedups.py)"})
 
 
 @dataclass
 class MoeSection:
     """Load balancing of an MoE model's experts (training/moe.py); refused on a dense model."""
 
-    # transformers' load-balancing loss weight (router_aux_loss_coef: Qwen3-MoE, Mixtral; 0 switches it off);
-    # null keeps the model config's
-    aux_loss_coef: Optional[float] = None
-    # aux-loss-free balancing (DeepSeek-V3): each router's correction bias moves this much per optimizer step towards
-    # equal load (DeepSeek-V3 used 0.001); 0: off. Needs routers with a correction bias (glm4_moe)
-    bias_update_rate: float = 0.0
-    # warn when an expert gets no token for this many logging windows in a row
-    dead_expert_windows: int = 3
+    aux_loss_coef: Optional[float] = field(default=None, metadata={
+        "help": "transformers' load-balancing loss weight (router_aux_loss_coef: Qwen3-MoE, Mixtral; 0 switches it "
+                "off); null keeps the model config's"})
+    bias_update_rate: float = field(default=0.0, metadata={
+        "help": "aux-loss-free balancing (DeepSeek-V3): each router's correction bias moves this much per optimizer "
+                "step towards equal load (DeepSeek-V3 used 0.001); 0: off. Needs routers with a correction bias "
+                "(glm4_moe)"})
+    dead_expert_windows: int = field(default=3, metadata={
+        "help": "warn when an expert gets no token for this many logging windows in a row"})
 
 
 @dataclass
@@ -196,68 +249,148 @@ class ContextSection:
     """A context-extension phase (training/context.py, docs/training.md § Long context): model.init_from's weights,
     trained at ``from_seq_len``, train on at ``seq_len`` with the RoPE change chosen here."""
 
-    seq_len: Optional[int] = None  # the phase's length (null: no extension); data.path must be packed at it
-    # the length init_from was trained at; null: read from its lineage.json / data.json (a run's final/, checkpoint-N)
-    from_seq_len: Optional[int] = None
-    # keep (the model's RoPE as it is) | theta (a larger base frequency, rope_theta) | yarn (YaRN through the config's
-    # rope_parameters: factor yarn_factor, original length from_seq_len)
-    rope: str = "keep"
-    rope_theta: Optional[float] = None  # rope=theta: the new base frequency (yarn: optional, else the model's)
-    yarn_factor: Optional[float] = None  # rope=yarn: null is seq_len / from_seq_len
-    # the phase's token budget: training.max_steps = round(tokens / tokens per step); or set training.max_steps
-    tokens: Optional[float] = None
-    # the GPU the plan must fit (a name of models/hardware.py's table: H200, H100-SXM, ...); null: the GPU this
-    # process sees (none on a CPU: not checked, the plan says so)
-    gpu: Optional[str] = None
+    seq_len: Optional[int] = field(default=None, metadata={
+        "help": "the phase's length (null: no extension); data.path must be packed at it"})
+    from_seq_len: Optional[int] = field(default=None, metadata={
+        "help": "the length init_from was trained at; null: read from its lineage.json / data.json (a run's final/, "
+                "checkpoint-N)"})
+    rope: Literal["keep", "theta", "yarn"] = field(default="keep", metadata={
+        "help": "keep (the model's RoPE as it is) | theta (a larger base frequency, rope_theta) | yarn (YaRN through "
+                "the config's rope_parameters: factor yarn_factor, original length from_seq_len)"})
+    rope_theta: Optional[float] = field(default=None, metadata={
+        "help": "rope=theta: the new base frequency (yarn: optional, else the model's)"})
+    yarn_factor: Optional[float] = field(default=None, metadata={"help": "rope=yarn: null is seq_len / from_seq_len"})
+    tokens: Optional[float] = field(default=None, metadata={
+        "help": "the phase's token budget: training.max_steps = round(tokens / tokens per step); or set "
+                "training.max_steps"})
+    gpu: Optional[str] = field(default=None, metadata={
+        "help": "the GPU the plan must fit (a name of models/hardware.py's table: H200, H100-SXM, ...); null: the GPU "
+                "this process sees (none on a CPU: not checked, the plan says so)"})
 
 
 @dataclass
 class Recipe:
-    model: ModelSection = field(default_factory=ModelSection)
-    data: DataSection = field(default_factory=DataSection)
-    training: dict = field(default_factory=dict)
-    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
-    logging: LoggingSection = field(default_factory=LoggingSection)
-    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
-    kernels: KernelsSection = field(default_factory=KernelsSection)
-    moe: MoeSection = field(default_factory=MoeSection)
-    context: ContextSection = field(default_factory=ContextSection)
-    # train for this many FLOPs (the project formula, as --dry-run prints it): training.max_steps is derived,
-    # round(training_flops / (FLOPs per token x tokens per step)), so a recipe keeps its budget when its
-    # model, batch or data change. Set this or training.max_steps; both must agree.
-    training_flops: Optional[float] = None
-    nan_policy: str = "stop"  # stop | skip
-    max_skipped_steps: int = 10  # nan_policy=skip: more skipped optimizer steps than this stop the run
-    # ... and so does a larger share of the run's steps: checked from step 20 on and at the end, after the last save
-    max_skipped_fraction: float = 0.05
-    # resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | allow
-    resume_mismatch: str = "error"
-    # a new run (nothing resumed) in a training.output_dir that holds files: refused, unless true, which removes the
-    # earlier run's checkpoints, final/, summary, log, recipe and lineage first (other files stay)
-    overwrite_output_dir: bool = False
+    model: ModelSection = field(default_factory=ModelSection, metadata={
+        "help": "which config JSON to build, field overrides, attention backend, compilation, fused loss"})
+    data: DataSection = field(default_factory=DataSection, metadata={
+        "help": "the output folder of scripts/tokenize_pile.py, or several with weights and phases"})
+    training: dict = field(default_factory=dict, metadata={
+        "help": "transformers.TrainingArguments' fields, checked against its dataclass"})
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection, metadata={
+        "help": "validation token budget, optional lm-eval scoring during training"})
+    logging: LoggingSection = field(default_factory=LoggingSection, metadata={
+        "help": "JSONL log, gradient statistics, profiler window, hardware peak override"})
+    optimizer: OptimizerSection = field(default_factory=OptimizerSection, metadata={
+        "help": "adamw (TrainingArguments' optim) or muon (Muon for hidden matrices, AdamW for the rest)"})
+    kernels: KernelsSection = field(default_factory=KernelsSection, metadata={
+        "help": "the project's own kernels and model rewrites, each on by default (off: A/B runs, bisecting)"})
+    moe: MoeSection = field(default_factory=MoeSection, metadata={
+        "help": "Mixture-of-Experts: auxiliary-loss weight, aux-loss-free balancing, dead-expert warning"})
+    context: ContextSection = field(default_factory=ContextSection, metadata={
+        "help": "a context-extension phase: the longer length, the RoPE change, the token budget"})
+    training_flops: Optional[float] = field(default=None, metadata={
+        "help": "train for this many FLOPs (the project formula, as --dry-run prints it): training.max_steps is "
+                "derived, round(training_flops / (FLOPs per token x tokens per step)), so a recipe keeps its budget "
+                "when its model, batch or data change. Set this or training.max_steps; both must agree."})
+    nan_policy: Literal["stop", "skip"] = field(default="stop", metadata={
+        "help": "what a non-finite loss does: stop the run, or skip the optimizer step"})
+    max_skipped_steps: int = field(default=10, metadata={
+        "help": "nan_policy=skip: more skipped optimizer steps than this stop the run"})
+    max_skipped_fraction: float = field(default=0.05, metadata={
+        "help": "... and so does a larger share of the run's steps: checked from step 20 on and at the end, after "
+                "the last save"})
+    resume_mismatch: Literal["error", "allow"] = field(default="error", metadata={
+        "help": "resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | "
+                "allow"})
+    overwrite_output_dir: bool = field(default=False, metadata={
+        "help": "a new run (nothing resumed) in a training.output_dir that holds files: refused, unless true, which "
+                "removes the earlier run's checkpoints, final/, summary, log, recipe and lineage first (other files "
+                "stay)"})
 
 
 # recipe name -> torch.nn.attention.SDPBackend member
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                  "math": "MATH"}
-_CHOICES = {
-    "model.attn_implementation": {"auto", *KNOWN_IMPLEMENTATIONS},
-    "model.compile": {"auto", "none", "decoder", "layers", "model"},
-    "model.precision": {"bf16", "fp8", "fp8_rowwise", "auto"},
-    "model.fp8_fast_accum": set(FAST_ACCUM),
-    "model.residual_dtype": set(RESIDUAL_DTYPES),
-    "model.compile_backend": {"inductor", "aot_eager", "eager"},
-    "model.compile_mode": {"default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"},
-    "model.fused_loss": {"auto", "compiled", "liger", "chunked", "none"},
-    "model.micro_batch": {"auto", "recipe"},
-    "model.experts_implementation": {"auto", "eager", "batched_mm", "grouped_mm"},
-    "nan_policy": {"stop", "skip"},
-    "resume_mismatch": {"error", "allow"},
-    "optimizer.name": {"adamw", "muon"},
-    "optimizer.muon_lr_scale": {"match_rms_adamw", "original"},
-    "logging.wandb_artifacts": {"none", "reference", "upload"},
-    "context.rope": {"keep", "theta", "yarn"},
-}
+
+
+def field_choices(hint) -> tuple | None:
+    """The values a field's type allows: the arguments of its ``Literal``, and None when it is ``Optional``; None for
+    a field that is not a choice."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in _UNION_TYPES else (hint,)
+    for option in options:
+        if typing.get_origin(option) is Literal:
+            return typing.get_args(option) + ((None,) if type(None) in options else ())
+    return None
+
+
+def recipe_choices(recipe_cls: type | None = None) -> dict[str, tuple]:
+    """``{"section.key" (a top-level key: "key"): its allowed values}`` for every choice field of the recipe, in the
+    order of the fields."""
+    choices = {}
+    for name, hint in typing.get_type_hints(recipe_cls or Recipe).items():
+        if dataclasses.is_dataclass(hint):
+            for key, inner in typing.get_type_hints(hint).items():
+                if (allowed := field_choices(inner)) is not None:
+                    choices[f"{name}.{key}"] = allowed
+        elif (allowed := field_choices(hint)) is not None:
+            choices[name] = allowed
+    return choices
+
+
+def _check_choices(recipe: Recipe) -> None:
+    """Each choice field's value is one of its type's ``Literal`` values (OmegaConf took any string)."""
+    for key, allowed in recipe_choices(type(recipe)).items():
+        value = recipe
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value not in allowed:
+            raise RecipeError(f"{key}={value!r} is not one of {sorted(allowed, key=str)}"
+                              f"{_nearest(str(value), [str(a) for a in allowed])}")
+
+
+@functools.cache
+def _schema_class(cls: type) -> type:
+    """The dataclass ``cls`` as OmegaConf is given it: the same fields, defaults and metadata, each ``Literal`` type
+    a ``str`` (``Optional[str]`` for an optional one), each section field its own schema class."""
+    hints = typing.get_type_hints(cls)
+    fields = []
+    for f in dataclasses.fields(cls):
+        hint, kwargs = hints[f.name], {"metadata": f.metadata}
+        if dataclasses.is_dataclass(hint):
+            hint = kwargs["default_factory"] = _schema_class(hint)
+        else:
+            allowed = field_choices(hint)
+            if allowed is not None:
+                if not all(isinstance(a, str) for a in allowed if a is not None):
+                    raise TypeError(f"{cls.__name__}.{f.name}: a recipe choice is a string: {allowed}")
+                hint = Optional[str] if None in allowed else str
+            if f.default is not dataclasses.MISSING:
+                kwargs["default"] = f.default
+            if f.default_factory is not dataclasses.MISSING:
+                kwargs["default_factory"] = f.default_factory
+        fields.append((f.name, hint, field(**kwargs)))
+    schema = dataclasses.make_dataclass(cls.__name__, fields)
+    schema.__module__, schema.__qualname__ = cls.__module__, cls.__qualname__
+    _REAL_CLASS[schema] = cls
+    return schema
+
+
+_REAL_CLASS: dict[type, type] = {}  # schema class -> the dataclass it was made from
+
+
+def _from_schema(obj):
+    """An instance of a schema class (``OmegaConf.to_object``'s) as the dataclass it was made from, sections too."""
+    real = _REAL_CLASS.get(type(obj))
+    if real is None:
+        return obj
+    return real(**{f.name: _from_schema(getattr(obj, f.name)) for f in dataclasses.fields(obj)})
+
+
+def _to_schema(obj):
+    """A recipe dataclass instance as its schema class's, for ``OmegaConf.structured``."""
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        return obj
+    return _schema_class(type(obj))(**{f.name: _to_schema(getattr(obj, f.name)) for f in dataclasses.fields(obj)})
 
 
 def _nearest(key: str, valid) -> str:
@@ -273,8 +406,7 @@ def _training_fields() -> dict[str, Any]:
 def _check_type(key: str, value: Any, hint: Any) -> Any:
     """Reject values TrainingArguments would silently accept with the wrong type (e.g. a string
     learning rate); fields with richer types (enums, dicts, lists) are left to TrainingArguments."""
-    union_types = (typing.Union, getattr(types, "UnionType", None))
-    options = typing.get_args(hint) if typing.get_origin(hint) in union_types else (hint,)
+    options = typing.get_args(hint) if typing.get_origin(hint) in _UNION_TYPES else (hint,)
     if value is None and type(None) in options:
         return value
     if isinstance(value, (dict, list)) and any((typing.get_origin(t) or t) in (dict, list) for t in options):
@@ -459,7 +591,7 @@ def _inductor_settings(options) -> dict:
 
 def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
     """Read a recipe YAML (or the defaults when path is None), apply overrides, validate."""
-    schema = OmegaConf.structured(Recipe)
+    schema = OmegaConf.structured(_schema_class(Recipe))
     try:
         if path is not None:
             path = Path(path)
@@ -475,18 +607,13 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     except ValidationError as err:
         raise RecipeError(f"{path}: {getattr(err, 'full_key', '')}: {str(err).splitlines()[0]}") from None
     cfg = _apply_overrides(schema, list(overrides or []))
-    recipe: Recipe = OmegaConf.to_object(cfg)
+    recipe: Recipe = _from_schema(OmegaConf.to_object(cfg))
     recipe.training = _validate_training(recipe.training)
     # Recipes saved before the ninth session wrote fp8_fast_accum as a bool (OmegaConf gives it as a string here):
     # false was torchao's forward-only recipe, true the backward too. They still train again as they did.
     recipe.model.fp8_fast_accum = {"False": "forward", "True": "all"}.get(recipe.model.fp8_fast_accum,
                                                                           recipe.model.fp8_fast_accum)
-    for key, allowed in _CHOICES.items():
-        obj = recipe
-        for part in key.split("."):
-            obj = getattr(obj, part)
-        if obj not in allowed:
-            raise RecipeError(f"{key}={obj!r} is not one of {sorted(allowed, key=str)}")
+    _check_choices(recipe)
     if recipe.training.get("load_best_model_at_end"):
         raise RecipeError("training.load_best_model_at_end: final/ is the last step's model (its evaluation, model "
                           "card and lineage describe that step); metric_for_best_model alone keeps the best "
@@ -779,8 +906,8 @@ def _check_scheduler_kwargs(training: dict) -> None:
 
 
 def recipe_to_yaml(recipe: Recipe) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(recipe))
+    return OmegaConf.to_yaml(OmegaConf.structured(_to_schema(recipe)))
 
 
 def recipe_to_dict(recipe: Recipe) -> dict:
-    return OmegaConf.to_container(OmegaConf.structured(recipe), resolve=True)
+    return OmegaConf.to_container(OmegaConf.structured(_to_schema(recipe)), resolve=True)
