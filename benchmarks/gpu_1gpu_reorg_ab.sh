@@ -3,6 +3,8 @@
 # `git worktree add .before f6f4a44` or a copy of its src/ and benchmarks/) against this tree, alternating, on the
 # same data and machine; then the kernels' A/Bs (kernels.*=false) on the shapes they serve.
 #   source .carry/setup.sh && BEFORE=.before SET=gpt2 bash benchmarks/gpu_1gpu_reorg_ab.sh   # SET: gpt2 | 1p8b
+# SET=gpt2's variants moe_before / moe_after train recipes/best_small_moe.yaml (its MoE shape) on the same GPT-2 data
+# at 1,024 tokens: a same-call A/B of the MoE path, with GPT-2's vocabulary instead of the recipe's 8k BPE.
 source benchmarks/gpu_common.sh
 BEFORE=${BEFORE:-.before}
 COMMON="training.report_to=none training.disable_tqdm=true training.eval_strategy=no training.save_strategy=no
@@ -27,6 +29,9 @@ if [ "${SET:-gpt2}" = gpt2 ]; then
       nofused) run gpt2_$v . $G kernels.fused_head=false ;;     # the compiled head + loss (inductor)
       nosigmoid) run gpt2_$v . $G kernels.bias_gelu=false kernels.gelu_sigmoid=false ;;  # transformers' MLP
       s53m) run gpt2_$v . $G model.config=scale_53m ;;
+      moe_before|moe_after) run gpt2_$v $([ ${v%.[0-9]} = moe_before ] && echo $BEFORE || echo .) \
+        recipes/best_small_moe.yaml data.path=$DATA training_flops=null training.max_steps=${STEPS:-40} \
+        training.logging_steps=5 training.warmup_steps=5 ;;
       s53m_norope) run gpt2_$v . $G model.config=scale_53m kernels.rope_table=false ;;  # rotary cos/sin recomputed
     esac
   done

@@ -10,7 +10,7 @@ import torch
 
 from hfpretrain.models import build_model, load_config
 from hfpretrain.data.order import collate_blocks, load_input_ids
-from hfpretrain.training.loss import causal_lm_loss
+from hfpretrain.training.loss import LossSpec, causal_lm_loss
 
 data, name, mb = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "scale_53m"), int(sys.argv[3] if len(sys.argv) > 3 else 4)
 blocks = load_input_ids(data, "train")
@@ -28,7 +28,8 @@ def run(kind):
     model.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         out = model(input_ids=ids, labels=ids if kind == "hf" else None)
-        loss = out.loss if kind == "hf" else causal_lm_loss(captured["h"], head.weight, ids, None, kind)
+        loss = (out.loss if kind == "hf" else
+                causal_lm_loss(captured["h"], head.weight, ids, None, LossSpec(kind)))
     loss.backward()
     grads = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
     return loss.item(), grads

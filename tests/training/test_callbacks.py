@@ -65,3 +65,42 @@ def test_grad_stats_sample_before_the_transform():
     logs = {"loss": 1.0}
     cb.on_log(None, None, None, logs=logs)
     assert logs["grad_norm_max"] == 4.0 and records.events[-1] == ("grad_norm", {"first_step": 6, "values": [2.5, 4.0]})
+
+
+def test_callbacks_run_in_their_declared_order(tmp_path):
+    """Handed over in any order, the callbacks run by their ``order``, sorted once: the bookkeeping (a mixture's
+    tokens, the experts' load), the telemetry, the JSONL log, SIGTERM and the profiler, the caller's, transformers'
+    own (flow control, the report_to integrations), the trainer's resume, the console (in place of transformers'
+    bar, which stays where no console is given), the compile check, our W&B additions."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import TrainerCallback, TrainingArguments
+
+    from hfpretrain.models import build_model, load_config
+    from hfpretrain.training.callbacks import (CompileCheckCallback, GradStatsCallback, JsonlLogCallback,
+                                               LineProgressCallback, MemoryCallback, MixtureLogCallback,
+                                               PreemptionCallback, ProfilerCallback, ThroughputCallback,
+                                               WandbConfigCallback)
+    from hfpretrain.training.lineage import WandbLineageCallback
+    from hfpretrain.training.moe import ExpertBalanceCallback
+    from hfpretrain.training.trainer import PretrainTrainer
+
+    class Callers(TrainerCallback):  # e.g. eval/'s lm-eval scoring: no order of its own
+        pass
+
+    jsonl = JsonlLogCallback(tmp_path / "log.jsonl", {})
+    ours = [WandbLineageCallback({}, tmp_path), WandbConfigCallback({}), CompileCheckCallback(0),
+            LineProgressCallback(), Callers(), ProfilerCallback(tmp_path), PreemptionCallback(), jsonl,
+            GradStatsCallback(jsonl), MemoryCallback(), ThroughputCallback(1, 1.0, None, 1),
+            ExpertBalanceCallback(SimpleNamespace(counts=torch.zeros(2, 4))), MixtureLogCallback(None, 1)]
+    model = build_model(load_config("tiny", {}, vocab_size=512), attn_implementation="sdpa")
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    trainer = PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1, callbacks=ours)
+    assert [type(cb).__name__ for cb in trainer.callback_handler.callbacks] == [
+        "MixtureLogCallback", "ExpertBalanceCallback", "ThroughputCallback", "MemoryCallback", "GradStatsCallback",
+        "JsonlLogCallback", "PreemptionCallback", "ProfilerCallback", "Callers", "DefaultFlowCallback", "_Resume",
+        "LineProgressCallback", "CompileCheckCallback", "WandbConfigCallback", "WandbLineageCallback"]
+    plain = PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1)
+    assert [type(cb).__name__ for cb in plain.callback_handler.callbacks] == [
+        "DefaultFlowCallback", "ProgressCallback", "_Resume"]

@@ -130,7 +130,7 @@ def test_training_flops_derives_max_steps(mini_blocks):
     wider = pretrain(TINY_RECIPE, [*base, f"training_flops={100.4 * step_flops}", "model.overrides.hidden_size=128"],
                      dry_run=True)["plan"]
     assert wider["max_steps"] < 100 and wider["total_flops"] == pytest.approx(100.4 * step_flops, rel=0.02)
-    # A resolved recipe (recipe.yaml holds both) plans again; a max_steps that disagrees is refused.
+    # Both set (a recipe.yaml saved before 2026-11-28 holds both) plans again; a max_steps that disagrees is refused.
     again = pretrain(TINY_RECIPE, [*base[:1], "training.per_device_train_batch_size=4", "training.max_steps=100",
                                    f"training_flops={100.4 * step_flops}"], dry_run=True)["plan"]
     assert again["max_steps"] == 100
@@ -272,6 +272,58 @@ def test_unknown_model_key():
 def test_bad_choice(item, key):
     msg = _error(["data.path=x", item])
     assert key in msg and "is not one of" in msg
+
+
+def test_a_bad_choice_names_the_nearest_value():
+    assert _error(["data.path=x", "model.compile=layer"]) == (
+        "model.compile='layer' is not one of ['auto', 'decoder', 'layers', 'model', 'none'] (did you mean 'layers'?)")
+    assert _error(["data.path=x", "context.rope=yarm"]).endswith("(did you mean 'yarn'?)")
+
+
+def test_choices_are_typed_on_the_fields():
+    """Issue 57: a choice field's values are its Literal type (no side table); where a module owns the values
+    (models/backend.py, fp8.py, residual.py), the type is made from them."""
+    import typing
+
+    from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS
+    from hfpretrain.models.fp8 import FAST_ACCUM
+    from hfpretrain.models.residual import RESIDUAL_DTYPES
+    from hfpretrain.training import config
+
+    assert not hasattr(config, "_CHOICES")
+    hints = typing.get_type_hints(config.ModelSection)
+    assert hints["compile"] == typing.Literal["auto", "none", "decoder", "layers", "model"]
+    choices = config.recipe_choices()
+    assert set(choices["model.attn_implementation"]) == {"auto", *KNOWN_IMPLEMENTATIONS}
+    assert set(choices["model.fp8_fast_accum"]) == set(FAST_ACCUM)
+    assert set(choices["model.residual_dtype"]) == set(RESIDUAL_DTYPES)
+    assert set(choices) == {  # the keys the side table held
+        "model.attn_implementation", "model.compile", "model.precision", "model.fp8_fast_accum",
+        "model.residual_dtype", "model.compile_backend", "model.compile_mode", "model.fused_loss",
+        "model.micro_batch", "model.experts_implementation", "nan_policy", "resume_mismatch", "optimizer.name",
+        "optimizer.muon_lr_scale", "logging.wandb_artifacts", "context.rope"}
+    phase = ["context.seq_len=4096", "context.from_seq_len=2048", "model.init_from=x"]
+    for key, allowed in choices.items():  # each one accepted
+        section, _, name = key.rpartition(".")
+        for value in allowed:
+            extra = (phase + ["context.rope_theta=1e6"] * (value == "theta")) if key == "context.rope" else []
+            recipe = load_recipe(None, ["data.path=x", f"{key}={value}", *extra])
+            assert getattr(getattr(recipe, section) if section else recipe, name) == value
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_a_recipe_written_out_loads_back_the_same(path, tmp_path):
+    """recipe_to_yaml / recipe_to_dict: the sections' classes, not the schema OmegaConf reads them through."""
+    import dataclasses
+
+    from hfpretrain.training.config import Recipe, recipe_to_dict, recipe_to_yaml
+
+    recipe = load_recipe(path, ["data.path=x"])
+    assert type(recipe) is Recipe and type(recipe.model).__name__ == "ModelSection"
+    (tmp_path / "r.yaml").write_text(recipe_to_yaml(recipe))
+    again = load_recipe(tmp_path / "r.yaml")
+    assert again == recipe and recipe_to_dict(again) == recipe_to_dict(recipe)
+    assert list(recipe_to_dict(recipe)) == [f.name for f in dataclasses.fields(Recipe)]
 
 
 @pytest.mark.parametrize("item,key", [("max_skipped_fraction=1.5", "max_skipped_fraction=1.5"),
@@ -466,6 +518,14 @@ def test_a_recipe_saved_with_the_old_boolean_fp8_fast_accum_still_loads(tmp_path
         load_recipe(path, ["model.fp8_fast_accum=backward"])
 
 
+def resolved_arguments(recipe):
+    """The TrainingArguments ``recipe`` resolves to in a dry run on this machine."""
+    from hfpretrain.training.machine import Machine
+    from hfpretrain.training.resolve import read_data_facts, resolve
+
+    return resolve(recipe, read_data_facts(recipe, planning=True), Machine.detect(planning=True)).args
+
+
 # ---- issue 36.9: scheduler kwargs the chosen schedule does not take ------------------------------------------
 
 @pytest.mark.parametrize("extra, names", [
@@ -502,12 +562,10 @@ def test_scheduler_kwargs_the_schedule_takes_load(extra):
 def test_a_null_scheduler_kwarg_is_not_handed_to_the_scheduler(mini_blocks, tmp_path):
     """An override that takes a kwarg out (``...min_lr_rate=null``) leaves it unset: TrainingArguments would pass
     min_lr_rate=None to get_wsd_schedule (a TypeError when the Trainer makes the scheduler)."""
-    from hfpretrain.training.arguments import training_arguments
-
     recipe = load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", "training.lr_scheduler_type=warmup_stable_decay",
                                        "training.lr_scheduler_kwargs.min_lr_rate=null",
                                        "training.lr_scheduler_kwargs.num_decay_steps=3"])
-    assert training_arguments(recipe, dry_run=True).lr_scheduler_kwargs == {"num_decay_steps": 3}
+    assert resolved_arguments(recipe).lr_scheduler_kwargs == {"num_decay_steps": 3}
 
 
 # ---- issue 36.5: a compute budget that buys no step -------------------------------------------------------------
@@ -547,10 +605,9 @@ def test_a_warmup_as_long_as_the_run_is_said(mini_blocks, caplog, warmup, warned
 
 
 def test_the_first_steps_log_is_written_unless_the_recipe_says_otherwise(mini_blocks):
-    from hfpretrain.training.arguments import training_arguments
 
     def args(*extra):
-        return training_arguments(load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", *extra]), dry_run=True)
+        return resolved_arguments(load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", *extra]))
 
     assert args().logging_first_step is True and args().logging_steps == 10
     assert args("training.logging_first_step=false").logging_first_step is False
@@ -578,8 +635,8 @@ def test_the_model_card_states_the_learning_rate_that_ran(mini_blocks, tmp_path,
 @pytest.mark.parametrize("name", ["activation_checkpointing", "gradient_checkpointing"])
 def test_checkpointing_under_either_name(name):
     """transformers 5.24's name and 5.17's both load, on whichever transformers is installed."""
-    from hfpretrain.training.arguments import activation_checkpointing, training_arguments
+    from hfpretrain.training.arguments import activation_checkpointing
 
     recipe = load_recipe(TINY_RECIPE, ["data.path=x", "training.max_steps=3", f"training.{name}=true",
                                        f"training.{name}_kwargs={{every_n_layers: 2}}"])
-    assert activation_checkpointing(training_arguments(recipe, dry_run=True)) == (True, {"every_n_layers": 2})
+    assert activation_checkpointing(resolved_arguments(recipe)) == (True, {"every_n_layers": 2})

@@ -134,10 +134,12 @@ def test_a_run_past_the_configs_positions(mini_blocks, tmp_path):
     """Outside a context phase the data's length rules: a RoPE model's saved config says it (lm-eval truncates to
     max_position_embeddings), learned positions that stop short are one line before any work."""
     from hfpretrain.training.config import load_recipe
-    from hfpretrain.training.plan import setup_run
+    from hfpretrain.training.machine import Machine
+    from hfpretrain.training.resolve import read_data_facts, resolve
 
     short = {"model.overrides.max_position_embeddings": "64"}
-    run = setup_run(load_recipe(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "r", short)), True, None, None)
+    recipe = load_recipe(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "r", short))
+    run = resolve(recipe, read_data_facts(recipe, planning=True), Machine.detect(planning=True))
     assert run.seq_len == 128 and run.config.max_position_embeddings == 128
     gpt2 = {"model.config": "gpt2_124m", "model.overrides.n_layer": "2", "model.overrides.n_embd": "64",
             "model.overrides.n_head": "4", "model.overrides.n_positions": "64"}
@@ -288,12 +290,12 @@ def test_the_training_length_of_a_checkpoint_folder(tmp_path):
 
 
 def changed_rope(config, from_seq_len: int, *context):
-    """``config``'s RoPE parameters after ``change_rope`` for a phase of ``context`` overrides from ``from_seq_len``."""
+    """The config ``change_rope`` makes of ``config`` for a phase of ``context`` overrides from ``from_seq_len``."""
     from hfpretrain.training.config import load_recipe
     from hfpretrain.training.context import change_rope
 
-    change_rope(config, load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", *context]), from_seq_len)
-    return config.rope_parameters
+    return change_rope(config, load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", *context]),
+                       from_seq_len)
 
 
 def test_yarn_keeps_the_models_other_rope_parameters_and_chains():
@@ -302,12 +304,14 @@ def test_yarn_keeps_the_models_other_rope_parameters_and_chains():
     frequencies with the phase's starting length as the original one."""
     glm = load_config("glm4_moe_101m_a24m", vocab_size=1024)
     assert glm.rope_parameters.get("partial_rotary_factor") == 0.5
-    params = changed_rope(glm, 1024, "context.seq_len=4096", "context.rope=yarn")
+    extended = changed_rope(glm, 1024, "context.seq_len=4096", "context.rope=yarn")
+    params = extended.rope_parameters
     assert params["partial_rotary_factor"] == 0.5 and params["factor"] == 4.0
     assert params["original_max_position_embeddings"] == 1024
-    again = changed_rope(glm, 4096, "context.seq_len=8192", "context.rope=yarn")  # the extended model, extended again
-    assert again["original_max_position_embeddings"] == 1024 and again["factor"] == 8.0
-    assert glm.max_position_embeddings == 8192
+    again = changed_rope(extended, 4096, "context.seq_len=8192", "context.rope=yarn")  # extended again
+    assert again.rope_parameters["original_max_position_embeddings"] == 1024 and again.rope_parameters["factor"] == 8.0
+    assert again.max_position_embeddings == 8192
+    assert glm.rope_parameters.get("rope_type", "default") == "default"  # the config it was given: unchanged
 
 
 def test_yarn_factor_beyond_the_new_length(caplog):
@@ -317,10 +321,10 @@ def test_yarn_factor_beyond_the_new_length(caplog):
     from hfpretrain.training.config import load_recipe
 
     config = load_config("qwen3_103m")
-    params = changed_rope(config, 1024, "context.seq_len=16384", "context.rope=yarn", "context.yarn_factor=32")
-    assert params["factor"] == 32.0
-    assert params["original_max_position_embeddings"] == 1024
-    assert config.max_position_embeddings == 32768
+    extended = changed_rope(config, 1024, "context.seq_len=16384", "context.rope=yarn", "context.yarn_factor=32")
+    assert extended.rope_parameters["factor"] == 32.0
+    assert extended.rope_parameters["original_max_position_embeddings"] == 1024
+    assert extended.max_position_embeddings == 32768
     with caplog.at_level(logging.WARNING, logger="hfpretrain"):  # the recipe's factor, overridden to a longer phase
         changed_rope(load_config("qwen3_103m"), 1024, "context.seq_len=65536", "context.rope=yarn",
                      "context.yarn_factor=32")
@@ -344,4 +348,4 @@ def test_rope_a_phase_cannot_change_is_refused():
     with pytest.raises(RecipeError, match=r"the model's RoPE is already 'llama3', which YaRN does not extend"):
         changed_rope(llama3, 1024, "context.seq_len=4096", "context.rope=yarn")
     theta = changed_rope(llama3, 1024, "context.seq_len=4096", "context.rope=theta", "context.rope_theta=1e7")
-    assert theta["rope_theta"] == 1e7
+    assert theta.rope_parameters["rope_theta"] == 1e7

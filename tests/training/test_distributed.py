@@ -119,7 +119,7 @@ def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run
     """DeepSpeed refuses ZeRO optimizer shards saved at another data-parallel size; its universal
     checkpoint format converts them (scripts/zero_to_universal.py), and the run goes on, exactly, through
     the shipped accelerate_configs/zero1_universal.yaml. Fused AdamW, as on GPUs: there DeepSpeed's
-    universal loader left its step counters on the wrong device (trainer.steps_beside_params)."""
+    universal loader left its step counters on the wrong device (optim.steps_beside_params)."""
     pytest.importorskip("deepspeed")
     out = tmp_path / "zero1"
     fused = {"training.optim": "adamw_torch_fused"}

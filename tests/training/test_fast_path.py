@@ -19,8 +19,8 @@ def choose(micro, accum, per_sample_bytes, fused_loss="compiled", requested="aut
     fast = FastPath("sdpa_packed", "decoder", "default", loss, {})
     section = ModelSection(micro_batch=requested, fused_loss=fused_loss)
     split = choose_micro_batch(section, fast, CONFIG, micro, accum, seq_len,
-                               lambda m, a: 2 * GIB + m * per_sample_bytes, planning=True)
-    return split, fast.reasons["micro_batch"]
+                               lambda m, a, loss: 2 * GIB + m * per_sample_bytes, None, planning=True)
+    return (split.micro_batch, split.accumulation), split.reason
 
 
 def test_folds_accumulation_while_memory_fits():
@@ -70,11 +70,12 @@ def test_folded_split_reaches_deepspeed(mini_blocks):
     """TrainingArguments hands DeepSpeed its batch settings when it is made: the folded split must be in them."""
     pytest.importorskip("deepspeed")
     from hfpretrain.training import load_recipe
-    from hfpretrain.training.plan import setup_run
+    from hfpretrain.training.machine import Machine
+    from hfpretrain.training.resolve import read_data_facts, resolve
 
     recipe = load_recipe(REPO / "recipes" / "gpt2_124m.yaml", [
         f"data.path={mini_blocks}", "training.use_cpu=true", f"training.deepspeed={REPO / 'ds_configs' / 'zero1.json'}"])
-    args = setup_run(recipe, dry_run=True, world_size=None, zero_stage=None).args
+    args = resolve(recipe, read_data_facts(recipe, planning=True), Machine.detect(planning=True)).args
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) != (32, 4)
     ds = args.hf_deepspeed_config.config
     assert ds["train_micro_batch_size_per_gpu"] == args.per_device_train_batch_size
@@ -125,8 +126,9 @@ def test_a_smaller_split_takes_autos_loss_at_its_size():
     fast = FastPath("sdpa_packed", "decoder", "default", "liger", {"fused_loss": "liger at 40"})
     section = ModelSection(micro_batch="auto", fused_loss="auto")
     split = choose_micro_batch(section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048,
-                               lambda m, a: m * int(budget / 30), planning=True)
-    assert split == (20, 4) and fast.fused_loss == "compiled" and "whole" in fast.reasons["fused_loss"]
+                               lambda m, a, loss: m * int(budget / 30), None, planning=True)
+    assert (split.micro_batch, split.accumulation) == (20, 4)
+    assert split.fused_loss == "compiled" and "whole" in split.loss_reason
 
 
 def test_a_smaller_split_is_sized_with_the_loss_it_will_run():
@@ -139,29 +141,28 @@ def test_a_smaller_split_is_sized_with_the_loss_it_will_run():
     fast = FastPath("sdpa_packed", "decoder", "default", "liger", {})
     section = ModelSection(micro_batch="auto", fused_loss="auto")
 
-    def memory(micro, accum):
-        return (micro + (15 if fast.fused_loss == "compiled" else 0)) * per_sample
+    def memory(micro, accum, loss):
+        return (micro + (15 if loss == "compiled" else 0)) * per_sample
 
-    split = choose_micro_batch(section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048, memory, planning=True)
-    assert split == (10, 8) and fast.fused_loss == "compiled"
+    split = choose_micro_batch(section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048, memory, None,
+                               planning=True)
+    assert (split.micro_batch, split.accumulation) == (10, 8) and split.fused_loss == "compiled"
 
 
-def test_a_model_that_fits_no_split_of_this_gpu_is_refused(monkeypatch):
+def test_a_model_that_fits_no_split_of_this_gpu_is_refused():
     """On a GPU, a model whose estimate at micro-batch 1 is over the GPU's whole memory (an MoE's experts, all of
     them with their optimizer states) stops with one line before anything is loaded or written; a dry run on a
     machine without a GPU plans for an assumed one and says so instead."""
     from hfpretrain.training import RecipeError
-    from hfpretrain.training import fast_path
 
     fast = FastPath("sdpa_packed", "decoder", "default", "compiled", {})
     section = ModelSection(micro_batch="auto", fused_loss="compiled")
-    monkeypatch.setattr(fast_path, "gpu_memory_bytes", lambda planning=False: 80 * GIB)
     with pytest.raises(RecipeError, match=r"does not fit the GPU: even micro-batch 1 x 1024 tokens would take "
                                           r"~90\.0 GiB per GPU, over its 80 GiB"):
-        choose_micro_batch(section, fast, CONFIG, 8, 1, 1024, lambda m, a: 88 * GIB + m * 2 * GIB)
+        choose_micro_batch(section, fast, CONFIG, 8, 1, 1024, lambda m, a, loss: 88 * GIB + m * 2 * GIB, 80 * GIB)
     # between the share and the whole GPU: runs at the recipe's split, the reason says none fits
-    assert choose_micro_batch(section, fast, CONFIG, 8, 1, 1024, lambda m, a: 75 * GIB + m * GIB) == (8, 1)
-    assert "no smaller split fits" in fast.reasons["micro_batch"]
+    split = choose_micro_batch(section, fast, CONFIG, 8, 1, 1024, lambda m, a, loss: 75 * GIB + m * GIB, 80 * GIB)
+    assert (split.micro_batch, split.accumulation) == (8, 1) and "no smaller split fits" in split.reason
 
 
 def test_a_dry_run_plans_the_micro_batch_for_context_gpu():
@@ -172,9 +173,9 @@ def test_a_dry_run_plans_the_micro_batch_for_context_gpu():
     def split(target_gpu):
         fast = FastPath("sdpa_packed", "decoder", "default", "compiled", {})
         section = ModelSection(micro_batch="auto", fused_loss="compiled")
-        chosen = choose_micro_batch(section, fast, CONFIG, 16, 8, 1024, lambda m, a: 2 * GIB + m * per_sample,
-                                    planning=True, target_gpu=target_gpu)
-        return chosen, fast.reasons["micro_batch"]
+        chosen = choose_micro_batch(section, fast, CONFIG, 16, 8, 1024, lambda m, a, loss: 2 * GIB + m * per_sample,
+                                    None, planning=True, target_gpu=target_gpu)
+        return (chosen.micro_batch, chosen.accumulation), chosen.reason
 
     assert split(None)[0] == (32, 4)
     chosen, reason = split("B200")
@@ -192,7 +193,7 @@ def test_the_document_mask_takes_flex_attention_on_a_gpu(model_type, planning, w
     from hfpretrain.training.fast_path import choose_fast_path
 
     fast = choose_fast_path(ModelSection(document_mask=True), AutoConfig.for_model(model_type), 4, 256,
-                            planning=planning)
+                            cuda=False, gpu_memory=None, planning=planning)
     assert fast.attn_implementation == want, fast.reasons["attn_implementation"]
     assert "document_mask" in fast.reasons["attn_implementation"]
 
@@ -203,7 +204,9 @@ def test_per_layer_compile_of_an_moe_says_what_it_costs():
     from hfpretrain.models.zoo import load_config
     from hfpretrain.training.fast_path import choose_fast_path
 
-    moe = choose_fast_path(ModelSection(compile="layers"), load_config("qwen3_moe_109m_a21m"), 4, 256, planning=True)
+    moe = choose_fast_path(ModelSection(compile="layers"), load_config("qwen3_moe_109m_a21m"), 4, 256, cuda=False,
+                           gpu_memory=None, planning=True)
     assert moe.compile == "layers" and "64% of the tokens/s" in moe.reasons["compile"]
-    dense = choose_fast_path(ModelSection(compile="layers"), load_config("tiny"), 4, 256, planning=True)
+    dense = choose_fast_path(ModelSection(compile="layers"), load_config("tiny"), 4, 256, cuda=False,
+                             gpu_memory=None, planning=True)
     assert dense.reasons["compile"] == "set in the recipe"

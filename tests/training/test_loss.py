@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from hfpretrain.models import build_model, load_config
-from hfpretrain.training.loss import (IGNORE_INDEX, causal_lm_loss, liger_chunk_mem_const, loss_chunk_tokens,
-                                     shift_labels)
-from hfpretrain.training.trainer import _HiddenStateTap
+from hfpretrain.training.loss import (IGNORE_INDEX, CausalLMLoss, HiddenStateTap, LossSpec, causal_lm_loss,
+                                     liger_chunk_mem_const, loss_chunk_tokens, shift_labels)
 
 VOCAB = 512
 
@@ -41,7 +40,8 @@ def test_chunked_loss_equals_hf_loss(tiny, chunk):
     ref_grads = _grads(model)
 
     model.zero_grad()
-    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, ids, chunk_tokens=chunk)
+    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, ids,
+                          spec=LossSpec("chunked", chunk_tokens=chunk))
     loss.backward()
     torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
     grads = _grads(model)
@@ -64,7 +64,7 @@ def test_num_items_in_batch(tiny, as_tensor):
 
     model.zero_grad()
     loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, ids, num_items_in_batch=num,
-                          chunk_tokens=50)
+                          spec=LossSpec("chunked", chunk_tokens=50))
     loss.backward()
     torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
     mean = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, ids)
@@ -79,7 +79,8 @@ def test_ignored_labels(tiny):
     labels[0, 10:] = IGNORE_INDEX
     labels[2, :5] = IGNORE_INDEX
     ref = model(input_ids=ids, labels=labels).loss
-    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, labels, chunk_tokens=16)
+    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, labels,
+                          spec=LossSpec("chunked", chunk_tokens=16))
     torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
 
 
@@ -94,7 +95,7 @@ def test_hidden_state_tap_gives_the_final_hidden_states(tiny):
     model, ids = tiny
     with torch.no_grad():
         ref = model(input_ids=ids, labels=ids).loss
-        tap = _HiddenStateTap(model.get_output_embeddings())
+        tap = HiddenStateTap(model.get_output_embeddings())
         tap.active = True
         try:
             out = model(input_ids=ids, use_cache=False)
@@ -148,8 +149,8 @@ def test_compiled_loss_equals_hf_loss(tiny, backend):
 
     model.zero_grad()
     torch._dynamo.reset()
-    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, labels, impl="compiled",
-                          compile_backend=backend)
+    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, labels,
+                          spec=LossSpec("compiled", compile_backend=backend))
     loss.backward()
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)
     for name, grad in _grads(model).items():
@@ -179,7 +180,8 @@ def test_auto_loss_by_logits_size():
 @pytest.mark.parametrize("impl,chunk", [("chunked", 7), ("chunked", 8192), ("compiled", 8192)])
 def test_z_loss_matches_its_definition(tiny, impl, chunk):
     """model.z_loss: value and gradients equal cross-entropy + z * logsumexp(logits)^2 per predicted token, written
-    out with autograd on the full logits (the chunked path's hand-written gradient included)."""
+    out with autograd on the full logits (the chunked path's hand-written gradient included). The run's loss object
+    adds it in training only: an evaluation reports the cross-entropy."""
     model, ids = tiny
     labels = ids.clone()
     labels[1, 3:11] = IGNORE_INDEX
@@ -196,13 +198,17 @@ def test_z_loss_matches_its_definition(tiny, impl, chunk):
 
     model.zero_grad()
     torch._dynamo.reset()
-    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, labels, impl=impl,
-                          chunk_tokens=chunk, compile_backend="aot_eager", z_loss=z)
+    spec = LossSpec(impl, chunk_tokens=chunk, compile_backend="aot_eager", z_loss=z)
+    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, labels, spec=spec)
     loss.backward()
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)
-    without = causal_lm_loss(_hidden(model, ids).detach(), model.get_output_embeddings().weight.detach(), labels,
-                             impl=impl, chunk_tokens=chunk, compile_backend="aot_eager")
+    hidden, weight = _hidden(model, ids).detach(), model.get_output_embeddings().weight.detach()
+    without = causal_lm_loss(hidden, weight, labels,
+                             spec=LossSpec(impl, chunk_tokens=chunk, compile_backend="aot_eager"))
     assert loss.item() > without.item()  # the term is there
+    run_loss = CausalLMLoss(spec)
+    torch.testing.assert_close(run_loss(hidden, weight, labels, training=True), loss.detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(run_loss(hidden, weight, labels, training=False), without, rtol=1e-6, atol=1e-6)
     for name, grad in _grads(model).items():
         torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
     torch._dynamo.reset()
@@ -275,7 +281,8 @@ def test_training_loss_through_the_fused_head_equals_the_compiled_one(monkeypatc
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             hidden = model.transformer(input_ids=ids).last_hidden_state
             loss = L.causal_lm_loss(hidden, model.lm_head.weight, labels, num_items_in_batch=torch.tensor(20),
-                                    impl="compiled", compile_backend="eager", z_loss=1e-3, fused_head=fused)
+                                    spec=L.LossSpec("compiled", compile_backend="eager", z_loss=1e-3,
+                                                    fused_head=fused))
         loss.backward()
         results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
     (fused_loss, fused_grads), (ref_loss, ref_grads) = results

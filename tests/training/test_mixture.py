@@ -238,8 +238,15 @@ def test_mismatched_outputs_are_refused(mini_blocks, tmp_path):
     assert "other-tokenizer" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ValueError, match="data.sources.other=.* has seq_len 256, data.path=.* has 128"):
         plan(_fake_output(tmp_path / "len", mini_blocks, seq_len=256))
+    # a source not tokenized yet: a dry run plans with assumed data and says which; a run stops on its key
+    assert plan(tmp_path / "nowhere")["plan"]["assumed"]["why"].startswith("data.sources.other ")
+    from hfpretrain.training.config import load_recipe
+    from hfpretrain.training.resolve import read_data_facts
+
+    recipe = load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", f"data.sources.mix={mini_blocks}",
+                                       f"data.sources.other={tmp_path / 'nowhere'}", "data.mixture={mix: 1, other: 1}"])
     with pytest.raises(FileNotFoundError, match="^data.sources.other=.*nowhere: .* is missing or not JSON"):
-        plan(tmp_path / "nowhere")  # a source not tokenized yet: its key, not data.path
+        read_data_facts(recipe)
 
 
 # ---- tokenize --sets ------------------------------------------------------------------------------------

@@ -265,6 +265,8 @@ def test_a_longer_run_on_resume_says_the_schedule_is_stretched(tmp_path, caplog,
     import json
 
     from hfpretrain.training.config import load_recipe, recipe_to_yaml
+    from hfpretrain.training.machine import Machine
+    from hfpretrain.training.resolve import read_data_facts, resolve
     from hfpretrain.training.resume import check_resume
 
     def recipe(steps):
@@ -277,8 +279,9 @@ def test_a_longer_run_on_resume_says_the_schedule_is_stretched(tmp_path, caplog,
     (checkpoint / "recipe.yaml").write_text(recipe_to_yaml(recipe(10)))
     (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 5}))
     with caplog.at_level("WARNING", logger="hfpretrain"):
-        check_resume(str(checkpoint), recipe(20), {}, 20)
-        check_resume(str(checkpoint), recipe(10), {}, 10)  # the same length: nothing to say
+        for steps in (20, 10):  # 10: the same length, nothing to say
+            run = resolve(recipe(steps), read_data_facts(recipe(steps), planning=True), Machine.detect(planning=True))
+            check_resume(str(checkpoint), run)
     said = [r.getMessage() for r in caplog.records if "stretches" in r.getMessage()]
     assert len(said) == int(warned), caplog.text
     if warned:

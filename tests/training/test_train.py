@@ -11,6 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from hfpretrain.training import trainer as trainer_mod
 from hfpretrain.training.checkpoints import COMPLETE_MARKER, NoCompleteCheckpointError, last_complete_checkpoint, rotate_checkpoints
@@ -122,11 +123,16 @@ def test_log_telemetry(reference_run):
     assert summary["global_step"] == REFERENCE_STEPS and summary["skipped_steps"] == 0
     assert summary["end_to_end"]["tokens_per_s"] > 0
     assert "max_steps: 10" in (reference_run / "recipe.yaml").read_text()
+    # what the recipe resolved to, beside it: the same document as --dry-run's, and in the config event
+    resolved = yaml.safe_load((reference_run / "resolved.yaml").read_text())
+    assert resolved["resolved"]["max_steps"] == REFERENCE_STEPS and resolved["plan"]["max_steps"] == REFERENCE_STEPS
+    assert resolved["resolved"]["max_steps_from"] == "training.max_steps"
+    assert events[0]["resolved"]["loss"]["impl"] == resolved["resolved"]["loss"]["impl"]
     for step in (5, 10):
         ckpt = reference_run / f"checkpoint-{step}"
         assert (ckpt / COMPLETE_MARKER).read_text().strip() == f"step {step}"
         for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json",
-                     "recipe.yaml", "config.json"):
+                     "recipe.yaml", "resolved.yaml", "config.json"):
             assert (ckpt / name).is_file(), name
 
 
@@ -276,7 +282,7 @@ def test_resume_puts_optimizer_steps_beside_their_parameters():
 
     param = torch.nn.Parameter(torch.zeros(2, device="meta"))
     inner = SimpleNamespace(param_groups=[{"fused": True, "params": [param]}], state={param: {"step": torch.tensor(3.0)}})
-    trainer = SimpleNamespace(position_data=lambda step: None)
+    trainer = SimpleNamespace(position_data=lambda step: None, nonfinite=SimpleNamespace(optimizer=None))
     state = SimpleNamespace(global_step=3, log_history=[])
     trainer_mod._Resume(trainer).on_train_begin(None, state, None, optimizer=SimpleNamespace(optimizer=inner))
     assert inner.state[param]["step"].device.type == "meta"
@@ -459,21 +465,28 @@ def test_nan_policy_skip(mini_blocks, tmp_path):
 def test_skipped_fraction_stops_during_training(tmp_path):
     """From the 20th optimizer step on the share is checked at each skip, counting the skips of the sessions
     before a resume (here 1): the run stops there, not only at its end. (Driven step by step: a real run of 20
-    steps would take 15 s on CPU.)"""
+    steps would take 15 s on CPU.) The skip-step optimizer wraps the trainer's own and leaves it untouched by a
+    skipped step."""
     from transformers import TrainingArguments
 
     from hfpretrain.models import build_model, load_config
+    from hfpretrain.training.nonfinite import NonFinitePolicy, SkipStepOptimizer
 
     model = build_model(load_config("tiny", {}, vocab_size=512), attn_implementation="sdpa")
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
     trainer = trainer_mod.PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1,
-                                          nan_policy="skip", max_skipped_steps=100, max_skipped_fraction=0.2)
+                                          nonfinite=NonFinitePolicy("skip", 100, 0.2))
     optimizer = trainer.create_optimizer()
-    trainer.skipped_before = 1
+    assert isinstance(optimizer, SkipStepOptimizer) and trainer.nonfinite.optimizer is optimizer
+    assert optimizer.param_groups is optimizer.optimizer.param_groups
+    stepped = []
+    optimizer.optimizer.register_step_pre_hook(lambda *args: stepped.append(1))
+    optimizer.resume(0, 1)
     for step in range(19):  # 1 + 4 of the first 19 steps skipped: more than 20%, but not checked yet
-        trainer.state.global_step, trainer._skip_this_step = step, step >= 15
+        optimizer.skip_next = step >= 15
         optimizer.step()
-    trainer.state.global_step, trainer._skip_this_step = 19, True
+    assert optimizer.skipped == 4 and len(stepped) == 15  # the wrapped optimizer took the other steps only
+    optimizer.skip_next = True
     with pytest.raises(NonFiniteLossError, match=r"6 of 20 optimizer steps skipped .*max_skipped_fraction=0.2"):
         optimizer.step()
 

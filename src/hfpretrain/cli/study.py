@@ -40,7 +40,7 @@ def main() -> int:
     from hfpretrain.outdir import output_problem
     from hfpretrain.study.design import check_plan, format_plan
     from hfpretrain.study.report import analyse
-    from hfpretrain.training.arguments import launched_processes
+    from hfpretrain.training.machine import launched_processes
     from hfpretrain.training.config import RecipeError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

@@ -522,7 +522,7 @@ def claim(run: Run):
     """Yield whether this process holds ``run``: an exclusive lock file per run under OUT/runs/.claims, so
     that several study processes (``--workers``) on one machine never train the same run. The operating
     system drops the lock when its process ends, killed or not: no stale claims after a preemption."""
-    from hfpretrain.training.arguments import launched_processes
+    from hfpretrain.training.machine import launched_processes
 
     if launched_processes() > 1:  # the ranks of one launch train the same run, together
         yield True
@@ -545,7 +545,7 @@ def claim(run: Run):
 
 
 def _run_recipe(out_dir: Path) -> dict:
-    """The run's resolved recipe: recipe.yaml, else the config event its log.jsonl starts with (a run
+    """The run's recipe: recipe.yaml, else the config event its log.jsonl starts with (a run
     folder copied without its recipe.yaml still says what it was)."""
     if (out_dir / "recipe.yaml").is_file():
         return yaml.safe_load((out_dir / "recipe.yaml").read_text()) or {}

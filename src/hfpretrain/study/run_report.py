@@ -52,7 +52,7 @@ def _check_run(run_dir: Path, recipe: dict, summary: dict) -> None:
     """The keys the report reads, each missing one named with its file (a run of this tool writes them all)."""
     data = recipe.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("path"), str) or not data["path"]:
-        raise ValueError(f"{run_dir / 'recipe.yaml'}: no data.path: not the resolved recipe of a run")
+        raise ValueError(f"{run_dir / 'recipe.yaml'}: no data.path: not the recipe of a run")
     for key, kind in (("training", dict), ("optimizer", dict)):
         if recipe.get(key) is not None and not isinstance(recipe[key], kind):
             raise ValueError(f"{run_dir / 'recipe.yaml'}: {key} is {type(recipe[key]).__name__}, not a mapping")
@@ -274,7 +274,7 @@ def reproduce_lines(run_dir: Path, sources: list[tuple[Path, dict | None]]) -> l
             lines.append("python scripts/retrieval_docs.py " + " ".join(map(portable_path, made)))
         lines.append(tokenize_command(data_path, manifest))
     return lines + [
-        f"accelerate launch scripts/pretrain.py {run_dir / 'recipe.yaml'}   # the resolved recipe of this run",
+        f"accelerate launch scripts/pretrain.py {run_dir / 'recipe.yaml'}   # this run's recipe, as written",
         f"lm_eval --model hf --model_args pretrained={ckpt} --tasks {','.join(REPORT_TASKS)} "
         "--include_path src/hfpretrain/eval/tasks",
         f"python scripts/generate.py --model {ckpt} --prompt 'The history of the'",

@@ -1,5 +1,6 @@
 """The run's ``TrainingArguments``, from the recipe's ``training`` section: defaults, the fields pretraining
-forces, ``training_flops`` turned into ``max_steps``, and warmup-stable-decay lengths."""
+forces, the one ``max_steps`` (from ``training.max_steps``, ``training_flops`` or ``context.tokens``), and
+warmup-stable-decay lengths. resolve() builds the arguments once, with every value final."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
-import torch
 from transformers import TrainingArguments
 
 from hfpretrain.models import flops_per_token
 
 from .config import CHECKPOINTING_NAMES, Recipe, RecipeError
+from .machine import Machine
 
 logger = logging.getLogger("hfpretrain")
 
@@ -43,16 +45,11 @@ def wandb_logged_in() -> bool:
         return False
 
 
-def launched_processes() -> int:
-    """The processes of this launch: accelerate and torchrun set WORLD_SIZE; 1 without a launcher."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def missing_extras(args: TrainingArguments) -> list[str]:
+def missing_extras(args: TrainingArguments, engine: str = "ddp") -> list[str]:
     """One line for each optional package this run needs and this environment lacks (they are extras,
     so that a CPU user does not install DeepSpeed or W&B): said before the Trainer fails on it mid-start."""
     need = [(name, f"training.report_to={name}") for name in ("wandb", "tensorboard") if name in args.report_to]
-    if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
+    if args.deepspeed or engine == "deepspeed":
         need.append(("deepspeed", "a DeepSpeed launch (accelerate config / ds_configs)"))
     modules = {"tensorboard": ("tensorboard", "tensorboardX")}
     return [f"{what} needs the {name} package: pip install 'hfpretrain[{name}]'" for name, what in need
@@ -66,86 +63,118 @@ def _training_value(training: dict, key: str):
     return getattr(value, "value", value)  # enums (lr_scheduler_type) as their names
 
 
-def resolve_max_steps(recipe: Recipe, config, seq_len: int, world: int) -> None:
-    """``training_flops`` -> ``training.max_steps`` (in place) for ``world`` processes: the steps whose FLOPs come
-    nearest the budget."""
-    if recipe.training_flops is None:
-        return
+def max_steps(recipe: Recipe, config, seq_len: int, world: int) -> tuple[int, str]:
+    """The run's optimizer steps and where they come from, for ``world`` processes: ``training.max_steps``, or the
+    steps whose FLOPs come nearest ``training_flops``, or whose tokens come nearest ``context.tokens``; a
+    ``training.max_steps`` beside either must agree with it."""
     t = recipe.training
-    tokens_per_step = (int(_training_value(t, "per_device_train_batch_size"))
-                       * int(_training_value(t, "gradient_accumulation_steps")) * world * seq_len)
-    per_token = flops_per_token(config, seq_len).total
-    budget, step_flops = recipe.training_flops, per_token * tokens_per_step
-    if not budget == budget or budget in (float("inf"), float("-inf")) or budget < step_flops:
-        what = "is not a number of FLOPs" if budget != budget or budget in (float("inf"), float("-inf")) else (
-            "is not a budget (> 0)" if budget <= 0 else "is less than one optimizer step")
-        raise RecipeError(f"training_flops={budget:.4g} {what}: one step costs {step_flops:.4g} FLOPs "
-                          f"({per_token / 1e6:.1f}M FLOPs per token x {tokens_per_step:,} tokens per step); give a "
-                          "budget of at least that, or set training.max_steps (and training_flops=null)")
-    steps = max(1, round(budget / step_flops))
     given = t.get("max_steps")
-    if given not in (None, -1) and int(given) != steps:
-        raise RecipeError(f"training_flops={recipe.training_flops:.4g} means training.max_steps={steps} "
-                          f"({per_token / 1e6:.1f}M FLOPs per token x {tokens_per_step:,} tokens per step), but "
-                          f"training.max_steps={given} is set too: drop one (training_flops=null keeps max_steps, "
-                          "e.g. to extend a run, or to resume a run's recipe.yaml on another number of GPUs)")
-    t["max_steps"] = steps
-    logger.info("training_flops %.4g: training.max_steps = %d (%.1fM FLOPs per token x %s tokens per step = "
-                "%.4g FLOPs)", recipe.training_flops, steps, per_token / 1e6, f"{tokens_per_step:,}",
-                per_token * tokens_per_step * steps)
+    per_step = (int(_training_value(t, "per_device_train_batch_size"))
+                * int(_training_value(t, "gradient_accumulation_steps")) * world * seq_len)
+    if recipe.training_flops is not None:
+        per_token = flops_per_token(config, seq_len).total
+        budget, step_flops = recipe.training_flops, per_token * per_step
+        if not budget == budget or budget in (float("inf"), float("-inf")) or budget < step_flops:
+            what = "is not a number of FLOPs" if budget != budget or budget in (float("inf"), float("-inf")) else (
+                "is not a budget (> 0)" if budget <= 0 else "is less than one optimizer step")
+            raise RecipeError(f"training_flops={budget:.4g} {what}: one step costs {step_flops:.4g} FLOPs "
+                              f"({per_token / 1e6:.1f}M FLOPs per token x {per_step:,} tokens per step); give a "
+                              "budget of at least that, or set training.max_steps (and training_flops=null)")
+        steps = max(1, round(budget / step_flops))
+        if given not in (None, -1) and int(given) != steps:
+            raise RecipeError(f"training_flops={recipe.training_flops:.4g} means training.max_steps={steps} "
+                              f"({per_token / 1e6:.1f}M FLOPs per token x {per_step:,} tokens per step), but "
+                              f"training.max_steps={given} is set too: drop one (training_flops=null keeps max_steps, "
+                              "e.g. to extend a run, or to resume a run's recipe.yaml on another number of GPUs)")
+        logger.info("training_flops %.4g: training.max_steps = %d (%.1fM FLOPs per token x %s tokens per step = "
+                    "%.4g FLOPs)", budget, steps, per_token / 1e6, f"{per_step:,}", step_flops * steps)
+        return steps, f"training_flops={budget:.4g}"
+    tokens = recipe.context.tokens
+    if tokens is not None:
+        if tokens < per_step:
+            raise RecipeError(f"context.tokens={tokens:.4g} is less than one optimizer step ({per_step:,} tokens): "
+                              "give at least that")
+        steps = max(1, round(tokens / per_step))
+        if given not in (None, -1) and int(given) != steps:
+            raise RecipeError(f"context.tokens={tokens:.4g} means training.max_steps={steps} ({per_step:,} tokens "
+                              f"per step), but training.max_steps={given} is set too: drop one")
+        logger.info("context.tokens %.4g: training.max_steps = %d (%s tokens per step)", tokens, steps, f"{per_step:,}")
+        return steps, f"context.tokens={tokens:.4g}"
+    if given is None or int(given) <= 0:
+        raise ValueError("training.max_steps must be set (> 0): pretraining runs are counted in optimizer steps")
+    return int(given), "training.max_steps"
 
 
-def activation_checkpointing(args: TrainingArguments) -> tuple[bool, dict]:
-    """Whether activation checkpointing is on and its kwargs, under either transformers' name for them."""
-    on = bool(getattr(args, "activation_checkpointing", False) or getattr(args, "gradient_checkpointing", False))
-    kwargs = getattr(args, "activation_checkpointing_kwargs", None) or getattr(args, "gradient_checkpointing_kwargs", None)
+def activation_checkpointing(args: TrainingArguments | dict) -> tuple[bool, dict]:
+    """Whether activation checkpointing is on and its kwargs, under either transformers' name for them, in the
+    TrainingArguments or in the keyword arguments they are made from."""
+    get = args.get if isinstance(args, dict) else lambda name, default=None: getattr(args, name, default)
+    on = bool(get("activation_checkpointing", False) or get("gradient_checkpointing", False))
+    kwargs = get("activation_checkpointing_kwargs", None) or get("gradient_checkpointing_kwargs", None)
     return on, kwargs if isinstance(kwargs, dict) else {}
 
 
-def training_arguments(recipe: Recipe, dry_run: bool = False, **overrides) -> TrainingArguments:
-    """The run's TrainingArguments: the recipe's ``training`` section over our defaults (``overrides`` over both)."""
-    gpu = {"accelerator_config": {"non_blocking": True}} if torch.cuda.is_available() else {}
+def training_fields(recipe: Recipe, machine: Machine) -> dict:
+    """The keyword arguments of the run's TrainingArguments before resolve() fills in ``max_steps``, the batch split
+    and the schedule's lengths: the recipe's ``training`` section over our defaults, under the forced settings."""
+    gpu = {"accelerator_config": {"non_blocking": True}} if machine.cuda else {}
     # non_blocking (GPU): batch copies from pinned memory overlap the step before
-    fields = {**DEFAULT_ARGS, **gpu, **recipe.training, **overrides, **FORCED_ARGS}
-    if dry_run and not torch.cuda.is_available():
+    fields = {**DEFAULT_ARGS, **gpu, **recipe.training, **FORCED_ARGS}
+    if machine.planning and not machine.cuda:
         fields.update(bf16=False, fp16=False, use_cpu=True)  # plan a GPU recipe from a CPU login node
-    if "wandb" in str(fields.get("report_to")) and not dry_run:
-        if not wandb_logged_in():
-            os.environ.setdefault("WANDB_MODE", "offline")  # no key, no `wandb login`: log locally, never prompt
-        # wandb/ in the run folder, not in whatever directory the run was started from (a user's WANDB_DIR wins;
-        # ours follows each run of a study)
-        global _wandb_dir
-        if os.environ.get("WANDB_DIR") in (None, _wandb_dir):
-            _wandb_dir = os.environ["WANDB_DIR"] = str(Path(fields.get("output_dir") or DEFAULT_ARGS["output_dir"]))
-            Path(_wandb_dir).mkdir(parents=True, exist_ok=True)
-    if fields.get("max_steps", -1) <= 0:
-        raise ValueError("training.max_steps must be set (> 0): pretraining runs are counted in optimizer steps")
     fields.pop("resume_from_checkpoint", None)
-    if isinstance(fields.get("lr_scheduler_kwargs"), dict):  # a name set to null (an override took it out) is unset
-        fields["lr_scheduler_kwargs"] = {k: v for k, v in fields["lr_scheduler_kwargs"].items() if v is not None}
+    kwargs = fields.get("lr_scheduler_kwargs")
+    if isinstance(kwargs, dict):  # a name set to null (an override took it out) is unset
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        if "min_lr" in kwargs and "min_lr_rate" not in kwargs:
+            # transformers turns min_lr into a rate through optimizer.defaults, which DeepSpeed's ZeRO
+            # optimizer does not have (AttributeError at the first step): hand it the rate instead.
+            kwargs["min_lr_rate"] = kwargs.pop("min_lr") / float(_training_value(fields, "learning_rate"))
+        fields["lr_scheduler_kwargs"] = kwargs
     known = {f.name for f in dataclasses.fields(TrainingArguments)}
     for new, old in CHECKPOINTING_NAMES.items():
         if new in fields and new not in known:
             fields[old] = fields.pop(new)
+    return fields
+
+
+def training_arguments(fields: dict, machine: Machine) -> TrainingArguments:
+    """The run's TrainingArguments, made once from the resolved ``fields``; an optional package the run needs
+    and this environment lacks is one RecipeError (not in a dry run)."""
     args = TrainingArguments(**fields)
-    missing = missing_extras(args)
-    if missing and not dry_run:
+    missing = missing_extras(args, machine.engine)
+    if missing and not machine.planning:
         raise RecipeError(missing[0])
-    if not dry_run and launched_processes() == 1 and not args.use_cpu and torch.cuda.device_count() > 1:
+    if not machine.planning and machine.launched == 1 and not args.use_cpu and machine.gpu_count > 1:
         # Without a launcher the Trainer wraps the model in torch's DataParallel over every visible GPU: a batch
         # the plan did not count, slower than one GPU for these models, broken under torch.compile. One process
-        # trains on one GPU (transformers' own switch, as it does for a model-parallel model).
+        # trains on one GPU (transformers' own switch, as it does for a model-parallel model; it has no public one).
         logger.warning("%d GPUs visible and no launcher: training on the first one alone (`accelerate launch "
-                       "--num_processes %d scripts/pretrain.py ...` trains on all of them)", torch.cuda.device_count(),
-                       torch.cuda.device_count())
+                       "--num_processes %d scripts/pretrain.py ...` trains on all of them)", machine.gpu_count,
+                       machine.gpu_count)
         args._n_gpu = min(args.n_gpu, 1)
-    kwargs = args.lr_scheduler_kwargs
-    if isinstance(kwargs, dict) and "min_lr" in kwargs and "min_lr_rate" not in kwargs:
-        # transformers turns min_lr into a rate through optimizer.defaults, which DeepSpeed's ZeRO
-        # optimizer does not have (AttributeError at the first step): hand it the rate instead.
-        args.lr_scheduler_kwargs = {**kwargs, "min_lr_rate": kwargs["min_lr"] / args.learning_rate}
-        del args.lr_scheduler_kwargs["min_lr"]
     return args
+
+
+def prepare_wandb(args: TrainingArguments) -> None:
+    """A run that reports to W&B: without a key or `wandb login` it logs locally (never prompts), into wandb/ in
+    the run folder, not whatever directory the run was started from (a user's WANDB_DIR wins; ours follows each
+    run of a study). W&B reads only its environment variables for these."""
+    global _wandb_dir
+    if "wandb" not in args.report_to:
+        return
+    if not wandb_logged_in():
+        os.environ.setdefault("WANDB_MODE", "offline")
+    if os.environ.get("WANDB_DIR") in (None, _wandb_dir):
+        _wandb_dir = os.environ["WANDB_DIR"] = str(Path(args.output_dir))
+        Path(_wandb_dir).mkdir(parents=True, exist_ok=True)
+
+
+def warmup_steps(fields: dict, steps: int) -> int:
+    """The warmup of ``steps`` steps as TrainingArguments.get_warmup_steps counts it (warmup_steps below 1: a ratio),
+    before the arguments exist."""
+    return TrainingArguments.get_warmup_steps(SimpleNamespace(warmup_steps=_training_value(fields, "warmup_steps")),
+                                              steps)
 
 
 def warn_long_warmup(args: TrainingArguments) -> None:
@@ -162,15 +191,16 @@ def warn_long_warmup(args: TrainingArguments) -> None:
                        args.max_steps, args.learning_rate)
 
 
-def wsd_decay(args: TrainingArguments, decay_steps: int, source: str) -> dict:
+def wsd_decay(fields: dict, steps: int, decay_steps: int, source: str) -> tuple[dict, dict]:
     """warmup_stable_decay with ``decay_steps`` of decay, set from ``source`` (data.decay_in_last_phase: the last
-    phase's steps; lr_scheduler_kwargs.decay_ratio: that share of max_steps). The schedule's plan entry."""
-    warmup = args.get_warmup_steps(args.max_steps)
-    if warmup + decay_steps > args.max_steps:
+    phase's steps; lr_scheduler_kwargs.decay_ratio: that share of max_steps): ``(lr_scheduler_kwargs, the plan's
+    lr_schedule entry)``."""
+    warmup = warmup_steps(fields, steps)
+    if warmup + decay_steps > steps:
         raise ValueError(f"{source}: {warmup} warmup steps + {decay_steps} decay steps "
-                         f"> training.max_steps={args.max_steps}: shorten the warmup or the decay")
-    kwargs = args.lr_scheduler_kwargs if isinstance(args.lr_scheduler_kwargs, dict) else {}
-    args.lr_scheduler_kwargs = {**kwargs, "num_decay_steps": decay_steps}
-    return {"type": "warmup_stable_decay", "set_by": source, "warmup_steps": warmup,
-            "stable_steps": args.max_steps - warmup - decay_steps, "num_decay_steps": decay_steps,
-            "decay_starts_at_step": args.max_steps - decay_steps, **args.lr_scheduler_kwargs}
+                         f"> training.max_steps={steps}: shorten the warmup or the decay")
+    kwargs = fields.get("lr_scheduler_kwargs") if isinstance(fields.get("lr_scheduler_kwargs"), dict) else {}
+    kwargs = {**kwargs, "num_decay_steps": decay_steps}
+    return kwargs, {"type": "warmup_stable_decay", "set_by": source, "warmup_steps": warmup,
+                    "stable_steps": steps - warmup - decay_steps, "num_decay_steps": decay_steps,
+                    "decay_starts_at_step": steps - decay_steps, **kwargs}

@@ -1,8 +1,10 @@
 """Training telemetry and safety as ``TrainerCallback``s, one small class per concern.
 
-Telemetry callbacks add their figures to the ``logs`` dict in ``on_log``; ``PretrainTrainer``
-runs project callbacks before the reporting integrations, so wandb/TensorBoard and the JSONL
-log all see the same numbers. Nothing here syncs the GPU outside logging steps.
+Telemetry callbacks add their figures to the ``logs`` dict in ``on_log``. Each callback of the project declares when
+it runs with a class attribute ``order`` (lowest first; the bands below), and ``PretrainTrainer`` sorts all of its
+callbacks by it once (:func:`in_run_order`): the figures are added before the JSONL log and the reporting
+integrations (wandb, TensorBoard) record them, so all see the same numbers. Nothing here syncs the GPU outside
+logging steps.
 """
 
 from __future__ import annotations
@@ -18,16 +20,45 @@ from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
-from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from hfpretrain.data.mixture import MixtureSchedule
 from hfpretrain.models.memory import GIB
 
 logger = logging.getLogger("hfpretrain")
 
+# The bands of ``order``, in the order they run:
+BOOKKEEPING = 100  # figures that follow from the step alone: tokens seen per source, the experts' load and balancing
+TELEMETRY = 200  # throughput, memory, gradient statistics
+LOG = 300  # the JSONL log: writes what the callbacks before it added
+CONTROL = 400  # SIGTERM (a checkpoint at the step's end), the profiler's window
+CALLER = 500  # the caller's callbacks, which declare no order (eval/: lm-eval, long-context scores)
+TRANSFORMERS = 600  # transformers' own: its flow control (DefaultFlowCallback) and the report_to integrations
+TRAINER = 700  # PretrainTrainer's own (the resume: the data's position, the optimizer's state)
+CONSOLE = 800  # the progress bar or line, instead of transformers' own
+CHECKS = 900  # checks after the first step (did torch.compile make graphs)
+WANDB = 1000  # our additions to the W&B run, which transformers' WandbCallback must have started
+
+
+def in_run_order(callbacks: list, ours: list) -> list:
+    """The Trainer's ``callbacks`` (transformers' own and ``ours``, the instances handed to it) in the order they run:
+    by ``order``, a caller's callback without one in the CALLER band, transformers' own in theirs (in the order
+    transformers gave them). When one of ours shows the progress, transformers' bar or printer is left out."""
+    ours_ids = {id(cb) for cb in ours}
+
+    def order(callback) -> int:
+        return getattr(callback, "order", CALLER) if id(callback) in ours_ids else TRANSFORMERS
+
+    console = any(order(cb) == CONSOLE for cb in ours)
+    kept = [cb for cb in callbacks
+            if id(cb) in ours_ids or not (console and type(cb) in (ProgressCallback, PrinterCallback))]
+    return sorted(kept, key=order)
+
 
 class JsonlLogCallback(TrainerCallback):
     """One JSON object per line: the config snapshot, every log/eval record, checkpoints, the end."""
+
+    order = LOG
 
     def __init__(self, path: str | Path, snapshot: dict):
         self.path, self.snapshot = Path(path), snapshot
@@ -64,7 +95,10 @@ class JsonlLogCallback(TrainerCallback):
 
 
 class WandbConfigCallback(TrainerCallback):
-    """The resolved recipe and the plan in the W&B run's config (the Trainer logs only TrainingArguments)."""
+    """The resolved run (the recipe as written, what it resolved to, the plan) in the W&B run's config (the Trainer
+    logs only TrainingArguments)."""
+
+    order = WANDB
 
     def __init__(self, config: dict):
         self.config = config
@@ -82,6 +116,8 @@ class ThroughputCallback(TrainerCallback):
     Time spent in evaluation and checkpointing is excluded (reported separately as the
     end-to-end figure at the end of the run), so the window measures training steps only.
     """
+
+    order = TELEMETRY
 
     def __init__(self, tokens_per_step: int, flops_per_token: float, peak_flops_per_gpu: float | None, world_size: int,
                  peak_flops_fp8_per_gpu: float | None = None):
@@ -137,6 +173,8 @@ class ThroughputCallback(TrainerCallback):
 class MemoryCallback(TrainerCallback):
     """Allocated, peak and reserved GPU memory at each log (GiB, this process's device)."""
 
+    order = TELEMETRY + 10
+
     def on_train_begin(self, args, state, control, **kwargs):
         if torch.cuda.is_available():  # this run's peak, not an earlier run's of the same process (a study)
             torch.cuda.reset_peak_memory_stats()
@@ -152,6 +190,8 @@ class MemoryCallback(TrainerCallback):
 class GradStatsCallback(TrainerCallback):
     """Global grad norm of every step (kept on device, written at log time), and per-layer norms
     plus a histogram of log10|g| every ``interval`` steps (0: off)."""
+
+    order = TELEMETRY + 20
 
     def __init__(self, jsonl: JsonlLogCallback, interval: int = 0):
         self.jsonl, self.interval = jsonl, interval
@@ -220,6 +260,8 @@ class PreemptionCallback(TrainerCallback):
     is over (after its final save), so importing the library or finishing a run leaves the process's
     signal handling as it was. The flag stays set: a study stops before its next run."""
 
+    order = CONTROL
+
     def __init__(self):
         self._previous = None
 
@@ -242,6 +284,8 @@ class ProfilerCallback(TrainerCallback):
     """NVTX ranges per step (``nvtx``) and a torch.profiler window over steps [start, stop): a Chrome
     trace, the kernels ranked by GPU time, and the host synchronisations per step (each one stalls
     the CPU until the GPU catches up; counted with ``torch.cuda.set_sync_debug_mode``)."""
+
+    order = CONTROL + 10
 
     def __init__(self, out_dir: str | Path, window: list | None = None, nvtx: bool = False):
         self.out_dir, self.nvtx = Path(out_dir), nvtx and torch.cuda.is_available()
@@ -288,6 +332,8 @@ class ProfilerCallback(TrainerCallback):
 class TelemetryProgressCallback(ProgressCallback):
     """The usual progress bar, with loss, tokens/s and MFU shown beside it."""
 
+    order = CONSOLE
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and self.training_bar is not None and logs:
             shown = {"loss": logs.get("loss"), "tok/s": logs.get("tokens_per_s"), "mfu": logs.get("mfu")}
@@ -299,6 +345,8 @@ class LineProgressCallback(TrainerCallback):
     """Progress as one readable line per logging step, for logs that are files (a batch job, `| tee`, a
     study's worker log) or runs with ``disable_tqdm``: a progress bar's carriage returns were most of such
     a log's bytes, and each loss dict was printed raw. On a terminal the bar stays (TelemetryProgressCallback)."""
+
+    order = CONSOLE
 
     def __init__(self):
         self.t0 = self.step0 = None
@@ -334,6 +382,8 @@ class CompileCheckCallback(TrainerCallback):
     """torch.compile can silently fall back to eager: after the first step, check that this run
     made graphs (the counter is per process: a study trains many models in one)."""
 
+    order = CHECKS
+
     def __init__(self, n_compiled: int):
         from torch._dynamo.utils import counters
 
@@ -354,6 +404,8 @@ class CompileCheckCallback(TrainerCallback):
 
 class MixtureLogCallback(TrainerCallback):
     """Adds ``tokens_seen/<source>`` and ``data_phase`` to every training log: arithmetic on the step."""
+
+    order = BOOKKEEPING
 
     def __init__(self, schedule: MixtureSchedule, seq_len: int):
         self.schedule, self.seq_len = schedule, seq_len

@@ -1,5 +1,7 @@
 """The run folder: one run per ``output_dir`` (a lock), checkpoints that are whole or recognisably not (a
-completion marker written last, integrity checks), the last complete one, and rotation that never deletes it."""
+completion marker written last, integrity checks), the last complete one, and rotation that never deletes it; a
+failed write (a full disk) in one line, saves without progress bars, and a resumed checkpoint's weights checked
+against the model. ``PretrainTrainer`` calls these around the Trainer's own save and load."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -189,6 +192,85 @@ def checkpoint_write_error(folder: Path, cause: str) -> CheckpointWriteError:
                                 f"removed, {kept}")
 
 
+@contextmanager
+def writing_checkpoint(folder: Path, writes_here: bool):
+    """A failed write into ``folder`` (the disk full) said in one line on the rank that writes (``writes_here``):
+    torch's writer says it with a RuntimeError, safetensors with its own error."""
+    try:
+        yield
+    except Exception as e:
+        cause = write_failure(e)
+        if cause is None or not writes_here:
+            raise
+        raise checkpoint_write_error(folder, cause) from None
+
+
+def write_recipe_and_data(folder: Path, run_files: dict, data_info: dict | None) -> None:
+    """Beside the Trainer's files in a checkpoint: the run's files (``recipe.yaml`` as written, ``resolved.yaml``)
+    and the data's facts (``data.json``: fingerprint, seq_len, tokenizer hash), which a resume compares with its
+    own."""
+    for name, text in run_files.items():
+        (folder / name).write_text(text)
+    if data_info:
+        (folder / "data.json").write_text(json.dumps(data_info, indent=2) + "\n")
+
+
+@contextmanager
+def saved_as_from_the_hub(config):
+    """``config`` as a model from the Hub has it, while it is saved: the KV cache on (training runs without it;
+    generate() and pipeline() read config.use_cache, 4x slower without), and no pad_token_id in config.json
+    (from_pretrained would make the end-of-text row the embedding's frozen padding_idx for anyone who fine-tunes
+    it; generation_config.json keeps the pad id generation needs)."""
+    saved = config.use_cache, config.pad_token_id
+    config.use_cache, config.pad_token_id = True, None
+    try:
+        yield
+    finally:
+        config.use_cache, config.pad_token_id = saved
+
+
+@contextmanager
+def no_progress_bars():
+    """transformers' progress bars off for the block: a save's "Writing model shards" bar put carriage returns
+    into every log. Through the public hook transformers consults for each bar (5.17 on), chained to any other."""
+    from transformers.utils import logging as hf_logging
+
+    if not hasattr(hf_logging, "set_tqdm_hook"):
+        yield
+        return
+
+    def quiet(factory, args, kwargs):
+        kwargs = {**kwargs, "disable": True}
+        return previous(factory, args, kwargs) if previous is not None else factory(*args, **kwargs)
+
+    previous = hf_logging.set_tqdm_hook(quiet)
+    try:
+        yield
+    finally:
+        hf_logging.set_tqdm_hook(previous)
+
+
+def check_loaded_weights(model, load_result):
+    """The result of loading a checkpoint's weights into ``model`` (a resume), without the tied head's keys; a
+    ValueError when any other weight is missing (the Trainer only warns, and training went on with those weights
+    as initialised)."""
+    # A head tied to the embedding is saved once, as the embedding, so every resume found "missing keys:
+    # ['lm_head.weight']": harmless, and it taught users to ignore the warning. Only that case is quiet.
+    head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+    if (getattr(model.config, "tie_word_embeddings", False) and head is not None and embeddings is not None
+            and head.weight is embeddings.weight):
+        tied = {name for name, p in model.named_parameters(remove_duplicate=False) if p is head.weight}
+        if not tied <= set(load_result.missing_keys):  # the shared tensor was loaded under one of its names
+            load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
+    if load_result.missing_keys:
+        raise ValueError(f"the checkpoint's weights do not fit the model: {len(load_result.missing_keys)} missing "
+                         f"({', '.join(load_result.missing_keys[:3])}), {len(load_result.unexpected_keys)} "
+                         "unexpected: "
+                         "resume it with the model it was saved from (an MoE checkpoint saved before 2026-11-25 "
+                         "has its experts in the Hub's layout: start from it with model.init_from instead)")
+    return load_result
+
+
 def check_output_dir(output_dir: str) -> None:
     """One line (RecipeError) when ``output_dir`` cannot be created or written: a file in the way, a
     read-only mount, no permission. Checked before the model is built, not at the first save."""
@@ -199,7 +281,7 @@ def check_output_dir(output_dir: str) -> None:
 RUN_LOCK = ".run.lock"
 
 # What a run writes at its top level, beside its checkpoint-N folders: a new run in the folder replaces all of it
-RUN_FILES = ("final", "summary.json", "log.jsonl", "lineage.json", "recipe.yaml")
+RUN_FILES = ("final", "summary.json", "log.jsonl", "lineage.json", "recipe.yaml", "resolved.yaml")
 
 
 def is_run_folder(folder: Path) -> bool:

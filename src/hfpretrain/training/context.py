@@ -9,6 +9,7 @@ at another length than the phase's, a plan that does not fit the GPU.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from pathlib import Path
@@ -16,7 +17,6 @@ from pathlib import Path
 from hfpretrain.models.hardware import canonical_gpu, device_name, gpu_memory_bytes
 from hfpretrain.models.memory import GIB
 
-from .arguments import _training_value
 from .config import Recipe, RecipeError
 
 logger = logging.getLogger("hfpretrain")
@@ -51,9 +51,9 @@ def _position_limit(config) -> int | None:
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
-def change_rope(config, recipe: Recipe, from_seq_len: int) -> None:
-    """Set ``config``'s RoPE (``rope_parameters``) and ``max_position_embeddings`` for ``context.seq_len``, as
-    ``context.rope`` asks; RecipeError where the model type cannot take it."""
+def change_rope(config, recipe: Recipe, from_seq_len: int):
+    """A copy of ``config`` with its RoPE (``rope_parameters``) and ``max_position_embeddings`` set for
+    ``context.seq_len``, as ``context.rope`` asks; RecipeError where the model type cannot take it."""
     ctx = recipe.context
     params = getattr(config, "rope_parameters", None)
     limit = _position_limit(config)
@@ -66,7 +66,7 @@ def change_rope(config, recipe: Recipe, from_seq_len: int) -> None:
             raise RecipeError(f"context.seq_len={ctx.seq_len}: model type {config.model_type} learns absolute "
                               f"positions up to {limit}, so it has none for a longer context; extend a RoPE model "
                               "(Llama, Qwen3) instead")
-        return
+        return config
     if "rope_type" not in params:  # per-layer-type parameters (e.g. sliding and full attention layers)
         raise RecipeError(f"context.rope={ctx.rope}: {config.model_type} has RoPE parameters per layer type "
                           f"({sorted(params)}), which a context-extension phase does not change")
@@ -101,22 +101,25 @@ def change_rope(config, recipe: Recipe, from_seq_len: int) -> None:
         positions = max(ctx.seq_len, round(from_seq_len * factor))
     else:
         positions = ctx.seq_len
+    config = copy.deepcopy(config)
     config.rope_parameters = new
     config.max_position_embeddings = max(int(limit or 0), int(positions)) if ctx.rope != "yarn" else int(positions)
     try:
         config.validate_rope()
     except (KeyError, ValueError) as err:
         raise RecipeError(f"context.rope={ctx.rope}: {config.model_type} does not take {new}: {err}") from None
+    return config
 
 
-def fit_positions(config, seq_len: int, data_path: str) -> None:
-    """A run outside a context phase at the data's length: learned positions (GPT-2) must reach it, one line before
-    any work (past them the embedding lookup fails at the first step); a RoPE model's ``max_position_embeddings``
-    is raised to it, so that the saved checkpoint states the length it was trained at (lm-eval truncates its
-    contexts to that number). The rotary frequencies do not depend on it, so training is unchanged."""
+def fit_positions(config, seq_len: int, data_path: str):
+    """``config`` for a run outside a context phase at the data's length: learned positions (GPT-2) must reach it,
+    one line before any work (past them the embedding lookup fails at the first step); a RoPE model's
+    ``max_position_embeddings`` is raised to it in a copy, so that the saved checkpoint states the length it was
+    trained at (lm-eval truncates its contexts to that number). The rotary frequencies do not depend on it, so
+    training is unchanged."""
     limit = _position_limit(config)
     if limit is None or seq_len <= limit:
-        return
+        return config
     params = getattr(config, "rope_parameters", None)
     if not params:
         raise RecipeError(f"data.path={data_path} is packed at seq_len {seq_len}, past the {limit} positions model "
@@ -124,15 +127,17 @@ def fit_positions(config, seq_len: int, data_path: str) -> None:
                           f"model.overrides.n_positions={seq_len}")
     if params.get("rope_type", "default") == "default":  # YaRN and the others read it: a context phase sets them
         logger.info("max_position_embeddings %d -> %d: the training length of data.path=%s", limit, seq_len, data_path)
+        config = copy.deepcopy(config)
         config.max_position_embeddings = int(seq_len)
+    return config
 
 
-def apply_context(recipe: Recipe, config, data_seq_len: int, data_path: str) -> dict | None:
-    """Check the phase against its model and data and change ``config`` for it; the plan's ``context`` entry (None
-    without a context section). ``data_seq_len``: the length data.path is packed at."""
+def apply_context(recipe: Recipe, config, data_seq_len: int, data_path: str) -> tuple[object, dict | None]:
+    """Check the phase against its model and data: ``(config for the phase, the plan's context entry)``; without a
+    context section ``(config, None)``. ``data_seq_len``: the length data.path is packed at."""
     ctx = recipe.context
     if ctx.seq_len is None:
-        return None
+        return config, None
     if data_seq_len != ctx.seq_len:
         raise RecipeError(f"data.path={data_path} is packed at seq_len {data_seq_len}, but context.seq_len="
                           f"{ctx.seq_len}: tokenize the phase's data with --seq-len {ctx.seq_len} "
@@ -149,33 +154,11 @@ def apply_context(recipe: Recipe, config, data_seq_len: int, data_path: str) -> 
         raise RecipeError(f"context.seq_len={ctx.seq_len} is below the training length {from_seq_len}"
                           f"{f' ({where})' if where and not ctx.from_seq_len else ''}: a context-extension phase "
                           "trains at a longer length")
-    before = rope_summary(config)
-    change_rope(config, recipe, from_seq_len)
-    return {"from_seq_len": int(from_seq_len), "from_seq_len_source": where or "context.from_seq_len",
-            "seq_len": int(ctx.seq_len), "extension": ctx.seq_len / from_seq_len, "rope": ctx.rope,
-            "rope_before": before, "rope_after": rope_summary(config),
-            "max_position_embeddings": _position_limit(config), "tokens": ctx.tokens}
-
-
-def context_max_steps(recipe: Recipe, seq_len: int, world: int) -> None:
-    """``context.tokens`` -> ``training.max_steps`` (in place) for ``world`` processes: the nearest whole number of
-    steps; a ``max_steps`` that disagrees (not the one a resolved recipe.yaml carries) is refused."""
-    tokens = recipe.context.tokens
-    if tokens is None:
-        return
-    t = recipe.training
-    per_step = (int(_training_value(t, "per_device_train_batch_size"))
-                * int(_training_value(t, "gradient_accumulation_steps")) * world * seq_len)
-    if tokens < per_step:
-        raise RecipeError(f"context.tokens={tokens:.4g} is less than one optimizer step ({per_step:,} tokens): give "
-                          "at least that")
-    steps = max(1, round(tokens / per_step))
-    given = t.get("max_steps")
-    if given not in (None, -1) and int(given) != steps:
-        raise RecipeError(f"context.tokens={tokens:.4g} means training.max_steps={steps} ({per_step:,} tokens per "
-                          f"step), but training.max_steps={given} is set too: drop one")
-    t["max_steps"] = steps
-    logger.info("context.tokens %.4g: training.max_steps = %d (%s tokens per step)", tokens, steps, f"{per_step:,}")
+    phase = change_rope(config, recipe, from_seq_len)
+    return phase, {"from_seq_len": int(from_seq_len), "from_seq_len_source": where or "context.from_seq_len",
+                   "seq_len": int(ctx.seq_len), "extension": ctx.seq_len / from_seq_len, "rope": ctx.rope,
+                   "rope_before": rope_summary(config), "rope_after": rope_summary(phase),
+                   "max_position_embeddings": _position_limit(phase), "tokens": ctx.tokens}
 
 
 def check_fits(plan: dict, gpu: str | None, cuda_total_bytes: int | None = None, planning: bool = False) -> dict:

@@ -20,10 +20,9 @@ Measured in docs/benchmarks.md (benchmarks/gpu_1gpu_fast_path.sh).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
-
-import torch
 
 from hfpretrain.models.backend import PACKED_SDPA
 from hfpretrain.models.fp8 import check_fp8_available, fp8_unsupported
@@ -56,8 +55,10 @@ FLEX_SPEEDUP = "1.29x SDPA's dense mask at 2,048 tokens, 2.97x at 16,384, measur
 MICRO_BATCH_MEMORY_SHARE = 0.8
 
 
-@dataclass
+@dataclass(frozen=True)
 class FastPath:
+    """The speed choices of a run, each with its reason (``reasons[name]``); made once by resolve(), never edited."""
+
     attn_implementation: str
     compile: str
     compile_mode: str
@@ -68,12 +69,22 @@ class FastPath:
     experts_implementation: str | None = None  # MoE only: transformers' experts backend
 
 
-def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, planning: bool = False,
-                     bf16: bool = True) -> FastPath:
-    """Resolve ``model.attn_implementation``, ``model.compile`` and ``model.fused_loss`` for this run
-    (``planning``: a dry run, which may be on a CPU login node planning a GPU run; ``bf16``: the run trains in
-    bf16, ``training.bf16``)."""
-    cuda = torch.cuda.is_available()
+@dataclass(frozen=True)
+class MicroBatchChoice:
+    """``model.micro_batch``'s split of a step's samples, and the loss auto chose at that micro-batch."""
+
+    micro_batch: int
+    accumulation: int
+    reason: str
+    fused_loss: str  # the fast path's, or auto's choice at the chosen micro-batch
+    loss_reason: str | None = None  # set where auto's loss reason changed with the micro-batch
+
+
+def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, cuda: bool, gpu_memory: int | None,
+                     planning: bool = False, bf16: bool = True) -> FastPath:
+    """Resolve ``model.attn_implementation``, ``model.compile``, ``model.fused_loss`` and the other ``auto`` choices
+    for this run (``cuda``: it trains on a CUDA GPU of ``gpu_memory`` bytes; ``planning``: a dry run, which may be
+    on a CPU login node planning a GPU run; ``bf16``: the run trains in bf16, ``training.bf16``)."""
     reasons = {}
     try:
         attn, reasons["attn_implementation"] = resolve_attn_implementation(config, model_section.attn_implementation)
@@ -108,7 +119,7 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, plan
                                    "(docs/benchmarks.md § Mixture-of-Experts)")
             logger.warning("model.compile=layers on an MoE model: %s", reasons["compile"])
 
-    gpu_memory = gpu_memory_bytes(planning)  # None: no GPU, so no compiled or liger loss for auto
+    gpu_memory = planned_gpu_memory(gpu_memory, planning)  # None: no GPU, so no compiled or liger loss for auto
     try:
         loss, reasons["fused_loss"] = choose_fused_loss(model_section.fused_loss,
                                                         logits_bytes(micro_batch, seq_len, config), gpu_memory)
@@ -190,11 +201,11 @@ def choose_precision(model_section, config, planning: bool = False) -> tuple[str
     return "fp8", f"auto: hidden size {config.hidden_size} >= {FP8_MIN_HIDDEN}, {where}"
 
 
-def gpu_memory_bytes(planning: bool = False) -> int | None:
-    """This GPU's memory; a dry run without one plans for ASSUMED_GPU_MEMORY; None: no GPU. Every rank reads its
-    first visible GPU: the choices that depend on it (loss, micro-batch) assume a launch on GPUs of one model."""
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(0).total_memory
+def planned_gpu_memory(gpu_memory: int | None, planning: bool = False) -> int | None:
+    """The memory the choices plan with: the GPU's (``gpu_memory``); a dry run without one plans for
+    ASSUMED_GPU_MEMORY; None: no GPU."""
+    if gpu_memory is not None:
+        return gpu_memory
     return ASSUMED_GPU_MEMORY if planning else None
 
 
@@ -203,33 +214,35 @@ def logits_bytes(micro_batch: int, seq_len: int, config) -> int:
 
 
 def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, accumulation: int, seq_len: int,
-                       memory_bytes, planning: bool = False, target_gpu: str | None = None) -> tuple[int, int]:
-    """``(micro_batch, accumulation)`` for ``model.micro_batch``: with ``auto`` on a GPU, the largest micro-batch
-    that divides the step's ``micro_batch * accumulation`` samples (20 x 12 can become 24 x 10), no smaller than the
-    recipe's, whose estimate ``memory_bytes(micro, accumulation)`` stays under MICRO_BATCH_MEMORY_SHARE of the GPU
-    and whose loss implementation stays ``fast.fused_loss``; smaller than the recipe's only where the recipe's
-    would not fit (_smaller_micro_batch). The reason goes into ``fast.reasons``. ``target_gpu`` (``context.gpu``):
-    a dry run plans for that card's memory, as the context phase's fit check does."""
+                       memory_bytes, gpu_memory: int | None, planning: bool = False,
+                       target_gpu: str | None = None) -> MicroBatchChoice:
+    """``model.micro_batch``'s split: with ``auto`` on a GPU (of ``gpu_memory`` bytes; None: none), the largest
+    micro-batch that divides the step's ``micro_batch * accumulation`` samples (20 x 12 can become 24 x 10), no
+    smaller than the recipe's, whose estimate ``memory_bytes(micro, accumulation, fused_loss)`` stays under
+    MICRO_BATCH_MEMORY_SHARE of the GPU and whose loss implementation stays ``fast.fused_loss``; smaller than the
+    recipe's only where the recipe's would not fit (_smaller_micro_batch). ``target_gpu`` (``context.gpu``): a dry
+    run plans for that card's memory, as the context phase's fit check does."""
     recipe_split = f"{micro_batch} x {accumulation}"
-    gpu_memory = gpu_memory_bytes(planning)
-    without_gpu = planning and not torch.cuda.is_available()
+    without_gpu = planning and gpu_memory is None
+    gpu_memory = planned_gpu_memory(gpu_memory, planning)
     planned_for = f"{ASSUMED_GPU_MEMORY / 1e9:.0f} GB"
     if target_gpu is not None and without_gpu:
         gpu_memory, planned_for = card_memory_bytes(target_gpu), f"{canonical_gpu(target_gpu)}'s memory (context.gpu)"
+
+    def keep(reason: str) -> MicroBatchChoice:
+        return MicroBatchChoice(micro_batch, accumulation, reason, fast.fused_loss)
+
     if model_section.micro_batch == "recipe":
-        fast.reasons["micro_batch"] = f"set in the recipe: {recipe_split}"
-        return micro_batch, accumulation
+        return keep(f"set in the recipe: {recipe_split}")
     if gpu_memory is None:
-        fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} (no CUDA GPU)"
-        return micro_batch, accumulation
+        return keep(f"auto: the recipe's {recipe_split} (no CUDA GPU)")
     samples = micro_batch * accumulation
     planned = f"; planned for a GPU of {planned_for}" if without_gpu else ""
-    recipe_need = memory_bytes(micro_batch, accumulation)
+    recipe_need = memory_bytes(micro_batch, accumulation, fast.fused_loss)
     if recipe_need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
-        split = _smaller_micro_batch(model_section, fast, config, micro_batch, accumulation, seq_len, memory_bytes,
-                                     gpu_memory, recipe_need, on_this_gpu=not without_gpu)
-        fast.reasons["micro_batch"] += planned
-        return split
+        choice = _smaller_micro_batch(model_section, fast, config, micro_batch, accumulation, seq_len, memory_bytes,
+                                      gpu_memory, recipe_need, on_this_gpu=not without_gpu)
+        return dataclasses.replace(choice, reason=choice.reason + planned)
     chosen, why_not = (micro_batch, accumulation), "no accumulation to fold"
     loss_reason = None  # auto's reason at the chosen micro-batch
     for micro in (m for m in range(micro_batch + 1, samples + 1) if samples % m == 0):
@@ -240,21 +253,18 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
         if loss != fast.fused_loss:
             why_not = f"at {micro} the loss would be {loss}, not {fast.fused_loss}"
             break
-        need = memory_bytes(micro, accum)
+        need = memory_bytes(micro, accum, fast.fused_loss)
         if need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
             why_not = _over_budget(f"{micro} x {accum}", need, gpu_memory)
             break
         chosen, why_not, loss_reason = (micro, accum), "no accumulation left to fold", reason
     why_not += planned
     if chosen == (micro_batch, accumulation):
-        fast.reasons["micro_batch"] = f"auto: the recipe's {recipe_split} ({why_not})"
-    else:
-        if loss_reason:  # auto's same choice, its reason at the micro-batch that runs
-            fast.reasons["fused_loss"] = loss_reason
-        fast.reasons["micro_batch"] = (f"auto: {chosen[0]} x {chosen[1]} for the recipe's {recipe_split}, the same "
-                                       f"{micro_batch * accumulation} samples per step in fewer, larger micro-batches "
-                                       f"(larger: {why_not}; model.micro_batch=recipe keeps the recipe's)")
-    return chosen
+        return keep(f"auto: the recipe's {recipe_split} ({why_not})")
+    return MicroBatchChoice(*chosen, (f"auto: {chosen[0]} x {chosen[1]} for the recipe's {recipe_split}, the same "
+                                      f"{micro_batch * accumulation} samples per step in fewer, larger micro-batches "
+                                      f"(larger: {why_not}; model.micro_batch=recipe keeps the recipe's)"),
+                            fast.fused_loss, loss_reason)
 
 
 def _over_budget(split: str, need: int, gpu_memory: int) -> str:
@@ -263,33 +273,31 @@ def _over_budget(split: str, need: int, gpu_memory: int) -> str:
 
 
 def _smaller_micro_batch(model_section, fast: FastPath, config, micro_batch: int, accumulation: int, seq_len: int,
-                         memory_bytes, gpu_memory: int, recipe_need: int, on_this_gpu: bool = False) -> tuple[int, int]:
+                         memory_bytes, gpu_memory: int, recipe_need: int, on_this_gpu: bool = False) -> MicroBatchChoice:
     """The recipe's micro-batch would not fit this GPU (a recipe written for a 141 GB H200 on an 80 GB H100):
     the largest smaller split of the step's samples whose estimate fits, the loss re-chosen by ``auto`` at its size
-    and ``memory_bytes`` reading ``fast.fused_loss`` (so a size that would fit only with another loss than auto's is
-    passed over). None fits: the recipe's, and the reason says so (the run may still fit: the share is a margin).
-    ``on_this_gpu`` (not a plan for an assumed GPU): a RecipeError before any work when even micro-batch 1 is
-    estimated over the GPU's whole memory (all experts' weights and optimizer states of an MoE, say): the
-    estimator runs under the measured peaks, so that run would surely fail, after loading everything."""
+    (so a size that would fit only with another loss than auto's is passed over). None fits: the recipe's, and the
+    reason says so (the run may still fit: the share is a margin). ``on_this_gpu`` (not a plan for an assumed GPU):
+    a RecipeError before any work when even micro-batch 1 is estimated over the GPU's whole memory (all experts'
+    weights and optimizer states of an MoE, say): the estimator runs under the measured peaks, so that run would
+    surely fail, after loading everything."""
     samples = micro_batch * accumulation
     over = _over_budget(f"the recipe's {micro_batch} x {accumulation}", recipe_need, gpu_memory)
-    recipe_loss = fast.fused_loss
+    loss = fast.fused_loss
     for micro in (m for m in range(micro_batch - 1, 0, -1) if samples % m == 0):
         loss_reason = None
         if model_section.fused_loss == "auto":
-            fast.fused_loss, loss_reason = choose_fused_loss("auto", logits_bytes(micro, seq_len, config), gpu_memory)
-        if memory_bytes(micro, samples // micro) <= MICRO_BATCH_MEMORY_SHARE * gpu_memory:
-            if loss_reason:
-                fast.reasons["fused_loss"] = loss_reason
-            fast.reasons["micro_batch"] = (f"auto: {micro} x {samples // micro}, the same {samples} samples per step "
-                                           f"in smaller micro-batches ({over}; model.micro_batch=recipe keeps it)")
-            return micro, samples // micro
-    fast.fused_loss = recipe_loss
-    smallest = memory_bytes(1, samples)
+            loss, loss_reason = choose_fused_loss("auto", logits_bytes(micro, seq_len, config), gpu_memory)
+        if memory_bytes(micro, samples // micro, loss) <= MICRO_BATCH_MEMORY_SHARE * gpu_memory:
+            return MicroBatchChoice(micro, samples // micro,
+                                    f"auto: {micro} x {samples // micro}, the same {samples} samples per step in "
+                                    f"smaller micro-batches ({over}; model.micro_batch=recipe keeps it)",
+                                    loss, loss_reason)
+    smallest = memory_bytes(1, samples, fast.fused_loss)
     if on_this_gpu and smallest > gpu_memory:
         raise RecipeError(f"this model does not fit the GPU: even micro-batch 1 x {seq_len} tokens would take "
                           f"~{smallest / 2**30:.1f} GiB per GPU, over its {gpu_memory / 2**30:.0f} GiB: shard it over "
                           "more GPUs (accelerate_configs/ fsdp2 or zero1), or a smaller model.config or seq_len")
-    fast.reasons["micro_batch"] = (f"auto: the recipe's {micro_batch} x {accumulation} ({over}, and no smaller "
-                                   "split fits)")
-    return micro_batch, accumulation
+    return MicroBatchChoice(micro_batch, accumulation,
+                            f"auto: the recipe's {micro_batch} x {accumulation} ({over}, and no smaller split fits)",
+                            fast.fused_loss)

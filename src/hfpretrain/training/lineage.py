@@ -25,6 +25,8 @@ from transformers import TrainerCallback
 
 from hfpretrain.data.mixture import MixtureSchedule, source_record
 
+from .callbacks import WANDB
+
 logger = logging.getLogger("hfpretrain")
 
 FORMAT = "hfpretrain.lineage/1"
@@ -64,8 +66,10 @@ def _artifact_name(text: str) -> str:
 
 
 class WandbLineageCallback(TrainerCallback):
-    """Dataset artifacts used by the run (at the start), checkpoints and final/ as model artifacts.
-    Added after the Trainer is built, so it runs after transformers' WandbCallback has started the run."""
+    """Dataset artifacts used by the run (at the start), checkpoints and final/ as model artifacts. Its ``order`` puts
+    it after transformers' WandbCallback, which starts the W&B run."""
+
+    order = WANDB + 10
 
     def __init__(self, record: dict, run_dir: str | Path, mode: str = "reference", checkpoints: bool = False):
         self.record, self.mode, self.checkpoints = record, mode, checkpoints

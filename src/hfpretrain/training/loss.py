@@ -23,12 +23,17 @@ when given, else the mean.
 ``z_loss`` (``model.z_loss``, training only) adds PaLM's auxiliary term ``z_loss * logsumexp(logits)**2`` per
 token, which keeps the softmax normaliser near 1 (log near 0) and the logits from drifting: in all three paths
 (liger's ``lse_square_scale``); HF's own loss (``fused_loss=none``) has no such term and is refused with it.
+
+The trainer takes the final hidden states from :class:`HiddenStateTap`, a pre-hook on the LM head, and calls one
+:class:`CausalLMLoss` built from the run's frozen :class:`LossSpec` (the recipe's loss settings and the fast path's
+choice of implementation).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -222,25 +227,69 @@ def compiled_cross_entropy_sum(backend: str = "inductor", mode: str = "default")
     return torch.compile(_head_cross_entropy_sum, backend=backend, mode=None if mode == "default" else mode)
 
 
-def causal_lm_loss(hidden, weight, labels, num_items_in_batch=None, impl="chunked", chunk_tokens=8192,
-                   liger_min_chunk_tokens=0, compile_backend="inductor", compile_mode="default", z_loss=0.0,
-                   fused_head=True, loss_tile=None):
-    """The summed next-token loss over ``num_items_in_batch`` (else the mean). ``fused_head`` (``kernels.fused_head``)
-    and ``loss_tile`` (``kernels.loss_tile``): the compiled path's Triton kernel on a GPU, and its tiling."""
+@dataclass(frozen=True)
+class LossSpec:
+    """How a run computes its loss: the recipe's settings, resolved (the plan builds it)."""
+
+    impl: str  # "compiled" | "liger" | "chunked" | "none" (the fast path's fused_loss; none: HF's own loss)
+    chunk_tokens: int = 8192  # model.loss_chunk_tokens (chunked)
+    liger_min_chunk_tokens: int = 1024  # model.liger_min_chunk_tokens (liger)
+    z_loss: float = 0.0  # model.z_loss, in training only
+    fused_head: bool = True  # kernels.fused_head: the compiled path's Triton kernel on a GPU
+    tile: tuple[int, int] | None = None  # kernels.loss_tile: that kernel's (columns, warps); None: by vocabulary
+    compile_backend: str = "inductor"  # model.compile_backend (the compiled path off a GPU kernel)
+    compile_mode: str = "default"  # the fast path's compile mode
+
+
+def causal_lm_loss(hidden, weight, labels, num_items_in_batch=None, spec: LossSpec = LossSpec("chunked"),
+                   training: bool = True):
+    """The summed next-token loss over ``num_items_in_batch`` (else the mean), as ``spec`` says; the z-loss in
+    ``training`` only (an evaluation reports cross-entropy)."""
+    z_loss = spec.z_loss if training else 0.0
     targets = shift_labels(labels)
-    if impl == "compiled":
+    if spec.impl == "compiled":
         hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
-        if fused_head and uses_triton(hidden):
+        if spec.fused_head and uses_triton(hidden):
             write_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)  # else evaluation
-            total = _HeadCrossEntropy.apply(hidden, weight, targets.contiguous(), z_loss, loss_tile, write_grad)
+            total = _HeadCrossEntropy.apply(hidden, weight, targets.contiguous(), z_loss, spec.tile, write_grad)
         else:  # a CPU, or kernels.fused_head=false
-            total = compiled_cross_entropy_sum(compile_backend, compile_mode)(hidden, weight, targets, z_loss)
-    elif impl == "liger":
-        total = liger_cross_entropy_sum(hidden, weight, targets, liger_min_chunk_tokens, z_loss)
+            total = compiled_cross_entropy_sum(spec.compile_backend, spec.compile_mode)(hidden, weight, targets, z_loss)
+    elif spec.impl == "liger":
+        total = liger_cross_entropy_sum(hidden, weight, targets, spec.liger_min_chunk_tokens, z_loss)
     else:
-        total = chunked_cross_entropy_sum(hidden, weight, targets, chunk_tokens, z_loss)
+        total = chunked_cross_entropy_sum(hidden, weight, targets, spec.chunk_tokens, z_loss)
     if num_items_in_batch is None:
         return total / (targets != IGNORE_INDEX).sum().clamp(min=1)
     if torch.is_tensor(num_items_in_batch):
         num_items_in_batch = num_items_in_batch.to(total.device)
     return total / num_items_in_batch
+
+
+class CausalLMLoss:
+    """One run's loss, ``loss(hidden, weight, labels, num_items_in_batch, training)``: :func:`causal_lm_loss` with
+    the run's :class:`LossSpec`."""
+
+    def __init__(self, spec: LossSpec):
+        if spec.impl == "none":
+            raise ValueError("LossSpec(impl='none') is HF's own loss, computed by the model: no CausalLMLoss")
+        self.spec = spec
+
+    def __call__(self, hidden, weight, labels, num_items_in_batch=None, training: bool = True):
+        return causal_lm_loss(hidden, weight, labels, num_items_in_batch, self.spec, training)
+
+
+class HiddenStateTap:
+    """Forward pre-hook on the LM head: keeps its input (final hidden states) and hands the head an
+    empty sequence, so the model's forward computes no logits while the trainer computes the loss itself.
+    Going through the model's own forward keeps DDP/DeepSpeed/compile wrappers in the loop."""
+
+    def __init__(self, head: torch.nn.Module):
+        self.hidden = None
+        self.active = False
+        head.register_forward_pre_hook(self)
+
+    def __call__(self, module, args):
+        if not self.active:
+            return None
+        self.hidden = args[0]
+        return (args[0][:, :0],)

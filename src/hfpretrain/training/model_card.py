@@ -45,8 +45,8 @@ The recipe that produced it is below; `lineage.json` (when present) names the da
 
 ## Recipe
 
-The resolved recipe; saved as `recipe.yaml`, `hfpretrain train recipe.yaml` trains the model again (given the data
-at `data.path`):
+The recipe as written; saved as `recipe.yaml` (what it resolved to: `resolved.yaml` beside it),
+`hfpretrain train recipe.yaml` trains the model again (given the data at `data.path`):
 
 ```yaml
 {recipe}```

@@ -26,6 +26,7 @@ the GPU was idle for 8.7% of the profiled steps (2.6% without those waits). The 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import sys
@@ -38,6 +39,7 @@ from transformers import TrainerCallback
 from hfpretrain.models.params import meta_model
 from hfpretrain.models.zoo import is_moe, num_routed_experts
 
+from .callbacks import BOOKKEEPING
 from .config import RecipeError
 
 logger = logging.getLogger("hfpretrain")
@@ -163,6 +165,8 @@ def _all_ranks_sum(counts: torch.Tensor) -> torch.Tensor:
 class ExpertBalanceCallback(TrainerCallback):
     """Aux-loss-free balancing after each optimizer step (``rate`` > 0) and the expert load in the log."""
 
+    order = BOOKKEEPING + 10
+
     def __init__(self, load: ExpertLoad, rate: float = 0.0, dead_windows: int = 3):
         self.load, self.rate, self.dead_windows = load, rate, dead_windows
         load.required = rate > 0
@@ -209,9 +213,9 @@ def load_figures(counts: torch.Tensor) -> dict:
     return figures
 
 
-def apply_moe_section(moe, config) -> None:
-    """The recipe's ``moe:`` section checked against the model and written into its config (in place): one
-    RecipeError naming the key for a setting the model cannot take."""
+def with_moe_section(moe, config):
+    """``config`` with the recipe's ``moe:`` section (a copy where it sets something), checked against the model:
+    one RecipeError naming the key for a setting the model cannot take."""
     asked = [k for k, on in (("aux_loss_coef", moe.aux_loss_coef is not None), ("bias_update_rate",
                                                                                moe.bias_update_rate > 0)) if on]
     if asked and not is_moe(config):
@@ -220,9 +224,11 @@ def apply_moe_section(moe, config) -> None:
         if not hasattr(config, "router_aux_loss_coef"):
             raise RecipeError(f"moe.aux_loss_coef: transformers has no auxiliary loss for {config.model_type} "
                               "(use moe.bias_update_rate, aux-loss-free balancing)")
+        config = copy.deepcopy(config)
         config.router_aux_loss_coef = float(moe.aux_loss_coef)
         config.output_router_logits = moe.aux_loss_coef > 0
     if moe.bias_update_rate > 0 and not any(correction_bias(r) is not None for r in find_routers(meta_model(config))):
         raise RecipeError(f"moe.bias_update_rate={moe.bias_update_rate}: {config.model_type}'s routers have no "
                           "correction bias (e_score_correction_bias) to balance with: use a model that has one "
                           "(glm4_moe), or moe.aux_loss_coef")
+    return config

@@ -20,6 +20,9 @@ Training") Muon's update is scaled to AdamW's RMS (0.2·sqrt(max(A, B))), so bot
 ``training.learning_rate`` and ``training.weight_decay``. With ``"original"`` (Keller Jordan's
 sqrt(max(1, A/B))) Muon wants its own, much larger, peak LR (``optimizer.muon_learning_rate``, e.g.
 0.02); the schedule still scales every group by the same factor.
+
+A resumed optimizer's state, checked and placed once the Trainer has loaded it: :func:`optimizer_state_problem`
+(another optimizer's state) and :func:`steps_beside_params` (step counters on the wrong device).
 """
 
 from __future__ import annotations
@@ -103,6 +106,13 @@ def hidden_matrices(model: nn.Module) -> set[int]:
     return {id(p) for p in blocks.parameters() if p.ndim == 2 and id(p) not in excluded}
 
 
+def check_muon_launch(section, sharded: bool) -> None:
+    """``optimizer.name=muon`` refused under DeepSpeed or FSDP (``sharded``)."""
+    if section is not None and section.name == "muon" and sharded:
+        raise ValueError("optimizer.name=muon is not supported under DeepSpeed or FSDP (Muon needs whole "
+                         "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw")
+
+
 def build_muon_adamw(model: nn.Module, args, decay_names: Iterable[str], section) -> MuonWithAdamW:
     """The optimizer for ``optimizer.name=muon``: hyper-parameters from the TrainingArguments ``args``
     (learning_rate, weight_decay, adam_beta1/2, adam_epsilon) and the recipe's ``optimizer`` section.
@@ -139,3 +149,39 @@ def build_muon_adamw(model: nn.Module, args, decay_names: Iterable[str], section
                 count[False][0], f"{count[False][1]:,}")
     logger.debug("Muon: %s; AdamW: %s", names[True], names[False])
     return optimizer
+
+
+def _torch_optimizer(optimizer):
+    """The torch optimizer inside accelerate's, DeepSpeed's and our own (nonfinite.py) wrappers."""
+    while hasattr(optimizer, "optimizer"):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def steps_beside_params(optimizer) -> None:
+    """Put Adam's step counters on their parameters' device. DeepSpeed's universal-checkpoint
+    loader sets them as CPU tensors, bypassing torch's load_state_dict, and fused AdamW refuses
+    them there ("state_steps is on cpu") at the first step."""
+    optimizer = _torch_optimizer(optimizer)
+    for group in getattr(optimizer, "param_groups", []):
+        if not (group.get("fused") or group.get("capturable")):  # the others keep steps on the CPU
+            continue
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            step = state.get("step")
+            if torch.is_tensor(step) and step.device != p.device:
+                state["step"] = step.to(p.device, torch.float32)
+
+
+def optimizer_state_problem(optimizer) -> str | None:
+    """Why a loaded optimizer state is not this optimizer's (None: it is): torch's load_state_dict replaces each
+    parameter group's settings with the saved ones, so a state saved by another optimizer (training.optim changed
+    on resume) lacks the settings this one reads at its first step."""
+    optimizer = _torch_optimizer(optimizer)
+    defaults = getattr(optimizer, "defaults", None) or {}
+    for group in getattr(optimizer, "param_groups", []):
+        # hyperparameters the step reads (betas, eps, beta1, ...); the bool flags (differentiable, foreach) default
+        missing = sorted(k for k, v in defaults.items() if k not in group and not isinstance(v, bool))
+        if missing:
+            return f"its parameter groups have no {', '.join(missing)}"
+    return None

@@ -1,5 +1,7 @@
 """Resuming: which checkpoint (``training.resume_from_checkpoint``), and a refusal when it is another run's
-(model, data, tokenizer, global batch, optimisation settings), unless ``resume_mismatch=allow``."""
+(model, data, tokenizer, global batch, optimisation settings), unless ``resume_mismatch=allow``. A checkpoint
+holds the recipe as written (``recipe.yaml``), the data's record (``data.json``) and the resolved run
+(``resolved.yaml``); the new run's are compared with them."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from transformers import TrainingArguments
 from .arguments import _training_value
 from .checkpoints import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
 from .config import MoeSection, Recipe, recipe_to_dict
+from .resolve import RESOLVED_FILE, ResolvedRun
 from .zero import deepspeed_tag
 
 logger = logging.getLogger("hfpretrain")
@@ -103,11 +106,32 @@ def refuse_deepspeed_checkpoint(resume: str | None, deepspeed: bool) -> None:
                          "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)")
 
 
-def check_resume(checkpoint: str, recipe: Recipe, data_info: dict, max_steps: int) -> None:
+# what a model config records that does not make it another model
+CONFIG_KEYS_IGNORED = ("transformers_version",)
+
+
+def config_differences(old_resolved: dict | None, new_config: dict) -> list[str]:
+    """``model config key old → new`` between a checkpoint's resolved model config and this run's: the zoo file or
+    init_from's config.json may have changed under the same recipe."""
+    old_config = ((old_resolved or {}).get("resolved") or {}).get("model_config")
+    if not isinstance(old_config, dict):  # saved before resolved.yaml existed: the recipe is all there is
+        return []
+    keys = sorted((set(old_config) | set(new_config)) - set(CONFIG_KEYS_IGNORED))
+    return [f"model config {k} {old_config.get(k)!r} → {new_config.get(k)!r}" for k in keys
+            if _plain(old_config.get(k)) != _plain(new_config.get(k))]
+
+
+def _plain(value):
+    """A value as resolved.yaml stores it (through JSON), so that a saved and a live config compare."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def check_resume(checkpoint: str, run: ResolvedRun) -> None:
     """Refuse to resume another run's checkpoint (``resume_mismatch=allow`` resumes it with a warning), and
     say so when the checkpoint leaves nothing to train."""
+    recipe, data_info, max_steps = run.recipe, run.data_info, run.args.max_steps
     folder = Path(checkpoint)
-    diffs, old = [], None
+    diffs, old, old_resolved = [], None, None
     if not (folder / "recipe.yaml").is_file():
         logger.warning("%s has no recipe.yaml (not saved by this project?): cannot check that it is this run's", folder)
     else:
@@ -115,13 +139,16 @@ def check_resume(checkpoint: str, recipe: Recipe, data_info: dict, max_steps: in
             old = OmegaConf.to_container(OmegaConf.load(folder / "recipe.yaml"), resolve=True)
             old_data = (json.loads((folder / CHECKPOINT_DATA).read_text())
                         if (folder / CHECKPOINT_DATA).is_file() else None)
-            if not isinstance(old, dict) or not isinstance(old_data, (dict, type(None))):
+            old_resolved = (OmegaConf.to_container(OmegaConf.load(folder / RESOLVED_FILE), resolve=True)
+                            if (folder / RESOLVED_FILE).is_file() else None)
+            if not isinstance(old, dict) or not all(isinstance(x, (dict, type(None))) for x in (old_data, old_resolved)):
                 raise ValueError("not a mapping")
         except Exception as e:  # noqa: BLE001 - one line naming the files
-            diffs = [f"its recipe.yaml/{CHECKPOINT_DATA} cannot be read ({type(e).__name__}: "
+            diffs = [f"its recipe.yaml/{CHECKPOINT_DATA}/{RESOLVED_FILE} cannot be read ({type(e).__name__}: "
                      f"{(str(e).splitlines() or [''])[0]})"]
         else:
             diffs = resume_differences(old, recipe_to_dict(recipe), old_data, data_info)
+            diffs += config_differences(old_resolved, run.config.to_diff_dict())
         if diffs and recipe.resume_mismatch == "error":
             raise ValueError(f"{folder} is from a different run: {'; '.join(diffs)}. Use another training.output_dir "
                              "for a new run, or set resume_mismatch=allow to resume this checkpoint anyway")
@@ -133,7 +160,7 @@ def check_resume(checkpoint: str, recipe: Recipe, data_info: dict, max_steps: in
         step = int(json.loads(state.read_text()).get("global_step", 0)) if state.is_file() else None
     except (ValueError, TypeError):
         step = None
-    _warn_stretched_schedule(folder, old, recipe, step, max_steps)
+    _warn_stretched_schedule(folder, old, old_resolved, recipe, step, max_steps)
     if step is not None and step >= max_steps:
         logger.warning("%s is at step %d and training.max_steps=%d: NOTHING WILL BE TRAINED (0 steps); final/ and "
                        "the summary are that checkpoint's. Raise training.max_steps to train on", folder, step, max_steps)
@@ -143,13 +170,15 @@ def check_resume(checkpoint: str, recipe: Recipe, data_info: dict, max_steps: in
 _FLAT_SCHEDULES = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")
 
 
-def _warn_stretched_schedule(folder: Path, old, recipe: Recipe, step: int | None, max_steps: int) -> None:
+def _warn_stretched_schedule(folder: Path, old, old_resolved: dict | None, recipe: Recipe, step: int | None,
+                             max_steps: int) -> None:
     """Extending a run (a larger max_steps) is a resume of the same run, but a schedule that decays over max_steps
     is stretched: from the resumed step on the learning rate is not the one the run was heading for (a cosine jumps
     back up). Said, not refused: for a constant or warmup-stable-decay schedule it is how a run is extended."""
     if not isinstance(old, dict) or not isinstance(old.get("training"), dict):
         return
-    before = old["training"].get("max_steps")
+    # the resolved run's max_steps (training_flops or context.tokens may have set it), else the recipe's
+    before = ((old_resolved or {}).get("resolved") or {}).get("max_steps", old["training"].get("max_steps"))
     schedule = str(getattr(recipe.training.get("lr_scheduler_type"), "value",
                            recipe.training.get("lr_scheduler_type", "linear")))
     if not isinstance(before, int) or before == max_steps or schedule in _FLAT_SCHEDULES:

@@ -1,8 +1,9 @@
 """``pretrain(recipe, overrides)``: recipe -> model + blocks + PretrainTrainer -> checkpoints and logs.
 
-Read top to bottom: resolve the recipe into a plan (plan.py), refuse another run's checkpoint (resume.py), build
-the model with its speed-ups (models/speedups.py), the data order (data/order.py, data/mixture.py) and the trainer
-with its callbacks, train, evaluate on the final set, export ``final/`` and write the summary.
+Read top to bottom: resolve the recipe into one frozen run (resolve.py: the dry run stops there), refuse another
+run's checkpoint (resume.py), build the model with its speed-ups (models/speedups.py), the data order
+(data/order.py, data/mixture.py) and the trainer with its callbacks, train, evaluate on the final set, export
+``final/`` and write the summary. Nothing here decides anything the resolved run has not decided.
 
 Callbacks that belong to later packages (the lm-eval scoring of ``evaluation.lm_eval_task``, in eval/) are handed
 in by the caller through ``callbacks``: training imports nothing from eval/ or study/.
@@ -22,7 +23,8 @@ from typing import Callable
 
 import torch
 from transformers import TrainerCallback, set_seed
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer import DEFAULT_PROGRESS_CALLBACK
+from transformers.trainer_callback import ProgressCallback
 
 from hfpretrain.data import load_blocks
 from hfpretrain.data.mixture import MixtureBlocks
@@ -38,6 +40,7 @@ from hfpretrain.models import build_model
 from hfpretrain.models.fp8 import check_fp8_available
 from hfpretrain.models.speedups import Applied, apply_speedups
 
+from .arguments import prepare_wandb
 from .callbacks import (
     SIGTERM_RECEIVED,
     CompileCheckCallback,
@@ -62,10 +65,12 @@ from .checkpoints import (
 from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_dict, recipe_to_yaml
 from .fast_path import speedups_of
 from .lineage import WandbLineageCallback, lineage, write_lineage
+from .machine import Machine
 from .model_card import peak_learning_rate, write_model_card
 from .moe import ExpertBalanceCallback, ExpertLoad, aux_loss_function, find_routers
+from .nonfinite import NonFinitePolicy
 from .per_set import per_set_bits_per_byte, per_set_losses
-from .plan import RunSetup, needs_assumed_data, plan_without_data, setup_run
+from .resolve import RESOLVED_FILE, ResolvedRun, read_data_facts, resolve, resolved_yaml
 from .resume import check_resume, refuse_deepspeed_checkpoint, resolve_resume
 from .trainer import PretrainTrainer
 
@@ -79,13 +84,11 @@ CallbackFactory = Callable[[Recipe], "list[TrainerCallback]"]
 def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None, dry_run: bool = False,
              world_size: int | None = None, zero_stage: int | None = None,
              callbacks: CallbackFactory | None = None) -> dict:
-    """Train (or with ``dry_run`` only plan; ``world_size``/``zero_stage`` then describe the launch
-    being planned, e.g. 8 GPUs with ZeRO-1, instead of the current process). ``callbacks(recipe)``: the
-    caller's Trainer callbacks (one with an ``attach(trainer)`` method is attached once the trainer exists)."""
+    """Train (or with ``dry_run`` only resolve: the ResolvedRun's document; ``world_size``/``zero_stage`` then
+    describe the launch being planned, e.g. 8 GPUs with ZeRO-1, instead of the current process).
+    ``callbacks(recipe)``: the caller's Trainer callbacks (one with an ``attach(trainer)`` method is attached once
+    the trainer exists)."""
     recipe = load_recipe(recipe_path, overrides)
-    if recipe.model.init_from and recipe.model.overrides:
-        raise RecipeError(f"model.overrides {dict(recipe.model.overrides)} do not apply to model.init_from="
-                          f"{recipe.model.init_from} (its weights define the model): remove them")
     extra = list(callbacks(recipe)) if callbacks else []
     ev = recipe.evaluation
     scored = (f"evaluation.lm_eval_task={ev.lm_eval_task}" if ev.lm_eval_task else
@@ -93,14 +96,13 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     if scored and not extra and not dry_run:
         raise RecipeError(f"{scored} is scored by the eval package's callback: train through `hfpretrain train`, or "
                           "pass callbacks=hfpretrain.eval.callback.recipe_callbacks to pretrain()")
-    if dry_run:
-        if needs_assumed_data(recipe):  # not tokenized yet: plan with stated assumptions
-            return plan_without_data(recipe, world_size, zero_stage)
-    else:
+    if not dry_run:
         check_fp8_available(recipe.model.precision, recipe.model.fp8_emulate)  # before any work
-    run = setup_run(recipe, dry_run, world_size if dry_run else None, zero_stage if dry_run else None)
+    machine = Machine.detect(planning=dry_run, world_size=world_size if dry_run else None,
+                             zero_stage=zero_stage if dry_run else None)
+    run = resolve(recipe, read_data_facts(recipe, planning=dry_run), machine)
     if dry_run:
-        return {"recipe": recipe_to_dict(recipe), "plan": run.plan}
+        return run.to_dict()
     check_output_dir(run.args.output_dir)  # before the work: a run that cannot save is lost
     lock = hold_run_lock(run.args)
     try:
@@ -109,21 +111,23 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         lock.release()
 
 
-def train_run(run: RunSetup, extra_callbacks: list | None = None) -> dict:
+def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
     """Build the model, the data and the trainer; train; evaluate on the final set; export final/; summarise."""
     recipe, args, plan, seq_len = run.recipe, run.args, run.plan, run.seq_len
     data_seed = args.data_seed or args.seed
     record = lineage(recipe.data.path, run.manifest, recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"),
                      run.data_info["tokenizer_sha256"], seq_len, plan["samples_per_step"], args.max_steps, data_seed,
                      run.schedule)
-    run.data_info["lineage"] = record  # in each checkpoint's data.json (a resume compares the keys above it)
+    # each checkpoint's data.json records the lineage too (a resume compares the keys above it)
+    run = dataclasses.replace(run, data_info={**run.data_info, "lineage": record})
     # Before anything is written to output_dir: is its checkpoint this run's?
     resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
-    refuse_deepspeed_checkpoint(resume, bool(args.deepspeed) or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true")
+    refuse_deepspeed_checkpoint(resume, run.layout.zero_stage == 1)
     if resume:
-        check_resume(resume, recipe, run.data_info, args.max_steps)
+        check_resume(resume, run)
     else:
         prepare_fresh_output_dir(args, recipe.training.get("resume_from_checkpoint"), recipe.overwrite_output_dir)
+    prepare_wandb(args)
 
     set_seed(args.seed)
     model, applied = build_run_model(run)
@@ -138,13 +142,11 @@ def train_run(run: RunSetup, extra_callbacks: list | None = None) -> dict:
     final_tokens = recipe.evaluation.final_eval_tokens
     final_blocks = EvalBlocks(val_blocks, len(val_blocks) if final_tokens is None else final_tokens // seq_len)
 
-    # The saved recipe says what ran: the micro-batch split model.micro_batch chose (the same samples per step)
-    recipe.training.update(per_device_train_batch_size=args.per_device_train_batch_size,
-                           gradient_accumulation_steps=args.gradient_accumulation_steps)
     out = Path(args.output_dir)
-    if args.process_index == 0:
+    if args.process_index == 0:  # the recipe as written, and what it resolved to on this launch
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(recipe_to_yaml(recipe))
+        (out / RESOLVED_FILE).write_text(resolved_yaml(run))
         write_lineage(out, record)
     trainer, logs = build_trainer(run, model, train_blocks, eval_blocks, train_length, record, applied,
                                   extra_callbacks or [])
@@ -205,7 +207,7 @@ def train_run(run: RunSetup, extra_callbacks: list | None = None) -> dict:
     return summary
 
 
-def build_run_model(run: RunSetup) -> tuple[torch.nn.Module, Applied]:
+def build_run_model(run: ResolvedRun) -> tuple[torch.nn.Module, Applied]:
     """The model (built from its config, or ``init_from``'s weights) with the speed-ups the fast path chose
     (models/speedups.py): ``(model, what each speed-up changed)``."""
     fast = run.fast
@@ -237,13 +239,14 @@ def build_run_model(run: RunSetup) -> tuple[torch.nn.Module, Applied]:
     return model, apply_speedups(model, speedups_of(fast, run.recipe), run.seq_len)
 
 
-def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length: int, record: dict,
+def build_trainer(run: ResolvedRun, model, train_blocks, eval_blocks, train_length: int, record: dict,
                   applied: Applied, extra_callbacks: list) -> tuple[PretrainTrainer, RunLogs]:
-    """PretrainTrainer with the run's callbacks, in the order they must run (telemetry, then the log), and the
-    caller's ``extra_callbacks`` after them."""
+    """PretrainTrainer with the run's callbacks, which run in the order each declares (training/callbacks.py: the
+    telemetry, then the log, ...), and the caller's ``extra_callbacks`` after ours."""
     recipe, args, plan = run.recipe, run.args, run.plan
     out = Path(args.output_dir)
     jsonl = JsonlLogCallback(out / recipe.logging.jsonl, {"recipe": recipe_to_dict(recipe), "plan": plan,
+                                                           "resolved": run.resolved(),
                                                            "loss_impl": run.fast.fused_loss,
                                                            "compiled_modules": applied.compiled_modules,
                                                            "speedups": dataclasses.asdict(applied),
@@ -254,63 +257,50 @@ def build_trainer(run: RunSetup, model, train_blocks, eval_blocks, train_length:
                                     plan.get("peak_flops_fp8_per_gpu"))
     grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
     preemption = PreemptionCallback()
-    callbacks = [throughput, MemoryCallback(), grad_stats, jsonl, preemption,
-                 ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx)]
     routers = find_routers(model)
-    if routers:  # MoE: the experts' load in the log, and aux-loss-free balancing with moe.bias_update_rate
-        expert_load = ExpertLoad(routers, aux_loss_function(model))
-        callbacks.insert(0, ExpertBalanceCallback(expert_load, recipe.moe.bias_update_rate,
-                                                  recipe.moe.dead_expert_windows))
+    # MoE: the experts' load in the log, and aux-loss-free balancing with moe.bias_update_rate
+    expert_load = ExpertLoad(routers, aux_loss_function(model)) if routers else None
     mixture_log = MixtureLogCallback(run.schedule, run.seq_len) if run.schedule is not None else None
-    if mixture_log:
-        callbacks.insert(0, mixture_log)  # before the JSONL log and wandb: tokens seen per source
-    callbacks += extra_callbacks
+    wandb = "wandb" in args.report_to and args.process_index == 0
+    wandb_lineage = (WandbLineageCallback(record, out, recipe.logging.wandb_artifacts,
+                                          recipe.logging.wandb_checkpoint_artifacts)
+                     if wandb and recipe.logging.wandb_artifacts != "none" else None)
+    # a progress bar on a terminal; one line per logging step in a log file or with disable_tqdm (in a notebook,
+    # transformers' own bar)
+    console = (None if not args.disable_tqdm and DEFAULT_PROGRESS_CALLBACK is not ProgressCallback else
+               TelemetryProgressCallback() if not args.disable_tqdm and sys.stderr.isatty() else LineProgressCallback())
+    callbacks = [mixture_log,
+                 ExpertBalanceCallback(expert_load, recipe.moe.bias_update_rate, recipe.moe.dead_expert_windows)
+                 if expert_load is not None else None,
+                 throughput, MemoryCallback(), grad_stats, jsonl, preemption,
+                 ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx),
+                 *extra_callbacks, console, CompileCheckCallback(applied.compiled_modules),
+                 WandbConfigCallback(run.to_dict()) if wandb else None,
+                 wandb_lineage]
 
     eos_id = run.config.eos_token_id
     collator = partial(collate_blocks, eos_id=eos_id) if recipe.model.document_mask else collate_blocks
     trainer = PretrainTrainer(
         model=model, args=args, train_dataset=train_blocks, eval_dataset=eval_blocks, data_collator=collator,
-        processing_class=run.tokenizer, callbacks=callbacks,
-        train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"],
-        loss_impl=run.fast.fused_loss, loss_chunk_tokens=recipe.model.loss_chunk_tokens,
-        liger_min_chunk_tokens=recipe.model.liger_min_chunk_tokens, nan_policy=recipe.nan_policy,
-        max_skipped_steps=recipe.max_skipped_steps, max_skipped_fraction=recipe.max_skipped_fraction,
-        z_loss=recipe.model.z_loss, fused_head=recipe.kernels.fused_head, loss_tile=recipe.kernels.loss_tile,
-        compile_backend=recipe.model.compile_backend, compile_mode=run.fast.compile_mode,
-        decay_embeddings=recipe.model.decay_embeddings, recipe_yaml=recipe_to_yaml(recipe),
+        processing_class=run.tokenizer, callbacks=[cb for cb in callbacks if cb is not None],  # run by `order`
+        train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"], loss=run.loss,
+        nonfinite=NonFinitePolicy(recipe.nan_policy, recipe.max_skipped_steps, recipe.max_skipped_fraction),
+        decay_embeddings=recipe.model.decay_embeddings,
+        run_files={"recipe.yaml": recipe_to_yaml(recipe), RESOLVED_FILE: resolved_yaml(run)},
         train_blocks=len(train_blocks.blocks) if run.schedule is None else None,
         tokens_per_byte=plan["validation_tokens_per_byte"],
         optimizer_section=recipe.optimizer,
     )
     trainer.grad_stats = grad_stats
-    trainer.expert_load = expert_load if routers else None
-    if trainer.is_deepspeed_enabled and recipe.logging.grad_stats_interval:
-        # DeepSpeed reduces and clips the gradients inside its engine: per-layer statistics would log nothing
-        raise RecipeError("logging.grad_stats_interval is not supported under DeepSpeed (it owns the gradients): "
-                          "set it to 0, or use DDP/FSDP2 for per-layer gradient statistics")
+    trainer.expert_load = expert_load
     for callback in extra_callbacks:
         if hasattr(callback, "attach"):
             callback.attach(trainer)  # e.g. lm-eval's scores then go through trainer.log, beside the loss
-    # a progress bar on a terminal; one line per logging step in a log file or with disable_tqdm
-    bar = trainer.pop_callback(ProgressCallback)
-    if bar and sys.stderr.isatty():
-        trainer.add_callback(TelemetryProgressCallback())
-    elif bar or trainer.pop_callback(PrinterCallback):
-        trainer.add_callback(LineProgressCallback())
-    trainer.add_callback(CompileCheckCallback(applied.compiled_modules))
-    if "wandb" in args.report_to and args.process_index == 0:  # after transformers' WandbCallback starts the run
-        trainer.add_callback(WandbConfigCallback({"recipe": recipe_to_dict(recipe), "plan": plan}))
-    wandb_lineage = None
-    if "wandb" in args.report_to and recipe.logging.wandb_artifacts != "none" and args.process_index == 0:
-        # added last: runs after transformers' WandbCallback has started the W&B run
-        wandb_lineage = WandbLineageCallback(record, out, recipe.logging.wandb_artifacts,
-                                             recipe.logging.wandb_checkpoint_artifacts)
-        trainer.add_callback(wandb_lineage)
     trainer.data_info = run.data_info  # written into each checkpoint (data.json)
     return trainer, RunLogs(jsonl, throughput, preemption, mixture_log, wandb_lineage)
 
 
-def final_evaluation(trainer: PretrainTrainer, run: RunSetup, final_blocks: EvalBlocks, n_eval_blocks: int) -> dict:
+def final_evaluation(trainer: PretrainTrainer, run: ResolvedRun, final_blocks: EvalBlocks, n_eval_blocks: int) -> dict:
     """The last step's validation loss and bits per byte on the final set (all validation blocks by default),
     and per validation set with ``evaluation.per_set``. Not after a SIGTERM: the grace period is short, and on the
     GPU an evaluation after a preemption hung (docs/benchmarks.md)."""
