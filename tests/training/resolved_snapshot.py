@@ -18,8 +18,15 @@ from pathlib import Path
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 LAUNCHES = {"this": {}, "8gpu_zero1": {"world_size": 8, "zero_stage": 1}}
-# what depends on the machine the snapshot is taken on, not on the recipe
-VOLATILE = ("device",)
+# what depends on the machine the snapshot is taken on, not on the recipe: its GPU, and the data folders'
+# fingerprints (they hash the input files' modification times)
+VOLATILE = ("device", "fingerprint")
+
+
+def _without_volatile(value):
+    if isinstance(value, dict):
+        return {k: _without_volatile(v) for k, v in value.items() if k not in VOLATILE}
+    return [_without_volatile(v) for v in value] if isinstance(value, list) else value
 
 
 def data_overrides(recipe_path: Path, data: str, data_16k: str, data_qwen3: str) -> list[str]:
@@ -44,8 +51,7 @@ def resolved(recipe_path: Path, overrides: list[str], launch: dict, folders: dic
         result = pretrain(recipe_path, overrides, dry_run=True, **launch)
     except Exception as err:  # noqa: BLE001 - a recipe that cannot be planned is recorded as such
         return {"error": f"{type(err).__name__}: {str(err).splitlines()[0]}"}
-    plan = {k: v for k, v in result["plan"].items() if k not in VOLATILE}
-    text = json.dumps({"plan": plan}, default=str)
+    text = json.dumps({"plan": _without_volatile(result["plan"])}, default=str)
     for path, name in folders.items():
         text = text.replace(json.dumps(str(path))[1:-1], name)
     return json.loads(text)
