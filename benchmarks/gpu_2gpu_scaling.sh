@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Two GPUs (nvidia-h200-x2), scaling: the Qwen3 1.8B shape (recipes/qwen3_1p8b_1gpu.yaml: compile=layers, liger CE,
-# micro-batch 20 per GPU, no accumulation, the case where communication is least hidden) on 1 GPU, then on 2 with
-# plain DDP and FSDP2 (ZeRO-1: gpu_2gpu_zero1.sh). Scaling efficiency = tokens/s on 2 GPUs / (2 x tokens/s on 1).
+# Several GPUs of one host (nvidia-h200-x2, NPROC=4 on nvidia-h200-x4), scaling: the Qwen3 1.8B shape
+# (recipes/qwen3_1p8b_1gpu.yaml: compile=layers, liger CE, micro-batch 20 per GPU, no accumulation, the case where
+# communication is least hidden) on 1 GPU, then on NPROC (default 2) with plain DDP, FSDP2 and ZeRO-1 (its
+# checkpoints: gpu_2gpu_zero1.sh). Scaling efficiency = tokens/s per GPU on NPROC GPUs / tokens/s on 1.
 # Each run is time-boxed (a 1.8B run takes 80-120 s: start, per-layer compile, STEPS steps);
 # $OUT gets notes.txt, runs.log (log tails) and one JSON per run. RUNS picks the runs (zero1: DeepSpeed ZeRO-1
 # without checkpoints); EXTRA adds overrides to every run (the fp8 scaling: EXTRA=model.precision=fp8).
@@ -9,8 +10,10 @@
 source benchmarks/gpu_common.sh
 tokenize_corpus
 STEPS=${STEPS:-20}
+NPROC=${NPROC:-2}
 bench() {  # name, accelerate config, extra overrides
-  timed $1 accelerate launch --config_file "$2" benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml \
+  local procs=$NPROC; [ $1 = one_gpu ] && procs=1
+  timed $1 accelerate launch --config_file "$2" --num_processes $procs benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml \
     data.path=$DATA training.report_to=none training.disable_tqdm=true training.gradient_accumulation_steps=1 \
     training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
     training.max_steps=$STEPS training.output_dir=/tmp/$1 $EXTRA "${@:3}" --out "$OUT/$1.json"
