@@ -18,8 +18,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--input", nargs="+", help="train inputs: .jsonl/.jsonl.zst/.parquet/.txt files, globs, folders, or a Hub dataset id with "
-                   "options: allenai/c4?name=en&split=train&data_files=en/c4-train.0000[0-3]-of-01024.json.gz (quote it)")
+    p.add_argument("--input", nargs="+", help="train inputs: .jsonl files (plain or .zst/.gz/.bz2/.xz), .parquet/.txt "
+                   "files, globs, folders, datasets save_to_disk folders (FOLDER?split=NAME for one split), or a Hub "
+                   "dataset id with options: allenai/c4?name=en&split=train&data_files=en/c4-train.0000[0-3]-of-01024.json.gz "
+                   "(quote it)")
+    hub = p.add_argument_group("a Hub dataset, as run_clm.py names it (instead of --input ID?name=...&split=...)")
+    hub.add_argument("--dataset-name", metavar="ID", help="Hub dataset id or a local dataset folder, e.g. allenai/c4")
+    hub.add_argument("--dataset-config", metavar="NAME", help="its configuration, e.g. en")
+    hub.add_argument("--split", default="train", help="the split to train on (default: train)")
+    hub.add_argument("--val-split", metavar="SPLIT",
+                     help="the split whose first --val-docs documents are the validation set (default: the train "
+                          "split's first documents, as without --val-input)")
     p.add_argument("--blend", help="blend JSON: {\"sources\": [{\"paths\": [...], \"epochs\": 1.5}, ...]}")
     p.add_argument("--val-input", nargs="+", help="validation inputs (default: the first --val-docs documents of --input)")
     p.add_argument("--val-docs", type=int, default=None,
@@ -56,7 +65,23 @@ def parse_args(argv=None):
                    help="rebuild even if a finished output with the same fingerprint exists (only an output of this "
                         "tool is ever replaced; never another folder, the working directory, home or a root)")
     p.add_argument("-q", "--quiet", action="store_true")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.dataset_name:
+        if args.input or args.blend:
+            p.error("--dataset-name replaces --input and --blend: give one of them")
+        args.input = [hub_spec(args.dataset_name, args.dataset_config, args.split)]
+        if args.val_split:
+            if args.val_input:
+                p.error("--val-split replaces --val-input: give one of them")
+            args.val_input = [hub_spec(args.dataset_name, args.dataset_config, args.val_split)]
+    elif args.dataset_config or args.val_split or args.split != "train":
+        p.error("--dataset-config, --split and --val-split go with --dataset-name")
+    return args
+
+
+def hub_spec(name: str, config: str | None, split: str) -> str:
+    """The --input spelling of run_clm's --dataset_name/--dataset_config_name and a split."""
+    return f"{name}?" + "&".join([*([f"name={config}"] if config else []), f"split={split}"])
 
 
 def main(argv=None) -> int:

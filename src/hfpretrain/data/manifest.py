@@ -26,10 +26,23 @@ import math
 import os
 from pathlib import Path
 
+from .read import FILE_KINDS
+
 PIPELINE_VERSION = "1"
 MANIFEST = "manifest.json"
 # manifest["format"]: the marker that a folder is an output of tokenize_corpus (and so may be replaced by it)
 FORMAT = "hfpretrain.tokenized"
+
+
+def saved_fingerprints(folder: str) -> dict:
+    """``datasets``' fingerprint of each table of a ``save_to_disk`` folder (each split's ``state.json``)."""
+    out = {}
+    for state in sorted(Path(folder).rglob("state.json")):
+        try:
+            out[str(state.parent.relative_to(folder))] = json.loads(state.read_text()).get("_fingerprint")
+        except ValueError:
+            out[str(state.parent.relative_to(folder))] = None  # load_from_disk names the broken file
+    return out
 
 
 def _source_key(src: dict) -> list:
@@ -38,9 +51,11 @@ def _source_key(src: dict) -> list:
         key.append({"text_field": src["text_field"]})
     if src["kind"] == "txt":
         key.append({"txt_split": src.get("txt_split", "file")})
-    if src["kind"] in ("jsonl", "zst", "parquet", "txt") and os.path.exists(src["path"]):
+    if src["kind"] in FILE_KINDS and os.path.exists(src["path"]):
         st = os.stat(src["path"])
         key += [st.st_size, st.st_mtime_ns]
+    if src["kind"] == "saved":  # datasets' own fingerprint of the saved table(s), and the split read
+        key.append({"split": src.get("split"), "state": saved_fingerprints(src["path"])})
     return key
 
 
@@ -81,7 +96,7 @@ def describe_inputs(sources) -> list[dict]:
         e = out.get(s["path"])
         if e is None:
             e = {"path": s["path"], "kind": s["kind"]}
-            if s["kind"] in ("jsonl", "zst", "parquet", "txt") and os.path.exists(s["path"]):
+            if s["kind"] in FILE_KINDS and os.path.exists(s["path"]):
                 e["size"] = os.path.getsize(s["path"])
                 e["sha256"] = file_sha256(s["path"])
             out[s["path"]] = e

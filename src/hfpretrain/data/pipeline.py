@@ -380,7 +380,7 @@ def file_accounting(file_rows) -> dict:
         f["first_bad"] = f["first_bad"] or a["first_bad"]
     lost = [{"path": f["path"], "reason": f["lost"], "bytes_lost": f["bytes_lost"]} for f in files.values() if f["lost"]]
     all_bad = [{"path": f["path"], "records": f["records"], "first": f["first_bad"]} for f in files.values()
-               if f["records"] and not f["good"] and f["lost"] in (None, "truncated_zst")]
+               if f["records"] and not f["good"] and f["lost"] in (None, "truncated_zst", "truncated_file")]
     return {"files_read": len(files), "bytes_read": sum(f["bytes"] for f in files.values()),
             "bad_record_bytes": sum(f["bad_bytes"] for f in files.values()),
             "bytes_lost": sum(x["bytes_lost"] for x in lost if x["bytes_lost"] is not None),
@@ -389,7 +389,8 @@ def file_accounting(file_rows) -> dict:
 
 _LOST_WHY = {"missing_file": "does not exist", "empty_file": "holds no records",
              "unreadable_file": "cannot be read (a truncated or corrupt parquet file)",
-             "truncated_zst": "is cut short, by an amount its zstd frame header cannot tell (no size recorded)"}
+             "truncated_zst": "is cut short, by an amount its zstd frame header cannot tell (no size recorded)",
+             "truncated_file": "is cut short or corrupt (its compressed stream ends early)"}
 
 
 def check_files(acc: dict, name: str, max_bad_fraction: float, allow_missing: bool) -> None:
@@ -404,7 +405,7 @@ def check_files(acc: dict, name: str, max_bad_fraction: float, allow_missing: bo
     if unknown and not allow_missing:
         x = unknown[0]
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-        what = "the rest of its documents" if x["reason"] == "truncated_zst" else "its documents"
+        what = "the rest of its documents" if x["reason"].startswith("truncated") else "its documents"
         raise DataError(f"{x['path']}: {x['reason']}: {_LOST_WHY[x['reason']]}{more}; {what} would be "
                         "missing: pass --allow-missing to go on without it")
     total = acc["bytes_read"] + acc["bytes_lost"]

@@ -1,9 +1,10 @@
 """Streaming readers for Pile-format input, and the bad-input policy.
 
 Inputs are expanded into *sources* (plain dicts, so they pickle into ``datasets`` worker
-processes): local ``.jsonl`` / ``.jsonl.zst`` / ``.parquet`` / ``.txt`` files, globs or folders, a Hub dataset
-id with its options (``allenai/c4?name=en&split=validation&data_files=...``: :func:`hub_arguments`), or the
-sources of a blend file. :func:`generate_records` reads them one record at a time with
+processes): local ``.jsonl`` files (plain or compressed: ``.zst``, ``.gz``, ``.bz2``, ``.xz``), ``.parquet`` and
+``.txt`` files, globs or folders, a ``datasets`` ``save_to_disk`` folder (``FOLDER`` or ``FOLDER?split=NAME``), a
+Hub dataset id with its options (``allenai/c4?name=en&split=validation&data_files=...``: :func:`hub_arguments`), or
+the sources of a blend file. :func:`generate_records` reads them one record at a time with
 bounded memory (a zstd frame is decompressed chunk by chunk; only one line is held at a time)
 and yields one row per record: good rows carry ``text`` and ``set``; bad rows carry ``skip``
 (the reason) and ``where`` (``file:line``) so the caller can count and report them after the
@@ -20,6 +21,7 @@ reason              what
 ``non_utf8``        bytes that are not UTF-8 (or lone surrogates in the JSON)
 ``empty_document``  ``text`` is empty or only whitespace
 ``truncated_zst``   the zstd frame ends early or is corrupt (line = first lost line)
+``truncated_file``  a gzip, bzip2 or xz stream ends early or is corrupt (line = first lost line)
 ``unreadable_file`` a parquet file pyarrow cannot read (truncated, corrupt)
 ==================  ===========================================================
 
@@ -53,7 +55,15 @@ from ..paths import MissingDataError, resolve
 logger = logging.getLogger(__name__)
 
 REASONS = ("missing_file", "malformed_json", "missing_text", "non_utf8", "empty_document", "truncated_zst",
-           "unreadable_file")
+           "truncated_file", "unreadable_file")
+# JSON lines compressed by the standard library's modules (zstd has its own reader: it can tell the bytes lost)
+COMPRESSED = {"gz": "gzip", "bz2": "bz2", "xz": "lzma"}
+# sources that are one local file (their size and modification time enter the fingerprint)
+FILE_KINDS = ("jsonl", "zst", *COMPRESSED, "parquet", "txt")
+# what a folder given as input is searched for
+INPUT_SUFFIXES = (".jsonl", ".jsonl.zst", ".json.zst", ".jsonl.gz", ".json.gz", ".jsonl.bz2", ".jsonl.xz", ".parquet",
+                  ".txt")
+SAVED_DATASET = ("state.json", "dataset_dict.json")  # datasets' save_to_disk: a Dataset's, a DatasetDict's marker
 FILE_ROW = "_file"  # the skip value of generate_records' per-file accounting rows (file_rows=True)
 POLICIES = ("skip", "fail")
 RAW_COLUMNS = ("text", "set", "skip", "where")
@@ -80,6 +90,9 @@ def _kind(path: str) -> str:
     p = path.lower()
     if p.endswith(".zst") or p.endswith(".zstd"):
         return "zst"
+    for kind in COMPRESSED:
+        if p.endswith("." + kind):
+            return kind
     if p.endswith(".parquet"):
         return "parquet"
     if p.endswith(".txt"):
@@ -87,8 +100,21 @@ def _kind(path: str) -> str:
     return "jsonl"
 
 
+def saved_dataset(spec: str) -> dict | None:
+    """The source of a ``datasets`` ``save_to_disk`` folder (``FOLDER`` or ``FOLDER?split=NAME``), else None."""
+    folder, _, query = spec.partition("?")
+    if not folder or not any((Path(folder).expanduser() / marker).is_file() for marker in SAVED_DATASET):
+        return None
+    split = None
+    if query:
+        key, _, split = query.partition("=")
+        if key != "split" or not split:
+            raise DataError(f"{spec}: a save_to_disk folder takes one option, ?split=NAME")
+    return {"kind": "saved", "path": str(Path(folder).expanduser().resolve()), "split": split}
+
+
 def expand_inputs(specs, epochs: float = 1.0) -> list[dict]:
-    """Turn input specs (paths, globs, Hub ids) into a list of source dicts, in order.
+    """Turn input specs (paths, globs, save_to_disk folders, Hub ids) into a list of source dicts, in order.
 
     A spec that matches nothing becomes a ``missing`` source, which the reader reports as a
     ``missing_file`` bad record (so the policy decides, not this function).
@@ -99,6 +125,10 @@ def expand_inputs(specs, epochs: float = 1.0) -> list[dict]:
     files: list[dict] = []
     for spec in specs:
         spec = str(spec)
+        saved = saved_dataset(spec)
+        if saved is not None:
+            files.append(saved)
+            continue
         if _HUB_QUERY.fullmatch(spec) and not os.path.exists(spec):  # "ID?name=...": not a glob
             hub_arguments(spec)  # a malformed option fails here, before any work
             files.append({"kind": "hub", "path": spec})
@@ -118,11 +148,11 @@ def expand_inputs(specs, epochs: float = 1.0) -> list[dict]:
         if Path(resolved).is_dir():
             inner = sorted(
                 str(p) for p in Path(resolved).rglob("*")
-                if p.is_file() and p.name.lower().endswith((".jsonl", ".jsonl.zst", ".json.zst", ".parquet", ".txt"))
+                if p.is_file() and p.name.lower().endswith(INPUT_SUFFIXES)
             )
             if not inner:
-                files.append({"kind": "missing", "path": spec,
-                              "error": "folder holds no .jsonl/.jsonl.zst/.parquet/.txt file"})
+                files.append({"kind": "missing", "path": spec, "error": "folder holds no "
+                              + "/".join(INPUT_SUFFIXES) + " file (nor is it a datasets save_to_disk folder)"})
             files.extend({"kind": _kind(p), "path": p} for p in inner)
         elif Path(resolved).exists():
             files.append({"kind": _kind(resolved), "path": str(Path(resolved).resolve())})
@@ -260,6 +290,51 @@ def _iter_lines_zst(path: str, acct: dict | None = None) -> Iterator[tuple[int, 
                                     ": the amount lost is unknown (the frame header records no size)")
     elif buf:
         yield n + 1, buf, None
+
+
+def _iter_lines_compressed(path: str, kind: str) -> Iterator[tuple[int, bytes | None, str | None]]:
+    """Lines of a gzip, bzip2 or xz file, streamed; a stream cut short or corrupt ends it with an error."""
+    import importlib
+
+    module = importlib.import_module(COMPRESSED[kind])
+    n = 0
+    try:
+        with module.open(path, "rb") as fh:
+            for n, raw in enumerate(fh, 1):
+                yield n, raw, None
+    except (EOFError, OSError, ValueError) as e:  # gzip: EOFError/BadGzipFile/zlib.error, lzma: LZMAError
+        yield n + 1, None, f"the {module.__name__} stream ends early or is corrupt ({type(e).__name__}: {e})"
+
+
+def _iter_saved(src: dict, text_field: str = "text") -> Iterator[tuple[int, dict]]:
+    """Rows of a ``save_to_disk`` folder (a DatasetDict's ``split``, default ``train``), in batches."""
+    import datasets
+
+    path = src["path"]
+    try:
+        ds = datasets.load_from_disk(path)
+    except Exception as e:  # another datasets version's layout, a broken state.json: one line naming the folder
+        raise DataError(f"{path}: cannot load it as a datasets save_to_disk folder "
+                        f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        split = src.get("split") or "train"
+        if split not in ds:
+            raise DataError(f"{path}: no split {split!r} (splits: {', '.join(ds)}): name one with {path}?split=NAME")
+        ds = ds[split]
+    elif src.get("split"):
+        raise DataError(f"{path}: a single Dataset, not a DatasetDict: it has no splits, drop ?split=")
+    if text_field not in ds.column_names:
+        rows = ds.select(range(min(FIELD_CHECK_RECORDS, len(ds)))).to_list()
+        fields: dict[str, int] = {}
+        for row in rows:
+            _count_fields(fields, row)
+        raise wrong_field(path, text_field, len(rows), fields)
+    columns = [c for c in dict.fromkeys((text_field, "meta", "pile_set_name")) if c in ds.column_names]
+    n = 0
+    for batch in ds.select_columns(columns).iter(batch_size=1024):
+        for i in range(len(batch[text_field])):
+            n += 1
+            yield n, {c: batch[c][i] for c in columns}
 
 
 def wrong_field(path: str, field: str, records: int, fields: dict[str, int]) -> DataError:
@@ -404,16 +479,20 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
     if kind == "txt":
         yield from _txt_records(path, src.get("txt_split", "file"), acct)
         return
-    if kind in ("jsonl", "zst"):
+    if kind in ("jsonl", "zst", *COMPRESSED):
         if not os.path.exists(path):
             acct.update(lost="missing_file", bytes_lost=None)
             yield 0, None, None, "missing_file", "does not exist", 0
             return
-        lines = _iter_lines_zst(path, acct) if kind == "zst" else _iter_lines_plain(path)
+        lines = (_iter_lines_zst(path, acct) if kind == "zst" else
+                 _iter_lines_compressed(path, kind) if kind in COMPRESSED else _iter_lines_plain(path))
         for n, raw, error in lines:
             if error is not None:
-                acct["lost"] = "truncated_zst"
-                yield n, None, None, "truncated_zst", error, 0
+                lost = "truncated_zst" if kind == "zst" else "truncated_file"
+                acct["lost"] = lost
+                if kind != "zst":  # the stream cannot tell how much of it was lost
+                    acct["bytes_lost"] = None
+                yield n, None, None, lost, error, 0
                 return
             if not raw.strip():
                 continue
@@ -432,7 +511,8 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
             _note_fields(acct, reason, obj, field)
             yield n, text, set_name, reason, "", nbytes
     else:
-        rows = _iter_parquet(path, field) if kind == "parquet" else _iter_hub(path)
+        rows = (_iter_parquet(path, field) if kind == "parquet" else _iter_saved(src, field) if kind == "saved" else
+                _iter_hub(path))
         n = 0
         try:
             for n, row in rows:
@@ -452,7 +532,7 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
 
     With ``file_rows``, each file read ends with one accounting row (``skip`` = :data:`FILE_ROW`,
     ``where`` = the path, ``text`` = JSON: records, good, bad, bytes read, bytes of bad records,
-    ``lost`` (missing_file, empty_file, truncated_zst, unreadable_file or null), ``bytes_lost`` (None:
+    ``lost`` (missing_file, empty_file, truncated_zst, truncated_file, unreadable_file or null), ``bytes_lost`` (None:
     unknown), ``complete``), so whole-file losses are counted even when workers read the files.
 
     Stops after ``limit`` good documents (per worker; the caller cuts the concatenation).
@@ -523,7 +603,8 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
         for msg in held or []:
             warn(msg)
         acct.pop("fields", None)
-        if acct["records"] == 0 and acct["lost"] is None and src["kind"] in ("jsonl", "zst", "parquet"):
+        if acct["records"] == 0 and acct["lost"] is None and src["kind"] in ("jsonl", "zst", *COMPRESSED, "parquet",
+                                                                               "saved"):
             acct["lost"] = "empty_file"
             acct["bytes_lost"] = None
         if file_rows:
