@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import signal
 import subprocess
 
 import numpy as np
@@ -386,16 +387,20 @@ def _initial_weights(mini_blocks, tmp_path) -> dict:
 
 # ---- preemption ------------------------------------------------------------------------------
 
-def test_sigterm_saves_and_stops(mini_blocks, tmp_path):
-    """SIGTERM to the whole process group, as a cluster (or `timeout`) sends it: data-loader
-    workers included."""
+@pytest.mark.parametrize("signum, name, status", [(signal.SIGTERM, "SIGTERM", 143), (signal.SIGINT, "Ctrl-C", 130)])
+def test_a_stop_signal_saves_and_stops(mini_blocks, tmp_path, signum, name, status):
+    """SIGTERM to the whole process group, as a cluster (or `timeout`) sends it, and Ctrl-C, which a terminal
+    sends to its whole foreground group: data-loader workers included. The run is not finished: the command
+    exits with the shell's status for the signal and says how to go on."""
     out = tmp_path / "run"
     cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
            *make_overrides(mini_blocks, out, {"training.max_steps": "1000", "training.save_strategy": "steps",
                                               "training.save_steps": "1000", "training.dataloader_num_workers": "2",
                                               "training.eval_strategy": "steps", "training.eval_steps": "1000"})]
-    returncode, output = sigterm_after_first_log(cmd, out / "log.jsonl")
-    assert returncode == 0, output[-3000:]
+    returncode, output = sigterm_after_first_log(cmd, out / "log.jsonl", signum=signum)
+    assert returncode == status, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert f"stopped by {name} at step" in output and "training.resume_from_checkpoint=auto" in output
     events = read_log(out)
     stopped = max(e["step"] for e in events if e["event"] == "log")
     assert 0 < stopped < 1000
@@ -406,8 +411,20 @@ def test_sigterm_saves_and_stops(mini_blocks, tmp_path):
     assert [e["step"] for e in events if e["event"] == "checkpoint"] == [stopped]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["global_step"] == stopped and summary["final_eval"] == {}  # no evaluation in the grace period
+    assert summary["stopped"] == name
     assert not any(e["event"] == "eval" for e in events)
     assert not (out / "final").exists()  # stopped early: no final model
+
+
+def test_a_second_ctrl_c_stops_at_once():
+    """The first Ctrl-C asks for a stop at the step's end; the second raises KeyboardInterrupt, as Ctrl-C does
+    elsewhere (in a fresh process: the stop flag is never cleared, by design)."""
+    code = ("import signal\nfrom hfpretrain.training.callbacks import request_stop, stopped_by\n"
+            "request_stop(signal.SIGINT); print(stopped_by())\n"
+            "try:\n    request_stop(signal.SIGINT)\nexcept KeyboardInterrupt:\n    print('at once')\n")
+    proc = subprocess.run([python(), "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["Ctrl-C", "at", "once"], proc.stderr[-2000:]
+    assert "Ctrl-C again stops at once" in proc.stderr
 
 
 # ---- non-finite loss -------------------------------------------------------------------------

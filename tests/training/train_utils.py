@@ -107,9 +107,11 @@ def python() -> str:
 
 
 
-def sigterm_after_first_log(cmd: list[str], log: Path, timeout: float = 240) -> tuple[int, str]:
+def sigterm_after_first_log(cmd: list[str], log: Path, timeout: float = 240,
+                            signum: int = signal.SIGTERM) -> tuple[int, str]:
     """Start ``cmd`` in its own process group, wait for the first training log in ``log`` (a
-    log.jsonl), SIGTERM the whole group as a cluster (or `timeout`) does; (return code, output)."""
+    log.jsonl), SIGTERM the whole group as a cluster (or `timeout`) does, or send ``signum`` (SIGINT: a
+    terminal's Ctrl-C, which also reaches the whole foreground group); (return code, output)."""
     import subprocess
     import time
 
@@ -122,7 +124,7 @@ def sigterm_after_first_log(cmd: list[str], log: Path, timeout: float = 240) -> 
                 break
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()[0][-3000:]
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signum)
         output, _ = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:

@@ -56,6 +56,10 @@ def main() -> int:
         return error(err)
     except (NonFiniteLossError, OSError) as err:  # the run failed: a NaN stop, disk full (its checkpoints stay)
         return error(err, 1)
+    except KeyboardInterrupt:  # a second Ctrl-C during training, or one before it started: at once, no traceback
+        print("stopped at once by Ctrl-C: what the last checkpoint holds is kept, the steps after it are not",
+              file=sys.stderr)
+        return 130
     finally:
         shutdown_distributed()
     if args.dry_run:
@@ -67,7 +71,9 @@ def main() -> int:
             print("\n".join(phase_lines(data, MAX_PASSES_WITHOUT_WARNING, result["plan"].get("lr_schedule"))),
                   file=sys.stderr)
         print(json.dumps(result, indent=2, default=str), file=json_out)
-    return 0
+        return 0
+    # stopped by a signal (its checkpoint saved): the shell's status for that signal, so a script sees it unfinished
+    return {"Ctrl-C": 130, "SIGTERM": 143}.get(result.get("stopped"), 0)
 
 
 if __name__ == "__main__":

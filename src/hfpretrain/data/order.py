@@ -101,12 +101,14 @@ _worker_ignores_sigterm = False
 
 
 def _ignore_sigterm_in_worker() -> None:
-    """A cluster's SIGTERM (and ``timeout``'s) goes to every process of the job; a data-loader
-    worker killed by it takes the main process down mid-step. Workers ignore it, so the main
-    process (PreemptionCallback) finishes the step, saves, and stops them itself."""
+    """A cluster's SIGTERM (and ``timeout``'s) goes to every process of the job, a terminal's Ctrl-C
+    (SIGINT) to every process of the foreground group; a data-loader worker killed by either takes the
+    main process down mid-step. Workers ignore both, so the main process (PreemptionCallback) finishes
+    the step, saves, and stops them itself."""
     global _worker_ignores_sigterm
     if not _worker_ignores_sigterm and torch.utils.data.get_worker_info() is not None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         _worker_ignores_sigterm = True
 
 

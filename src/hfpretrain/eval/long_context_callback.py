@@ -21,7 +21,7 @@ from transformers import TrainerCallback
 
 from hfpretrain.eval.long_context import loss_by_position, passkey_accuracy
 from hfpretrain.training import RecipeError
-from hfpretrain.training.callbacks import SIGTERM_RECEIVED
+from hfpretrain.training.callbacks import STOP_REQUESTED
 
 log = logging.getLogger(__name__)
 FILE = "long_context.json"
@@ -70,7 +70,7 @@ class LongContextCallback(TrainerCallback):
         return result
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        if model is None or self.trainer is None or not state.is_world_process_zero or SIGTERM_RECEIVED.is_set():
+        if model is None or self.trainer is None or not state.is_world_process_zero or STOP_REQUESTED.is_set():
             return
         try:
             self.result = {"step": state.global_step, **self.measure(model)}

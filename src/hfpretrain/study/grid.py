@@ -421,7 +421,7 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
 
     from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain
-    from hfpretrain.training.callbacks import SIGTERM_RECEIVED
+    from hfpretrain.training.callbacks import STOP_REQUESTED
 
     planned = planned if planned is not None else checked_plan(spec, out, only_existing)
     runs = [run for run, _ in planned]
@@ -432,7 +432,7 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
         if only_existing:
             logger.warning("[%d/%d] %s: not finished, left out", i, len(runs), run.name)
             continue
-        if SIGTERM_RECEIVED.is_set():
+        if STOP_REQUESTED.is_set():
             break
         with claim(run) as mine:
             if not mine:

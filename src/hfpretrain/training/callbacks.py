@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -31,7 +32,7 @@ logger = logging.getLogger("hfpretrain")
 BOOKKEEPING = 100  # figures that follow from the step alone: tokens seen per source, the experts' load and balancing
 TELEMETRY = 200  # throughput, memory, gradient statistics
 LOG = 300  # the JSONL log: writes what the callbacks before it added
-CONTROL = 400  # SIGTERM (a checkpoint at the step's end), the profiler's window
+CONTROL = 400  # SIGTERM and Ctrl-C (a checkpoint at the step's end), the profiler's window
 CALLER = 500  # the caller's callbacks, which declare no order (eval/: lm-eval, long-context scores)
 TRANSFORMERS = 600  # transformers' own: its flow control (DefaultFlowCallback) and the report_to integrations
 TRAINER = 700  # PretrainTrainer's own (the resume: the data's position, the optimizer's state)
@@ -248,34 +249,54 @@ class GradStatsCallback(TrainerCallback):
                          log10_abs_grad_hist={"min": -12, "max": 2, "counts": host[len(per_layer):]})
 
 
-# Set by SIGTERM and never cleared: a study (many runs in one process) must stop too, even when the
-# signal lands between two runs.
-SIGTERM_RECEIVED = threading.Event()
+# Set by SIGTERM or a first Ctrl-C and never cleared: a study (many runs in one process) must stop too, even when
+# the signal lands between two runs.
+STOP_REQUESTED = threading.Event()
+STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
+_stopped_by: list[str] = []  # the first stop signal's name
+
+
+def stopped_by() -> str | None:
+    """The signal that asked the run to stop (``SIGTERM`` or ``Ctrl-C``), or None."""
+    return _stopped_by[0] if _stopped_by else None
+
+
+def request_stop(signum: int, frame=None) -> None:
+    """The stop signals' handler: the first one asks for a stop at the end of the step (with a checkpoint); a
+    second Ctrl-C stops at once, as Ctrl-C does elsewhere."""
+    if signum == signal.SIGINT and STOP_REQUESTED.is_set():
+        raise KeyboardInterrupt
+    if not STOP_REQUESTED.is_set():
+        _stopped_by.append(STOP_SIGNALS.get(signum, str(signum)))
+        if signum == signal.SIGINT:
+            print("\nCtrl-C: finishing this step and saving a checkpoint; Ctrl-C again stops at once, losing the "
+                  "steps since the last checkpoint", file=sys.stderr, flush=True)
+    STOP_REQUESTED.set()
 
 
 class PreemptionCallback(TrainerCallback):
-    """SIGTERM (cluster preemption): finish the current step, save a checkpoint, stop cleanly.
+    """SIGTERM (cluster preemption) or Ctrl-C: finish the current step, save a checkpoint, stop cleanly.
 
-    The handler is this run's: installed when training starts and put back by :meth:`restore` when the run
+    The handlers are this run's: installed when training starts and put back by :meth:`restore` when the run
     is over (after its final save), so importing the library or finishing a run leaves the process's
     signal handling as it was. The flag stays set: a study stops before its next run."""
 
     order = CONTROL
 
     def __init__(self):
-        self._previous = None
+        self._previous: dict = {}
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self._previous is None:
-            self._previous = signal.signal(signal.SIGTERM, lambda signum, frame: SIGTERM_RECEIVED.set())
+        if not self._previous:
+            self._previous = {signum: signal.signal(signum, request_stop) for signum in STOP_SIGNALS}
 
     def restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
 
     def on_step_end(self, args, state, control, **kwargs):
-        if SIGTERM_RECEIVED.is_set():
+        if STOP_REQUESTED.is_set():
             control.should_save = True
             control.should_training_stop = True
 

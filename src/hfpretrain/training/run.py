@@ -42,7 +42,8 @@ from hfpretrain.models.speedups import Applied, apply_speedups
 
 from .arguments import prepare_wandb
 from .callbacks import (
-    SIGTERM_RECEIVED,
+    STOP_REQUESTED,
+    stopped_by,
     CompileCheckCallback,
     GradStatsCallback,
     JsonlLogCallback,
@@ -171,7 +172,14 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
                                                             args.learning_rate)}
         if logs.mixture:
             summary["data"] = logs.mixture.figures(trainer.state.global_step)
-        if trainer.state.global_step >= args.max_steps:
+        finished = trainer.state.global_step >= args.max_steps
+        # a stop by signal is not a finished run: said here, in summary.json, and by the command's exit status
+        summary["stopped"] = None if finished else stopped_by()
+        if summary["stopped"] and args.process_index == 0:
+            logger.warning("stopped by %s at step %d of %d: %s/checkpoint-%d saved; to go on, run the same command "
+                           "with training.resume_from_checkpoint=auto", summary["stopped"], trainer.state.global_step,
+                           args.max_steps, out, trainer.state.global_step)
+        if finished:
             try:
                 trainer.save_model(str(out / "final"))
                 if args.process_index == 0:
@@ -305,7 +313,7 @@ def final_evaluation(trainer: PretrainTrainer, run: ResolvedRun, final_blocks: E
     and per validation set with ``evaluation.per_set``. Not after a SIGTERM: the grace period is short, and on the
     GPU an evaluation after a preemption hung (docs/benchmarks.md)."""
     recipe, args = run.recipe, run.args
-    if args.eval_strategy == "no" or SIGTERM_RECEIVED.is_set():
+    if args.eval_strategy == "no" or STOP_REQUESTED.is_set():
         return {}
     last = next((h for h in reversed(trainer.state.log_history) if "eval_loss" in h), None)
     if last and last.get("step") == trainer.state.global_step and len(final_blocks) == n_eval_blocks:
