@@ -111,3 +111,17 @@ def test_save_pretrained_round_trip_gives_identical_logits(tmp_path, name):
     with torch.no_grad():
         assert torch.equal(model(ids).logits, again(ids).logits)
     assert load_config(tmp_path).vocab_size == cfg.vocab_size
+
+
+def test_overriding_width_or_heads_says_when_head_dim_no_longer_matches(caplog):
+    """Qwen3 reads head_dim from its config: 8 heads on a 512 width keep qwen3_103m's 128, an attention twice
+    the residual stream's width (more parameters than the user meant). Said once; an explicit head_dim is not."""
+    with caplog.at_level("WARNING", logger="hfpretrain.models.zoo"):
+        config = load_config("qwen3_103m", {"hidden_size": 512, "num_attention_heads": 8})
+    assert config.head_dim == 128
+    assert "8 x head_dim 128" in caplog.text and "set model.overrides.head_dim=64" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hfpretrain.models.zoo"):
+        load_config("qwen3_103m", {"hidden_size": 512, "num_attention_heads": 8, "head_dim": 64})
+        load_config("qwen3_103m", {"num_hidden_layers": 2})
+    assert "head_dim" not in caplog.text

@@ -258,6 +258,9 @@ def test_wrong_type():
 def test_unknown_section():
     msg = _error(["data.path=x", "trainig.max_steps=3"])
     assert "unknown section 'trainig'" in msg and "did you mean 'training'" in msg
+    # a key written without its section: the section(s) that have it
+    assert "did you mean training.learning_rate=1e-3?" in _error(["data.path=x", "learning_rate=1e-3"])
+    assert "did you mean model.compile=none?" in _error(["data.path=x", "compile=none"])
 
 
 def test_unknown_model_key():

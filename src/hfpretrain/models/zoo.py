@@ -134,9 +134,24 @@ def load_config(
     attn = fields.pop("attn_implementation", None)
     config = AutoConfig.for_model(model_type, **fields)
     check_moe_config(config, source)
+    _warn_kept_head_dim(config, overrides, source)
     if attn is not None:
         config.hfpretrain_attn_implementation = attn
     return config
+
+
+def _warn_kept_head_dim(config: PretrainedConfig, overrides: dict, source: str) -> None:
+    """Overriding the width or the heads keeps the base config's ``head_dim`` (Qwen3 and Llama 3 read it, not
+    hidden / heads), so the attention is wider or narrower than the residual stream: allowed, but said."""
+    head_dim = getattr(config, "head_dim", None)
+    heads, hidden = getattr(config, "num_attention_heads", None), getattr(config, "hidden_size", None)
+    if not ({"hidden_size", "num_attention_heads"} & set(overrides)) or "head_dim" in overrides:
+        return
+    if isinstance(head_dim, int) and heads and hidden and heads * head_dim != hidden:
+        logger.warning("model.overrides: num_attention_heads %d x head_dim %d (of %s) = %d != hidden_size %d: the "
+                       "attention is %s than the residual stream; set model.overrides.head_dim=%s to match", heads,
+                       head_dim, source, heads * head_dim, hidden, "wider" if heads * head_dim > hidden else "narrower",
+                       hidden // heads if hidden % heads == 0 else "hidden_size/heads")
 
 
 _EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")  # what the MoE families call it

@@ -393,6 +393,13 @@ def _to_schema(obj):
     return _schema_class(type(obj))(**{f.name: _to_schema(getattr(obj, f.name)) for f in dataclasses.fields(obj)})
 
 
+def _sections_with(key: str) -> list[str]:
+    """``section.key`` for each section that has ``key`` (an override written without its section)."""
+    owners = [f"{name}.{key}" for name, hint in typing.get_type_hints(Recipe).items()
+              if dataclasses.is_dataclass(hint) and key in {f.name for f in dataclasses.fields(hint)}]
+    return owners + ([f"training.{key}"] if key in TrainingArguments.__dataclass_fields__ else [])
+
+
 def _nearest(key: str, valid) -> str:
     match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
     return f" (did you mean '{match[0]}'?)" if match else ""
@@ -480,10 +487,12 @@ def _parse_override(cfg: DictConfig, item: str) -> tuple[str, str, DictConfig]:
     """``(key, section, config)`` of one ``section.key=value`` override, its form, section and value checked."""
     if "=" not in item:
         raise RecipeError(f"override '{item}' is not of the form section.key=value")
-    key, _ = item.split("=", 1)
+    key, value = item.split("=", 1)
     top = key.split(".")[0]
     if top not in cfg:
-        raise RecipeError(f"unknown section '{top}' in override '{item}'{_nearest(top, cfg.keys())}")
+        owners = _sections_with(key) if top == key else []  # a key written without its section
+        hint = f" (did you mean {' or '.join(f'{o}={value}' for o in owners)}?)" if owners else _nearest(top, cfg)
+        raise RecipeError(f"unknown section '{top}' in override '{item}'{hint}")
     try:
         given = OmegaConf.from_dotlist([item])
     except yaml.YAMLError as err:
