@@ -2,12 +2,19 @@
 memory fit at the micro-batch, steps and wall time.
 
     python scripts/plan.py --gpu B200 --num-gpus 8 --hours 46.6 --mfu 0.4 --seq-len 2048 --micro-batch 8
+
+With --layout (and --shape), a step-time prediction instead (or after the plan, with --hours): tokens/s,
+per-GPU efficiency and MFU of --num-gpus GPUs on --nodes nodes (hfpretrain.models.step_time):
+
+    hfpretrain plan --gpu B200 --num-gpus 16 --nodes 2 --layout zero1,fsdp2 --shape qwen3_1p8b \
+        --micro-batch 22 --global-batch-tokens 720896
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from hfpretrain.cli import error
 
@@ -16,7 +23,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpu", required=True, help="B200, H200, H100, H100-PCIe, A100, L40S, A6000, V100")
     p.add_argument("--num-gpus", type=int, default=8)
-    p.add_argument("--hours", type=float, required=True)
+    p.add_argument("--hours", type=float, help="the compute budget (required unless --layout)")
     p.add_argument("--mfu", type=float, default=0.4)
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--micro-batch", type=int, default=8)
@@ -29,18 +36,56 @@ def main(argv=None) -> int:
     p.add_argument("--nearest", type=int, default=3)
     p.add_argument("--vocab-size", type=int, default=151669, help="tokenizer length for tokenizer-sized shapes")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    s = p.add_argument_group("step-time model (docs/models.md § Step-time model)")
+    s.add_argument("--layout", help="ddp, zero1, fsdp2, or several separated by commas: predict each")
+    s.add_argument("--shape", help="the zoo shape to predict (with --layout)")
+    s.add_argument("--nodes", type=int, default=1, help="nodes the --num-gpus GPUs are spread over")
+    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (within a node)")
+    s.add_argument("--cp", type=int, default=1, help="context-parallel degree (within a node; predicted only)")
+    s.add_argument("--grad-accum", type=int, help="micro-batches per step (default: from --global-batch-tokens)")
+    s.add_argument("--precision", default="bf16", choices=["bf16", "fp8"], help="the linears' matmuls")
+    s.add_argument("--one-gpu-mfu", type=float,
+                   help="one GPU's MFU (default: measured for the shape and GPU where one exists, else 0.40)")
+    s.add_argument("--one-gpu-tokens-per-s", type=float, help="one GPU's measured tokens/s (replaces the MFU)")
+    s.add_argument("--intra-node-gb-s", type=float, help="NVLink GB/s per GPU and direction (default per GPU)")
+    s.add_argument("--inter-node-gbit-s", type=float,
+                   help="InfiniBand Gbit/s per GPU and direction (default 400)")
     a = p.parse_args(argv)
+    if a.hours is None and not a.layout:
+        return error("--hours is required (or --layout and --shape for a step-time prediction)")
+    if a.layout and not a.shape:
+        return error("--shape is required with --layout (the zoo shape to predict, e.g. qwen3_1p8b)")
     from hfpretrain.models.planner import PlanRequest, plan  # imports transformers: after parsing (--help)
+    from hfpretrain.models.step_time import StepTimeRequest, predict, table
 
     try:
-        result = plan(PlanRequest(
-            a.gpu, a.num_gpus, a.hours, mfu=a.mfu, seq_len=a.seq_len, micro_batch=a.micro_batch,
-            global_batch_tokens=a.global_batch_tokens, dtype=a.dtype, zero_stage=a.zero_stage,
-            grad_checkpointing=a.grad_checkpointing, attn_implementation=a.attn, fit=a.fit, n_nearest=a.nearest,
-            vocab_size=a.vocab_size))
-    except ValueError as err:  # an unknown GPU or dtype, a negative size: one line naming it
+        if a.hours is not None:
+            result = plan(PlanRequest(
+                a.gpu, a.num_gpus, a.hours, mfu=a.mfu, seq_len=a.seq_len, micro_batch=a.micro_batch,
+                global_batch_tokens=a.global_batch_tokens, dtype=a.dtype, zero_stage=a.zero_stage,
+                grad_checkpointing=a.grad_checkpointing, attn_implementation=a.attn, fit=a.fit,
+                n_nearest=a.nearest, vocab_size=a.vocab_size))
+        predictions = []
+        for layout in a.layout.split(",") if a.layout else []:
+            dp = a.num_gpus // max(1, a.tp * a.cp) or 1
+            accum = a.grad_accum or max(1, math.ceil(a.global_batch_tokens / (a.micro_batch * a.seq_len * dp)))
+            predictions.append(predict(StepTimeRequest(
+                a.shape, a.gpu, a.num_gpus, a.nodes, layout.strip(), tp=a.tp, cp=a.cp, seq_len=a.seq_len,
+                micro_batch=a.micro_batch, grad_accum=accum, dtype=a.precision, one_gpu_mfu=a.one_gpu_mfu,
+                one_gpu_tokens_per_s=a.one_gpu_tokens_per_s, intra_node_gb_s=a.intra_node_gb_s,
+                inter_node_gbit_s=a.inter_node_gbit_s)))
+    except ValueError as err:  # an unknown GPU, layout or dtype, a negative size, tp or nodes that do not divide
         return error(err)
-    print(json.dumps(result.as_dict(), indent=2) if a.json else result.table())
+    if a.json:
+        out = {"plan": result.as_dict()} if a.hours is not None else {}
+        if predictions:
+            out["step_time"] = [s.as_dict() for s in predictions]
+        print(json.dumps(out if predictions else out["plan"], indent=2))
+        return 0
+    if a.hours is not None:
+        print(result.table())
+    if predictions:
+        print(("\n" if a.hours is not None else "") + table(predictions))
     return 0
 
 
