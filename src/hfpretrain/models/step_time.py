@@ -60,7 +60,7 @@ Gradient accumulation amortises the once-per-step collectives (ddp, zero1, fsdp2
 micro-batches; fsdp2's all-gathers, tp and cp are paid every micro-batch.
 
 Not modelled (each stated so that a miss can be traced): memory pressure (an allocator working near the card's
-limit; the 2-GPU DDP point at 125.5 GiB of 131 GiB measured 9.6% under this model), compute slowed by collectives
+limit; the 2-GPU DDP point, 125.5 GiB of the card's 131.3, ran 10.2% below this model), compute slowed by collectives
 running beside it (NCCL's SMs and HBM traffic), the smaller matmuls of tp and cp (their mfu_1 is one GPU's), the
 optimizer step that ZeRO-1 and FSDP2 shrink by sharding it, NCCL's tree and NVLink SHARP algorithms (faster than a
 ring), latency of small messages, and stragglers between nodes.
