@@ -242,7 +242,7 @@ def predict(r: StepTimeRequest) -> StepTime:
     elif r.layout == "zero1":
         rs = share * 2 * params / bw
         comm["reduce-scatter grads bf16"] = rs
-        hidden["reduce-scatter grads bf16"] = exposed(rs, t_bwd, rs * min(1.0, ZERO1_BUCKET * r.tp / params))
+        hidden["reduce-scatter grads bf16"] = exposed(rs, t_bwd, rs * min(1.0, ZERO1_BUCKET / params))
         comm["all-gather weights bf16"] = rs
         hidden["all-gather weights bf16"] = rs
     else:  # fsdp2
