@@ -134,6 +134,12 @@ CASES = {
     "plan-negative-micro-batch": (["plan.py", "--gpu", "H100", "--hours", "1", "--micro-batch", "-3"], 2,
                                   ["micro_batch", "-3"]),
     "plan-mfu-above-one": (["plan.py", "--gpu", "H100", "--hours", "1", "--mfu", "2"], 2, ["mfu"]),
+    "plan-unknown-layout": (["plan.py", "--gpu", "H200", "--layout", "zero3", "--shape", "qwen3_1p8b"], 2,
+                            ["layout", "zero3"]),
+    "plan-nodes-not-dividing": (["plan.py", "--gpu", "B200", "--num-gpus", "8", "--nodes", "3", "--layout", "fsdp2",
+                                 "--shape", "qwen3_1p8b"], 2, ["nodes: 3 nodes do not divide 8 GPUs"]),
+    "plan-tp-not-dividing-heads": (["plan.py", "--gpu", "B200", "--num-gpus", "16", "--tp", "16", "--layout",
+                                    "fsdp2", "--shape", "qwen3_1p8b"], 2, ["tp: 16 does not divide"]),
     # study.py
     "study-no-spec": (["study.py", "{d}/nope.yaml", "--plan"], 2, ["study spec {d}/nope.yaml does not exist"]),
     "study-yaml-syntax": (["study.py", "{d}/bad.yaml", "--list"], 2, ["{d}/bad.yaml:4", "YAML syntax error"]),
