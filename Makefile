@@ -41,4 +41,5 @@ demo: install check-data
 # One test file per process, one process per core (pytest-xdist): the files' fixtures stay in one process.
 XDIST   ?= -n auto --dist loadfile
 test: install check-data
+	$(BIN)/ruff check src tests scripts benchmarks
 	$(RUN_ENV) $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
