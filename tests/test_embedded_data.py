@@ -129,3 +129,25 @@ def test_demo_runs_without_data_root(tmp_path):
     assert report["data_root"] == str(EMBEDDED_DATA_ROOT)
     assert set(report["lm_eval"]) == {"arc_easy", "arc_challenge"} and report["validation_loss"] > 0
     assert Path(report["plot"]).is_file() and (Path(report["checkpoint"]) / "config.json").is_file()
+
+
+def test_the_demo_budget_in_steps_and_tokens():
+    """`make demo`'s training budget, held in steps, tokens and FLOPs rather than seconds, so that it cannot creep
+    back: the GPT-2-vocabulary demo it replaced spent 300 steps x 2,048 tokens at 20 MFLOPs per token (12 TFLOPs,
+    most of an hour on 2 shared cores); this one is 1/7 of that (docs/benchmarks.md § On a CPU)."""
+    from hfpretrain.demo import DEMO_RECIPE, DEMO_SEQ_LEN, DEMO_VOCAB
+    from hfpretrain.models.flops import flops_per_token
+    from hfpretrain.models.zoo import load_config
+    from hfpretrain.paths import recipe_path
+    from hfpretrain.training.config import load_recipe
+
+    recipe = load_recipe(recipe_path(DEMO_RECIPE), ["data.path=unused"])
+    t = recipe.training
+    tokens = t["max_steps"] * t["per_device_train_batch_size"] * t["gradient_accumulation_steps"] * DEMO_SEQ_LEN
+    assert t["max_steps"] <= 200 and tokens <= 410_000
+    assert recipe.model.overrides["vocab_size"] == DEMO_VOCAB  # the tokenizer the demo trains
+    config = load_config(recipe.model.config, recipe.model.overrides, vocab_size=DEMO_VOCAB)
+    assert tokens * flops_per_token(config, DEMO_SEQ_LEN).total <= 1.8e12
+    # the validation it runs is a small part of it
+    assert (t["max_steps"] // t["eval_steps"]) * recipe.evaluation.eval_tokens + recipe.evaluation.final_eval_tokens \
+        <= tokens / 5

@@ -202,16 +202,11 @@ def test_the_install_line_needs_no_compiler_and_the_gpu_extras_exist():
     assert any("flash" in c for c in cmds[1:]), "the GPU step names flash-attn and how to build it"
 
 
-def test_every_time_the_readme_states_was_measured():
-    """Issue 39.4: a duration in the README (N min) is one recorded in docs/benchmarks.md's CPU table, with its
-    date, commit and machine, not a promise."""
-    benchmarks = (REPO / "docs" / "benchmarks.md").read_text()
-    cpu = benchmarks.split("## On a CPU", 1)[1].split("\n## ", 1)[0]
-    stated = re.findall(r"(\d+(?:\.\d+)?(?:–\d+(?:\.\d+)?)?) ?min\b", README)
-    assert stated, "the README states the measured times"
-    for minutes in stated:
-        assert re.search(rf"(?<![\d.]){re.escape(minutes)} ?min\b", cpu), f"{minutes} min is not in the CPU table"
-    assert "2 CPU cores" in README or "2 cores" in README  # the machine the times were measured on
+def test_the_readme_states_no_timings():
+    """House rule: no timings in the README (each one went stale and was re-recorded there commit after commit);
+    it points at docs/benchmarks.md's CPU table, which holds them with their date, commit and machine."""
+    assert not re.findall(r"\b\d+(?:\.\d+)? ?(?:min|minutes|seconds)\b", README), "a duration in the README"
+    assert "docs/benchmarks.md#on-a-cpu-the-demo-and-the-readmes-first-run" in README
 
 
 def _slug(heading: str) -> str:

@@ -104,10 +104,10 @@ def test_a_wheel_runs_the_demo_outside_the_repository(tmp_path):
     planned = run(venv / "bin" / "hfpretrain", "demo", "--dry-run", "--out", "out/demo")
     assert planned.returncode == 0, planned.stderr[-3000:]
     report = json.loads(planned.stdout)
-    assert Path(report["recipe"]) == package / "recipes" / "tiny_cpu.yaml"
+    assert Path(report["recipe"]) == package / "recipes" / "demo_cpu.yaml"
     assert Path(report["data_root"]) == package / "assets" / "default_data"
     assert all(Path(p).exists() for p in report["inputs"])
-    assert report["plan"]["max_steps"] == 300 and report["plan"]["samples_per_step"] == 16
+    assert report["plan"]["max_steps"] == 200 and report["plan"]["samples_per_step"] == 16
     assert report["plan"]["parameters"]
     assert not (elsewhere / "out").exists()  # a dry run writes nothing
 

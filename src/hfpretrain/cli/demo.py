@@ -10,14 +10,14 @@ from hfpretrain.cli import error
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="out/demo")
-    parser.add_argument("--max-steps", type=int, default=300)
+    parser.add_argument("--max-steps", type=int, default=None, help="default: recipes/demo_cpu.yaml's (200)")
     parser.add_argument("--eval-limit", type=int, default=200)
     parser.add_argument("--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="a recipe override for the training step (repeatable)")
     parser.add_argument("--dry-run", action="store_true",
                         help="find the data and the recipe, print the training plan as JSON, run nothing")
     args = parser.parse_args()
-    if args.max_steps < 1:
+    if args.max_steps is not None and args.max_steps < 1:
         return error(f"--max-steps {args.max_steps}: must be >= 1")
     if args.eval_limit < 1:
         return error(f"--eval-limit {args.eval_limit}: must be >= 1 (questions per task)")
