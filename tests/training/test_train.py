@@ -427,6 +427,38 @@ def test_a_second_ctrl_c_stops_at_once():
     assert "Ctrl-C again stops at once" in proc.stderr
 
 
+def test_a_terminal_shows_a_bar_readable_lines_and_where_the_model_is(mini_blocks, tmp_path):
+    """On a terminal (a pseudo-terminal here): the progress bar, evaluations and the end as readable lines, never
+    the Trainer's raw log dicts; the last words name the final loss, bits per byte and final/."""
+    import os
+    import pty
+
+    out = tmp_path / "run"
+    cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
+           *make_overrides(mini_blocks, out, {"training.max_steps": "4", "training.disable_tqdm": "false",
+                                              "training.eval_strategy": "steps", "training.eval_steps": "2"})]
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), stdin=subprocess.DEVNULL, stdout=follower,
+                            stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the process closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(timeout=300) == 0
+    os.close(leader)
+    text = b"".join(chunks).decode(errors="replace")
+    assert "{'loss'" not in text and "{'eval_loss'" not in text, text[-3000:]
+    assert "step 2/4 | val loss" in text and "done in" in text, text[-3000:]
+    done = [line for line in text.splitlines() if "done: validation loss" in line]
+    assert done and "bits per byte" in done[-1] and str(out / "final") in done[-1], text[-3000:]
+
+
 # ---- non-finite loss -------------------------------------------------------------------------
 
 # A real divergence: Adam at lr 1e6 without clipping blows the weights up; the gradients overflow at

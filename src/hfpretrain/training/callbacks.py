@@ -350,16 +350,43 @@ class ProfilerCallback(TrainerCallback):
             self._prof = self._syncs = None
 
 
+def progress_line(state, logs: dict, eta_s: float | None = None) -> str | None:
+    """One readable line for a log record: the step, its losses (training, validation, the final evaluation's with
+    bits per byte), learning rate, tokens/s, MFU, and the time left; None when the record holds none of them."""
+    parts = [f"step {state.global_step}/{state.max_steps}"]
+    for key, label in (("loss", "loss"), ("eval_loss", "val loss"), ("eval_bpb", "val bpb"),
+                       ("final_loss", "final val loss"), ("final_bpb", "final val bpb"), ("grad_norm", "grad norm")):
+        if isinstance(logs.get(key), (int, float)):
+            parts.append(f"{label} {logs[key]:.4g}")
+    if isinstance(logs.get("learning_rate"), (int, float)):
+        parts.append(f"lr {logs['learning_rate']:.3g}")
+    if isinstance(logs.get("tokens_per_s"), (int, float)):
+        parts.append(f"{logs['tokens_per_s']:,.0f} tok/s")
+    if isinstance(logs.get("mfu"), (int, float)):
+        parts.append(f"MFU {100 * logs['mfu']:.1f}%")
+    if eta_s is not None:
+        parts.append(f"eta {int(eta_s // 60)}m{int(eta_s % 60):02d}s")
+    if "train_runtime" in logs:
+        parts.append(f"done in {logs['train_runtime']:.1f}s, mean train loss {logs.get('train_loss', float('nan')):.4g}")
+    return " | ".join(parts) if len(parts) > 1 else None
+
+
 class TelemetryProgressCallback(ProgressCallback):
-    """The usual progress bar, with loss, tokens/s and MFU shown beside it."""
+    """On a terminal: the usual progress bar (its time left included), with loss, tokens/s and MFU beside it; an
+    evaluation and the end of training as readable lines above it, never the Trainer's raw log dicts."""
 
     order = CONSOLE
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if state.is_world_process_zero and self.training_bar is not None and logs:
+        if not state.is_world_process_zero or not logs:
+            return
+        bar = self.training_bar  # None once training is over (the final evaluation comes after it)
+        if bar is not None:
             shown = {"loss": logs.get("loss"), "tok/s": logs.get("tokens_per_s"), "mfu": logs.get("mfu")}
-            self.training_bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items() if v is not None}, refresh=False)
-        super().on_log(args, state, control, logs=logs, **kwargs)
+            bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items() if v is not None}, refresh=False)
+        line = progress_line(state, logs) if "loss" not in logs else None  # an evaluation, the end of training
+        if line:
+            bar.write(line) if bar is not None else print(line, flush=True)
 
 
 class LineProgressCallback(TrainerCallback):
@@ -378,25 +405,12 @@ class LineProgressCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        parts = [f"step {state.global_step}/{state.max_steps}"]
-        for key, label in (("loss", "loss"), ("eval_loss", "val loss"), ("eval_bpb", "val bpb"),
-                           ("final_loss", "final val loss"), ("final_bpb", "final val bpb"), ("grad_norm", "grad norm")):
-            if isinstance(logs.get(key), (int, float)):
-                parts.append(f"{label} {logs[key]:.4g}")
-        if isinstance(logs.get("learning_rate"), (int, float)):
-            parts.append(f"lr {logs['learning_rate']:.3g}")
-        if isinstance(logs.get("tokens_per_s"), (int, float)):
-            parts.append(f"{logs['tokens_per_s']:,.0f} tok/s")
-        if isinstance(logs.get("mfu"), (int, float)):
-            parts.append(f"MFU {100 * logs['mfu']:.1f}%")
-        done = state.global_step - (self.step0 or 0)
+        done, eta = state.global_step - (self.step0 or 0), None
         if self.t0 is not None and done > 0 and "loss" in logs and state.max_steps > state.global_step:
             eta = (time.time() - self.t0) / done * (state.max_steps - state.global_step)
-            parts.append(f"eta {int(eta // 60)}m{int(eta % 60):02d}s")
-        if "train_runtime" in logs:
-            parts.append(f"done in {logs['train_runtime']:.1f}s, mean train loss {logs.get('train_loss', float('nan')):.4g}")
-        if len(parts) > 1:
-            print(" | ".join(parts), flush=True)
+        line = progress_line(state, logs, eta)
+        if line:
+            print(line, flush=True)
 
 
 class CompileCheckCallback(TrainerCallback):

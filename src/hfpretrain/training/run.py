@@ -193,6 +193,10 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
             if args.process_index == 0:
                 if logs.wandb_lineage:
                     logs.wandb_lineage.log_model(out / "final", aliases=["final", f"step-{trainer.state.global_step}"])
+                final_loss = f"validation loss {final_eval['eval_loss']:.4g}, " if "eval_loss" in final_eval else ""
+                bpb = f"{final_eval['eval_bpb']:.4g} bits per byte; " if "eval_bpb" in final_eval else ""
+                logger.info("done: %s%sthe model is in %s (from_pretrained, pipeline, lm_eval's "
+                            "pretrained=)", final_loss, bpb, out / "final")
         if args.process_index == 0:
             tmp = out / "summary.json.tmp"  # whole or absent: a study's other workers read it while it is written
             tmp.write_text(json.dumps(summary, indent=2, default=str))
