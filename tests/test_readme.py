@@ -187,6 +187,12 @@ def test_the_install_line_needs_no_compiler_and_the_gpu_extras_exist():
     needs torch at build time and a CUDA toolchain); flash-attn is its own step, with --no-build-isolation."""
     cmds = [c for c in _install_commands() if c.startswith("pip install")]
     extras = _extras()
+    # issue 59: a CPU machine's torch is the CPU build, from PyTorch's index beside PyPI (never instead of it),
+    # in the range setup.cfg requires
+    cpu_torch = cmds.pop(0)
+    assert cpu_torch.startswith('pip install "torch>=2.11,<2.14" --extra-index-url') and "/whl/cpu" in cpu_torch
+    assert "--index-url" not in cpu_torch.replace("--extra-index-url", "")
+    assert "torch>=2.11,<2.14" in (REPO / "setup.cfg").read_text()
     first = cmds[0]
     named = re.findall(r"\.\[([\w,-]+)\]", first)
     assert first.startswith("pip install -e") and named, first
