@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from train_utils import (PRETRAIN_SCRIPT, REPO, TINY_RECIPE, load_weights, make_overrides, python, read_log,
-                         step_losses, subprocess_env)
+from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REPO, TINY_RECIPE, load_weights, make_overrides, python,
+                         read_log, step_losses, subprocess_env)
 
 STEPS = 5  # the reference run saved checkpoint-5: its weights are compared too
+# the reference run's own schedule, resumed at checkpoint-5 to its end
+REFERENCE_RESUMED = {**REFERENCE, "training.eval_on_start": "false"}
 DIST = {"training.max_steps": str(STEPS), "training.per_device_train_batch_size": "2"}
 # Float sums run in another order on 2 ranks (gradient all-reduce) than in one process.
 LOSS_TOL = 2e-4
@@ -147,6 +149,50 @@ def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run
         **DIST, "training.resume_from_checkpoint": str(ckpt)})]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "was saved under DeepSpeed" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_one_process_checkpoint_resumes_on_two_at_its_global_batch(reference_run, mini_blocks, tmp_path):
+    """Elastic resume: the reference run's checkpoint-5 (1 process x micro-batch 4) goes on on 2 processes with the
+    same recipe (micro-batch 4 each, which would make 8 samples a step): the launch keeps the checkpoint's global
+    batch (2 x 2), so steps 6-10 read the same samples and repeat the uninterrupted losses and weights."""
+    import shutil
+
+    out = tmp_path / "elastic"
+    shutil.copytree(reference_run / "checkpoint-5", out / "checkpoint-5")
+    proc = _launch(_ddp_config(tmp_path), mini_blocks, out,
+                   {**REFERENCE_RESUMED, "training.per_device_train_batch_size": "4",
+                    "training.resume_from_checkpoint": "auto"})
+    assert "samples per step kept as 2 x 1 accumulation per process" in proc.stderr, proc.stderr[-3000:]
+    losses, ref = step_losses(out), step_losses(reference_run)
+    assert sorted(losses) == list(range(6, 11))
+    for step in losses:
+        assert losses[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, losses[step], ref[step])
+    a, b = load_weights(out / "final"), load_weights(reference_run / "checkpoint-10")
+    for name in b:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=WEIGHT_TOL, msg=name)
+
+
+def test_a_resume_that_cannot_keep_the_global_batch_is_one_line(reference_run, mini_blocks, tmp_path):
+    """4 samples a step do not split over 3 processes: refused before any work, naming the checkpoint; on 2 they
+    split as 2 x 1 (planned in this process: resolve() for a launch of 2 or 3)."""
+    from hfpretrain.training.config import RecipeError, load_recipe
+    from hfpretrain.training.machine import Machine
+    from hfpretrain.training.resolve import read_data_facts, resolve
+    from hfpretrain.training.resume import elastic_batch
+
+    recipe = load_recipe(TINY_RECIPE, make_overrides(mini_blocks, tmp_path / "x", REFERENCE))
+    facts, ckpt = read_data_facts(recipe, planning=True), str(reference_run / "checkpoint-5")
+
+    def planned(world):
+        return resolve(recipe, facts, Machine(world_size=world, engine="ddp", zero_stage=0, device="cpu",
+                                              gpu_memory=None, gpu_count=0, launched=world, planning=True))
+
+    assert elastic_batch(ckpt, planned(1)) == []
+    assert elastic_batch(ckpt, planned(2)) == ["training.per_device_train_batch_size=2",
+                                               "training.gradient_accumulation_steps=1"]
+    with pytest.raises(RecipeError, match=r"checkpoint-5 was trained at 4 samples per step on 1 processes: 3 "
+                                          r"processes cannot split that global batch evenly"):
+        elastic_batch(ckpt, planned(3))
 
 
 # ---- the data split, checked directly ----------------------------------------------------------

@@ -14,7 +14,7 @@ from transformers import TrainingArguments
 
 from .arguments import _training_value
 from .checkpoints import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
-from .config import MoeSection, Recipe, recipe_to_dict
+from .config import MoeSection, Recipe, RecipeError, recipe_to_dict
 from .resolve import RESOLVED_FILE, ResolvedRun
 from .zero import deepspeed_tag
 
@@ -124,6 +124,39 @@ def config_differences(old_resolved: dict | None, new_config: dict) -> list[str]
 def _plain(value):
     """A value as resolved.yaml stores it (through JSON), so that a saved and a live config compare."""
     return json.loads(json.dumps(value, default=str))
+
+
+def saved_layout(checkpoint: str) -> tuple[int, int] | None:
+    """``(global batch in samples, processes)`` a checkpoint was trained with, or None when it does not say (saved
+    before resolved.yaml, or not by this project)."""
+    folder = Path(checkpoint)
+    try:
+        data = json.loads((folder / CHECKPOINT_DATA).read_text())
+        layout = OmegaConf.to_container(OmegaConf.load(folder / RESOLVED_FILE))["resolved"]["layout"]
+        return int(data["samples_per_step"]), int(layout["world_size"])
+    except Exception:  # noqa: BLE001 - absent or unreadable: check_resume names what it cannot read
+        return None
+
+
+def elastic_batch(checkpoint: str, run: ResolvedRun) -> list[str]:
+    """A checkpoint saved at another number of processes resumes at its global batch: the overrides of the
+    micro-batch and accumulation that keep it on this launch (the recipe's micro-batch, or the largest divisor of
+    the per-process share below it); [] when nothing changed. A global batch this launch cannot split evenly is
+    one error naming the keys."""
+    saved = saved_layout(checkpoint)
+    world, now = run.layout.world_size, run.plan["samples_per_step"]
+    if saved is None or saved[1] == world or saved[0] == now:  # same launch, or a change the user made: compared
+        return []
+    samples, processes = saved
+    if samples % world:
+        raise RecipeError(f"{checkpoint} was trained at {samples} samples per step on {processes} processes: "
+                          f"{world} processes cannot split that global batch evenly; resume on a number of processes "
+                          f"that divides {samples}, or start a new run (another training.output_dir)")
+    share, recipe_micro = samples // world, int(run.recipe.training.get("per_device_train_batch_size", 8))
+    micro = max(d for d in range(1, min(share, recipe_micro) + 1) if share % d == 0)
+    logger.info("resuming %s (%d processes) on %d: %d samples per step kept as %d x %d accumulation per process",
+                checkpoint, processes, world, samples, micro, share // micro)
+    return [f"training.per_device_train_batch_size={micro}", f"training.gradient_accumulation_steps={share // micro}"]
 
 
 def check_resume(checkpoint: str, run: ResolvedRun) -> None:

@@ -72,7 +72,7 @@ from .moe import ExpertBalanceCallback, ExpertLoad, aux_loss_function, find_rout
 from .nonfinite import NonFinitePolicy
 from .per_set import per_set_bits_per_byte, per_set_losses
 from .resolve import RESOLVED_FILE, ResolvedRun, read_data_facts, resolve, resolved_yaml
-from .resume import check_resume, refuse_deepspeed_checkpoint, resolve_resume
+from .resume import check_resume, elastic_batch, refuse_deepspeed_checkpoint, resolve_resume
 from .trainer import PretrainTrainer
 
 logger = logging.getLogger("hfpretrain")
@@ -101,9 +101,16 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
         check_fp8_available(recipe.model.precision, recipe.model.fp8_emulate)  # before any work
     machine = Machine.detect(planning=dry_run, world_size=world_size if dry_run else None,
                              zero_stage=zero_stage if dry_run else None)
-    run = resolve(recipe, read_data_facts(recipe, planning=dry_run), machine)
+    facts = read_data_facts(recipe, planning=dry_run)
+    run = resolve(recipe, facts, machine)
     if dry_run:
         return run.to_dict()
+    # a checkpoint saved on another number of processes resumes at its global batch (elastic resume)
+    resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), run.args.output_dir)
+    keep = elastic_batch(resume, run) if resume else []
+    if keep:
+        recipe = load_recipe(recipe_path, [*(overrides or []), *keep])
+        run = resolve(recipe, facts, machine)
     check_output_dir(run.args.output_dir)  # before the work: a run that cannot save is lost
     lock = hold_run_lock(run.args)
     try:
