@@ -348,3 +348,30 @@ def hold_run_lock(args: TrainingArguments) -> OutputLock:
     if problem:
         raise OutputBusyError(problem)
     return lock
+
+
+def save_in_model_layout(trainer, output_dir: str, state_dict=None) -> None:
+    """A checkpoint's weights in the model's own parameter layout. By default transformers writes MoE experts one by
+    one (the Hub's layout), which the Trainer's resume, a plain load_state_dict, cannot read (a resumed MoE run went
+    on with freshly initialised experts); from_pretrained reads both, and final/ keeps the Hub's layout. The
+    Trainer's _save cannot ask for it: these are its steps for a PreTrainedModel, with that argument."""
+    from transformers import PreTrainedModel
+    from transformers.trainer import TRAINING_ARGS_NAME
+
+    args = trainer.args
+    if not args.should_save and not getattr(trainer, "is_distributed_loading_by_transformers", False):
+        return
+    if state_dict is None and not isinstance(trainer.model, PreTrainedModel):
+        state_dict = trainer.model.state_dict()
+    trainer.accelerator.unwrap_model(trainer.model, keep_torch_compile=False).save_pretrained(
+        output_dir, state_dict=state_dict, is_main_process=args.should_save, save_original_format=False)
+    if args.should_save:
+        if trainer.processing_class is not None:
+            trainer.processing_class.save_pretrained(output_dir)
+        torch.save(args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+
+def sharded_state_dicts(trainer) -> bool:
+    """FSDP saving sharded state dicts (``fsdp_state_dict_type: SHARDED_STATE_DICT``): an export must gather the
+    whole model itself (gathering it at every checkpoint would cost time and disk)."""
+    return "FULL_STATE_DICT" not in str(trainer.accelerator.state.fsdp_plugin.state_dict_type)

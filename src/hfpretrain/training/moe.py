@@ -156,6 +156,20 @@ def aux_loss_function(model: nn.Module):
     return partial(switch_balancing_loss, num_experts=num_routed_experts(model.config))
 
 
+def balancing_term(aux: torch.Tensor, config, labels: torch.Tensor, num_items_in_batch) -> torch.Tensor | float:
+    """What a micro-batch adds to its loss for the experts' balance: ``router_aux_loss_coef`` x the aux loss, at
+    the micro-batch's share of the step's tokens (0 when the config does not ask for router logits)."""
+    if not config.output_router_logits:
+        return 0.0
+    weight = config.router_aux_loss_coef
+    if num_items_in_batch is not None:
+        # The cross-entropy is this micro-batch's share of the step's tokens (all micro-batches, all ranks); the aux
+        # loss takes the same share, so that its weight is moe.aux_loss_coef whatever accumulation and GPU count
+        # model.micro_batch and the launch chose (transformers adds it whole per micro-batch).
+        weight = weight * labels.ne(-100).sum() / num_items_in_batch
+    return weight * aux.to(labels.device)
+
+
 def _all_ranks_sum(counts: torch.Tensor) -> torch.Tensor:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(counts)

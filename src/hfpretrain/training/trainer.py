@@ -24,20 +24,20 @@ What it changes, and why:
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel, Trainer, TrainerCallback
-from transformers.trainer import TRAINING_ARGS_NAME
+from transformers import Trainer, TrainerCallback
 
 from hfpretrain.data.manifest import bits_per_byte
 
 from .callbacks import TRAINER, in_run_order
 from .checkpoints import (COMPLETE_MARKER, check_loaded_weights, no_progress_bars, rotate_checkpoints,
-                          saved_as_from_the_hub, write_complete_marker, write_recipe_and_data, writing_checkpoint)
+                          save_in_model_layout, saved_as_from_the_hub, sharded_state_dicts, write_complete_marker,
+                          write_recipe_and_data, writing_checkpoint)
 from .loss import CausalLMLoss, HiddenStateTap, LossSpec
+from .moe import balancing_term
 # NonFiniteLossError: also imported from here (cli/pretrain.py, tests)
 from .nonfinite import NonFiniteLossError, NonFinitePolicy, NonFiniteWatch, SkipStepOptimizer  # noqa: F401
 from .optim import build_muon_adamw, check_muon_launch, optimizer_state_problem, steps_beside_params
@@ -184,15 +184,8 @@ class PretrainTrainer(Trainer):
             loss = self.lm_loss(hidden, weight, labels, num_items_in_batch, training=model.training)
         # MoE: transformers' load-balancing loss, from the logits the routers' hooks kept, else the model's output
         aux = self.expert_load.take_aux_loss() if own_aux else getattr(outputs, "aux_loss", None)
-        config = self.accelerator.unwrap_model(model).config
-        if aux is not None and model.training and config.output_router_logits:  # eval: cross-entropy only
-            weight = config.router_aux_loss_coef
-            if num_items_in_batch is not None:
-                # The cross-entropy is this micro-batch's share of the step's tokens (all micro-batches, all ranks);
-                # the aux loss takes the same share, so that its weight is moe.aux_loss_coef whatever accumulation
-                # and GPU count model.micro_batch and the launch chose (transformers adds it whole per micro-batch).
-                weight = weight * labels.ne(-100).sum() / num_items_in_batch
-            loss = loss + weight * aux.to(loss.device)
+        if aux is not None and model.training:  # evaluation: cross-entropy only
+            loss = loss + balancing_term(aux, self.accelerator.unwrap_model(model).config, labels, num_items_in_batch)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
             # gradients over ranks, so scale back up.
@@ -284,11 +277,9 @@ class PretrainTrainer(Trainer):
         self._checkpoint_layout = _internal_call
         try:
             with saved_as_from_the_hub(self.accelerator.unwrap_model(self.model).config), no_progress_bars():
-                if (self.is_fsdp_enabled and not _internal_call
-                        and "FULL_STATE_DICT" not in str(self.accelerator.state.fsdp_plugin.state_dict_type)):
-                    # FSDP with sharded state dicts: the Trainer's save_model writes nothing (a final export came
-                    # out empty), so every rank gathers and the main one saves. Checkpoints keep only the Trainer's
-                    # shards, which resume reads: gathering the whole model at every save would cost time and disk.
+                if self.is_fsdp_enabled and not _internal_call and sharded_state_dicts(self):
+                    # the Trainer's save_model writes nothing there (a final export came out empty): every rank
+                    # gathers, the main one saves. Checkpoints keep the Trainer's shards, which resume reads.
                     state_dict = self.accelerator.get_state_dict(self.model)
                     if self.args.should_save:
                         self._save(output_dir or self.args.output_dir, state_dict=state_dict)
@@ -298,23 +289,9 @@ class PretrainTrainer(Trainer):
             self._checkpoint_layout = False
 
     def _save(self, output_dir=None, state_dict=None):
-        if not self._checkpoint_layout:
+        if not self._checkpoint_layout:  # final/ and exports: the Hub's layout
             return super()._save(output_dir, state_dict=state_dict)
-        # A checkpoint in the model's own parameter layout: by default transformers writes MoE experts one by one
-        # (the Hub's layout), which the Trainer's resume, a plain load_state_dict, cannot read (a resumed MoE run
-        # went on with freshly initialised experts). from_pretrained reads both; final/ keeps the Hub's layout.
-        # The Trainer's _save cannot ask for it: these are its steps for a PreTrainedModel, with that argument.
-        output_dir = output_dir if output_dir is not None else self.args.output_dir
-        if not self.args.should_save and not getattr(self, "is_distributed_loading_by_transformers", False):
-            return
-        if state_dict is None and not isinstance(self.model, PreTrainedModel):
-            state_dict = self.model.state_dict()
-        self.accelerator.unwrap_model(self.model, keep_torch_compile=False).save_pretrained(
-            output_dir, state_dict=state_dict, is_main_process=self.args.should_save, save_original_format=False)
-        if self.args.should_save:
-            if self.processing_class is not None:
-                self.processing_class.save_pretrained(output_dir)
-            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+        save_in_model_layout(self, output_dir if output_dir is not None else self.args.output_dir, state_dict)
 
     def _save_checkpoint(self, model, trial):
         # The Trainer's rotation is off (train()): with save_total_limit=1 it deleted the last complete
