@@ -1,14 +1,26 @@
 """Training losses of two runs step by step (their log.jsonl): the largest and mean differences.
 
     python benchmarks/compare_losses.py runs/fast/log.jsonl runs/plain/log.jsonl [--plot curves.png]
+
+Either log may be compressed (``log.jsonl.xz`` / ``.gz``, as results/ keeps them).
 """
 import json
 import statistics
 import sys
 
 
+def opened(path):  # results/ keeps its logs as log.jsonl.xz (or .gz)
+    if path.endswith(".xz"):
+        import lzma
+        return lzma.open(path, "rt")
+    if path.endswith(".gz"):
+        import gzip
+        return gzip.open(path, "rt")
+    return open(path)
+
+
 def losses(path):
-    events = (json.loads(line) for line in open(path))
+    events = (json.loads(line) for line in opened(path) if line.strip())
     return {e["step"]: e["loss"] for e in events if e.get("event") == "log" and "loss" in e}
 
 

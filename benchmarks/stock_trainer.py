@@ -9,7 +9,6 @@ side is what a user gets from the documentation: ``AutoModelForCausalLM.from_con
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
@@ -35,8 +34,11 @@ def steady_state(windows: list[dict]) -> dict:
 
 
 def summarize_run(output_dir: str | Path) -> dict:
-    """Steady-state figures of a ``pretrain`` run, read back from its JSONL log."""
-    events = [json.loads(line) for line in (Path(output_dir) / "log.jsonl").read_text().splitlines()]
+    """Steady-state figures of a ``pretrain`` run, read back from its JSONL log (``log.jsonl``, or the
+    ``log.jsonl.xz`` that results/ keeps)."""
+    from hfpretrain.study.plots import read_log, run_log
+
+    events = read_log(run_log(output_dir) or Path(output_dir) / "log.jsonl")
     windows = [e for e in events if e["event"] == "log" and "tokens_per_s" in e]
     summary = next((e for e in events if e["event"] == "summary"), {})
     config = next(e for e in events if e["event"] == "config")

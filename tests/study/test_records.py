@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 VOCAB = REPO / "results" / "study_gpu_vocab"
 VOCAB2 = REPO / "results" / "study_gpu_vocab2"
 MOE = REPO / "results" / "study_gpu_moe"
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
 
 def _log(path: Path, events: list[dict]) -> None:
@@ -45,6 +46,34 @@ def test_wall_time_of_a_restart_from_scratch_counts_only_the_attempt_behind_the_
     _log(tmp_path / "log.jsonl", _process(0, 0, 40, None) + _process(100, 40, 100, 60.0))
     t = run_wall_time(tmp_path, {"train": {"train_runtime": 60.0}})
     assert (t["wall_time_s"], t["wall_time_partial"]) == (65.0, True)
+
+
+def test_a_resumed_runs_compressed_log_gives_the_committed_wall_time(tmp_path):
+    """tests/assets/study_resumed_run: the vocabulary study's bpe_8k/L7 at 2.5e16 (preempted, resumed), its log
+    cut to the events the wall time reads and kept as log.jsonl.xz, as results/ keeps its logs."""
+    import gzip
+    import lzma
+    import shutil
+
+    from hfpretrain.study.plots import log_problem, read_log, run_log
+
+    run = ASSETS / "study_resumed_run"
+    summary = json.loads((run / "summary.json").read_text())
+    committed = next(r for r in json.loads((VOCAB / "results.json").read_text())
+                     if r["run"] == "bpe_8k/L7__c2.50e+16__seed0")
+    t = run_wall_time(run, summary)
+    assert t == {k: committed[k] for k in ("wall_time_s", "wall_time_all_s", "processes", "wall_time_partial")}
+    assert t["processes"] == 2 and t["wall_time_s"] > 600 > summary["train"]["train_runtime"]
+    assert run_log(run) == run / "log.jsonl.xz" and log_problem(run / "log.jsonl.xz") is None
+    events = read_log(run / "log.jsonl.xz")
+    # the same log as .gz and plain: the same events; a plain log.jsonl is the one read when both are there
+    shutil.copy(run / "summary.json", tmp_path / "summary.json")
+    (tmp_path / "log.jsonl.gz").write_bytes(gzip.compress(lzma.decompress((run / "log.jsonl.xz").read_bytes())))
+    assert run_log(tmp_path) == tmp_path / "log.jsonl.gz" and read_log(tmp_path / "log.jsonl.gz") == events
+    _log(tmp_path / "log.jsonl", events[:1])
+    assert run_log(tmp_path) == tmp_path / "log.jsonl"
+    (tmp_path / "cut.jsonl.xz").write_bytes((run / "log.jsonl.xz").read_bytes()[:-20])
+    assert "unreadable" in log_problem(tmp_path / "cut.jsonl.xz")
 
 
 def test_stale_bits_per_byte_are_corrected_from_a_run_on_the_same_data(tmp_path):

@@ -15,14 +15,15 @@ from hfpretrain.cli import error
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run", help="a run folder (holds log.jsonl)")
+    p.add_argument("run", help="a run folder (holds log.jsonl, or log.jsonl.xz / .gz)")
     p.add_argument("--out", help="PNG to write (default: RUN/curves.png)")
     args = p.parse_args(argv)
-    log = Path(args.run) / "log.jsonl"
-    if not log.is_file():
-        return error(f"{log} does not exist: not a run folder")
     # after parsing: study.plots imports the data package (numpy, pyarrow): 0.2 s more on --help
-    from hfpretrain.study.plots import log_problem, plot_run
+    from hfpretrain.study.plots import log_problem, plot_run, run_log
+
+    log = run_log(args.run)  # log.jsonl, or the log.jsonl.xz / .gz that results/ keeps
+    if log is None:
+        return error(f"{Path(args.run) / 'log.jsonl'} does not exist: not a run folder")
 
     problem = log_problem(log)
     if problem:

@@ -549,8 +549,11 @@ def _run_recipe(out_dir: Path) -> dict:
     folder copied without its recipe.yaml still says what it was)."""
     if (out_dir / "recipe.yaml").is_file():
         return yaml.safe_load((out_dir / "recipe.yaml").read_text()) or {}
-    if (out_dir / "log.jsonl").is_file():
-        with open(out_dir / "log.jsonl") as f:
+    from hfpretrain.study.plots import open_log, run_log
+
+    log = run_log(out_dir)
+    if log is not None:
+        with open_log(log) as f:
             first = json.loads(f.readline() or "{}")
         return first.get("recipe") or {}
     return {}
@@ -618,10 +621,10 @@ def run_wall_time(out_dir: Path, summary: dict) -> dict:
     scratch when no checkpoint survived). A process killed before its summary counts from its config event to
     its last event: a lower bound, flagged by ``wall_time_partial``."""
     segments: list[dict] = []
-    log = out_dir / "log.jsonl"
-    if log.is_file():
-        from hfpretrain.study.plots import read_log
+    from hfpretrain.study.plots import read_log, run_log
 
+    log = run_log(out_dir)
+    if log is not None:
         for e in read_log(log):
             if e.get("event") == "config":
                 segments.append({"start": e.get("step", 0), "t0": e["time"], "t1": e["time"], "runtime": None})
@@ -641,10 +644,11 @@ def run_wall_time(out_dir: Path, summary: dict) -> dict:
 def _final_loss(out_dir: Path, summary: dict) -> float | None:
     """The final evaluation's loss; else the last eval event of log.jsonl (eval_strategy=no gives none)."""
     loss = (summary.get("final_eval") or {}).get("eval_loss")
-    if loss is None and (out_dir / "log.jsonl").is_file():
-        from hfpretrain.study.plots import read_log
+    from hfpretrain.study.plots import read_log, run_log
 
-        evals = [e["eval_loss"] for e in read_log(out_dir / "log.jsonl") if e.get("event") == "eval" and "eval_loss" in e]
+    log = run_log(out_dir)
+    if loss is None and log is not None:
+        evals = [e["eval_loss"] for e in read_log(log) if e.get("event") == "eval" and "eval_loss" in e]
         loss = evals[-1] if evals else None
     return loss
 

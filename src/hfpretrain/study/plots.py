@@ -29,11 +29,35 @@ def _save(fig, out_png: str | Path) -> Path:
     return out_png
 
 
+LOG_NAMES = ("log.jsonl", "log.jsonl.xz", "log.jsonl.gz")  # as written; as kept compressed under results/
+
+
+def run_log(run_dir: str | Path) -> Path | None:
+    """A run folder's JSONL log: ``log.jsonl``, else the compressed copy results/ keeps (``log.jsonl.xz`` or
+    ``.gz``); None when there is none."""
+    return next((Path(run_dir) / n for n in LOG_NAMES if (Path(run_dir) / n).is_file()), None)
+
+
+def open_log(path: str | Path):
+    """A JSONL log opened for reading as text, decompressed when its name ends in ``.xz`` or ``.gz``."""
+    path = Path(path)
+    if path.suffix == ".xz":
+        import lzma
+
+        return lzma.open(path, "rt", encoding="utf-8")
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
 def log_problem(log: Path) -> str | None:
     """``FILE:LINE: why`` for the first record the plot cannot read (it would stop there with a traceback)."""
     try:
-        lines = log.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
+        with open_log(log) as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError, EOFError) as err:
         return f"{log}: unreadable ({err})"
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -49,7 +73,8 @@ def log_problem(log: Path) -> str | None:
 
 
 def read_log(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    with open_log(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = None,

@@ -387,15 +387,15 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
 def data_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
     """What the runs read: the spec's description of the text, then per data folder what the runs' lineage
     recorded (tokenizer hash, training tokens per set, validation text)."""
-    from hfpretrain.study.plots import read_log
+    from hfpretrain.study.plots import read_log, run_log
 
     lines = ["## Data", ""]
     if spec.data:
         lines += [spec.data.strip(), ""]
     seen: dict = {}
     for r in rows:
-        log = Path(r["out_dir"]) / "log.jsonl"
-        if r["arm"] in seen or not log.is_file():
+        log = run_log(r["out_dir"])
+        if r["arm"] in seen or log is None:
             continue
         config = next((e for e in read_log(log) if e.get("event") == "config"), {})
         v = (config.get("lineage") or {}).get("validation") or {}

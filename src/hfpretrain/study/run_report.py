@@ -162,7 +162,9 @@ def curve_lines(run_dir: Path, out_dir: Path, summary: dict, manifest: dict | No
     # bits per byte from the loss and the data's text bytes (runs evaluated before the manifest had
     # text_bytes logged them per byte on disk)
     ratio = tokens_per_byte(manifest) if manifest else None
-    png = plot_run(run_dir / "log.jsonl", out_dir / "curves.png", title=run_dir.name, tokens_per_byte=ratio)
+    from hfpretrain.study.plots import run_log
+
+    png = plot_run(run_log(run_dir) or run_dir / "log.jsonl", out_dir / "curves.png", title=run_dir.name, tokens_per_byte=ratio)
     final = dict(summary.get("final_eval") or {})
     if ratio and "eval_loss" in final:
         final["eval_bpb"] = bits_per_byte(final["eval_loss"], ratio)
@@ -285,8 +287,10 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
                      prompts=DEFAULT_PROMPTS, max_new_tokens: int = 48) -> Path:
     """``RUN/report.md`` (+ curves.png) for a finished run; returns the report's path."""
     run_dir = Path(run_dir)
+    from hfpretrain.study.plots import run_log
+
     for name in ("summary.json", "recipe.yaml", "log.jsonl"):
-        if not (run_dir / name).is_file():
+        if not (run_dir / name).is_file() and not (name == "log.jsonl" and run_log(run_dir)):
             raise FileNotFoundError(f"{run_dir / name} does not exist: {run_dir} is not a finished run folder")
     checkpoint = run_dir / "final"
     if not (checkpoint / "config.json").is_file():
@@ -298,7 +302,7 @@ def write_run_report(run_dir: str | Path, out_md: str | Path | None = None, eval
     config = _read(checkpoint / "config.json")
     from hfpretrain.study.plots import log_problem  # the plot command's line-by-line check of log.jsonl
 
-    problem = log_problem(run_dir / "log.jsonl")
+    problem = log_problem(run_log(run_dir))
     if problem:
         raise ValueError(problem)
     data_path = Path(recipe["data"]["path"])
