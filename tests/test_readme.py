@@ -233,3 +233,35 @@ def test_the_readme_links_resolve():
             assert anchor in {_slug(h) for h in headings}, f"{link}: no such heading"
     for page in sorted((REPO / "docs").glob("*.md")):
         assert f"docs/{page.name}" in README, f"the README does not link docs/{page.name}"
+
+
+def _results_pages() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "benchmarks").glob("*.md")),
+            *sorted((REPO / "results").rglob("README.md"))]
+
+
+def test_links_into_results_resolve():
+    """Every link into results/ from the README, docs/, benchmarks/*.md and results' own READMEs names a file or
+    folder that is there (a log kept compressed is linked by its .xz name), and so does every `results/...` path
+    the pages, the code and the tests spell out (no wildcards)."""
+    checked = 0
+    for page in _results_pages():
+        text = page.read_text()
+        for link in re.findall(r"\]\(([^)\s]+)\)", text):
+            if "://" in link or link.startswith(("#", "mailto:")):
+                continue
+            target = (page.parent / link.partition("#")[0]).resolve()
+            if target.is_relative_to(REPO / "results"):
+                assert target.exists(), f"{page.relative_to(REPO)}: {link}"
+                checked += 1
+        for span in re.findall(r"`(results/[^`\s*?{}<>$]+)`", text):
+            assert (REPO / span).exists(), f"{page.relative_to(REPO)}: {span}"
+            checked += 1
+    for folder in ("src", "tests", "benchmarks", "scripts"):
+        for path in (REPO / folder).rglob("*"):
+            if path.suffix not in (".py", ".sh", ".yaml", ".json") or path.stat().st_size > 1_000_000:
+                continue
+            for ref in re.findall(r"(?<![\w/$.])results/[\w.+@/-]*[\w/]", path.read_text(errors="ignore")):
+                assert (REPO / ref).exists(), f"{path.relative_to(REPO)}: {ref}"
+                checked += 1
+    assert checked >= 100
