@@ -48,8 +48,9 @@ def one_error(stderr: str) -> str:
     return errors[0]
 
 
-def cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+def cli(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           **(env or {})}
     return subprocess.run([sys.executable, "-m", "hfpretrain", *map(str, args)], cwd=cwd or REPO, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -326,8 +327,8 @@ def test_export_into_a_users_folder_changes_nothing(tmp_path, checkpoint, where)
     (mine / "config.json").write_text('{"mine": true}')
     (mine / "README.md").write_text("my notes")
     before = snapshot(tmp_path)
-    r = cli("export", checkpoint, "--out", "." if where == "cwd" else mine, cwd=mine)
-    assert r.returncode == 2 and "--force" in one_error(r.stderr)
+    r = cli("export", checkpoint, "--out", "." if where == "cwd" else mine, cwd=mine if where == "cwd" else None)
+    assert r.returncode == 2 and ("working directory" if where == "cwd" else "--force") in one_error(r.stderr)
     assert_kept(before, tmp_path)
     assert snapshot(tmp_path).keys() == before.keys()
 
@@ -553,3 +554,88 @@ def test_a_full_disk_while_saving_final_is_one_line(mini_blocks):
     assert "checkpoint-1 is intact" in line, line
     listed = r.stdout.split()
     assert "checkpoint-1" in listed and "final" not in listed, r.stdout
+
+
+# ----------------------------------------------------------------------------------------------- 62: output guard
+def _users_folder(root: Path) -> Path:
+    """A user's folder holding the names a run writes (their recipe.yaml, final/thesis.tex, checkpoint-1/data.bin)."""
+    mine = root / "mine"
+    (mine / "final").mkdir(parents=True)
+    (mine / "checkpoint-1").mkdir()
+    (mine / "final" / "thesis.tex").write_text("my thesis")
+    (mine / "checkpoint-1" / "data.bin").write_bytes(b"my data")
+    (mine / "recipe.yaml").write_text("my: recipe\n")
+    return mine
+
+
+def test_overwrite_output_dir_on_a_users_folder_deletes_nothing(tmp_path, mini_blocks):
+    """The refusal without overwrite said the folder is not a run; with overwrite_output_dir=true its final/ and
+    checkpoint-1/ (the user's files) were deleted. Overwrite replaces a run's own files only."""
+    mine = _users_folder(tmp_path)
+    before = snapshot(tmp_path)
+    r = _train(mini_blocks, mine, 1, "overwrite_output_dir=true")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert f"training.output_dir={mine}" in line and "overwrite_output_dir" in line and "not a run" in line, line
+    assert_kept(before, tmp_path)
+    assert snapshot(tmp_path).keys() == before.keys()
+
+
+@pytest.mark.parametrize("where", [".", "..", "home", "/"])
+def test_train_never_writes_into_the_working_or_home_folder_or_a_root(tmp_path, mini_blocks, where):
+    """``training.output_dir=.`` (or $HOME) with overwrite_output_dir=true wrote the run into the working folder,
+    replacing the user's own recipe.yaml."""
+    mine = _users_folder(tmp_path)
+    before = snapshot(tmp_path)
+    out = str(mine) if where == "home" else where
+    r = cli("train", REPO / "recipes" / "tiny_cpu.yaml", f"data.path={mini_blocks}", f"training.output_dir={out}",
+            "training.max_steps=1", "overwrite_output_dir=true", *TINY_TRAIN, cwd=tmp_path if where == "home" else mine,
+            env={"HOME": str(mine)})
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    why = {".": "the working directory", "..": "a folder holding the working directory", "home": "the home folder",
+           "/": "a filesystem root"}[where]
+    assert f"training.output_dir={out}" in line and why in line, line
+    assert_kept(before, tmp_path)
+
+
+def _study_spec(root: Path, data: Path) -> Path:
+    spec = root / "spec.yaml"
+    spec.write_text(json.dumps({"name": "s", "recipe": str(REPO / "recipes" / "tiny_cpu.yaml"), "sizes": ["tiny"],
+                                "steps": [1], "overrides": [f"data.path={data}", *TINY_TRAIN]}))
+    return spec
+
+
+@pytest.mark.parametrize("command", ["tokenize", "train-tokenizer", "export", "study", "demo"])
+def test_no_command_writes_into_the_working_folder(tmp_path, small, gpt2_tokenizer, checkpoint, mini_blocks, command):
+    """One guard for every command that writes a folder: ``--out .`` is refused (with --force too), naming the
+    flag and the folder; nothing in it changes."""
+    mine = _users_folder(tmp_path)
+    spec = _study_spec(tmp_path, mini_blocks)
+    args = {"tokenize": ["--input", small, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--force"],
+            "train-tokenizer": ["--input", small, "--vocab-size", "300", "--force"],
+            "export": [checkpoint, "--force"], "study": [spec], "demo": []}[command]
+    before = snapshot(tmp_path)
+    r = cli(command, *args, "--out", ".", cwd=mine)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert "--out" in line and "the working directory" in line and str(mine) in line, line
+    assert_kept(before, tmp_path)
+    assert snapshot(tmp_path).keys() == before.keys()
+
+
+def test_tokenize_force_never_deletes_a_run_inside_the_data_folder(tmp_path, small, gpt2_tokenizer):
+    """A run trained into data/run (its checkpoints, final/) was deleted with the old build by ``--force``, exit
+    0: a rebuild replaces the whole folder, so it is refused while anything but the build's own files is in it."""
+    data = tmp_path / "data"
+    assert _tokenize(small, data, gpt2_tokenizer).returncode == 0
+    (data / "run" / "final").mkdir(parents=True)
+    (data / "run" / "final" / "model.safetensors").write_bytes(b"weights")
+    before = snapshot(tmp_path)
+    for extra in (["--force"], ["--seq-len", "32"]):  # forced, or rebuilt because the settings changed
+        r = _tokenize(small, data, gpt2_tokenizer, *extra)
+        assert r.returncode == 2
+        line = one_error(r.stderr)
+        assert f"--out {data}" in line and "run" in line and "nothing was changed" in line, line
+        assert_kept(before, tmp_path)
+

@@ -1,9 +1,12 @@
 """Is an output folder usable, and is it ours alone? Checked before the work, so that a run never computes for minutes (or
 hours) and then loses it all on a folder it cannot write (a file in the way, a read-only mount).
 
-Every command that writes a folder (tokenize_pile.py ``--out``, train_tokenizer.py ``--out``,
-evaluate.py ``--out``, pretrain.py ``training.output_dir``, study.py ``--out``) asks
-:func:`output_problem` first and turns the answer into its one ``error:`` line.
+Every command that writes a folder (tokenize ``--out``, train-tokenizer ``--out``, eval ``--out``, export ``--out``,
+train ``training.output_dir``, study ``--out``, demo ``--out``) asks :func:`output_problem` first and turns the
+answer into its one ``error:`` line: the one output guard. Besides a folder it cannot write, it refuses the places no
+command's output may be (:func:`protected_reason`): a command that replaces or cleans its output there would delete
+the user's own files (``training.output_dir=.`` with ``overwrite_output_dir=true`` replaced a user's recipe.yaml).
+Commands that write one file (plot, long-context) ask :func:`writable_problem` of its folder instead.
 """
 
 from __future__ import annotations
@@ -14,8 +17,36 @@ import tempfile
 from pathlib import Path
 
 
+def protected_reason(path) -> str | None:
+    """Why ``path`` can never be an output folder, or None: a filesystem root, the working directory or the home
+    folder, or a folder holding either (links resolved, so ``.``, ``..`` and ``$HOME`` are caught however named)."""
+    out = Path(path).expanduser().resolve()
+    if out == Path(out.anchor):
+        return "a filesystem root"
+    for name, where in (("the working directory", Path.cwd), ("the home folder", Path.home)):
+        try:
+            here = where().resolve()
+        except (OSError, RuntimeError):  # a deleted working directory, no HOME
+            continue
+        if out == here:
+            return name
+        if out in here.parents:
+            return f"a folder holding {name}"
+    return None
+
+
 def output_problem(path) -> str | None:
-    """Why ``path`` cannot be created (if missing) and written as an output folder, or None.
+    """Why ``path`` cannot be an output folder (:func:`protected_reason`), or cannot be created and written, or
+    None."""
+    why = protected_reason(path)
+    if why:
+        return (f"{Path(path).expanduser().absolute()} is {why}: an output needs a folder of its own, nothing was "
+                "changed; name a new subfolder")
+    return writable_problem(path)
+
+
+def writable_problem(path) -> str | None:
+    """Why ``path`` cannot be created (if missing) and written as a folder, or None.
 
     Probes by creating and removing a temporary file in the deepest folder that exists (the folder
     itself, or the ancestor the missing folders would be created in), so a read-only mount or a
@@ -144,4 +175,5 @@ class OutputLock:
         self.release()
 
 
-__all__ = ["OutputBusyError", "OutputLock", "listing", "output_problem", "read_marker"]
+__all__ = ["OutputBusyError", "OutputLock", "listing", "output_problem", "protected_reason", "read_marker",
+           "writable_problem"]

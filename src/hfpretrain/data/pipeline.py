@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..outdir import output_problem
+from ..outdir import protected_reason as guarded_place
 from .manifest import (FORMAT, MANIFEST, PIPELINE_VERSION, describe_inputs, dir_bytes, fingerprint, is_output,
                        read_manifest, write_manifest)
 from .guard import BuildGuard, make_work_dir, raise_if_terminated
@@ -165,6 +166,7 @@ def tokenize_corpus(
                 logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
                 return out
             logger.info("rebuilding %s: made before manifests recorded the text's bytes (bits per byte)", out)
+        _refuse_beside(out)
         guard.remove_leftovers()  # the checks passed: dead builds' work folders (with this tool's marker) go
 
         try:
@@ -214,6 +216,9 @@ def tokenize_corpus(
         guard.release()
 
 
+OUTPUT_NAMES = ("train", "validation", "tokenizer", MANIFEST)  # all that a build writes in --out
+
+
 def _refuse_existing(out: Path, force: bool) -> None:
     """Only a missing or empty folder, or an output of this tool, is ever written (or replaced): anything else is
     refused here, before anything is created, locked or removed."""
@@ -229,21 +234,20 @@ def _refuse_existing(out: Path, force: bool) -> None:
     _refuse_protected(out)  # about to be replaced (or written into)
 
 
+def _refuse_beside(out: Path) -> None:
+    """A rebuild replaces the whole folder: whatever else is in it (a run trained into data/run) would go too."""
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUT_NAMES) if out.is_dir() else []
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise DataError(f"--out {out} holds {', '.join(foreign[:3])}{more} beside the tokenized data: a rebuild "
+                        "replaces the whole folder, so nothing was changed; move those out, or choose another --out")
+
+
 def protected_reason(out: Path) -> str | None:
-    """Why ``out`` must never be replaced (it is renamed aside and deleted), or None."""
+    """Why ``out`` must never be replaced (it is renamed aside and deleted), or None: the output guard's places
+    (outdir.protected_reason), and a mount point, which cannot be renamed."""
     out = Path(out).resolve()
-    if out == Path(out.anchor) or os.path.ismount(out):
-        return "a filesystem root"
-    for name, where in (("the working directory", Path.cwd), ("the home folder", Path.home)):
-        try:
-            here = where().resolve()
-        except (OSError, RuntimeError):  # deleted working directory, no HOME
-            continue
-        if out == here:
-            return name
-        if out in here.parents:
-            return f"a folder holding {name}"
-    return None
+    return guarded_place(out) or ("a filesystem root" if os.path.ismount(out) else None)
 
 
 def _refuse_protected(out: Path) -> None:

@@ -298,7 +298,8 @@ def prepare_fresh_output_dir(args: TrainingArguments, resume_value, overwrite: b
     """A new run (no checkpoint resumed) must not mix with what ``output_dir`` holds: the old run's checkpoints
     would be rotated against the new run's (``save_total_limit`` kept the old highest step and deleted the new
     run's own), its final/ and summary replaced, a user's files overwritten. So a new run needs a new or empty
-    folder; ``overwrite_output_dir=true`` removes the earlier run's files first; and ``resume_from_checkpoint=auto``
+    folder; ``overwrite_output_dir=true`` removes the earlier run's files first (a run's folder only: in a folder
+    without our lineage.json the same names are the user's own); and ``resume_from_checkpoint=auto``
     starts over in a run folder of ours that saved no checkpoint (a run stopped before its first save).
 
     The main process decides and removes first, the others then find the folder as it leaves it."""
@@ -308,14 +309,19 @@ def prepare_fresh_output_dir(args: TrainingArguments, resume_value, overwrite: b
         if not held:
             return
         ours = is_run_folder(out)
+        if overwrite and not ours:  # overwriting removes a run's files by name: in a user's folder, theirs
+            raise RecipeError(f"training.output_dir={out} holds files that are not a run of this tool "
+                              f"({listing(out, exclude=RUN_LOCK)}): overwrite_output_dir=true replaces an earlier "
+                              "run's files only, and nothing was changed; choose another training.output_dir")
         auto = resume_value in (True, "auto", "true", "True", "last")
         saved = [p for p in held if p.name.startswith("checkpoint-") or p.name == "final"]
         if not overwrite and not (auto and ours and not saved):
             what = "an earlier run" if ours else "files that are not a run of this tool"
             resume = "resume that run (training.resume_from_checkpoint=auto), " if ours and saved else ""
             raise RecipeError(f"training.output_dir={out} holds {what} ({listing(out, exclude=RUN_LOCK)}): a new run "
-                              f"needs a new or empty folder, nothing was changed; choose another training.output_dir, "
-                              f"{resume}or set overwrite_output_dir=true to replace the earlier run's files")
+                              f"needs a new or empty folder, nothing was changed; choose another training.output_dir"
+                              + (f", {resume}or set overwrite_output_dir=true to replace the earlier run's files"
+                                 if ours else ""))
         replaced = [p for p in held if p.name in RUN_FILES or _checkpoint_step(p) is not None]
         if args.process_index == 0 and replaced:
             logger.warning("%s: %s %s (%s)", out, "overwrite_output_dir=true: removing" if overwrite else
