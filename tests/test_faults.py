@@ -639,3 +639,77 @@ def test_tokenize_force_never_deletes_a_run_inside_the_data_folder(tmp_path, sma
         assert f"--out {data}" in line and "run" in line and "nothing was changed" in line, line
         assert_kept(before, tmp_path)
 
+
+# ----------------------------------------------------------------------------------------------- 62: numbers
+@pytest.mark.parametrize("override, names", [
+    ("moe.aux_loss_coef=nan", "moe.aux_loss_coef=nan"),  # `< 0` is false for NaN: it landed in final/config.json
+    ("moe.bias_update_rate=inf", "moe.bias_update_rate=inf"),  # every router bias NaN after one step, exit 0
+    ("training_flops=nan", "training_flops=nan"),
+    ("context.yarn_factor=1e9", "context.yarn_factor=1e+09"),  # max_position_embeddings 64,000,000,000, exit 0
+])
+def test_a_number_out_of_range_is_one_line_before_any_work(tmp_path, mini_blocks, override, names):
+    extra = ["context.seq_len=256", "context.rope=yarn", f"model.init_from={tmp_path}"] \
+        if override.startswith("context.") else []
+    r = _train(mini_blocks, tmp_path / "run", 1, override, *extra)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert names in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def _float_keys(cls, prefix: str = "") -> list[str]:
+    """Every float-typed key of the recipe's typed sections (Optional[float] too), by name."""
+    import dataclasses
+    import typing
+
+    out = []
+    for f in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(hint):
+            out += _float_keys(hint, f"{prefix}{f.name}.")
+        elif float in (typing.get_args(hint) or (hint,)):
+            out.append(f"{prefix}{f.name}")
+    return out
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_every_float_key_refuses_non_finite_values_by_name(value):
+    from hfpretrain.training.config import Recipe, RecipeError, load_recipe
+
+    keys = _float_keys(Recipe)
+    assert {"moe.aux_loss_coef", "moe.bias_update_rate", "context.yarn_factor", "training_flops"} <= set(keys)
+    for key in keys:
+        with pytest.raises(RecipeError, match=f"^{key}={value}: must be a finite number"):
+            load_recipe(REPO / "recipes" / "tiny_cpu.yaml", [f"{key}={value}", "data.path=/nonexistent"])
+
+
+def test_a_non_finite_number_in_a_recipe_file_is_refused_by_key(tmp_path):
+    """YAML's .nan reaches the untyped sections too (training, model.overrides, data mixtures)."""
+    from hfpretrain.training.config import RecipeError, load_recipe
+
+    for section, text in (("training.learning_rate", "training:\n  learning_rate: .nan\n"),
+                          ("model.overrides.rope_theta", "model:\n  overrides:\n    rope_theta: .inf\n")):
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(text + "data:\n  path: /nonexistent\n")
+        with pytest.raises(RecipeError, match=f"^{section}=(nan|inf): must be a finite number"):
+            load_recipe(recipe)
+
+
+# ----------------------------------------------------------------------------------------------- 62: study specs
+@pytest.mark.parametrize("body, names", [
+    ("steps: [1]\narms:\n  a: [training.seed=1]\n  a: [training.seed=2]\n",  # the last one was kept
+     "spec.yaml:6: YAML syntax error: 'a' is given twice"),
+    ("steps: [1]\narms:\n  a: training.seed=1\n", "arms.a"),  # split into characters, each an override
+    ("steps: 5\n", "steps: a list of budgets"),  # a TypeError
+    ("steps: [.nan]\n", "steps: needs finite positive budgets"),  # an unrelated message, later
+])
+def test_a_malformed_study_spec_is_one_line(tmp_path, mini_blocks, body, names):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"recipe: {REPO / 'recipes' / 'tiny_cpu.yaml'}\nsizes: [tiny]\n{body}")
+    before = snapshot(tmp_path)
+    r = cli("study", spec, "--out", tmp_path / "study", f"data.path={mini_blocks}")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert names in line, line
+    assert_kept(before, tmp_path)
+    assert snapshot(tmp_path).keys() == before.keys()

@@ -164,6 +164,49 @@ def _size(entry) -> Size:
                 overrides=tuple(entry.get("overrides") or ()), arms=arms)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping: YAML keeps the last, so a second arm of the same
+    name silently replaced the first (one arm, the wrong overrides)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is given twice in one mapping (the last would replace the first)",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _budget_list(key: str, value, empty: bool = False) -> list[float]:
+    """``value`` as a list of finite positive budgets; one line naming ``key`` otherwise (a scalar was a TypeError,
+    NaN passed ``<= 0`` and failed later with an unrelated message). YAML 1.1 reads ``1e18`` as a string: taken."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{key}: a list of budgets, e.g. {key}: [{value}], got {value!r}")
+    try:
+        budgets = [float(b) for b in value if not isinstance(b, bool)]
+    except (TypeError, ValueError):
+        budgets = []
+    if len(budgets) != len(value) or not (budgets or empty) or not all(math.isfinite(b) and b > 0 for b in budgets):
+        raise ValueError(f"{key}: needs finite positive budgets, got {list(value)}")
+    return budgets
+
+
+def _arms(arms) -> dict:
+    if isinstance(arms, list):  # a list of arm names with no overrides is not an ablation
+        raise ValueError("arms must be a mapping name -> list of overrides")
+    if not isinstance(arms, dict):
+        raise ValueError(f"arms must be a mapping name -> list of overrides, got {arms!r}")
+    for name, overrides in arms.items():
+        # a string was split into characters, each taken as an override
+        if overrides is not None and (not isinstance(overrides, list) or
+                                      not all(isinstance(o, str) for o in overrides)):
+            raise ValueError(f"arms.{name}: a list of overrides, e.g. [{overrides}], got {overrides!r}")
+    return arms
+
+
 def _read_spec(path: Path) -> dict:
     """The spec file as a dict; FileNotFoundError / ValueError with one line naming the file (and line)."""
     if not path.is_file():
@@ -171,7 +214,7 @@ def _read_spec(path: Path) -> dict:
     from hfpretrain.training.config import yaml_problem
 
     try:
-        d = yaml.safe_load(path.read_text())
+        d = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ValueError(yaml_problem(path, err)) from None
     if not isinstance(d, dict):
@@ -195,12 +238,8 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         raise ValueError("a study spec needs a non-empty list of sizes")
     if not d.get("recipe"):
         raise ValueError("a study spec needs a recipe (the base recipe YAML every run starts from)")
-    budgets = [float(b) for b in d[kinds[0]]]
-    if not budgets or any(b <= 0 for b in budgets):
-        raise ValueError(f"{kinds[0]}: needs positive budgets, got {budgets}")
-    arms = d.get("arms") or {"baseline": []}
-    if isinstance(arms, list):  # a list of arm names with no overrides is not an ablation
-        raise ValueError("arms must be a mapping name -> list of overrides")
+    budgets = _budget_list(kinds[0], d[kinds[0]])
+    arms = _arms(d.get("arms") or {"baseline": []})
     sizes = [_size(s) for s in d["sizes"]]
     if len({s.name for s in sizes}) != len(sizes):
         raise ValueError("size names must be unique")
@@ -221,7 +260,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     seeds = [int(x) for x in d.get("seeds") or []]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct, got {seeds}")
-    seed_budgets = [float(b) for b in d["seed_budgets"]] if d.get("seed_budgets") is not None else None
+    seed_budgets = _budget_list("seed_budgets", d["seed_budgets"], empty=True) if d.get("seed_budgets") is not None else None
     if seed_budgets and not all(any(math.isclose(b, x, rel_tol=1e-9) for x in budgets) for b in seed_budgets):
         raise ValueError(f"seed_budgets {seed_budgets} must be among the budgets {budgets}")
     return StudySpec(name=name, recipe=str(d["recipe"]), sizes=sizes, budget_kind=kinds[0],

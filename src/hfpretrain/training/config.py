@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -618,6 +619,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     cfg = _apply_overrides(schema, list(overrides or []))
     recipe: Recipe = _from_schema(OmegaConf.to_object(cfg))
     recipe.training = _validate_training(recipe.training)
+    _refuse_non_finite(recipe)  # first: every range test below is false for NaN
     # Recipes saved before the ninth session wrote fp8_fast_accum as a bool (OmegaConf gives it as a string here):
     # false was torchao's forward-only recipe, true the backward too. They still train again as they did.
     recipe.model.fp8_fast_accum = {"False": "forward", "True": "all"}.get(recipe.model.fp8_fast_accum,
@@ -675,6 +677,24 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     return recipe
 
 
+def _refuse_non_finite(value, key: str = "") -> None:
+    """NaN passes every range test (``nan < 0`` is false) and infinity most of them, then lands in a config or an
+    update rule (moe.bias_update_rate=inf: every router bias NaN after one step, exit 0). So every number of the
+    recipe, wherever it is (typed sections, training, model.overrides, data mixtures), must be finite: by key."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RecipeError(f"{key}={value}: must be a finite number")
+    if dataclasses.is_dataclass(value):
+        items = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+    elif isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = ((f"[{i}]", v) for i, v in enumerate(value))
+    else:
+        return
+    for name, v in items:
+        _refuse_non_finite(v, f"{key}{name}" if not key or str(name).startswith("[") else f"{key}.{name}")
+
+
 # activation_checkpointing_kwargs: transformers' own two, then torch.utils.checkpoint.checkpoint's keywords
 CHECKPOINTING_KEYS = ("every_n_layers", "offload", "use_reentrant", "preserve_rng_state", "determinism_check",
                       "debug", "early_stop")
@@ -712,6 +732,11 @@ def _check_long_context_evaluation(ev: EvaluationSection) -> None:
             raise RecipeError(f"evaluation.{key}={getattr(ev, key)} must be >= {low}")
 
 
+# YaRN's published extensions stretch 4x to 40x (DeepSeek-V3: 40); far past that a factor is a typo, and it trained
+# with exit 0 (yarn_factor=1e9: max_position_embeddings 64,000,000,000)
+YARN_MAX_FACTOR = 128
+
+
 def check_context_section(recipe: Recipe) -> None:
     """The context section's own keys, without reading the model or the data (those: training/context.py)."""
     ctx = recipe.context
@@ -741,8 +766,10 @@ def check_context_section(recipe: Recipe) -> None:
         raise RecipeError("context.yarn_factor is set but context.rope=theta: YaRN is context.rope=yarn")
     if ctx.rope_theta is not None and not ctx.rope_theta > 0:
         raise RecipeError(f"context.rope_theta={ctx.rope_theta}: a base frequency must be > 0")
-    if ctx.yarn_factor is not None and not ctx.yarn_factor >= 1:
-        raise RecipeError(f"context.yarn_factor={ctx.yarn_factor}: YaRN stretches positions by a factor >= 1")
+    if ctx.yarn_factor is not None and not 1 <= ctx.yarn_factor <= YARN_MAX_FACTOR:
+        raise RecipeError(f"context.yarn_factor={ctx.yarn_factor:g}: YaRN stretches positions by a factor from 1 to "
+                          f"{YARN_MAX_FACTOR} (seq_len / from_seq_len; a larger one sets max_position_embeddings to "
+                          "that many times the trained length)")
     if ctx.tokens is not None:
         if not ctx.tokens > 0 or ctx.tokens in (float("inf"),):
             raise RecipeError(f"context.tokens={ctx.tokens}: the phase's token budget must be a number > 0")
