@@ -713,3 +713,22 @@ def test_a_malformed_study_spec_is_one_line(tmp_path, mini_blocks, body, names):
     assert names in line, line
     assert_kept(before, tmp_path)
     assert snapshot(tmp_path).keys() == before.keys()
+
+
+# ----------------------------------------------------------------------------------------------- 62: checks at start
+@pytest.mark.parametrize("overrides, names", [
+    # an IndexError from transformers' load-balancing loss, after the model was built and recipe.yaml written
+    (["model.config=qwen3_moe_109m_a21m", "model.overrides.num_experts=0"], "num_experts=0"),
+    # a NotImplementedError at the first backward, after files were written (flash-attention is checked at start)
+    (["model.attn_implementation=flex_attention"], "model.attn_implementation=flex_attention needs a CUDA GPU"),
+])
+def test_a_model_that_cannot_train_here_is_refused_before_building(tmp_path, mini_blocks, overrides, names):
+    import torch
+
+    if "CUDA" in names and torch.cuda.is_available():
+        pytest.skip("flex attention trains on this machine's GPU")
+    r = _train(mini_blocks, tmp_path / "run", 1, *overrides)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert names in line, line
+    assert not (tmp_path / "run").exists()

@@ -180,6 +180,9 @@ def check_moe_config(config: PretrainedConfig, source: str = "the config") -> No
     the number of experts, or (grouped routing, GLM-4-MoE/DeepSeek-V3) groups that do not split the experts."""
     key, experts = _experts_field(config)
     top_k = getattr(config, "num_experts_per_tok", None)
+    if top_k is not None and experts < 1 and hasattr(config, key):  # 0 passed as "dense": an IndexError in the loss
+        raise ValueError(f"{key}={experts} in {source}: an MoE model routes to at least 1 expert per layer (for a "
+                         "dense model, choose a dense config)")
     if not experts or top_k is None:
         return
     if not isinstance(top_k, int) or top_k < 1:

@@ -92,6 +92,9 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, cuda
         if not planning:
             raise
         attn, reasons["attn_implementation"] = model_section.attn_implementation, "set in the recipe"
+    if attn == "flex_attention" and not cuda and not planning:  # else a NotImplementedError at the first backward
+        raise RecipeError("model.attn_implementation=flex_attention needs a CUDA GPU: flex attention has no backward "
+                          "on a CPU; use sdpa, eager or auto")
     if model_section.document_mask and attn == PACKED_SDPA:
         if model_section.attn_implementation != "auto":
             raise RecipeError("model.document_mask=true needs a mask, which model.attn_implementation=sdpa_packed does "
