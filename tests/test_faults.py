@@ -732,3 +732,32 @@ def test_a_model_that_cannot_train_here_is_refused_before_building(tmp_path, min
     line = one_error(r.stderr)
     assert names in line, line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("case", ["device", "out_folder", "out_under_file", "no_tokenizer", "other_tokenizer"])
+def test_long_context_refuses_bad_inputs_in_one_line_before_scoring(tmp_path, checkpoint, mini_blocks_bpe1k, case):
+    """As eval, generate and export do: each was a traceback (an IndexError in the embedding, a ZeroDivisionError),
+    or a failure to write after all the scoring."""
+    import shutil
+
+    import torch
+
+    if case == "device" and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    ckpt = tmp_path / "final"
+    shutil.copytree(checkpoint, ckpt, ignore=shutil.ignore_patterns("*token*", "vocab.json", "merges.txt")
+                    if case == "no_tokenizer" else None)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file.txt").write_text("mine")
+    args = {"device": ["--device", "cuda"], "out_folder": ["--out", tmp_path / "folder"],
+            "out_under_file": ["--out", tmp_path / "file.txt" / "lc.json"], "no_tokenizer": [],
+            "other_tokenizer": ["--data", mini_blocks_bpe1k, "--blocks", "1"]}[case]
+    names = {"device": "--device cuda", "out_folder": "--out", "out_under_file": "file.txt is a file",
+             "no_tokenizer": "tokenizer", "other_tokenizer": f"--data {mini_blocks_bpe1k} was tokenized with"}[case]
+    before = snapshot(tmp_path)
+    r = cli("long-context", ckpt, "--lengths", "64", "--samples", "1", *args)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert names in line, line
+    assert_kept(before, tmp_path)
+    assert snapshot(tmp_path).keys() == before.keys()

@@ -60,9 +60,18 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="default: CKPT/long_context.json")
     a = p.parse_args(argv)
 
+    from hfpretrain.eval.checkpoint import CheckpointNotFoundError, check_checkpoint
+    from hfpretrain.outdir import writable_problem
+
     checkpoint = Path(a.checkpoint)
-    if not (checkpoint / "config.json").is_file():
-        return error(f"{checkpoint} holds no checkpoint (config.json)")
+    try:  # as eval and generate do: without tokenizer files the scoring divided by zero
+        check_checkpoint(checkpoint, tokenizer=True)
+    except CheckpointNotFoundError as err:
+        return error(err)
+    out = Path(a.out) if a.out else checkpoint / "long_context.json"
+    problem = "a folder, not a .json file" if out.is_dir() else writable_problem(out.parent)
+    if problem:  # before the scoring, not after it
+        return error(f"--out {out}: {problem}")
     if a.data is None and a.short_data is None and not a.lengths and a.retrieval_docs is None:
         return error("nothing to measure: give --data (loss by position), --short-data, --lengths (passkey) "
                      "and/or --retrieval-docs")
@@ -98,6 +107,8 @@ def main(argv=None) -> int:
     from hfpretrain.eval.long_context import loss_by_position, mean_loss, passkey_accuracy, retrieval_accuracy
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return error(f"--device {device}: no CUDA GPU is available here (--device cpu, or leave it out)")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}.get(a.dtype) or \
         (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     try:
@@ -123,6 +134,19 @@ def main(argv=None) -> int:
         tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     except (OSError, ValueError) as err:
         return error(f"{checkpoint}: cannot load its tokenizer ({str(err).splitlines()[0]})")
+    from hfpretrain.training.resolve import tokenizer_hash
+
+    for flag, folder in (("--data", a.data), ("--short-data", a.short_data)):
+        # blocks of another tokenizer index past the embedding (an IndexError), or score the wrong tokens
+        try:
+            recorded = (require_manifest(folder, flag).get("tokenizer") or {}) if folder is not None else {}
+        except (OSError, ValueError) as err:
+            return error(err)
+        if recorded.get("sha256") and recorded["sha256"] != tokenizer_hash(tokenizer) and \
+                recorded.get("vocab_size") != len(tokenizer):
+            return error(f"{flag} {folder} was tokenized with {recorded.get('name_or_path')} "
+                         f"({recorded.get('vocab_size')} tokens), not {checkpoint}'s tokenizer ({len(tokenizer)} "
+                         "tokens): tokenize the data with the checkpoint's tokenizer")
     if learned and documents:
         longest = max(map(len, tokenizer(documents, add_special_tokens=False)["input_ids"]))
         if longest > learned:
@@ -163,7 +187,6 @@ def main(argv=None) -> int:
         return error(err)
     except torch.OutOfMemoryError as err:
         return error(f"out of memory ({str(err).splitlines()[0]}): fewer --lengths or a smaller --batch-size", 1)
-    out = Path(a.out) if a.out else checkpoint / "long_context.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     from hfpretrain.study.long_context_report import summary_lines
