@@ -657,8 +657,8 @@ def test_a_number_out_of_range_is_one_line_before_any_work(tmp_path, mini_blocks
     assert not (tmp_path / "run").exists()
 
 
-def _float_keys(cls, prefix: str = "") -> list[str]:
-    """Every float-typed key of the recipe's typed sections (Optional[float] too), by name."""
+def _float_keys(cls, prefix: str = "", ints: bool = False) -> list[str]:
+    """Every float-typed key (``ints``: and int-typed) of the recipe's typed sections (Optional too), by name."""
     import dataclasses
     import typing
 
@@ -666,8 +666,9 @@ def _float_keys(cls, prefix: str = "") -> list[str]:
     for f in dataclasses.fields(cls):
         hint = typing.get_type_hints(cls)[f.name]
         if dataclasses.is_dataclass(hint):
-            out += _float_keys(hint, f"{prefix}{f.name}.")
-        elif float in (typing.get_args(hint) or (hint,)):
+            out += _float_keys(hint, f"{prefix}{f.name}.", ints)
+        elif {float, int} & set(typing.get_args(hint) or (hint,)) if ints else \
+                float in (typing.get_args(hint) or (hint,)):
             out.append(f"{prefix}{f.name}")
     return out
 
@@ -681,6 +682,18 @@ def test_every_float_key_refuses_non_finite_values_by_name(value):
     for key in keys:
         with pytest.raises(RecipeError, match=f"^{key}={value}: must be a finite number"):
             load_recipe(REPO / "recipes" / "tiny_cpu.yaml", [f"{key}={value}", "data.path=/nonexistent"])
+
+
+@pytest.mark.parametrize("override", ["optimizer.muon_momentum=1.5", "logging.assumed_mfu=0", "logging.peak_flops=-1",
+                                      "optimizer.muon_learning_rate=-1", "model.loss_chunk_tokens=0"])
+def test_a_typed_key_out_of_its_range_is_refused_at_load(override):
+    """Each was accepted at load (a momentum of 1.5 diverges; a chunk of 0 tokens fails in the loss)."""
+    from hfpretrain.training.config import NUMBER_RANGES, Recipe, RecipeError, load_recipe
+
+    assert {k.split(".")[-1] for k in _float_keys(Recipe, ints=True)} >= set(NUMBER_RANGES)  # none is stale
+    key = override.split("=")[0]
+    with pytest.raises(RecipeError, match=f"^{key}=.*: out of range, expected "):
+        load_recipe(REPO / "recipes" / "tiny_cpu.yaml", [override, "data.path=/nonexistent"])
 
 
 def test_a_non_finite_number_in_a_recipe_file_is_refused_by_key(tmp_path):

@@ -619,7 +619,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     cfg = _apply_overrides(schema, list(overrides or []))
     recipe: Recipe = _from_schema(OmegaConf.to_object(cfg))
     recipe.training = _validate_training(recipe.training)
-    _refuse_non_finite(recipe)  # first: every range test below is false for NaN
+    _check_numbers(recipe)  # first: every range test below is false for NaN
     # Recipes saved before the ninth session wrote fp8_fast_accum as a bool (OmegaConf gives it as a string here):
     # false was torchao's forward-only recipe, true the backward too. They still train again as they did.
     recipe.model.fp8_fast_accum = {"False": "forward", "True": "all"}.get(recipe.model.fp8_fast_accum,
@@ -677,22 +677,39 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     return recipe
 
 
-def _refuse_non_finite(value, key: str = "") -> None:
+# The ranges of typed keys that no check below covers, by field name, not section (a key moved to another section
+# keeps its range): each was accepted at load and failed, or silently did nothing, later.
+NUMBER_RANGES = {
+    "muon_momentum": (lambda v: 0 <= v < 1, "a momentum, in [0, 1)"),
+    "muon_learning_rate": (lambda v: v > 0, "a learning rate, > 0"),
+    "muon_ns_steps": (lambda v: v >= 1, "Newton-Schulz iterations, >= 1"),
+    "assumed_mfu": (lambda v: 0 < v <= 1, "a share of the peak, in (0, 1]"),
+    "peak_flops": (lambda v: v > 0, "FLOP/s, > 0"),
+    "loss_chunk_tokens": (lambda v: v >= 1, "tokens per chunk, >= 1"),
+    "liger_min_chunk_tokens": (lambda v: v >= 0, "tokens, >= 0 (0: liger's own sizing)"),
+}
+
+
+def _check_numbers(value, key: str = "", name: str = "") -> None:
     """NaN passes every range test (``nan < 0`` is false) and infinity most of them, then lands in a config or an
     update rule (moe.bias_update_rate=inf: every router bias NaN after one step, exit 0). So every number of the
-    recipe, wherever it is (typed sections, training, model.overrides, data mixtures), must be finite: by key."""
+    recipe, wherever it is (typed sections, training, model.overrides, data mixtures), must be finite: by key. A
+    typed field (``name``) of NUMBER_RANGES must be in its range too."""
     if isinstance(value, float) and not math.isfinite(value):
         raise RecipeError(f"{key}={value}: must be a finite number")
+    if name in NUMBER_RANGES and value is not None and not isinstance(value, bool):
+        ok, what = NUMBER_RANGES[name]
+        if not ok(value):
+            raise RecipeError(f"{key}={value}: out of range, expected {what}")
     if dataclasses.is_dataclass(value):
-        items = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+        for f in dataclasses.fields(value):
+            _check_numbers(getattr(value, f.name), f"{key}.{f.name}" if key else f.name, f.name)
     elif isinstance(value, dict):
-        items = value.items()
+        for k, v in value.items():
+            _check_numbers(v, f"{key}.{k}")
     elif isinstance(value, (list, tuple)):
-        items = ((f"[{i}]", v) for i, v in enumerate(value))
-    else:
-        return
-    for name, v in items:
-        _refuse_non_finite(v, f"{key}{name}" if not key or str(name).startswith("[") else f"{key}.{name}")
+        for i, v in enumerate(value):
+            _check_numbers(v, f"{key}[{i}]")
 
 
 # activation_checkpointing_kwargs: transformers' own two, then torch.utils.checkpoint.checkpoint's keywords
