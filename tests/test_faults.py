@@ -606,7 +606,7 @@ def _study_spec(root: Path, data: Path) -> Path:
     return spec
 
 
-@pytest.mark.parametrize("command", ["tokenize", "train-tokenizer", "export", "study", "demo"])
+@pytest.mark.parametrize("command", ["tokenize", "train-tokenizer", "export", "eval", "study", "demo"])
 def test_no_command_writes_into_the_working_folder(tmp_path, small, gpt2_tokenizer, checkpoint, mini_blocks, command):
     """One guard for every command that writes a folder: ``--out .`` is refused (with --force too), naming the
     flag and the folder; nothing in it changes."""
@@ -614,7 +614,7 @@ def test_no_command_writes_into_the_working_folder(tmp_path, small, gpt2_tokeniz
     spec = _study_spec(tmp_path, mini_blocks)
     args = {"tokenize": ["--input", small, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--force"],
             "train-tokenizer": ["--input", small, "--vocab-size", "300", "--force"],
-            "export": [checkpoint, "--force"], "study": [spec], "demo": []}[command]
+            "export": [checkpoint, "--force"], "eval": [checkpoint], "study": [spec], "demo": []}[command]
     before = snapshot(tmp_path)
     r = cli(command, *args, "--out", ".", cwd=mine)
     assert r.returncode == 2

@@ -260,7 +260,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     seeds = [int(x) for x in d.get("seeds") or []]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct, got {seeds}")
-    seed_budgets = _budget_list("seed_budgets", d["seed_budgets"], empty=True) if d.get("seed_budgets") is not None else None
+    seed_budgets = None if d.get("seed_budgets") is None else _budget_list("seed_budgets", d["seed_budgets"], empty=True)
     if seed_budgets and not all(any(math.isclose(b, x, rel_tol=1e-9) for x in budgets) for b in seed_budgets):
         raise ValueError(f"seed_budgets {seed_budgets} must be among the budgets {budgets}")
     return StudySpec(name=name, recipe=str(d["recipe"]), sizes=sizes, budget_kind=kinds[0],
