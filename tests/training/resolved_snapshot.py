@@ -23,6 +23,30 @@ LAUNCHES = {"this": {}, "8gpu_zero1": {"world_size": 8, "zero_stage": 1}}
 VOLATILE = ("device", "fingerprint")
 
 
+# The TrainingArguments values that decide the run and its loss, kept beside the plan under ``resolved`` (recorded after
+# the golden file, which holds the plan only: test_resolve compares the keys the golden file has)
+RESOLVED_ARGUMENTS = ("per_device_train_batch_size", "gradient_accumulation_steps", "max_steps", "learning_rate",
+                      "warmup_steps", "warmup_ratio", "lr_scheduler_type", "optim")
+
+
+def resolved_subset(resolved: dict) -> dict:
+    """``RESOLVED_ARGUMENTS`` of a dry run's ``resolved`` entry (which lists the arguments that differ from
+    transformers' defaults: the others are the defaults) and its loss specification."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    fields, changed = TrainingArguments.__dataclass_fields__, resolved["training_arguments"]
+    out = {}
+    for key in RESOLVED_ARGUMENTS:
+        if key in changed:
+            out[key] = changed[key]
+        elif key in fields:  # warmup_ratio: transformers < 5
+            default = fields[key].default
+            out[key] = getattr(default, "value", default) if default is not dataclasses.MISSING else None
+    return {**out, "loss": resolved["loss"]}
+
+
 def _without_volatile(value):
     if isinstance(value, dict):
         return {k: _without_volatile(v) for k, v in value.items() if k not in VOLATILE}
@@ -51,7 +75,8 @@ def resolved(recipe_path: Path, overrides: list[str], launch: dict, folders: dic
         result = pretrain(recipe_path, overrides, dry_run=True, **launch)
     except Exception as err:  # noqa: BLE001 - a recipe that cannot be planned is recorded as such
         return {"error": f"{type(err).__name__}: {str(err).splitlines()[0]}"}
-    text = json.dumps({"plan": _without_volatile(result["plan"])}, default=str)
+    text = json.dumps({"plan": _without_volatile(result["plan"]), "resolved": resolved_subset(result["resolved"])},
+                      default=str)
     for path, name in folders.items():
         text = text.replace(json.dumps(str(path))[1:-1], name)
     return json.loads(text)

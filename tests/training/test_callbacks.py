@@ -101,6 +101,8 @@ def test_callbacks_run_in_their_declared_order(tmp_path):
         "MixtureLogCallback", "ExpertBalanceCallback", "ThroughputCallback", "MemoryCallback", "GradStatsCallback",
         "JsonlLogCallback", "PreemptionCallback", "ProfilerCallback", "Callers", "DefaultFlowCallback", "_Resume",
         "LineProgressCallback", "CompileCheckCallback", "WandbConfigCallback", "WandbLineageCallback"]
+    trainer.add_callback(Callers())  # once the trainer exists: not sorted, after every other
+    assert type(trainer.callback_handler.callbacks[-1]) is Callers
     plain = PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1)
     assert [type(cb).__name__ for cb in plain.callback_handler.callbacks] == [
         "DefaultFlowCallback", "ProgressCallback", "_Resume"]

@@ -75,14 +75,16 @@ def test_resolve_edits_none_of_its_inputs_and_returns_frozen_objects(mini_blocks
     from hfpretrain.training.resolve import read_data_facts, resolve
 
     # what made an earlier setup write into the recipe: a FLOPs budget (max_steps), a schedule decay ratio
-    # (lr_scheduler_kwargs)
+    # (lr_scheduler_kwargs); and a nested mapping TrainingArguments edits in place (fsdp_config: min_num_params, xla)
     raw = yaml.safe_load(TINY_RECIPE.read_text())
     del raw["training"]["max_steps"]
     (tmp_path / "budget.yaml").write_text(yaml.safe_dump(raw))
     recipe = load_recipe(tmp_path / "budget.yaml", [f"data.path={mini_blocks}", "training_flops=2e12",
                                        "training.lr_scheduler_type=warmup_stable_decay", "training.warmup_steps=1",
-                                       "training.lr_scheduler_kwargs={decay_ratio: 0.2}", "training.lr_scheduler_kwargs.min_lr_rate=null"])
+                                       "training.lr_scheduler_kwargs={decay_ratio: 0.2}", "training.lr_scheduler_kwargs.min_lr_rate=null",
+                                       "training.fsdp=full_shard", "training.fsdp_config={fsdp_version: 2}"])
     written = recipe_to_dict(recipe)
+    assert written["training"]["fsdp_config"] == {"fsdp_version": 2}
     facts = read_data_facts(recipe)
     manifest = json.dumps(facts.manifest, sort_keys=True)
     machine = Machine.detect()

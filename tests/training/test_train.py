@@ -706,7 +706,7 @@ def test_importing_the_library_leaves_the_process_alone():
 
 def test_wandb_logs_in_the_run_folder_with_the_recipe(mini_blocks, tmp_path, monkeypatch):
     """report_to=wandb: offline without a login (never a prompt), wandb/ inside the run folder (not the current
-    directory), and the resolved recipe and plan in the W&B run's config."""
+    directory), and the ResolvedRun (the recipe as written, what was resolved, the plan) in the W&B run's config."""
     from train_utils import wandb_records
 
     monkeypatch.delenv("WANDB_DIR", raising=False)

@@ -4,6 +4,7 @@ warmup-stable-decay lengths. resolve() builds the arguments once, with every val
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib.util
 import logging
@@ -85,7 +86,7 @@ def max_steps(recipe: Recipe, config, seq_len: int, world: int) -> tuple[int, st
             raise RecipeError(f"training_flops={recipe.training_flops:.4g} means training.max_steps={steps} "
                               f"({per_token / 1e6:.1f}M FLOPs per token x {per_step:,} tokens per step), but "
                               f"training.max_steps={given} is set too: drop one (training_flops=null keeps max_steps, "
-                              "e.g. to extend a run, or to resume a run's recipe.yaml on another number of GPUs)")
+                              "e.g. to extend a run)")
         logger.info("training_flops %.4g: training.max_steps = %d (%.1fM FLOPs per token x %s tokens per step = "
                     "%.4g FLOPs)", budget, steps, per_token / 1e6, f"{per_step:,}", step_flops * steps)
         return steps, f"training_flops={budget:.4g}"
@@ -119,7 +120,8 @@ def training_fields(recipe: Recipe, machine: Machine) -> dict:
     and the schedule's lengths: the recipe's ``training`` section over our defaults, under the forced settings."""
     gpu = {"accelerator_config": {"non_blocking": True}} if machine.cuda else {}
     # non_blocking (GPU): batch copies from pinned memory overlap the step before
-    fields = {**DEFAULT_ARGS, **gpu, **recipe.training, **FORCED_ARGS}
+    # a deep copy: TrainingArguments edits nested mappings (fsdp_config) in place, which would edit the recipe
+    fields = {**DEFAULT_ARGS, **gpu, **copy.deepcopy(recipe.training), **FORCED_ARGS}
     if machine.planning and not machine.cuda:
         fields.update(bf16=False, fp16=False, use_cpu=True)  # plan a GPU recipe from a CPU login node
     fields.pop("resume_from_checkpoint", None)

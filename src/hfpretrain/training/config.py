@@ -305,8 +305,8 @@ class Recipe:
                 "allow"})
     overwrite_output_dir: bool = field(default=False, metadata={
         "help": "a new run (nothing resumed) in a training.output_dir that holds files: refused, unless true, which "
-                "removes the earlier run's checkpoints, final/, summary, log, recipe and lineage first (other files "
-                "stay)"})
+                "removes the earlier run's checkpoints, final/, summary, log, recipe, resolved.yaml and lineage first "
+                "(other files stay)"})
 
 
 # recipe name -> torch.nn.attention.SDPBackend member
@@ -897,7 +897,8 @@ def _check_decay_ratio(training: dict, decay_in_last_phase: bool) -> None:
 
 
 # lr_scheduler_kwargs the project reads itself (before transformers sees them): name -> the schedules taking it.
-# decay_ratio becomes warmup_stable_decay's num_decay_steps (plan.py); min_lr becomes min_lr_rate (arguments.py).
+# decay_ratio becomes warmup_stable_decay's num_decay_steps (resolve.py scheduler_lengths); min_lr becomes
+# min_lr_rate (arguments.py training_fields).
 _OWN_SCHEDULER_KWARGS = {"decay_ratio": ("warmup_stable_decay",)}
 # what transformers' get_scheduler passes itself: not for the recipe's kwargs
 _SCHEDULER_POSITIONAL = ("optimizer", "num_warmup_steps", "num_training_steps", "last_epoch")

@@ -1,6 +1,9 @@
-"""Where a run trains: the launch (processes, the sharding engine accelerate was told to use) and the GPU, read
-once from this process (``Machine.detect``) so that resolve() reads no environment itself. A dry run may describe
-another launch than its own (``--world-size 8 --zero-stage 1`` from a CPU login node)."""
+"""Where a run trains: the launch (processes, the sharding engine accelerate was told to use) and the GPU's name,
+memory and count, read once from this process (``Machine.detect``): resolve() reads the launch and the memory from
+here, not from the environment. Not everything yet: the fast path still asks torch and the installed packages
+whether fp8, flash-attn and liger can run (models/fp8.py, models/zoo.py, loss.py), and context.check_fits names the
+GPU with hardware.device_name(). A dry run may describe another launch than its own (``--world-size 8 --zero-stage
+1`` from a CPU login node)."""
 
 from __future__ import annotations
 

@@ -203,6 +203,28 @@ class SkipStepOptimizer(torch.optim.Optimizer):
             raise AttributeError(name)
         return getattr(self.optimizer, name)
 
+    # Writes go to the wrapped optimizer too, unless the wrapper owns the name (set in __init__, or defined on the
+    # class: step, which an LR scheduler re-binds on the object it holds). The fp16 GradScaler sets grad_scale and
+    # found_inf on the optimizer it is handed, this wrapper, for the fused AdamW kernel to read: on the wrapper
+    # that kernel never saw them and stepped on scaled, non-finite gradients.
+    _OWN = frozenset({"optimizer", "policy", "device", "world_size", "skip_next", "steps", "skipped", "skipped_before",
+                      "_step_loss", "_window_loss", "_window_steps", "_window_skipped"})
+
+    def _owns(self, name: str) -> bool:
+        return name in self._OWN or name in self.__dict__ or hasattr(type(self), name)
+
+    def __setattr__(self, name, value):
+        if self._owns(name):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.optimizer, name, value)
+
+    def __delattr__(self, name):
+        if name in self.__dict__:
+            object.__delattr__(self, name)
+        else:
+            delattr(self.optimizer, name)
+
     def __getstate__(self):
         return self.__dict__
 

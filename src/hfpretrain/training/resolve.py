@@ -7,7 +7,9 @@ launch and the GPU). Out comes one frozen ``ResolvedRun``: the model config, the
 value final), the speed choices with their reasons, the loss specification, the batch split, the one ``max_steps``
 and where it came from, the data plan (mixture and phases), the parallel layout, and the plan's figures.
 ``--dry-run`` prints it and a run saves it as ``resolved.yaml`` beside the recipe as written; the real run and the
-dry run call the same function. Every check a recipe can fail runs here, before any weight is built.
+dry run call the same function. The recipe's checks run here, before any weight is built, except those that need
+what resolution does not read: an fp8 GPU and torchao for a real run (pretrain, before this), the output folder
+(writable, empty or resumable, its lock) and the checkpoint a resume compares against (run.py, resume.py).
 """
 
 from __future__ import annotations
