@@ -643,3 +643,48 @@ def test_checkpointing_under_either_name(name):
     recipe = load_recipe(TINY_RECIPE, ["data.path=x", "training.max_steps=3", f"training.{name}=true",
                                        f"training.{name}_kwargs={{every_n_layers: 2}}"])
     assert activation_checkpointing(resolved_arguments(recipe)) == (True, {"every_n_layers": 2})
+
+
+# ---- one optimizer selector: optimizer.name (issue 57) ------------------------------------------------------------
+
+def _old_recipe(tmp_path, training: dict, optimizer: dict | None = None):
+    import yaml
+
+    raw = yaml.safe_load(TINY_RECIPE.read_text())
+    raw.pop("optimizer", None)
+    raw["training"].update(training)
+    if optimizer is not None:
+        raw["optimizer"] = optimizer
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_training_optim_still_loads_as_optimizer_name_with_one_warning(tmp_path, caplog):
+    from hfpretrain.training.arguments import training_fields
+    from hfpretrain.training.machine import Machine
+
+    with caplog.at_level("WARNING", logger="hfpretrain"):
+        recipe = load_recipe(_old_recipe(tmp_path, {"optim": "adamw_torch"}, {"name": "adamw"}))
+    assert recipe.optimizer.name == "adamw_torch" and "optim" not in recipe.training
+    said = [r.getMessage() for r in caplog.records if "training.optim is now optimizer.name" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert training_fields(recipe, Machine.detect(planning=True))["optim"] == "adamw_torch"
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hfpretrain"):
+        recipe = load_recipe(TINY_RECIPE, ["training.optim=sgd"])  # an override too
+    assert recipe.optimizer.name == "sgd" and "optimizer.name" in caplog.text
+
+
+def test_training_optim_beside_another_optimizer_name_is_one_error(tmp_path):
+    with pytest.raises(RecipeError, match=r"training.optim='adamw_torch' and optimizer.name='sgd' are one setting: "
+                                          r"keep optimizer.name"):
+        load_recipe(_old_recipe(tmp_path, {"optim": "adamw_torch"}, {"name": "sgd"}))
+
+
+def test_muon_keeps_its_adamw_and_an_unknown_optimizer_is_named(tmp_path):
+    recipe = load_recipe(_old_recipe(tmp_path, {"optim": "adamw_torch_fused"}, {"name": "muon"}))
+    assert recipe.optimizer.name == "muon" and "optim" not in recipe.training
+    assert load_recipe(TINY_RECIPE, ["optimizer.name=adamw"]).optimizer.name == "adamw_torch_fused"  # the old default
+    with pytest.raises(RecipeError, match=r"optimizer.name='adamw_fused' is not one of .*did you mean"):
+        load_recipe(TINY_RECIPE, ["optimizer.name=adamw_fused"])

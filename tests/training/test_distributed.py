@@ -124,7 +124,7 @@ def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run
     universal loader left its step counters on the wrong device (optim.steps_beside_params)."""
     pytest.importorskip("deepspeed")
     out = tmp_path / "zero1"
-    fused = {"training.optim": "adamw_torch_fused"}
+    fused = {"optimizer.name": "adamw_torch_fused"}
     _launch(_zero1_config(tmp_path), mini_blocks, out, {**fused, "training.save_strategy": "steps",
                                                         "training.save_steps": "3"})
     ckpt = out / "checkpoint-3"

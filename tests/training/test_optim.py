@@ -192,7 +192,7 @@ def test_tiny_run_trains_saves_and_resumes_exactly(mini_blocks, tmp_path, caplog
 # ---- the recipe ----------------------------------------------------------------------------------
 
 def test_recipe_section():
-    assert load_recipe(None, ["data.path=x"]).optimizer.name == "adamw"
+    assert load_recipe(None, ["data.path=x"]).optimizer.name == "adamw_torch_fused"  # TrainingArguments' default
     recipe = load_recipe(None, ["data.path=x", "optimizer.name=muon", "optimizer.muon_learning_rate=0.02"])
     assert recipe.optimizer.name == "muon" and recipe.optimizer.muon_learning_rate == 0.02
     for item, key in [("optimizer.name=bogus", "optimizer.name"),

@@ -204,7 +204,7 @@ def test_schedule_shape_makes_another_run():
 @pytest.mark.parametrize("key, old, new", [
     ("training.warmup_steps", 2, 5), ("training.warmup_steps", 2, 0.1), ("training.weight_decay", 0.1, 0.0),
     ("training.adam_beta1", 0.9, 0.8), ("training.adam_beta2", 0.95, 0.999), ("training.adam_epsilon", 1e-8, 1e-6),
-    ("training.max_grad_norm", 1.0, 0.5), ("training.optim", "adamw_torch", "adafactor"),
+    ("training.max_grad_norm", 1.0, 0.5), ("optimizer.name", "adamw_torch", "adafactor"),
     ("training.lr_scheduler_kwargs", "{min_lr_rate: 0.1}", "{min_lr_rate: 0.2}"),
     ("training.label_smoothing_factor", 0.0, 0.1), ("model.decay_embeddings", False, True),
     ("moe.aux_loss_coef", 0.001, 0.01), ("moe.bias_update_rate", 0.0, 0.001),
@@ -240,19 +240,19 @@ def test_changed_warmup_and_clipping_are_refused_naming_both(mini_blocks, run_di
 # ---- issue 36.10: another optimizer on resume --------------------------------------------------------------------
 
 def test_another_optimizer_on_resume_is_one_line(mini_blocks, run_dir):
-    """training.optim changed on resume: refused as another run; with resume_mismatch=allow the checkpoint's
+    """optimizer.name changed on resume: refused as another run; with resume_mismatch=allow the checkpoint's
     optimizer state cannot continue in the new optimizer (it was ``KeyError: 'beta1'`` at the first step)."""
-    new = {**OLD, "training.max_steps": "4", "training.optim": "adafactor", "training.resume_from_checkpoint": "auto"}
-    with pytest.raises(ValueError, match=r"is from a different run: training.optim 'adamw_torch' → 'adafactor'"):
+    new = {**OLD, "training.max_steps": "4", "optimizer.name": "adafactor", "training.resume_from_checkpoint": "auto"}
+    with pytest.raises(ValueError, match=r"is from a different run: optimizer.name 'adamw_torch' → 'adafactor'"):
         run_pretrain(mini_blocks, run_dir, new)
     with pytest.raises(ValueError) as err:
         run_pretrain(mini_blocks, run_dir, {**new, "resume_mismatch": "allow"})
     msg = str(err.value)
     assert "\n" not in msg and f"{run_dir / 'checkpoint-2' / 'optimizer.pt'} holds another optimizer's state" in msg
-    assert "training.optim=adafactor" in msg and "beta1" in msg, msg
+    assert "optimizer.name=adafactor" in msg and "beta1" in msg, msg
     assert not (run_dir / "checkpoint-4").exists()
     # the same optimizer under another implementation keeps its state: resumes
-    summary = run_pretrain(mini_blocks, run_dir, {**new, "training.optim": "adamw_torch_fused",
+    summary = run_pretrain(mini_blocks, run_dir, {**new, "optimizer.name": "adamw_torch_fused",
                                                   "resume_mismatch": "allow"})
     assert summary["global_step"] == 4
 

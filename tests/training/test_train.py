@@ -355,7 +355,7 @@ def test_accumulation_equivalence(mini_blocks, tmp_path):
     loss normalisation (e.g. a mean per micro-batch summed over the accumulation: 2x the gradient)
     changes the parameters by ~100% of the update, far above the tolerance (AdamW and clipping would
     hide a uniform scale)."""
-    common = {"training.max_steps": "3", "training.optim": "sgd", "training.learning_rate": "1.0",
+    common = {"training.max_steps": "3", "optimizer.name": "sgd", "training.learning_rate": "1.0",
               "training.warmup_steps": "0", "training.max_grad_norm": "0", "training.weight_decay": "0"}
     run_pretrain(mini_blocks, tmp_path / "a", {**common, "training.per_device_train_batch_size": "4",
                                                "training.gradient_accumulation_steps": "1"})

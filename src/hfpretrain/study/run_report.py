@@ -123,6 +123,13 @@ def data_lines(data_path: Path, manifest: dict, mixture: dict | None = None) -> 
     return lines
 
 
+def _optimizer_name(recipe: dict) -> str:
+    """optimizer.name; a run saved before it was the one selector: its old name and training.optim."""
+    name = (recipe.get("optimizer") or {}).get("name", "adamw")
+    optim = (recipe.get("training") or {}).get("optim")
+    return f"{name} ({optim})" if optim else name
+
+
 def model_lines(recipe: dict, summary: dict, config: dict) -> list[str]:
     """``config``: the final checkpoint's config.json."""
     plan, training = summary["plan"], recipe.get("training", {})
@@ -134,8 +141,7 @@ def model_lines(recipe: dict, summary: dict, config: dict) -> list[str]:
                                        f"{config.get('num_attention_heads', config.get('n_head'))}"),
             ("vocabulary", config.get("vocab_size")), ("tied embeddings", config.get("tie_word_embeddings")),
             ("parameters (total / non-embedding)", f"{params['total']:,} / {params['non_embedding']:,}"),
-            ("sequence length", plan["seq_len"]), ("optimizer", (recipe.get("optimizer") or {}).get("name", "adamw")
-                                                   + f" ({training.get('optim', 'adamw_torch')})"),
+            ("sequence length", plan["seq_len"]), ("optimizer", _optimizer_name(recipe)),
             ("peak learning rate", training.get("learning_rate")), ("schedule", training.get("lr_scheduler_type")),
             ("schedule arguments", training.get("lr_scheduler_kwargs")), ("warmup steps", training.get("warmup_steps")),
             ("weight decay", training.get("weight_decay")), ("betas", f"{training.get('adam_beta1')}, {training.get('adam_beta2')}"),

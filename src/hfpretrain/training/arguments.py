@@ -122,6 +122,8 @@ def training_fields(recipe: Recipe, machine: Machine) -> dict:
     # non_blocking (GPU): batch copies from pinned memory overlap the step before
     # a deep copy: TrainingArguments edits nested mappings (fsdp_config) in place, which would edit the recipe
     fields = {**DEFAULT_ARGS, **gpu, **copy.deepcopy(recipe.training), **FORCED_ARGS}
+    if recipe.optimizer.name != "muon":  # optimizer.name is the one selector; Muon's optimizer is ours (optim.py)
+        fields["optim"] = recipe.optimizer.name
     if machine.planning and not machine.cuda:
         fields.update(bf16=False, fp16=False, use_cpu=True)  # plan a GPU recipe from a CPU login node
     fields.pop("resume_from_checkpoint", None)

@@ -6,7 +6,8 @@ Sections:
   training    exactly the field names of ``transformers.TrainingArguments``
   evaluation  validation token budget, optional lm-eval scoring during training
   logging     JSONL log, gradient statistics, profiler window, hardware peak override
-  optimizer   adamw (TrainingArguments' optim) or muon (Muon for hidden matrices, AdamW for the rest)
+  optimizer   the one optimizer selector: a TrainingArguments optim name, or muon (Muon for hidden matrices, AdamW
+              for the rest)
   kernels     the project's own kernels and model rewrites, each on by default (off: A/B runs, bisecting)
   moe         Mixture-of-Experts: auxiliary-loss weight, aux-loss-free balancing, dead-expert warning
   context     a context-extension phase: the longer length, the RoPE change, the token budget (training/context.py)
@@ -21,9 +22,11 @@ values has a ``Literal`` type, checked at load. Every error names the key, and f
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
+import logging
 import math
 import types
 import typing
@@ -35,6 +38,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 from transformers import TrainingArguments
+from transformers.training_args import OptimizerNames
 
 from hfpretrain.kernels.cross_entropy import check_tile
 from hfpretrain.models.backend import KNOWN_IMPLEMENTATIONS
@@ -43,6 +47,8 @@ from hfpretrain.models.residual import RESIDUAL_DTYPES
 
 
 _UNION_TYPES = (typing.Union, types.UnionType)  # Optional[int], int | None
+
+logger = logging.getLogger("hfpretrain")
 
 
 class RecipeError(ValueError):
@@ -57,6 +63,11 @@ class RecipeError(ValueError):
 AttnImplementation = Literal[("auto", *KNOWN_IMPLEMENTATIONS)]  # models/backend.py's names, and auto
 FastAccum = Literal[tuple(FAST_ACCUM)]  # models/fp8.py
 ResidualDtype = Literal[RESIDUAL_DTYPES]  # models/residual.py
+# optimizer.name: the Trainer's own optimizers (TrainingArguments.optim, which resolve() sets from it) and Muon
+TRAINER_OPTIMIZERS = tuple(o.value for o in OptimizerNames)
+DEFAULT_OPTIMIZER = getattr(TrainingArguments.__dataclass_fields__["optim"].default, "value",
+                            TrainingArguments.__dataclass_fields__["optim"].default)
+OptimizerName = Literal[("muon", *TRAINER_OPTIMIZERS)]
 
 
 @dataclass
@@ -182,11 +193,12 @@ class LoggingSection:
 
 @dataclass
 class OptimizerSection:
-    name: Literal["adamw", "muon"] = field(default="adamw", metadata={
-        "help": "adamw: TrainingArguments' own optimizer (training.optim); muon: Muon for the 2-D weights inside the "
-                "decoder blocks, AdamW for embeddings, head, norms and biases (training/optim.py). Either way the LR, "
-                "weight decay, betas, eps and the schedule are the training.* fields: one scheduler scales both "
-                "parts."})
+    name: OptimizerName = field(default=DEFAULT_OPTIMIZER, metadata={
+        "help": "the optimizer, the run's one selector: a TrainingArguments optim name (adamw_torch_fused, "
+                "adamw_torch, adafactor, sgd, ...: the Trainer builds it; resolve() sets training.optim from it) | "
+                "muon: Muon for the 2-D weights inside the decoder blocks, torch's AdamW (fused on a GPU) for "
+                "embeddings, head, norms and biases (training/optim.py). Either way the LR, weight decay, betas, eps "
+                "and the schedule are the training.* fields: one scheduler scales both parts."})
     muon_momentum: float = field(default=0.95, metadata={
         "help": "Muon's momentum (Keller Jordan's and torch's default)"})
     muon_nesterov: bool = field(default=True, metadata={
@@ -282,7 +294,8 @@ class Recipe:
     logging: LoggingSection = field(default_factory=LoggingSection, metadata={
         "help": "JSONL log, gradient statistics, profiler window, hardware peak override"})
     optimizer: OptimizerSection = field(default_factory=OptimizerSection, metadata={
-        "help": "adamw (TrainingArguments' optim) or muon (Muon for hidden matrices, AdamW for the rest)"})
+        "help": "the optimizer (name: a TrainingArguments optim, or muon: Muon for hidden matrices, AdamW for the "
+                "rest) and its settings"})
     kernels: KernelsSection = field(default_factory=KernelsSection, metadata={
         "help": "the project's own kernels and model rewrites, each on by default (off: A/B runs, bisecting)"})
     moe: MoeSection = field(default_factory=MoeSection, metadata={
@@ -599,6 +612,61 @@ def _inductor_settings(options) -> dict:
     return settings
 
 
+# Keys that moved to the section of what they configure (issue 57): old "section.key" -> new "section.key". A recipe
+# file or override with an old key loads as before, with one warning naming the new key; resume reads a checkpoint's
+# recipe.yaml through the same table (migrate_recipe_dict).
+MOVED_KEYS = {"training.optim": "optimizer.name"}
+# optimizer.name's old value: TrainingArguments' optimizer, which training.optim chose
+_OLD_ADAMW = "adamw"
+
+
+def migrate_recipe_dict(raw: dict, where: str, warn: bool = True) -> dict:
+    """``raw`` (a recipe as a plain mapping) with each key of MOVED_KEYS at its new place: a copy, a warning per
+    moved key (``warn``); an old and a new key that disagree are one RecipeError naming both."""
+    raw = copy.deepcopy(raw)
+    say = logger.warning if warn else logger.debug
+    optimizer = raw.get("optimizer") if isinstance(raw.get("optimizer"), dict) else None
+    training = raw.get("training") if isinstance(raw.get("training"), dict) else {}
+    if optimizer is not None and optimizer.get("name") == _OLD_ADAMW:
+        del optimizer["name"]  # training.optim's value below, else TrainingArguments' default
+        if "optim" not in training:
+            say("%s: optimizer.name=adamw is now the optimizer's own name: optimizer.name=%s (TrainingArguments' "
+                "default)", where, DEFAULT_OPTIMIZER)
+    if optimizer is not None and optimizer.get("name") == "muon" and "optim" in training:
+        # Muon's AdamW part was always torch's AdamW: training.optim chose nothing
+        say("%s: training.optim=%s is ignored under optimizer.name=muon (and is no longer a recipe key)", where,
+            training.pop("optim"))
+    for old, new in MOVED_KEYS.items():
+        (old_section, old_key), (new_section, new_key) = old.split("."), new.split(".")
+        section = raw.get(old_section)
+        if not isinstance(section, dict) or old_key not in section:
+            continue
+        value = section.pop(old_key)
+        if not isinstance(raw.get(new_section), dict):
+            raw[new_section] = {}
+        target = raw[new_section]
+        if new_key in target and target[new_key] != value:
+            raise RecipeError(f"{where}: {old}={value!r} and {new}={target[new_key]!r} are one setting: keep {new}")
+        target[new_key] = value
+        say("%s: %s is now %s (%s=%s)", where, old, new, new, value)
+    return raw
+
+
+def _migrate_override(item: str) -> str:
+    """An override naming a moved key, at the new key (one warning)."""
+    key, sep, value = item.partition("=")
+    if not sep:
+        return item
+    if key == "optimizer.name" and value.strip() == _OLD_ADAMW:
+        logger.warning("override %s: optimizer.name=adamw is now optimizer.name=%s", item, DEFAULT_OPTIMIZER)
+        return f"{key}={DEFAULT_OPTIMIZER}"
+    for old, new in MOVED_KEYS.items():
+        if key == old or key.startswith(old + "."):
+            logger.warning("override %s: %s is now %s", item, old, new)
+            return f"{new}{key[len(old):]}={value}"
+    return item
+
+
 def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> Recipe:
     """Read a recipe YAML (or the defaults when path is None), apply overrides, validate."""
     schema = OmegaConf.structured(_schema_class(Recipe))
@@ -607,7 +675,8 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             path = Path(path)
             if not path.is_file():
                 raise RecipeError(f"recipe {path} does not exist")
-            schema = OmegaConf.merge(schema, _read_yaml(path))
+            written = OmegaConf.to_container(_read_yaml(path), resolve=False)
+            schema = OmegaConf.merge(schema, OmegaConf.create(migrate_recipe_dict(written, str(path))))
     except (ConfigKeyError, ConfigAttributeError) as err:
         key = getattr(err, "full_key", None) or str(err).splitlines()[0]
         leaf = str(key).split(".")[-1]
@@ -616,7 +685,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
         raise RecipeError(f"{path}: unknown key '{key}'{_nearest(leaf, valid)}") from None
     except ValidationError as err:
         raise RecipeError(f"{path}: {getattr(err, 'full_key', '')}: {str(err).splitlines()[0]}") from None
-    cfg = _apply_overrides(schema, list(overrides or []))
+    cfg = _apply_overrides(schema, [_migrate_override(item) for item in overrides or []])
     recipe: Recipe = _from_schema(OmegaConf.to_object(cfg))
     recipe.training = _validate_training(recipe.training)
     _check_numbers(recipe)  # first: every range test below is false for NaN

@@ -110,7 +110,7 @@ def check_muon_launch(section, sharded: bool) -> None:
     """``optimizer.name=muon`` refused under DeepSpeed or FSDP (``sharded``)."""
     if section is not None and section.name == "muon" and sharded:
         raise ValueError("optimizer.name=muon is not supported under DeepSpeed or FSDP (Muon needs whole "
-                         "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw")
+                         "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw_torch_fused")
 
 
 def build_muon_adamw(model: nn.Module, args, decay_names: Iterable[str], section) -> MuonWithAdamW:
@@ -133,9 +133,6 @@ def build_muon_adamw(model: nn.Module, args, decay_names: Iterable[str], section
                **({"lr": muon_lr} if use_muon else {})}
               for (use_muon, decays), params in buckets.items()]
     on_cuda = all(p.is_cuda for params in buckets.values() for p in params)
-    optim = getattr(args.optim, "value", args.optim)
-    if optim not in ("adamw_torch", "adamw_torch_fused"):
-        logger.warning("optimizer.name=muon: training.optim=%s is ignored (the rest is torch's AdamW)", optim)
     optimizer = MuonWithAdamW(groups, lr=args.learning_rate, weight_decay=args.weight_decay,
                               betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
                               momentum=section.muon_momentum, nesterov=section.muon_nesterov,
@@ -175,7 +172,7 @@ def steps_beside_params(optimizer) -> None:
 
 def optimizer_state_problem(optimizer) -> str | None:
     """Why a loaded optimizer state is not this optimizer's (None: it is): torch's load_state_dict replaces each
-    parameter group's settings with the saved ones, so a state saved by another optimizer (training.optim changed
+    parameter group's settings with the saved ones, so a state saved by another optimizer (optimizer.name changed
     on resume) lacks the settings this one reads at its first step."""
     optimizer = _torch_optimizer(optimizer)
     defaults = getattr(optimizer, "defaults", None) or {}

@@ -306,7 +306,7 @@ def check_launch(recipe: Recipe, machine: Machine) -> None:
     deepspeed = stage == ENGINE_STAGE["deepspeed"]
     if recipe.optimizer.name == "muon" and stage != ENGINE_STAGE["ddp"]:
         raise RecipeError("optimizer.name=muon is not supported under DeepSpeed or FSDP (Muon needs whole "
-                          "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw")
+                          "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw_torch_fused")
     if recipe.nan_policy == "skip" and deepspeed:  # DeepSpeed steps its own optimizer: no skipping
         raise RecipeError("nan_policy=skip is not supported under DeepSpeed (it steps its own optimizer): "
                           "use nan_policy=stop")

@@ -14,7 +14,7 @@ from transformers import TrainingArguments
 
 from .arguments import _training_value
 from .checkpoints import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
-from .config import MoeSection, Recipe, RecipeError, recipe_to_dict
+from .config import MoeSection, Recipe, RecipeError, migrate_recipe_dict, recipe_to_dict
 from .resolve import RESOLVED_FILE, ResolvedRun
 from .zero import deepspeed_tag
 
@@ -39,9 +39,9 @@ def resolve_resume(value, output_dir: str) -> str | None:
 # changed one would silently apply from the resumed step on). max_steps (extending a run), logging/eval/save
 # cadence and output paths may differ, and so may the GPU count at the same global batch (a ZeRO-1 universal
 # resume).
+# (The optimizer itself is optimizer.name, compared with the rest of the optimizer section.)
 RESUME_TRAINING_KEYS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
-                        "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim",
-                        "optim_args", "optim_target_modules", "label_smoothing_factor", "seed", "data_seed")
+                        "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim_args", "optim_target_modules", "label_smoothing_factor", "seed", "data_seed")
 
 BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")  # for checkpoints without data.json
 
@@ -170,6 +170,8 @@ def check_resume(checkpoint: str, run: ResolvedRun) -> None:
     else:
         try:
             old = OmegaConf.to_container(OmegaConf.load(folder / "recipe.yaml"), resolve=True)
+            if isinstance(old, dict):  # saved before keys moved (config.MOVED_KEYS): compared at their new place
+                old = migrate_recipe_dict(old, str(folder / "recipe.yaml"), warn=False)
             old_data = (json.loads((folder / CHECKPOINT_DATA).read_text())
                         if (folder / CHECKPOINT_DATA).is_file() else None)
             old_resolved = (OmegaConf.to_container(OmegaConf.load(folder / RESOLVED_FILE), resolve=True)

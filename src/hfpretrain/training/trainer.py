@@ -77,8 +77,8 @@ class _Resume(TrainerCallback):
             problem = optimizer_state_problem(optimizer)
             if problem:  # it failed at the first step, deep in the optimizer (adafactor: KeyError: 'beta1')
                 raise ValueError(f"{Path(self.trainer.resumed_from) / 'optimizer.pt'} holds another optimizer's "
-                                 f"state than training.optim={getattr(args.optim, 'value', args.optim)} ({problem}): "
-                                 "resume with the optimizer the checkpoint was saved with (training.optim in its "
+                                 f"state than optimizer.name={getattr(args.optim, 'value', args.optim)} ({problem}): "
+                                 "resume with the optimizer the checkpoint was saved with (optimizer.name in its "
                                  "recipe.yaml), or start a new run in another training.output_dir")
         if optimizer is not None:
             steps_beside_params(optimizer)
