@@ -6,7 +6,7 @@
 source benchmarks/gpu_common.sh
 tokenize_corpus
 for v in ${VARIANTS:-auto liger}; do
-  loss=(); [ $v = auto ] || loss=(model.fused_loss=$v)
+  loss=(); [ $v = auto ] || loss=(loss.implementation=$v)
   rm -rf /tmp/1p8b_$v
   timed 1p8b_$v python3 benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA \
     training.gradient_accumulation_steps=1 training.max_steps=${STEPS:-30} training.logging_steps=5 \

@@ -12,12 +12,12 @@ if [ ! -f $DATA/manifest.json ]; then
 fi
 STEPS=${STEPS:-40}
 # Variants run the recipe's split (32 x 4) unless they are "the defaults" (auto*, s*, e2e, profile*),
-# which fold it as model.micro_batch=auto does (128 x 1 on an H200, 64 x 2 on an 80 GB GPU).
+# which fold it as batch.micro_batch=auto does (128 x 1 on an H200, 64 x 2 on an 80 GB GPU).
 COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.logging_steps=5
-  training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS model.micro_batch=recipe"
-AUTO=model.micro_batch=auto
+  training.eval_strategy=no training.save_strategy=no training.max_steps=$STEPS batch.micro_batch=recipe"
+AUTO=batch.micro_batch=auto
 CDT='model.inductor_options={coordinate_descent_tuning: true}'
-OLD="model.attn_implementation=sdpa model.compile=decoder model.fused_loss=liger"
+OLD="model.attn_implementation=sdpa model.compile=decoder loss.implementation=liger"
 variant() {  # name, overrides...
   rm -rf /tmp/$1  # log.jsonl appends: a run left by an earlier call on a warm machine would mix in
   timed $1 python3 benchmarks/benchmark.py ours ${RECIPE:-recipes/gpt2_124m.yaml} $COMMON \
@@ -28,7 +28,7 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
   case $base in
     old) variant $v $OLD model.overrides.pad_vocab_multiple=1 ;;  # the issue's baseline: 244k tokens/s on an H200
     pad) variant $v $OLD ;;                                        # + vocab 50,304
-    packed) variant $v model.compile=decoder model.fused_loss=liger ;;  # + SDPA causal without a mask
+    packed) variant $v model.compile=decoder loss.implementation=liger ;;  # + SDPA causal without a mask
     auto) variant $v $AUTO ;;                                      # the defaults
     auto_tanh|auto_tanh2) variant $v $AUTO kernels.gelu_sigmoid=false kernels.bias_gelu=false ;;  # transformers' MLP
     auto_nobias) variant $v $AUTO kernels.bias_gelu=false ;;       # c_fc's bias gradient in a pass of its own
@@ -72,7 +72,7 @@ for v in ${VARIANTS:-old pad packed auto model autotune stock e2e}; do
       SMALL="training.max_steps=200 training.per_device_train_batch_size=8 training.gradient_accumulation_steps=1
         training.logging_steps=1"
       variant num_fast $SMALL
-      variant num_plain $SMALL model.compile=none model.fused_loss=none model.attn_implementation=sdpa \
+      variant num_plain $SMALL model.compile=none loss.implementation=none model.attn_implementation=sdpa \
         model.residual_dtype=float32
       python3 benchmarks/compare_losses.py /tmp/num_fast/log.jsonl /tmp/num_plain/log.jsonl | tee "$OUT/numerics.txt"
       if [ -n "${NUM_F32:-}" ]; then  # the fast path with the fp32 stream: how much of the difference the bf16 one is

@@ -17,7 +17,7 @@ for v in ${VARIANTS:-bf16 fp8 fp8_rowwise}; do
     fp8_fastacc) precision="fp8 model.fp8_fast_accum=all" ;;
     bf16_nofused|fp8_nofused) precision="${base%_nofused} kernels.fused_head=false" ;;  # the compiled head + loss
     bf16_f32|fp8_f32) precision="${base%_f32} model.residual_dtype=float32" ;;  # the fp32 residual stream
-    bf16_recipe|fp8_recipe) precision="${base%_recipe} model.micro_batch=recipe" ;;  # the recipe's split, not folded
+    bf16_recipe|fp8_recipe) precision="${base%_recipe} batch.micro_batch=recipe" ;;  # the recipe's split, not folded
     bf16_cdt|fp8_cdt) precision="${base%_cdt} model.inductor_options.coordinate_descent_tuning=true" ;;  # tuned blocks
     bf16_nd|fp8_nd) precision="${base%_nd} model.inductor_options.triton.prefer_nd_tiling=true" ;;  # 2-D tiled casts
     *) precision=$base ;;

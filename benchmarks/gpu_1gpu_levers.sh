@@ -13,11 +13,11 @@ variant() {  # name, overrides...
     recipes/qwen3_1p8b_1gpu.yaml $COMMON training.output_dir=/tmp/$1 "${@:2}" --out "$OUT/$1.json"
 }
 CUDNN="model.sdpa_backends=[cudnn,flash,efficient,math]"
-variant layers_liger_cudnn_mb16 model.compile=layers model.fused_loss=liger training.per_device_train_batch_size=16 "$CUDNN"
+variant layers_liger_cudnn_mb16 model.compile=layers loss.implementation=liger training.per_device_train_batch_size=16 "$CUDNN"
 timed stock python3 benchmarks/benchmark.py stock recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA --micro-batch 16,12 \
   --max-steps 30 --out "$OUT/stock.json"
-variant layers_liger_flash_mb16 model.compile=layers model.fused_loss=liger training.per_device_train_batch_size=16
-variant layers_liger_cudnn_mb20 model.compile=layers model.fused_loss=liger training.per_device_train_batch_size=20 "$CUDNN"
+variant layers_liger_flash_mb16 model.compile=layers loss.implementation=liger training.per_device_train_batch_size=16
+variant layers_liger_cudnn_mb20 model.compile=layers loss.implementation=liger training.per_device_train_batch_size=20 "$CUDNN"
 python3 - <<'PY' | tee -a "$N"
 import glob, json, os
 for f in sorted(glob.glob(os.environ["OUT"] + "/*.json")):

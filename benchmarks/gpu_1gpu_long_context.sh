@@ -86,7 +86,7 @@ speed() {  # name, seq_len, data, overrides...: 30 steps of $RECIPE's shape (bes
   rm -rf runs/lc_$1
   timeout -k 10 -s TERM $t python3 scripts/pretrain.py ${RECIPE:-recipes/best_small.yaml} data.path=$3 training.output_dir=runs/lc_$1 \
     training_flops=null training.max_steps=30 training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
-    training.gradient_accumulation_steps=2 training.warmup_steps=5 model.micro_batch=recipe \
+    training.gradient_accumulation_steps=2 training.warmup_steps=5 batch.micro_batch=recipe \
     model.attn_implementation=sdpa "${@:4}" > /tmp/lc_$1.log 2>&1
   echo "== $1 rc $? (${SECONDS}s)" | tee -a "$N"; grep -E "error:|Error" /tmp/lc_$1.log | tail -2 | tee -a "$N"
   row $1
@@ -177,7 +177,7 @@ if [ "$STAGE" = maskloss ]; then
     rm -rf runs/ml_$arm
     timeout -k 10 -s TERM $(( BUDGET_S - SECONDS - 10 )) python3 scripts/pretrain.py recipes/best_small.yaml \
       data.path=out/mix6_bpe8k_2k training_flops=${MASK_FLOPS:-3.36e16} training.output_dir=runs/ml_$arm \
-      training.per_device_train_batch_size=32 training.gradient_accumulation_steps=2 model.micro_batch=recipe \
+      training.per_device_train_batch_size=32 training.gradient_accumulation_steps=2 batch.micro_batch=recipe \
       training.warmup_steps=25 training.eval_steps=100000 training.save_strategy=no $extra > /tmp/ml_$arm.log 2>&1
     echo "== $arm rc $? (${SECONDS}s)" | tee -a "$N"; grep -E "error:|Error" /tmp/ml_$arm.log | tail -2 | tee -a "$N"
     python3 -c "

@@ -21,9 +21,9 @@ variant() {  # name, size, overrides...: micro-batch 8 as in the pilot study; sc
 for v in ${VARIANTS:-7m_liger 7m_chunked 7m_liger_min4096 7m_liger_min1024 27m_liger 27m_chunked 27m_liger_min1024}; do
   size=scale_${v%%_*}; loss=${v#*_}
   case $loss in
-    liger) variant $v $size model.fused_loss=liger model.liger_min_chunk_tokens=0 ;;
-    chunked) variant $v $size model.fused_loss=chunked ;;
-    liger_min*) variant $v $size model.fused_loss=liger model.liger_min_chunk_tokens=${loss#liger_min} ;;
+    liger) variant $v $size loss.implementation=liger loss.liger_min_chunk_tokens=0 ;;
+    chunked) variant $v $size loss.implementation=chunked ;;
+    liger_min*) variant $v $size loss.implementation=liger loss.liger_min_chunk_tokens=${loss#liger_min} ;;
   esac
 done
 python3 - <<'PY' | tee -a "$N"

@@ -4,7 +4,7 @@
 # with whichever ran clean.
 source benchmarks/gpu_common.sh
 tokenize_corpus
-COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.per_device_train_batch_size=16 training.gradient_accumulation_steps=1 training.logging_steps=2 model.fused_loss=chunked"
+COMMON="data.path=$DATA training.report_to=none training.disable_tqdm=true training.per_device_train_batch_size=16 training.gradient_accumulation_steps=1 training.logging_steps=2 loss.implementation=chunked"
 probe() {  # name, extra overrides
   accelerate launch --config_file accelerate_configs/1gpu.yaml scripts/pretrain.py recipes/qwen3_1p8b_1gpu.yaml $COMMON \
     training.max_steps=12 training.eval_strategy=no training.save_strategy=no training.output_dir=/tmp/$1 model.compile=none "${@:2}" > /tmp/$1.log 2>&1

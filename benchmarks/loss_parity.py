@@ -31,7 +31,7 @@ def run(kind):
         loss = (out.loss if kind == "hf" else
                 causal_lm_loss(captured["h"], head.weight, ids, None,
                                # liger's own chunk sizing, as this benchmark measured before LossSpec (whose
-                               # default, model.liger_min_chunk_tokens's, is 1024)
+                               # default, loss.liger_min_chunk_tokens's, is 1024)
                                LossSpec(kind, liger_min_chunk_tokens=0)))
     loss.backward()
     grads = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])

@@ -129,9 +129,9 @@ def test_the_key_help_reads_the_fields_metadata(monkeypatch):
     from hfpretrain import cli
     from hfpretrain.training import config
 
-    field = config.ModelSection.__dataclass_fields__["loss_chunk_tokens"]
+    field = config.LossSection.__dataclass_fields__["chunk_tokens"]
     monkeypatch.setattr(field, "metadata", {"help": "a help set at run time"})
-    assert "  model.loss_chunk_tokens: int = 8192\n      a help set at run time\n" in cli.recipe_keys_help()
+    assert "  loss.chunk_tokens: int = 8192\n      a help set at run time\n" in cli.recipe_keys_help()
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])

@@ -196,14 +196,14 @@ def test_no_peak_no_expected_hours(mini_blocks):
 def test_overrides_are_typed():
     r = load_recipe(TINY_RECIPE, [
         "data.path=/some/where", "training.max_steps=20", "training.learning_rate=1e-3",
-        "training.bf16=false", "training.warmup_steps=0", "model.loss_chunk_tokens=1024",
+        "training.bf16=false", "training.warmup_steps=0", "loss.chunk_tokens=1024",
         "logging.peak_flops=1e12", "logging.profile_steps=[2,4]", "nan_policy=skip",
         "training.save_strategy=no",
     ])
     assert r.training["max_steps"] == 20 and type(r.training["max_steps"]) is int
     assert r.training["learning_rate"] == 1e-3 and type(r.training["learning_rate"]) is float
     assert r.training["bf16"] is False
-    assert r.model.loss_chunk_tokens == 1024
+    assert r.loss.chunk_tokens == 1024
     assert r.logging.peak_flops == 1e12 and isinstance(r.logging.peak_flops, float)
     assert list(r.logging.profile_steps) == [2, 4]
     assert r.nan_policy == "skip"
@@ -251,8 +251,8 @@ def test_wrong_type():
     assert "training.learning_rate" in msg and "float" in msg
     msg = _error(["data.path=x", "training.max_steps=ten"])
     assert "max_steps" in msg and "int" in msg
-    msg = _error(["data.path=x", "model.loss_chunk_tokens=big"])
-    assert "loss_chunk_tokens" in msg
+    msg = _error(["data.path=x", "loss.chunk_tokens=big"])
+    assert "loss.chunk_tokens" in msg
 
 
 def test_unknown_section():
@@ -268,7 +268,7 @@ def test_unknown_model_key():
     assert "model.atn_implementation" in msg and "did you mean 'attn_implementation'" in msg
 
 
-@pytest.mark.parametrize("item,key", [("model.fused_loss=fast", "model.fused_loss"),
+@pytest.mark.parametrize("item,key", [("loss.implementation=fast", "loss.implementation"),
                                       ("model.compile=all", "model.compile"),
                                       ("model.attn_implementation=flash", "model.attn_implementation"),
                                       ("nan_policy=ignore", "nan_policy")])
@@ -302,8 +302,8 @@ def test_choices_are_typed_on_the_fields():
     assert set(choices["model.residual_dtype"]) == set(RESIDUAL_DTYPES)
     assert set(choices) == {  # the keys the side table held
         "model.attn_implementation", "model.compile", "model.precision", "model.fp8_fast_accum",
-        "model.residual_dtype", "model.compile_backend", "model.compile_mode", "model.fused_loss",
-        "model.micro_batch", "model.experts_implementation", "nan_policy", "resume_mismatch", "optimizer.name",
+        "model.residual_dtype", "model.compile_backend", "model.compile_mode", "loss.implementation",
+        "batch.micro_batch", "model.experts_implementation", "nan_policy", "resume_mismatch", "optimizer.name",
         "optimizer.muon_lr_scale", "logging.wandb_artifacts", "context.rope"}
     phase = ["context.seq_len=4096", "context.from_seq_len=2048", "model.init_from=x"]
     for key, allowed in choices.items():  # each one accepted
@@ -382,9 +382,9 @@ def test_malformed_override_and_missing_data_path():
 
 def test_bad_key_in_recipe_file(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(TINY_RECIPE.read_text().replace("fused_loss:", "fused_los:"))
+    bad.write_text(TINY_RECIPE.read_text().replace("\n  implementation:", "\n  implementaton:"))
     msg = _error(["data.path=x"], path=bad)
-    assert "fused_los" in msg and "did you mean 'fused_loss'" in msg
+    assert "implementaton" in msg and "did you mean 'implementation'" in msg
     assert "does not exist" in _error(["data.path=x"], path=tmp_path / "missing.yaml")
 
 
@@ -688,3 +688,30 @@ def test_muon_keeps_its_adamw_and_an_unknown_optimizer_is_named(tmp_path):
     assert load_recipe(TINY_RECIPE, ["optimizer.name=adamw"]).optimizer.name == "adamw_torch_fused"  # the old default
     with pytest.raises(RecipeError, match=r"optimizer.name='adamw_fused' is not one of .*did you mean"):
         load_recipe(TINY_RECIPE, ["optimizer.name=adamw_fused"])
+
+
+# ---- keys grouped by what they configure (issue 57) --------------------------------------------------------------
+
+def test_a_moved_key_still_loads_at_its_new_place_with_one_warning(tmp_path, caplog):
+    import yaml
+
+    from hfpretrain.training.config import MOVED_KEYS
+
+    raw = yaml.safe_load(TINY_RECIPE.read_text())
+    raw.pop("loss", None)
+    raw["model"].update(fused_loss="chunked", loss_chunk_tokens=512, liger_min_chunk_tokens=0, z_loss=1e-4,
+                        micro_batch="recipe", decay_embeddings=True)
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(raw))
+    with caplog.at_level("WARNING", logger="hfpretrain"):
+        recipe = load_recipe(tmp_path / "old.yaml", ["model.z_loss=1e-3"])  # an override names the old key too
+    assert (recipe.loss.implementation, recipe.loss.chunk_tokens, recipe.loss.liger_min_chunk_tokens,
+            recipe.loss.z_loss) == ("chunked", 512, 0, 1e-3)
+    assert recipe.batch.micro_batch == "recipe" and recipe.optimizer.decay_embeddings is True
+    for old, new in MOVED_KEYS.items():
+        if old.startswith("model."):
+            assert f"{old} is now {new}" in caplog.text, old
+    raw["loss"] = {"implementation": "liger"}
+    (tmp_path / "both.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(RecipeError, match=r"model.fused_loss='chunked' and loss.implementation='liger' are one "
+                                          r"setting: keep loss.implementation"):
+        load_recipe(tmp_path / "both.yaml")

@@ -154,7 +154,7 @@ def test_a_plan_that_does_not_fit_the_gpu_is_refused_before_any_work(tmp_path):
     exit 2."""
     common = ["model.config=qwen3_1p8b", f"model.init_from={tmp_path / 'not_yet'}", f"data.path={tmp_path / 'nodata'}",
               "context.seq_len=32768", "context.from_seq_len=2048", "context.rope=yarn", "context.gpu=H100-SXM",
-              "model.micro_batch=recipe", "training.max_steps=10", f"training.output_dir={tmp_path / 'run'}"]
+              "batch.micro_batch=recipe", "training.max_steps=10", f"training.output_dir={tmp_path / 'run'}"]
     with pytest.raises(RecipeError, match=r"the plan needs .* GiB per GPU \(micro-batch 8 x 32768 tokens\), more "
                                           "than 95% of the H100-SXM's 75 GiB"):
         pretrain(str(TINY_RECIPE), [*common, "training.per_device_train_batch_size=8"], dry_run=True)

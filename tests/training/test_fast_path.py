@@ -17,8 +17,8 @@ CONFIG = GPT2Config(vocab_size=50304)
 
 def choose(micro, accum, per_sample_bytes, fused_loss="compiled", requested="auto", seq_len=1024, loss="compiled"):
     fast = FastPath("sdpa_packed", "decoder", "default", loss, {})
-    section = ModelSection(micro_batch=requested, fused_loss=fused_loss)
-    split = choose_micro_batch(section, fast, CONFIG, micro, accum, seq_len,
+    section = (requested, fused_loss)
+    split = choose_micro_batch(*section, fast, CONFIG, micro, accum, seq_len,
                                lambda m, a, loss: 2 * GIB + m * per_sample_bytes, None, planning=True)
     return (split.micro_batch, split.accumulation), split.reason
 
@@ -61,7 +61,7 @@ def test_dry_run_plans_the_folded_split(mini_blocks):
     plan = pretrain(path, base, dry_run=True)["plan"]
     assert plan["samples_per_step"] == 128 and plan["gradient_accumulation_steps"] < 4
     assert plan["micro_batch"] * plan["gradient_accumulation_steps"] == 128
-    kept = pretrain(path, [*base, "model.micro_batch=recipe"], dry_run=True)["plan"]
+    kept = pretrain(path, [*base, "batch.micro_batch=recipe"], dry_run=True)["plan"]
     assert (kept["micro_batch"], kept["gradient_accumulation_steps"]) == (32, 4)
     assert kept["memory_per_gpu_gib"]["total"] < plan["memory_per_gpu_gib"]["total"]
 
@@ -85,7 +85,7 @@ def test_folded_split_reaches_deepspeed(mini_blocks):
 def test_dry_run_with_a_loss_this_machine_lacks(mini_blocks):
     """A login node without a GPU plans a liger recipe: the fold keeps the recipe's loss and does not ask for it."""
     path = REPO / "recipes" / "gpt2_124m.yaml"
-    plan = pretrain(path, [f"data.path={mini_blocks}", "training.use_cpu=true", "model.fused_loss=liger"],
+    plan = pretrain(path, [f"data.path={mini_blocks}", "training.use_cpu=true", "loss.implementation=liger"],
                     dry_run=True)["plan"]
     assert plan["fast_path"]["fused_loss"] == "liger" and plan["samples_per_step"] == 128
     assert "planned for a GPU of 80 GB" in plan["fast_path"]["reasons"]["micro_batch"]
@@ -95,7 +95,7 @@ def test_dry_run_plans_the_bf16_residual_stream(mini_blocks):
     """The plan names the stream's dtype with its reason, and its memory follows it: bf16 for a bf16 recipe planned
     for a GPU, fp32 when the recipe trains without bf16 (no autocast for the hook to act in) or asks for it."""
     path = REPO / "recipes" / "gpt2_124m.yaml"
-    base = [f"data.path={mini_blocks}", "training.use_cpu=true", "model.micro_batch=recipe"]
+    base = [f"data.path={mini_blocks}", "training.use_cpu=true", "batch.micro_batch=recipe"]
     plans = {name: pretrain(path, [*base, *extra], dry_run=True)["plan"] for name, extra in (
         ("auto", []), ("f32", ["model.residual_dtype=float32"]), ("no_bf16", ["training.bf16=false"]))}
     assert plans["auto"]["fast_path"]["residual_dtype"] == "bfloat16"
@@ -124,8 +124,8 @@ def test_a_smaller_split_takes_autos_loss_at_its_size():
 
     budget = MICRO_BATCH_MEMORY_SHARE * ASSUMED_GPU_MEMORY
     fast = FastPath("sdpa_packed", "decoder", "default", "liger", {"fused_loss": "liger at 40"})
-    section = ModelSection(micro_batch="auto", fused_loss="auto")
-    split = choose_micro_batch(section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048,
+    section = ("auto", "auto")
+    split = choose_micro_batch(*section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048,
                                lambda m, a, loss: m * int(budget / 30), None, planning=True)
     assert (split.micro_batch, split.accumulation) == (20, 4)
     assert split.fused_loss == "compiled" and "whole" in split.loss_reason
@@ -139,12 +139,12 @@ def test_a_smaller_split_is_sized_with_the_loss_it_will_run():
     budget = MICRO_BATCH_MEMORY_SHARE * ASSUMED_GPU_MEMORY
     per_sample = int(budget / 30)
     fast = FastPath("sdpa_packed", "decoder", "default", "liger", {})
-    section = ModelSection(micro_batch="auto", fused_loss="auto")
+    section = ("auto", "auto")
 
     def memory(micro, accum, loss):
         return (micro + (15 if loss == "compiled" else 0)) * per_sample
 
-    split = choose_micro_batch(section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048, memory, None,
+    split = choose_micro_batch(*section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048, memory, None,
                                planning=True)
     assert (split.micro_batch, split.accumulation) == (10, 8) and split.fused_loss == "compiled"
 
@@ -156,12 +156,12 @@ def test_a_model_that_fits_no_split_of_this_gpu_is_refused():
     from hfpretrain.training import RecipeError
 
     fast = FastPath("sdpa_packed", "decoder", "default", "compiled", {})
-    section = ModelSection(micro_batch="auto", fused_loss="compiled")
+    section = ("auto", "compiled")
     with pytest.raises(RecipeError, match=r"does not fit the GPU: even micro-batch 1 x 1024 tokens would take "
                                           r"~90\.0 GiB per GPU, over its 80 GiB"):
-        choose_micro_batch(section, fast, CONFIG, 8, 1, 1024, lambda m, a, loss: 88 * GIB + m * 2 * GIB, 80 * GIB)
+        choose_micro_batch(*section, fast, CONFIG, 8, 1, 1024, lambda m, a, loss: 88 * GIB + m * 2 * GIB, 80 * GIB)
     # between the share and the whole GPU: runs at the recipe's split, the reason says none fits
-    split = choose_micro_batch(section, fast, CONFIG, 8, 1, 1024, lambda m, a, loss: 75 * GIB + m * GIB, 80 * GIB)
+    split = choose_micro_batch(*section, fast, CONFIG, 8, 1, 1024, lambda m, a, loss: 75 * GIB + m * GIB, 80 * GIB)
     assert (split.micro_batch, split.accumulation) == (8, 1) and "no smaller split fits" in split.reason
 
 
@@ -172,8 +172,8 @@ def test_a_dry_run_plans_the_micro_batch_for_context_gpu():
 
     def split(target_gpu):
         fast = FastPath("sdpa_packed", "decoder", "default", "compiled", {})
-        section = ModelSection(micro_batch="auto", fused_loss="compiled")
-        chosen = choose_micro_batch(section, fast, CONFIG, 16, 8, 1024, lambda m, a, loss: 2 * GIB + m * per_sample,
+        section = ("auto", "compiled")
+        chosen = choose_micro_batch(*section, fast, CONFIG, 16, 8, 1024, lambda m, a, loss: 2 * GIB + m * per_sample,
                                     None, planning=True, target_gpu=target_gpu)
         return (chosen.micro_batch, chosen.accumulation), chosen.reason
 

@@ -179,7 +179,7 @@ def test_auto_loss_by_logits_size():
 
 @pytest.mark.parametrize("impl,chunk", [("chunked", 7), ("chunked", 8192), ("compiled", 8192)])
 def test_z_loss_matches_its_definition(tiny, impl, chunk):
-    """model.z_loss: value and gradients equal cross-entropy + z * logsumexp(logits)^2 per predicted token, written
+    """loss.z_loss: value and gradients equal cross-entropy + z * logsumexp(logits)^2 per predicted token, written
     out with autograd on the full logits (the chunked path's hand-written gradient included). The run's loss object
     adds it in training only: an evaluation reports the cross-entropy."""
     model, ids = tiny
@@ -219,13 +219,13 @@ def test_z_loss_recipe_checks(mini_blocks, tmp_path):
 
     from train_utils import TINY_RECIPE
 
-    base = [f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}", "model.z_loss=1e-4"]
+    base = [f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}", "loss.z_loss=1e-4"]
     plan = pretrain(TINY_RECIPE, base, dry_run=True)["recipe"]
-    assert plan["model"]["z_loss"] == 1e-4
-    with pytest.raises(RecipeError, match="model.z_loss needs the project's loss"):
-        pretrain(TINY_RECIPE, [*base, "model.fused_loss=none"], dry_run=True)
+    assert plan["loss"]["z_loss"] == 1e-4
+    with pytest.raises(RecipeError, match="loss.z_loss needs the project's loss"):
+        pretrain(TINY_RECIPE, [*base, "loss.implementation=none"], dry_run=True)
     with pytest.raises(RecipeError, match="must be >= 0"):
-        pretrain(TINY_RECIPE, [*base, "model.z_loss=-1"], dry_run=True)
+        pretrain(TINY_RECIPE, [*base, "loss.z_loss=-1"], dry_run=True)
 
 
 @pytest.mark.parametrize("autocast", [False, True])

@@ -47,7 +47,7 @@ def test_the_aux_loss_is_added_to_the_training_loss(mini_blocks, tmp_path):
 
 
 def test_the_aux_loss_weight_does_not_depend_on_the_micro_batch_split(mini_blocks, tmp_path):
-    """The same 4 samples per step as 4 x 1 and 2 x 2 (model.micro_batch=auto changes the split with the GPU): the
+    """The same 4 samples per step as 4 x 1 and 2 x 2 (batch.micro_batch=auto changes the split with the GPU): the
     same logged losses and weights. transformers adds the aux loss whole to every micro-batch, which weighted it
     twice here, and world-size times more on several GPUs."""
     base = {**TINY_MOE, "training.max_steps": "2", "training.save_steps": "2", "moe.aux_loss_coef": "5.0"}

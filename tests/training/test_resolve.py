@@ -44,6 +44,17 @@ def snapshot_folders(mini_blocks, mini_train, mini_val, data_root, tmp_path_fact
     return str(mini_blocks), str(made[0]), str(made[1])
 
 
+def _golden() -> dict:
+    """The recorded resolutions, a recipe key that moved since (config.MOVED_KEYS) named at its new place in the
+    reasons' text (``batch.micro_batch=recipe keeps it``): the wording changed, no planned value."""
+    from hfpretrain.training.config import MOVED_KEYS
+
+    text = GOLDEN.read_text()
+    for old, new in MOVED_KEYS.items():
+        text = text.replace(f"{old}=", f"{new}=")
+    return json.loads(text)
+
+
 def _within(before, after, path=""):
     """The differences of ``after`` from ``before``, leaving out keys ``before`` does not have."""
     if isinstance(before, dict) and isinstance(after, dict):
@@ -54,7 +65,7 @@ def _within(before, after, path=""):
 
 @pytest.mark.full_data("the Qwen3 tokenizer and the mini corpus the snapshot was taken on")
 def test_every_shipped_recipe_resolves_as_before(snapshot_folders):
-    golden, now = json.loads(GOLDEN.read_text()), snapshot(*snapshot_folders)
+    golden, now = _golden(), snapshot(*snapshot_folders)
     assert sorted(now) == sorted(p.stem for p in RECIPES.glob("*.yaml")) == sorted(golden)
     for recipe, cases in golden.items():
         for case, before in cases.items():

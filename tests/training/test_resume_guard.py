@@ -173,9 +173,9 @@ def test_document_mask_and_z_loss_make_another_run():
     data = {"data_path": "x", "fingerprint": "f", "seq_len": 128, "tokenizer": "t", "tokenizer_sha256": "s",
             "samples_per_step": 4}
     plain = recipe_to_dict(load_recipe(None, ["data.path=x"]))
-    masked = recipe_to_dict(load_recipe(None, ["data.path=x", "model.document_mask=true", "model.z_loss=1e-4"]))
+    masked = recipe_to_dict(load_recipe(None, ["data.path=x", "model.document_mask=true", "loss.z_loss=1e-4"]))
     assert resume_differences(plain, masked, data, data) == ["model.document_mask False → True",
-                                                            "model.z_loss 0.0 → 0.0001"]
+                                                            "loss.z_loss 0.0 → 0.0001"]
     older = {**plain, "model": {k: v for k, v in plain["model"].items() if k not in ("document_mask", "z_loss")}}
     assert resume_differences(older, plain, data, data) == []
     before_moe = {k: v for k, v in plain.items() if k != "moe"}  # a recipe saved before the moe: section
@@ -206,7 +206,7 @@ def test_schedule_shape_makes_another_run():
     ("training.adam_beta1", 0.9, 0.8), ("training.adam_beta2", 0.95, 0.999), ("training.adam_epsilon", 1e-8, 1e-6),
     ("training.max_grad_norm", 1.0, 0.5), ("optimizer.name", "adamw_torch", "adafactor"),
     ("training.lr_scheduler_kwargs", "{min_lr_rate: 0.1}", "{min_lr_rate: 0.2}"),
-    ("training.label_smoothing_factor", 0.0, 0.1), ("model.decay_embeddings", False, True),
+    ("training.label_smoothing_factor", 0.0, 0.1), ("optimizer.decay_embeddings", False, True),
     ("moe.aux_loss_coef", 0.001, 0.01), ("moe.bias_update_rate", 0.0, 0.001),
 ])
 def test_every_optimisation_setting_makes_another_run(key, old, new):
@@ -287,3 +287,25 @@ def test_a_longer_run_on_resume_says_the_schedule_is_stretched(tmp_path, caplog,
     if warned:
         assert f"training.max_steps 10 → 20 on resume stretches the {schedule} schedule" in said[0]
         assert "from step 5 on" in said[0] and "jumps" in said[0]
+
+
+def test_a_checkpoint_saved_before_keys_moved_is_the_same_run():
+    """A checkpoint's recipe.yaml from before the loss:, batch: and optimizer.name keys (config.MOVED_KEYS) is read at
+    their new places: the same settings are the same run, a changed one is named by its new key."""
+    from hfpretrain.training.config import load_recipe, recipe_to_dict, migrate_recipe_dict
+    from hfpretrain.training.resume import resume_differences
+
+    data = {"data_path": "x", "fingerprint": "f", "seq_len": 128, "tokenizer": "t", "tokenizer_sha256": "s",
+            "samples_per_step": 4}
+    new = recipe_to_dict(load_recipe(None, ["data.path=x", "loss.z_loss=1e-4", "optimizer.name=adamw_torch",
+                                            "optimizer.decay_embeddings=true", "training.max_steps=10"]))
+    old = {key: dict(value) if isinstance(value, dict) else value for key, value in new.items()}
+    old["model"] = {**new["model"], "fused_loss": "auto", "z_loss": 1e-4, "decay_embeddings": True,
+                    "micro_batch": "auto"}
+    old.pop("loss"), old.pop("batch")
+    old["optimizer"] = {k: v for k, v in new["optimizer"].items() if k != "decay_embeddings"} | {"name": "adamw"}
+    old["training"] = {**new["training"], "optim": "adamw_torch"}
+    migrated = migrate_recipe_dict(old, "recipe.yaml", warn=False)
+    assert resume_differences(migrated, new, data, data) == []
+    migrated["loss"]["z_loss"] = 0.0
+    assert resume_differences(migrated, new, data, data) == ["loss.z_loss 0.0 → 0.0001"]

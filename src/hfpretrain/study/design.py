@@ -100,7 +100,7 @@ def rule_overrides(rules: Rules, plan: dict, steps: int, budget_kind: str, train
     """(steps, overrides) for one run: batch, learning rate and warmup by the rules.
 
     ``training`` is the run's ``training`` section as written, its overrides merged (the dry run's ``recipe``:
-    batch, accumulation, warmup), not the resolved split a GPU's ``model.micro_batch=auto`` may choose."""
+    batch, accumulation, warmup), not the resolved split a GPU's ``batch.micro_batch=auto`` may choose."""
     out: list[str] = []
     micro = int(training.get("per_device_train_batch_size", 8))
     accum = int(training.get("gradient_accumulation_steps", 1))

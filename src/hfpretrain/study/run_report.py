@@ -146,7 +146,7 @@ def model_lines(recipe: dict, summary: dict, config: dict) -> list[str]:
             ("schedule arguments", training.get("lr_scheduler_kwargs")), ("warmup steps", training.get("warmup_steps")),
             ("weight decay", training.get("weight_decay")), ("betas", f"{training.get('adam_beta1')}, {training.get('adam_beta2')}"),
             ("gradient clipping", training.get("max_grad_norm")), ("precision", "bf16" if training.get("bf16") else "fp32"),
-            ("micro-batch × accumulation × GPUs",  # the split that ran (model.micro_batch=auto may fold the recipe's)
+            ("micro-batch × accumulation × GPUs",  # the split that ran (batch.micro_batch=auto may fold the recipe's)
              f"{plan.get('micro_batch', training.get('per_device_train_batch_size'))} × "
              f"{plan.get('gradient_accumulation_steps', training.get('gradient_accumulation_steps', 1))} × "
              f"{plan['world_size']}"),

@@ -1,13 +1,15 @@
 """Recipe configuration: a YAML file plus ``section.key=value`` overrides, checked at start.
 
 Sections:
-  model       which config JSON to build, field overrides, attention backend, compilation, fused loss
+  model       which config JSON to build, field overrides, weights to start from, attention, precision, compilation
+  loss        the loss's implementation (fused or not), chunk sizes, z-loss
+  batch       how a step's samples are split into micro-batches
   data        the output folder of ``scripts/tokenize_pile.py``, or several with weights and phases
-  training    exactly the field names of ``transformers.TrainingArguments``
+  training    the field names of ``transformers.TrainingArguments``, but ``optim`` (set from optimizer.name)
   evaluation  validation token budget, optional lm-eval scoring during training
   logging     JSONL log, gradient statistics, profiler window, hardware peak override
   optimizer   the one optimizer selector: a TrainingArguments optim name, or muon (Muon for hidden matrices, AdamW
-              for the rest)
+              for the rest); its settings, weight decay on embeddings
   kernels     the project's own kernels and model rewrites, each on by default (off: A/B runs, bisecting)
   moe         Mixture-of-Experts: auxiliary-loss weight, aux-loss-free balancing, dead-expert warning
   context     a context-extension phase: the longer length, the RoPE change, the token budget (training/context.py)
@@ -15,7 +17,8 @@ Sections:
   nan_policy  what to do with a non-finite loss
 
 Typed sections are dataclasses read through OmegaConf (which rejects unknown keys and wrong
-types); the ``training`` section is checked against ``TrainingArguments``'s own dataclass fields.
+types); the ``training`` section is checked against ``TrainingArguments``'s own dataclass fields. Keys that moved
+between sections (MOVED_KEYS) load at their new place with a warning.
 Each field carries its help in ``metadata["help"]`` (``train --help`` lists them), and a field with a fixed set of
 values has a ``Literal`` type, checked at load. Every error names the key, and for a typo the nearest valid one.
 """
@@ -102,25 +105,12 @@ class ModelSection:
         default="default", metadata={"help": "torch.compile mode"})
     inductor_options: dict = field(default_factory=dict, metadata={
         "help": "torch._inductor.config settings for this run's compiles, e.g. {coordinate_descent_tuning: true}"})
-    micro_batch: Literal["auto", "recipe"] = field(default="auto", metadata={
-        "help": "auto (a GPU): fewer, larger micro-batches than the recipe's split when memory allows, same samples "
-                "per step (training/fast_path.py choose_micro_batch) | recipe: training.per_device_train_batch_size "
-                "as written"})
-    fused_loss: Literal["auto", "compiled", "liger", "chunked", "none"] = field(default="auto", metadata={
-        "help": "auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)"})
-    loss_chunk_tokens: int = field(default=8192, metadata={"help": "chunk size of the chunked cross-entropy"})
-    liger_min_chunk_tokens: int = field(default=1024, metadata={
-        "help": "liger's chunks at least this long (0: its own sizing, logits ~ hidden)"})
-    z_loss: float = field(default=0.0, metadata={
-        "help": "PaLM's z-loss: + z_loss * logsumexp(logits)^2 per token in training (1e-4 in PaLM); evaluation "
-                "stays CE"})
     document_mask: bool = field(default=False, metadata={
         "help": "attend within each packed document only (position ids restart after every end-of-text; "
                 "transformers builds the block-causal mask from them): sdpa (or flash_attention_2), not sdpa_packed, "
                 "which has no mask"})
     init_from: Optional[str] = field(default=None, metadata={
         "help": "start from these weights instead of random init"})
-    decay_embeddings: bool = field(default=False, metadata={"help": "weight decay on embedding tables too"})
     experts_implementation: Literal["auto", "eager", "batched_mm", "grouped_mm"] = field(default="auto", metadata={
         "help": "MoE shapes: transformers' experts backend, auto (grouped_mm on a GPU: one grouped matmul over all "
                 "experts; eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm. Refused on a "
@@ -128,6 +118,30 @@ class ModelSection:
     sdpa_backends: list = field(default_factory=lambda: ["flash", "efficient", "math", "cudnn"], metadata={
         "help": "PyTorch SDPA kernels allowed (flash, efficient, math, cudnn), in the order they are tried "
                 "(PyTorch's default order)"})
+
+
+@dataclass
+class LossSection:
+    """How the next-token loss is computed (training/loss.py)."""
+
+    implementation: Literal["auto", "compiled", "liger", "chunked", "none"] = field(default="auto", metadata={
+        "help": "auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)"})
+    chunk_tokens: int = field(default=8192, metadata={"help": "chunk size of the chunked cross-entropy"})
+    liger_min_chunk_tokens: int = field(default=1024, metadata={
+        "help": "liger's chunks at least this long (0: its own sizing, logits ~ hidden)"})
+    z_loss: float = field(default=0.0, metadata={
+        "help": "PaLM's z-loss: + z_loss * logsumexp(logits)^2 per token in training (1e-4 in PaLM); evaluation "
+                "stays CE"})
+
+
+@dataclass
+class BatchSection:
+    """How a step's samples (training.per_device_train_batch_size x gradient_accumulation_steps x GPUs) are split."""
+
+    micro_batch: Literal["auto", "recipe"] = field(default="auto", metadata={
+        "help": "auto (a GPU): fewer, larger micro-batches than the recipe's split when memory allows, same samples "
+                "per step (training/fast_path.py choose_micro_batch) | recipe: training.per_device_train_batch_size "
+                "as written"})
 
 
 @dataclass
@@ -211,6 +225,7 @@ class OptimizerSection:
                 "sqrt(max(1, A/B)), wants its own, larger LR in muon_learning_rate (e.g. 0.02)"})
     muon_learning_rate: Optional[float] = field(default=None, metadata={
         "help": "Muon's peak LR; None: training.learning_rate"})
+    decay_embeddings: bool = field(default=False, metadata={"help": "weight decay on embedding tables too"})
 
 
 @dataclass
@@ -284,7 +299,12 @@ class ContextSection:
 @dataclass
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection, metadata={
-        "help": "which config JSON to build, field overrides, attention backend, compilation, fused loss"})
+        "help": "which config JSON to build, field overrides, weights to start from, attention backend, precision, "
+                "compilation"})
+    loss: LossSection = field(default_factory=LossSection, metadata={
+        "help": "the loss: its implementation (fused or not), chunk sizes, z-loss"})
+    batch: BatchSection = field(default_factory=BatchSection, metadata={
+        "help": "how a step's samples are split into micro-batches"})
     data: DataSection = field(default_factory=DataSection, metadata={
         "help": "the output folder of scripts/tokenize_pile.py, or several with weights and phases"})
     training: dict = field(default_factory=dict, metadata={
@@ -615,7 +635,10 @@ def _inductor_settings(options) -> dict:
 # Keys that moved to the section of what they configure (issue 57): old "section.key" -> new "section.key". A recipe
 # file or override with an old key loads as before, with one warning naming the new key; resume reads a checkpoint's
 # recipe.yaml through the same table (migrate_recipe_dict).
-MOVED_KEYS = {"training.optim": "optimizer.name"}
+MOVED_KEYS = {"training.optim": "optimizer.name", "model.fused_loss": "loss.implementation",
+              "model.loss_chunk_tokens": "loss.chunk_tokens",
+              "model.liger_min_chunk_tokens": "loss.liger_min_chunk_tokens", "model.z_loss": "loss.z_loss",
+              "model.micro_batch": "batch.micro_batch", "model.decay_embeddings": "optimizer.decay_embeddings"}
 # optimizer.name's old value: TrainingArguments' optimizer, which training.optim chose
 _OLD_ADAMW = "adamw"
 
@@ -715,8 +738,8 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     if not 0 <= recipe.max_skipped_fraction <= 1:
         raise RecipeError(f"max_skipped_fraction={recipe.max_skipped_fraction} is outside [0, 1]: the share of the "
                           "run's optimizer steps nan_policy=skip may skip")
-    if recipe.model.z_loss < 0:
-        raise RecipeError(f"model.z_loss={recipe.model.z_loss} must be >= 0")
+    if recipe.loss.z_loss < 0:
+        raise RecipeError(f"loss.z_loss={recipe.loss.z_loss} must be >= 0")
     backends = list(recipe.model.sdpa_backends)
     if not backends or any(b not in SDPA_BACKENDS for b in backends):
         raise RecipeError(f"model.sdpa_backends={backends}: must be a non-empty list of {list(SDPA_BACKENDS)}")

@@ -31,7 +31,7 @@ from hfpretrain.models.hardware import gpu_memory_bytes as card_memory_bytes
 from hfpretrain.models.speedups import Speedups
 from hfpretrain.models.zoo import is_moe, resolve_attn_implementation, supports_flex_attention
 
-from .config import RecipeError
+from .config import LossSection, RecipeError
 from .loss import choose_fused_loss
 
 logger = logging.getLogger("hfpretrain")
@@ -48,7 +48,7 @@ FP8_MIN_HIDDEN = 2048
 FLEX_SPEEDUP = "1.29x SDPA's dense mask at 2,048 tokens, 2.97x at 16,384, measured on an H100"
 
 
-# model.micro_batch=auto grows the micro-batch while the memory estimate (models/memory.py, within 4% of the
+# batch.micro_batch=auto grows the micro-batch while the memory estimate (models/memory.py, within 4% of the
 # measured peaks in docs/benchmarks.md) stays under this share of the GPU: room for its error and fragmentation.
 # The shipped 1.8B recipe runs at 78% of an H200 (110.2 GiB measured, 105.5 estimated: docs/benchmarks.md), so
 # a split estimated at up to 80% takes the risk the recipe already takes.
@@ -71,7 +71,7 @@ class FastPath:
 
 @dataclass(frozen=True)
 class MicroBatchChoice:
-    """``model.micro_batch``'s split of a step's samples, and the loss auto chose at that micro-batch."""
+    """``batch.micro_batch``'s split of a step's samples, and the loss auto chose at that micro-batch."""
 
     micro_batch: int
     accumulation: int
@@ -81,10 +81,12 @@ class MicroBatchChoice:
 
 
 def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, cuda: bool, gpu_memory: int | None,
-                     planning: bool = False, bf16: bool = True) -> FastPath:
-    """Resolve ``model.attn_implementation``, ``model.compile``, ``model.fused_loss`` and the other ``auto`` choices
-    for this run (``cuda``: it trains on a CUDA GPU of ``gpu_memory`` bytes; ``planning``: a dry run, which may be
-    on a CPU login node planning a GPU run; ``bf16``: the run trains in bf16, ``training.bf16``)."""
+                     planning: bool = False, bf16: bool = True, loss_section=None) -> FastPath:
+    """Resolve ``model.attn_implementation``, ``model.compile``, ``loss.implementation`` (``loss_section``: the
+    recipe's ``loss:``, default its defaults) and the other ``auto`` choices for this run (``cuda``: it trains on a
+    CUDA GPU of ``gpu_memory`` bytes; ``planning``: a dry run, which may be on a CPU login node planning a GPU run;
+    ``bf16``: the run trains in bf16, ``training.bf16``)."""
+    loss_section = loss_section if loss_section is not None else LossSection()
     reasons = {}
     try:
         attn, reasons["attn_implementation"] = resolve_attn_implementation(config, model_section.attn_implementation)
@@ -124,16 +126,16 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, cuda
 
     gpu_memory = planned_gpu_memory(gpu_memory, planning)  # None: no GPU, so no compiled or liger loss for auto
     try:
-        loss, reasons["fused_loss"] = choose_fused_loss(model_section.fused_loss,
+        loss, reasons["fused_loss"] = choose_fused_loss(loss_section.implementation,
                                                         logits_bytes(micro_batch, seq_len, config), gpu_memory)
     except RuntimeError:
         if not planning:
             raise
-        loss, reasons["fused_loss"] = model_section.fused_loss, "set in the recipe (not available on this machine)"
-    if model_section.z_loss and loss == "none":
-        raise RecipeError("model.z_loss needs the project's loss (model.fused_loss compiled, liger, chunked or auto): "
-                          "HF's own loss (none) has no z-loss term")
-    if planning and not cuda and model_section.fused_loss == "auto":
+        loss, reasons["fused_loss"] = loss_section.implementation, "set in the recipe (not available on this machine)"
+    if loss_section.z_loss and loss == "none":
+        raise RecipeError("loss.z_loss needs the project's loss (loss.implementation compiled, liger, chunked or "
+                          "auto): HF's own loss (none) has no z-loss term")
+    if planning and not cuda and loss_section.implementation == "auto":
         reasons["fused_loss"] += f" (planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB)"
     precision, reasons["precision"] = choose_precision(model_section, config, planning)
     residual, reasons["residual_dtype"] = choose_residual_dtype(model_section.residual_dtype, cuda or planning, bf16)
@@ -216,14 +218,15 @@ def logits_bytes(micro_batch: int, seq_len: int, config) -> int:
     return micro_batch * seq_len * config.vocab_size * 2  # one micro-batch's bf16 logits
 
 
-def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, accumulation: int, seq_len: int,
-                       memory_bytes, gpu_memory: int | None, planning: bool = False,
+def choose_micro_batch(requested: str, requested_loss: str, fast: FastPath, config, micro_batch: int,
+                       accumulation: int, seq_len: int, memory_bytes, gpu_memory: int | None, planning: bool = False,
                        target_gpu: str | None = None) -> MicroBatchChoice:
-    """``model.micro_batch``'s split: with ``auto`` on a GPU (of ``gpu_memory`` bytes; None: none), the largest
-    micro-batch that divides the step's ``micro_batch * accumulation`` samples (20 x 12 can become 24 x 10), no
-    smaller than the recipe's, whose estimate ``memory_bytes(micro, accumulation, fused_loss)`` stays under
-    MICRO_BATCH_MEMORY_SHARE of the GPU and whose loss implementation stays ``fast.fused_loss``; smaller than the
-    recipe's only where the recipe's would not fit (_smaller_micro_batch). ``target_gpu`` (``context.gpu``): a dry
+    """``batch.micro_batch``'s split (``requested``; ``requested_loss``: ``loss.implementation``): with ``auto`` on
+    a GPU (of ``gpu_memory`` bytes; None: none), the largest micro-batch that divides the step's ``micro_batch *
+    accumulation`` samples (20 x 12 can become 24 x 10), no smaller than the recipe's, whose estimate
+    ``memory_bytes(micro, accumulation, fused_loss)`` stays under MICRO_BATCH_MEMORY_SHARE of the GPU and whose loss
+    implementation stays ``fast.fused_loss``; smaller than the recipe's only where the recipe's would not fit
+    (_smaller_micro_batch). ``target_gpu`` (``context.gpu``): a dry
     run plans for that card's memory, as the context phase's fit check does."""
     recipe_split = f"{micro_batch} x {accumulation}"
     without_gpu = planning and gpu_memory is None
@@ -235,7 +238,7 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
     def keep(reason: str) -> MicroBatchChoice:
         return MicroBatchChoice(micro_batch, accumulation, reason, fast.fused_loss)
 
-    if model_section.micro_batch == "recipe":
+    if requested == "recipe":
         return keep(f"set in the recipe: {recipe_split}")
     if gpu_memory is None:
         return keep(f"auto: the recipe's {recipe_split} (no CUDA GPU)")
@@ -243,7 +246,7 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
     planned = f"; planned for a GPU of {planned_for}" if without_gpu else ""
     recipe_need = memory_bytes(micro_batch, accumulation, fast.fused_loss)
     if recipe_need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
-        choice = _smaller_micro_batch(model_section, fast, config, micro_batch, accumulation, seq_len, memory_bytes,
+        choice = _smaller_micro_batch(requested_loss, fast, config, micro_batch, accumulation, seq_len, memory_bytes,
                                       gpu_memory, recipe_need, on_this_gpu=not without_gpu)
         return dataclasses.replace(choice, reason=choice.reason + planned)
     chosen, why_not = (micro_batch, accumulation), "no accumulation to fold"
@@ -251,7 +254,7 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
     for micro in (m for m in range(micro_batch + 1, samples + 1) if samples % m == 0):
         accum = samples // micro
         loss, reason = fast.fused_loss, None  # a loss set in the recipe stays; auto's may change with the size
-        if model_section.fused_loss == "auto":
+        if requested_loss == "auto":
             loss, reason = choose_fused_loss("auto", logits_bytes(micro, seq_len, config), gpu_memory)
         if loss != fast.fused_loss:
             why_not = f"at {micro} the loss would be {loss}, not {fast.fused_loss}"
@@ -266,7 +269,7 @@ def choose_micro_batch(model_section, fast: FastPath, config, micro_batch: int, 
         return keep(f"auto: the recipe's {recipe_split} ({why_not})")
     return MicroBatchChoice(*chosen, (f"auto: {chosen[0]} x {chosen[1]} for the recipe's {recipe_split}, the same "
                                       f"{micro_batch * accumulation} samples per step in fewer, larger micro-batches "
-                                      f"(larger: {why_not}; model.micro_batch=recipe keeps the recipe's)"),
+                                      f"(larger: {why_not}; batch.micro_batch=recipe keeps the recipe's)"),
                             fast.fused_loss, loss_reason)
 
 
@@ -275,8 +278,9 @@ def _over_budget(split: str, need: int, gpu_memory: int) -> str:
             f"{gpu_memory / 2**30:.0f} GiB")
 
 
-def _smaller_micro_batch(model_section, fast: FastPath, config, micro_batch: int, accumulation: int, seq_len: int,
-                         memory_bytes, gpu_memory: int, recipe_need: int, on_this_gpu: bool = False) -> MicroBatchChoice:
+def _smaller_micro_batch(requested_loss: str, fast: FastPath, config, micro_batch: int, accumulation: int,
+                         seq_len: int, memory_bytes, gpu_memory: int, recipe_need: int,
+                         on_this_gpu: bool = False) -> MicroBatchChoice:
     """The recipe's micro-batch would not fit this GPU (a recipe written for a 141 GB H200 on an 80 GB H100):
     the largest smaller split of the step's samples whose estimate fits, the loss re-chosen by ``auto`` at its size
     (so a size that would fit only with another loss than auto's is passed over). None fits: the recipe's, and the
@@ -289,12 +293,12 @@ def _smaller_micro_batch(model_section, fast: FastPath, config, micro_batch: int
     loss = fast.fused_loss
     for micro in (m for m in range(micro_batch - 1, 0, -1) if samples % m == 0):
         loss_reason = None
-        if model_section.fused_loss == "auto":
+        if requested_loss == "auto":
             loss, loss_reason = choose_fused_loss("auto", logits_bytes(micro, seq_len, config), gpu_memory)
         if memory_bytes(micro, samples // micro, loss) <= MICRO_BATCH_MEMORY_SHARE * gpu_memory:
             return MicroBatchChoice(micro, samples // micro,
                                     f"auto: {micro} x {samples // micro}, the same {samples} samples per step in "
-                                    f"smaller micro-batches ({over}; model.micro_batch=recipe keeps it)",
+                                    f"smaller micro-batches ({over}; batch.micro_batch=recipe keeps it)",
                                     loss, loss_reason)
     smallest = memory_bytes(1, samples, fast.fused_loss)
     if on_this_gpu and smallest > gpu_memory:

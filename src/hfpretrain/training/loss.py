@@ -20,7 +20,7 @@ Both give the same value as HF's ``ForCausalLMLoss``: labels shifted left by one
 token losses divided by ``num_items_in_batch`` (the token count of the whole accumulated batch)
 when given, else the mean.
 
-``z_loss`` (``model.z_loss``, training only) adds PaLM's auxiliary term ``z_loss * logsumexp(logits)**2`` per
+``z_loss`` (``loss.z_loss``, training only) adds PaLM's auxiliary term ``z_loss * logsumexp(logits)**2`` per
 token, which keeps the softmax normaliser near 1 (log near 0) and the logits from drifting: in all three paths
 (liger's ``lse_square_scale``); HF's own loss (``fused_loss=none``) has no such term and is refused with it.
 
@@ -69,7 +69,7 @@ def choose_fused_loss(requested: str, logits_bytes: int | None = None,
             return "liger", "logits too large to hold whole: liger-kernel's fused chunks"
         return "chunked", "logits too large to hold whole and liger-kernel missing: chunked PyTorch cross-entropy"
     if requested == "liger" and not (has_liger and torch.cuda.is_available()):
-        raise RuntimeError("model.fused_loss=liger needs liger-kernel (pip install -e .[gpu]) and a CUDA GPU")
+        raise RuntimeError("loss.implementation=liger needs liger-kernel (pip install -e .[gpu]) and a CUDA GPU")
     return requested, "set in the recipe"
 
 
@@ -232,9 +232,9 @@ class LossSpec:
     """How a run computes its loss: the recipe's settings, resolved (the plan builds it)."""
 
     impl: str  # "compiled" | "liger" | "chunked" | "none" (the fast path's fused_loss; none: HF's own loss)
-    chunk_tokens: int = 8192  # model.loss_chunk_tokens (chunked)
-    liger_min_chunk_tokens: int = 1024  # model.liger_min_chunk_tokens (liger)
-    z_loss: float = 0.0  # model.z_loss, in training only
+    chunk_tokens: int = 8192  # loss.chunk_tokens (chunked)
+    liger_min_chunk_tokens: int = 1024  # loss.liger_min_chunk_tokens (liger)
+    z_loss: float = 0.0  # loss.z_loss, in training only
     fused_head: bool = True  # kernels.fused_head: the compiled path's Triton kernel on a GPU
     tile: tuple[int, int] | None = None  # kernels.loss_tile: that kernel's (columns, warps); None: by vocabulary
     compile_backend: str = "inductor"  # model.compile_backend (the compiled path off a GPU kernel)

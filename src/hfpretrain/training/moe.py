@@ -165,7 +165,7 @@ def balancing_term(aux: torch.Tensor, config, labels: torch.Tensor, num_items_in
     if num_items_in_batch is not None:
         # The cross-entropy is this micro-batch's share of the step's tokens (all micro-batches, all ranks); the aux
         # loss takes the same share, so that its weight is moe.aux_loss_coef whatever accumulation and GPU count
-        # model.micro_batch and the launch chose (transformers adds it whole per micro-batch).
+        # batch.micro_batch and the launch chose (transformers adds it whole per micro-batch).
         weight = weight * labels.ne(-100).sum() / num_items_in_batch
     return weight * aux.to(labels.device)
 

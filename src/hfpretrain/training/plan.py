@@ -35,8 +35,8 @@ def run_memory(recipe: Recipe, config, fields: dict, seq_len: int, fast: FastPat
         checkpoint_offload=bool(checkpointing.get("offload", False)), document_mask=recipe.model.document_mask,
         attn_implementation=fast.attn_implementation, grad_accum=accumulation, compile=fast.compile,
         fused_loss=loss, fused_loss_chunk=loss_chunk_tokens(loss, micro_batch * seq_len, config.vocab_size,
-                                                            config.hidden_size, recipe.model.loss_chunk_tokens,
-                                                            recipe.model.liger_min_chunk_tokens),
+                                                            config.hidden_size, recipe.loss.chunk_tokens,
+                                                            recipe.loss.liger_min_chunk_tokens),
         residual_bytes=2 if fast.residual_dtype == "bfloat16" else 4,
         experts_implementation=fast.experts_implementation or "grouped_mm",
         float8=fast.precision == "fp8"))  # choose_precision gives fp8 only to a model torchao converts

@@ -242,9 +242,10 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
     zero = machine.sharding(fields)
     fast = choose_fast_path(recipe.model, config, int(_training_value(fields, "per_device_train_batch_size")),
                             seq_len, machine.cuda, machine.gpu_memory, planning=machine.planning,
-                            bf16=bool(recipe.training.get("bf16")))
+                            bf16=bool(recipe.training.get("bf16")), loss_section=recipe.loss)
     split = choose_micro_batch(
-        recipe.model, fast, config, int(_training_value(fields, "per_device_train_batch_size")),
+        recipe.batch.micro_batch, recipe.loss.implementation, fast, config,
+        int(_training_value(fields, "per_device_train_batch_size")),
         int(_training_value(fields, "gradient_accumulation_steps")), seq_len,
         lambda micro, accum, loss: run_memory(recipe, config, fields, seq_len, fast, world, zero, micro, accum,
                                               loss).total,
@@ -287,11 +288,11 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
     if facts.assumed:
         plan["assumed"] = assumptions(recipe, facts, config, seq_len, train_blocks)
     data_info["samples_per_step"] = plan["samples_per_step"]
-    m, k = recipe.model, recipe.kernels
-    loss = LossSpec(impl=fast.fused_loss, chunk_tokens=m.loss_chunk_tokens,
-                    liger_min_chunk_tokens=m.liger_min_chunk_tokens, z_loss=m.z_loss, fused_head=k.fused_head,
-                    tile=tuple(k.loss_tile) if k.loss_tile else None, compile_backend=m.compile_backend,
-                    compile_mode=fast.compile_mode)
+    written, k = recipe.loss, recipe.kernels
+    loss = LossSpec(impl=fast.fused_loss, chunk_tokens=written.chunk_tokens,
+                    liger_min_chunk_tokens=written.liger_min_chunk_tokens, z_loss=written.z_loss,
+                    fused_head=k.fused_head, tile=tuple(k.loss_tile) if k.loss_tile else None,
+                    compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode)
     return ResolvedRun(recipe, config, facts.tokenizer, args, fast, loss, Layout(world, zero), seq_len, steps_from,
                        facts.manifest, schedule, data_info, plan)
 

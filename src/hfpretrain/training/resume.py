@@ -5,6 +5,7 @@ holds the recipe as written (``recipe.yaml``), the data's record (``data.json``)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -14,7 +15,7 @@ from transformers import TrainingArguments
 
 from .arguments import _training_value
 from .checkpoints import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
-from .config import MoeSection, Recipe, RecipeError, migrate_recipe_dict, recipe_to_dict
+from .config import MoeSection, OptimizerSection, Recipe, RecipeError, migrate_recipe_dict, recipe_to_dict
 from .resolve import RESOLVED_FILE, ResolvedRun
 from .zero import deepspeed_tag
 
@@ -41,7 +42,8 @@ def resolve_resume(value, output_dir: str) -> str | None:
 # resume).
 # (The optimizer itself is optimizer.name, compared with the rest of the optimizer section.)
 RESUME_TRAINING_KEYS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
-                        "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim_args", "optim_target_modules", "label_smoothing_factor", "seed", "data_seed")
+                        "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim_args",
+                        "optim_target_modules", "label_smoothing_factor", "seed", "data_seed")
 
 BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")  # for checkpoints without data.json
 
@@ -59,8 +61,10 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
 
     for key in ("config", "overrides"):
         compare(f"model.{key}", (old.get("model") or {}).get(key), new["model"][key])
-    for key, default in (("document_mask", False), ("z_loss", 0.0)):  # what the model learns from (absent: off)
-        compare(f"model.{key}", (old.get("model") or {}).get(key, default), new["model"].get(key, default))
+    # what the model learns from (absent: off)
+    for key, default in (("model.document_mask", False), ("loss.z_loss", 0.0)):
+        section, name = key.split(".")
+        compare(key, (old.get(section) or {}).get(name, default), (new.get(section) or {}).get(name, default))
     # a context phase's positions: its RoPE is in the config made at start, not in the checkpoint's weights
     for key, default in (("seq_len", None), ("from_seq_len", None), ("rope", "keep"), ("rope_theta", None),
                          ("yarn_factor", None)):
@@ -85,16 +89,17 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
     for key in RESUME_TRAINING_KEYS + (BATCH_KEYS if old_data is None else ()):
         if key in TrainingArguments.__dataclass_fields__:  # warmup_ratio: transformers < 5 only
             compare(f"training.{key}", _training_value(old_training, key), _training_value(new_training, key))
-    # which matrices weight decay applies to (absent: off, as before the key existed)
-    compare("model.decay_embeddings", (old.get("model") or {}).get("decay_embeddings", False),
-            new["model"].get("decay_embeddings", False))
     # the experts' balancing (absent: a checkpoint from before the section, whose defaults it ran with)
     for key in ("aux_loss_coef", "bias_update_rate"):
         default = getattr(MoeSection, key)
         compare(f"moe.{key}", (old.get("moe") or {}).get(key, default), (new.get("moe") or {}).get(key, default))
-    if isinstance(old.get("optimizer"), dict) and isinstance(new.get("optimizer"), dict):
-        for key in sorted(set(old["optimizer"]) | set(new["optimizer"])):
-            compare(f"optimizer.{key}", old["optimizer"].get(key), new["optimizer"].get(key))
+    # the optimizer and its settings, decay_embeddings (which matrices decay) among them; a key absent from an older
+    # checkpoint's recipe.yaml is its default, which that run trained with
+    defaults = {f.name: f.default for f in dataclasses.fields(OptimizerSection)}
+    old_optimizer, new_optimizer = old.get("optimizer") or {}, new.get("optimizer") or {}
+    for key in sorted(set(old_optimizer) | set(new_optimizer)):
+        compare(f"optimizer.{key}", old_optimizer.get(key, defaults.get(key)),
+                new_optimizer.get(key, defaults.get(key)))
     return diffs
 
 

@@ -304,7 +304,7 @@ def build_trainer(run: ResolvedRun, model, train_blocks, eval_blocks, train_leng
         processing_class=run.tokenizer, callbacks=[cb for cb in callbacks if cb is not None],  # run by `order`
         train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"], loss=run.loss,
         nonfinite=NonFinitePolicy(recipe.nan_policy, recipe.max_skipped_steps, recipe.max_skipped_fraction),
-        decay_embeddings=recipe.model.decay_embeddings,
+        decay_embeddings=recipe.optimizer.decay_embeddings,
         run_files={"recipe.yaml": recipe_to_yaml(recipe), RESOLVED_FILE: resolved_yaml(run)},
         train_blocks=len(train_blocks.blocks) if run.schedule is None else None,
         tokens_per_byte=plan["validation_tokens_per_byte"],

@@ -130,7 +130,7 @@ class PretrainTrainer(Trainer):
     # ---- optimizer -------------------------------------------------------------------------
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
         # Matrices only: norms and biases are 1-D; embedding tables (and a head tied to one) are
-        # excluded unless the recipe asks for them (model.decay_embeddings).
+        # excluded unless the recipe asks for them (optimizer.decay_embeddings).
         embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
         return [name for name, p in model.named_parameters()
                 if p.ndim >= 2 and (self.decay_embeddings or id(p) not in embeddings)]
