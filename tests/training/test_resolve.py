@@ -31,6 +31,10 @@ CHANGED = {
 }
 
 
+# shipped after the snapshot (e716ca9)
+ADDED_SINCE = ("demo_cpu",)  # make demo's recipe (issue 59)
+
+
 @pytest.fixture(scope="module")
 def snapshot_folders(mini_blocks, mini_train, mini_val, data_root, tmp_path_factory) -> tuple[str, str, str]:
     """The snapshot's three data folders, made as resolved_snapshot.py's docstring says."""
@@ -66,7 +70,12 @@ def _within(before, after, path=""):
 @pytest.mark.full_data("the Qwen3 tokenizer and the mini corpus the snapshot was taken on")
 def test_every_shipped_recipe_resolves_as_before(snapshot_folders):
     golden, now = _golden(), snapshot(*snapshot_folders)
-    assert sorted(now) == sorted(p.stem for p in RECIPES.glob("*.yaml")) == sorted(golden)
+    assert sorted(now) == sorted(p.stem for p in RECIPES.glob("*.yaml"))
+    # recipes shipped after the snapshot have no resolution from before to hold: each must plan before its data
+    # exists (the snapshot's data folders are made with other tokenizers than demo_cpu's own 2,048-token one)
+    assert sorted(set(now) - set(golden)) == sorted(ADDED_SINCE)
+    for recipe in ADDED_SINCE:
+        assert all("plan" in now[recipe][case] for case in ("no_data/this", "no_data/8gpu_zero1")), now[recipe]
     for recipe, cases in golden.items():
         for case, before in cases.items():
             after, changed = now[recipe][case], CHANGED.get((recipe, case))
