@@ -685,7 +685,7 @@ def test_every_float_key_refuses_non_finite_values_by_name(value):
 
 
 @pytest.mark.parametrize("override", ["optimizer.muon_momentum=1.5", "logging.assumed_mfu=0", "logging.peak_flops=-1",
-                                      "optimizer.muon_learning_rate=-1", "model.loss_chunk_tokens=0"])
+                                      "optimizer.muon_learning_rate=-1", "loss.chunk_tokens=0"])
 def test_a_typed_key_out_of_its_range_is_refused_at_load(override):
     """Each was accepted at load (a momentum of 1.5 diverges; a chunk of 0 tokens fails in the loss)."""
     from hfpretrain.training.config import NUMBER_RANGES, Recipe, RecipeError, load_recipe

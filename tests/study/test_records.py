@@ -222,7 +222,10 @@ def test_the_committed_study_regenerates_identically(tmp_path):
     for name in ("report.md", "spec.yaml"):
         assert (out / name).read_text() == (VOCAB / name).read_text(), name
 
-    def close(a, b, where):  # floats to 1e-9: another BLAS may round the least-squares fits' last bits apart
+    # floats to 1e-6: another BLAS (or thread count) rounds the least-squares fits' last bits apart, and the
+    # iterative trend fit carries that to ~2e-8 relative (bpe_8k's trend on a 2-core machine); report.md, which
+    # prints every figure, must be identical
+    def close(a, b, where):
         if isinstance(a, dict):
             assert isinstance(b, dict) and a.keys() == b.keys(), where
             for k in a:
@@ -232,7 +235,7 @@ def test_the_committed_study_regenerates_identically(tmp_path):
             for i, (x, y) in enumerate(zip(a, b)):
                 close(x, y, f"{where}[{i}]")
         elif isinstance(a, float) and isinstance(b, (int, float)):
-            assert b == pytest.approx(a, rel=1e-9, abs=1e-12), where
+            assert b == pytest.approx(a, rel=1e-6, abs=1e-12), where
         else:
             assert a == b, where
 

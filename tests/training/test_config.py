@@ -19,13 +19,13 @@ GPT2_PADDED_VOCAB = 50304  # the mini blocks use gpt2 (50,257 tokens), padded to
 
 
 def vocab_overrides(path) -> list[str]:
-    """Zoo configs made for another tokenizer (Qwen3's 151,680) carry an explicit vocab_size that
+    """Zoo configs (and recipes) made for another tokenizer (Qwen3's 151,680) carry an explicit vocab_size that
     load_config refuses for gpt2 data; resize the table to the gpt2 vocabulary for the dry run."""
     from hfpretrain.models.zoo import load_config
 
-    name = load_recipe(path, ["data.path=x"]).model.config
-    try:
-        load_config(name, {}, vocab_size=50257)
+    model = load_recipe(path, ["data.path=x"]).model
+    try:  # the recipe's own overrides too: demo_cpu names its 2,048-token vocabulary
+        load_config(model.config, model.overrides, vocab_size=50257)
         return []
     except ValueError as err:
         assert "vocab_size" in str(err)

@@ -777,7 +777,7 @@ NUMBER_RANGES = {
     "muon_ns_steps": (lambda v: v >= 1, "Newton-Schulz iterations, >= 1"),
     "assumed_mfu": (lambda v: 0 < v <= 1, "a share of the peak, in (0, 1]"),
     "peak_flops": (lambda v: v > 0, "FLOP/s, > 0"),
-    "loss_chunk_tokens": (lambda v: v >= 1, "tokens per chunk, >= 1"),
+    "chunk_tokens": (lambda v: v >= 1, "tokens per chunk, >= 1"),
     "liger_min_chunk_tokens": (lambda v: v >= 0, "tokens, >= 0 (0: liger's own sizing)"),
 }
 
