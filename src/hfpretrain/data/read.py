@@ -324,11 +324,7 @@ def _iter_saved(src: dict, text_field: str = "text") -> Iterator[tuple[int, dict
     elif src.get("split"):
         raise DataError(f"{path}: a single Dataset, not a DatasetDict: it has no splits, drop ?split=")
     if text_field not in ds.column_names:
-        rows = ds.select(range(min(FIELD_CHECK_RECORDS, len(ds)))).to_list()
-        fields: dict[str, int] = {}
-        for row in rows:
-            _count_fields(fields, row)
-        raise wrong_field(path, text_field, len(rows), fields)
+        raise wrong_field_in_rows(path, text_field, ds.select(range(min(FIELD_CHECK_RECORDS, len(ds)))).to_list())
     columns = [c for c in dict.fromkeys((text_field, "meta", "pile_set_name")) if c in ds.column_names]
     n = 0
     for batch in ds.select_columns(columns).iter(batch_size=1024):
@@ -347,6 +343,14 @@ def wrong_field(path: str, field: str, records: int, fields: dict[str, int]) -> 
                                       "name the field that holds the documents with --text-field"))
 
 
+def wrong_field_in_rows(path: str, field: str, rows: list[dict]) -> DataError:
+    """:func:`wrong_field` for a table whose first ``rows`` have no column ``field``."""
+    fields: dict[str, int] = {}
+    for row in rows:
+        _count_fields(fields, row)
+    return wrong_field(path, field, len(rows), fields)
+
+
 def _count_fields(fields: dict[str, int], row: dict) -> None:
     """Add ``row``'s fields to ``fields`` (name -> characters of string values), for :func:`wrong_field`."""
     for k, v in row.items():
@@ -362,10 +366,7 @@ def _iter_parquet(path: str, text_field: str = "text") -> Iterator[tuple[int, di
         first = next(pf.iter_batches(batch_size=FIELD_CHECK_RECORDS), None)
         rows = first.to_pylist() if first is not None else []
         if rows:
-            fields: dict[str, int] = {}
-            for row in rows:
-                _count_fields(fields, row)
-            raise wrong_field(path, text_field, len(rows), fields)
+            raise wrong_field_in_rows(path, text_field, rows)
     cols = [c for c in dict.fromkeys((text_field, "meta", "pile_set_name")) if c in names]
     n = 0
     for batch in pf.iter_batches(batch_size=1024, columns=cols or None):
