@@ -5,12 +5,30 @@
 # vocabulary, 923M parameters in all); CORPUS_TOK=.carry/data/tokenizers/qwen3 DATA=out/mix_qwen3_2048 for Qwen3's.
 # Carry: .carry (TOKENIZERS=gpt2 NO_DEEPSPEED=1 ../shared/gpu/pack.sh 36 --no-eval) and out/tok10_bpe32k.
 #   source .carry/setup.sh && VARIANTS="grouped profile dense" bash benchmarks/gpu_1gpu_moe.sh
+# best_small_moe's shape as its recipe trains it (8 x 1024, 32 experts of 704, top-4, 128 x 1024 per step, the
+# corpus-trained 8k BPE: out/tok10_bpe8k carried; the first shard is enough for these short runs) against its dense
+# twin recipes/best_small.yaml: VARIANTS="small_moe small_dense small_balanced profile_small profile_small_dense".
+# *balanced: moe.forced_balance (every expert the same rows): the speed of perfect balance beside dropless routing.
 # A same-call A/B against an earlier commit's code: its src/hfpretrain copied to ab_base/hfpretrain (untracked, so
 # it travels), then PYTHONPATH=$PWD/ab_base:$PYTHONPATH VARIANTS=grouped.0 ... before the current code's variants.
 CORPUS_TOK=${CORPUS_TOK:-out/tok10_bpe32k} DATA=${DATA:-out/mix3_bpe32k_2048}
 CORPUS_SHARDS=${CORPUS_SHARDS:-".carry/data/pretrain/mix/train-0000[0-2].jsonl.zst"}
 source benchmarks/gpu_common.sh
-[ -f $DATA/manifest.json ] || tokenize_corpus
+python3 - <<'PY' 2>&1 | tee -a "$N"  # what the experts backends could load here
+import importlib.util as u, transformers
+from hfpretrain.training.fast_path import sonicmoe_missing
+print("sonicmoe:", sonicmoe_missing() or "loads", "| torchao:", bool(u.find_spec("torchao")),
+      "| grouped_mm:", hasattr(__import__("torch"), "_grouped_mm"),
+      "| scaled_grouped_mm:", hasattr(__import__("torch"), "_scaled_grouped_mm"))
+PY
+SMALL_DATA=${SMALL_DATA:-out/mix1_bpe8k_1024}
+for v in ${VARIANTS:-grouped eager dense}; do  # the data the variants asked for, tokenized once per machine
+  case $v in
+    *small*) [ -f $SMALL_DATA/manifest.json ] || DATA=$SMALL_DATA CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024 \
+      CORPUS_SHARDS=".carry/data/pretrain/mix/train-00000.jsonl.zst" tokenize_corpus ;;
+    *) [ -f $DATA/manifest.json ] || tokenize_corpus ;;
+  esac
+done
 DENSE="model.config=qwen3_124m model.overrides.num_hidden_layers=16 model.overrides.hidden_size=1024
   model.overrides.num_attention_heads=8 model.overrides.num_key_value_heads=4 model.overrides.head_dim=128
   model.overrides.intermediate_size=2048 model.overrides.max_position_embeddings=4096
@@ -22,6 +40,18 @@ variant() {  # name, overrides...
     training.max_steps=${STEPS:-30} training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
     training.report_to=none training.disable_tqdm=true training.resume_from_checkpoint=none \
     training.output_dir=/tmp/$1 "${@:2}" --out "$OUT/moe_$1.json"
+}
+small_variant() {  # name, recipe, overrides...: a shipped recipe's shape and batch, STEPS steps from the first
+  rm -rf /tmp/$1
+  timed $1 python3 benchmarks/benchmark.py ours $2 data.path=$SMALL_DATA training_flops=null \
+    training.max_steps=${STEPS:-30} training.warmup_steps=5 training.logging_steps=5 training.eval_strategy=no \
+    training.save_strategy=no training.report_to=none training.disable_tqdm=true \
+    training.resume_from_checkpoint=none training.output_dir=/tmp/$1 "${@:3}" --out "$OUT/moe_$1.json"
+}
+profile_outputs() {  # name: the kernel table, the gaps between kernels and dynamo's breaks, under $OUT
+  grep -E "__graph_breaks|__recompiles" /tmp/$1.log | cut -c1-400 > "$OUT/dynamo_$1.txt"
+  for f in /tmp/$1/profile/kernels-*.txt; do head -80 "$f" > "$OUT/kernels_$1.txt"; done
+  python3 benchmarks/trace_gaps.py /tmp/$1/profile/trace-*.json > "$OUT/gaps_$1.txt" 2>&1
 }
 for v in ${VARIANTS:-grouped eager dense}; do
   case ${v%.[0-9]} in
@@ -39,9 +69,15 @@ for v in ${VARIANTS:-grouped eager dense}; do
       # recompiles, for the MoE shape or its dense twin (not speed figures: the profiler slows the steps it records)
       shape="model.config=qwen3_moe_856m_a152m"; [ $v = profile_dense ] && shape=$DENSE
       TORCH_LOGS=graph_breaks,recompiles STEPS=14 variant $v $shape 'logging.profile_steps=[10,12]'
-      grep -E "__graph_breaks|__recompiles" /tmp/$v.log | cut -c1-400 > "$OUT/dynamo_$v.txt"
-      for f in /tmp/$v/profile/kernels-*.txt; do head -80 "$f" > "$OUT/kernels_$v.txt"; done
-      python3 benchmarks/trace_gaps.py /tmp/$v/profile/trace-*.json > "$OUT/gaps_$v.txt" 2>&1 ;;
+      profile_outputs $v ;;
+    balanced) variant $v model.config=qwen3_moe_856m_a152m moe.forced_balance=true ;;
+    small_moe) small_variant $v recipes/best_small_moe.yaml ;;
+    small_balanced) small_variant $v recipes/best_small_moe.yaml moe.forced_balance=true ;;
+    small_dense) small_variant $v recipes/best_small.yaml ;;
+    profile_small|profile_small_dense)
+      recipe=recipes/best_small_moe.yaml; [ $v = profile_small_dense ] && recipe=recipes/best_small.yaml
+      TORCH_LOGS=graph_breaks,recompiles STEPS=14 small_variant $v $recipe 'logging.profile_steps=[10,12]'
+      profile_outputs $v ;;
     dense) variant $v $DENSE ;;
     grouped_ga|dense_ga)  # 4 x MB x 2048 tokens per optimizer step (the planner folds the accumulation into one
       # micro-batch where it fits: 64 on an H200), so that AdamW weighs as little as in a real run

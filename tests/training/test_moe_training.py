@@ -67,7 +67,23 @@ def test_experts_implementation_checks(mini_blocks, tmp_path):
         run_pretrain(mini_blocks, tmp_path / "dense", {"model.experts_implementation": "grouped_mm"})
     with pytest.raises(RecipeError, match="model.experts_implementation='loop' is not one of"):
         run_pretrain(mini_blocks, tmp_path / "bad", {**TINY_MOE, "model.experts_implementation": "loop"})
-    assert not (tmp_path / "dense").exists() and not (tmp_path / "bad").exists()
+    # transformers' CuTe DSL backend cannot load on a CPU (nor without the kernels package, nor offline): one line
+    # naming what is missing, before anything is written
+    with pytest.raises(RecipeError, match=r"model.experts_implementation=sonicmoe: .*(sonic|kernels|CUDA).*; use "
+                                          r"grouped_mm"):
+        run_pretrain(mini_blocks, tmp_path / "sonic", {**TINY_MOE, "model.experts_implementation": "sonicmoe"})
+    assert not any((tmp_path / name).exists() for name in ("dense", "bad", "sonic"))
+
+
+def test_forced_balance_gives_every_expert_the_same_rows(mini_blocks, tmp_path):
+    """moe.forced_balance (the speed of perfect balance, beside dropless routing): the load logged is exactly
+    even, every step, and the run still trains and saves."""
+    out = tmp_path / "balanced"
+    run_pretrain(mini_blocks, out, {**TINY_MOE, "moe.forced_balance": "true"})
+    logs = [e for e in read_log(out) if e.get("event") == "log" and "loss" in e]
+    assert len(logs) == 3
+    assert all(e["expert_load_max_mean"] == 1.0 == e["expert_load_min_mean"] and e["dead_experts"] == 0
+               for e in logs)
 
 
 def test_dry_run_prints_the_choice_and_its_reason(mini_blocks, tmp_path):
@@ -141,7 +157,8 @@ def test_moe_settings_the_model_cannot_take(mini_blocks, tmp_path):
     cases = [({"moe.bias_update_rate": "0.001"}, "dense model"),
              ({**TINY_MOE, "moe.bias_update_rate": "0.001"}, "no correction bias"),
              ({**TINY_GLM, "moe.aux_loss_coef": "0.01"}, "no auxiliary loss for glm4_moe"),
-             ({**TINY_MOE, "moe.bias_update_rate": "-1"}, "must be >= 0")]
+             ({**TINY_MOE, "moe.bias_update_rate": "-1"}, "must be >= 0"),
+             ({"moe.forced_balance": "true"}, "moe.forced_balance: .* dense model")]
     for k, (extra, message) in enumerate(cases):
         with pytest.raises(RecipeError, match=message):
             run_pretrain(mini_blocks, tmp_path / str(k), extra)

@@ -111,10 +111,12 @@ class ModelSection:
                 "which has no mask"})
     init_from: Optional[str] = field(default=None, metadata={
         "help": "start from these weights instead of random init"})
-    experts_implementation: Literal["auto", "eager", "batched_mm", "grouped_mm"] = field(default="auto", metadata={
-        "help": "MoE shapes: transformers' experts backend, auto (grouped_mm on a GPU: one grouped matmul over all "
-                "experts; eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm. Refused on a "
-                "dense model."})
+    experts_implementation: Literal["auto", "eager", "batched_mm", "grouped_mm", "sonicmoe"] = field(
+        default="auto", metadata={
+            "help": "MoE shapes: transformers' experts backend, auto (grouped_mm on a GPU: one grouped matmul over all "
+                    "experts; eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm | sonicmoe "
+                    "(transformers' CuTe DSL kernels from the Hub's kernels-community/sonic-moe: checked at start). "
+                    "Refused on a dense model."})
     sdpa_backends: list = field(default_factory=lambda: ["flash", "efficient", "math", "cudnn"], metadata={
         "help": "PyTorch SDPA kernels allowed (flash, efficient, math, cudnn), in the order they are tried "
                 "(PyTorch's default order)"})
@@ -270,6 +272,10 @@ class MoeSection:
                 "(glm4_moe)"})
     dead_expert_windows: int = field(default=3, metadata={
         "help": "warn when an expert gets no token for this many logging windows in a row"})
+    forced_balance: bool = field(default=False, metadata={
+        "help": "measurement only: each token's k experts are assigned round-robin instead of by its router (every "
+                "expert gets the same rows), so that tokens/s against dropless routing is the cost of imbalance; the "
+                "model it trains ignores its routers' choice"})
 
 
 @dataclass

@@ -140,24 +140,48 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, cuda
     precision, reasons["precision"] = choose_precision(model_section, config, planning)
     residual, reasons["residual_dtype"] = choose_residual_dtype(model_section.residual_dtype, cuda or planning, bf16)
     experts, reasons["experts_implementation"] = choose_experts(model_section.experts_implementation, config,
-                                                                cuda or planning)
+                                                                cuda or planning, load=not planning)
     return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision, residual, experts)
 
 
-def choose_experts(requested: str, config, gpu: bool) -> tuple[str | None, str]:
+def choose_experts(requested: str, config, gpu: bool, load: bool = True) -> tuple[str | None, str]:
     """``model.experts_implementation`` for an MoE shape (None for a dense one; a setting there is refused).
     auto: grouped_mm on a GPU, where one grouped matmul over all experts replaced transformers' loop over them
-    (6.3x its tokens/s on an H100, the ~1B MoE shape, docs/benchmarks.md); eager on a CPU."""
+    (6.3x its tokens/s on an H100, the ~1B MoE shape, docs/benchmarks.md); eager on a CPU. auto never takes
+    sonicmoe: its kernels come from the Hub and have not been measured here (docs/models.md § Mixture-of-Experts).
+    sonicmoe is loaded here when ``load`` (not for a plan made for another machine), so that a missing part is one
+    error before anything is written."""
     if not is_moe(config):
         if requested != "auto":
             raise RecipeError(f"model.experts_implementation={requested}: {config.model_type} is a dense model (no "
                               "routed experts); leave it at auto")
         return None, "dense model: no experts"
+    if requested == "sonicmoe" and load:
+        if missing := sonicmoe_missing():
+            raise RecipeError(f"model.experts_implementation=sonicmoe: {missing}; use grouped_mm (or auto)")
     if requested != "auto":
         return requested, "set in the recipe"
     if gpu:
         return "grouped_mm", "auto: one grouped matmul over all experts (6.3x transformers' loop on an H100)"
     return "eager", "auto: no CUDA GPU (transformers' loop over the experts)"
+
+
+def sonicmoe_missing() -> str | None:
+    """What stops transformers' sonicmoe experts backend from loading here (None: it loaded). It needs transformers'
+    integration, the ``kernels`` package, a Hopper or newer GPU, nvidia-cutlass-dsl and apache-tvm-ffi, and the
+    kernel itself from the Hub (kernels-community/sonic-moe)."""
+    import transformers
+
+    try:
+        from transformers.integrations.sonicmoe import load_sonicmoe_kernel
+    except ImportError:
+        return f"transformers {transformers.__version__} has no sonicmoe experts backend"
+    try:
+        load_sonicmoe_kernel()
+    except Exception as error:  # ImportError for a missing part; the Hub's errors when it cannot be reached
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return first.split(" Use a different")[0].rstrip(".")
+    return None
 
 
 def speedups_of(fast: FastPath, recipe) -> Speedups:
@@ -178,6 +202,9 @@ def choose_residual_dtype(requested: str, gpu: bool, bf16: bool = True) -> tuple
         why = "the stream keeps its dtype" if requested == "auto" else \
             f"model.residual_dtype={requested} has no bf16 autocast to act in"
         return "float32", f"training.bf16 is off: {why}"
+    if requested == "sonicmoe" and load:
+        if missing := sonicmoe_missing():
+            raise RecipeError(f"model.experts_implementation=sonicmoe: {missing}; use grouped_mm (or auto)")
     if requested != "auto":
         return requested, "set in the recipe"
     if gpu:

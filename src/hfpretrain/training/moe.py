@@ -125,6 +125,22 @@ class ExpertLoad:
         return self.aux_loss(logits, self.chosen[-len(logits):]) if logits else None
 
 
+def force_balanced_routing(routers: list[nn.Module]) -> None:
+    """``moe.forced_balance``: every router's choice replaced by a round-robin one, token t's k experts being
+    ``(t·k + j) mod E``: each expert gets the same number of rows (to within one), the routing weights stay the
+    router's. Megatron reports MoE speed this way beside dropless routing, so that the cost of imbalance is a figure
+    of its own; the model trained is not one to keep."""
+
+    def balanced(router: nn.Module, args, output):
+        logits, weights, indices = output
+        tokens, k = indices.shape
+        rows = torch.arange(tokens * k, device=indices.device, dtype=indices.dtype)
+        return logits, weights, rows.remainder(router.weight.shape[0]).view(tokens, k)
+
+    for router in routers:
+        router.register_forward_hook(balanced)
+
+
 def count_choices(indices: torch.Tensor, bins: int) -> torch.Tensor:
     """``torch.bincount(indices, minlength=bins)`` for indices below ``bins``, without its wait for the GPU (it
     reads the largest index to size its output); integer adds, so exact and deterministic."""
@@ -230,8 +246,8 @@ def load_figures(counts: torch.Tensor) -> dict:
 def with_moe_section(moe, config):
     """``config`` with the recipe's ``moe:`` section (a copy where it sets something), checked against the model:
     one RecipeError naming the key for a setting the model cannot take."""
-    asked = [k for k, on in (("aux_loss_coef", moe.aux_loss_coef is not None), ("bias_update_rate",
-                                                                               moe.bias_update_rate > 0)) if on]
+    asked = [k for k, on in (("aux_loss_coef", moe.aux_loss_coef is not None),
+                             ("bias_update_rate", moe.bias_update_rate > 0), ("forced_balance", moe.forced_balance)) if on]
     if asked and not is_moe(config):
         raise RecipeError(f"moe.{asked[0]}: {config.model_type} is a dense model (no routed experts)")
     if moe.aux_loss_coef is not None:

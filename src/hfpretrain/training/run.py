@@ -68,7 +68,7 @@ from .fast_path import speedups_of
 from .lineage import WandbLineageCallback, lineage, write_lineage
 from .machine import Machine
 from .model_card import peak_learning_rate, write_model_card
-from .moe import ExpertBalanceCallback, ExpertLoad, aux_loss_function, find_routers
+from .moe import ExpertBalanceCallback, ExpertLoad, aux_loss_function, find_routers, force_balanced_routing
 from .nonfinite import NonFinitePolicy
 from .per_set import per_set_bits_per_byte, per_set_losses
 from .resolve import RESOLVED_FILE, ResolvedRun, read_data_facts, resolve, resolved_yaml
@@ -277,6 +277,10 @@ def build_trainer(run: ResolvedRun, model, train_blocks, eval_blocks, train_leng
     grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
     preemption = PreemptionCallback()
     routers = find_routers(model)
+    if routers and recipe.moe.forced_balance:  # before ExpertLoad's hooks, which then count the forced choice
+        force_balanced_routing(routers)
+        logger.warning("moe.forced_balance=true: the experts get tokens round-robin, not by their routers (a speed "
+                       "measurement; the model trained ignores its routers)")
     # MoE: the experts' load in the log, and aux-loss-free balancing with moe.bias_update_rate
     expert_load = ExpertLoad(routers, aux_loss_function(model)) if routers else None
     mixture_log = MixtureLogCallback(run.schedule, run.seq_len) if run.schedule is not None else None
