@@ -21,10 +21,10 @@ print("sonicmoe:", sonicmoe_missing() or "loads", "| torchao:", bool(u.find_spec
       "| grouped_mm:", hasattr(__import__("torch"), "_grouped_mm"),
       "| scaled_grouped_mm:", hasattr(__import__("torch"), "_scaled_grouped_mm"))
 PY
-SMALL_DATA=${SMALL_DATA:-out/mix1_bpe8k_1024}
+SMALL_DATA=${SMALL_DATA:-out/mix1_bpe8k_1024} SMALL_TOK=${SMALL_TOK:-out/tok10_bpe8k}
 for v in ${VARIANTS:-grouped eager dense}; do  # the data the variants asked for, tokenized once per machine
   case $v in
-    *small*) [ -f $SMALL_DATA/manifest.json ] || DATA=$SMALL_DATA CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024 \
+    *small*) [ -f $SMALL_DATA/manifest.json ] || DATA=$SMALL_DATA CORPUS_TOK=$SMALL_TOK CORPUS_SEQ_LEN=1024 \
       CORPUS_SHARDS=".carry/data/pretrain/mix/train-00000.jsonl.zst" tokenize_corpus ;;
     *) [ -f $DATA/manifest.json ] || tokenize_corpus ;;
   esac
