@@ -350,3 +350,18 @@ def test_the_aux_loss_from_the_hooks_is_transformers_and_compiles_whole():
     assert load.take_aux_loss() is None  # taken once per forward
     glm = _tiny_glm()
     assert aux_loss_function(glm) is None  # no auxiliary loss in transformers for GLM-4-MoE
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_count_choices_is_bincount(device):
+    """The load counts (histc on a GPU, integer adds on a CPU) are torch.bincount's, the last bin included."""
+    from hfpretrain.training.moe import count_choices
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    generator = torch.Generator().manual_seed(0)
+    for bins in (4, 256, 512):
+        indices = torch.randint(0, bins, (8, 4096, 4), generator=generator)
+        indices[0, 0, 0] = bins - 1
+        counts = count_choices(indices.to(device), bins)
+        assert counts.dtype == torch.int64 and torch.equal(counts.cpu(), torch.bincount(indices.reshape(-1), minlength=bins))

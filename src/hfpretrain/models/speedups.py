@@ -196,7 +196,10 @@ def gathered_grouped_mm(experts, hidden_states, top_k_index, top_k_weights):
     from transformers.integrations.moe import _grouped_linear
 
     tokens, k = top_k_index.shape
-    expert_ids, order = torch.sort(top_k_index.reshape(-1))  # (token, choice) rows grouped by expert
+    # (token, choice) rows grouped by expert. The keys as int16: a radix sort makes a pass per key byte, 2 instead
+    # of int64's 8 (profiled on an H200: the sort's passes were 1% of the ~1B MoE shape's step)
+    keys = top_k_index.reshape(-1)
+    expert_ids, order = torch.sort(keys.to(torch.int16) if experts.num_experts <= 2**15 else keys)
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel(), device=order.device)
     # histc, not bincount: no wait for the GPU; integer input on CUDA (deterministic), float elsewhere (supported)
@@ -205,7 +208,7 @@ def gathered_grouped_mm(experts, hidden_states, top_k_index, top_k_weights):
                            dtype=torch.int32)
 
     def linear(x, name):
-        bias = getattr(experts, f"{name}_bias")[expert_ids] if experts.has_bias else None
+        bias = getattr(experts, f"{name}_bias")[expert_ids.long()] if experts.has_bias else None
         return _grouped_linear(x, getattr(experts, name), offsets, bias=bias, is_transposed=experts.is_transposed)
 
     rows = _RepeatRows.apply(hidden_states, order, inverse, k)

@@ -202,9 +202,6 @@ def choose_residual_dtype(requested: str, gpu: bool, bf16: bool = True) -> tuple
         why = "the stream keeps its dtype" if requested == "auto" else \
             f"model.residual_dtype={requested} has no bf16 autocast to act in"
         return "float32", f"training.bf16 is off: {why}"
-    if requested == "sonicmoe" and load:
-        if missing := sonicmoe_missing():
-            raise RecipeError(f"model.experts_implementation=sonicmoe: {missing}; use grouped_mm (or auto)")
     if requested != "auto":
         return requested, "set in the recipe"
     if gpu:
