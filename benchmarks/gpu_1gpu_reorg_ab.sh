@@ -12,7 +12,8 @@ COMMON="training.report_to=none training.disable_tqdm=true training.eval_strateg
 run() {  # name, tree (. or $BEFORE), recipe, overrides...
   local name=$1 tree=$2 recipe=$3; shift 3
   rm -rf /tmp/$name
-  timed $name env PYTHONPATH="$tree/src:$PYTHONPATH" python3 $tree/benchmarks/benchmark.py ours $recipe $COMMON \
+  # the tree's own recipe: an older commit may not know a key renamed since
+  timed $name env PYTHONPATH="$tree/src:$PYTHONPATH" python3 $tree/benchmarks/benchmark.py ours $tree/$recipe $COMMON \
     training.output_dir=/tmp/$name "$@" --out "$OUT/ab_$name.json"
 }
 if [ "${SET:-gpt2}" = gpt2 ]; then
