@@ -70,6 +70,14 @@ micro-batch 16 (estimate +1%) and 103.9 at 64 (+6%), glm4_moe_837m_a177m 37.9 at
 Compiled per layer (``compile="layers"``) the qwen3 shape peaked at 41.3 GiB at 16, which
 k·a·(d + I) more per token of each expert layer accounts for: a term fitted to that one peak, not
 derived from what the per-layer graphs keep (3% low at micro-batch 8).
+
+Tensor parallelism (``tp``, transformers' plan: models/parallel.py): weights, gradients and optimizer states are one
+GPU's slice (the plan's sharded weights / tp, the norms whole), ZeRO/FSDP shard that slice over the n_gpus / tp
+ranks that hold it; a layer's activations are those of a layer with heads, KV heads and MLP width / tp (the residual
+stream, the norms and the projections' inputs stay whole: the plan has no sequence parallelism); the logits are
+gathered whole (the head's ``colwise_gather_output``). Context parallelism (``cp``): every per-token term counts
+micro_batch · seq_len / cp tokens (the K/V blocks passed around the ring, 2·d_kv per token, are left out). Neither
+is checked against a GPU yet.
 """
 
 from __future__ import annotations
@@ -250,6 +258,11 @@ class TrainingLayout:
     checkpoint_every_n_layers: int = 1
     checkpoint_offload: bool = False
     document_mask: bool = False  # model.document_mask: a block-causal mask (sdpa: a bias per layer, see the notes)
+    # tensor and context parallelism (models/parallel.py, training/layout.py): each GPU holds 1/tp of the plan's
+    # sharded weights and of each layer's heads and MLP width, and seq_len / cp of each sequence's tokens; n_gpus / tp
+    # ranks hold the same slice of the weights and shard it further under ZeRO/FSDP
+    tp: int = 1
+    cp: int = 1
 
     @property
     def compiled(self) -> bool:
@@ -271,18 +284,23 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     if layout.experts_implementation not in experts_known:
         raise ValueError(f"unknown experts_implementation {layout.experts_implementation!r}; "
                          f"known: {', '.join(experts_known)}")
-    n = count_params(config).total  # MoE: every expert's weights, gradients and optimizer states
-    shard = max(1, int(layout.n_gpus))
+    from hfpretrain.models.parallel import params_per_gpu, tp_layer_config
+
+    tp, cp = max(1, int(layout.tp)), max(1, int(layout.cp))
+    # MoE: every expert's weights, gradients and optimizer states; under tp, one GPU's slice
+    n = count_params(config).total if tp == 1 else params_per_gpu(config, tp)
+    shard = max(1, int(layout.n_gpus) // tp)
     weights = 4 * n // (shard if layout.zero_stage >= 3 else 1)
     grads = 4 * n // (shard if layout.zero_stage >= 2 else 1)
     optimizer = 8 * n // (shard if layout.zero_stage >= 1 else 1)
     opt_temp = 4 * n // (shard if layout.zero_stage >= 1 else 1)
 
     x = _dims(config)
-    tokens = layout.micro_batch * layout.seq_len
+    tokens = layout.micro_batch * layout.seq_len // cp  # context parallelism: each GPU's part of every sequence
     mixed = layout.dtype not in ("fp32", "float32")
     a = 2 if mixed else 4
-    per_layer = activation_bytes_per_token_per_layer(config, layout.seq_len, layout.attn_implementation, layout.dtype,
+    local = tp_layer_config(config, tp)  # one GPU's heads and MLP width (the whole layer at tp 1)
+    per_layer = activation_bytes_per_token_per_layer(local, layout.seq_len, layout.attn_implementation, layout.dtype,
                                                      layout.compiled, layout.residual_bytes, layout.float8)
     # the document mask as SDPA's additive bias: one for all layers (measured on an H100, compiled decoder, 16k:
     # +2.0 GiB over no mask at micro-batch 4, i.e. a bytes per mask element, not one bias per layer)
@@ -324,7 +342,7 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
                   + a * tokens * x["d"])
     else:
         logits = tokens * 12 * x["V"]
-    weight_cache = 2 * matmul_params(config, active=False) if mixed and not layout.compiled else 0  # all experts
+    weight_cache = 2 * matmul_params(config, active=False) // tp if mixed and not layout.compiled else 0  # all experts
     activations = layers_bytes + tokens * outside + logits + weight_cache
 
     backward_start = weights + optimizer + activations + (grads if layout.grad_accum > 1 else 4 * x["V"] * x["d"])

@@ -13,6 +13,7 @@ Sections:
   kernels     the project's own kernels and model rewrites, each on by default (off: A/B runs, bisecting)
   moe         Mixture-of-Experts: auxiliary-loss weight, aux-loss-free balancing, dead-expert warning
   context     a context-extension phase: the longer length, the RoPE change, the token budget (training/context.py)
+  parallel    the parallel layout (data-parallel shards, tensor and context parallelism) and the collectives' timeout
   training_flops  the compute budget; training.max_steps follows from it
   nan_policy  what to do with a non-finite loss
 
@@ -303,6 +304,27 @@ class ContextSection:
 
 
 @dataclass
+class ParallelSection:
+    """How the run's processes share the model (training/layout.py, docs/training.md § Parallel layout): data-parallel
+    replicas, FSDP2 shards, tensor- and context-parallel groups; ``auto`` lets the planner choose from the shape, the
+    sequence length, the GPU's memory and the world size. tp x cp x dp_shard must divide the world size."""
+
+    dp_shard: str = field(default="auto", metadata={
+        "help": "auto | N: ranks each FSDP2 shard group spans (1: no sharding; auto: the launch's engine, FSDP2 over "
+                "every data-parallel rank when the model does not fit one GPU under DDP/ZeRO-1)"})
+    tp: str = field(default="auto", metadata={
+        "help": "auto | N: tensor-parallel degree through transformers' tp_plan (Qwen3, Llama); auto: 1 unless one "
+                "layer's weights and activations do not fit a GPU even sharded; must divide the attention and KV "
+                "heads"})
+    cp: str = field(default="auto", metadata={
+        "help": "auto | N: context-parallel degree (accelerate's cp_size: torch's ring attention, causal SDPA without "
+                "a mask); auto: 1 unless one sequence's activations do not fit a GPU; must divide seq_len"})
+    timeout_s: float = field(default=1800.0, metadata={
+        "help": "seconds every rank waits for the others at start and at each checkpoint (a gloo monitored barrier) "
+                "before the run stops with an error naming the late ranks; also the process group's timeout"})
+
+
+@dataclass
 class Recipe:
     model: ModelSection = field(default_factory=ModelSection, metadata={
         "help": "which config JSON to build, field overrides, weights to start from, attention backend, precision, "
@@ -328,6 +350,8 @@ class Recipe:
         "help": "Mixture-of-Experts: auxiliary-loss weight, aux-loss-free balancing, dead-expert warning"})
     context: ContextSection = field(default_factory=ContextSection, metadata={
         "help": "a context-extension phase: the longer length, the RoPE change, the token budget"})
+    parallel: ParallelSection = field(default_factory=ParallelSection, metadata={
+        "help": "the parallel layout: dp_shard, tp, cp (auto: chosen by the planner), the collectives' timeout"})
     training_flops: Optional[float] = field(default=None, metadata={
         "help": "train for this many FLOPs (the project formula, as --dry-run prints it): training.max_steps is "
                 "derived, round(training_flops / (FLOPs per token x tokens per step)), so a recipe keeps its budget "
@@ -763,6 +787,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise RecipeError(str(err)) from None
     _check_checkpointing(recipe.training)
     check_context_section(recipe)
+    check_parallel_section(recipe.parallel)
     _check_long_context_evaluation(recipe.evaluation)
     check_data_section(recipe.data, recipe.training)
     _check_decay_ratio(recipe.training, recipe.data.decay_in_last_phase)
@@ -897,6 +922,30 @@ def check_context_section(recipe: Recipe) -> None:
             canonical_gpu(ctx.gpu)
         except ValueError as err:
             raise RecipeError(f"context.gpu: {err}") from None
+
+
+PARALLEL_DEGREES = ("dp_shard", "tp", "cp")
+
+
+def parallel_degree(value) -> int | None:
+    """A ``parallel`` degree as written: None for auto, else the integer (>= 1) it names."""
+    text = str(value).strip()
+    return None if text == "auto" else int(text)
+
+
+def check_parallel_section(parallel: ParallelSection) -> None:
+    """Each degree auto or an integer >= 1, the timeout a positive number (what needs the world size, the model or
+    the launch: training/layout.py)."""
+    for key in PARALLEL_DEGREES:
+        value = getattr(parallel, key)
+        try:
+            ok = parallel_degree(value) is None or parallel_degree(value) >= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            raise RecipeError(f"parallel.{key}={value!r}: expected auto or an integer >= 1")
+    if not parallel.timeout_s > 0:
+        raise RecipeError(f"parallel.timeout_s={parallel.timeout_s}: seconds to wait for a late rank, > 0")
 
 
 PHASE_KEYS = ("mixture", "share", "steps", "name")

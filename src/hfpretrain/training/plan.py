@@ -24,9 +24,10 @@ MAX_PASSES_WITHOUT_WARNING = 4  # beyond ~4 passes repeated tokens are worth muc
 
 
 def run_memory(recipe: Recipe, config, fields: dict, seq_len: int, fast: FastPath, world: int, zero: int,
-               micro_batch: int, accumulation: int, loss: str | None = None):
+               micro_batch: int, accumulation: int, loss: str | None = None, tp: int = 1, cp: int = 1):
     """The memory estimate per GPU (models/memory.py) of this run at ``micro_batch x accumulation`` (with the
-    ``loss`` implementation given, else the fast path's); ``fields``: the TrainingArguments' keyword arguments."""
+    ``loss`` implementation given, else the fast path's), under tensor and context parallelism of degrees ``tp`` and
+    ``cp``; ``fields``: the TrainingArguments' keyword arguments."""
     loss = loss or fast.fused_loss
     checkpointed, checkpointing = activation_checkpointing(fields)
     return estimate_memory(config, TrainingLayout(
@@ -39,7 +40,7 @@ def run_memory(recipe: Recipe, config, fields: dict, seq_len: int, fast: FastPat
                                                             recipe.loss.liger_min_chunk_tokens),
         residual_bytes=2 if fast.residual_dtype == "bfloat16" else 4,
         experts_implementation=fast.experts_implementation or "grouped_mm",
-        float8=fast.precision == "fp8"))  # choose_precision gives fp8 only to a model torchao converts
+        float8=fast.precision == "fp8", tp=tp, cp=cp))  # choose_precision gives fp8 only to a model torchao converts
 
 
 def detect_peak(device: str, dtype: str) -> float | None:
@@ -53,16 +54,18 @@ def detect_peak(device: str, dtype: str) -> float | None:
 
 
 def make_plan(recipe: Recipe, config, args, fields: dict, seq_len: int, fast: FastPath, train_blocks: int,
-              manifest: dict | None, world: int, zero: int, machine: Machine, check_passes: bool = True) -> dict:
+              manifest: dict | None, world: int, zero: int, machine: Machine, check_passes: bool = True,
+              tp: int = 1, cp: int = 1) -> dict:
     """The plan's figures for ``args`` (the run's TrainingArguments, made from ``fields``) on ``world`` processes at
-    ZeRO stage ``zero``; ``manifest``: data.path's (None: not tokenized yet)."""
-    samples_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps
+    ZeRO stage ``zero``, ``tp`` x ``cp`` of them sharing each micro-batch; ``manifest``: data.path's (None: not
+    tokenized yet). FLOPs per token are the model's whatever the layout; MFU divides the job's by ``world`` GPUs."""
+    samples_per_step = args.per_device_train_batch_size * (world // (tp * cp)) * args.gradient_accumulation_steps
     tokens_per_step = samples_per_step * seq_len
     params = count_params(config)
     flops = flops_per_token(config, seq_len)
     peak = recipe.logging.peak_flops or detect_peak(machine.device, recipe.logging.dtype_for_peak)
     memory = run_memory(recipe, config, fields, seq_len, fast, world, zero, args.per_device_train_batch_size,
-                        args.gradient_accumulation_steps)
+                        args.gradient_accumulation_steps, tp=tp, cp=cp)
     total_tokens = tokens_per_step * args.max_steps
     passes = args.max_steps * samples_per_step / train_blocks
     if check_passes and passes > MAX_PASSES_WITHOUT_WARNING:  # a mixture checks each of its sources instead

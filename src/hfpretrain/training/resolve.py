@@ -42,7 +42,8 @@ from .arguments import (_training_value, max_steps, training_arguments, training
                         wsd_decay)
 from .config import Recipe, RecipeError, recipe_to_dict
 from .context import apply_context, check_fits, fit_positions
-from .fast_path import FastPath, choose_fast_path, choose_micro_batch
+from .fast_path import FastPath, card_memory_bytes, choose_fast_path, choose_micro_batch
+from .layout import ENGINE_NAMES, Layout, choose_layout  # noqa: F401 - Layout, ENGINE_NAMES: where they were
 from .loss import LossSpec
 from .machine import ENGINE_STAGE, Machine
 from .moe import with_moe_section
@@ -52,7 +53,6 @@ logger = logging.getLogger("hfpretrain")
 
 RESOLVED_FILE = "resolved.yaml"  # beside the recipe as written: in the run folder and in each checkpoint
 ASSUMED_SEQ_LEN = 2048  # what the recipes' data is tokenized with (recipes/*.yaml: --seq-len 2048)
-ENGINE_NAMES = {0: "ddp", 1: "zero1", 3: "fsdp2"}
 
 
 # ---- the data's facts -----------------------------------------------------------------------------------------
@@ -161,18 +161,6 @@ def _tokenizer_vocab(name: str | None) -> tuple[int | None, str]:
 # ---- the resolved run ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Layout:
-    """How the run's processes share the work (the next issue adds tensor and context parallelism here)."""
-
-    world_size: int
-    zero_stage: int  # 0: plain data parallel; 1: ZeRO-1 (DeepSpeed); 3: FSDP2's full sharding
-
-    @property
-    def engine(self) -> str:
-        return ENGINE_NAMES.get(self.zero_stage, f"zero{self.zero_stage}")
-
-
-@dataclass(frozen=True)
 class ResolvedRun:
     """Everything a run is, decided by resolve(); the Trainer and the runner read it and change none of it."""
 
@@ -193,8 +181,7 @@ class ResolvedRun:
     def resolved(self) -> dict:
         """What resolution decided beyond the plan's figures: the layout, where max_steps came from, the loss,
         the TrainingArguments and the model config that differ from their defaults, and the data's record."""
-        return {"layout": {"world_size": self.layout.world_size, "zero_stage": self.layout.zero_stage,
-                           "engine": self.layout.engine},
+        return {"layout": self.layout.as_dict(),
                 "max_steps": self.args.max_steps, "max_steps_from": self.max_steps_from,
                 "micro_batch": self.args.per_device_train_batch_size,
                 "gradient_accumulation_steps": self.args.gradient_accumulation_steps,
@@ -236,26 +223,35 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
     if context is None and not facts.assumed:
         config = fit_positions(config, seq_len, recipe.data.path)
     world = machine.world_size
-    steps, steps_from = max_steps(recipe, config, seq_len, world)
-
-    fields = {**training_fields(recipe, machine), "max_steps": steps}
-    zero = machine.sharding(fields)
+    fields = training_fields(recipe, machine)
     fast = choose_fast_path(recipe.model, config, int(_training_value(fields, "per_device_train_batch_size")),
                             seq_len, machine.cuda, machine.gpu_memory, planning=machine.planning,
                             bf16=bool(recipe.training.get("bf16")), loss_section=recipe.loss)
+    # the parallel layout (training/layout.py): the launch's engine, and the parallel section's degrees
+    layout, layout_fields = choose_layout(
+        recipe.parallel, config, seq_len, machine, fields, fast,
+        lambda z, tp, cp: run_memory(recipe, config, fields, seq_len, fast, world, z, 1, 1, tp=tp, cp=cp).total,
+        document_mask=recipe.model.document_mask,
+        target_gpu_memory=card_memory_bytes(recipe.context.gpu) if recipe.context.gpu and not machine.cuda else None)
+    fields.update(layout_fields)
+    zero, dp = layout.zero_stage, layout.dp
+    steps, steps_from = max_steps(recipe, config, seq_len, dp)
+    fields["max_steps"] = steps
     split = choose_micro_batch(
         recipe.batch.micro_batch, recipe.loss.implementation, fast, config,
         int(_training_value(fields, "per_device_train_batch_size")),
         int(_training_value(fields, "gradient_accumulation_steps")), seq_len,
         lambda micro, accum, loss: run_memory(recipe, config, fields, seq_len, fast, world, zero, micro, accum,
-                                              loss).total,
+                                              loss, tp=layout.tp, cp=layout.cp).total,
         machine.gpu_memory, planning=machine.planning, target_gpu=recipe.context.gpu)
     reasons = {**fast.reasons, "micro_batch": split.reason}
     if split.loss_reason:  # auto's same choice, its reason at the micro-batch that runs
         reasons["fused_loss"] = split.loss_reason
     fast = dataclasses.replace(fast, fused_loss=split.fused_loss, reasons=reasons)
     fields.update(per_device_train_batch_size=split.micro_batch, gradient_accumulation_steps=split.accumulation)
-    samples_per_step = split.micro_batch * split.accumulation * world
+    samples_per_step = split.micro_batch * split.accumulation * dp  # a tp or cp group reads one micro-batch
+    if layout.tp > 1 or layout.cp > 1:
+        fields["parallelism_config"] = parallelism_config(layout, machine)
 
     sources = facts.sources or (assumed_sources(recipe, seq_len, steps, samples_per_step) if recipe.data.sources
                                 else {})
@@ -269,7 +265,8 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
 
     train_blocks = int(facts.manifest["train"]["blocks"]) if facts.manifest else steps * samples_per_step
     plan = make_plan(recipe, config, args, fields, seq_len, fast, train_blocks, facts.manifest, world, zero, machine,
-                     check_passes=not recipe.data.sources)
+                     check_passes=not recipe.data.sources, tp=layout.tp, cp=layout.cp)
+    plan["parallel"] = layout.as_dict()
     if context is not None:
         plan["context"] = {**context, "fits": check_fits(plan, recipe.context.gpu, machine.gpu_memory,
                                                          planning=machine.planning)}
@@ -293,8 +290,19 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
                     liger_min_chunk_tokens=written.liger_min_chunk_tokens, z_loss=written.z_loss,
                     fused_head=k.fused_head, tile=tuple(k.loss_tile) if k.loss_tile else None,
                     compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode)
-    return ResolvedRun(recipe, config, facts.tokenizer, args, fast, loss, Layout(world, zero), seq_len, steps_from,
+    return ResolvedRun(recipe, config, facts.tokenizer, args, fast, loss, layout, seq_len, steps_from,
                        facts.manifest, schedule, data_info, plan)
+
+
+def parallelism_config(layout: Layout, machine: Machine):
+    """accelerate's ParallelismConfig for a layout with tensor or context parallelism (the Trainer hands it to the
+    Accelerator); None in a dry run, which builds no Accelerator."""
+    if machine.planning:
+        return None
+    from accelerate import ParallelismConfig
+
+    return ParallelismConfig(dp_replicate_size=layout.dp_replicate, dp_shard_size=layout.dp_shard, tp_size=layout.tp,
+                             cp_size=layout.cp)
 
 
 def check_launch(recipe: Recipe, machine: Machine) -> None:

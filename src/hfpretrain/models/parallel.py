@@ -1,0 +1,112 @@
+"""Tensor parallelism through transformers' own ``tp_plan`` (no parallelism of our own): which shapes have one, what
+a degree ``tp`` leaves on each GPU, and loading a model sharded by it.
+
+transformers' plan for Qwen3 and Llama (``config.base_model_tp_plan``, the model class's ``_tp_plan``): q, k, v,
+gate and up projections column-wise, o and down projections row-wise (one all-reduce after each of the two, forward
+and backward), the LM head column-wise with its logits gathered, the embedding as the installed plan says (5.24:
+``embedding_rowwise``, split over the vocabulary), norms replicated. Per GPU, then: the sharded weights / tp, the
+replicated ones whole; per token of a layer, the heads and the MLP's width /
+tp while the residual stream, the norms and the projections' inputs stay whole (no sequence parallelism in the
+plan). GPT-2 and the MoE shapes have no plan usable here (MoE: expert parallelism is out of scope)."""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+
+from transformers import PretrainedConfig
+
+SHARDED_STYLES = ("colwise", "rowwise", "colwise_gather_output", "rowwise_split_input", "packed_colwise",
+                  "packed_rowwise", "embedding_rowwise")
+
+
+def tp_plan(config: PretrainedConfig) -> dict[str, str]:
+    """transformers' tensor-parallel plan of ``config``'s causal LM, parameter-module pattern -> style, with the
+    base model's entries under ``model.``; empty for a shape without one."""
+    from hfpretrain.models.params import meta_model
+    from hfpretrain.models.zoo import is_moe
+
+    if is_moe(config) or not getattr(config, "base_model_tp_plan", None):
+        return {}
+    model = meta_model(config)
+    plan = {f"model.{k}": v for k, v in (config.base_model_tp_plan or {}).items()}
+    plan.update(getattr(model, "_tp_plan", None) or {})
+    return plan
+
+
+def check_tp(config: PretrainedConfig, tp: int, key: str = "parallel.tp") -> None:
+    """ValueError (one line naming ``key``) when ``config`` cannot be split ``tp`` ways by its plan."""
+    if tp == 1:
+        return
+    if not tp_plan(config):
+        raise ValueError(f"{key}={tp}: transformers has no tensor-parallel plan for {config.model_type} shapes "
+                         "(Qwen3 and Llama have one; MoE shapes would need expert parallelism): use tp 1")
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    if heads % tp or kv % tp:
+        raise ValueError(f"{key}={tp} does not divide the model's {heads} attention heads and {kv} KV heads")
+    ff = getattr(config, "intermediate_size", None) or 4 * config.hidden_size
+    if ff % tp:
+        raise ValueError(f"{key}={tp} does not divide the model's MLP width {ff}")
+
+
+def _sharded(name: str, plan: dict[str, str]) -> bool:
+    module = name.rsplit(".", 1)[0]
+    return any(fnmatch.fnmatchcase(module, pattern) and style in SHARDED_STYLES for pattern, style in plan.items())
+
+
+def params_per_gpu(config: PretrainedConfig, tp: int) -> int:
+    """Parameters one GPU holds under tensor parallelism of degree ``tp`` (before any FSDP/ZeRO sharding): the
+    plan's sharded weights / tp, the rest whole. A tied LM head is the embedding, counted once, whole."""
+    from hfpretrain.models.params import meta_model
+
+    model = meta_model(config)
+    if tp == 1:
+        return sum(p.numel() for p in model.parameters())
+    plan = tp_plan(config)
+    return sum(p.numel() // tp if _sharded(name, plan) else p.numel() for name, p in model.named_parameters())
+
+
+def tp_layer_config(config: PretrainedConfig, tp: int) -> PretrainedConfig:
+    """A copy of ``config`` with one GPU's share of each layer under tensor parallelism: heads, KV heads and the MLP
+    width / tp, the hidden size and the head size unchanged (what the activation model counts per GPU)."""
+    if tp == 1:
+        return config
+    local = copy.deepcopy(config)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    local.head_dim = head_dim
+    local.num_attention_heads = config.num_attention_heads // tp
+    kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    local.num_key_value_heads = kv // tp
+    if getattr(config, "intermediate_size", None):
+        local.intermediate_size = config.intermediate_size // tp
+    return local
+
+
+def load_tensor_parallel(weights: str, config: PretrainedConfig, tp: int, world: int, device: str = "cuda",
+                         **kwargs):
+    """``weights`` loaded sharded ``tp`` ways by transformers' plan over this launch's ``world`` processes
+    (torch.distributed set up by the launcher; transformers starts the process group if nobody has).
+    ``from_pretrained(tp_plan="auto")`` is what transformers 5.17 and 5.24 both take (their lower-level
+    ``apply_tensor_parallelism`` differ). With ranks left over for FSDP2 (world > tp), the tensor-parallel groups
+    are the inner dimension of a (world / tp, tp) mesh: 5.24 builds it from ``DistributedConfig(fsdp_size=...)``,
+    5.17 takes the mesh's ``tp`` dimension as ``device_mesh``."""
+    from transformers import AutoModelForCausalLM
+
+    check_tp(config, tp)
+    if world == tp:
+        return AutoModelForCausalLM.from_pretrained(weights, config=config, tp_plan="auto", tp_size=tp, **kwargs)
+    try:
+        from transformers.distributed.configuration_utils import DistributedConfig
+
+        takes_fsdp = "fsdp_size" in getattr(DistributedConfig, "__dataclass_fields__", {})
+    except ImportError:
+        takes_fsdp = False
+    if takes_fsdp:  # transformers >= 5.2x
+        return AutoModelForCausalLM.from_pretrained(
+            weights, config=config, distributed_config=DistributedConfig(tp_size=tp, fsdp_size=world // tp), **kwargs)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device, (world // tp, tp), mesh_dim_names=("dp_shard", "tp"))
+    return AutoModelForCausalLM.from_pretrained(weights, config=config, tp_plan="auto", device_mesh=mesh["tp"],
+                                                **kwargs)

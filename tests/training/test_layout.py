@@ -1,0 +1,131 @@
+"""The parallel layout (training/layout.py): the ``parallel`` section's degrees chosen by the planner from the shape,
+the sequence length, the GPU's memory and the world size, checked, and saved with the run; the memory model's
+per-GPU figures under tensor and context parallelism (models/memory.py, models/parallel.py)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from train_utils import PRETRAIN_SCRIPT, REPO, TINY_RECIPE, python, subprocess_env
+
+GIB = 2**30
+RECIPE_1P8B = REPO / "recipes" / "qwen3_1p8b.yaml"
+# a GPU recipe planned on this CPU as if on a GPU of a given memory: fp32 (no bf16 here), HF's loss chunked
+ON_CPU = ["training.bf16=false", "training.use_cpu=true", "loss.implementation=chunked"]
+
+
+def _machine(world: int, gib: float | None = None, zero: int | None = None, planning: bool = True):
+    from hfpretrain.training.machine import Machine
+
+    return Machine(world_size=world, engine="ddp", zero_stage=zero, device="cpu",
+                   gpu_memory=int(gib * GIB) if gib else None, gpu_count=8 if gib else 0, launched=world,
+                   planning=planning)
+
+
+def _resolve(recipe_path, overrides, machine):
+    from hfpretrain.training.config import load_recipe
+    from hfpretrain.training.resolve import read_data_facts, resolve
+
+    recipe = load_recipe(recipe_path, overrides)
+    return resolve(recipe, read_data_facts(recipe, planning=True), machine)
+
+
+@pytest.mark.parametrize("gib, extra, engine, why", [
+    (80, [], "ddp", "data parallel"),
+    (30, [], "fsdp2", "FSDP2: under DDP one GPU would need 34.1 GiB"),
+    # tp 8 takes every rank: nothing left for FSDP2 to shard across, so plain tensor parallelism
+    (14, [], "ddp+tp8", "tp 8: one layer's weights and activations do not fit"),
+    (12, ["model.attn_implementation=sdpa"], "fsdp2+cp2", "cp 2: one sequence's activations (2048 tokens)"),
+])
+def test_auto_layout_follows_the_memory_model(tmp_path, gib, extra, engine, why):
+    """The 1.8B recipe on 8 GPUs of decreasing memory: DDP while it fits, then FSDP2 (set in the TrainingArguments
+    of a DDP launch), then tensor parallelism, or context parallelism where the attention is torch SDPA."""
+    run = _resolve(RECIPE_1P8B, [*ON_CPU, *extra, f"data.path={tmp_path}/none"], _machine(8, gib))
+    layout = run.resolved()["layout"]
+    assert layout["engine"] == engine and why in layout["reason"], layout
+    assert layout["dp_replicate"] * layout["dp_shard"] * layout["tp"] * layout["cp"] == 8
+    assert run.plan["parallel"] == layout
+    # a tp or cp group reads one micro-batch: samples per step count the data-parallel ranks only
+    dp = 8 // (layout["tp"] * layout["cp"])
+    assert run.plan["samples_per_step"] == run.args.per_device_train_batch_size * run.args.gradient_accumulation_steps * dp
+    assert bool(run.args.fsdp) == engine.startswith("fsdp2")
+    assert run.plan["memory_per_gpu_gib"]["total"] <= gib
+
+
+def test_written_degrees_are_checked_in_one_line_naming_the_key(mini_blocks, tmp_path):
+    from hfpretrain.training.config import RecipeError
+
+    data = [f"data.path={mini_blocks}", f"training.output_dir={tmp_path}/run"]
+    cases = [
+        (1, None, ["parallel.tp=2"], "parallel.tp=2 needs several processes: this launch has 1"),
+        (4, None, ["parallel.tp=3"], "parallel.tp=3 does not divide the world size 4"),
+        (4, None, ["parallel.tp=2", "parallel.cp=4"], "parallel: tp x cp x dp_shard = 2 x 4 x 1 = 8 does not divide"),
+        (4, None, ["parallel.tp=4"], "parallel.tp=4 does not divide the model's 4 attention heads and 2 KV heads"),
+        (4, 1, ["parallel.tp=2"], "parallel.tp=2 with ZeRO-1 (DeepSpeed)"),
+        (2, None, ["parallel.cp=2", "model.document_mask=true"], "parallel.cp=2 with model.document_mask=true"),
+        (2, None, ["parallel.cp=2", "model.attn_implementation=eager"], "runs transformers' own SDPA only"),
+        (2, None, ["parallel.tp=2", "model.config=gpt2_124m"], "no tensor-parallel plan for gpt2"),
+        (2, 1, ["parallel.dp_shard=2"], "parallel.dp_shard=2 shards with FSDP2, but this launch runs DeepSpeed"),
+    ]
+    for world, zero, overrides, message in cases:
+        with pytest.raises(RecipeError, match=None) as err:
+            _resolve(TINY_RECIPE, [*data, *overrides], _machine(world, zero=zero))
+        assert message in str(err.value) and "\n" not in str(err.value), (overrides, str(err.value))
+
+
+def test_a_cpu_launch_refuses_tensor_and_context_parallelism(mini_blocks, tmp_path):
+    """accelerate builds no ParallelismConfig on a CPU launch (MULTI_CPU): said before any work, not as accelerate's
+    ValueError after the model is built."""
+    from hfpretrain.training.config import RecipeError
+
+    for key in ("tp", "cp"):
+        with pytest.raises(RecipeError, match=f"parallel.{key}=2: accelerate takes a ParallelismConfig .* only on GPU"):
+            _resolve(TINY_RECIPE, [f"data.path={mini_blocks}", f"parallel.{key}=2"], _machine(2, planning=False))
+
+
+def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, tmp_path):
+    """The dry run's document (what resolved.yaml holds): the recipe's parallel section as written and the layout
+    with its reason; a layout that cannot run: one error line, exit 2, nothing written."""
+    import json
+
+    out = tmp_path / "run"
+    cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE), f"data.path={mini_blocks}", f"training.output_dir={out}",
+           "--dry-run", "--world-size", "4", "parallel.dp_shard=2"]
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["recipe"]["parallel"] == {"dp_shard": "2", "tp": "auto", "cp": "auto", "timeout_s": 1800.0}
+    layout = doc["resolved"]["layout"]
+    assert (layout["engine"], layout["dp_replicate"], layout["dp_shard"]) == ("fsdp2", 2, 2)
+    assert "FSDP2 over 2 ranks (parallel.dp_shard)" in layout["reason"] and "parallel layout: fsdp2" in proc.stderr
+    proc = subprocess.run(cmd[:-1] + ["parallel.tp=3"], cwd=REPO, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == \
+        "error: parallel.tp=3 does not divide the world size 4", proc.stderr[-2000:]
+    assert not out.exists()
+
+
+def test_memory_per_gpu_under_tensor_and_context_parallelism():
+    """tp: the plan's sharded weights / tp (norms whole), a layer's heads and MLP width / tp; cp: every
+    per-token term at seq_len / cp tokens."""
+    from hfpretrain.models import count_params, load_config
+    from hfpretrain.models.memory import TrainingLayout, estimate_memory
+    from hfpretrain.models.parallel import params_per_gpu
+
+    config = load_config("qwen3_1p8b")
+    total = count_params(config).total
+    half = params_per_gpu(config, 2)
+    # transformers' plan shards every linear, the LM head and (embedding_rowwise) the embedding: the norms stay whole
+    norms = sum(p.numel() for n, p in __import__("hfpretrain.models.params", fromlist=["meta_model"])
+                .meta_model(config).named_parameters() if "norm" in n)
+    assert half == (total - norms) // 2 + norms
+    one, tp2, cp2 = (estimate_memory(config, TrainingLayout(1, 4096, tp=tp, cp=cp)) for tp, cp in
+                     ((1, 1), (2, 1), (1, 2)))
+    assert tp2.weights == 4 * half and cp2.weights == one.weights
+    assert 0.5 * one.activations_per_layer < tp2.activations_per_layer < 0.8 * one.activations_per_layer
+    assert cp2.activations_per_layer == one.activations_per_layer // 2 and cp2.logits < one.logits
+    # ZeRO/FSDP shard a tp slice over the n_gpus / tp ranks that hold it
+    z3 = estimate_memory(config, TrainingLayout(1, 4096, n_gpus=8, zero_stage=3, tp=2))
+    assert z3.weights == 4 * half // 4
