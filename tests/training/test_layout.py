@@ -68,6 +68,7 @@ def test_written_degrees_are_checked_in_one_line_naming_the_key(mini_blocks, tmp
         (2, None, ["parallel.cp=2", "model.attn_implementation=eager"], "runs transformers' own SDPA only"),
         (2, None, ["parallel.tp=2", "model.config=gpt2_124m"], "no tensor-parallel plan for gpt2"),
         (2, 1, ["parallel.dp_shard=2"], "parallel.dp_shard=2 shards with FSDP2, but this launch runs DeepSpeed"),
+        (2, 1, ["parallel.cp=2", "model.attn_implementation=sdpa"], "parallel.cp=2 with ZeRO-1 (DeepSpeed)"),
     ]
     for world, zero, overrides, message in cases:
         with pytest.raises(RecipeError, match=None) as err:
@@ -105,6 +106,16 @@ def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, t
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == \
         "error: parallel.tp=3 does not divide the world size 4", proc.stderr[-2000:]
     assert not out.exists()
+
+
+def test_tensor_and_context_parallelism_come_with_fsdp2(mini_blocks):
+    """accelerate composes tp and cp with FSDP2 only: tp 2 on 4 ranks shards the 2 data-parallel ranks with FSDP2;
+    tp over every rank needs none; cp always brings the FSDP2 plugin."""
+    data = [f"data.path={mini_blocks}"]
+    for world, overrides, engine, shard in ((4, ["parallel.tp=2"], "fsdp2+tp2", 2), (2, ["parallel.tp=2"], "ddp+tp2", 1),
+                                            (2, ["parallel.cp=2"], "fsdp2+cp2", 1)):
+        layout = _resolve(TINY_RECIPE, [*data, *overrides], _machine(world)).layout
+        assert (layout.engine, layout.dp_shard, layout.dp_replicate) == (engine, shard, 1), layout
 
 
 def test_memory_per_gpu_under_tensor_and_context_parallelism():

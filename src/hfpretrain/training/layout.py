@@ -12,7 +12,9 @@ micro-batch 1 against the GPU's memory (MICRO_BATCH_MEMORY_SHARE of it, as the m
   FSDP2 plugin from it);
 * tensor parallelism, the smallest degree that divides the heads and the GPUs of a node, when one layer's weights
   and activations still do not fit a GPU sharded;
-* context parallelism, the smallest degree that divides the sequence, when one sequence's activations do not fit.
+* context parallelism, the smallest degree that divides the sequence, when one sequence's activations do not fit;
+* FSDP2 beside tp or cp whenever data-parallel ranks remain (accelerate refuses tp/cp beside pure data parallelism)
+  and always with cp (its context parallelism needs the FSDP2 plugin).
 
 Every written degree is checked (one ``RecipeError`` line naming the key): tp x cp x dp_shard must divide the world
 size, degrees above 1 need several processes, tp needs a model with a plan and heads it divides, ZeRO-1 takes no tp,
@@ -128,6 +130,9 @@ def choose_layout(parallel: ParallelSection, config, seq_len: int, machine: Mach
                               "tensor-parallel model here; use FSDP2 (accelerate_configs/*fsdp2.yaml) or DDP")
     if written["cp"] and written["cp"] > 1:
         check_cp(written["cp"], seq_len, fast.attn_implementation, document_mask)
+        if zero == 1:
+            raise RecipeError(f"parallel.cp={written['cp']} with ZeRO-1 (DeepSpeed): accelerate's context parallelism "
+                              "needs its FSDP2 plugin (accelerate/state.py); launch with an FSDP2 config or DDP")
     if written["dp_shard"] and written["dp_shard"] > 1 and zero == 1:
         raise RecipeError(f"parallel.dp_shard={written['dp_shard']} shards with FSDP2, but this launch runs DeepSpeed "
                           "ZeRO-1: launch with an FSDP2 config, or leave parallel.dp_shard=auto")
@@ -183,6 +188,12 @@ def choose_layout(parallel: ParallelSection, config, seq_len: int, machine: Mach
     if (tp > 1 or cp > 1) and not machine.planning and not machine.cuda:
         raise RecipeError(f"parallel.{'tp' if tp > 1 else 'cp'}={tp if tp > 1 else cp}: {CPU_REFUSAL}")
     dp = world // (tp * cp)
+    if (tp > 1 or cp > 1) and zero != 3 and (dp > 1 or cp > 1):
+        # accelerate composes tp and cp with FSDP2 only: pure data parallelism beside them is refused
+        # (parallelism_config.py: "Tensor/Context parallelism (tp/cp_size > 1) cannot be used with pure data
+        # parallelism"), and cp needs the FSDP2 plugin (state.py: "We need a fsdp_plugin to use context parallelism")
+        zero, extra = 3, dict(AUTO_FSDP)
+        reasons.append("FSDP2 beside tp/cp (accelerate composes them with FSDP2 only)")
     if zero == 3 and dp == 1 and cp == 1:
         if extra:  # FSDP2 chosen here, then tensor parallelism took every rank: nothing left to shard across
             zero, extra = 0, {}

@@ -237,8 +237,11 @@ def build_run_model(run: ResolvedRun) -> tuple[torch.nn.Module, Applied]:
                 run.args.gradient_accumulation_steps, fast.reasons["micro_batch"])
     # init_from's weights under the plan's config: the checkpoint's own, with the recipe's balancing (moe:) and a
     # context phase's RoPE change (training/context.py), and the attention and experts backends the plan chose
-    model = build_model(run.config, attn_implementation=fast.attn_implementation,
-                        experts_implementation=fast.experts_implementation, weights=run.recipe.model.init_from)
+    if run.layout.tp > 1:
+        model = tensor_parallel_model(run)
+    else:
+        model = build_model(run.config, attn_implementation=fast.attn_implementation,
+                            experts_implementation=fast.experts_implementation, weights=run.recipe.model.init_from)
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None
@@ -256,6 +259,31 @@ def build_run_model(run: ResolvedRun) -> tuple[torch.nn.Module, Applied]:
         # the generation config would have every checkpoint's generate() and pipeline() run without the KV cache
         generation.use_cache = True
     return model, apply_speedups(model, speedups_of(fast, run.recipe), run.seq_len)
+
+
+def tensor_parallel_model(run: ResolvedRun) -> torch.nn.Module:
+    """The model sharded by transformers' tp_plan over the layout's tensor-parallel groups (models/parallel.py):
+    ``model.init_from``'s weights, or the seeded random initialisation that rank 0 saves first (transformers shards
+    a model while it loads it). The Trainer then sees ``model.tp_size`` and hands accelerate the ParallelismConfig."""
+    import shutil
+
+    from accelerate import PartialState
+
+    from hfpretrain.models.parallel import load_tensor_parallel
+
+    state, weights, init = PartialState(), run.recipe.model.init_from, None
+    if weights is None:
+        init = Path(run.args.output_dir) / "tp_init"
+        if state.is_main_process:
+            build_model(run.config, attn_implementation=run.fast.attn_implementation).save_pretrained(init)
+        state.wait_for_everyone()
+        weights = str(init)
+    model = load_tensor_parallel(weights, run.config, run.layout.tp, run.layout.world_size,
+                                 device=state.device.type, attn_implementation=run.fast.attn_implementation)
+    state.wait_for_everyone()
+    if init is not None and state.is_main_process:
+        shutil.rmtree(init, ignore_errors=True)
+    return model
 
 
 def build_trainer(run: ResolvedRun, model, train_blocks, eval_blocks, train_length: int, record: dict,

@@ -1,0 +1,62 @@
+"""A few optimizer steps of the tiny Qwen3 on the mini corpus, on one process or, under ``torchrun`` (gloo), sharded
+by tensor parallelism through ``hfpretrain.models.parallel.load_tensor_parallel`` (transformers' tp_plan): what
+``tests/training/test_tensor_parallel.py`` compares. Every rank of a tensor-parallel group reads the same batch.
+
+    python tests/training/tp_steps.py DATA OUT [STEPS]
+    torchrun --nproc_per_node 2 tests/training/tp_steps.py DATA OUT [STEPS]
+
+Writes OUT/losses.json (step -> loss, rank 0) and OUT/final (save_pretrained: gathered whole under tp)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+
+def main() -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hfpretrain.data.order import load_input_ids
+    from hfpretrain.models import load_config
+    from hfpretrain.models.parallel import load_tensor_parallel
+
+    data, out = Path(sys.argv[1]), Path(sys.argv[2])
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    config = load_config("tiny", vocab_size=len(AutoTokenizer.from_pretrained(data / "tokenizer")))
+    init = out / "init"
+    if world > 1:
+        torch.distributed.init_process_group("gloo")
+    if rank == 0:  # the same random initial weights for every run (seeded), in a folder both layouts load
+        torch.manual_seed(1234)
+        AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").save_pretrained(init)
+    if world > 1:
+        torch.distributed.barrier()
+        model = load_tensor_parallel(str(init), config, tp=world, world=world, device="cpu",
+                                     attn_implementation="sdpa", dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(init, attn_implementation="sdpa", dtype=torch.float32)
+    blocks = torch.as_tensor(load_input_ids(data, "train")[: 4 * steps]["input_ids"].astype("int64"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    losses = {}
+    for step in range(steps):
+        ids = blocks[4 * step: 4 * step + 4]
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses[step + 1] = loss.item()
+    model.save_pretrained(out / "final")  # rank 0 writes the gathered weights
+    if rank == 0:
+        (out / "losses.json").write_text(json.dumps(losses))
+    if world > 1:
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
