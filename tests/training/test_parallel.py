@@ -1,5 +1,5 @@
-"""Tensor parallelism through transformers' tp_plan on two CPU processes (gloo), launched by torchrun as a user
-launches them.
+"""Tensor parallelism through transformers' tp_plan on two CPU processes (gloo), and a late rank named by the
+check-in timeout (training/barrier.py), both launched by torchrun as a user launches them.
 
 The Trainer path under tensor parallelism cannot run on a CPU: accelerate refuses a ParallelismConfig on a MULTI_CPU
 launch, and the Trainer makes one for any model loaded with tp_size > 1 (training/layout.py CPU_REFUSAL,
@@ -64,3 +64,30 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     assert getattr(model, "tp_size", None) in (None, 1)
     ids = torch.arange(16).unsqueeze(0)
     assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
+
+
+def test_a_late_rank_is_named_instead_of_a_hang(tmp_path):
+    """Rank 1 sleeps past parallel.timeout_s before a check-in: rank 0 stops with one error line naming rank 1, in
+    seconds, not after the process group's 30 minutes; on time, both pass."""
+    proc = _torchrun("late_rank.py", 2, 8, 1, timeout=120)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert errors and errors[0] == ("error: checkpoint-3: rank 1 of 2 did not arrive within parallel.timeout_s=2 s "
+                                    "(a hung or much slower process: its own log says where it stopped)"), \
+        proc.stderr[-3000:]
+    proc = _torchrun("late_rank.py", 30, 1, 1, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.count("passed") == 2, proc.stderr[-3000:]
+
+
+def test_the_process_group_timeout_is_the_recipe_key(mini_blocks, tmp_path):
+    """parallel.timeout_s is also TrainingArguments' ddp_timeout (the process group's), unless training sets it."""
+    from hfpretrain.training.config import load_recipe
+    from hfpretrain.training.machine import Machine
+    from hfpretrain.training.resolve import read_data_facts, resolve
+    from train_utils import TINY_RECIPE
+
+    machine = Machine.detect(planning=True, world_size=2)
+    for overrides, expected in ((["parallel.timeout_s=90"], 90), (["parallel.timeout_s=90",
+                                                                     "training.ddp_timeout=600"], 600)):
+        recipe = load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", *overrides])
+        assert resolve(recipe, read_data_facts(recipe, planning=True), machine).args.ddp_timeout == expected

@@ -7,6 +7,7 @@
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def main() -> int:
         return error(err)
     from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain, shutdown_distributed
+    from hfpretrain.training.barrier import LateRankError
     from hfpretrain.training.trainer import NonFiniteLossError
 
     try:
@@ -56,6 +58,10 @@ def main() -> int:
         return error(err)
     except (NonFiniteLossError, OSError) as err:  # the run failed: a NaN stop, disk full (its checkpoints stay)
         return error(err, 1)
+    except LateRankError as err:  # a rank did not check in: no teardown, which would wait on it
+        error(err, 1)
+        sys.stderr.flush()
+        os._exit(1)
     except KeyboardInterrupt:  # a second Ctrl-C during training, or one before it started: at once, no traceback
         print("stopped at once by Ctrl-C: what the last checkpoint holds is kept, the steps after it are not",
               file=sys.stderr)

@@ -122,6 +122,8 @@ def training_fields(recipe: Recipe, machine: Machine) -> dict:
     # non_blocking (GPU): batch copies from pinned memory overlap the step before
     # a deep copy: TrainingArguments edits nested mappings (fsdp_config) in place, which would edit the recipe
     fields = {**DEFAULT_ARGS, **gpu, **copy.deepcopy(recipe.training), **FORCED_ARGS}
+    # a collective that hangs ends at the process group's timeout: parallel.timeout_s unless the recipe sets its own
+    fields.setdefault("ddp_timeout", int(recipe.parallel.timeout_s))
     if recipe.optimizer.name != "muon":  # optimizer.name is the one selector; Muon's optimizer is ours (optim.py)
         fields["optim"] = recipe.optimizer.name
     if machine.planning and not machine.cuda:

@@ -56,6 +56,7 @@ from .callbacks import (
     ThroughputCallback,
     WandbConfigCallback,
 )
+from .barrier import RankCheckCallback
 from .checkpoints import (
     check_output_dir,
     checkpoint_write_error,
@@ -325,6 +326,7 @@ def build_trainer(run: ResolvedRun, model, train_blocks, eval_blocks, train_leng
                  if expert_load is not None else None,
                  throughput, MemoryCallback(), grad_stats, jsonl, preemption,
                  ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx),
+                 RankCheckCallback(recipe.parallel.timeout_s) if args.world_size > 1 else None,
                  *extra_callbacks, console, CompileCheckCallback(applied.compiled_modules),
                  WandbConfigCallback(run.to_dict()) if wandb else None,
                  wandb_lineage]
