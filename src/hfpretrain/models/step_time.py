@@ -18,6 +18,8 @@ step (optimizer included) is in t_mb: the model adds only what more GPUs add.
 Groups: dp = N / (tp · cp) replicas see distinct micro-batches. Parameters are split over the tp ranks (P/tp per
 GPU) and their gradients and shards are exchanged over the g = N / tp ranks that hold the same slice (cp ranks
 hold the same weights, so they take part). tp · cp must fit in one node; the data-parallel ring spans the nodes.
+tp and cp go with fsdp2 only (accelerate refuses them beside pure data parallelism and needs its FSDP2 plugin for
+cp: training/layout.py); ddp takes tp over all N GPUs only.
 
 Ring collectives over g ranks of a B-byte buffer, on a link of bw bytes/s per GPU and direction:
 
@@ -136,6 +138,11 @@ class StepTimeRequest:
             raise ValueError(f"tp: tp x cp = {self.tp * self.cp} must divide the {per_node} GPUs of a node")
         if self.layout == "zero1" and self.tp > 1:
             raise ValueError("tp: ZeRO-1 (DeepSpeed) does not take tensor parallelism; use layout fsdp2 or ddp")
+        if self.layout != "fsdp2" and (self.cp > 1 or (self.tp > 1 and self.num_gpus > self.tp)):
+            # accelerate refuses tp/cp beside pure data parallelism, and its cp needs the FSDP2 plugin
+            # (training/layout.py; accelerate/parallelism_config.py, accelerate/state.py)
+            raise ValueError(f"layout: {self.layout} with {'cp' if self.cp > 1 else 'tp'} > 1: accelerate composes "
+                             "tensor and context parallelism with FSDP2 only; use layout fsdp2")
         if self.seq_len % self.cp:
             raise ValueError(f"cp: {self.cp} does not divide seq_len {self.seq_len}")
         if self.one_gpu_mfu is not None and self.one_gpu_tokens_per_s is not None:
