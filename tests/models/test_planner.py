@@ -72,3 +72,14 @@ def test_moe_shapes_are_sized_by_active_parameters():
     assert "sized by active parameters" in table and "active" in table.splitlines()[3]
     dense_only = plan(PlanRequest("H100", 1, hours, mfu=0.4, fit="rule20", shapes=("scale_311m",))).table()
     assert "active" not in dense_only
+
+
+def test_tensor_and_context_parallelism_in_the_memory_fit():
+    """tp and cp shrink what one GPU holds (models/memory.py) and a tp or cp group shares one micro-batch, so the same
+    global batch takes more accumulation; a layout whose tp x cp does not divide the GPUs is one line."""
+    base = dict(gpu="A6000", num_gpus=8, hours=REFERENCE_HOURS, micro_batch=16, shapes=("qwen3_1p8b",))
+    plain, tp2, cp2 = (plan(PlanRequest(**base, tp=tp, cp=cp)).candidates[0] for tp, cp in ((1, 1), (2, 1), (1, 2)))
+    assert tp2.memory_gib < plain.memory_gib and cp2.memory_gib < plain.memory_gib
+    assert tp2.grad_accum == 2 * plain.grad_accum == cp2.grad_accum
+    with pytest.raises(ValueError, match=r"tp: tp x cp = 3 does not divide num_gpus 8"):
+        PlanRequest("B200", 8, 1.0, tp=3)

@@ -140,3 +140,11 @@ def test_memory_per_gpu_under_tensor_and_context_parallelism():
     # ZeRO/FSDP shard a tp slice over the n_gpus / tp ranks that hold it
     z3 = estimate_memory(config, TrainingLayout(1, 4096, n_gpus=8, zero_stage=3, tp=2))
     assert z3.weights == 4 * half // 4
+
+
+def test_muon_is_refused_where_the_planner_needs_fsdp2(tmp_path):
+    """check_launch refuses Muon under a FSDP launch; the same holds when the planner chose FSDP2 itself."""
+    from hfpretrain.training.config import RecipeError
+
+    with pytest.raises(RecipeError, match="optimizer.name=muon is not supported under FSDP, which the layout needs"):
+        _resolve(RECIPE_1P8B, [*ON_CPU, "optimizer.name=muon", f"data.path={tmp_path}/none"], _machine(8, 30))

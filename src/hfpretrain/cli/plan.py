@@ -40,8 +40,10 @@ def main(argv=None) -> int:
     s.add_argument("--layout", help="ddp, zero1, fsdp2, or several separated by commas: predict each")
     s.add_argument("--shape", help="the zoo shape to predict (with --layout)")
     s.add_argument("--nodes", type=int, default=1, help="nodes the --num-gpus GPUs are spread over")
-    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (within a node)")
-    s.add_argument("--cp", type=int, default=1, help="context-parallel degree (within a node; predicted only)")
+    s.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel degree (within a node; also the compute plan's memory fit per GPU)")
+    s.add_argument("--cp", type=int, default=1,
+                   help="context-parallel degree (within a node; also the compute plan's memory fit per GPU)")
     s.add_argument("--grad-accum", type=int, help="micro-batches per step (default: from --global-batch-tokens)")
     s.add_argument("--precision", default="bf16", choices=["bf16", "fp8"], help="the linears' matmuls")
     s.add_argument("--one-gpu-mfu", type=float,
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
                 a.gpu, a.num_gpus, a.hours, mfu=a.mfu, seq_len=a.seq_len, micro_batch=a.micro_batch,
                 global_batch_tokens=a.global_batch_tokens, dtype=a.dtype, zero_stage=a.zero_stage,
                 grad_checkpointing=a.grad_checkpointing, attn_implementation=a.attn, fit=a.fit,
-                n_nearest=a.nearest, vocab_size=a.vocab_size))
+                n_nearest=a.nearest, vocab_size=a.vocab_size, tp=a.tp, cp=a.cp))
         predictions = []
         for layout in a.layout.split(",") if a.layout else []:
             dp = a.num_gpus // max(1, a.tp * a.cp) or 1

@@ -137,11 +137,15 @@ class PlanRequest:
     n_nearest: int = 3
     vocab_size: int = DEFAULT_VOCAB
     shapes: tuple[str, ...] | None = None
+    tp: int = 1  # tensor- and context-parallel degrees: the memory fit per GPU, the data-parallel ranks' tokens
+    cp: int = 1
 
     def __post_init__(self):
         check_plan_arguments(num_gpus=self.num_gpus, hours=self.hours, mfu=self.mfu, seq_len=self.seq_len,
                              micro_batch=self.micro_batch, global_batch_tokens=self.global_batch_tokens,
-                             n_nearest=self.n_nearest, vocab_size=self.vocab_size)
+                             n_nearest=self.n_nearest, vocab_size=self.vocab_size, tp=self.tp, cp=self.cp)
+        if self.num_gpus % (self.tp * self.cp):
+            raise ValueError(f"tp: tp x cp = {self.tp * self.cp} does not divide num_gpus {self.num_gpus}")
 
 
 def plan(r: PlanRequest) -> Plan:
@@ -161,11 +165,11 @@ def plan(r: PlanRequest) -> Plan:
     result = Plan(gpu=gpu_key, num_gpus=r.num_gpus, hours=r.hours, mfu=r.mfu, seq_len=r.seq_len,
                   micro_batch=r.micro_batch, compute_flops=compute, fit=r.fit, optimal_params=n_opt,
                   optimal_tokens=d_opt)
-    per_step = r.micro_batch * r.seq_len * r.num_gpus
+    per_step = r.micro_batch * r.seq_len * r.num_gpus // (r.tp * r.cp)  # a tp or cp group shares a micro-batch
     accum = max(1, math.ceil(r.global_batch_tokens / per_step))
     layout = TrainingLayout(r.micro_batch, r.seq_len, n_gpus=r.num_gpus, zero_stage=r.zero_stage, dtype=r.dtype,
                             grad_checkpointing=r.grad_checkpointing, attn_implementation=r.attn_implementation,
-                            grad_accum=accum)
+                            grad_accum=accum, tp=r.tp, cp=r.cp)
     for name in nearest:
         cfg = configs[name]
         fpt = flops_per_token(cfg, r.seq_len).total

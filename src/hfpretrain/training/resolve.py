@@ -234,6 +234,10 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         document_mask=recipe.model.document_mask,
         target_gpu_memory=card_memory_bytes(recipe.context.gpu) if recipe.context.gpu and not machine.cuda else None)
     fields.update(layout_fields)
+    if layout_fields.get("fsdp") and recipe.optimizer.name == "muon":  # check_launch's rule, for the planner's FSDP2
+        raise RecipeError(f"optimizer.name=muon is not supported under FSDP, which the layout needs here "
+                          f"({layout.reason}): set parallel.dp_shard=1 and parallel.tp/cp=1 on GPUs that fit the "
+                          "model, or optimizer.name=adamw_torch_fused")
     zero, dp = layout.zero_stage, layout.dp
     steps, steps_from = max_steps(recipe, config, seq_len, dp)
     fields["max_steps"] = steps
