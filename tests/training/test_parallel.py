@@ -66,6 +66,22 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
 
 
+def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp_path):
+    """Launched as a user launches it (accelerate, 2 CPU processes): refused at start naming the key and what
+    blocks it (accelerate's ParallelismConfig on MULTI_CPU), exit 2, nothing written."""
+    out = tmp_path / "run"
+    cmd = ["accelerate", "launch", "--config_file", str(REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml"),
+           "--main_process_port", str(_free_port()), str(REPO / "scripts" / "pretrain.py"),
+           str(REPO / "recipes" / "tiny_cpu.yaml"), f"data.path={mini_blocks}", f"training.output_dir={out}",
+           "parallel.tp=2"]
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    errors = {line for line in proc.stderr.splitlines() if line.startswith("error: ")}
+    assert errors == {"error: parallel.tp=2: accelerate takes a ParallelismConfig (tp_size, cp_size) only on GPU "
+                      "launches (MULTI_GPU, FSDP2, DeepSpeed), not on a CPU launch (MULTI_CPU): run it on GPUs"}, \
+        proc.stderr[-3000:]
+    assert proc.returncode != 0 and not out.exists()
+
+
 def test_a_late_rank_is_named_instead_of_a_hang(tmp_path):
     """Rank 1 sleeps past parallel.timeout_s before a check-in: rank 0 stops with one error line naming rank 1, in
     seconds, not after the process group's 30 minutes; on time, both pass."""
