@@ -148,3 +148,19 @@ def test_muon_is_refused_where_the_planner_needs_fsdp2(tmp_path):
 
     with pytest.raises(RecipeError, match="optimizer.name=muon is not supported under FSDP, which the layout needs"):
         _resolve(RECIPE_1P8B, [*ON_CPU, "optimizer.name=muon", f"data.path={tmp_path}/none"], _machine(8, 30))
+
+
+def test_elastic_resume_splits_the_global_batch_over_data_parallel_ranks(reference_run, mini_blocks, tmp_path):
+    """A checkpoint of 4 samples per step on 1 process, resumed on 4 processes with tp 2: 2 data-parallel ranks
+    take 2 samples each (a tp group reads one micro-batch); on 6 with tp 2 the 3 ranks cannot split 4."""
+    from hfpretrain.training.config import RecipeError, load_recipe
+    from hfpretrain.training.resolve import read_data_facts, resolve
+    from hfpretrain.training.resume import elastic_batch
+    from train_utils import REFERENCE, make_overrides
+
+    recipe = load_recipe(TINY_RECIPE, make_overrides(mini_blocks, tmp_path / "x", REFERENCE) + ["parallel.tp=2"])
+    facts, ckpt = read_data_facts(recipe, planning=True), str(reference_run / "checkpoint-5")
+    assert elastic_batch(ckpt, resolve(recipe, facts, _machine(4))) == [
+        "training.per_device_train_batch_size=2", "training.gradient_accumulation_steps=1"]
+    with pytest.raises(RecipeError, match=r"6 processes \(3 data-parallel ranks\) cannot split that global batch"):
+        elastic_batch(ckpt, resolve(recipe, facts, _machine(6)))

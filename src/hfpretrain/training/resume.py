@@ -153,11 +153,13 @@ def elastic_batch(checkpoint: str, run: ResolvedRun) -> list[str]:
     if saved is None or saved[1] == world or saved[0] == now:  # same launch, or a change the user made: compared
         return []
     samples, processes = saved
-    if samples % world:
+    dp = run.layout.dp  # a tp or cp group reads one micro-batch: the batch splits over the data-parallel ranks
+    ranks = f"{world} processes" + (f" ({dp} data-parallel ranks)" if dp != world else "")
+    if samples % dp:
         raise RecipeError(f"{checkpoint} was trained at {samples} samples per step on {processes} processes: "
-                          f"{world} processes cannot split that global batch evenly; resume on a number of processes "
+                          f"{ranks} cannot split that global batch evenly; resume on a number of processes "
                           f"that divides {samples}, or start a new run (another training.output_dir)")
-    share, recipe_micro = samples // world, int(run.recipe.training.get("per_device_train_batch_size", 8))
+    share, recipe_micro = samples // dp, int(run.recipe.training.get("per_device_train_batch_size", 8))
     micro = max(d for d in range(1, min(share, recipe_micro) + 1) if share % d == 0)
     logger.info("resuming %s (%d processes) on %d: %d samples per step kept as %d x %d accumulation per process",
                 checkpoint, processes, world, samples, micro, share // micro)
