@@ -5,7 +5,8 @@
 # checkpoints: gpu_2gpu_zero1.sh). Scaling efficiency = tokens/s per GPU on NPROC GPUs / tokens/s on 1.
 # Each run is time-boxed (a 1.8B run takes 80-120 s: start, per-layer compile, STEPS steps);
 # $OUT gets notes.txt, runs.log (log tails) and one JSON per run. RUNS picks the runs (zero1: DeepSpeed ZeRO-1
-# without checkpoints); EXTRA adds overrides to every run (the fp8 scaling: EXTRA=model.precision=fp8).
+# without checkpoints; tp, fsdp2_tp2, cp2: the parallel section); EXTRA adds overrides to every run (the fp8
+# scaling: EXTRA=model.precision=fp8).
 #   source .carry/setup.sh && bash benchmarks/gpu_2gpu_scaling.sh
 source benchmarks/gpu_common.sh
 tokenize_corpus
@@ -24,6 +25,12 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
     ddp) bench ddp accelerate_configs/2gpu_ddp.yaml ;;
     fsdp2) bench fsdp2 accelerate_configs/2gpu_fsdp2.yaml ;;
     zero1) bench zero1 accelerate_configs/2gpu_zero1.yaml ;;
+    # tensor and context parallelism (parallel:, training/layout.py; never run yet): tp over all NPROC ranks under
+    # DDP's launch, FSDP2 x tp 2 (NPROC=4: 2 shards x tp 2), cp 2 beside FSDP2 (torch SDPA). If the compiled layers
+    # or liger's loss fail on the sharded model, bisect with EXTRA="model.compile=none loss.implementation=chunked"
+    tp) bench tp accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ;;
+    fsdp2_tp2) bench fsdp2_tp2 accelerate_configs/2gpu_fsdp2.yaml parallel.tp=2 ;;
+    cp2) bench cp2 accelerate_configs/2gpu_fsdp2.yaml parallel.cp=2 model.attn_implementation=sdpa ;;
   esac
 done
 python3 benchmarks/scaling_table.py "$OUT" | tee -a "$N"
