@@ -94,8 +94,8 @@ def load_tensor_parallel(weights: str, config: PretrainedConfig, tp: int, world:
     from transformers import AutoModelForCausalLM
 
     check_tp(config, tp)
-    if world == tp:
-        return AutoModelForCausalLM.from_pretrained(weights, config=config, tp_plan="auto", tp_size=tp, **kwargs)
+    if world == tp:  # tp over every rank: transformers' default tp_size (the world size) in both versions
+        return AutoModelForCausalLM.from_pretrained(weights, config=config, tp_plan="auto", **kwargs)
     try:
         from transformers.distributed.configuration_utils import DistributedConfig
 
