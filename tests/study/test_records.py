@@ -187,9 +187,13 @@ def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, fir
         assert row[15].rstrip("+") == f"{r['wall_time_s'] / 60:.1f}" and row[16] == f"{r['wall_time_all_s'] / 60:.1f}"
     if study == VOCAB:
         assert results["bpe_8k/L7__c2.50e+16__seed0"]["wall_time_s"] > 600  # the resumed run's parts, summed
-    for budget, arm, n_opt, loss, *_ in _md_table(report, "| budget (FLOPs) | arm | best N |"):
+    for budget, arm, best_n, best_loss, n_opt, loss, bracketed, *_ in _md_table(report, "| budget (FLOPs) | arm | best measured N |"):
         o = analysis["optima"][f"{arm} @ {float(budget):.6g}"]
-        assert loss == f"{o['loss_opt']:.4f}" and n_opt == f"{o['n_opt']:.3g}"
+        assert best_n == f"{o['best_measured']['n']:.3g}" and best_loss == f"{o['best_measured']['loss']:.4f}"
+        if o["bracketed"]:
+            assert bracketed == "yes" and loss == f"{o['loss_opt']:.4f}" and n_opt == f"{o['n_opt']:.3g}"
+        else:  # a bound: the best measured mean
+            assert bracketed == "**no**" and loss == f"≤ {o['loss_opt']:.4f} (bound)" and n_opt == "–"
     fits = json.loads((study / "fits.json").read_text())
     for table, source in ((_md_table(report, "| arm | α | E |"), analysis["fits"]),
                           (_md_table(report.split("Separate E per arm")[1], "| arm | α | E |"),

@@ -147,9 +147,12 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
     iv = result.get("intervals") or {}
     iv_clean = result.get("intervals_without_outliers") or {}
     lines = ["## IsoFLOP analysis", "",
-             f"Loss = final validation {unit}. Per budget and arm, a parabola of loss in ln N through the budget's "
-             "sizes (seeds averaged) gives the best size and its loss; a budget whose best size is at the edge of "
-             "its sizes is *not bracketed*: its optimum is only bounded. Intervals are 95% parametric-bootstrap "
+             f"Loss = final validation {unit}. Per budget and arm, the sizes' losses are averaged over seeds; a cell "
+             "is *bracketed* only when its best measured size is an inner one, and its optimum is then the minimum "
+             "of the parabola in ln N through that size and its two neighbours. A cell whose best size is at the "
+             "edge of its sizes is *not bracketed*: its optimum is only bounded (the best measured mean). Fit check: "
+             "the parabola through all of a cell's sizes, whose largest miss of a size's mean is compared with the "
+             "budget's noise floor. Intervals are 95% parametric-bootstrap "
              f"intervals from the seed noise floor ({result.get('n_boot', 0)} draws).", ""]
     noise, clean, outliers = result.get("noise"), result.get("noise_without_outliers"), result.get("outliers") or {}
     lines.append(f"- Noise floor: σ = {noise['sigma']:.4f} {unit} between seeds ({noise['cells']} cells, "
@@ -162,14 +165,28 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
                      f"σ = {clean['sigma']:.4f} {unit} ({clean['runs']} runs). Both floors are used below; the "
                      "outliers stay in their cell means.")
     if result["edge"]:
-        lines.append(f"- **Not bracketed** (best size at the edge of the grid): {', '.join(result['edge'])}. "
+        lines.append(f"- **Not bracketed** (best measured size at the edge of the grid): {', '.join(result['edge'])}. "
                      "Those optima are bounds, not measurements.")
+    else:
+        lines.append("- Every cell bracketed (its best measured size an inner one).")
+    flagged = result.get("flagged") or []
+    if flagged:
+        lines.append("- **Fit check failed** (the parabola through all sizes misses a size's mean by more than the "
+                     "budget's noise floor σ: the loss is not parabolic in ln N over the window, so the optimum "
+                     "above comes from the three sizes around the best only): " +
+                     ", ".join(f"{f['cell']} (miss {f['misfit']:.3f} > σ {f['sigma']:.3f})" for f in flagged) + ".")
     lines.append("")
     table = []
     for (arm, b), o in sorted(result["optima"].items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        table.append([f"{b:.3g}", arm, f"{o['n_opt']:.3g}", f"{o['loss_opt']:.4f}", "yes" if o["bracketed"] else "**no**",
-                      str(o["points"])])
-    lines += [_table(["budget (FLOPs)", "arm", "best N", "best loss", "bracketed", "sizes"], table), ""]
+        flag = any(f["arm"] == arm and f["budget"] == b for f in flagged)
+        misfit = "–" if o.get("misfit") is None else f"{o['misfit']:.4f}" + (" **flagged**" if flag else "")
+        best = o.get("best_measured") or {}
+        table.append([f"{b:.3g}", arm, f"{best.get('n', o['n_opt']):.3g}", f"{best.get('loss', o['loss_opt']):.4f}",
+                      f"{o['n_opt']:.3g}" if o["bracketed"] else "–", f"{o['loss_opt']:.4f}" if o["bracketed"] else
+                      f"≤ {o['loss_opt']:.4f} (bound)", "yes" if o["bracketed"] else "**no**", str(o["points"]),
+                      misfit])
+    lines += [_table(["budget (FLOPs)", "arm", "best measured N", "its mean loss", "optimum N", "optimum loss",
+                      "bracketed", "sizes in the fit", "all-size parabola's largest miss"], table), ""]
 
     sep = (result.get("sensitivity") or {}).get("separate")
     why = ("both are scored in {unit} of the same validation text, so the irreducible part belongs to the text, "
