@@ -5,8 +5,10 @@
    neighbours. A best size at the edge of the grid (``bracketed: false``) gives only a bound: the report says so
    and the decision rule answers "incomplete". The parabola through all of a cell's sizes is the fit check: a cell
    it misses by more than its budget's noise floor is ``flagged`` and named in the report.
-2. **Noise floor**: the pooled standard deviation of runs that differ only in their seed; runs far from their
-   seed siblings (k robust σ) are named, and the floor is also given without them.
+2. **Noise floor, by the rule written before the runs** (the spec's ``decision.noise``): ``per_budget`` (the
+   default: σ of each budget pooled from that budget's seed replicates; seed noise differed sevenfold between the
+   budgets of one study), ``pooled`` (one σ from every replicate) or fixed values per budget. Every replicate
+   counts: runs far from their seed siblings (k robust σ) are named, never dropped from the floor afterwards.
 3. **Fits on the per-budget optima** L*_arm(C) = E + A_arm·C^(−α_arm). Primary model: **one E shared by the
    arms** (both are scored in bits per byte of the same text: the irreducible part belongs to the text).
    Sensitivity check: each arm with its own E (``sensitivity.separate``).
@@ -15,8 +17,8 @@
    means the change is worth that much more compute); its trend with compute (slope of ln multiplier vs
    ln C); where the fitted curves cross between the smallest budget and the extrapolation target (never
    below the data); and both arms extrapolated to 10× the largest budget.
-5. **Uncertainty** by a parametric bootstrap: each cell mean gets Gaussian noise of the measured noise
-   floor (σ/√seeds), everything is refitted, and 95% intervals are the 2.5/97.5 percentiles. Without
+5. **Uncertainty** by a parametric bootstrap: each cell mean gets Gaussian noise of its budget's noise
+   floor (σ_b/√seeds), everything is refitted, and 95% intervals are the 2.5/97.5 percentiles. Without
    seeds there is no noise estimate and no interval (reported as such, never invented).
 6. **Back-test**: each model refitted without the largest budget predicts that budget: each arm's optimum,
    and the gap between the arms (what the verdict rests on).
@@ -32,7 +34,9 @@ import numpy as np
 from hfpretrain.study.fit import fit_power_law, fit_shared_floor
 
 BOOTSTRAP_FIT = dict(grid=40, zooms=10)  # a coarser E search inside the bootstrap loop (hundreds of fits)
-OUTLIER_K = 4.0  # robust σ: a seed replicate further from its siblings is named and left out of the second floor
+OUTLIER_K = 4.0  # robust σ: a seed replicate further from its siblings is named (and kept: the rule is written first)
+NOISE_RULES = ("per_budget", "pooled")
+DEFAULT_NOISE = "per_budget"
 
 
 def _n(row: dict) -> float:
@@ -84,9 +88,10 @@ def seed_outliers(rows: list[dict], y: str = "val_loss", k: float = OUTLIER_K) -
     A run's deviation is its loss minus the mean of its cell's other seeds, scaled by √(1 + 1/(n−1)) so that
     it has the spread of one run; the robust σ is 1.4826 × the median absolute deviation over all replicated
     runs (a few wild runs cannot inflate it, as they inflate the pooled σ); an outlier deviates by more than
-    k robust σ. With two seeds either run could be the wild one: the pair is named, and the floor without
-    outliers leaves that cell out. Outliers are reported and the noise floor is given with and without them;
-    they are not dropped from the cell means (a configuration that sometimes diverges is a result)."""
+    k robust σ. With two seeds either run could be the wild one: the pair is named. Outliers are reported, never
+    dropped from the noise floor or the cell means: a floor chosen after seeing which pairs disagree is post hoc
+    (it once turned a verdict from "undecided" to "resolved"), and a configuration that sometimes diverges is a
+    result."""
     devs, candidates = [], []
     for names, losses in _replicates(rows, y):
         n = len(losses)
@@ -134,10 +139,29 @@ def isoflop_optimum(n: np.ndarray, loss: np.ndarray) -> dict:
             "bracketed": True, "points": 3}
 
 
-def budget_noise(rows: list[dict], y: str = "val_loss") -> dict:
-    """budget -> noise_floor of that budget's seed replicates alone (None where none was replicated): seed noise
-    differs about sevenfold between the budgets of one study (0.0049 to 0.034 bits per byte)."""
-    return {b: noise_floor([r for r in rows if r["budget"] == b], y) for b in sorted({r["budget"] for r in rows})}
+def budget_noise(rows: list[dict], y: str = "val_loss", rule=None) -> dict:
+    """The noise floor of each budget by the spec's rule (``decision.noise``; None: the default, per budget).
+
+    {"rule": "per_budget" | "pooled" | "fixed", "default": bool, "budgets": {budget: {"sigma", "cells", "runs",
+    "source"}}}; source: "seeds of this budget", "seeds of every budget" (``pooled``, or a budget without
+    replicates under ``per_budget``), "spec" (fixed values), or None where nothing gives one."""
+    budgets = sorted({r["budget"] for r in rows})
+    pooled = noise_floor(rows, y)
+    kind = "fixed" if isinstance(rule, dict) else (rule or DEFAULT_NOISE)
+    out = {"rule": kind, "default": rule is None, "budgets": {}}
+    fixed = {float(b): float(v) for b, v in rule.items()} if isinstance(rule, dict) else {}
+    for b in budgets:
+        own = noise_floor([r for r in rows if r["budget"] == b], y) if kind == "per_budget" else None
+        if kind == "fixed" and any(math.isclose(b, fb, rel_tol=1e-9) for fb in fixed):
+            sigma = next(v for fb, v in fixed.items() if math.isclose(b, fb, rel_tol=1e-9))
+            out["budgets"][b] = {"sigma": sigma, "cells": None, "runs": None, "source": "spec"}
+        elif own is not None:
+            out["budgets"][b] = {**own, "source": "seeds of this budget"}
+        elif pooled is not None:
+            out["budgets"][b] = {**pooled, "source": "seeds of every budget"}
+        else:
+            out["budgets"][b] = {"sigma": None, "cells": 0, "runs": 0, "source": None}
+    return out
 
 
 def fit_flags(opt: dict, noise: dict) -> list[dict]:
@@ -150,15 +174,16 @@ def fit_flags(opt: dict, noise: dict) -> list[dict]:
     return out
 
 
-def optima(cell_map: dict, noise: np.random.Generator | None = None, sigma: float = 0.0) -> dict:
-    """(arm, budget) -> isoflop_optimum + "flops"; with ``noise``, each cell mean is perturbed (bootstrap)."""
+def optima(cell_map: dict, noise: np.random.Generator | None = None, sigma: dict | None = None) -> dict:
+    """(arm, budget) -> isoflop_optimum + "flops"; with ``noise``, each cell mean is perturbed by its budget's σ
+    (``sigma``: budget -> σ) over √seeds (bootstrap)."""
     out = {}
     for (arm, budget), sizes in cell_map.items():
         n = np.array([c["n"] for c in sizes.values()])
         means = np.array([np.mean(c["losses"]) for c in sizes.values()])
         if noise is not None:
             counts = np.array([len(c["losses"]) for c in sizes.values()])
-            means = means + noise.normal(0.0, sigma, len(means)) / np.sqrt(counts)
+            means = means + noise.normal(0.0, sigma[budget], len(means)) / np.sqrt(counts)
         opt = isoflop_optimum(n, means)
         opt["flops"] = float(np.mean([f for c in sizes.values() for f in c["flops"]]))
         out[arm, budget] = opt
@@ -286,9 +311,9 @@ def _interval(values: list[float]) -> list[float] | None:
     return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) >= 10 else None
 
 
-def _bootstrap(cell_map: dict, arms: list[str], budgets: list[float], target: float, sigma: float, n_boot: int,
+def _bootstrap(cell_map: dict, arms: list[str], budgets: list[float], target: float, sigma: dict, n_boot: int,
                seed: int, models=tuple(MODELS)) -> dict:
-    """95% intervals of the ``models``' figures: the cell means perturbed by σ/√seeds, everything refitted."""
+    """95% intervals of the ``models``' figures: the cell means perturbed by σ_budget/√seeds, everything refitted."""
     rng = np.random.default_rng(seed)
     out = {}
     draws: dict = {model: [] for model in models}
@@ -322,12 +347,13 @@ def _bootstrap(cell_map: dict, arms: list[str], budgets: list[float], target: fl
 
 
 def analyse_isoflop(rows: list[dict], y: str = "val_loss", n_boot: int = 300, seed: int = 0,
-                    extrapolate_factor: float = 10.0) -> dict:
+                    extrapolate_factor: float = 10.0, noise_rule=None) -> dict:
     """Everything the report needs (see the module docstring). The first arm is the baseline.
 
     The primary model (``model``: one E shared by the arms) fills the top-level keys; ``sensitivity`` holds the
-    same figures from separate per-arm fits. ``intervals`` come from the pooled noise floor of every seed
-    replicate, ``intervals_without_outliers`` from the floor without the ``outliers`` (when there are any)."""
+    same figures from separate per-arm fits. ``intervals`` come from the noise floor of each budget by
+    ``noise_rule`` (the spec's ``decision.noise``; None: per budget, and ``budget_noise["default"]`` says so);
+    ``noise`` is the pooled floor of every replicate, for reference."""
     cell_map = cells(rows, y)
     arms = list(dict.fromkeys(r["arm"] for r in rows if (r["arm"], r["budget"]) in cell_map))
     budgets = sorted({b for _, b in cell_map})
@@ -339,32 +365,31 @@ def analyse_isoflop(rows: list[dict], y: str = "val_loss", n_boot: int = 300, se
     per_model = {model: _summaries(opt, arms, budgets, target, model, {}) for model in MODELS}
     for model, d in per_model.items():
         d["backtest"] = backtest(opt, arms, budgets, model)
-    outliers = seed_outliers(rows, y)
-    noise = noise_floor(rows, y)
-    clean = noise_floor(rows, y, exclude=outliers["runs"]) if outliers["runs"] else None
+    grid_rows = [r for r in rows if r.get("lr_factor") is None]  # LR checks are no cell's replicates
+    noise = noise_floor(grid_rows, y)
+    by_budget = budget_noise([r for r in grid_rows if r["budget"] in budgets], y, noise_rule)
     point = per_model[PRIMARY]
     result = {
         "y": y, "arms": arms, "baseline": arms[0], "budgets": budgets, "optima": opt, "noise": noise,
+        "budget_noise": by_budget,
         # one unit for every arm: bits per byte of the same text, or one vocabulary (nats per token of other
         # tokenizers are not comparable, and neither is a shared irreducible term between them)
         "shared_unit": y == "val_bpb" or len({r.get("vocab_size") for r in rows if r.get("vocab_size")}) <= 1,
-        "outliers": outliers, "noise_without_outliers": clean, "model": PRIMARY,
+        "outliers": seed_outliers(rows, y), "model": PRIMARY,
         "fits": point["fits"], "gap": point["gap"], "multiplier": point["multiplier"], "trend": point["trend"],
         "extrapolate_to": target, "extrapolated": point["extrapolated"], "crossover": point["crossover"],
         "crossover_range": [min(budgets), target], "backtest": point["backtest"], "pairs": point["pairs"],
         "edge": sorted(f"{arm} @ {b:.3g}" for (arm, b), o in opt.items() if not o["bracketed"]),
-        "flagged": fit_flags(opt, budget_noise(rows, y)),
+        "flagged": fit_flags(opt, by_budget["budgets"]),
         "sensitivity": {model: d for model, d in per_model.items() if model != PRIMARY},
     }
-    result["intervals"] = result["intervals_without_outliers"] = None
-    if noise is not None and n_boot > 0:
-        boot = _bootstrap(cell_map, arms, budgets, target, noise["sigma"], n_boot, seed)
+    result["intervals"] = None
+    sigma = {b: v["sigma"] for b, v in by_budget["budgets"].items()}
+    if all(v is not None for v in sigma.values()) and n_boot > 0:
+        boot = _bootstrap(cell_map, arms, budgets, target, sigma, n_boot, seed)
         result["intervals"] = boot[PRIMARY]
         for model, d in result["sensitivity"].items():
             d["intervals"] = boot[model]
-        if clean is not None:
-            result["intervals_without_outliers"] = _bootstrap(cell_map, arms, budgets, target, clean["sigma"], n_boot,
-                                                              seed, (PRIMARY,))[PRIMARY]
         result["n_boot"] = n_boot
     return result
 
@@ -395,9 +420,11 @@ def to_json(result: dict) -> dict:
             out["intervals"] = intervals(d["intervals"])
         return out
 
-    out = figures({k: v for k, v in result.items() if k not in ("optima", "sensitivity", "intervals_without_outliers")})
+    out = figures({k: v for k, v in result.items() if k not in ("optima", "sensitivity", "budget_noise")})
     out["optima"] = {f"{arm} @ {b:.6g}": o for (arm, b), o in result.get("optima", {}).items()}
-    out["intervals_without_outliers"] = intervals(result.get("intervals_without_outliers"))
+    if result.get("budget_noise"):
+        out["budget_noise"] = {**result["budget_noise"],
+                               "budgets": {f"{b:.6g}": v for b, v in result["budget_noise"]["budgets"].items()}}
     out["sensitivity"] = {model: figures(d) for model, d in result.get("sensitivity", {}).items()}
     return out
 
@@ -416,6 +443,10 @@ def decide(result: dict, decision: dict) -> list[dict]:
       - ``worse``: the measured interval above +margin;
       - ``no practical difference``: the measured interval inside ±margin;
       - ``undecided``: anything else (more seeds, or a larger budget).
+    With ``criterion: multiplier`` (the MoE study's rule, for an arm against the analysis' baseline): the arm's
+    compute multiplier at ``at`` with its interval: ``recommended`` above ``multiplier_min`` with the interval's
+    lower end above 1; ``no gain`` when the interval holds 1; ``worse`` when it lies below 1; else ``undecided``.
+    Every verdict carries the noise floor σ of ``at`` it was computed with (the rule's ``noise``).
     """
     margin = float(decision.get("margin", 0.0))
     at = float(decision.get("at") or max(result["budgets"]))
@@ -425,7 +456,9 @@ def decide(result: dict, decision: dict) -> list[dict]:
     for comp in decision.get("comparisons") or []:
         arm, base = comp["arm"], comp["baseline"]
         sign, key = (1, pair_key(arm, base)) if pair_key(arm, base) in result["pairs"] else (-1, pair_key(base, arm))
-        entry = {"name": comp.get("name", key), "arm": arm, "baseline": base, "budget": at, "margin": margin}
+        sigma = ((result.get("budget_noise") or {}).get("budgets") or {}).get(at, {}).get("sigma")
+        entry = {"name": comp.get("name", key), "arm": arm, "baseline": base, "budget": at, "margin": margin,
+                 "sigma": sigma, "criterion": decision.get("criterion", "gap")}
         cells_ok = [(a, at) in result["optima"] and result["optima"][a, at]["bracketed"] for a in (arm, base)]
         if key not in result["pairs"] or not all(cells_ok):
             missing = [f"{a} @ {at:.3g}" for a, ok in zip((arm, base), cells_ok) if not ok]
@@ -444,6 +477,25 @@ def decide(result: dict, decision: dict) -> list[dict]:
         gap10, gap10_ci = signed(p["gap_extrapolated"]), signed_iv(pi.get("gap_extrapolated"))
         gap10_sep = signed((sep.get("pairs") or {}).get(key, {}).get("gap_extrapolated"))
         entry.update(gap=gap, gap_interval=gap_ci, gap_10x=gap10, gap_10x_interval=gap10_ci, gap_10x_separate=gap10_sep)
+        if entry["criterion"] == "multiplier":
+            mult = next((m for b, m in (result["multiplier"].get(arm) or {}).items()
+                         if math.isclose(b, at, rel_tol=1e-9)), None)
+            m_ci = next((c for b, c in ((iv.get("multiplier") or {}).get(arm) or {}).items()
+                         if math.isclose(b, at, rel_tol=1e-9)), None)
+            entry.update(multiplier=mult, multiplier_interval=m_ci)
+            lo = float(decision.get("multiplier_min", 1.0))
+            if mult is None or m_ci is None:
+                verdict = "undecided"
+            elif mult > lo and m_ci[0] > 1:
+                verdict = "recommended"
+            elif m_ci[0] <= 1 <= m_ci[1]:
+                verdict = "no gain"
+            elif m_ci[1] < 1:
+                verdict = "worse"
+            else:
+                verdict = "undecided"
+            out.append({**entry, "verdict": verdict})
+            continue
         if gap_ci is None:
             verdict = "undecided"
         elif gap_ci[1] < -margin:

@@ -291,7 +291,18 @@ def _decision(d, arms: dict) -> dict:
     for c in d["comparisons"]:
         if not isinstance(c, dict) or c.get("arm") not in arms or c.get("baseline") not in arms:
             raise ValueError(f"decision: comparison {c} must name two of the arms {sorted(arms)} (arm, baseline)")
-    return dict(d)
+    noise = d.get("noise")
+    fixed = isinstance(noise, dict) and noise and all(
+        not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0 for v in noise.values())
+    if noise is not None and noise not in ("per_budget", "pooled") and not fixed:
+        raise ValueError("decision.noise: per_budget (σ of each budget from its seeds), pooled (one σ from every "
+                         f"seed pair) or {{BUDGET: σ, ...}} written before the runs, got {noise!r}")
+    if d.get("criterion", "gap") not in ("gap", "multiplier"):
+        raise ValueError(f"decision.criterion: gap or multiplier, got {d['criterion']!r}")
+    out = dict(d)
+    if fixed:
+        out["noise"] = {float(b): float(v) for b, v in noise.items()}
+    return out
 
 
 def _workers(value) -> int:

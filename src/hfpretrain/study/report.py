@@ -118,13 +118,43 @@ def _ci_plain(iv) -> str:
     return _ci(iv).replace("+", "")
 
 
-def _gap_cells(b, gap, ci, ci_clean) -> list[str]:
-    return [f"{b:.3g}", f"{gap:+.4f}{_ci(ci)}", _ci(ci_clean).strip() or "–"]
+def _gap_cells(b, gap, ci, sigma) -> list[str]:
+    return [f"{b:.3g}", f"{gap:+.4f}{_ci(ci)}", f"{sigma:.4f}" if sigma is not None else "–"]
 
 
-def _gap_row(b, gap, ci, ci_clean, mult, mult_ci) -> list[str]:
+def _gap_row(b, gap, ci, sigma, mult, mult_ci) -> list[str]:
     mult_cell = f"{mult:.3g}" + (f" [{mult_ci[0]:.3g}, {mult_ci[1]:.3g}]" if mult_ci else "")
-    return _gap_cells(b, gap, ci, ci_clean) + [mult_cell]
+    return _gap_cells(b, gap, ci, sigma) + [mult_cell]
+
+
+def _sigma(result: dict, b: float):
+    return (((result.get("budget_noise") or {}).get("budgets") or {}).get(b) or {}).get("sigma")
+
+
+NOISE_RULE_TEXT = {
+    "per_budget": "σ of each budget, pooled from that budget's seed replicates (a budget without replicates takes "
+                  "the σ of every replicate)",
+    "pooled": "one σ, pooled from every seed replicate of every budget",
+    "fixed": "the σ per budget written in the spec",
+}
+
+
+def noise_lines(result: dict, unit: str) -> list[str]:
+    """The noise floor per budget, by the spec's rule, and whether that rule was written or the default."""
+    bn = result.get("budget_noise") or {}
+    if not bn:
+        return []
+    rule = NOISE_RULE_TEXT.get(bn["rule"], bn["rule"])
+    lines = [f"- Noise rule: {rule}; every replicate counts (none dropped after the runs)." +
+             (" **The spec's decision rule names no noise floor (`decision.noise`): this is the default**, chosen "
+              "after these runs (issue 61), not written before them." if bn.get("default") else
+              " Named in the spec's decision rule (`decision.noise`).")]
+    per = [f"{b:.3g}: σ = {v['sigma']:.4f}" + (f" ({v['cells']} cells)" if v.get("cells") else "") +
+           ("" if v["source"] in ("seeds of this budget", "spec") else f" ({v['source']})")
+           for b, v in bn["budgets"].items() if v.get("sigma") is not None]
+    if per:
+        lines.append(f"- Noise floor per budget ({unit}): " + "; ".join(per) + ".")
+    return lines
 
 
 def _fit_rows(fits: dict, result: dict, figures: dict, iv: dict) -> list[list[str]]:
@@ -145,7 +175,6 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
     """The IsoFLOP analysis: optima per budget, both fit models, the comparison of arms, and a discussion."""
     unit = "bits/byte" if result["y"] == "val_bpb" else "nats/token"
     iv = result.get("intervals") or {}
-    iv_clean = result.get("intervals_without_outliers") or {}
     lines = ["## IsoFLOP analysis", "",
              f"Loss = final validation {unit}. Per budget and arm, the sizes' losses are averaged over seeds; a cell "
              "is *bracketed* only when its best measured size is an inner one, and its optimum is then the minimum "
@@ -153,17 +182,17 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
              "edge of its sizes is *not bracketed*: its optimum is only bounded (the best measured mean). Fit check: "
              "the parabola through all of a cell's sizes, whose largest miss of a size's mean is compared with the "
              "budget's noise floor. Intervals are 95% parametric-bootstrap "
-             f"intervals from the seed noise floor ({result.get('n_boot', 0)} draws).", ""]
-    noise, clean, outliers = result.get("noise"), result.get("noise_without_outliers"), result.get("outliers") or {}
-    lines.append(f"- Noise floor: σ = {noise['sigma']:.4f} {unit} between seeds ({noise['cells']} cells, "
-                 f"{noise['runs']} runs)." if noise else
+             f"intervals from each budget's seed noise floor ({result.get('n_boot', 0)} draws).", ""]
+    noise, outliers = result.get("noise"), result.get("outliers") or {}
+    lines.append(f"- Seed noise pooled over every budget, for reference: σ = {noise['sigma']:.4f} {unit} "
+                 f"({noise['cells']} cells, {noise['runs']} runs)." if noise else
                  "- Noise floor: unknown (no cell was run with several seeds): differences get no interval.")
-    if clean:
+    lines += noise_lines(result, unit)
+    if outliers.get("runs"):
         named = ", ".join(f"{name} ({d:+.3f})" for name, d in outliers["runs"].items())
-        lines.append(f"- Without the {len(outliers['runs'])} seed outlier(s) (a run more than {outliers['k']:g} robust σ "
-                     f"= {outliers['k'] * outliers['robust_sigma']:.3f} from its siblings' mean: {named}): "
-                     f"σ = {clean['sigma']:.4f} {unit} ({clean['runs']} runs). Both floors are used below; the "
-                     "outliers stay in their cell means.")
+        lines.append(f"- Seed pairs that disagree (a run more than {outliers['k']:g} robust σ = "
+                     f"{outliers['k'] * outliers['robust_sigma']:.3f} from its siblings' mean): {named}. Named, not "
+                     "dropped: they stay in the noise floor and in their cell means.")
     if result["edge"]:
         lines.append(f"- **Not bracketed** (best measured size at the edge of the grid): {', '.join(result['edge'])}. "
                      "Those optima are bounds, not measurements.")
@@ -209,14 +238,14 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
     base = result["baseline"]
     for arm in result["arms"][1:]:
         rows_ = [_gap_row(b, gap, ((iv.get("gap") or {}).get(arm) or {}).get(b),
-                          ((iv_clean.get("gap") or {}).get(arm) or {}).get(b), result["multiplier"][arm][b],
+                          _sigma(result, b), result["multiplier"][arm][b],
                           ((iv.get("multiplier") or {}).get(arm) or {}).get(b))
                  for b, gap in result["gap"][arm].items()]
         lines += [f"### {arm} vs {base}", "",
                   f"Gap = best loss of {arm} − best loss of {base} (negative: {arm} is better), with its interval from "
-                  "the pooled σ and from the σ without outliers; compute multiplier (shared-E fit) = the compute "
+                  "the budget's noise floor σ (beside it); compute multiplier (shared-E fit) = the compute "
                   f"{base} needs to reach {arm}'s loss, ÷ C (> 1: {arm} is worth that much more compute).", "",
-                  _table(["budget (FLOPs)", "gap", "gap interval without outliers", "compute multiplier"], rows_), ""]
+                  _table(["budget (FLOPs)", "gap", "σ of the budget", "compute multiplier"], rows_), ""]
         brow = []
         for label, fig, ivm in (("shared E (primary)", result, iv), ("separate E", sep, (sep or {}).get("intervals") or {})):
             if not fig:
@@ -235,14 +264,14 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
                   "below the data)." if held else "Gap at 10× and crossings (no back-test: fewer than 3 budgets).", "",
                   _table(["model", "predicted gap at the top budget", "measured", "error", "gap at 10×",
                           "crossing (FLOPs)"], brow), ""]
-    lines += _pair_lines(result, iv, iv_clean, sep)
+    lines += _pair_lines(result, iv, sep)
     lines += ["## Discussion", "", *discussion_lines(result), ""]
     if plot_png:
         lines += [f"![IsoFLOP curves and per-budget optima]({plot_png})", ""]
     return lines
 
 
-def _pair_lines(result: dict, iv: dict, iv_clean: dict, sep: dict | None) -> list[str]:
+def _pair_lines(result: dict, iv: dict, sep: dict | None) -> list[str]:
     """The comparisons between two arms that are not the baseline (a vocabulary study's size effect: 8k vs 32k,
     both trained on the corpus), per budget, as the sections above give each arm against the baseline."""
     lines = []
@@ -253,8 +282,7 @@ def _pair_lines(result: dict, iv: dict, iv_clean: dict, sep: dict | None) -> lis
             continue
         pair_iv = (iv.get("pairs") or {}).get(key) or {}
         gap_ci = pair_iv.get("gap") or {}
-        gap_ci_clean = ((iv_clean.get("pairs") or {}).get(key) or {}).get("gap") or {}
-        rows_ = [_gap_cells(b, g, gap_ci.get(b), gap_ci_clean.get(b)) for b, g in p["gap"].items()]
+        rows_ = [_gap_cells(b, g, gap_ci.get(b), _sigma(result, b)) for b, g in p["gap"].items()]
         tenx = []
         for label, fig, ci in (("shared E", p, pair_iv.get("gap_extrapolated")),
                                ("separate E", ((sep or {}).get("pairs") or {}).get(key),
@@ -264,8 +292,8 @@ def _pair_lines(result: dict, iv: dict, iv_clean: dict, sep: dict | None) -> lis
         cross = ", ".join(f"{c:.2g}" for c in p.get("crossover") or []) or "none"
         lines += [f"### {key}", "",
                   f"Gap = best loss of {arm} − best loss of {other} (negative: {arm} is better), with its interval "
-                  "from the pooled σ and from the σ without outliers.", "",
-                  _table(["budget (FLOPs)", "gap", "gap interval without outliers"], rows_), "",
+                  "from the budget's noise floor σ (beside it).", "",
+                  _table(["budget (FLOPs)", "gap", "σ of the budget"], rows_), "",
                   f"Gap at 10× the largest budget: {'; '.join(tenx) or '– (no fit)'}; the shared-E curves cross at: "
                   f"{cross}.", ""]
     return lines
@@ -275,7 +303,6 @@ def discussion_lines(result: dict) -> list[str]:
     """Sentences written from the analysis' numbers: sign and size per budget, trend, confidence, 10×."""
     unit = "bits/byte" if result["y"] == "val_bpb" else "nats"
     iv = result.get("intervals") or {}
-    iv_clean = result.get("intervals_without_outliers") or {}
     sep = (result.get("sensitivity") or {}).get("separate")
     base, out = result["baseline"], []
     if len(result["arms"]) < 2:
@@ -297,11 +324,6 @@ def discussion_lines(result: dict) -> list[str]:
         gaps, cis = result["gap"][arm], ((iv.get("gap") or {}).get(arm) or {})
         verdicts = [f"{word(g, cis.get(b))} at {b:.2g}" for b, g in gaps.items()]
         out.append(f"- **{arm}** vs **{base}**: " + "; ".join(verdicts) + ".")
-        clean = (iv_clean.get("gap") or {}).get(arm) or {}
-        changed = [f"{b:.2g}: {word(g, clean.get(b))}" for b, g in gaps.items()
-                   if clean.get(b) is not None and word(g, clean.get(b)) != word(g, cis.get(b))]
-        if changed:
-            out.append(f"- With the noise floor without the seed outliers: {'; '.join(changed)}.")
         trend = result["trend"].get(arm)
         if trend is not None:
             per_decade = 10**trend
@@ -364,17 +386,30 @@ def decision_lines(spec: StudySpec, result: dict | None) -> list[str]:
     unit = "bits/byte" if result["y"] == "val_bpb" else "nats"
     table = []
     for v in decide(result, rule):
+        sigma = f"{v['sigma']:.4f}" if v.get("sigma") is not None else "–"
+        mult = "–"
+        if v.get("multiplier") is not None:
+            m_ci = v.get("multiplier_interval")
+            mult = f"{v['multiplier']:.3g}" + (f" [{m_ci[0]:.3g}, {m_ci[1]:.3g}]" if m_ci else "")
         if v["verdict"] == "incomplete":
-            table.append([v["name"], f"{v['arm']} vs {v['baseline']}", f"{v['budget']:.3g}", "–", "–", "–",
+            table.append([v["name"], f"{v['arm']} vs {v['baseline']}", f"{v['budget']:.3g}", sigma, "–", "–", "–", "–",
                           f"**incomplete** ({v['why']})"])
             continue
-        table.append([v["name"], f"{v['arm']} vs {v['baseline']}", f"{v['budget']:.3g}",
-                      f"{v['gap']:+.4f}{_ci(v['gap_interval'])}", f"{v['gap_10x']:+.4f}{_ci(v['gap_10x_interval'])}",
+        table.append([v["name"], f"{v['arm']} vs {v['baseline']}", f"{v['budget']:.3g}", sigma,
+                      f"{v['gap']:+.4f}{_ci(v['gap_interval'])}", mult,
+                      f"{v['gap_10x']:+.4f}{_ci(v['gap_10x_interval'])}",
                       f"{v['gap_10x_separate']:+.4f}" if v["gap_10x_separate"] is not None else "–",
                       f"**{v['verdict']}**"])
-    return lines + [_table(["comparison", "arms", "budget", f"gap ({unit})", "gap at 10× (shared E)",
-                            "gap at 10× (separate E)", "verdict"], table),
-                    "", f"Margin: ±{float(rule.get('margin', 0)):g} {unit}.", ""]
+    bn = result.get("budget_noise") or {}
+    noise = ("Noise floor σ of the budget: " + NOISE_RULE_TEXT.get(bn.get("rule"), "–") +
+             ("; **the spec names no noise rule (`decision.noise`): this is the default, chosen after the runs**."
+              if bn.get("default") else "; the spec's rule (`decision.noise`)."))
+    margin = f"Margin: ±{float(rule.get('margin', 0)):g} {unit}." if rule.get("criterion", "gap") == "gap" else \
+        f"Criterion: the compute multiplier, above {float(rule.get('multiplier_min', 1)):g} with its interval above 1."
+    return lines + [_table(["comparison", "arms", "budget", "σ of the budget", f"gap ({unit})", "compute multiplier",
+                            "gap at 10× (shared E; extrapolation)", "gap at 10× (separate E; extrapolation)",
+                            "verdict"], table),
+                    "", f"{margin} {noise}", ""]
 
 
 def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
@@ -581,7 +616,7 @@ def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int |
     fits = fit_arms(rows, y=y)
     isoflop, isoflop_png, extra = None, None, None
     if spec.budget_kind == "flops" and rows:
-        isoflop = analyse_isoflop(rows, y=y, n_boot=n_boot)
+        isoflop = analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=(spec.decision or {}).get("noise"))
         (out / "analysis.json").write_text(json.dumps(to_json(isoflop), indent=2, default=str) + "\n")
         if isoflop.get("optima"):
             isoflop_png = plot_isoflop(rows, isoflop, out / "isoflop.png").name
