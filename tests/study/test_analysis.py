@@ -291,3 +291,34 @@ def test_the_report_compares_two_arms_that_are_not_the_baseline():
     for b, gap in r["pairs"]["best vs mid"]["gap"].items():
         assert gap < 0 and f"| {b:.3g} | {gap:+.4f} [" in section
     assert f"shared E {r['pairs']['best vs mid']['gap_extrapolated']:+.4f}" in section
+
+
+def test_the_primary_frontier_recovers_a_planted_law_of_n_and_d(tmp_path):
+    """Runs drawn from a planted L(N, D) = E + A·N^−α + B·D^−β (6 FLOPs per parameter and token, 5 sizes per budget,
+    4 budgets): the per-arm fit gives E, α and β back; its frontier agrees with the parabola optima (the check);
+    the back-test predicts the held budget; the report labels the 10× figure an extrapolation."""
+    from hfpretrain.study.report import isoflop_lines
+
+    e, a, alpha, b, beta = 1.7, 400.0, 0.34, 410.0, 0.28
+    rows = []
+    for arm, scale in (("base", 1.0), ("better", 0.8)):
+        for c in BUDGETS:
+            n_star = (c / 6) ** 0.5 / 8
+            for f in (0.25, 0.5, 1.0, 2.0, 4.0):
+                n = n_star * f
+                d = c / (6 * n)
+                loss = e + scale * a * n**-alpha + b * d**-beta
+                rows.append({"arm": arm, "budget": c, "size": f"x{f}", "seed": 0, "params": n, "ratio_params": n,
+                             "tokens": d, "flops_per_token": 6 * n, "flops": c, "val_loss": loss})
+    r = analyse_isoflop(rows, n_boot=0)
+    nd = r["nd"]
+    fit = nd["fits"]["base"]
+    assert fit["E"] == pytest.approx(e, abs=0.02) and fit["alpha"] == pytest.approx(alpha, rel=0.05)
+    assert fit["beta"] == pytest.approx(beta, rel=0.05) and fit["rmse"] < 1e-3
+    for arm, per in nd["check"].items():
+        for budget, c in per.items():
+            assert c["bracketed"] and abs(c["difference"]) < 0.01, (arm, budget)
+    assert abs(nd["backtest"]["gap"]["better vs base"]["error"]) < 0.005
+    assert nd["pairs"]["better vs base"]["target"] < 0 and nd["multiplier"]["better"]["target"] > 1
+    text = "\n".join(isoflop_lines(r, None))
+    assert "### Primary frontier: L(N, D)" in text and f"{10 * BUDGETS[-1]:.3g} (extrapolation)" in text

@@ -22,6 +22,11 @@
    seeds there is no noise estimate and no interval (reported as such, never invented).
 6. **Back-test**: each model refitted without the largest budget predicts that budget: each arm's optimum,
    and the gap between the arms (what the verdict rests on).
+7. **The primary frontier: L(N, D) per arm on every run** (``nd``; Hoffmann et al.'s approach 3, scipy least
+   squares): L(N, D) = E + A·N^(−α) + B·D^(−β), its compute-optimal frontier L*(C) = min over N of
+   L(N, C / flops_per_token(N)), flops per token as a power of N fitted on the arm's runs. Per budget the frontier
+   is set beside the parabola optimum (the check); beyond the largest budget it is an *extrapolation*, given with
+   the back-test error of the same fit refitted without the largest budget (none with fewer than 3 budgets).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from hfpretrain.study.fit import fit_power_law, fit_shared_floor
+from hfpretrain.study.fit import NDFit, fit_nd, fit_power_law, fit_shared_floor
 
 BOOTSTRAP_FIT = dict(grid=40, zooms=10)  # a coarser E search inside the bootstrap loop (hundreds of fits)
 OUTLIER_K = 4.0  # robust σ: a seed replicate further from its siblings is named (and kept: the rule is written first)
@@ -385,6 +390,7 @@ def analyse_isoflop(rows: list[dict], y: str = "val_loss", n_boot: int = 300, se
     }
     result["intervals"] = None
     sigma = {b: v["sigma"] for b, v in by_budget["budgets"].items()}
+    result["nd"] = analyse_nd(rows, arms, budgets, opt, sigma, target, y, min(n_boot, ND_BOOT), seed)
     if all(v is not None for v in sigma.values()) and n_boot > 0:
         boot = _bootstrap(cell_map, arms, budgets, target, sigma, n_boot, seed)
         result["intervals"] = boot[PRIMARY]
@@ -392,6 +398,134 @@ def analyse_isoflop(rows: list[dict], y: str = "val_loss", n_boot: int = 300, se
             d["intervals"] = boot[model]
         result["n_boot"] = n_boot
     return result
+
+
+ND_BOOT = 100  # bootstrap draws of the L(N, D) fits (each refits every arm): fewer than the optima's
+
+
+def _nd_rows(rows: list[dict], y: str) -> list[dict]:
+    return [r for r in rows if r.get(y) is not None and math.isfinite(r[y]) and r.get("lr_factor") is None
+            and r.get("tokens") and r.get("flops_per_token")]
+
+
+def _flops_per_token(rows: list[dict]):
+    """ln(flops per token) as a line in ln N over the arm's runs (6·N plus attention: close to a power of N)."""
+    n = np.log([_n(r) for r in rows])
+    f = np.log([float(r["flops_per_token"]) for r in rows])
+    slope, icpt = np.polyfit(n, f, 1) if len(set(n)) > 1 else (1.0, float(f.mean() - n.mean()))
+    return lambda size: math.exp(icpt + slope * math.log(size))
+
+
+def nd_frontier(fit: NDFit, fpt, c: float, n_range: tuple[float, float]) -> dict:
+    """The fit's compute-optimal point at compute c: {"n_opt", "loss", "at_bound"} (N searched over n_range)."""
+    from scipy.optimize import minimize_scalar
+
+    lo, hi = math.log(n_range[0]), math.log(n_range[1])
+    sol = minimize_scalar(lambda x: float(fit.predict(math.exp(x), c / fpt(math.exp(x)))), bounds=(lo, hi),
+                          method="bounded", options={"xatol": 1e-6})
+    return {"n_opt": float(math.exp(sol.x)), "loss": float(sol.fun),
+            "at_bound": bool(min(sol.x - lo, hi - sol.x) < 1e-3)}
+
+
+def _nd_multiplier(base: NDFit, fpt, loss: float, c: float, n_range) -> float:
+    """C_baseline(loss) / c on the baseline's L(N, D) frontier (nan when it never reaches ``loss`` in 1e±4 × c)."""
+    from scipy.optimize import brentq
+
+    def f(lc):
+        return nd_frontier(base, fpt, math.exp(lc), n_range)["loss"] - loss
+
+    lo, hi = math.log(c) - 4 * math.log(10), math.log(c) + 4 * math.log(10)
+    try:
+        return math.exp(brentq(f, lo, hi, xtol=1e-6)) / c if f(lo) * f(hi) < 0 else float("nan")
+    except ValueError:
+        return float("nan")
+
+
+def _nd_fits(rows: list[dict], arms: list[str], y: str, start: dict | None = None) -> dict:
+    out = {}
+    for arm in arms:
+        mine = [r for r in rows if r["arm"] == arm]
+        try:
+            out[arm] = fit_nd([_n(r) for r in mine], [float(r["tokens"]) for r in mine], [float(r[y]) for r in mine],
+                              start=(start or {}).get(arm))
+        except ValueError:
+            out[arm] = None
+    return out
+
+
+def _nd_figures(fits: dict, fpts: dict, arms: list[str], flops: dict, n_range: dict) -> dict:
+    """Frontier per arm at each compute of ``flops`` (label -> C), gaps of every pair, multipliers vs the baseline."""
+    front = {arm: {k: nd_frontier(f, fpts[arm], c, n_range[arm]) for k, c in flops.items()}
+             for arm, f in fits.items() if f is not None}
+    pairs = {}
+    for i, b_arm in enumerate(arms):
+        for arm in arms[i + 1:]:
+            if arm in front and b_arm in front:
+                pairs[pair_key(arm, b_arm)] = {k: front[arm][k]["loss"] - front[b_arm][k]["loss"] for k in flops}
+    base = arms[0]
+    mult = {arm: {k: _nd_multiplier(fits[base], fpts[base], front[arm][k]["loss"], c, n_range[base])
+                  for k, c in flops.items()}
+            for arm in arms[1:] if arm in front and base in front}
+    return {"frontier": front, "pairs": pairs, "multiplier": mult}
+
+
+def analyse_nd(rows: list[dict], arms: list[str], budgets: list[float], opt: dict, sigma: dict, target: float,
+               y: str, n_boot: int = ND_BOOT, seed: int = 0) -> dict:
+    """Section 7 of the module docstring, JSON-ready (budgets as "%.6g", "target" for the extrapolation)."""
+    data = _nd_rows(rows, y)
+    fpts = {arm: _flops_per_token([r for r in data if r["arm"] == arm]) for arm in arms
+            if any(r["arm"] == arm for r in data)}
+    if len(fpts) < len(arms):
+        return {}
+    n_range = {arm: (min(_n(r) for r in data if r["arm"] == arm) / 100, max(_n(r) for r in data if r["arm"] == arm) * 100)
+               for arm in arms}
+    flops = {f"{b:.6g}": float(np.mean([o["flops"] for (a, bb), o in opt.items() if bb == b])) for b in budgets}
+    flops["target"] = target
+    fits = _nd_fits(data, arms, y)
+    out = {"fits": {arm: (f.as_dict() if f else None) for arm, f in fits.items()}, "flops": flops,
+           **_nd_figures(fits, fpts, arms, flops, n_range)}
+    out["check"] = {arm: {f"{b:.6g}": {"parabola": opt[arm, b]["loss_opt"], "bracketed": opt[arm, b]["bracketed"],
+                                       "frontier": out["frontier"][arm][f"{b:.6g}"]["loss"],
+                                       "difference": opt[arm, b]["loss_opt"] - out["frontier"][arm][f"{b:.6g}"]["loss"]}
+                          for b in budgets if (arm, b) in opt}
+                    for arm in out["frontier"]}
+    # back-test: refitted without the largest budget's runs (needs 2+ budgets left: at one budget N and D are tied)
+    out["backtest"] = None
+    if len(budgets) >= 3:
+        held = budgets[-1]
+        less = _nd_fits([r for r in data if r["budget"] != held], arms, y)
+        bt = {"budget": held, "arms": {}, "gap": {}}
+        for arm, f in less.items():
+            if f is None:
+                continue
+            mine = [r for r in data if r["arm"] == arm and r["budget"] == held]
+            pred = f.predict([_n(r) for r in mine], [float(r["tokens"]) for r in mine])
+            fr = nd_frontier(f, fpts[arm], flops[f"{held:.6g}"], n_range[arm])["loss"]
+            bt["arms"][arm] = {"runs_rmse": float(np.sqrt(np.mean((pred - np.array([r[y] for r in mine])) ** 2))),
+                               "frontier": fr, "observed": opt[arm, held]["loss_opt"],
+                               "bracketed": opt[arm, held]["bracketed"], "error": fr - opt[arm, held]["loss_opt"]}
+        for key in out["pairs"]:
+            arm, b_arm = key.split(" vs ")
+            if arm in bt["arms"] and b_arm in bt["arms"]:
+                predicted = bt["arms"][arm]["frontier"] - bt["arms"][b_arm]["frontier"]
+                observed = opt[arm, held]["loss_opt"] - opt[b_arm, held]["loss_opt"]
+                bt["gap"][key] = {"predicted": predicted, "observed": observed, "error": predicted - observed}
+        out["backtest"] = bt
+    out["intervals"] = None
+    if n_boot > 0 and all(v is not None for v in sigma.values()) and all(f is not None for f in fits.values()):
+        rng = np.random.default_rng(seed)
+        ordered = sorted(data, key=lambda r: (r["arm"], r["budget"], _n(r), str(r.get("seed")), str(r.get("run"))))
+        draws = []
+        for _ in range(n_boot):
+            noisy = [{**r, y: r[y] + rng.normal(0.0, sigma[r["budget"]])} for r in ordered]
+            draws.append(_nd_figures(_nd_fits(noisy, arms, y, start=fits), fpts, arms, flops, n_range))
+        out["intervals"] = {
+            "pairs": {key: {k: _interval([d["pairs"].get(key, {}).get(k, float("nan")) for d in draws]) for k in flops}
+                      for key in out["pairs"]},
+            "multiplier": {arm: {k: _interval([d["multiplier"].get(arm, {}).get(k, float("nan")) for d in draws])
+                                 for k in flops} for arm in out["multiplier"]},
+            "n_boot": n_boot}
+    return out
 
 
 def to_json(result: dict) -> dict:

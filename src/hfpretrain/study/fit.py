@@ -171,3 +171,68 @@ def fit_arms(rows: list[dict], bucket_decades: float = 0.25, y: str = "val_loss"
             fit = None
         out[arm] = {"fit": fit, "frontier": front, "on": on}
     return out
+
+
+@dataclass(frozen=True)
+class NDFit:
+    """L(N, D) = E + A·N^(−α) + B·D^(−β) (Hoffmann et al. 2022, approach 3): loss of a model of N parameters
+    trained on D tokens, fitted on every run of an arm (not on per-budget optima)."""
+    E: float
+    A: float
+    alpha: float
+    B: float
+    beta: float
+    n: int  # runs fitted
+    rmse: float  # root-mean-square error of L (in the loss' unit)
+
+    def predict(self, n, d):
+        n, d = np.asarray(n, dtype=float), np.asarray(d, dtype=float)
+        return self.E + self.A * n ** (-self.alpha) + self.B * d ** (-self.beta)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def formula(self) -> str:
+        return (f"L(N, D) = {self.E:.4g} + {self.A:.4g}·N^(−{self.alpha:.4g}) + "
+                f"{self.B:.4g}·D^(−{self.beta:.4g})")
+
+
+ND_STARTS = dict(alpha=(0.2, 0.5, 1.0), beta=(0.2, 0.5, 1.0), e_frac=(0.0, 0.5))
+
+
+def fit_nd(n, d, loss, start: NDFit | None = None) -> NDFit:
+    """Least squares of log L (every run weighs the same whatever its loss) with scipy, E ≥ 0 and below the lowest
+    loss, exponents in [0.01, 3]. N and D are scaled by their geometric means so A and B stay well-conditioned.
+    The sum of squares has several local minima: a grid of starts (``ND_STARTS``), the best kept; ``start`` (a
+    previous fit, in the bootstrap) replaces the grid. Needs more runs than its 5 parameters."""
+    from scipy.optimize import least_squares
+
+    n, d, y = (np.asarray(v, dtype=float) for v in (n, d, loss))
+    keep = np.isfinite(n) & np.isfinite(d) & np.isfinite(y) & (n > 0) & (d > 0) & (y > 0)
+    n, d, y = n[keep], d[keep], y[keep]
+    if len(y) < 6:
+        raise ValueError(f"L(N, D) has 5 parameters: need at least 6 runs, got {len(y)}")
+    n0, d0 = float(np.exp(np.log(n).mean())), float(np.exp(np.log(d).mean()))
+    ln_n, ln_d, ly, top = np.log(n / n0), np.log(d / d0), np.log(y), float(y.min())
+
+    def residual(p):  # p = E, ln A', α, ln B', β (A' = A·n0^−α: the scaled coefficient)
+        pred = p[0] + np.exp(p[1] - p[2] * ln_n) + np.exp(p[3] - p[4] * ln_d)
+        return np.log(pred) - ly
+
+    lo, hi = [0.0, -30, 0.01, -30, 0.01], [top * (1 - 1e-6), 10, 3.0, 10, 3.0]
+    if start is not None:
+        starts = [[min(start.E, top * 0.99), math.log(start.A) - start.alpha * math.log(n0), start.alpha,
+                   math.log(start.B) - start.beta * math.log(d0), start.beta]]
+    else:
+        starts = [[f * top, math.log(0.3 * top), a, math.log(0.3 * top), b]
+                  for f in ND_STARTS["e_frac"] for a in ND_STARTS["alpha"] for b in ND_STARTS["beta"]]
+    best = None
+    for p0 in starts:
+        p0 = np.clip(p0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
+        sol = least_squares(residual, p0, bounds=(lo, hi), x_scale="jac")
+        if best is None or sol.cost < best.cost:
+            best = sol
+    E, la, alpha, lb, beta = (float(v) for v in best.x)
+    fit = NDFit(E=E, A=math.exp(la) * n0**alpha, alpha=alpha, B=math.exp(lb) * d0**beta, beta=beta, n=len(y),
+                rmse=0.0)
+    return NDFit(**{**fit.as_dict(), "rmse": float(np.sqrt(np.mean((fit.predict(n, d) - y) ** 2)))})

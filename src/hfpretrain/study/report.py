@@ -217,14 +217,15 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
     lines += [_table(["budget (FLOPs)", "arm", "best measured N", "its mean loss", "optimum N", "optimum loss",
                       "bracketed", "sizes in the fit", "all-size parabola's largest miss"], table), ""]
 
+    lines += nd_lines(result, unit)
     sep = (result.get("sensitivity") or {}).get("separate")
     why = ("both are scored in {unit} of the same validation text, so the irreducible part belongs to the text, "
            "not to the tokenizer" if result.get("shared_unit", True) else
            "**but here the arms have other vocabularies and not every run has bits per byte: their nats per token "
            "are not one unit, so neither this fit nor the gaps below compare like with like** (data manifests "
            "with the validation text's bytes give bits per byte)").format(unit=unit)
-    lines += ["### Fits", "",
-              f"L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima. **Primary model: one E shared by the arms** "
+    lines += ["### Check: power laws on the per-budget optima", "",
+              f"L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima (a bound where a cell is not bracketed). **Primary model: one E shared by the arms** "
               f"({why}). Sensitivity check: a separate E per arm. Extrapolated to "
               f"C = {result['extrapolate_to']:.3g} (10× the largest budget); back-test error = the model fitted "
               "without the largest budget, minus that budget's optimum.", "",
@@ -268,6 +269,79 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
     lines += ["## Discussion", "", *discussion_lines(result), ""]
     if plot_png:
         lines += [f"![IsoFLOP curves and per-budget optima]({plot_png})", ""]
+    return lines
+
+
+def _ivs(ci) -> str:
+    return f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else ""
+
+
+def nd_lines(result: dict, unit: str) -> list[str]:
+    """The primary frontier: L(N, D) per arm on every run, its frontier beside the parabola optima (the check), the
+    gaps and multipliers on it, and its extrapolation, labelled as such, beside its back-test."""
+    nd = result.get("nd") or {}
+    if not nd or not nd.get("fits"):
+        return []
+    budgets = [k for k in nd["flops"] if k != "target"]
+    bt = nd.get("backtest") or {}
+    sig = {f"{b:.6g}": v.get("sigma") for b, v in ((result.get("budget_noise") or {}).get("budgets") or {}).items()}
+    lines = ["### Primary frontier: L(N, D) per arm on every run", "",
+             "L(N, D) = E + A·N^(−α) + B·D^(−β) (N: non-embedding parameters + LM head, D: training tokens), fitted "
+             "per arm on every run of the grid (least squares of log L, scipy); its compute-optimal frontier L*(C) "
+             "= min over N of L(N, C / FLOPs-per-token(N)). RMSE: its miss of the runs, to set beside the noise "
+             "floor; back-test: refitted without the largest budget's runs, it predicts them."
+             + ("" if bt else " **No back-test**: without the largest budget the runs are of fewer than two "
+                "budgets, where N and D are tied and the fit has nothing to separate them."), ""]
+    table = []
+    for arm, f in nd["fits"].items():
+        if f is None:
+            table.append([arm, "–", "–", "–", "–", "–", "–", "–", "–"])
+            continue
+        b_arm = (bt.get("arms") or {}).get(arm)
+        table.append([arm, f"{f['E']:.4f}", f"{f['A']:.4g}", f"{f['alpha']:.4f}", f"{f['B']:.4g}", f"{f['beta']:.4f}",
+                      str(f["n"]), f"{f['rmse']:.4f}", f"{b_arm['runs_rmse']:.4f}" if b_arm else "–"])
+    lines += [_table(["arm", "E", "A", "α", "B", "β", "runs", f"RMSE ({unit})", "back-test RMSE on the held runs"],
+                     table), ""]
+    check = []
+    for arm, per in nd.get("check", {}).items():
+        for b, c in per.items():
+            check.append([b, arm, f"{c['frontier']:.4f}", f"{c['parabola']:.4f}" + ("" if c["bracketed"] else " (bound)"),
+                          f"{c['difference']:+.4f}", f"{sig[b]:.4f}" if sig.get(b) is not None else "–"])
+    # a bound (cell not bracketed) is only contradicted by a frontier above it: its true optimum lies lower
+    worst = max((abs(c["difference"]) for per in nd.get("check", {}).values() for c in per.values()
+                 if c["bracketed"] or c["difference"] < 0), default=0)
+    lines += ["Check, per budget: the frontier against the parabola optimum of the cell (difference = parabola − "
+              "frontier).", "",
+              _table(["budget (FLOPs)", "arm", "L(N, D) frontier", "parabola optimum", "difference",
+                      "σ of the budget"], sorted(check, key=lambda r: (float(r[0]), r[1]))), ""]
+    noise_max = max((v for v in sig.values() if v is not None), default=None)
+    if noise_max is not None and worst > noise_max:
+        lines += [f"The frontier and the parabola optima differ by up to {worst:.3f} {unit}, more than the largest "
+                  f"budget noise floor ({noise_max:.3f}): the L(N, D) form does not describe these runs to within their "
+                  "noise, and every figure drawn from it below (above all beyond the measured budgets) carries that.", ""]
+    iv = nd.get("intervals") or {}
+    target = nd["flops"]["target"]
+    rows = []
+    for key, gaps in nd.get("pairs", {}).items():
+        ci = (iv.get("pairs") or {}).get(key) or {}
+        g_bt = (bt.get("gap") or {}).get(key)
+        rows.append([key, *[f"{gaps[b]:+.4f}{_ivs(ci.get(b))}" for b in budgets],
+                     f"{gaps['target']:+.4f}{_ivs(ci.get('target'))}",
+                     f"{g_bt['error']:+.4f}" if g_bt else "– (no back-test)"])
+    for arm, mult in nd.get("multiplier", {}).items():
+        ci = (iv.get("multiplier") or {}).get(arm) or {}
+
+        def m(k):
+            c = ci.get(k)
+            return f"{mult[k]:.3g}" + (f" [{c[0]:.3g}, {c[1]:.3g}]" if c else "")
+        rows.append([f"compute multiplier of {arm} vs {result['baseline']}", *[m(b) for b in budgets], m("target"), ""])
+    if rows:
+        lines += [f"Gaps on the frontier (arm − other, {unit}; 95% intervals from {iv.get('n_boot', 0)} bootstrap "
+                  "draws of the runs with their budget's σ: they cover seed noise, not a wrong form), and the "
+                  f"**extrapolation to {target:.3g}** (10× the largest budget: no run there) beside the back-test "
+                  "error of the gap at the largest budget (the fit without it, minus the measured gap of the optima).",
+                  "", _table(["comparison", *[f"{float(b):.3g}" for b in budgets],
+                              f"{target:.3g} (extrapolation)", "back-test error of the gap"], rows), ""]
     return lines
 
 
