@@ -111,7 +111,7 @@ def test_isoflop_micro_study_and_its_report(mini_blocks_bpe1k, tmp_path):
     assert saved["baseline"] == "tied" and "untied @ 3.3e+10" in saved["optima"]
     assert (out / "isoflop.png").stat().st_size > 10_000
     report = (out / "report.md").read_text()
-    for section in ("## Runs", "## IsoFLOP analysis", "### untied vs tied", "## Discussion", "Noise floor: σ =",
+    for section in ("## Runs", "## IsoFLOP analysis", "### untied vs tied", "## Discussion", "Noise floor per budget",
                     "![IsoFLOP curves and per-budget optima](isoflop.png)", "## Caveats"):
         assert section in report, section
     assert "One seed per run" not in report and "no `rules`" not in report

@@ -88,3 +88,51 @@ def test_the_moe_cells_of_1e16_are_bounds(moe):
     """Both arms' 1e16 cells are best at their smallest size (L5) in both seeds: bounds, not optima."""
     assert moe["edge"] == ["dense @ 1e+16", "moe @ 1e+16"]
     assert moe["optima"]["dense", 1e15]["bracketed"] and moe["optima"]["moe", 1e15]["bracketed"]
+
+
+@pytest.mark.parametrize("name", ["gpu_vocab2", "gpu_moe", "synthetic"])
+def test_the_discussion_says_what_the_decision_says(name, tmp_path):
+    """The Discussion is written from the Decision's verdict objects: every verdict line of the Decision appears in
+    it word for word, and it bolds no verdict of its own (it once printed "**recommended** at 10×" beside the
+    Decision's "no recommendation beyond 2.5e16")."""
+    import re
+
+    from hfpretrain.study.grid import load_spec
+    from hfpretrain.study.report import VERDICT_MEANING, decision_lines, isoflop_lines, study_verdicts
+
+    if name == "synthetic":  # a spec without a rule: the default one, said so
+        from test_analysis import ALPHA, A, E, study
+
+        rows = study({"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}, seeds=2, sigma=0.005)
+        spec, y = None, "val_loss"
+    else:
+        rows = load_rows(name)
+        spec, y = load_spec(Path(__file__).parents[2] / "results" / f"study_{name}" / "spec.yaml"), "val_bpb"
+    result = analyse_isoflop(rows, y=y, n_boot=30)
+    rule, verdicts = study_verdicts(spec, result)
+    assert verdicts
+    decision = "\n".join(decision_lines(spec, result, rule, verdicts)) if spec else ""
+    discussion = "\n".join(isoflop_lines(result, None, verdicts)).split("## Discussion")[1]
+    said = set(re.findall(r"\*\*(.+?)\*\*", discussion))
+    assert said <= {v["verdict"] for v in verdicts} | {v["name"] for v in verdicts}
+    for v in verdicts:
+        line = next(x for x in discussion.splitlines() if x.startswith(f"- **{v['name']}**"))
+        assert f"**{v['verdict']}**" in line and VERDICT_MEANING[v["verdict"]] in line
+        if spec:
+            assert line in decision.splitlines()
+    if not any(v["verdict"] in ("recommended", "better, also at 10×") for v in verdicts):
+        assert "recommended" not in discussion.replace("nothing is recommended", "")
+
+
+def test_the_report_does_not_claim_per_set_scores_the_runs_do_not_have(tmp_path):
+    """evaluation.per_set was off in all 108 runs of the vocabulary study: its report says so, from the runs, and
+    its data text no longer claims per-set scoring."""
+    from hfpretrain.study.grid import load_spec
+    from hfpretrain.study.report import data_lines
+
+    spec = load_spec(Path(__file__).parents[2] / "results" / "study_gpu_vocab2" / "spec.yaml")
+    rows = [{**r, "out_dir": str(tmp_path / "none")} for r in load_rows("gpu_vocab2")]
+    text = "\n".join(data_lines(spec, rows))
+    assert "**off in all 108 runs**" in text and "overall and per set" not in text
+    rows[0]["val_bpb_per_set"] = {"Books": 1.0}
+    assert "in 1 of 108 runs" in "\n".join(data_lines(spec, rows))

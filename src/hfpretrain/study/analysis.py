@@ -563,6 +563,17 @@ def to_json(result: dict) -> dict:
     return out
 
 
+def default_decision(result: dict) -> dict:
+    """The rule a spec without ``decision:`` is judged by (said so in its report): each arm against the baseline at
+    the largest budget, margin 0, the default noise rule."""
+    base = result["baseline"]
+    return {"default": True, "margin": 0.0, "at": max(result["budgets"]),
+            "written": "nowhere: the spec has no decision rule; this default was chosen after the runs",
+            "comparisons": [{"name": arm, "arm": arm, "baseline": base} for arm in result["arms"][1:]],
+            "rule": "Default (no rule in the spec): each arm against the baseline at the largest budget, with the "
+                    "verdicts of analysis.decide and a margin of 0; a cell not bracketed there: incomplete."}
+
+
 def decide(result: dict, decision: dict) -> list[dict]:
     """The spec's ``decision`` rule (written before the runs) applied to the analysis: one verdict per comparison.
 

@@ -171,8 +171,9 @@ def _fit_rows(fits: dict, result: dict, figures: dict, iv: dict) -> list[list[st
     return rows
 
 
-def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
-    """The IsoFLOP analysis: optima per budget, both fit models, the comparison of arms, and a discussion."""
+def isoflop_lines(result: dict, plot_png: str | None, verdicts: list[dict] | None = None) -> list[str]:
+    """The IsoFLOP analysis: optima per budget, both fit models, the comparison of arms, and a discussion written
+    from ``verdicts`` (the Decision's; None: the default rule's)."""
     unit = "bits/byte" if result["y"] == "val_bpb" else "nats/token"
     iv = result.get("intervals") or {}
     lines = ["## IsoFLOP analysis", "",
@@ -266,7 +267,7 @@ def isoflop_lines(result: dict, plot_png: str | None) -> list[str]:
                   _table(["model", "predicted gap at the top budget", "measured", "error", "gap at 10×",
                           "crossing (FLOPs)"], brow), ""]
     lines += _pair_lines(result, iv, sep)
-    lines += ["## Discussion", "", *discussion_lines(result), ""]
+    lines += ["## Discussion", "", *discussion_lines(result, verdicts), ""]
     if plot_png:
         lines += [f"![IsoFLOP curves and per-budget optima]({plot_png})", ""]
     return lines
@@ -373,93 +374,147 @@ def _pair_lines(result: dict, iv: dict, sep: dict | None) -> list[str]:
     return lines
 
 
-def discussion_lines(result: dict) -> list[str]:
-    """Sentences written from the analysis' numbers: sign and size per budget, trend, confidence, 10×."""
+VERDICT_MEANING = {
+    "incomplete": "no verdict at this budget: a cell is not run or not bracketed, so its optimum is a bound; nothing "
+                  "is recommended at or beyond it (move the sizes and run again)",
+    "better, also at 10×": "adopt, also for larger models (the extrapolation's interval is below 0 and the separate "
+                           "fits agree)",
+    "better at the measured budgets": "adopt at this scale; no recommendation beyond the largest budget",
+    "worse": "do not adopt: the measured interval is above the margin",
+    "no practical difference": "the measured interval lies within the margin",
+    "undecided": "the measured interval straddles the margin: more seeds or a larger budget",
+    "recommended": "adopt at this budget (multiplier above the rule's minimum, its interval above 1)",
+    "no gain": "the multiplier's interval holds 1: no gain shown at this budget",
+}
+
+
+def verdict_sentence(v: dict, unit: str) -> str:
+    """One verdict of ``analysis.decide`` in words: the Decision and the Discussion both print this line, so the
+    two cannot say different things."""
+    figure = ""
+    if v.get("multiplier") is not None:
+        ci = v.get("multiplier_interval")
+        figure = f" (compute multiplier {v['multiplier']:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "") + ")"
+    elif v.get("gap") is not None:
+        figure = f" (gap {v['gap']:+.4f}{_ci(v.get('gap_interval'))} {unit})"
+    elif v["verdict"] == "incomplete":
+        figure = f" ({v['why']})"
+    return (f"- **{v['name']}** ({v['arm']} vs {v['baseline']}) at {v['budget']:.3g}{figure}: "
+            f"**{v['verdict']}**: {VERDICT_MEANING.get(v['verdict'], '')}.")
+
+
+def study_verdicts(spec: StudySpec | None, result: dict | None) -> tuple[dict, list[dict]]:
+    """(rule, verdicts): the spec's decision rule, or the default one, applied once; the report's Decision and
+    Discussion are both written from these verdicts."""
+    from hfpretrain.study.analysis import decide, default_decision
+
+    if not result or not result.get("optima"):
+        return (spec.decision if spec else {}) or {}, []
+    rule = (spec.decision if spec else None) or default_decision(result)
+    return rule, decide(result, rule)
+
+
+def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[str]:
+    """The verdicts (the same objects as the Decision's, see ``verdict_sentence``), then what the numbers describe:
+    gaps per budget, the multiplier across the measured budgets, and every figure beyond them labelled an
+    extrapolation with its back-test; none of those recommends anything."""
     unit = "bits/byte" if result["y"] == "val_bpb" else "nats"
     iv = result.get("intervals") or {}
     sep = (result.get("sensitivity") or {}).get("separate")
     base, out = result["baseline"], []
+    if verdicts is None:
+        verdicts = study_verdicts(None, result)[1]
     if len(result["arms"]) < 2:
         f = result["fits"].get(base)
         if f is not None:
             out.append(f"- One arm: the best loss falls as C^(−{f.alpha:.3f}) towards E = {f.E:.3f} {unit}.")
         return out
+    out += ["The decision (the verdicts of the Decision section, word for word):", "",
+            *[verdict_sentence(v, unit) for v in verdicts], "", "What the numbers describe (no recommendation):", ""]
 
     def word(g, ci):
         if ci is None:
-            return f"{'better' if g < 0 else 'worse'} by {abs(g):.4f} (no interval)"
+            return f"{'lower' if g < 0 else 'higher'} by {abs(g):.4f} (no interval)"
         if ci[1] < 0:
-            return f"better by {-g:.4f} (resolved)"
+            return f"lower by {-g:.4f} (interval below 0)"
         if ci[0] > 0:
-            return f"worse by {g:.4f} (resolved)"
+            return f"higher by {g:.4f} (interval above 0)"
         return f"within noise ({g:+.4f})"
 
+    edge = set(result.get("edge") or [])
     for arm in result["arms"][1:]:
         gaps, cis = result["gap"][arm], ((iv.get("gap") or {}).get(arm) or {})
-        verdicts = [f"{word(g, cis.get(b))} at {b:.2g}" for b, g in gaps.items()]
-        out.append(f"- **{arm}** vs **{base}**: " + "; ".join(verdicts) + ".")
+        bound = [b for b in gaps if f"{arm} @ {b:.3g}" in edge or f"{base} @ {b:.3g}" in edge]
+        said = [f"{word(g, cis.get(b))} at {b:.2g}" + (" (a bound: not bracketed)" if b in bound else "")
+                for b, g in gaps.items()]
+        out.append(f"- {arm} − {base}, best loss per budget: " + "; ".join(said) + ".")
         trend = result["trend"].get(arm)
         if trend is not None:
             per_decade = 10**trend
             direction = "grows" if per_decade > 1.05 else "shrinks" if per_decade < 0.95 else "stays about constant"
-            out.append(f"- Its effective compute multiplier (shared-E fit) {direction} with scale (×{per_decade:.2f} "
-                       f"per decade of compute; {', '.join(f'{m:.2f}' for m in result['multiplier'][arm].values())} "
-                       "at the budgets).")
+            out.append(f"- Its compute multiplier (shared-E fit on the per-budget optima) {direction} across the "
+                       f"{len(gaps)} measured budgets (×{per_decade:.2f} per decade; "
+                       f"{', '.join(f'{m:.2f}' for m in result['multiplier'][arm].values())} at the budgets)"
+                       + (f"; at {', '.join(f'{b:.2g}' for b in bound)} it rests on a bound" if bound else "")
+                       + (": two points, a slope and no check of it" if len(gaps) < 3 else "") + ".")
         gap10 = result["extrapolated"][arm] - result["extrapolated"][base]
         if not math.isfinite(gap10):  # an arm with fewer than 2 budgets has no fit: nothing to extrapolate
             out.append(f"- {arm}: no fit (its finished runs cover fewer than 2 budgets): no crossing and no "
-                       "extrapolation; the verdict is the measured gaps above.")
+                       "extrapolation.")
             continue
         lo, hi = result["crossover_range"]
         cross = result["crossover"].get(arm) or []
-        out.append(f"- Shared-E fits: the curves cross at C ≈ {', '.join(f'{c:.2g}' for c in cross)} FLOPs." if cross
-                   else f"- Shared-E fits: the curves do not cross between {lo:.2g} and {hi:.2g} FLOPs.")
+        top = max(result["budgets"])
+        out.append(f"- Shared-E fits: the curves cross at C ≈ {', '.join(f'{c:.2g}' for c in cross)} FLOPs"
+                   + (" (beyond the largest budget: an extrapolation)" if any(c > top for c in cross) else "") + "."
+                   if cross else f"- Shared-E fits: the curves do not cross between {lo:.2g} and {hi:.2g} FLOPs.")
         ci10 = (iv.get("gap_extrapolated") or {}).get(arm)
-        if ci10 and ci10[1] < 0:
-            rec = f"**recommended** at 10× the largest budget: predicted gap {gap10:+.4f}{_ci(ci10)} {unit}"
-        elif ci10 and ci10[0] > 0:
-            rec = f"**not recommended** at 10× the largest budget: predicted gap {gap10:+.4f}{_ci(ci10)} {unit}"
-        elif ci10:
-            rec = f"**undecided** at 10× the largest budget: predicted gap {gap10:+.4f}{_ci(ci10)} {unit} includes 0"
-        else:
-            rec = (f"predicted gap at 10× the largest budget {gap10:+.4f} {unit}, **without an interval** (no seeds): "
-                   "a lean, not a recommendation")
-        out.append(f"- {arm} (primary model): {rec}.")
+        bt = (result.get("backtest") or {}).get("gap", {}).get(arm)
+        out.append(f"- Extrapolation to {result['extrapolate_to']:.2g} (10× the largest budget; no run there), "
+                   f"shared-E fit: gap {gap10:+.4f}{_ci(ci10)} {unit}"
+                   + (f"; the same fit without {bt['budget']:.2g} missed the gap there by {bt['error']:+.4f}"
+                      if bt else "; no back-test (fewer than 3 budgets)") + ".")
         if sep:
             s10 = sep["extrapolated"][arm] - sep["extrapolated"][base]
             s_ci = ((sep.get("intervals") or {}).get("gap_extrapolated") or {}).get(arm)
-            s_cross = sep["crossover"].get(arm) or []
+            s_bt = (sep.get("backtest") or {}).get("gap", {}).get(arm)
             agree = (s10 < 0) == (gap10 < 0)
-            out.append(f"- Sensitivity, separate E per arm: gap at 10× {s10:+.4f}{_ci(s_ci)} {unit}"
-                       + (f", curves crossing at {', '.join(f'{c:.2g}' for c in s_cross)} FLOPs" if s_cross else "")
-                       + (": the same sign." if agree else ": **the opposite sign**: the verdict beyond the measured "
-                          "budgets depends on the fit's form, so it is not a finding."))
-        for label, fig in (("shared E", result), ("separate E", sep)):
-            bt = ((fig or {}).get("backtest") or {}).get("gap", {}).get(arm)
-            if bt:
-                out.append(f"- Back-test ({label}): fitted without {bt['budget']:.2g}, the model predicted a gap of "
-                           f"{bt['predicted']:+.4f} there; measured {bt['observed']:+.4f} (error {bt['error']:+.4f} "
-                           f"{unit}). An extrapolation 10× further is less certain than its interval says (the "
-                           "interval covers noise, not a wrong functional form).")
+            out.append(f"- Extrapolation, separate E per arm: gap {s10:+.4f}{_ci(s_ci)} {unit}"
+                       + (f" (back-test error {s_bt['error']:+.4f})" if s_bt else "")
+                       + (": the same sign." if agree else ": the opposite sign: beyond the measured budgets the "
+                          "sign depends on the fit's form."))
+    nd = result.get("nd") or {}
+    for key, gaps in (nd.get("pairs") or {}).items():
+        arm, other = key.split(" vs ")
+        if other != base:
+            continue
+        ci = (((nd.get("intervals") or {}).get("pairs") or {}).get(key) or {}).get("target")
+        bt = ((nd.get("backtest") or {}).get("gap") or {}).get(key)
+        out.append(f"- Extrapolation, L(N, D) frontier (the primary frontier): {key} at {nd['flops']['target']:.2g}: "
+                   f"{gaps['target']:+.4f}{_ci(ci)} {unit}" + (f"; back-test error of the gap {bt['error']:+.4f}"
+                                                            if bt else "; no back-test") + ".")
+    out.append("- Intervals cover seed noise only, not a wrong functional form: beyond the largest budget every "
+               "figure above is a guess of the fits' form.")
     if result["edge"]:
-        out.append("- Caveat: some budgets are not bracketed (above); their optima are bounds.")
+        out.append(f"- Not bracketed: {', '.join(result['edge'])}; their optima are bounds.")
     return out
 
 
-def decision_lines(spec: StudySpec, result: dict | None) -> list[str]:
-    """The spec's decision rule, as written before the runs, and its verdicts on these results."""
-    if not spec.decision:
+def decision_lines(spec: StudySpec, result: dict | None, rule: dict | None = None,
+                   verdicts: list[dict] | None = None) -> list[str]:
+    """The spec's decision rule, as written before the runs (or the default, said so), and its verdicts."""
+    if rule is None:
+        rule, verdicts = study_verdicts(spec, result)
+    if not rule:
         return []
-    from hfpretrain.study.analysis import decide
-
-    rule = spec.decision
-    lines = ["## Decision", "", f"The rule, from the spec (written {rule.get('written', 'before the runs')}):", "",
-             *[f"> {line}" for line in str(rule.get("rule", "")).strip().splitlines()], ""]
+    head = (f"The rule, from the spec (written {rule.get('written', 'before the runs')}):" if not rule.get("default")
+            else "**The spec has no decision rule**: the default below, chosen after the runs, is applied:")
+    lines = ["## Decision", "", head, "", *[f"> {line}" for line in str(rule.get("rule", "")).strip().splitlines()], ""]
     if not result or not result.get("optima"):
         return lines + ["No results yet: nothing to decide.", ""]
     unit = "bits/byte" if result["y"] == "val_bpb" else "nats"
     table = []
-    for v in decide(result, rule):
+    for v in verdicts:
         sigma = f"{v['sigma']:.4f}" if v.get("sigma") is not None else "–"
         mult = "–"
         if v.get("multiplier") is not None:
@@ -483,7 +538,7 @@ def decision_lines(spec: StudySpec, result: dict | None) -> list[str]:
     return lines + [_table(["comparison", "arms", "budget", "σ of the budget", f"gap ({unit})", "compute multiplier",
                             "gap at 10× (shared E; extrapolation)", "gap at 10× (separate E; extrapolation)",
                             "verdict"], table),
-                    "", f"{margin} {noise}", ""]
+                    "", f"{margin} {noise}", "", *[verdict_sentence(v, unit) for v in verdicts], ""]
 
 
 def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
@@ -518,6 +573,12 @@ def data_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
     lines = ["## Data", ""]
     if spec.data:
         lines += [spec.data.strip(), ""]
+    scored = [r for r in rows if r.get("val_loss") is not None]
+    per_set = sum(1 for r in scored if r.get("val_bpb_per_set"))
+    if scored:  # from the runs, not the spec's text: per-set scores exist only where evaluation.per_set was on
+        lines += [f"Per-set scores (`evaluation.per_set`): in {per_set} of {len(scored)} runs (results.json)." if per_set
+                  else f"Per-set scores (`evaluation.per_set`): **off in all {len(scored)} runs**: every figure of this "
+                       "report is of the whole validation text; none is per validation set.", ""]
     seen: dict = {}
     for r in rows:
         log = run_log(r["out_dir"])
@@ -620,13 +681,14 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
 
     lines += data_lines(spec, rows)
     lines += hardware_lines(spec, rows)
-    lines += decision_lines(spec, isoflop)
+    rule, verdicts = study_verdicts(spec, isoflop)
+    lines += decision_lines(spec, isoflop, rule, verdicts)
     lines += ["## Spec", "", "```yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False).strip(), "```", ""]
 
     lines += run_table_lines(rows, spec.rules.max_passes)
     lines += lr_check_lines(spec, rows, y or measure(rows))
     if isoflop and isoflop.get("optima"):
-        lines += isoflop_lines(isoflop, isoflop_png)
+        lines += isoflop_lines(isoflop, isoflop_png, verdicts)
     else:
         lines += frontier_lines(spec, rows, fits, y or measure(rows))
     if plot_png:
