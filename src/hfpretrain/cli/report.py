@@ -3,6 +3,8 @@
     python scripts/report.py RUN_DIR [--eval-limit 200] [--no-eval] [--no-generate]
     python scripts/report.py STUDY_DIR [--best RUN_DIR]     # re-analyse a study from its run folders; --best adds
                                                             # the best model's report (else STUDY_DIR/best*/report.md)
+    python scripts/report.py --homework [--out results/homework.md]   # the course assignment's deliverables in one
+                                                            # document, from the committed results (study/homework.py)
 
 A run folder (summary.json, recipe.yaml, log.jsonl, final/) gets RUN_DIR/report.md: data and example batches,
 model and hyper-parameters, hardware and time, curves, validation nats and bits per byte, lm-eval scores,
@@ -22,13 +24,26 @@ from hfpretrain.cli import error
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    p.add_argument("folder", help="a run folder or a study folder")
+    p.add_argument("folder", nargs="?", help="a run folder or a study folder (not with --homework)")
+    p.add_argument("--homework", action="store_true",
+                   help="write the homework report from the committed results (run from the repository root)")
+    p.add_argument("--out", default="results/homework.md", help="--homework: where to write it")
     p.add_argument("--best", help="study: the run folder of the best configuration, trained with periodic evaluation")
     p.add_argument("--eval-limit", type=float, default=None, help="lm-eval: first N questions per task")
     p.add_argument("--no-eval", action="store_true", help="leave lm-eval out (unless the checkpoint was scored already)")
     p.add_argument("--no-generate", action="store_true", help="leave generations out")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.homework:
+        from hfpretrain.study.homework import write_homework
+
+        try:
+            print(write_homework(".", args.out))
+        except (FileNotFoundError, ValueError, KeyError, StopIteration) as err:
+            return error(f"--homework needs the committed results (run from the repository root): {err!r}")
+        return 0
+    if not args.folder:
+        return error("name a run folder or a study folder, or pass --homework")
     from hfpretrain.eval.extras import MissingExtraError
     from hfpretrain.study.run_report import DEFAULT_PROMPTS, write_run_report
 

@@ -1,0 +1,70 @@
+"""The homework report (``python scripts/report.py --homework``): one document, the assignment's deliverables in
+order, every number in it copied from a committed file, no absolute path of the machine."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from hfpretrain.study.homework import ABSOLUTE, SOURCES, write_homework
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "results" / "homework.md"
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?")
+ORDER = ["Data processing", "Changes to the training code", "Every experiment", "Hardware and time",
+         "The best model: training and validation curves", "Generations", "The ablation", "Reproduce",
+         "Where the checkpoint and the tokenizer are", "Team contributions", "The data used"]
+
+
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory):
+    out = write_homework(REPO, tmp_path_factory.mktemp("hw") / "homework.md", link_base=REPO / "results")
+    return out.read_text()
+
+
+def test_the_committed_homework_is_the_generated_one(doc):
+    assert COMMITTED.read_text() == doc, "regenerate: python scripts/report.py --homework"
+
+
+def test_the_deliverables_come_in_the_assignments_order(doc):
+    headings = [line[3:] for line in doc.splitlines() if line.startswith("## ")]
+    assert len(headings) == len(ORDER)
+    for i, (heading, want) in enumerate(zip(headings, ORDER), 1):
+        assert heading.startswith(f"{i}. {want}"), heading
+    for must in ("Example batch", "![training and validation loss]", "Unconditional sample", "**Prompt:**",
+                 "IsoFLOP curves and per-budget optima", "scripts/generate.py --model CHECKPOINT --prompt",
+                 "**The shipped corpus is not the Pile.**", "The same commands take the Pile"):
+        assert must in doc, must
+
+
+def test_no_absolute_path_of_the_machine(doc):
+    assert not ABSOLUTE.findall(doc), ABSOLUTE.findall(doc)[:5]
+    assert str(REPO) not in doc and "/work/" not in doc and "Pile-format" not in doc
+
+
+def test_every_number_is_in_the_files_it_was_cut_from(doc):
+    """Each number of the document is one of the numbers of its source files (or a section's own number)."""
+    known = {str(i) for i in range(1, 12)}
+    for source in SOURCES:
+        known |= set(NUMBER.findall((REPO / source).read_text()))
+    stray = sorted(set(NUMBER.findall(doc)) - known)
+    assert not stray, stray[:20]
+
+
+def test_the_key_figures_match_the_json(doc):
+    """The best model's final score against its summary.json, and every run row of § 3 against its study's
+    results.json (the report tables the rows are cut from are themselves tested against it)."""
+    final = json.loads((REPO / "results/best_small/summary.json").read_text())["final_eval"]
+    assert f"{final['eval_bpb']:.3f} bits per byte, {final['eval_loss']:.3f} nats per token" in doc
+    experiments = doc.split("## 3. ")[1].split("## 4. ")[0]
+    seen = 0
+    for study in ("study_gpu_vocab2", "study_gpu_vocab", "study_gpu_moe"):
+        table = experiments.split(f"### {study}\n")[1].split("### ")[0]  # run names repeat across studies
+        for r in json.loads((REPO / "results" / study / "results.json").read_text()):
+            row = next(line for line in table.splitlines() if line.startswith(f"| {r['run']} |"))
+            assert row.rstrip(" |").endswith(f"{r['val_bpb']:.4g}"), row
+            seen += 1
+    assert seen == 108 + 48 + 32
