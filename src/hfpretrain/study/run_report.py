@@ -94,7 +94,9 @@ def data_lines(data_path: Path, manifest: dict, mixture: dict | None = None) -> 
 
     train, val, tok = manifest["train"], manifest["validation"], manifest["tokenizer"]
     lines = ["## Data", "",
-             f"`{data_path}`: Pile-format documents tokenized with `{tok['name_or_path']}` ({tok['vocab_size']:,} "
+             # the inputs' file format is not their content: "Pile-format" read as "the Pile" for the shipped mix
+             f"`{data_path}`: the documents of the inputs below (their text, whatever the corpus: the shipped mix "
+             f"is not the Pile) tokenized with `{tok['name_or_path']}` ({tok['vocab_size']:,} "
              f"tokens, end-of-text `{tok['eos_token']}` after every document), packed into blocks of "
              f"{manifest['seq_len']} tokens ({PACKING[manifest.get('pack', 'concat')]}), saved as Arrow with "
              f"`datasets.save_to_disk`. Fingerprint `{manifest['fingerprint']}`.", ""]
