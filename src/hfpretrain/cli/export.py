@@ -6,6 +6,8 @@
 The export loads with AutoModelForCausalLM.from_pretrained(DIR), transformers.pipeline and lm_eval --model hf.
 --out must be new, empty or an earlier export of the same checkpoint (--force: write into it anyway). The export
 carries no local paths (lineage.json and the card name folders, not where they are on this machine).
+An export whose tokenizer llama.cpp's convert_hf_to_gguf.py does not know (one trained with train-tokenizer) gets
+GGUF.md with the hash and pre-tokenizer name to register, and one line saying so (docs/eval.md, GGUF).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def main(argv=None) -> int:
 
     try:
         out = export_checkpoint(args.checkpoint, args.out, args.dtype, args.push_to_hub, args.private, force=args.force,
-                                license=args.license, datasets=args.datasets)
+                                license=args.license, datasets=args.datasets,
+                                say=lambda line: print(line, file=sys.stderr))
     except (FileNotFoundError, ValueError) as err:
         return error(err)
     except PushError as err:

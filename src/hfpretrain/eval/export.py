@@ -11,6 +11,11 @@ other folder, replacing files of the same names): an export used to overwrite a 
 ``README.md``, and ``--out .`` wrote into the working directory. ``.hfpretrain-export.json`` in the export says
 which checkpoint it is (a hash of its path, and its weights' names, sizes and times: no path).
 
+An export whose tokenizer llama.cpp's GGUF converter would not recognise (a vocabulary trained with
+``train-tokenizer``: the converter keys on a hash of its tokens, :mod:`.gguf`) carries ``GGUF.md`` with the hash and
+the pre-tokenizer name to register, a section of the card pointing at it, and one line on the console; a zoo
+tokenizer in the converter's table gets none of these.
+
 The export is written first; a push that fails (offline, no token) leaves it in place with one line saying
 how to upload it later (``hf upload``).
 """
@@ -24,6 +29,7 @@ from pathlib import Path
 
 from hfpretrain.eval.card import refresh_card, set_metadata
 from hfpretrain.eval.checkpoint import OutputFolderError, check_checkpoint, check_output_folder
+from hfpretrain.eval.gguf import NOTE_FILE, card_section, check_tokenizer, console_line, note
 from hfpretrain.outdir import listing, read_marker
 
 DTYPES = ("bfloat16", "float16", "float32")
@@ -99,10 +105,11 @@ def _hub_datasets(lineage: dict) -> list[str]:
 
 def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str | None = None,
                       private: bool = False, force: bool = False, license: str | None = None,
-                      datasets: list[str] | None = None) -> Path:
+                      datasets: list[str] | None = None, say=None) -> Path:
     """Write ``checkpoint`` (a ``save_pretrained`` folder) to ``out`` in ``dtype``; push it to the Hub
     repo ``push_to_hub`` (``user/name``) if given. Returns ``out``. ``license`` (a Hub license id; default
-    ``unknown``) and ``datasets`` (Hub ids; default those the data's manifests name) go into the card's header."""
+    ``unknown``) and ``datasets`` (Hub ids; default those the data's manifests name) go into the card's header.
+    ``say``: called with the console's one line when llama.cpp's converter needs the tokenizer registered."""
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype}: one of {', '.join(DTYPES)}")
     src = check_checkpoint(checkpoint)
@@ -134,11 +141,20 @@ def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str
         model.generation_config.use_cache = True  # checkpoints saved before 2026-11-25 turned it off
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    gguf = check_tokenizer(out)  # as llama.cpp's converter reads it: the saved files
+    if gguf is not None and gguf.known is None:
+        (out / NOTE_FILE).write_text(note(gguf, push_to_hub or str(out), hub=bool(push_to_hub)), encoding="utf-8")
+        if say is not None:
+            say(console_line(gguf, out))
+    else:
+        gguf = None
     if isinstance(lineage, dict):  # where the model came from, without this machine's paths
         datasets = datasets or _hub_datasets(lineage)
         (out / "lineage.json").write_text(json.dumps(_redact(lineage), indent=2) + "\n")
     if card is not None:  # the model card (with the scores hfpretrain eval added), loading the copy
         card = refresh_card(redact_paths(card), push_to_hub or out)
+        if gguf is not None:
+            card = card.rstrip("\n") + "\n\n" + card_section(gguf)
         (out / "README.md").write_text(set_metadata(card, license=license or "unknown", datasets=datasets or None))
     if push_to_hub:
         push(out, push_to_hub, private)
