@@ -14,7 +14,7 @@ from hashlib import sha256
 import pytest
 
 from hfpretrain.cli.export import main
-from hfpretrain.eval.gguf import CHKTXT, GPT2, NOTE_FILE, check_tokenizer, console_line, is_gpt2_scheme
+from hfpretrain.eval.gguf import CHKTXT, GPT2, NOTE_FILE, check_tokenizer, console_line, is_gpt2_scheme, note
 from hfpretrain.eval.llama_cpp_hashes import LLAMA_CPP_PRE_HASHES
 
 # sha256 of the probe text's UTF-8, from chktxt in llama.cpp's get_vocab_base_pre() (conversion/base.py, llama.cpp
@@ -148,3 +148,5 @@ def test_another_pre_tokenizer_gets_the_hash_but_no_name(trained_checkpoint, tmp
     gguf = check_tokenizer(folder)
     assert gguf.chkhsh == converter_hash(folder) and gguf.known is None and gguf.pre is None
     assert "not GPT-2's" in console_line(gguf, folder)
+    text = note(gguf, str(folder))  # the registration, with the name left to a person
+    assert f'"name": "NAME", "tokt": TOKENIZER_TYPE.BPE, "repo": "{folder}", "chkhsh": "{gguf.chkhsh}"' in text

@@ -97,17 +97,18 @@ def note(tok: GgufTokenizer, where: str, hub: bool = False) -> str:
             f"`get_vocab_base_pre()`. This tokenizer is in no such table (a vocabulary trained with `hfpretrain "
             f"train-tokenizer` is new), so the converter stops with \"BPE pre-tokenizer was not recognized\".\n\n"
             f"- chkhsh: `{tok.chkhsh}`\n")
-    if not tok.pre:
-        return head + (
-            "- pre-tokenizer: not GPT-2's byte-level scheme (see `normalizer` and `pre_tokenizer` in `tokenizer.json`); "
-            "pick the llama.cpp pre-tokenizer that splits text the same way (`src/llama-vocab.cpp`) and register the "
-            "hash under its name as below.\n")
-    return head + f"""- pre-tokenizer: `{tok.pre}` (`tokenizer.json`: byte-level BPE with GPT-2's split regex, no normalizer)
-
+    name = tok.pre or "NAME"
+    if tok.pre:
+        head += f"- pre-tokenizer: `{tok.pre}` (`tokenizer.json`: byte-level BPE with GPT-2's split regex, no normalizer)\n"
+    else:
+        head += ("- pre-tokenizer: not GPT-2's byte-level scheme (see `normalizer` and `pre_tokenizer` in "
+                 "`tokenizer.json`): for NAME below, pick the llama.cpp pre-tokenizer that splits text the same way "
+                 "(`src/llama-vocab.cpp`)\n")
+    return head + f"""
 In a llama.cpp checkout, add this line to `pre_computed_hashes` in `convert_hf_to_gguf_update.py`:
 
 ```python
-    {{"name": "{tok.pre}", "tokt": TOKENIZER_TYPE.BPE, "repo": "{where}", "chkhsh": "{tok.chkhsh}"}},
+    {{"name": "{name}", "tokt": TOKENIZER_TYPE.BPE, "repo": "{where}", "chkhsh": "{tok.chkhsh}"}},
 ```
 
 and run `python convert_hf_to_gguf_update.py --check-missing`, which writes it into `get_vocab_base_pre()` without
@@ -116,7 +117,7 @@ in older llama.cpp), beside the other `if chkhsh == ...`:
 
 ```python
         if chkhsh == "{tok.chkhsh}":
-            res = "{tok.pre}"
+            res = "{name}"
 ```
 
 Then, from the llama.cpp checkout (`llama-completion` is `llama-cli` in builds before it was split off):
