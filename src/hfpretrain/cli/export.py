@@ -33,7 +33,7 @@ def main(argv=None) -> int:
                    help="a Hub dataset the model was trained on, for the card's header (repeat for several; default: "
                         "the Hub inputs the data's manifests name)")
     args = p.parse_args(argv)
-    from hfpretrain.eval.export import PushError, export_checkpoint
+    from hfpretrain.eval.export import ExportWriteError, PushError, export_checkpoint
 
     try:
         out = export_checkpoint(args.checkpoint, args.out, args.dtype, args.push_to_hub, args.private, force=args.force,
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
                                 say=lambda line: print(line, file=sys.stderr))
     except (FileNotFoundError, ValueError) as err:
         return error(err)
-    except PushError as err:
+    except (PushError, ExportWriteError) as err:
         return error(err, 1)
     print(out)
     return 0

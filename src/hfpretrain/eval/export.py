@@ -16,6 +16,9 @@ An export whose tokenizer llama.cpp's GGUF converter would not recognise (a voca
 the pre-tokenizer name to register, a section of the card pointing at it, and one line on the console; a zoo
 tokenizer in the converter's table gets none of these.
 
+The export is written in a hidden folder beside ``--out`` and moved into it when whole: a write that fails (the
+disk full) is one line (exit 1) and leaves ``--out`` as it was (an earlier export intact), with no partial files.
+
 The export is written first; a push that fails (offline, no token) leaves it in place with one line saying
 how to upload it later (``hf upload``).
 """
@@ -24,7 +27,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import secrets
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from hfpretrain.eval.card import refresh_card, set_metadata
@@ -134,31 +141,79 @@ def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str
     hf_logging.disable_progress_bar()  # "Loading weights" bars: noise in a one-line-per-outcome command
     model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype))
     tokenizer = AutoTokenizer.from_pretrained(src)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text(json.dumps({"format": MARKER_FORMAT, "checkpoint": checkpoint_id(src),
-                                          "dtype": dtype}) + "\n")
     if model.generation_config is not None:
         model.generation_config.use_cache = True  # checkpoints saved before 2026-11-25 turned it off
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    gguf = check_tokenizer(out)  # as llama.cpp's converter reads it: the saved files
-    if gguf is not None and gguf.known is None:
-        (out / NOTE_FILE).write_text(note(gguf, push_to_hub or str(out), hub=bool(push_to_hub)), encoding="utf-8")
-        if say is not None:
-            say(console_line(gguf, out))
-    else:
-        gguf = None
-    if isinstance(lineage, dict):  # where the model came from, without this machine's paths
+    if isinstance(lineage, dict):
         datasets = datasets or _hub_datasets(lineage)
-        (out / "lineage.json").write_text(json.dumps(_redact(lineage), indent=2) + "\n")
-    if card is not None:  # the model card (with the scores hfpretrain eval added), loading the copy
-        card = refresh_card(redact_paths(card), push_to_hub or out)
-        if gguf is not None:
-            card = card.rstrip("\n") + "\n\n" + card_section(gguf)
-        (out / "README.md").write_text(set_metadata(card, license=license or "unknown", datasets=datasets or None))
+    with _staged(out) as stage:  # written beside ``out``, moved into it whole: a full disk leaves ``out`` as it was
+        (stage / MARKER).write_text(json.dumps({"format": MARKER_FORMAT, "checkpoint": checkpoint_id(src),
+                                                "dtype": dtype}) + "\n")
+        model.save_pretrained(stage)
+        tokenizer.save_pretrained(stage)
+        gguf = check_tokenizer(stage)  # as llama.cpp's converter reads it: the saved files
+        if gguf is not None and gguf.known is None:
+            (stage / NOTE_FILE).write_text(note(gguf, push_to_hub or str(out), hub=bool(push_to_hub)),
+                                           encoding="utf-8")
+        else:
+            gguf = None
+        if isinstance(lineage, dict):  # where the model came from, without this machine's paths
+            (stage / "lineage.json").write_text(json.dumps(_redact(lineage), indent=2) + "\n")
+        if card is not None:  # the model card (with the scores hfpretrain eval added), loading the copy
+            card = refresh_card(redact_paths(card), push_to_hub or out)
+            if gguf is not None:
+                card = card.rstrip("\n") + "\n\n" + card_section(gguf)
+            (stage / "README.md").write_text(set_metadata(card, license=license or "unknown",
+                                                          datasets=datasets or None))
+    if gguf is not None and say is not None:
+        say(console_line(gguf, out))
     if push_to_hub:
         push(out, push_to_hub, private)
     return out
+
+
+class ExportWriteError(OSError):
+    """One line: the export could not be written (the disk full); ``--out`` is as it was before (exit 1)."""
+
+
+@contextmanager
+def _staged(out: Path):
+    """A new hidden folder beside ``out`` to write the export in; when the block ends, its files are moved into
+    ``out`` (the folder itself renamed if ``out`` is missing): a rename never needs space, so a write that fails
+    (the disk full) fails before ``out`` is touched, the staging folder and any folder made for it are removed,
+    and one line says so."""
+    from hfpretrain.training.checkpoints import write_failure
+
+    out = out.absolute()
+    made = [p for p in [*reversed(out.parents), out] if not p.exists()]  # what this export creates, outermost first
+    stage = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage = out.parent / f".{out.name}.export-{os.getpid()}-{secrets.token_hex(4)}"
+        stage.mkdir()  # not mkdtemp: the export keeps the folder mode a mkdir gives (mkdtemp's is 0700)
+        yield stage
+        if not out.exists():
+            os.rename(stage, out)
+        else:
+            for f in sorted(stage.iterdir()):
+                os.replace(f, out / f.name)
+            stage.rmdir()
+    except BaseException as e:  # a failed write, and an interrupt (Ctrl-C), leave no partial files behind
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        for p in reversed(made):  # only the empty folders this export made
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+        cause = write_failure(e) or (f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
+                                     if isinstance(e, OSError) else None)
+        if cause is None:
+            raise
+        full = "space" in cause.lower() or "quota" in cause.lower() or "os error 28" in cause
+        kept = "nothing was created" if made else f"{out} is as it was"
+        raise ExportWriteError(f"{'the disk is full' if full else 'writing failed'}: exporting to {out} failed "
+                               f"({cause}); its partial files were removed, {kept}: "
+                               f"{'free space' if full else 'fix the cause'} and export again") from None
 
 
 def push(folder: Path, repo_id: str, private: bool = False) -> str:

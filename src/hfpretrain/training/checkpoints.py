@@ -150,7 +150,7 @@ class CheckpointWriteError(OSError):
     checkpoints are intact."""
 
 
-_WRITE_FAILED = ("No space left on device", "os error 28", "StorageFull", "Disk quota exceeded",
+_WRITE_FAILED = ("No space left on device", "os error 28", "StorageFull", "Disk quota exceeded", "File too large",
                  "PytorchStreamWriter failed writing", "file write failed", "inline_container.cc")
 
 
@@ -162,7 +162,7 @@ def write_failure(exc: BaseException) -> str | None:
 
     seen = exc
     while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             return os.strerror(seen.errno)
         text = str(seen)
         if any(marker in text for marker in _WRITE_FAILED):

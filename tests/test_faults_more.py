@@ -1,0 +1,84 @@
+"""Fault injection, issue 62's open items: a full disk during export, inputs read wrong without a word (a byte-order
+mark, the same file as train and validation, a lenient build reused by a strict command), outputs inside another
+command's output, unclear one-liners. Each case runs a real command on real files and checks one ``error:`` line
+(no traceback), the exit code, and that nothing that existed before changed (``test_faults.py``'s helpers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_faults import REPO, _in_small_filesystem, assert_kept, one_error, snapshot
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory, gpt2_tokenizer) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("faults_more_ckpt") / "final"
+    LlamaForCausalLM(LlamaConfig(vocab_size=50304, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2,
+                                 max_position_embeddings=64)).save_pretrained(out)
+    for f in Path(gpt2_tokenizer).iterdir():
+        shutil.copy(f, out / f.name)
+    return out
+
+
+def _sums(folder: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def _limited(max_bytes: int):
+    """A ``preexec_fn``: no file this process writes may grow past ``max_bytes`` (RLIMIT_FSIZE; Python ignores
+    SIGXFSZ, so the write fails with EFBIG, as a full disk fails with ENOSPC)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
+
+# ----------------------------------------------------------------------------------------------- export, disk full
+@pytest.mark.parametrize("limit", ["file_size", "tmpfs"])
+def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_path, ckpt, limit):
+    """It was a SafetensorError traceback, exit 1, with config.json and the marker left behind (a partial export
+    that a second export took for a whole one). The export is now written beside --out and moved in when whole.
+    A bf16 export (3.2 MB of weights) fits under the limit, a float32 one (6.4 MB) does not."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if limit == "file_size":
+        out = tmp_path / "exports" / "model"
+
+        def export(*extra):
+            return subprocess.run([sys.executable, "-m", "hfpretrain", "export", str(ckpt), "--out", str(out),
+                                   *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+                                  preexec_fn=_limited(5 << 20))
+        first = export()
+        assert first.returncode == 0, first.stderr[-3000:]
+        kept = _sums(out)
+        before = snapshot(tmp_path)
+        r = export("--dtype", "float32")
+        assert r.returncode == 1, r.stderr[-3000:]
+        line = one_error(r.stderr)
+        assert f"exporting to {out} failed" in line and "File too large" in line and "is as it was" in line, line
+        assert_kept(before, tmp_path)
+        assert snapshot(tmp_path).keys() == before.keys() and _sums(out) == kept  # no staging folder left either
+        fresh = subprocess.run([sys.executable, "-m", "hfpretrain", "export", str(ckpt), "--out",
+                                str(tmp_path / "new" / "model"), "--dtype", "float32"], cwd=REPO, env=env,
+                               capture_output=True, text=True, timeout=300, preexec_fn=_limited(5 << 20))
+        assert fresh.returncode == 1 and "nothing was created" in one_error(fresh.stderr)
+        assert not (tmp_path / "new").exists()  # nor the folders made for it
+        return
+    if _in_small_filesystem(1, "true").returncode != 0:
+        pytest.skip("no user+mount namespace for a small filesystem here")
+    export = f"$PY -m hfpretrain export {ckpt} --out $SMALL/exp"
+    r = _in_small_filesystem(12, f"{export} && echo BEFORE && sha256sum $SMALL/exp/* && {export} --dtype float32; "
+                                 "echo RC=$? && ls -a $SMALL && echo AFTER && sha256sum $SMALL/exp/*")
+    assert "RC=1" in r.stdout, (r.stdout, r.stderr[-3000:])
+    line = one_error(r.stderr)
+    assert line.startswith("error: the disk is full: exporting to ") and "is as it was" in line, line
+    before, listed, after = r.stdout.split("BEFORE")[1].split("RC=1")[0], *r.stdout.split("RC=1")[1].split("AFTER")
+    assert sorted(listed.split()) == [".", "..", "exp"], r.stdout  # no staging folder left
+    assert before.split() == after.split(), r.stdout  # the earlier export, byte for byte
