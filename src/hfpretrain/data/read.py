@@ -35,7 +35,8 @@ A file whose first :data:`FIELD_CHECK_RECORDS` records (or all, if fewer) lack t
 wrong ``--text-field``, not bad records: one error that names the fields those records have and the one that
 seems to hold the documents (it used to be 20 warnings per file before a hint at the end).
 
-Policy ``skip`` (default) drops the record, logs a warning and counts it; ``fail`` raises
+A UTF-8 byte-order mark at the start of a file is skipped (it made the first record malformed JSON: the first
+document was lost). Policy ``skip`` (default) drops the record, logs a warning and counts it; ``fail`` raises
 :class:`DataError` at the first bad record. Blank lines are not records and are ignored.
 """
 
@@ -69,6 +70,7 @@ POLICIES = ("skip", "fail")
 RAW_COLUMNS = ("text", "set", "skip", "where")
 UNKNOWN_SET = "unknown"
 _CHUNK = 1 << 20
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, at the start of a file: skipped, not a malformed first record
 _MAX_WARNINGS_PER_FILE = 20
 FIELD_CHECK_RECORDS = 5  # a file whose first records all lack the text field: a wrong --text-field, not bad records
 
@@ -445,7 +447,7 @@ def _txt_records(path: str, split: str, acct: dict) -> Iterator[tuple[int, str |
         return
     raw = Path(path).read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is no part of the text
     except UnicodeDecodeError as e:
         yield 1 + raw[:e.start].count(b"\n"), None, None, "non_utf8", f"invalid byte at offset {e.start}", len(raw)
         return
@@ -495,9 +497,11 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
                     acct["bytes_lost"] = None
                 yield n, None, None, lost, error, 0
                 return
+            nbytes = len(raw) + (kind == "zst")  # plain lines keep their newline, decompressed ones do not
+            if n == 1 and raw.startswith(BOM):  # a byte-order mark (Windows editors write one) is not the record's
+                raw = raw[len(BOM):]
             if not raw.strip():
                 continue
-            nbytes = len(raw) + (kind == "zst")  # plain lines keep their newline, decompressed ones do not
             try:
                 s = raw.decode("utf-8")
             except UnicodeDecodeError as e:
