@@ -108,3 +108,58 @@ def test_a_byte_order_mark_loses_no_document(tmp_path, gpt2_tokenizer):
     assert manifest["train"]["skipped"] == {} and manifest["validation"]["skipped"] == {}
     assert manifest["train"]["documents"] + manifest["validation"]["documents"] == 121
     assert manifest["train"]["text_bytes_per_set"]["txt"] == len("Hello world, a text file.\n")
+
+
+@pytest.mark.parametrize("how", ["same_path", "through_a_link", "in_a_folder", "hub_split"])
+def test_the_same_input_as_train_and_validation_is_refused(tmp_path, small, gpt2_tokenizer, how):
+    """It passed without a word: the validation loss was measured on documents trained on."""
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "a.jsonl").write_bytes(docs(30))
+    (tmp_path / "link.jsonl").symlink_to(small)
+    given = {"same_path": ["--input", small, "--val-input", small],
+             "through_a_link": ["--input", small, tmp_path / "shards", "--val-input", tmp_path / "link.jsonl"],
+             "in_a_folder": ["--input", tmp_path / "shards", "--val-input", tmp_path / "shards" / "a.jsonl"],
+             "hub_split": ["--dataset-name", "someone/corpus", "--split", "train", "--val-split", "train"]}[how]
+    before = snapshot(tmp_path)
+    r = cli("tokenize", *given, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--out", tmp_path / "data")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert "--val-input" in line and "is also a train input" in line, line
+    assert_kept(before, tmp_path)
+    assert snapshot(tmp_path).keys() == before.keys()
+
+
+@pytest.fixture
+def small(tmp_path) -> Path:
+    path = tmp_path / "small.jsonl"
+    path.write_bytes(docs(40))
+    return path
+
+
+@pytest.mark.parametrize("strict", [["--on-bad", "fail"], ["--max-bad-fraction", "0.001"], []])
+def test_a_lenient_build_is_not_reused_by_a_stricter_command(tmp_path, gpt2_tokenizer, strict):
+    """A folder built with --on-bad skip (one bad record of 300 skipped), or with --allow-missing (an empty shard), was
+    reused by a command that would have refused it (--on-bad fail, a lower ceiling, no --allow-missing): "reusing
+    ...", exit 0. The stricter command now rebuilds under its own policy, which refuses; the folder is kept."""
+    lines = [json.dumps({"text": f"document number {i} " * 12}) for i in range(300)]
+    lines[150] = "{not json"
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    inputs = ["--input", tmp_path / "in.jsonl"]
+    lenient = []
+    if not strict:  # the lenient build lost a whole file (an empty shard), which --allow-missing let through
+        (tmp_path / "in.jsonl").write_text("\n".join(lines[:150] + lines[151:]) + "\n")
+        (tmp_path / "empty.jsonl").write_text("")
+        inputs += [tmp_path / "empty.jsonl"]
+        lenient = ["--allow-missing"]
+    data = tmp_path / "data"
+    args = [*inputs, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--val-docs", "4", "--out", data, "-q"]
+    assert cli("tokenize", *args, *lenient).returncode == 0
+    before = snapshot(tmp_path)
+    r = cli("tokenize", *args, *strict)
+    assert r.returncode == 2, r.stderr[-3000:]
+    line = one_error(r.stderr)
+    assert ("empty.jsonl" if not strict else "in.jsonl:151") in line, line
+    assert "rebuilding" in r.stderr and "reusing" not in r.stderr, r.stderr
+    assert_kept(before, tmp_path)
+    r = cli("tokenize", *args, *lenient)  # the lenient command itself still reuses it
+    assert r.returncode == 0 and snapshot(tmp_path) == before

@@ -44,7 +44,8 @@ from .manifest import (FORMAT, MANIFEST, PIPELINE_VERSION, describe_inputs, dir_
 from .guard import BuildGuard, make_work_dir, raise_if_terminated
 from .encoders import ENCODERS, EncoderMismatch, Unsupported, choose_encoder
 from .pack import PACK_MODES, Packer
-from .read import FILE_ROW, POLICIES, RAW_COLUMNS, DataError, expand_blend, expand_inputs, generate_records
+from .read import (FILE_ROW, POLICIES, RAW_COLUMNS, DataError, expand_blend, expand_inputs, generate_records,
+                   hub_arguments)
 from .tokenizer import BatchTokenizer, ids_dtype, load_tokenizer, pick_eos, tokenizer_sha256
 
 logger = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ def tokenize_corpus(
         train_sources += expand_blend(blend)
     val_sources = expand_inputs(val_inputs) if val_inputs is not None else None
     configure_sources(train_sources + (val_sources or []), text_field, txt_split)
+    check_disjoint(train_sources, val_sources)
     check_missing(train_sources + (val_sources or []), allow_missing)  # before any work: a lost shard is not a bad record
 
     tok = load_tokenizer(tokenizer)
@@ -161,8 +163,11 @@ def tokenize_corpus(
         _refuse_existing(out, force)  # again, now that no other build can change it
         guard.check_work_dirs()
         old = read_manifest(out)
+        laxer = laxer_build(old, on_bad, max_bad_fraction, allow_missing) if is_output(old) else None
         if (out.exists() and is_output(old) and old.get("fingerprint") == fp and not force and _complete(out)):
-            if "text_bytes" in old.get("validation", {}):
+            if laxer:  # built under a policy that let through what this command's refuses: this one decides
+                logger.warning("rebuilding %s: %s", out, laxer)
+            elif "text_bytes" in old.get("validation", {}):
                 logger.info("reusing %s (fingerprint %s matches; --force to rebuild)", out, fp)
                 return out
             logger.info("rebuilding %s: made before manifests recorded the text's bytes (bits per byte)", out)
@@ -349,6 +354,51 @@ def configure_sources(sources: list[dict], text_field: str = "text", txt_split: 
             src["text_field"] = text_field
         if src["kind"] == "txt":
             src["txt_split"] = txt_split
+
+
+def _source_key(src: dict) -> tuple | None:
+    """What a source reads, however it was named (a path through a link or a folder, a Hub id with its options in
+    another order), or None for a missing one."""
+    if src["kind"] == "missing":
+        return None
+    if src["kind"] == "hub":
+        dataset, kwargs = hub_arguments(src["path"])
+        return ("hub", dataset, *sorted((k, str(v)) for k, v in kwargs.items()))
+    if src["kind"] == "saved":
+        return ("saved", str(Path(src["path"]).resolve()), src.get("split") or "train")
+    return ("file", str(Path(src["path"]).resolve()))
+
+
+def check_disjoint(train_sources: list[dict], val_sources: list[dict] | None) -> None:
+    """A validation input that is also a train input is refused: the validation loss would be measured on documents
+    the model trains on, and say nothing (it passed without a word)."""
+    train = {_source_key(s): s for s in train_sources}
+    for src in val_sources or []:
+        key = _source_key(src)
+        if key is not None and key in train:
+            raise DataError(f"--val-input {src['path']}" + (f" (split {key[2]})" if key[0] == "saved" else "") +
+                            " is also a train input: validation documents must not be trained on; give another "
+                            "file as --val-input, or leave --val-input out to hold out the first --val-docs documents "
+                            "of --input")
+
+
+def laxer_build(old: dict, on_bad: str, max_bad_fraction: float, allow_missing: bool) -> str | None:
+    """Why an output built under a laxer bad-input policy than this command's holds what this one's would refuse
+    (bad records skipped where it fails at the first, or under a higher ceiling; files lost without
+    --allow-missing), or None. Such an output is not reused: the build under this command's policy decides."""
+    skipped = sum(sum((old.get(split) or {}).get("skipped", {}).values()) for split in ("train", "validation"))
+    lost = [f for acc in (old.get("input_files") or {}).values() if isinstance(acc, dict)
+            for f in acc.get("lost_files") or []]
+    was = f"--on-bad {old.get('on_bad', 'skip')} --max-bad-fraction {old.get('max_bad_fraction')}"
+    if skipped and on_bad == "fail":
+        return f"it was built with {was} and skipped {skipped} bad record(s); this command has --on-bad fail"
+    if skipped and isinstance(old.get("max_bad_fraction"), (int, float)) and max_bad_fraction < old["max_bad_fraction"]:
+        return (f"it was built with {was} and skipped {skipped} bad record(s); this command's ceiling is "
+                f"--max-bad-fraction {max_bad_fraction}")
+    if lost and not allow_missing:
+        return (f"it was built with --allow-missing without {len(lost)} lost file(s) ({lost[0].get('path')}: "
+                f"{lost[0].get('reason')}); this command has no --allow-missing")
+    return None
 
 
 def check_missing(sources: list[dict], allow_missing: bool) -> None:
