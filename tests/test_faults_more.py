@@ -163,3 +163,63 @@ def test_a_lenient_build_is_not_reused_by_a_stricter_command(tmp_path, gpt2_toke
     assert_kept(before, tmp_path)
     r = cli("tokenize", *args, *lenient)  # the lenient command itself still reuses it
     assert r.returncode == 0 and snapshot(tmp_path) == before
+
+
+# ----------------------------------------------------------------------------------------------- unclear one-liners
+def _dry_run(mini_blocks, tmp_path, *overrides, recipe=REPO / "recipes" / "tiny_cpu.yaml"):
+    return cli("train", recipe, f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}", *overrides,
+               "--dry-run")
+
+
+@pytest.mark.parametrize("yaml_text, overrides, names", [
+    # "Merge error: list is not a subclass of KernelsSection" / a TypeError traceback for training and overrides
+    ("kernels:\n  - loss\n", [], "kernels is a section of keys"),
+    ("training:\n  - max_steps\n", [], "training is a section of keys"),
+    ("", ["model.overrides=[1]"], "model.overrides is a section of keys"),
+    # strings where the model's config holds numbers: a TypeError at the first forward, a validation traceback
+    ("", ["model.overrides.rope_theta=nan"], "model.overrides.rope_theta='nan': expected a number"),
+    ("", ['model.overrides.hidden_size="64"'], "write it without quotes: model.overrides.hidden_size=64"),
+    ("", ["model.overrides.num_hidden_layers=2.5"], "model.overrides.num_hidden_layers=2.5: expected an integer"),
+    ("", ["model.overrides.hidden_act=3"], "model.overrides.hidden_act=3: expected str"),
+    ("", ['training.learning_rate="0.001"'], "write the number without quotes (training.learning_rate=0.001)"),
+    ("", ["training.learning_rate=nan"], "training.learning_rate: expected float, got str 'nan': NaN and infinity"),
+])
+def test_a_misshapen_or_mistyped_key_is_one_line_naming_it(tmp_path, mini_blocks, yaml_text, overrides, names):
+    recipe = REPO / "recipes" / "tiny_cpu.yaml"
+    if yaml_text:
+        recipe = tmp_path / "recipe.yaml"
+        recipe.write_text(f"model:\n  config: tiny\n{yaml_text}")
+    r = _dry_run(mini_blocks, tmp_path, *overrides, recipe=recipe)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert names in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_max_steps_unset_on_the_command_line_lets_the_budget_decide(tmp_path, mini_blocks):
+    """training.max_steps=null was "expected int, got NoneType": a recipe's max_steps could not give way to
+    training_flops (or context.tokens) from the command line."""
+    r = _dry_run(mini_blocks, tmp_path, "training_flops=1e13")
+    assert r.returncode == 2 and "training.max_steps=null lets the budget decide" in one_error(r.stderr)
+    r = _dry_run(mini_blocks, tmp_path, "training.max_steps=null", "training_flops=1e13")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "training_flops 1e+13: training.max_steps = " in r.stderr, r.stderr[-3000:]
+    r = _dry_run(mini_blocks, tmp_path, "training.max_steps=null")  # and without a budget: the same one line
+    assert r.returncode == 2 and "training.max_steps must be set" in one_error(r.stderr)
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "empty"])
+def test_a_missing_init_from_is_named_as_init_from(tmp_path, mini_blocks, case):
+    """It was "model config /x does not exist", as if model.config were wrong."""
+    init = tmp_path / "base"
+    if case == "file":
+        init.write_text("not a model")
+    elif case == "empty":
+        init.mkdir()
+    r = cli("train", "recipes/tiny_cpu.yaml", f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}",
+            f"model.init_from={init}", "training.max_steps=1", "training.warmup_steps=0")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert f"model.init_from={init} " in line and {"missing": "does not exist", "file": "is not a folder",
+                                                  "empty": "holds no config.json"}[case] in line, line
+    assert not (tmp_path / "run").exists()

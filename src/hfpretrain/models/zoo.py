@@ -102,7 +102,8 @@ def load_config(
         if key not in valid:
             close = difflib.get_close_matches(key, sorted(valid | _EXTRA_OVERRIDES), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"unknown config field {key!r} for model_type {model_type!r}{hint}")
+            raise ValueError(f"model.overrides.{key}: unknown config field {key!r} for model_type {model_type!r}{hint}")
+    _check_override_types(overrides, raw, model_type)
     fields = {**raw, **overrides}
     fields.pop("model_type", None)
     explicit_vocab = fields.get("vocab_size")
@@ -132,12 +133,56 @@ def load_config(
                     fields["vocab_size"], padded, multiple)
         fields["vocab_size"] = padded
     attn = fields.pop("attn_implementation", None)
-    config = AutoConfig.for_model(model_type, **fields)
+    try:
+        config = AutoConfig.for_model(model_type, **fields)
+    except Exception as e:  # the config class's own validation (huggingface_hub's strict dataclasses): one line
+        if type(e).__name__.startswith("StrictDataclass") or isinstance(e, (TypeError, ValueError)):
+            detail = " ".join(line.strip() for line in str(e).strip().splitlines()[-1:]) or type(e).__name__
+            raise ValueError(f"config {source} with model.overrides {overrides}: {detail}") from None
+        raise
     check_moe_config(config, source)
     _warn_kept_head_dim(config, overrides, source)
     if attn is not None:
         config.hfpretrain_attn_implementation = attn
     return config
+
+
+def _check_override_types(overrides: dict, raw: dict, model_type: str) -> None:
+    """A number where the config holds a number: a string ("nan", or "64" quoted on the command line) or a
+    fraction where it holds a count was taken as given and failed deep in the model (a TypeError at the first
+    forward, a validation traceback from the config class)."""
+    defaults = None
+    for key, value in overrides.items():
+        if key in raw or defaults is not None:
+            reference = raw.get(key, getattr(defaults, key, None))
+        else:
+            defaults = AutoConfig.for_model(model_type)
+            reference = getattr(defaults, key, None)
+        if value is None or reference is None:
+            continue
+        if isinstance(reference, (bool, str)):  # a switch, a name (hidden_act): the same type
+            if type(value) is not type(reference):
+                raise ValueError(f"model.overrides.{key}={value!r}: expected {type(reference).__name__} (e.g. "
+                                 f"model.overrides.{key}={str(reference).lower() if isinstance(reference, bool) else reference}), "
+                                 f"got {type(value).__name__}")
+            continue
+        if not isinstance(reference, (int, float)):
+            continue
+        kind = "an integer" if isinstance(reference, int) else "a number"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            try:
+                number = float(value) if isinstance(value, str) else None
+            except ValueError:
+                number = None
+            advice = ("NaN and infinity are refused" if number is not None and not math.isfinite(number) else
+                      f"write it without quotes: model.overrides.{key}={value}" if number is not None else
+                      f"e.g. model.overrides.{key}={reference}")
+            raise ValueError(f"model.overrides.{key}={value!r}: expected {kind}, got {type(value).__name__}; {advice}")
+        if isinstance(reference, int) and isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError(f"model.overrides.{key}={value}: expected an integer (a count), e.g. "
+                                 f"model.overrides.{key}={reference}")
+            overrides[key] = int(value)  # 1e3 reads as a float
 
 
 def _warn_kept_head_dim(config: PretrainedConfig, overrides: dict, source: str) -> None:

@@ -85,8 +85,8 @@ def max_steps(recipe: Recipe, config, seq_len: int, world: int) -> tuple[int, st
         if given not in (None, -1) and int(given) != steps:
             raise RecipeError(f"training_flops={recipe.training_flops:.4g} means training.max_steps={steps} "
                               f"({per_token / 1e6:.1f}M FLOPs per token x {per_step:,} tokens per step), but "
-                              f"training.max_steps={given} is set too: drop one (training_flops=null keeps max_steps, "
-                              "e.g. to extend a run)")
+                              f"training.max_steps={given} is set too: drop one (training.max_steps=null lets the "
+                              "budget decide; training_flops=null keeps max_steps, e.g. to extend a run)")
         logger.info("training_flops %.4g: training.max_steps = %d (%.1fM FLOPs per token x %s tokens per step = "
                     "%.4g FLOPs)", budget, steps, per_token / 1e6, f"{per_step:,}", step_flops * steps)
         return steps, f"training_flops={budget:.4g}"
@@ -98,7 +98,8 @@ def max_steps(recipe: Recipe, config, seq_len: int, world: int) -> tuple[int, st
         steps = max(1, round(tokens / per_step))
         if given not in (None, -1) and int(given) != steps:
             raise RecipeError(f"context.tokens={tokens:.4g} means training.max_steps={steps} ({per_step:,} tokens "
-                              f"per step), but training.max_steps={given} is set too: drop one")
+                              f"per step), but training.max_steps={given} is set too: drop one "
+                              "(training.max_steps=null lets context.tokens decide)")
         logger.info("context.tokens %.4g: training.max_steps = %d (%s tokens per step)", tokens, steps, f"{per_step:,}")
         return steps, f"context.tokens={tokens:.4g}"
     if given is None or int(given) <= 0:

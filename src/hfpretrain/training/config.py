@@ -499,7 +499,15 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
         if t is str and isinstance(value, str):
             return value
     names = "/".join(t.__name__ for t in simple)
-    raise RecipeError(f"training.{key}: expected {names}, got {type(value).__name__} {value!r}")
+    advice = ""
+    if isinstance(value, str) and (int in simple or float in simple):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        advice = ("" if number is None else ": NaN and infinity are refused" if not math.isfinite(number) else
+                  f": write the number without quotes (training.{key}={value})")
+    raise RecipeError(f"training.{key}: expected {names}, got {type(value).__name__} {value!r}{advice}")
 
 
 # transformers 5.24 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs) and kept the old
@@ -507,6 +515,10 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
 # (arguments.training_arguments passes the installed one).
 CHECKPOINTING_NAMES = {"activation_checkpointing": "gradient_checkpointing",
                        "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
+def _takes_none(hint: Any) -> bool:
+    return hint is Any or (typing.get_origin(hint) in _UNION_TYPES and type(None) in typing.get_args(hint))
 
 
 def _validate_training(training: dict) -> dict:
@@ -520,6 +532,8 @@ def _validate_training(training: dict) -> dict:
                               f"({key}={str(value).lower() if isinstance(value, bool) else value} on the command line)")
         if key not in fields:
             raise RecipeError(f"unknown key training.{key}{_nearest(key, fields)}: training takes TrainingArguments fields")
+        if value is None and not _takes_none(fields[key]):
+            continue  # null unsets a key (training.max_steps=null: training_flops or context.tokens decide)
         if key == "resume_from_checkpoint" and isinstance(value, bool):
             checked[key] = "auto" if value else None  # true: the last complete checkpoint; false: start fresh
             continue
@@ -563,6 +577,7 @@ def _parse_override(cfg: DictConfig, item: str) -> tuple[str, str, DictConfig]:
         raise RecipeError(f"override '{item}': the value is not valid YAML "
                           f"({getattr(err, 'problem', None) or str(err).splitlines()[0]})") from None
     _refuse_colon_keys(f"override '{item}'", OmegaConf.to_container(given))
+    _refuse_misshapen(f"override '{item}'", OmegaConf.to_container(given), cfg)
     return key, top, given
 
 
@@ -595,6 +610,23 @@ def _refuse_colon_keys(where: str, value) -> None:
     elif isinstance(value, list):
         for inner in value:
             _refuse_colon_keys(where, inner)
+
+
+def _refuse_misshapen(where: str, given, schema: DictConfig, prefix: str = "") -> None:
+    """A section (``kernels:``, ``training:``, ``model.overrides``) given as a list or a scalar was OmegaConf's "Merge
+    error: list is not a subclass of KernelsSection", or a TypeError traceback: one line naming the key."""
+    if not isinstance(given, dict):
+        return
+    for key, value in given.items():
+        node = schema._get_node(key) if isinstance(key, str) and key in schema else None
+        if not isinstance(node, DictConfig) or value is None:
+            continue
+        if not isinstance(value, dict):
+            kind = {list: "a list", str: "a string", bool: "a bool"}.get(type(value), "a number")
+            raise RecipeError(f"{where}: {prefix}{key} is a section of keys ({prefix}{key}: followed by indented "
+                              f"'key: value' lines, or {prefix}{key}.KEY=VALUE on the command line), got {kind}: "
+                              f"{value!r}")
+        _refuse_misshapen(where, value, node, f"{prefix}{key}.")
 
 
 def _section_keys(cfg: DictConfig, top: str):
@@ -729,6 +761,7 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
             if not path.is_file():
                 raise RecipeError(f"recipe {path} does not exist")
             written = OmegaConf.to_container(_read_yaml(path), resolve=False)
+            _refuse_misshapen(str(path), written, schema)
             schema = OmegaConf.merge(schema, OmegaConf.create(migrate_recipe_dict(written, str(path))))
     except (ConfigKeyError, ConfigAttributeError) as err:
         key = getattr(err, "full_key", None) or str(err).splitlines()[0]

@@ -337,6 +337,12 @@ def model_config(recipe: Recipe, facts: DataFacts, machine: Machine):
     if machine.planning and recipe.model.init_from and not (Path(source) / "config.json").is_file():
         # a phase planned before the run it starts from has finished: model.config gives the shape
         source = _shape_before_init_from(recipe)
+    elif recipe.model.init_from and not (Path(source) / "config.json").is_file():  # it was "model config ... does
+        # not exist", as if model.config were wrong
+        what = "does not exist" if not Path(source).exists() else "is not a folder" if not Path(source).is_dir() \
+            else "holds no config.json"
+        raise RecipeError(f"model.init_from={source} {what}: name the saved model to start from (a run's final/ or "
+                          "a checkpoint-N folder)")
     vocab = len(facts.tokenizer) if facts.tokenizer is not None else facts.vocab_size
     config = with_moe_section(recipe.moe, load_config(source, dict(recipe.model.overrides), vocab_size=vocab))
     if facts.tokenizer is None:
