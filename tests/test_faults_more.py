@@ -223,3 +223,81 @@ def test_a_missing_init_from_is_named_as_init_from(tmp_path, mini_blocks, case):
     assert f"model.init_from={init} " in line and {"missing": "does not exist", "file": "is not a folder",
                                                   "empty": "holds no config.json"}[case] in line, line
     assert not (tmp_path / "run").exists()
+
+
+def test_a_dangling_link_as_output_folder_says_where_it_points(tmp_path, mini_blocks):
+    """It was "error: [Errno 17] File exists", after the model was built."""
+    (tmp_path / "run").symlink_to(tmp_path / "gone")
+    before = snapshot(tmp_path)
+    r = cli("train", "recipes/tiny_cpu.yaml", f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}",
+            "training.max_steps=1", "training.warmup_steps=0")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert f"{tmp_path / 'run'} is a link to {tmp_path / 'gone'}, which does not exist" in line, line
+    assert_kept(before, tmp_path)
+    assert snapshot(tmp_path).keys() == before.keys()
+
+
+# ----------------------------------------------------------------------------------------------- nested outputs
+def test_the_output_markers_are_the_commands_own():
+    from hfpretrain.data.manifest import FORMAT as TOKENIZED
+    from hfpretrain.data.train_tokenizer import FORMAT as TOKENIZER
+    from hfpretrain.eval.export import MARKER, MARKER_FORMAT
+    from hfpretrain.outdir import OUTPUT_MARKERS
+    from hfpretrain.training.lineage import FORMAT as LINEAGE
+
+    assert [m[:2] for m in OUTPUT_MARKERS] == [("manifest.json", TOKENIZED), ("training.json", TOKENIZER),
+                                               (MARKER, MARKER_FORMAT), ("lineage.json", LINEAGE)]
+
+
+@pytest.mark.parametrize("case", ["train_in_data", "tokenize_in_run", "export_in_run", "train_tokenizer_in_export",
+                                  "eval_into_data", "long_context_into_data"])
+def test_no_output_inside_another_commands_output(tmp_path, mini_blocks, small, gpt2_tokenizer, ckpt, case):
+    """A run's output_dir inside a tokenized data folder trained and saved there (a rebuild of the data deletes the
+    run); a data folder, an export inside a run's folder; eval --out DATA wrote its results into the data folder.
+    Each is refused in one line before any work, nothing written."""
+    from hfpretrain.training.lineage import FORMAT
+
+    data = tmp_path / "data"
+    shutil.copytree(mini_blocks, data)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "lineage.json").write_text(json.dumps({"format": FORMAT}))  # what a run writes first
+    (run / "log.jsonl").write_text("")
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / ".hfpretrain-export.json").write_text(json.dumps({"format": "hfpretrain.export/1"}))
+    args, where = {
+        "train_in_data": (["train", "recipes/tiny_cpu.yaml", f"data.path={data}", f"training.output_dir={data / 'run'}",
+                           "training.max_steps=1", "training.warmup_steps=0"], f"inside a tokenized data folder, {data}"),
+        "tokenize_in_run": (["tokenize", "--input", small, "--tokenizer", gpt2_tokenizer, "--seq-len", "16",
+                             "--out", run / "data"], f"inside a run's folder, {run}"),
+        "export_in_run": (["export", ckpt, "--out", run / "export"], f"inside a run's folder, {run}"),
+        "train_tokenizer_in_export": (["train-tokenizer", "--input", small, "--vocab-size", "300", "--out",
+                                       export / "tok"], f"inside an export, {export}"),
+        "eval_into_data": (["eval", ckpt, "--out", data, "--tasks", "arc_easy", "--limit", "2"],
+                           f"{data} is a tokenized data folder"),
+        "long_context_into_data": (["long-context", ckpt, "--lengths", "64", "--samples", "1", "--out",
+                                    data / "lc.json"], f"{data} is a tokenized data folder"),
+    }[case]
+    before = snapshot(tmp_path)
+    r = cli(*args)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert where in line and "nothing was changed" in line, line
+    assert_kept(before, tmp_path)
+    assert snapshot(tmp_path).keys() == before.keys()
+
+
+def test_an_evaluation_still_goes_inside_its_checkpoint(tmp_path, ckpt):
+    """eval's default --out is CKPT/eval, long-context's CKPT/long_context.json: inside a run's final/ (its
+    lineage.json) they are allowed."""
+    from hfpretrain.training.lineage import FORMAT
+
+    final = tmp_path / "run" / "final"
+    shutil.copytree(ckpt, final)
+    (final.parent / "lineage.json").write_text(json.dumps({"format": FORMAT}))
+    (final / "lineage.json").write_text(json.dumps({"format": FORMAT}))
+    r = cli("long-context", final, "--lengths", "64", "--samples", "1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (final / "long_context.json").is_file()

@@ -35,14 +35,66 @@ def protected_reason(path) -> str | None:
     return None
 
 
-def output_problem(path) -> str | None:
-    """Why ``path`` cannot be an output folder (:func:`protected_reason`), or cannot be created and written, or
-    None."""
+# This tool's outputs, told by the marker each command writes at its top: (file, its format, what the folder is).
+# The formats are those of data/manifest.py, data/train_tokenizer.py, eval/export.py and training/lineage.py (this
+# module imports none of them; tests/test_faults_more.py holds them equal). A run's final/ has a lineage.json too.
+OUTPUT_MARKERS = (("manifest.json", "hfpretrain.tokenized", "data", "a tokenized data folder"),
+                  ("training.json", "hfpretrain.tokenizer", "tokenizer", "a trained tokenizer's folder"),
+                  (".hfpretrain-export.json", "hfpretrain.export/1", "export", "an export"),
+                  ("lineage.json", "hfpretrain.lineage/1", "run", "a run's folder"))
+# what may be made inside each kind of output (None: nothing): an evaluation's results in a run's final/ (eval's
+# default --out CKPT/eval) or in an export; nothing in data, which a rebuild replaces whole
+_INSIDE_ALLOWED = {"data": (), "tokenizer": (), "export": ("eval",), "run": ("eval",)}
+_WHY_NOT_INSIDE = {"data": "a rebuild of it (tokenize --force, new settings) replaces that whole folder",
+                   "tokenizer": "it is a tokenizer that other commands load as a whole",
+                   "export": "an export is published as a whole (--push-to-hub uploads the folder)",
+                   "run": "a run's folder is its own: a new run there (overwrite_output_dir=true) and its checkpoint "
+                          "rotation remove what they find by name"}
+
+
+def output_kind(folder) -> tuple[str, str] | None:
+    """``(kind, what)`` when ``folder`` is an output of one of this tool's commands (:data:`OUTPUT_MARKERS`)."""
+    for name, format, kind, what in OUTPUT_MARKERS:
+        if read_marker(Path(folder) / name, format) is not None:
+            return kind, what
+    return None
+
+
+def nesting_problem(path, makes: str) -> str | None:
+    """Why ``path`` cannot hold the output of a command that makes ``makes`` ("data", "tokenizer", "export", "run",
+    "eval", "study", "demo"), or None: it is inside another command's output (a run's output_dir in a tokenized data
+    folder, a data folder in a run's), or it is a data or tokenizer folder that this command did not make."""
+    p = Path(path).expanduser().resolve()
+    found = output_kind(p) if p.is_dir() else None
+    if found and found[0] in ("data", "tokenizer") and found[0] != makes:
+        return (f"{p} is {found[1]}: another command's files in it would be replaced with it, or break it; "
+                "nothing was changed; choose another folder")
+    try:
+        home = Path.home().resolve()
+    except (OSError, RuntimeError):
+        home = None
+    for parent in p.parents:
+        if parent == Path(parent.anchor) or parent == home:  # no output is ever there: a stray marker is no output
+            continue
+        found = output_kind(parent)
+        if found is None:
+            continue
+        kind, what = found
+        if makes in _INSIDE_ALLOWED.get(kind, ()):
+            return None
+        return (f"{p} is inside {what}, {parent}: {_WHY_NOT_INSIDE[kind]}; nothing was changed; choose a folder "
+                "outside it")
+    return None
+
+
+def output_problem(path, makes: str | None = None) -> str | None:
+    """Why ``path`` cannot be an output folder (:func:`protected_reason`; with ``makes``, what the command makes,
+    :func:`nesting_problem`), or cannot be created and written, or None."""
     why = protected_reason(path)
     if why:
         return (f"{Path(path).expanduser().absolute()} is {why}: an output needs a folder of its own, nothing was "
                 "changed; name a new subfolder")
-    return writable_problem(path)
+    return (makes and nesting_problem(path, makes)) or writable_problem(path)
 
 
 def writable_problem(path) -> str | None:
@@ -58,6 +110,9 @@ def writable_problem(path) -> str | None:
             return f"{p} is a file, not a folder"
         probe = p
         while not probe.exists():
+            if probe.is_symlink():  # a dangling link: creating the folder fails with "File exists"
+                return (f"{probe} is a link to {os.readlink(probe)}, which does not exist: create the folder it "
+                        "points to, or remove the link")
             if probe.parent == probe:
                 return f"{p}: no existing folder to create it in"
             probe = probe.parent
@@ -175,5 +230,5 @@ class OutputLock:
         self.release()
 
 
-__all__ = ["OutputBusyError", "OutputLock", "listing", "output_problem", "protected_reason", "read_marker",
-           "writable_problem"]
+__all__ = ["OutputBusyError", "OutputLock", "listing", "nesting_problem", "output_kind", "output_problem",
+           "protected_reason", "read_marker", "writable_problem"]

@@ -23,7 +23,7 @@ def main() -> int:
         return error(f"--eval-limit {args.eval_limit}: must be >= 1 (questions per task)")
     from hfpretrain.outdir import output_problem
 
-    problem = None if args.dry_run else output_problem(args.out)  # before minutes of work that could not be saved
+    problem = None if args.dry_run else output_problem(args.out, makes="demo")  # before minutes of work that could not be saved
     if problem:
         return error(f"--out {args.out}: {problem}")
     from hfpretrain.eval.extras import MissingExtraError, require_lm_eval

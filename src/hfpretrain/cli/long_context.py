@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
 
     from hfpretrain.eval.checkpoint import CheckpointNotFoundError, check_checkpoint
-    from hfpretrain.outdir import writable_problem
+    from hfpretrain.outdir import nesting_problem, writable_problem
 
     checkpoint = Path(a.checkpoint)
     try:  # as eval and generate do: without tokenizer files the scoring divided by zero
@@ -69,7 +69,8 @@ def main(argv=None) -> int:
     except CheckpointNotFoundError as err:
         return error(err)
     out = Path(a.out) if a.out else checkpoint / "long_context.json"
-    problem = "a folder, not a .json file" if out.is_dir() else writable_problem(out.parent)
+    problem = "a folder, not a .json file" if out.is_dir() else (nesting_problem(out.parent, "eval")
+                                                                  or writable_problem(out.parent))
     if problem:  # before the scoring, not after it
         return error(f"--out {out}: {problem}")
     if a.data is None and a.short_data is None and not a.lengths and a.retrieval_docs is None:

@@ -29,9 +29,10 @@ def main(argv=None) -> int:
     if problem:
         return error(problem)
     out = Path(args.out or Path(args.run) / "curves.png")
-    from hfpretrain.outdir import writable_problem
+    from hfpretrain.outdir import nesting_problem, writable_problem
 
-    problem = "a folder, not a PNG file" if out.is_dir() else writable_problem(out.parent)
+    problem = "a folder, not a PNG file" if out.is_dir() else (nesting_problem(out.parent, "eval")
+                                                                or writable_problem(out.parent))
     if not problem and out.suffix:  # matplotlib picks the format from it, and refused others after the plotting
         from matplotlib.backend_bases import FigureCanvasBase
 

@@ -57,7 +57,7 @@ def main() -> int:
             errors, warnings = check_plan([p for _, p in planned], spec.rules)
             print(format_plan([p for _, p in planned], errors, warnings))
             return 2 if errors else 0
-        problem = None if args.report_only else output_problem(out)
+        problem = None if args.report_only else output_problem(out, makes="study")
         if problem:  # before the first run, not after it
             raise ValueError(f"--out {out}: {problem}")
         if args.workers is not None:

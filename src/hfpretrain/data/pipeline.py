@@ -133,9 +133,9 @@ def tokenize_corpus(
         _refuse_protected(out)
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out} is a file, not a folder: choose another --out")
-    problem = output_problem(out)  # before any work: a build that cannot be written is lost
+    problem = output_problem(out, makes="data")  # before any work: a build that cannot be written is lost
     if problem:
-        raise DataError(f"--out {out}: {problem}: choose another --out")
+        raise DataError(f"--out {out}: {problem}" + ("" if "choose" in problem else ": choose another --out"))
 
     train_sources = expand_inputs(inputs) if inputs is not None else []
     if blend is not None:

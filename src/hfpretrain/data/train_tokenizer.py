@@ -87,7 +87,7 @@ def train_tokenizer(inputs, vocab_size: int, out: str | Path, max_docs: int | No
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out}: exists and is not a folder")
-    problem = output_problem(out)  # before training: a tokenizer that cannot be saved is lost
+    problem = output_problem(out, makes="tokenizer")  # before training: a tokenizer that cannot be saved is lost
     if problem:
         raise DataError(f"--out {out}: {problem}")
     if not force:

@@ -36,8 +36,8 @@ def check_checkpoint(checkpoint, tokenizer: bool = True) -> Path:
     return path
 
 
-def check_output_folder(out_dir, flag: str = "--out") -> Path:
-    problem = output_problem(out_dir)
+def check_output_folder(out_dir, flag: str = "--out", makes: str = "eval") -> Path:
+    problem = output_problem(out_dir, makes=makes)
     if problem:
         raise OutputFolderError(f"{flag} {out_dir}: {problem}")
     return Path(out_dir)

@@ -120,7 +120,7 @@ def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype}: one of {', '.join(DTYPES)}")
     src = check_checkpoint(checkpoint)
-    out = check_output_folder(out)
+    out = check_output_folder(out, makes="export")
     if out.resolve() == src.resolve():
         raise OutputFolderError(f"--out {out}: is the checkpoint itself; export to another folder")
     _refuse_foreign(out, src, force)

@@ -274,7 +274,7 @@ def check_loaded_weights(model, load_result):
 def check_output_dir(output_dir: str) -> None:
     """One line (RecipeError) when ``output_dir`` cannot be created or written: a file in the way, a
     read-only mount, no permission. Checked before the model is built, not at the first save."""
-    problem = output_problem(output_dir)
+    problem = output_problem(output_dir, makes="run")
     if problem:
         raise RecipeError(f"training.output_dir={output_dir}: {problem}")
 
