@@ -301,3 +301,38 @@ def test_an_evaluation_still_goes_inside_its_checkpoint(tmp_path, ckpt):
     r = cli("long-context", final, "--lengths", "64", "--samples", "1")
     assert r.returncode == 0, r.stderr[-3000:]
     assert (final / "long_context.json").is_file()
+
+
+# ----------------------------------------------------------------------------------------------- broken tokenizers
+def _break_tokenizer(folder: Path, how: str) -> None:
+    if how == "truncated":  # a copy cut short
+        text = (folder / "tokenizer.json").read_bytes()
+        (folder / "tokenizer.json").write_bytes(text[:1000])
+    elif how == "not_a_tokenizer":  # JSON, but not what the tokenizers library reads ("KeyError: 'added_tokens'")
+        (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE"}}')
+    for name in ("vocab.json", "merges.txt"):  # the slow tokenizer's files would stand in for it
+        (folder / name).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("command", ["tokenize", "export", "generate"])
+@pytest.mark.parametrize("how", ["truncated", "not_a_tokenizer"])
+def test_a_broken_tokenizer_folder_is_one_line_naming_the_file(tmp_path, small, gpt2_tokenizer, ckpt, command, how):
+    """Each was the library's internal text ("Expecting value: line 51 column 12", "KeyError: 'added_tokens'",
+    "Couldn't instantiate the backend tokenizer") or, in generate, a JSONDecodeError traceback."""
+    folder = tmp_path / "tok"
+    shutil.copytree(gpt2_tokenizer if command == "tokenize" else ckpt, folder)
+    for f in folder.iterdir():
+        f.chmod(0o644)
+    _break_tokenizer(folder, how)
+    args = {"tokenize": ["tokenize", "--input", small, "--tokenizer", folder, "--seq-len", "16", "--out",
+                         tmp_path / "data"],
+            "export": ["export", folder, "--out", tmp_path / "export"],
+            "generate": ["generate", "--model", folder, "--prompt", "hi", "--max-new-tokens", "2"]}[command]
+    before = snapshot(tmp_path)
+    r = cli(*args)
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert f"{folder / 'tokenizer.json'} is not " in line, line
+    assert ("not valid JSON" if how == "truncated" else "not a tokenizer the tokenizers library reads") in line, line
+    assert_kept(before, tmp_path)
+    assert snapshot(tmp_path).keys() == before.keys()

@@ -130,12 +130,33 @@ def weights_problem(folder) -> str | None:
     return f"{folder} has no model weights (model.safetensors or pytorch_model.bin)"
 
 
-def tokenizer_problem(folder) -> str | None:
+# the tokenizer's JSON files, each read when present (a truncated one was the JSON parser's bare "Expecting value")
+TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                  "added_tokens.json")
+
+
+def tokenizer_problem(folder, again: str = "copy in the tokenizer/ folder of the data it was trained on "
+                                          "(tokenizer.save_pretrained)") -> str | None:
+    """The tokenizer files of a folder: one of them present, each JSON one whole, and ``tokenizer.json`` a file the
+    tokenizers library reads (a broken one was the library's internal text: ``KeyError: 'added_tokens'``). ``again``:
+    what to do about it."""
     folder = Path(folder)
-    if any((folder / name).is_file() for name in TOKENIZER_FILES):
-        return None
-    return (f"{folder} has no tokenizer files (tokenizer.json, tokenizer.model or vocab.json): copy in the "
-            "tokenizer/ folder of the data it was trained on (tokenizer.save_pretrained)")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return f"{folder} has no tokenizer files (tokenizer.json, tokenizer.model or vocab.json): {again}"
+    for name in TOKENIZER_JSON:
+        if (folder / name).is_file():
+            problem = json_problem(folder / name)
+            if problem:
+                return f"{problem}: a truncated or damaged tokenizer file; {again}"
+    if (folder / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            Tokenizer.from_file(str(folder / "tokenizer.json"))
+        except Exception as e:  # noqa: BLE001 - the tokenizers library's own error, whatever it is
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return f"{folder / 'tokenizer.json'} is not a tokenizer the tokenizers library reads ({why}); {again}"
+    return None
 
 
 __all__ = ["json_problem", "safetensors_problem", "zip_problem", "pickle_problem", "weights_problem", "tokenizer_problem",

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import hashlib
 from itertools import chain
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from ..integrity import tokenizer_problem
 from ..paths import MissingDataError, resolve
 from .encoders import EncoderMismatch, build_encoder, first_difference
 from .read import DataError
@@ -35,6 +37,10 @@ def load_tokenizer(name):
         path = resolve(name)
     except MissingDataError as e:
         raise DataError(f"tokenizer {name}: {e}") from None
+    problem = tokenizer_problem(path, "name a tokenizer folder (save_pretrained's, or a tokenized data folder's "
+                                      "tokenizer/)") if Path(path).is_dir() else None
+    if problem:  # which file, and what to do: not the library's internal text
+        raise DataError(f"tokenizer {name}: {problem}")
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except Exception as e:  # noqa: BLE001 - one line for the user

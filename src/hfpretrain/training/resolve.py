@@ -113,6 +113,12 @@ def load_tokenizer(path: str):
     """AutoTokenizer, with a missing or unreadable tokenizer as one line (FileNotFoundError) naming it."""
     if not Path(path).exists() and (Path(path).is_absolute() or path.startswith(".") or path.count("/") > 1):
         raise FileNotFoundError(f"tokenizer {path} does not exist (data.path's tokenizer/ folder, or data.tokenizer)")
+    from hfpretrain.integrity import tokenizer_problem
+
+    problem = tokenizer_problem(path, "tokenize the data again, or name a whole tokenizer with data.tokenizer") \
+        if Path(path).is_dir() else None
+    if problem:  # the file and what to do, not the library's text (a KeyError was a traceback)
+        raise FileNotFoundError(f"tokenizer {path}: {problem}")
     try:
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:
