@@ -336,3 +336,28 @@ def test_a_broken_tokenizer_folder_is_one_line_naming_the_file(tmp_path, small, 
     assert ("not valid JSON" if how == "truncated" else "not a tokenizer the tokenizers library reads") in line, line
     assert_kept(before, tmp_path)
     assert snapshot(tmp_path).keys() == before.keys()
+
+
+# ----------------------------------------------------------------------------------------------- a study's logs
+def test_a_cut_log_inside_a_study_is_one_line_naming_it(tmp_path, mini_blocks):
+    """The report of a study holding a run whose log.jsonl has a line cut short was "error: Expecting value: line
+    2 column 1 (char 31)": the JSON parser's text, without the file."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"recipe: {REPO / 'recipes' / 'tiny_cpu.yaml'}\nsizes: [tiny]\nsteps: [2]\n")
+    study = tmp_path / "study"
+    args = [spec, "--out", study, f"data.path={mini_blocks}", "training.per_device_train_batch_size=2",
+            "evaluation.eval_tokens=2048", "evaluation.final_eval_tokens=2048", "training.eval_strategy=no",
+            "training.warmup_steps=0"]
+    r = cli("study", *args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = next(study.rglob("log.jsonl"))
+    lines = log.read_text().splitlines(keepends=True)
+    lines[1] = lines[1][:30] + "\n"
+    log.write_text("".join(lines))
+    before = snapshot(tmp_path)
+    for command in (["study", *args, "--report-only"], ["report", study]):
+        r = cli(*command)
+        assert r.returncode == 2
+        line = one_error(r.stderr)
+        assert f"{log}:2: not a JSON record" in line, line
+        assert_kept(before, tmp_path)

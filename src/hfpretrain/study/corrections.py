@@ -29,13 +29,12 @@ WHY = ("bits per byte logged against the Arrow files' size on disk (before the m
 def _data_identity(run_dir: Path) -> tuple | None:
     """What makes two runs' validation text the same: tokenizer hash, training blocks and tokens, tokens per set
     (from the lineage of the first config event; the data fingerprint changed with the manifest's format)."""
-    from hfpretrain.study.plots import open_log, run_log
+    from hfpretrain.study.plots import first_record, run_log
 
     log = run_log(run_dir)
     if log is None:
         return None
-    with open_log(log) as f:
-        config = json.loads(f.readline() or "{}")
+    config = first_record(log)
     v = (config.get("lineage") or {}).get("validation") or {}
     if not v:
         return None

@@ -599,13 +599,11 @@ def _run_recipe(out_dir: Path) -> dict:
     folder copied without its recipe.yaml still says what it was)."""
     if (out_dir / "recipe.yaml").is_file():
         return yaml.safe_load((out_dir / "recipe.yaml").read_text()) or {}
-    from hfpretrain.study.plots import open_log, run_log
+    from hfpretrain.study.plots import first_record, run_log
 
     log = run_log(out_dir)
     if log is not None:
-        with open_log(log) as f:
-            first = json.loads(f.readline() or "{}")
-        return first.get("recipe") or {}
+        return first_record(log).get("recipe") or {}
     return {}
 
 

@@ -72,9 +72,28 @@ def log_problem(log: Path) -> str | None:
     return None
 
 
+def _record(path, n: int, line: str, last: bool = False) -> dict:
+    """One JSON record of a log; one that does not parse is a ValueError naming the file and line (it was the JSON
+    parser's bare "Unterminated string ..." in a study's report)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as err:
+        cut = " (cut short: a run killed while writing it?)" if last else ""
+        raise ValueError(f"{path}:{n}: not a JSON record{cut}: {err.msg}; remove or repair that line") from None
+
+
 def read_log(path: str | Path) -> list[dict]:
     with open_log(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = f.read().splitlines()
+    return [_record(path, n, line, n == len(lines)) for n, line in enumerate(lines, 1) if line.strip()]
+
+
+def first_record(path: str | Path) -> dict:
+    """The first record of a log (its config event), ``{}`` for an empty one."""
+    with open_log(path) as f:
+        line = f.readline()
+    record = _record(path, 1, line, not line.endswith("\n")) if line.strip() else {}
+    return record if isinstance(record, dict) else {}
 
 
 def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = None,
