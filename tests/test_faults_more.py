@@ -361,3 +361,18 @@ def test_a_cut_log_inside_a_study_is_one_line_naming_it(tmp_path, mini_blocks):
         line = one_error(r.stderr)
         assert f"{log}:2: not a JSON record" in line, line
         assert_kept(before, tmp_path)
+
+
+@pytest.mark.parametrize("body, names", [
+    ("sizes: tiny\nsteps: [1]\n", "sizes: a list, e.g. sizes: [tiny], got 'tiny'"),  # "no model config named 't'"
+    ("sizes: [tiny]\nsteps: [1]\noverrides: training.seed=1\n", "overrides: a list"),  # "override 't' is not ..."
+    ("sizes: [tiny]\nsteps: [1]\nseeds: 3\n", "seeds: a list"),  # a TypeError
+])
+def test_a_study_list_given_as_a_string_is_one_line(tmp_path, body, names):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"recipe: {REPO / 'recipes' / 'tiny_cpu.yaml'}\n{body}")
+    before = snapshot(tmp_path)
+    r = cli("study", spec, "--out", tmp_path / "study", "--list")
+    assert r.returncode == 2
+    assert names in one_error(r.stderr)
+    assert snapshot(tmp_path) == before

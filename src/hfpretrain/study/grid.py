@@ -236,6 +236,9 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         raise ValueError(f"unknown spec keys {sorted(set(d) - known)}; known: {sorted(known)}")
     if not d.get("sizes"):
         raise ValueError("a study spec needs a non-empty list of sizes")
+    for key in ("sizes", "overrides", "seeds", "reproduce"):  # a string was split into characters, each taken as one
+        if d.get(key) is not None and not isinstance(d[key], list):
+            raise ValueError(f"{key}: a list, e.g. {key}: [{d[key]}], got {d[key]!r}")
     if not d.get("recipe"):
         raise ValueError("a study spec needs a recipe (the base recipe YAML every run starts from)")
     budgets = _budget_list(kinds[0], d[kinds[0]])
