@@ -376,3 +376,25 @@ def test_a_study_list_given_as_a_string_is_one_line(tmp_path, body, names):
     assert r.returncode == 2
     assert names in one_error(r.stderr)
     assert snapshot(tmp_path) == before
+
+
+# ----------------------------------------------------------------------------------------------- compressed inputs
+@pytest.mark.parametrize("name", ["not_xz.jsonl.xz", "corrupt.jsonl.gz"])
+def test_a_compressed_input_that_does_not_decompress_is_one_line(tmp_path, gpt2_tokenizer, name):
+    """lzma's LZMAError (a file that is not xz) and zlib's error (gzip data damaged inside) are not OSErrors: each was
+    a DatasetGenerationError traceback."""
+    import gzip
+
+    if name.endswith(".xz"):
+        (tmp_path / name).write_bytes(b"not compressed at all\n")
+    else:
+        data = bytearray(gzip.compress(docs(400)))
+        data[200:400] = bytes(b ^ 0x55 for b in data[200:400])
+        (tmp_path / name).write_bytes(bytes(data))
+    before = snapshot(tmp_path)
+    r = cli("tokenize", "--input", tmp_path / name, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--out",
+            tmp_path / "data", "-q")
+    assert r.returncode == 2
+    line = one_error(r.stderr)
+    assert f"{tmp_path / name}" in line and ("truncated_file" in line), line
+    assert snapshot(tmp_path) == before

@@ -298,13 +298,17 @@ def _iter_lines_compressed(path: str, kind: str) -> Iterator[tuple[int, bytes | 
     """Lines of a gzip, bzip2 or xz file, streamed; a stream cut short or corrupt ends it with an error."""
     import importlib
 
+    import lzma
+    import zlib
+
     module = importlib.import_module(COMPRESSED[kind])
     n = 0
     try:
         with module.open(path, "rb") as fh:
             for n, raw in enumerate(fh, 1):
                 yield n, raw, None
-    except (EOFError, OSError, ValueError) as e:  # gzip: EOFError/BadGzipFile/zlib.error, lzma: LZMAError
+    # gzip: EOFError/BadGzipFile/zlib.error, lzma: LZMAError (neither an OSError: a file that is not xz was a traceback)
+    except (EOFError, OSError, ValueError, lzma.LZMAError, zlib.error) as e:
         yield n + 1, None, f"the {module.__name__} stream ends early or is corrupt ({type(e).__name__}: {e})"
 
 
