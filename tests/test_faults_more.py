@@ -398,3 +398,28 @@ def test_a_compressed_input_that_does_not_decompress_is_one_line(tmp_path, gpt2_
     line = one_error(r.stderr)
     assert f"{tmp_path / name}" in line and ("truncated_file" in line), line
     assert snapshot(tmp_path) == before
+
+
+# ----------------------------------------------------------------------------------------------- Ctrl-C
+def test_ctrl_c_during_tokenize_is_one_line_and_leaves_nothing(tmp_path, gpt2_tokenizer):
+    """A KeyboardInterrupt traceback (exit -2); now one line, exit 130, and the build's work folder removed."""
+    import signal
+
+    (tmp_path / "big.jsonl").write_bytes(docs(40000))
+    before = snapshot(tmp_path)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    p = subprocess.Popen([sys.executable, "-m", "hfpretrain", "tokenize", "--input", str(tmp_path / "big.jsonl"),
+                          "--tokenizer", str(gpt2_tokenizer), "--seq-len", "128", "--out", str(tmp_path / "data")],
+                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal starts it
+    seen = []
+    for line in p.stderr:  # the build has started: its work folder exists
+        seen.append(line)
+        if "encoder:" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=300)
+    err = "".join(seen) + err
+    assert p.returncode == 130, err[-3000:]
+    assert "interrupted (Ctrl-C)" in one_error(err)
+    assert snapshot(tmp_path) == before  # no output, no OUT.tmp-<pid> work folder, no lock

@@ -253,5 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         return error(f"unknown command {name!r}{hint}")
     # the modules parse sys.argv
     sys.argv = [f"hfpretrain {name}", *rest]
-    module = importlib.import_module(f"hfpretrain.cli.{COMMANDS[name][0]}")
-    return module.main()
+    try:
+        module = importlib.import_module(f"hfpretrain.cli.{COMMANDS[name][0]}")
+        return module.main()
+    except KeyboardInterrupt:  # Ctrl-C: each command removes its partial output on the way out; no traceback
+        return error(f"{name}: interrupted (Ctrl-C) before it finished", 130)
