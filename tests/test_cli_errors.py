@@ -1,8 +1,8 @@
 """Every CLI answers ordinary bad input with one ``error:`` line, never a traceback (issue #20, item 9).
 
 Exit codes: 2 for usage, configuration and data errors (the command did nothing), 1 for runtime failures.
-Each case runs the script as a user would (a subprocess) on inputs that fail before any training or
-tokenizing, so the whole catalogue takes a few seconds per case. Also checked: the error line names the
+Each case runs the script as a user would, in a process of its own (forked from this one: tests/forked.py, so
+no case pays for a fresh interpreter's imports), on inputs that fail before any training or tokenizing. Also checked: the error line names the
 file, flag or key at fault, and nothing is left behind where the output would have gone.
 """
 
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked import script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -194,10 +193,7 @@ def test_one_error_line(case, d):
     argv, code, needles = CASES[case]
     argv = [a.format(**d) for a in argv]
     out = Path(d["d"]) / "o"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / argv[0]), *argv[1:]], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = script(argv[0], *argv[1:], cwd=REPO)
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert r.returncode == code, r.stderr[-3000:]
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]

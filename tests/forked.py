@@ -1,0 +1,145 @@
+"""A command run the way a user runs it, without paying for a fresh interpreter: ``fork()`` this test process
+(torch, transformers and the package are imported already) and call the CLI's ``main`` in the child.
+
+Imported as ``forked`` (tests/ is on sys.path). The child is a process of its own, as a subprocess would be:
+its exit code (or the signal that killed it), its working folder and environment, and all it writes on file
+descriptors 1 and 2 (``print``, logging, warnings, C libraries) come back in a ``subprocess.CompletedProcess``;
+nothing it changes (sys.argv, os.environ, signal handlers, a seed, a monkeypatched function) reaches the tests.
+What a fresh interpreter adds on top, the entry points themselves (``python -m hfpretrain``, ``scripts/*.py``),
+is tested in tests/test_cli.py and tests/test_readme.py.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import Callable
+
+ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+       "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
+
+
+def _as_a_fresh_process(out, err) -> None:
+    """In the child: ``out`` and ``err`` become fds 1 and 2 and sys.stdout/sys.stderr; the root logger has no handler
+    again; the handlers of other loggers made before the fork (they hold the test's captured streams) write to them; warnings are printed with Python's own filters,
+    not pytest's recording; signals have their defaults."""
+    import warnings
+
+    olds = {id(s): new for new, pair in ((out, (sys.stdout, sys.__stdout__)), (err, (sys.stderr, sys.__stderr__)))
+            for s in pair}
+    os.dup2(out.fileno(), 1)
+    os.dup2(err.fileno(), 2)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(open(1, "wb", closefd=False), line_buffering=True)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(open(2, "wb", closefd=False), line_buffering=True)
+    new = {out: sys.stdout, err: sys.stderr}
+    root = logging.getLogger()  # as Python starts it: no handler (pytest's capture ones would hide what
+    for handler in list(root.handlers):  # the CLI's logging.basicConfig prints), level WARNING
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    for lg in logging.Logger.manager.loggerDict.values():
+        for handler in getattr(lg, "handlers", ()):
+            stream = getattr(handler, "stream", None)
+            if isinstance(handler, logging.StreamHandler) and id(stream) in olds:
+                handler.setStream(new[olds[id(stream)]])
+                if "flush" in vars(handler):  # transformers binds the old stream's flush to its handler
+                    handler.flush = handler.stream.flush
+
+    def show(msg):
+        sys.stderr.write(warnings._formatwarnmsg(msg))
+
+    warnings._showwarnmsg_impl = show
+    warnings.showwarning = warnings._showwarning_orig
+    warnings.resetwarnings()  # then Python's default filters, the last one first
+    for category in (ResourceWarning, ImportWarning, PendingDeprecationWarning, DeprecationWarning):
+        warnings.simplefilter("ignore", category)
+    warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+    for signum, handler in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler),
+                            (signal.SIGALRM, signal.SIG_DFL)):
+        signal.signal(signum, handler)
+
+
+def run_forked(fn: Callable[[], int | None], *, cwd=None, env: dict | None = None,
+               timeout: float = 300) -> subprocess.CompletedProcess:
+    """``fn()`` in a forked child, in ``cwd`` with ``env`` added to the environment; its return value (or
+    SystemExit code) is the exit code, an exception escaping it a traceback on stderr and exit 1."""
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        if stream is not None:
+            stream.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            _as_a_fresh_process(out, err)
+            os.environ.update({**ENV, **{k: str(v) for k, v in (env or {}).items()}})
+            if cwd is not None:
+                os.chdir(cwd)
+            try:
+                code = fn()
+            except SystemExit as e:
+                code = e.code
+            if code is None:
+                code = 0
+            elif not isinstance(code, int):
+                print(code, file=sys.stderr)
+                code = 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise subprocess.TimeoutExpired(["forked", getattr(fn, "__name__", "fn")], timeout)
+        time.sleep(0.02)
+    returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    texts = []
+    for f in (out, err):
+        f.seek(0)
+        texts.append(f.read().decode(errors="replace"))
+        f.close()
+    return subprocess.CompletedProcess(["forked"], returncode, texts[0], texts[1])
+
+
+def cli(*args, cwd=None, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``hfpretrain ARGS`` (``python -m hfpretrain ARGS``) in a forked child."""
+    def main():
+        from hfpretrain.cli import main
+
+        return main([str(a) for a in args])
+
+    return run_forked(main, cwd=cwd, env=env, timeout=timeout)
+
+
+def script(name: str, *args, cwd=None, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python scripts/NAME ARGS`` (an alias of a command's module: its ``main()`` reads sys.argv) in a forked
+    child."""
+    def main():
+        import importlib
+
+        from hfpretrain.cli import COMMANDS
+
+        modules = {module for module, _ in COMMANDS.values()}
+        module = name.removesuffix(".py")
+        assert module in modules, f"scripts/{name} is no alias of a command's module"
+        sys.argv = [f"scripts/{name}", *map(str, args)]
+        return importlib.import_module(f"hfpretrain.cli.{module}").main()
+
+    return run_forked(main, cwd=cwd, env=env, timeout=timeout)
