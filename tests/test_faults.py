@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 import zstandard
 
@@ -49,10 +50,8 @@ def one_error(stderr: str) -> str:
 
 
 def cli(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           **(env or {})}
-    return subprocess.run([sys.executable, "-m", "hfpretrain", *map(str, args)], cwd=cwd or REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    """``hfpretrain ARGS`` in a process of its own, forked from this one (tests/forked.py: no fresh imports)."""
+    return forked.cli(*args, cwd=cwd or REPO, env=env)
 
 
 def docs(n: int, field: str = "text") -> bytes:
@@ -440,36 +439,43 @@ def test_blocks_of_another_length_than_the_manifest_says_are_one_line(tmp_path, 
 # `hfpretrain train` in a process that SIGKILLs itself at one point of a save: the step's files written but not its
 # marker; the older checkpoint half deleted by the rotation; final/ half written. What the trainer calls there is
 # replaced by the kill, nothing else changes.
-KILLER = """
-import os, signal, sys
-from pathlib import Path
-import hfpretrain.training.run as R
-import hfpretrain.training.trainer as T
-from hfpretrain.cli import main
+def _killer(point: str, at: int, argv: list[str]):
+    """What the forked child runs: these patches, then ``hfpretrain ARGV``."""
+    def run():
+        import signal
 
-point, at = sys.argv[1], int(sys.argv[2])
-real_marker, real_rotate = T.write_complete_marker, T.rotate_checkpoints
-def die():
-    sys.stderr.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
-def marker(folder, step):
-    if point == "save" and step == at:
-        die()
-    real_marker(folder, step)
-def rotate(run_dir, keep, protect=None):
-    older = sorted(Path(run_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    if point == "rotate" and len(older) > 1 and older[-1].name == f"checkpoint-{at}":
-        (older[0] / "model.safetensors").unlink()
-        die()
-    real_rotate(run_dir, keep, protect)
-def card(folder, *args, **kwargs):
-    if point == "final":
-        die()
-T.write_complete_marker, T.rotate_checkpoints = marker, rotate
-if point == "final":
-    R.write_model_card = card
-sys.exit(main(sys.argv[3:]))
-"""
+        import hfpretrain.training.run as R
+        import hfpretrain.training.trainer as T
+        from hfpretrain.cli import main
+
+        real_marker, real_rotate = T.write_complete_marker, T.rotate_checkpoints
+
+        def die():
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        def marker(folder, step):
+            if point == "save" and step == at:
+                die()
+            real_marker(folder, step)
+
+        def rotate(run_dir, keep, protect=None):
+            older = sorted(Path(run_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+            if point == "rotate" and len(older) > 1 and older[-1].name == f"checkpoint-{at}":
+                (older[0] / "model.safetensors").unlink()
+                die()
+            real_rotate(run_dir, keep, protect)
+
+        def card(folder, *args, **kwargs):
+            if point == "final":
+                die()
+
+        T.write_complete_marker, T.rotate_checkpoints = marker, rotate
+        if point == "final":
+            R.write_model_card = card
+        return main(argv)
+
+    return run
 
 
 @pytest.mark.parametrize("point, resumed", [("save", "checkpoint-1"), ("rotate", "checkpoint-2"),
@@ -481,9 +487,7 @@ def test_a_run_killed_while_saving_resumes_from_its_last_whole_checkpoint(tmp_pa
     train = ["train", "recipes/tiny_cpu.yaml", f"data.path={mini_blocks}", f"training.output_dir={run}",
              "training.max_steps=2", "training.save_steps=1", "training.save_total_limit=1",
              "training.warmup_steps=0", *TINY_TRAIN]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    killed = subprocess.run([sys.executable, "-c", KILLER, point, "2", *train], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=300)
+    killed = forked.run_forked(_killer(point, 2, train), cwd=REPO)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert checkpoint_problem(run / resumed) is None  # the last whole checkpoint is whole
     before = snapshot(tmp_path)
