@@ -9,11 +9,10 @@ Small inputs (seq_len 16): each build takes about a second.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked import script
 
 from hfpretrain.data import DataError, tokenize_corpus
 from hfpretrain.data.manifest import FORMAT
@@ -122,9 +121,8 @@ def test_protected_folders(tmp_path, monkeypatch):
 
 def test_cli_force_on_users_folder_is_one_error_line(tmp_path, src, gpt2_tokenizer):
     out = _users_folder(tmp_path / "mine")
-    r = subprocess.run([sys.executable, "scripts/tokenize_pile.py", "--input", str(src), "--tokenizer",
-                        str(gpt2_tokenizer), "--seq-len", "16", "--val-docs", "2", "--out", str(out), "--force", "-q"],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = script("tokenize_pile.py", "--input", src, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--val-docs", "2",
+               "--out", out, "--force", "-q", cwd=REPO)
     assert r.returncode == 2, r.stderr[-2000:]
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ") and str(out) in lines[-1] and "not a tokenize_corpus output" in lines[-1]

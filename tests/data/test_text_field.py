@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import datasets
 import numpy as np
 import pytest
+from forked import script
 
 from hfpretrain.data import DataError, tokenize_corpus
 
@@ -65,10 +63,8 @@ def test_text_field_is_part_of_the_fingerprint_and_reads_parquet(tmp_path, gpt2_
 
 def test_cli_text_field(tmp_path, gpt2_tokenizer):
     src = write_jsonl(tmp_path / "c.jsonl", [{"content": t} for t in TEXTS])
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "scripts/tokenize_pile.py", "--input", str(src), "--tokenizer", str(gpt2_tokenizer),
-           "--seq-len", "32", "--val-docs", "5", "--out", str(tmp_path / "o"), "--text-field", "content", "-q"]
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    r = script("tokenize_pile.py", "--input", src, "--tokenizer", gpt2_tokenizer, "--seq-len", "32", "--val-docs", "5",
+               "--out", tmp_path / "o", "--text-field", "content", "-q", cwd=REPO)
     assert r.returncode == 0, r.stderr[-2000:]
     m = _manifest(tmp_path / "o")
     assert m["text_field"] == "content" and m["train"]["documents"] == len(TEXTS) - 5

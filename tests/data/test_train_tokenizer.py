@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked import script
 from transformers import AutoTokenizer
 
 from hfpretrain.data import DataError, tokenize_corpus
@@ -15,7 +14,6 @@ from hfpretrain.data.train_tokenizer import EOT, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 
-REPO_SCRIPT = [sys.executable, str(REPO / "scripts" / "train_tokenizer.py")]
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +45,5 @@ def test_errors_are_one_line(tmp_path, mini_train):
         train_tokenizer([tmp_path / "no-such.jsonl"], vocab_size=512, out=tmp_path / "t")
     with pytest.raises(DataError, match="vocab-size 100"):
         train_tokenizer([mini_train], vocab_size=100, out=tmp_path / "t")
-    proc = subprocess.run([*REPO_SCRIPT, "--input", str(tmp_path / "none.jsonl"), "--vocab-size", "512",
-                           "--out", str(tmp_path / "t")], capture_output=True, text=True)
+    proc = script("train_tokenizer.py", "--input", tmp_path / "none.jsonl", "--vocab-size", "512", "--out", tmp_path / "t")
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: ")

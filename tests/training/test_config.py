@@ -9,10 +9,11 @@ import subprocess
 
 import pytest
 import torch
+from forked import script
 
 from hfpretrain.training import RecipeError, load_recipe, pretrain
 
-from train_utils import PRETRAIN_SCRIPT, REPO, TINY_RECIPE, python, read_log, subprocess_env
+from train_utils import PRETRAIN_SCRIPT, REPO, TINY_RECIPE, read_log
 
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
 GPT2_PADDED_VOCAB = 50304  # the mini blocks use gpt2 (50,257 tokens), padded to a multiple of 128
@@ -391,8 +392,8 @@ def test_bad_key_in_recipe_file(tmp_path):
 # ---- the CLI ---------------------------------------------------------------------------------
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE), *args], capture_output=True,
-                          text=True, env=subprocess_env(), cwd=REPO, timeout=300)
+    """``python scripts/pretrain.py TINY_RECIPE ARGS`` in a forked child (tests/forked.py)."""
+    return script(PRETRAIN_SCRIPT.name, TINY_RECIPE, *args, cwd=REPO, env={"DS_ACCELERATOR": "cpu"})
 
 
 def _one_error_line(proc) -> str:

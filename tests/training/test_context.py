@@ -9,17 +9,16 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
+from forked import script
 
 from hfpretrain.models.memory import TrainingLayout, estimate_memory
 from hfpretrain.models.zoo import load_config
 from hfpretrain.training import RecipeError, pretrain
 
-from train_utils import REPO, TINY_RECIPE, make_overrides, read_log, run_pretrain, step_losses, subprocess_env
+from train_utils import REPO, TINY_RECIPE, make_overrides, read_log, run_pretrain, step_losses
 
 
 @pytest.fixture(scope="module")
@@ -162,9 +161,7 @@ def test_a_plan_that_does_not_fit_the_gpu_is_refused_before_any_work(tmp_path):
                                        "training.activation_checkpointing=true"], dry_run=True)["plan"]
     assert fits["seq_len"] == 32768 and fits["context"]["fits"]["checked"] and fits["context"]["fits"]["share"] < 0.95
     assert fits["activation_checkpointing"] == "every decoder layer"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "pretrain.py"), str(TINY_RECIPE), "--dry-run",
-                           *common, "training.per_device_train_batch_size=8"], cwd=REPO, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = script("pretrain.py", TINY_RECIPE, "--dry-run", *common, "training.per_device_train_batch_size=8", cwd=REPO)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("error: context.seq_len=32768: the plan needs")
     assert "Traceback" not in proc.stderr and not proc.stdout.strip()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -23,12 +22,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from forked import script
 
 from hfpretrain.paths import using_embedded_data
 from hfpretrain.training import RecipeError, load_recipe, pretrain
 from hfpretrain.data.mixture import MixtureBlocks, MixtureSchedule, Source, build_pattern, quotas, resolve_phases
-from train_utils import (wandb_records, PRETRAIN_SCRIPT, REPO, TINY_RECIPE, load_weights, python, read_log, run_pretrain,
-                         step_losses, subprocess_env)
+from train_utils import (wandb_records, PRETRAIN_SCRIPT, REPO, TINY_RECIPE, load_weights, read_log, run_pretrain,
+                         step_losses)
 
 CURRICULUM = REPO / "recipes" / "curriculum_small.yaml"
 # the high-quality subset: the embedded sample data (no DATA_ROOT) has no TechDocs, its Go code stands in
@@ -274,10 +274,8 @@ def test_tokenize_keeps_only_the_named_sets(hq_blocks, mini_blocks):
 
 
 def test_tokenize_unknown_set_is_one_line(mini_train, gpt2_tokenizer, tmp_path):
-    proc = subprocess.run([python(), str(REPO / "scripts" / "tokenize_pile.py"), "-q", "--input", str(mini_train),
-                           "--tokenizer", str(gpt2_tokenizer), "--seq-len", "128", "--out", str(tmp_path / "x"),
-                           "--max-docs", "20", "--val-docs", "3", "--sets", "Books", "Bookz"],
-                          cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    proc = script("tokenize_pile.py", "-q", "--input", mini_train, "--tokenizer", gpt2_tokenizer, "--seq-len", "128",
+                  "--out", tmp_path / "x", "--max-docs", "20", "--val-docs", "3", "--sets", "Books", "Bookz", cwd=REPO)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("error: sets: no train document of Bookz")
     assert not (tmp_path / "x").exists()
@@ -286,10 +284,9 @@ def test_tokenize_unknown_set_is_one_line(mini_train, gpt2_tokenizer, tmp_path):
 # ---- dry run ---------------------------------------------------------------------------------------------
 
 def test_dry_run_prints_the_phases(mini_blocks, hq_blocks, tmp_path):
-    proc = subprocess.run([python(), str(PRETRAIN_SCRIPT), str(CURRICULUM), f"data.path={mini_blocks}",
-                           f"data.sources.mix={mini_blocks}", f"data.sources.hq={hq_blocks}",
-                           f"training.output_dir={tmp_path / 'run'}", "training.max_steps=1000", "--dry-run"],
-                          cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    proc = script(PRETRAIN_SCRIPT.name, CURRICULUM, f"data.path={mini_blocks}", f"data.sources.mix={mini_blocks}",
+                  f"data.sources.hq={hq_blocks}", f"training.output_dir={tmp_path / 'run'}", "training.max_steps=1000",
+                  "--dry-run", cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = json.loads(proc.stdout)["plan"]
     data = plan["data"]
