@@ -87,6 +87,18 @@ def _recipe_commands() -> list[str]:
     return commands
 
 
+def _help(script: Path) -> str:
+    """``python scripts/X.py --help``: forked (tests/forked.py) for an alias of a command's module, else a process."""
+    from forked import script as forked_script
+
+    from hfpretrain.cli import COMMANDS
+
+    if script.stem in {module for module, _ in COMMANDS.values()}:
+        return forked_script(script.name, "--help", cwd=REPO, timeout=120).stdout
+    return subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120).stdout
+
+
 def _check_scripts_and_flags(commands: list[str]) -> None:
     helps: dict[str, set[str]] = {}
     for cmd in commands:
@@ -95,9 +107,7 @@ def _check_scripts_and_flags(commands: list[str]) -> None:
             script = REPO / argv[1]
             assert script.is_file(), cmd
             if argv[1] not in helps:  # the flags its --help names, whole (--facts is not --max-facts)
-                helps[argv[1]] = set(re.findall(r"--[\w-]+", subprocess.run(
-                    [sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=REPO,
-                    timeout=120).stdout))
+                helps[argv[1]] = set(re.findall(r"--[\w-]+", _help(script)))
             for flag in [a.split("=")[0] for a in argv[2:] if a.startswith("--")]:
                 assert flag in helps[argv[1]], f"{flag} of `{cmd}` is not in {argv[1]} --help"
         if argv[0] == "accelerate":
