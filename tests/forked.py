@@ -67,8 +67,9 @@ def _as_a_fresh_process(out, err) -> None:
 
 def run_forked(fn: Callable[[], int | None], *, cwd=None, env: dict | None = None,
                timeout: float = 300) -> subprocess.CompletedProcess:
-    """``fn()`` in a forked child, in ``cwd`` with ``env`` added to the environment; its return value (or
-    SystemExit code) is the exit code, an exception escaping it a traceback on stderr and exit 1."""
+    """``fn()`` in a forked child, in ``cwd`` with ``env`` added to the environment (a name given None is removed
+    from it); its return value (or SystemExit code) is the exit code, an exception escaping it a traceback on stderr
+    and exit 1."""
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         if stream is not None:
@@ -78,7 +79,12 @@ def run_forked(fn: Callable[[], int | None], *, cwd=None, env: dict | None = Non
         code = 1
         try:
             _as_a_fresh_process(out, err)
-            os.environ.update({**ENV, **{k: str(v) for k, v in (env or {}).items()}})
+            os.environ.update(ENV)
+            for key, value in (env or {}).items():  # None: not in the child's environment
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = str(value)
             if cwd is not None:
                 os.chdir(cwd)
             try:

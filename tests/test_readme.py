@@ -166,12 +166,12 @@ def test_a_first_run_by_hand_runs_as_written(tmp_path):
     assert [c.split()[1] for c in cmds] == ["tokenize", "train", "eval", "generate", "plot"]
     for name in ("recipes", "src"):
         (tmp_path / name).symlink_to(REPO / name)
-    env = {**{k: v for k, v in os.environ.items() if k != "DATA_ROOT"}, "WANDB_MODE": "disabled"}
-    for cmd in cmds:
+    from forked import cli
+
+    for cmd in cmds:  # each in a process of its own, forked from this one (tests/forked.py)
         argv = shlex.split(cmd)
         assert argv[0] == "hfpretrain", cmd
-        out = subprocess.run([sys.executable, "-m", "hfpretrain", *argv[1:]], capture_output=True, text=True,
-                             cwd=tmp_path, env=env, timeout=600)
+        out = cli(*argv[1:], cwd=tmp_path, env={"DATA_ROOT": None, "WANDB_MODE": "disabled"}, timeout=600)
         assert out.returncode == 0, f"{cmd}\n{out.stderr[-2000:]}"
         assert "never reaches" not in out.stderr, f"{cmd}: its warmup outlasts the run (issue 39.5)"
     assert (tmp_path / "out/first/run/final/model.safetensors").is_file()
