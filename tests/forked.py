@@ -45,6 +45,8 @@ def _as_a_fresh_process(out, err) -> None:
     root.setLevel(logging.WARNING)
     for lg in logging.Logger.manager.loggerDict.values():
         for handler in getattr(lg, "handlers", ()):
+            if isinstance(getattr(type(handler), "stream", None), property):
+                continue  # logging.lastResort: writes to sys.stderr as it is at the time
             stream = getattr(handler, "stream", None)
             if isinstance(handler, logging.StreamHandler) and id(stream) in olds:
                 handler.setStream(new[olds[id(stream)]])
