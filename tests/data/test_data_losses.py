@@ -69,9 +69,11 @@ def test_missing_input_next_to_good_file_is_an_error(tmp_path, gpt2_tokenizer, c
 
 def test_missing_validation_input_is_an_error(tmp_path, gpt2_tokenizer):
     good = _good(tmp_path)
+    held_out = tmp_path / "held_out.jsonl"  # a file of its own: a train input as validation is refused first
+    held_out.write_bytes(good.read_bytes())
     with pytest.raises(DataError, match=r"val\.jsonl:0: missing_file"):
         tokenize_corpus([str(good)], tmp_path / "out", gpt2_tokenizer, seq_len=32,
-                        val_inputs=[str(good), str(tmp_path / "val.jsonl")])
+                        val_inputs=[str(held_out), str(tmp_path / "val.jsonl")])
 
 
 @pytest.mark.parametrize("weight", [1, 0.5])

@@ -212,12 +212,13 @@ def test_rotation_waits_for_the_marker(mini_blocks, tmp_path, monkeypatch):
         write(folder, step)
 
     monkeypatch.setattr(trainer_mod, "write_complete_marker", recording)
-    run_pretrain(mini_blocks, tmp_path, {"training.max_steps": "4", "training.save_strategy": "steps",
-                                         "training.save_steps": "2", "training.save_total_limit": "1",
-                                         "training.eval_strategy": "no"})
+    first = tmp_path / "first"  # beside the second run: a run's folder may not hold another run
+    run_pretrain(mini_blocks, first, {"training.max_steps": "4", "training.save_strategy": "steps",
+                                      "training.save_steps": "2", "training.save_total_limit": "1",
+                                      "training.eval_strategy": "no"})
     assert seen == [(2, ["checkpoint-2"]), (4, ["checkpoint-2", "checkpoint-4"])]
-    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-4"]
-    assert (tmp_path / "checkpoint-4" / COMPLETE_MARKER).is_file()
+    assert sorted(p.name for p in first.glob("checkpoint-*")) == ["checkpoint-4"]
+    assert (first / "checkpoint-4" / COMPLETE_MARKER).is_file()
 
     best = tmp_path / "best"
     run_pretrain(mini_blocks, best, {"training.max_steps": "4", "training.save_strategy": "steps",

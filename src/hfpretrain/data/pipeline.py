@@ -58,6 +58,15 @@ PACK_BATCH = 4000
 MAX_BAD_EXAMPLES = 20
 
 
+def _remove_work_dir(work: Path) -> None:
+    """This build's work folder, gone. After a Ctrl-C, tokenizer workers can still be writing into it while it is
+    removed (seen once: an empty OUT.tmp-<pid> left behind); a few tries catch what they wrote meanwhile."""
+    for _ in range(10):
+        shutil.rmtree(work, ignore_errors=True)
+        if not os.path.lexists(work):
+            return
+        time.sleep(0.2)
+
 def tokenize_corpus(
     inputs=None,
     out=None,
@@ -212,7 +221,7 @@ def tokenize_corpus(
             raise_if_terminated()  # a SIGTERM whose exception got lost on the way: never put it in place
             _swap_into_place(stage, out)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            _remove_work_dir(work)
         logger.info("wrote %s: %d train / %d validation blocks of %d tokens, %.0f tokens/s",
                     out, manifest["train"]["blocks"], manifest["validation"]["blocks"], seq_len,
                     manifest["tokens_per_s"] or 0)
