@@ -3,7 +3,8 @@
 
 import sys
 
+from hfpretrain.cli import interruptible
 from hfpretrain.cli.generate import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interruptible("generate", main))

@@ -401,14 +401,16 @@ def test_a_compressed_input_that_does_not_decompress_is_one_line(tmp_path, gpt2_
 
 
 # ----------------------------------------------------------------------------------------------- Ctrl-C
-def test_ctrl_c_during_tokenize_is_one_line_and_leaves_nothing(tmp_path, gpt2_tokenizer):
-    """A KeyboardInterrupt traceback (exit -2); now one line, exit 130, and the build's work folder removed."""
+@pytest.mark.parametrize("entry", [["-m", "hfpretrain", "tokenize"], ["scripts/tokenize_pile.py"]])
+def test_ctrl_c_during_tokenize_is_one_line_and_leaves_nothing(tmp_path, gpt2_tokenizer, entry):
+    """A KeyboardInterrupt traceback (exit -2); now one line, exit 130, and the build's work folder removed, through
+    the entry point and through the script alias alike."""
     import signal
 
     (tmp_path / "big.jsonl").write_bytes(docs(40000))
     before = snapshot(tmp_path)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    p = subprocess.Popen([sys.executable, "-m", "hfpretrain", "tokenize", "--input", str(tmp_path / "big.jsonl"),
+    p = subprocess.Popen([sys.executable, *entry, "--input", str(tmp_path / "big.jsonl"),
                           "--tokenizer", str(gpt2_tokenizer), "--seq-len", "128", "--out", str(tmp_path / "data")],
                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal starts it

@@ -253,8 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         return error(f"unknown command {name!r}{hint}")
     # the modules parse sys.argv
     sys.argv = [f"hfpretrain {name}", *rest]
+    return interruptible(name, lambda: importlib.import_module(f"hfpretrain.cli.{COMMANDS[name][0]}").main())
+
+
+def interruptible(name: str, main) -> int:
+    """``main()``, a Ctrl-C in it one line and exit 130 (each command removes its partial output on the way out; no
+    traceback): for ``hfpretrain COMMAND`` and the ``scripts/*.py`` aliases alike."""
     try:
-        module = importlib.import_module(f"hfpretrain.cli.{COMMANDS[name][0]}")
-        return module.main()
-    except KeyboardInterrupt:  # Ctrl-C: each command removes its partial output on the way out; no traceback
+        return main()
+    except KeyboardInterrupt:
         return error(f"{name}: interrupted (Ctrl-C) before it finished", 130)

@@ -82,9 +82,13 @@ def make_work_dir(out: Path, kind: str) -> Path:
     _refuse_foreign_work_dir(path, out)
     if os.path.lexists(path):
         shutil.rmtree(path)
-    path.mkdir()
-    (path / BUILD_MARKER).write_text(json.dumps({"format": _MARKER_FORMAT, "out": str(out), "pid": os.getpid(),
-                                                 "kind": kind}) + "\n")
+    try:  # a Ctrl-C between the folder and its marker left an empty OUT.tmp-<pid> that no cleanup knew as ours
+        path.mkdir()
+        (path / BUILD_MARKER).write_text(json.dumps({"format": _MARKER_FORMAT, "out": str(out), "pid": os.getpid(),
+                                                     "kind": kind}) + "\n")
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)  # nothing else is at this name: a foreign one was refused above
+        raise
     return path
 
 

@@ -58,14 +58,6 @@ PACK_BATCH = 4000
 MAX_BAD_EXAMPLES = 20
 
 
-def _remove_work_dir(work: Path) -> None:
-    """This build's work folder, gone. After a Ctrl-C, tokenizer workers can still be writing into it while it is
-    removed (seen once: an empty OUT.tmp-<pid> left behind); a few tries catch what they wrote meanwhile."""
-    for _ in range(10):
-        shutil.rmtree(work, ignore_errors=True)
-        if not os.path.lexists(work):
-            return
-        time.sleep(0.2)
 
 def tokenize_corpus(
     inputs=None,
@@ -190,18 +182,18 @@ def tokenize_corpus(
         logger.info("encoder: %s (%s)", *enc)
 
         work = make_work_dir(out, "tmp")  # OUT.tmp-<pid>/, marked as this build's; the output is built in .../out
-        stage = work / "out"
+        try:  # from here on a Ctrl-C or an error removes the work folder (the corpus's setup included)
+            stage = work / "out"
 
-        corpus = _Corpus(train_sources, val_sources, val_docs, max_docs, sets, on_bad, max_bad_fraction,
-                         allow_missing, num_proc, pack)
+            corpus = _Corpus(train_sources, val_sources, val_docs, max_docs, sets, on_bad, max_bad_fraction,
+                             allow_missing, num_proc, pack)
 
-        def build(enc):
-            if stage.exists():
-                shutil.rmtree(stage)
-            stage.mkdir()
-            return _build(stage, corpus, _Encoding(tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len), datasets)
+            def build(enc):
+                if stage.exists():
+                    shutil.rmtree(stage)
+                stage.mkdir()
+                return _build(stage, corpus, _Encoding(tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len), datasets)
 
-        try:
             try:
                 manifest = build(enc)
             except Exception as e:
@@ -221,7 +213,7 @@ def tokenize_corpus(
             raise_if_terminated()  # a SIGTERM whose exception got lost on the way: never put it in place
             _swap_into_place(stage, out)
         finally:
-            _remove_work_dir(work)
+            shutil.rmtree(work, ignore_errors=True)
         logger.info("wrote %s: %d train / %d validation blocks of %d tokens, %.0f tokens/s",
                     out, manifest["train"]["blocks"], manifest["validation"]["blocks"], seq_len,
                     manifest["tokens_per_s"] or 0)
