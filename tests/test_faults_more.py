@@ -16,20 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_faults import REPO, _in_small_filesystem, assert_kept, cli, docs, one_error, snapshot
+from test_faults import REPO, _in_small_filesystem, assert_kept, checkpoint, cli, docs, one_error, snapshot  # noqa: F401 (checkpoint: a fixture)
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory, gpt2_tokenizer) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    out = tmp_path_factory.mktemp("faults_more_ckpt") / "final"
-    LlamaForCausalLM(LlamaConfig(vocab_size=50304, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=2,
-                                 max_position_embeddings=64)).save_pretrained(out)
-    for f in Path(gpt2_tokenizer).iterdir():
-        shutil.copy(f, out / f.name)
-    return out
+def ckpt(checkpoint) -> Path:  # noqa: F811 (the parameter is test_faults' fixture of that name)
+    """test_faults' tiny Llama checkpoint with GPT-2's tokenizer."""
+    return checkpoint
 
 
 def _sums(folder: Path) -> dict:

@@ -10,7 +10,6 @@ in-process, with the real sampler and accelerate's own batch-sampler sharding.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 import torch
 from forked import script
 
-from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REPO, TINY_RECIPE, load_weights, make_overrides,
+from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REPO, TINY_RECIPE, free_port, load_weights, make_overrides,
                          read_log, step_losses, subprocess_env)
 
 STEPS = 5  # the reference run saved checkpoint-5: its weights are compared too
@@ -31,15 +30,9 @@ LOSS_TOL = 2e-4
 WEIGHT_TOL = 1e-4
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(config: Path, mini_blocks, out: Path, extra: dict | None = None, recipe: Path = TINY_RECIPE,
             launch_args: tuple = ()) -> subprocess.CompletedProcess:
-    cmd = ["accelerate", "launch", "--config_file", str(config), "--main_process_port", str(_free_port()),
+    cmd = ["accelerate", "launch", "--config_file", str(config), "--main_process_port", str(free_port()),
            *launch_args, str(PRETRAIN_SCRIPT), str(recipe), *make_overrides(mini_blocks, out, {**DIST, **(extra or {})})]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
     if proc.returncode != 0:  # pytest cuts long assertion messages: the launcher's stderr goes to captured stdout
@@ -248,7 +241,7 @@ def test_zero1_refuses_what_it_would_silently_skip(mini_blocks, tmp_path):
                             ({"nan_policy": "skip"}, "nan_policy=skip is not supported under DeepSpeed")):
         out = tmp_path / next(iter(extra)).replace(".", "_")
         cmd = ["accelerate", "launch", "--config_file", str(_zero1_config(tmp_path)), "--main_process_port",
-               str(_free_port()), "--num_processes", "1", str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
+               str(free_port()), "--num_processes", "1", str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
                *make_overrides(mini_blocks, out, {**DIST, **extra})]
         proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-3000:]

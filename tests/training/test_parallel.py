@@ -9,13 +9,12 @@ test_layout.py checks that refusal). What runs here is the part that is ours, th
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 
 import pytest
 import torch
 
-from train_utils import REPO, load_weights, python, subprocess_env
+from train_utils import free_port, REPO, load_weights, python, subprocess_env
 
 STEPS = 5
 # The two ranks sum each row-wise projection's halves in another order than one process: measured equal to the last
@@ -24,15 +23,9 @@ LOSS_TOL = 1e-5
 WEIGHT_TOL = 1e-4
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(script: str, *args, nproc: int = 2, timeout: int = 400) -> subprocess.CompletedProcess:
     cmd = [python(), "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
-           str(_free_port()), str(REPO / "tests" / "training" / script), *map(str, args)]
+           str(free_port()), str(REPO / "tests" / "training" / script), *map(str, args)]
     return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -71,7 +64,7 @@ def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp
     blocks it (accelerate's ParallelismConfig on MULTI_CPU), exit 2, nothing written."""
     out = tmp_path / "run"
     cmd = ["accelerate", "launch", "--config_file", str(REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml"),
-           "--main_process_port", str(_free_port()), str(REPO / "scripts" / "pretrain.py"),
+           "--main_process_port", str(free_port()), str(REPO / "scripts" / "pretrain.py"),
            str(REPO / "recipes" / "tiny_cpu.yaml"), f"data.path={mini_blocks}", f"training.output_dir={out}",
            "parallel.tp=2"]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import struct
 import sys
 from pathlib import Path
@@ -57,6 +58,13 @@ REFERENCE = {
     "logging.grad_stats_interval": "5",
     "logging.peak_flops": "1e12",  # a CPU has no known peak: force one so mfu is logged
 }
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on, for a launch's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def make_overrides(data_path: str | Path, output_dir: str | Path, extra: dict | None = None) -> list[str]:
