@@ -42,4 +42,5 @@ demo: install check-data
 XDIST   ?= -n auto --dist loadfile
 test: install check-data
 	$(BIN)/ruff check src tests scripts benchmarks
+	$(BIN)/ruff format --check src tests scripts benchmarks
 	$(RUN_ENV) $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)

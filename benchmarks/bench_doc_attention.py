@@ -8,6 +8,7 @@ that a slow training step can be placed (kernel, mask, or compilation).
     python benchmarks/bench_doc_attention.py out/mix6_bpe8k_16k --batch 4 --heads 8 --head-dim 128 [--out r.json]
     python benchmarks/bench_doc_attention.py out/mix6_bpe8k_16k --row-len 2048 --batch 32 ...   # the same as 2k rows
 """
+
 import argparse
 import json
 import time
@@ -27,18 +28,30 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, default=0, help="grouped-query attention: key/value heads (0: --heads)")
     ap.add_argument("--head-dim", type=int, default=128)
-    ap.add_argument("--eager-mask", action="store_true",
-                    help="build the block mask eagerly (its compile took minutes at 16k on an H100)")
+    ap.add_argument(
+        "--eager-mask",
+        action="store_true",
+        help="build the block mask eagerly (its compile took minutes at 16k on an H100)",
+    )
     ap.add_argument("--skip-dense", action="store_true", help="leave out SDPA's dense mask (slow, much memory)")
-    ap.add_argument("--flex-options", nargs="*", default=[], metavar="JSON",
-                    help='flex attention kernel_options to time beside its defaults, e.g. \'{"USE_TMA": true}\'')
-    ap.add_argument("--row-len", type=int, default=0,
-                    help="cut the blocks into rows of this many tokens (2048: 16k blocks as 2k rows; --batch counts "
-                         "the rows)")
+    ap.add_argument(
+        "--flex-options",
+        nargs="*",
+        default=[],
+        metavar="JSON",
+        help="flex attention kernel_options to time beside its defaults, e.g. '{\"USE_TMA\": true}'",
+    )
+    ap.add_argument(
+        "--row-len",
+        type=int,
+        default=0,
+        help="cut the blocks into rows of this many tokens (2048: 16k blocks as 2k rows; --batch counts the rows)",
+    )
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--out")
     a = ap.parse_args()
     from datasets import load_from_disk
+
     manifest = json.load(open(f"{a.data}/manifest.json"))
     eos = int(manifest["tokenizer"]["eos_token_id"])
     train = load_from_disk(f"{a.data}/train")
@@ -52,26 +65,40 @@ def main():
     starts = document_positions(ids, eos) == 0
     doc = starts.cumsum(-1)  # a document id per token
     kv_heads = a.kv_heads or a.heads
-    q, k, v = (torch.randn(B, h, S, a.head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for h in (a.heads, kv_heads, kv_heads))
+    q, k, v = (
+        torch.randn(B, h, S, a.head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for h in (a.heads, kv_heads, kv_heads)
+    )
     grad = torch.randn_like(q)
-    result = {"data": a.data, "batch": B, "seq_len": S, "heads": a.heads, "kv_heads": kv_heads, "head_dim": a.head_dim,
-              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    result = {
+        "data": a.data,
+        "batch": B,
+        "seq_len": S,
+        "heads": a.heads,
+        "kv_heads": kv_heads,
+        "head_dim": a.head_dim,
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+    }
 
     def step(attend):
         def run():
             out = attend()
             out.backward(grad)
+
         return run
 
     gqa = kv_heads != a.heads
-    result["sdpa_causal_ms"] = cuda_ms(step(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                                                   enable_gqa=gqa)), a.repeat)
+    result["sdpa_causal_ms"] = cuda_ms(
+        step(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)), a.repeat
+    )
     if not a.skip_dense:
-        dense = (doc[:, None, :, None] == doc[:, None, None, :]) & torch.ones(S, S, dtype=torch.bool,
-                                                                              device="cuda").tril()
+        dense = (doc[:, None, :, None] == doc[:, None, None, :]) & torch.ones(
+            S, S, dtype=torch.bool, device="cuda"
+        ).tril()
         result["sdpa_dense_mask_ms"] = cuda_ms(
-            step(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense, enable_gqa=gqa)), a.repeat)
+            step(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense, enable_gqa=gqa)), a.repeat
+        )
         del dense
 
     def document_causal(b, h, q_idx, kv_idx):
@@ -117,13 +144,15 @@ def main():
 
     def flash_varlen():
         from torch.nn.attention.varlen import varlen_attn
+
         return unpacked(varlen_attn(packed(q), packed(k), packed(v), cu, cu, longest, longest, window_size=(-1, 0)))
 
     def cudnn_varlen():
         repeat = a.heads // kv_heads  # cuDNN's ragged path takes no grouped keys
         kk, vv = (packed(x).repeat_interleave(repeat, dim=1) if repeat > 1 else packed(x) for x in (k, v))
-        out = torch.ops.aten._cudnn_attention_forward(packed(q), kk, vv, None, cu, cu, longest, longest, True, 0.0,
-                                                      True, False)[0]
+        out = torch.ops.aten._cudnn_attention_forward(
+            packed(q), kk, vv, None, cu, cu, longest, longest, True, 0.0, True, False
+        )[0]
         return unpacked(out)
 
     def clear_grads():  # every timed call accumulates into them
@@ -134,12 +163,18 @@ def main():
     reference = flex_on(block_mask)
     reference.backward(grad)
     ref_grads = [x.grad.clone() for x in (q, k, v)]
-    candidates = [(name + ("_compiled" if compiled else ""), torch.compile(fn) if compiled else fn)
-                  for name, fn in (("flash_varlen", flash_varlen), ("cudnn_varlen", cudnn_varlen))
-                  for compiled in (False, True)]
+    candidates = [
+        (name + ("_compiled" if compiled else ""), torch.compile(fn) if compiled else fn)
+        for name, fn in (("flash_varlen", flash_varlen), ("cudnn_varlen", cudnn_varlen))
+        for compiled in (False, True)
+    ]
     for options in map(json.loads, a.flex_options):
-        candidates.append((f"flex_document {json.dumps(options, sort_keys=True)}",
-                           lambda options=options: flex_on(block_mask, options)))
+        candidates.append(
+            (
+                f"flex_document {json.dumps(options, sort_keys=True)}",
+                lambda options=options: flex_on(block_mask, options),
+            )
+        )
     for key, f in candidates:
         try:
             clear_grads()

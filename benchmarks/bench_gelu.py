@@ -40,8 +40,7 @@ def main() -> None:
         with torch.no_grad():
             fwd = cuda_ms(lambda: forward(x))
         total = cuda_ms(both)
-        print(f"{name:26s} forward {fwd:.3f} ms ({moved / fwd / 1e9:.2f} TB/s), forward + backward "
-              f"{total:.3f} ms")
+        print(f"{name:26s} forward {fwd:.3f} ms ({moved / fwd / 1e9:.2f} TB/s), forward + backward {total:.3f} ms")
     bias_gradient(x, grad)
     mlp(args.rows, args.cols)
 
@@ -54,18 +53,29 @@ def bias_gradient(h, grad):
     ms = cuda_ms(lambda: inductor(grad, h))
     print(f"bias gradient, inductor (pointwise, then column sum): {ms:.3f} ms ({moved / ms / 1e9:.2f} TB/s)")
     default = dict(G.BIAS_GRAD_TILE)
-    for rows, block_m, block_n, warps in ((1024, 32, 128, 4), (1024, 64, 128, 4), (1024, 64, 128, 8),
-                                          (512, 32, 128, 4), (2048, 64, 64, 4), (1024, 32, 256, 4),
-                                          (1024, 16, 256, 4), (1024, 128, 64, 8), (1024, 64, 256, 8),
-                                          (256, 32, 128, 4), (1024, 16, 128, 2)):
+    for rows, block_m, block_n, warps in (
+        (1024, 32, 128, 4),
+        (1024, 64, 128, 4),
+        (1024, 64, 128, 8),
+        (512, 32, 128, 4),
+        (2048, 64, 64, 4),
+        (1024, 32, 256, 4),
+        (1024, 16, 256, 4),
+        (1024, 128, 64, 8),
+        (1024, 64, 256, 8),
+        (256, 32, 128, 4),
+        (1024, 16, 128, 2),
+    ):
         G.BIAS_GRAD_TILE.update(ROWS=rows, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)
         got_h, got_b = G.gelu_grad_bias(grad, h)
         err_h = (got_h.float() - want_h.float()).abs().max().item()
         err_b = ((got_b - want_b).abs().max() / want_b.abs().max()).item()
         assert err_h < 0.07 and err_b < 1e-4, (err_h, err_b)  # bf16 rounding of values up to ~8
         ms = cuda_ms(lambda: G.gelu_grad_bias(grad, h))
-        print(f"  gelu_grad_bias ROWS={rows:4d} BLOCK_M={block_m:3d} BLOCK_N={block_n:3d} warps={warps}: {ms:.3f} ms "
-              f"({moved / ms / 1e9:.2f} TB/s); max |grad - ref| {err_h:.1e}, bias rel {err_b:.1e}")
+        print(
+            f"  gelu_grad_bias ROWS={rows:4d} BLOCK_M={block_m:3d} BLOCK_N={block_n:3d} warps={warps}: {ms:.3f} ms "
+            f"({moved / ms / 1e9:.2f} TB/s); max |grad - ref| {err_h:.1e}, bias rel {err_b:.1e}"
+        )
     G.BIAS_GRAD_TILE.update(default)
 
 
@@ -95,8 +105,10 @@ def mlp(rows: int, cols: int):
         results[name] = step()
         print(f"GPT-2 MLP {rows} x {cols // 4}, forward + backward, {name}: {cuda_ms(step):.3f} ms")
     for a, b in zip(*results.values()):
-        print(f"  gradient {tuple(a.shape)}: max |fused - stock| / max |stock| "
-              f"{((a.float() - b.float()).abs().max() / b.float().abs().max()).item():.1e}")
+        print(
+            f"  gradient {tuple(a.shape)}: max |fused - stock| / max |stock| "
+            f"{((a.float() - b.float()).abs().max() / b.float().abs().max()).item():.1e}"
+        )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 
 
-
 def timed(fn, *args, backward=False, reps=20, setup=None):
     """Median ms of ``fn(*args)`` (and its backward) over ``reps`` runs after 3 warm-ups; ``setup`` runs before
     each, untimed."""
@@ -53,10 +52,11 @@ def fused_kernel(n, vocab):
     targets[::97] = IGNORE_INDEX
     gib = source.numel() * 2 / 2**30
     ref = source[:4096].float()
-    keep = (targets[:4096] != IGNORE_INDEX)
+    keep = targets[:4096] != IGNORE_INDEX
     lse = torch.logsumexp(ref, -1)
-    ref_loss = (F.cross_entropy(ref, targets[:4096], ignore_index=IGNORE_INDEX, reduction="none") + 1e-4 * lse.square()
-                * keep)
+    ref_loss = (
+        F.cross_entropy(ref, targets[:4096], ignore_index=IGNORE_INDEX, reduction="none") + 1e-4 * lse.square() * keep
+    )
     probs = torch.softmax(ref, -1) * (1 + 2e-4 * lse)[:, None]
     probs[keep.nonzero()[:, 0], targets[:4096][keep]] -= 1
     probs[~keep] = 0
@@ -71,11 +71,14 @@ def fused_kernel(n, vocab):
         err_loss = (loss[:4096] - ref_loss).abs().max().item()
         err_grad = (work[:4096].float() - probs).abs().max().item()
         assert err_loss < 2e-3 and err_grad < 1e-2, (tile, err_loss, err_grad)
-        ms = timed(loss_and_gradient_, work, targets, 0.0, tile, reps=10,
-                   setup=lambda: work.copy_(source))  # in place: fresh logits for every run
-        print(f"  fused loss+gradient {n} x {vocab}, {tile[0]:5d} columns x {tile[1]:2d} warps: {ms:6.2f} ms "
-              f"({2 * gib * 2**30 / ms / 1e9:5.2f} TB/s read once + written); "
-              f"max |loss - ref| {err_loss:.1e}, max |grad - ref| {err_grad:.1e}")
+        ms = timed(
+            loss_and_gradient_, work, targets, 0.0, tile, reps=10, setup=lambda: work.copy_(source)
+        )  # in place: fresh logits for every run
+        print(
+            f"  fused loss+gradient {n} x {vocab}, {tile[0]:5d} columns x {tile[1]:2d} warps: {ms:6.2f} ms "
+            f"({2 * gib * 2**30 / ms / 1e9:5.2f} TB/s read once + written); "
+            f"max |loss - ref| {err_loss:.1e}, max |grad - ref| {err_grad:.1e}"
+        )
     del work, source
     torch.cuda.empty_cache()
     if vocab > 65536:
@@ -98,8 +101,10 @@ def fused_kernel(n, vocab):
         out = step(fn)
         grads = hidden.grad.clone(), weight.grad.clone()
         ms = timed(lambda: step(fn))
-        print(f"  head + loss, forward + backward, {name:42s} {ms:7.2f} ms  loss {out.item():.6e}  "
-              f"|grad h| {grads[0].norm():.4e} |grad w| {grads[1].norm():.4e}")
+        print(
+            f"  head + loss, forward + backward, {name:42s} {ms:7.2f} ms  loss {out.item():.6e}  "
+            f"|grad h| {grads[0].norm():.4e} |grad w| {grads[1].norm():.4e}"
+        )
     del hidden, weight
     torch.cuda.empty_cache()
 

@@ -21,8 +21,12 @@ def main(argv=None) -> int:
     p.add_argument("--tokenizer", required=True)
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--num-proc", type=int, default=2)
-    p.add_argument("--encoder", choices=["auto", "hf", "tiktoken"], default="auto",
-                   help="our tokenizer backend (default auto: tiktoken where exact); the classic recipe uses HF")
+    p.add_argument(
+        "--encoder",
+        choices=["auto", "hf", "tiktoken"],
+        default="auto",
+        help="our tokenizer backend (default auto: tiktoken where exact); the classic recipe uses HF",
+    )
     p.add_argument("--workdir", default=None, help="keep outputs here (default: a temporary folder, removed)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = p.parse_args(argv)
@@ -33,8 +37,14 @@ def main(argv=None) -> int:
     from classic_tokenize import format_result, run_benchmark  # benchmarks/classic_tokenize.py
 
     try:
-        r = run_benchmark(args.input, args.tokenizer, seq_len=args.seq_len, num_proc=args.num_proc, workdir=args.workdir,
-                          encoder=args.encoder)
+        r = run_benchmark(
+            args.input,
+            args.tokenizer,
+            seq_len=args.seq_len,
+            num_proc=args.num_proc,
+            workdir=args.workdir,
+            encoder=args.encoder,
+        )
     except DataError as e:
         sys.exit(f"error: {e}")
     print(format_result(r))

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Throughput benchmark: this project's trainer vs a stock transformers.Trainer on the same shape and data.
 
-    python benchmarks/benchmark.py ours  recipes/qwen3_1p8b_1gpu.yaml data.path=... training.max_steps=60 --out ours.json
-    python benchmarks/benchmark.py stock recipes/qwen3_1p8b_1gpu.yaml data.path=... --micro-batch 12,10,8 --max-steps 60 --out stock.json
-    python benchmarks/benchmark.py table ours.json stock.json
+python benchmarks/benchmark.py ours  recipes/qwen3_1p8b_1gpu.yaml data.path=... training.max_steps=60 --out ours.json
+python benchmarks/benchmark.py stock recipes/qwen3_1p8b_1gpu.yaml data.path=... --micro-batch 12,10,8 --max-steps 60 --out stock.json
+python benchmarks/benchmark.py table ours.json stock.json
 """
 
 import argparse
@@ -36,12 +36,16 @@ def main() -> int:
         print("|---|---:|---:|---:|---:|---:|---:|")
         for r in rows:
             est = (r.get("memory_estimate_gib") or {}).get("total")
-            print(f"| {r['trainer']} | {r.get('micro_batch')} | {r.get('tokens_per_s', 0):,.0f} | "
-                  f"{r.get('tflops_per_gpu', 0):.1f} | {r.get('mfu', 0):.1%} | {r.get('mem_peak_gib') or 0:.1f} | "
-                  f"{est or 0:.1f} |")
+            print(
+                f"| {r['trainer']} | {r.get('micro_batch')} | {r.get('tokens_per_s', 0):,.0f} | "
+                f"{r.get('tflops_per_gpu', 0):.1f} | {r.get('mfu', 0):.1%} | {r.get('mem_peak_gib') or 0:.1f} | "
+                f"{est or 0:.1f} |"
+            )
         if len(rows) == 2:
-            print(f"\nratio {rows[0]['trainer']} / {rows[1]['trainer']}: "
-                  f"{rows[0]['tokens_per_s'] / rows[1]['tokens_per_s']:.3f}x tokens/s")
+            print(
+                f"\nratio {rows[0]['trainer']} / {rows[1]['trainer']}: "
+                f"{rows[0]['tokens_per_s'] / rows[1]['tokens_per_s']:.3f}x tokens/s"
+            )
         return 0
 
     recipe, overrides = opts.args[0], opts.args[1:]

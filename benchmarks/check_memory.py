@@ -36,9 +36,17 @@ def measure(name: str, micro_batch: int, seq_len: int, attn: str = "sdpa", ckpt:
     est = estimate_memory(cfg, TrainingLayout(micro_batch, seq_len, attn_implementation=attn, grad_checkpointing=ckpt))
     del model, opt
     torch.cuda.empty_cache()
-    return {"shape": name, "micro_batch": micro_batch, "seq_len": seq_len, "attn": attn, "grad_ckpt": ckpt,
-            "measured_gib": round(peak / GIB, 2), "estimated_gib": round(est.total / GIB, 2),
-            "error": round(est.total / peak - 1, 3), "device": torch.cuda.get_device_name()}
+    return {
+        "shape": name,
+        "micro_batch": micro_batch,
+        "seq_len": seq_len,
+        "attn": attn,
+        "grad_ckpt": ckpt,
+        "measured_gib": round(peak / GIB, 2),
+        "estimated_gib": round(est.total / GIB, 2),
+        "error": round(est.total / peak - 1, 3),
+        "device": torch.cuda.get_device_name(),
+    }
 
 
 def main(argv=None) -> int:

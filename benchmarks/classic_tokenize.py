@@ -38,14 +38,15 @@ def classic_run_clm(files, tokenizer_dir, seq_len, out, num_proc, eos_id, cache_
             mask.append(1)
         return output
 
-    tokenized = raw.map(tokenize_function, batched=True, num_proc=num_proc, remove_columns=raw.column_names,
-                        desc="classic tokenize")
+    tokenized = raw.map(
+        tokenize_function, batched=True, num_proc=num_proc, remove_columns=raw.column_names, desc="classic tokenize"
+    )
 
     def group_texts(examples):
         concatenated = {k: list(chain(*examples[k])) for k in examples.keys()}
         total_length = len(concatenated[list(examples.keys())[0]])
         total_length = (total_length // seq_len) * seq_len
-        result = {k: [t[i: i + seq_len] for i in range(0, total_length, seq_len)] for k, t in concatenated.items()}
+        result = {k: [t[i : i + seq_len] for i in range(0, total_length, seq_len)] for k, t in concatenated.items()}
         result["labels"] = result["input_ids"].copy()
         return result
 
@@ -75,8 +76,16 @@ def run_benchmark(files, tokenizer_dir, seq_len=1024, num_proc=2, workdir=None, 
     work.mkdir(parents=True, exist_ok=True)
     ours_out = work / "ours"
     c0, t0 = _cpu_s(), time.time()
-    tokenize_corpus([str(f) for f in files], ours_out, tokenizer_dir, seq_len=seq_len, val_docs=val_docs,
-                    num_proc=num_proc, force=True, encoder=encoder)
+    tokenize_corpus(
+        [str(f) for f in files],
+        ours_out,
+        tokenizer_dir,
+        seq_len=seq_len,
+        val_docs=val_docs,
+        num_proc=num_proc,
+        force=True,
+        encoder=encoder,
+    )
     ours_wall = time.time() - t0
     ours_cpu = _cpu_s() - c0
     import json
@@ -90,16 +99,19 @@ def run_benchmark(files, tokenizer_dir, seq_len=1024, num_proc=2, workdir=None, 
     classic_cpu = _cpu_s() - c0
 
     # same token stream: classic documents in order == our validation docs then train docs
-    classic_stream = np.fromiter(chain.from_iterable(classic["tokenized"].with_format("arrow")["input_ids"].to_pylist()),
-                                 dtype=np.int64)
+    classic_stream = np.fromiter(
+        chain.from_iterable(classic["tokenized"].with_format("arrow")["input_ids"].to_pylist()), dtype=np.int64
+    )
     ours = []
     for split in ("validation", "train"):
         ds = datasets.load_from_disk(str(ours_out / split)).with_format("numpy")
         ours.append((np.asarray(ds["input_ids"]).reshape(-1), m[split]["tokens"]))
     n_val = m["validation"]["tokens"]
-    same = (len(classic_stream) == ours_tokens
-            and np.array_equal(classic_stream[: len(ours[0][0])], ours[0][0])
-            and np.array_equal(classic_stream[n_val: n_val + len(ours[1][0])], ours[1][0]))
+    same = (
+        len(classic_stream) == ours_tokens
+        and np.array_equal(classic_stream[: len(ours[0][0])], ours[0][0])
+        and np.array_equal(classic_stream[n_val : n_val + len(ours[1][0])], ours[1][0])
+    )
     itemsize = np.dtype(m["dtype"]).itemsize
     ours_bytes = dir_bytes(ours_out / "train") + dir_bytes(ours_out / "validation")
     bare = (m["train"]["block_tokens"] + m["validation"]["block_tokens"]) * itemsize
@@ -135,15 +147,17 @@ def run_benchmark(files, tokenizer_dir, seq_len=1024, num_proc=2, workdir=None, 
 
 
 def format_result(r: dict) -> str:
-    return "\n".join([
-        f"input: {', '.join(os.path.basename(x) for x in r['inputs'])}; {r['documents']:,} documents, {r['tokens']:,} tokens; "
-        f"tokenizer {r['tokenizer']}; seq_len {r['seq_len']}; num_proc {r['num_proc']}",
-        f"same token stream: {r['same_token_stream']}; our encoder: {r['encoder']['name']} ({r['encoder']['reason']})",
-        "| pipeline | wall s | tokens/s | CPU s | output bytes | bytes vs bare ids | tokens dropped |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        f"| hfpretrain tokenize_corpus | {r['ours_wall_s']} | {r['ours_tokens_per_s']:,} | {r['ours_cpu_s']} | {r['ours_bytes']:,} | "
-        f"{r['ours_bytes_vs_bare']:+.2%} | {r['ours_dropped_tokens']:,} |",
-        f"| classic run_clm.py recipe | {r['classic_wall_s']} | {r['classic_tokens_per_s']:,} | {r['classic_cpu_s']} | {r['classic_bytes']:,} | "
-        f"{r['classic_bytes'] / r['bare_id_bytes'] - 1:+.2%} | {r['classic_dropped_tokens']:,} |",
-        f"speedup (tokens/s, wall): {r['speedup']}x; (tokens per CPU-second): {r['cpu_speedup']}x",
-    ])
+    return "\n".join(
+        [
+            f"input: {', '.join(os.path.basename(x) for x in r['inputs'])}; {r['documents']:,} documents, {r['tokens']:,} tokens; "
+            f"tokenizer {r['tokenizer']}; seq_len {r['seq_len']}; num_proc {r['num_proc']}",
+            f"same token stream: {r['same_token_stream']}; our encoder: {r['encoder']['name']} ({r['encoder']['reason']})",
+            "| pipeline | wall s | tokens/s | CPU s | output bytes | bytes vs bare ids | tokens dropped |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            f"| hfpretrain tokenize_corpus | {r['ours_wall_s']} | {r['ours_tokens_per_s']:,} | {r['ours_cpu_s']} | {r['ours_bytes']:,} | "
+            f"{r['ours_bytes_vs_bare']:+.2%} | {r['ours_dropped_tokens']:,} |",
+            f"| classic run_clm.py recipe | {r['classic_wall_s']} | {r['classic_tokens_per_s']:,} | {r['classic_cpu_s']} | {r['classic_bytes']:,} | "
+            f"{r['classic_bytes'] / r['bare_id_bytes'] - 1:+.2%} | {r['classic_dropped_tokens']:,} |",
+            f"speedup (tokens/s, wall): {r['speedup']}x; (tokens per CPU-second): {r['cpu_speedup']}x",
+        ]
+    )

@@ -4,6 +4,7 @@
 
 Either log may be compressed (``log.jsonl.xz`` / ``.gz``, as results/ keeps them).
 """
+
 import json
 import statistics
 import sys
@@ -12,9 +13,11 @@ import sys
 def opened(path):  # results/ keeps its logs as log.jsonl.xz (or .gz)
     if path.endswith(".xz"):
         import lzma
+
         return lzma.open(path, "rt")
     if path.endswith(".gz"):
         import gzip
+
         return gzip.open(path, "rt")
     return open(path)
 
@@ -30,14 +33,18 @@ steps = sorted(set(a) & set(b))
 diff = [abs(a[s] - b[s]) for s in steps]
 rel = [d / abs(b[s]) for d, s in zip(diff, steps)]
 worst = max(range(len(steps)), key=diff.__getitem__)
-print(f"{len(steps)} common logged steps ({steps[0]}..{steps[-1]}): max |diff| {diff[worst]:.4f} at step "
-      f"{steps[worst]} ({a[steps[worst]]:.4f} vs {b[steps[worst]]:.4f}), max relative {max(rel):.2%}, "
-      f"mean |diff| {statistics.mean(diff):.4f}, mean signed {statistics.mean(a[s] - b[s] for s in steps):+.4f}")
+print(
+    f"{len(steps)} common logged steps ({steps[0]}..{steps[-1]}): max |diff| {diff[worst]:.4f} at step "
+    f"{steps[worst]} ({a[steps[worst]]:.4f} vs {b[steps[worst]]:.4f}), max relative {max(rel):.2%}, "
+    f"mean |diff| {statistics.mean(diff):.4f}, mean signed {statistics.mean(a[s] - b[s] for s in steps):+.4f}"
+)
 print(f"last step {steps[-1]}: {a[steps[-1]]:.4f} vs {b[steps[-1]]:.4f}")
 if plot:  # both curves, and the relative difference under them
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, height_ratios=[3, 1])
     top.plot(steps, [a[s] for s in steps], label=sys.argv[1])
     top.plot(steps, [b[s] for s in steps], "--", label=sys.argv[2])

@@ -12,7 +12,11 @@ from hfpretrain.models import build_model, load_config
 from hfpretrain.data.order import collate_blocks, load_input_ids
 from hfpretrain.training.loss import LossSpec, causal_lm_loss
 
-data, name, mb = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "scale_53m"), int(sys.argv[3] if len(sys.argv) > 3 else 4)
+data, name, mb = (
+    sys.argv[1],
+    (sys.argv[2] if len(sys.argv) > 2 else "scale_53m"),
+    int(sys.argv[3] if len(sys.argv) > 3 else 4),
+)
 blocks = load_input_ids(data, "train")
 batch = collate_blocks([blocks[i]["input_ids"] for i in range(mb)])
 ids = batch["input_ids"].cuda()
@@ -28,11 +32,19 @@ def run(kind):
     model.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         out = model(input_ids=ids, labels=ids if kind == "hf" else None)
-        loss = (out.loss if kind == "hf" else
-                causal_lm_loss(captured["h"], head.weight, ids, None,
-                               # liger's own chunk sizing, as this benchmark measured before LossSpec (whose
-                               # default, loss.liger_min_chunk_tokens's, is 1024)
-                               LossSpec(kind, liger_min_chunk_tokens=0)))
+        loss = (
+            out.loss
+            if kind == "hf"
+            else causal_lm_loss(
+                captured["h"],
+                head.weight,
+                ids,
+                None,
+                # liger's own chunk sizing, as this benchmark measured before LossSpec (whose
+                # default, loss.liger_min_chunk_tokens's, is 1024)
+                LossSpec(kind, liger_min_chunk_tokens=0),
+            )
+        )
     loss.backward()
     grads = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
     return loss.item(), grads
@@ -47,5 +59,7 @@ for kind in ("chunked", "liger"):
         print(f"{kind:8s} failed: {type(err).__name__}: {err}")
         continue
     rel = ((grad - ref_grad).norm() / ref_grad.norm()).item()
-    print(f"{kind:8s} loss {loss:.6f} (diff {loss - ref_loss:+.2e}) grad rel diff {rel:.2e} "
-          f"finite {bool(torch.isfinite(grad).all())}")
+    print(
+        f"{kind:8s} loss {loss:.6f} (diff {loss - ref_loss:+.2e}) grad rel diff {rel:.2e} "
+        f"finite {bool(torch.isfinite(grad).all())}"
+    )

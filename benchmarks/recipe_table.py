@@ -17,14 +17,18 @@ def row(label: str, run: Path) -> str:
     s = summarize_run(run)
     summary = json.loads((run / "summary.json").read_text())
     plan, final = summary["plan"], summary["final_eval"]
-    return (f"| {label} | {final['eval_bpb']:.3f} | {final['eval_loss']:.3f} | {s['tokens_per_s']:,.0f} | "
-            f"{s['mfu']:.1%} | {plan['total_flops']:.4g} | {plan['max_steps']:,} | {plan['total_tokens'] / 1e6:.0f}M | "
-            f"{summary['train']['epoch']:.1f} | {summary['end_to_end']['wall_s']:.1f} | "
-            f"{plan['total_tokens'] / s['tokens_per_s']:.1f} |")
+    return (
+        f"| {label} | {final['eval_bpb']:.3f} | {final['eval_loss']:.3f} | {s['tokens_per_s']:,.0f} | "
+        f"{s['mfu']:.1%} | {plan['total_flops']:.4g} | {plan['max_steps']:,} | {plan['total_tokens'] / 1e6:.0f}M | "
+        f"{summary['train']['epoch']:.1f} | {summary['end_to_end']['wall_s']:.1f} | "
+        f"{plan['total_tokens'] / s['tokens_per_s']:.1f} |"
+    )
 
 
 def main(argv: list[str]) -> int:
-    print("| run | bits per byte | nats/token | tokens/s | MFU | training FLOPs | steps | tokens | passes | wall time (s) | at steady tokens/s (s) |")
+    print(
+        "| run | bits per byte | nats/token | tokens/s | MFU | training FLOPs | steps | tokens | passes | wall time (s) | at steady tokens/s (s) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for item in argv:
         label, _, path = item.rpartition("=")

@@ -6,6 +6,7 @@ fact to its answer (measured as `hfpretrain long-context` measures it, in coarse
         --statement-share 0.25 --out /tmp/r.jsonl.zst
     python benchmarks/retrieval_distances.py /tmp/r.jsonl.zst --tokenizer out/tok_bpe8k
 """
+
 import argparse
 import bisect
 import json
@@ -32,9 +33,11 @@ def main():
         for distance in distances:
             per_bin[bisect.bisect_right(EDGES, distance)] += 1
     names = [f"<{EDGES[0]}"] + [f"{lo}-{hi}" for lo, hi in zip(EDGES, EDGES[1:])] + [f">={EDGES[-1]}"]
-    print(f"{a.file}: {len(documents)} documents, {tokens / len(documents):,.0f} tokens each, "
-          f"{1000 * sum(per_bin) / tokens:.2f} questions per 1,000 tokens; by distance: "
-          + ", ".join(f"{name} {1000 * n / tokens:.3f}" for name, n in zip(names, per_bin)))
+    print(
+        f"{a.file}: {len(documents)} documents, {tokens / len(documents):,.0f} tokens each, "
+        f"{1000 * sum(per_bin) / tokens:.2f} questions per 1,000 tokens; by distance: "
+        + ", ".join(f"{name} {1000 * n / tokens:.3f}" for name, n in zip(names, per_bin))
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Tokens/s, MFU, peak memory and scaling efficiency of the multi-GPU runs in a folder of benchmark JSONs
 (benchmarks/benchmark.py ours --out DIR/NAME.json; efficiency = tokens/s per GPU / one_gpu's tokens/s)."""
+
 import json
 import sys
 from pathlib import Path

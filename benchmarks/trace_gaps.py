@@ -7,6 +7,7 @@ found), with what the host was doing during the largest starved gaps. Launches a
 
     python benchmarks/trace_gaps.py runs/x/profile/trace-steps20-22.json [--top 15] [--min-us 5]
 """
+
 import argparse
 import bisect
 import gzip
@@ -26,12 +27,17 @@ def main():
     ap.add_argument("--min-us", type=float, default=5.0, help="gaps shorter than this are not counted")
     a = ap.parse_args()
     events = [e for e in load(a.trace) if e.get("ph") == "X"]
-    device = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
-                    key=lambda e: e["ts"])
-    launches = {e["args"]["correlation"]: e for e in events
-                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
-    host_ops = sorted((e for e in events if e.get("cat") in ("cpu_op", "python_function", "user_annotation")),
-                      key=lambda e: e["ts"])
+    device = sorted(
+        (e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"]
+    )
+    launches = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    host_ops = sorted(
+        (e for e in events if e.get("cat") in ("cpu_op", "python_function", "user_annotation")), key=lambda e: e["ts"]
+    )
     host_starts = [e["ts"] for e in host_ops]
     if not device:
         raise SystemExit(f"{a.trace}: no GPU activity in the trace")
@@ -46,14 +52,16 @@ def main():
         end = max(end, e["ts"] + e["dur"])
     span = end - device[0]["ts"]
     by_kind = {k: sum(g[0] for g in gaps if g[4] == k) for k in ("starved", "queued", "unknown")}
-    print(f"window {span / 1e3:.1f} ms: GPU busy {busy / 1e3:.1f} ms ({busy / span:.1%}); "
-          f"{len(gaps)} gaps >= {a.min_us:g} us: host-starved {by_kind['starved'] / 1e3:.2f} ms, "
-          f"queued {by_kind['queued'] / 1e3:.2f} ms, launch not found {by_kind['unknown'] / 1e3:.2f} ms; "
-          f"{len(device)} device activities")
+    print(
+        f"window {span / 1e3:.1f} ms: GPU busy {busy / 1e3:.1f} ms ({busy / span:.1%}); "
+        f"{len(gaps)} gaps >= {a.min_us:g} us: host-starved {by_kind['starved'] / 1e3:.2f} ms, "
+        f"queued {by_kind['queued'] / 1e3:.2f} ms, launch not found {by_kind['unknown'] / 1e3:.2f} ms; "
+        f"{len(device)} device activities"
+    )
     small = span - busy - sum(by_kind.values())
     print(f"gaps under {a.min_us:g} us: {small / 1e3:.2f} ms in all")
     print(f"\nlargest {a.top} gaps:")
-    for dur, start, nxt, launch, kind in sorted(gaps, key=lambda g: -g[0])[:a.top]:
+    for dur, start, nxt, launch, kind in sorted(gaps, key=lambda g: -g[0])[: a.top]:
         print(f"  {dur / 1e3:8.3f} ms {kind:7s} before {nxt['name'][:70]}")
         if kind == "starved":  # the host ops running while the GPU waited, outermost first
             stop = launch["ts"]

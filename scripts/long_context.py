@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """Alias of `hfpretrain long-context` (src/hfpretrain/cli/long_context.py)."""
+
 import sys
 
 from hfpretrain.cli import interruptible

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """Alias of `hfpretrain retrieval-docs` (src/hfpretrain/cli/retrieval_docs.py)."""
+
 import sys
 
 from hfpretrain.cli import interruptible

@@ -23,6 +23,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 REPO = Path(__file__).resolve().parents[1]
 
+
 # The tests run on $DATA_ROOT when it is set (the full data mount), else on the embedded sample that
 # ships with the package (src/hfpretrain/assets/default_data: GPT-2 tokenizer, mini_train/mini_val,
 # a few dozen ARC test questions). Tests marked `full_data` need files only the full mount has and are
@@ -38,18 +39,26 @@ FULL_DATA = _full_data()
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "full_data(what): needs the full data mount (DATA_ROOT), e.g. the Qwen3 tokenizer or the full "
-                   "eval sets; skipped when only the embedded sample data is available")
-
+        "markers",
+        "full_data(what): needs the full data mount (DATA_ROOT), e.g. the Qwen3 tokenizer or the full "
+        "eval sets; skipped when only the embedded sample data is available",
+    )
 
     config.addinivalue_line(
-        "markers", "gpu: needs a CUDA GPU (benchmarks/gpu_tests.sh runs them on the GPU machine); skipped without one")
+        "markers", "gpu: needs a CUDA GPU (benchmarks/gpu_tests.sh runs them on the GPU machine); skipped without one"
+    )
 
 
 # The longest test files (minutes each, `make test PYTEST_ARGS=--durations=40`), run first: `make test` deals whole
 # files to its workers in collection order, and one of these dealt last would run alone after the others finish.
-LONGEST_FILES = ("training/test_distributed.py", "test_faults.py", "test_readme.py", "study/test_study.py",
-                 "study/test_design.py", "eval/test_harness.py")
+LONGEST_FILES = (
+    "training/test_distributed.py",
+    "test_faults.py",
+    "test_readme.py",
+    "study/test_study.py",
+    "study/test_design.py",
+    "eval/test_harness.py",
+)
 
 
 def _longest_first(item) -> int:
@@ -75,8 +84,11 @@ def pytest_collection_modifyitems(config, items):
         marker = item.get_closest_marker("full_data")
         if marker is not None:
             what = f" ({marker.args[0]})" if marker.args else ""
-            item.add_marker(pytest.mark.skip(
-                reason=f"needs the full data mount{what}: only the embedded sample data is in use (set DATA_ROOT)"))
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"needs the full data mount{what}: only the embedded sample data is in use (set DATA_ROOT)"
+                )
+            )
 
 
 @pytest.fixture(scope="session")
@@ -116,8 +128,15 @@ def mini_blocks_bpe1k(tmp_path_factory, mini_train, mini_val) -> Path:
 
     base = tmp_path_factory.mktemp("bpe1k")
     tokenizer = train_tokenizer([mini_train], vocab_size=1024, out=base / "tokenizer", max_docs=300)
-    return tokenize_corpus(inputs=[mini_train], val_inputs=[mini_val], out=base / "mini_blocks",
-                           tokenizer=tokenizer, seq_len=128, max_docs=300, val_docs=100)
+    return tokenize_corpus(
+        inputs=[mini_train],
+        val_inputs=[mini_val],
+        out=base / "mini_blocks",
+        tokenizer=tokenizer,
+        seq_len=128,
+        max_docs=300,
+        val_docs=100,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -130,6 +149,11 @@ def mini_blocks(tmp_path_factory, mini_train, mini_val, gpt2_tokenizer) -> Path:
     from hfpretrain.data import tokenize_corpus
 
     return tokenize_corpus(
-        inputs=[mini_train], val_inputs=[mini_val], out=tmp_path_factory.mktemp("data") / "mini_blocks",
-        tokenizer=gpt2_tokenizer, seq_len=128, max_docs=300, val_docs=100,
+        inputs=[mini_train],
+        val_inputs=[mini_val],
+        out=tmp_path_factory.mktemp("data") / "mini_blocks",
+        tokenizer=gpt2_tokenizer,
+        seq_len=128,
+        max_docs=300,
+        val_docs=100,
     )

@@ -22,8 +22,13 @@ import time
 import traceback
 from typing import Callable
 
-ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-       "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
+ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "WANDB_MODE": "disabled",
+}
 
 
 def _as_a_fresh_process(out, err) -> None:
@@ -32,8 +37,11 @@ def _as_a_fresh_process(out, err) -> None:
     not pytest's recording; signals have their defaults."""
     import warnings
 
-    olds = {id(s): new for new, pair in ((out, (sys.stdout, sys.__stdout__)), (err, (sys.stderr, sys.__stderr__)))
-            for s in pair}
+    olds = {
+        id(s): new
+        for new, pair in ((out, (sys.stdout, sys.__stdout__)), (err, (sys.stderr, sys.__stderr__)))
+        for s in pair
+    }
     os.dup2(out.fileno(), 1)
     os.dup2(err.fileno(), 2)
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(open(1, "wb", closefd=False), line_buffering=True)
@@ -62,13 +70,17 @@ def _as_a_fresh_process(out, err) -> None:
     for category in (ResourceWarning, ImportWarning, PendingDeprecationWarning, DeprecationWarning):
         warnings.simplefilter("ignore", category)
     warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
-    for signum, handler in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler),
-                            (signal.SIGALRM, signal.SIG_DFL)):
+    for signum, handler in (
+        (signal.SIGTERM, signal.SIG_DFL),
+        (signal.SIGINT, signal.default_int_handler),
+        (signal.SIGALRM, signal.SIG_DFL),
+    ):
         signal.signal(signum, handler)
 
 
-def run_forked(fn: Callable[[], int | None], *, cwd=None, env: dict | None = None,
-               timeout: float = 300) -> subprocess.CompletedProcess:
+def run_forked(
+    fn: Callable[[], int | None], *, cwd=None, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """``fn()`` in a forked child, in ``cwd`` with ``env`` added to the environment (a name given None is removed
     from it); its return value (or SystemExit code) is the exit code, an exception escaping it a traceback on stderr
     and exit 1."""
@@ -128,6 +140,7 @@ def run_forked(fn: Callable[[], int | None], *, cwd=None, env: dict | None = Non
 
 def cli(*args, cwd=None, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``hfpretrain ARGS`` (``python -m hfpretrain ARGS``) in a forked child."""
+
     def main():
         from hfpretrain.cli import main
 
@@ -139,6 +152,7 @@ def cli(*args, cwd=None, env: dict | None = None, timeout: float = 300) -> subpr
 def script(name: str, *args, cwd=None, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python scripts/NAME ARGS`` (an alias of a command's module: its ``main()`` reads sys.argv) in a forked
     child."""
+
     def main():
         import importlib
 

@@ -37,8 +37,17 @@ def test_a_command_runs_with_its_own_errors(tmp_path, capsys):
 @pytest.mark.parametrize("entry", [["-m", "hfpretrain"], [str(REPO / "scripts" / "pretrain.py")]])
 def test_train_dry_run_prints_one_json_document(entry):
     """`python -m hfpretrain train` and the script alias: the plan as clean JSON on stdout."""
-    out = subprocess.run([sys.executable, *entry, *(["train"] if entry[0] == "-m" else []),
-                          str(REPO / "recipes" / "tiny_cpu.yaml"), "--dry-run"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            *entry,
+            *(["train"] if entry[0] == "-m" else []),
+            str(REPO / "recipes" / "tiny_cpu.yaml"),
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)["recipe"]["model"]["config"] == "tiny"
 
@@ -48,15 +57,21 @@ def test_train_finds_a_shipped_recipe_outside_the_repository(tmp_path, name):
     """The README's `hfpretrain train recipes/tiny_cpu.yaml` from an installed wheel, where no recipes/ folder is
     beside the user: "recipe recipes/tiny_cpu.yaml does not exist". The shipped recipe of that name is taken, as
     the demo takes it, and one line says so; a name that is neither is one line naming the shipped ones."""
-    out = subprocess.run([sys.executable, "-m", "hfpretrain", "train", name, "--dry-run"], capture_output=True,
-                         text=True, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "hfpretrain", "train", name, "--dry-run"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)["recipe"]["model"]["config"] == "tiny"
     assert "the shipped recipe" in out.stderr and "tiny_cpu.yaml" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "hfpretrain", "train", "tiny_cpuu", "--dry-run"], capture_output=True,
-                         text=True, cwd=tmp_path)
-    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith("error: recipe tiny_cpuu does not "
-                                                                                  "exist"), out.stderr[-2000:]
+    out = subprocess.run(
+        [sys.executable, "-m", "hfpretrain", "train", "tiny_cpuu", "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(
+        "error: recipe tiny_cpuu does not exist"
+    ), out.stderr[-2000:]
 
 
 def test_every_command_help_is_complete_without_torch():

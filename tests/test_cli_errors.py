@@ -25,9 +25,12 @@ def d(tmp_path_factory, gpt2_tokenizer, data_root):
 
     root = tmp_path_factory.mktemp("cli_errors")
     (root / "empty.jsonl").write_text("")
-    (root / "small.jsonl").write_text("".join(
-        json.dumps({"text": f"a small document number {i} " * 10, "meta": {"pile_set_name": "S"}}) + "\n"
-        for i in range(20)))
+    (root / "small.jsonl").write_text(
+        "".join(
+            json.dumps({"text": f"a small document number {i} " * 10, "meta": {"pile_set_name": "S"}}) + "\n"
+            for i in range(20)
+        )
+    )
     (root / "afile").write_text("not a folder\n")
     (root / "bad.yaml").write_text("model:\n  config: tiny\n  overrides: [1, 2\n")
     (root / "list.yaml").write_text("- model\n- data\n")
@@ -61,8 +64,17 @@ def _checkpoints(root: Path, tokenizer: Path) -> None:
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=50304, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=50304,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        )
+    )
     model.save_pretrained(root / "notok")
     for name in ("ckpt", "trunc"):
         shutil.copytree(root / "notok", root / name)
@@ -76,8 +88,12 @@ def _runs(root: Path) -> None:
     """Run folders for plot and report: nolog (no log.jsonl), badlog (a line cut short in the middle), noevent (a
     JSON line that is not a log record), goodlog (a readable log)."""
     good = json.dumps({"event": "log", "step": 1, "loss": 9.5, "learning_rate": 1e-3}) + "\n"
-    for name, text in (("nolog", None), ("badlog", good + '{"event": "log", "step": 2, "lo\n' + good),
-                       ("noevent", good + '{"step": 2, "loss": 9.1}\n'), ("goodlog", good)):
+    for name, text in (
+        ("nolog", None),
+        ("badlog", good + '{"event": "log", "step": 2, "lo\n' + good),
+        ("noevent", good + '{"step": 2, "loss": 9.1}\n'),
+        ("goodlog", good),
+    ):
         (root / name).mkdir()
         if text is not None:
             (root / name / "log.jsonl").write_text(text)
@@ -86,98 +102,213 @@ def _runs(root: Path) -> None:
 TOK = ["--tokenizer", "{tok}", "--seq-len", "16"]
 CASES = {
     # tokenize_pile.py
-    "tokenize-empty-file": (["tokenize_pile.py", "--input", "{d}/empty.jsonl", *TOK, "--out", "{d}/o"], 2,
-                            ["{d}/empty.jsonl", "empty_file"]),
+    "tokenize-empty-file": (
+        ["tokenize_pile.py", "--input", "{d}/empty.jsonl", *TOK, "--out", "{d}/o"],
+        2,
+        ["{d}/empty.jsonl", "empty_file"],
+    ),
     # an explicit --val-docs of every document (without it, a small input holds out 10%: tests/test_faults.py)
-    "tokenize-all-val-docs": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "10000",
-                               "--out", "{d}/o"], 2, ["--val-docs", "only 20"]),
-    "tokenize-out-is-file": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2", "--out",
-                              "{d}/afile"], 2, ["{d}/afile", "is a file"]),
-    "tokenize-out-under-file": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2", "--out",
-                                 "{d}/afile/sub"], 2, ["{d}/afile is a file"]),
-    "tokenize-out-not-writable": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2",
-                                   "--out", "{ro}/o"], 2, ["{ro}/o", "cannot write in"]),
-    "tokenize-blend-epochs": (["tokenize_pile.py", "--blend", "{d}/blend_epochs.json", *TOK, "--out", "{d}/o"], 2,
-                              ["blend_epochs.json", "sources[0].epochs", '"two"']),
-    "tokenize-blend-items": (["tokenize_pile.py", "--blend", "{d}/blend_items.json", *TOK, "--out", "{d}/o"], 2,
-                             ["blend_items.json", "sources[0] must be an object"]),
-    "tokenize-blend-paths": (["tokenize_pile.py", "--blend", "{d}/blend_paths.json", *TOK, "--out", "{d}/o"], 2,
-                             ["blend_paths.json", "sources[0].paths"]),
-    "tokenize-truncated-parquet": (["tokenize_pile.py", "--input", "{d}/cut.parquet", "{d}/small.jsonl", *TOK,
-                                    "--val-docs", "2", "--out", "{d}/o"], 2, ["{d}/cut.parquet", "unreadable_file"]),
-    "tokenize-missing-input": (["tokenize_pile.py", "--input", "{d}/small.jsonl", "{d}/nope-*.jsonl.zst", *TOK,
-                                "--val-docs", "2", "--out", "{d}/o"], 2, ["nope-*.jsonl.zst", "--allow-missing"]),
-    "tokenize-bad-fraction": (["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--max-bad-fraction", "2",
-                               "--out", "{d}/o"], 2, ["max_bad_fraction"]),
+    "tokenize-all-val-docs": (
+        ["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "10000", "--out", "{d}/o"],
+        2,
+        ["--val-docs", "only 20"],
+    ),
+    "tokenize-out-is-file": (
+        ["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2", "--out", "{d}/afile"],
+        2,
+        ["{d}/afile", "is a file"],
+    ),
+    "tokenize-out-under-file": (
+        ["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2", "--out", "{d}/afile/sub"],
+        2,
+        ["{d}/afile is a file"],
+    ),
+    "tokenize-out-not-writable": (
+        ["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--val-docs", "2", "--out", "{ro}/o"],
+        2,
+        ["{ro}/o", "cannot write in"],
+    ),
+    "tokenize-blend-epochs": (
+        ["tokenize_pile.py", "--blend", "{d}/blend_epochs.json", *TOK, "--out", "{d}/o"],
+        2,
+        ["blend_epochs.json", "sources[0].epochs", '"two"'],
+    ),
+    "tokenize-blend-items": (
+        ["tokenize_pile.py", "--blend", "{d}/blend_items.json", *TOK, "--out", "{d}/o"],
+        2,
+        ["blend_items.json", "sources[0] must be an object"],
+    ),
+    "tokenize-blend-paths": (
+        ["tokenize_pile.py", "--blend", "{d}/blend_paths.json", *TOK, "--out", "{d}/o"],
+        2,
+        ["blend_paths.json", "sources[0].paths"],
+    ),
+    "tokenize-truncated-parquet": (
+        [
+            "tokenize_pile.py",
+            "--input",
+            "{d}/cut.parquet",
+            "{d}/small.jsonl",
+            *TOK,
+            "--val-docs",
+            "2",
+            "--out",
+            "{d}/o",
+        ],
+        2,
+        ["{d}/cut.parquet", "unreadable_file"],
+    ),
+    "tokenize-missing-input": (
+        [
+            "tokenize_pile.py",
+            "--input",
+            "{d}/small.jsonl",
+            "{d}/nope-*.jsonl.zst",
+            *TOK,
+            "--val-docs",
+            "2",
+            "--out",
+            "{d}/o",
+        ],
+        2,
+        ["nope-*.jsonl.zst", "--allow-missing"],
+    ),
+    "tokenize-bad-fraction": (
+        ["tokenize_pile.py", "--input", "{d}/small.jsonl", *TOK, "--max-bad-fraction", "2", "--out", "{d}/o"],
+        2,
+        ["max_bad_fraction"],
+    ),
     # train_tokenizer.py
-    "train-tokenizer-empty-file": (["train_tokenizer.py", "--input", "{d}/empty.jsonl", "--vocab-size", "300",
-                                    "--out", "{d}/o"], 2, ["{d}/empty.jsonl"]),
-    "train-tokenizer-out-not-writable": (["train_tokenizer.py", "--input", "{d}/small.jsonl", "--vocab-size", "300",
-                                          "--out", "{ro}/tok"], 2, ["{ro}/tok", "cannot write in"]),
+    "train-tokenizer-empty-file": (
+        ["train_tokenizer.py", "--input", "{d}/empty.jsonl", "--vocab-size", "300", "--out", "{d}/o"],
+        2,
+        ["{d}/empty.jsonl"],
+    ),
+    "train-tokenizer-out-not-writable": (
+        ["train_tokenizer.py", "--input", "{d}/small.jsonl", "--vocab-size", "300", "--out", "{ro}/tok"],
+        2,
+        ["{ro}/tok", "cannot write in"],
+    ),
     # pretrain.py
     "pretrain-no-recipe": (["pretrain.py", "{d}/nope.yaml"], 2, ["recipe {d}/nope.yaml does not exist", "tiny_cpu"]),
     "pretrain-yaml-syntax": (["pretrain.py", "{d}/bad.yaml", "--dry-run"], 2, ["{d}/bad.yaml:4", "YAML syntax error"]),
     "pretrain-recipe-not-mapping": (["pretrain.py", "{d}/list.yaml", "--dry-run"], 2, ["{d}/list.yaml", "mapping"]),
-    "pretrain-override-yaml": (["pretrain.py", "recipes/tiny_cpu.yaml", "--dry-run", "training.max_steps=[1,"], 2,
-                               ["training.max_steps=[1,"]),
-    "pretrain-no-tokenizer": (["pretrain.py", "recipes/tiny_cpu.yaml", "--dry-run", "data.path={d}/incomplete"], 2,
-                              ["{d}/incomplete/tokenizer", "does not exist"]),
-    "pretrain-output-dir-is-file": (["pretrain.py", "recipes/tiny_cpu.yaml", "data.path={data}",
-                                     "training.output_dir={d}/afile"], 2, ["training.output_dir={d}/afile", "is a file"]),
-    "pretrain-output-dir-not-writable": (["pretrain.py", "recipes/tiny_cpu.yaml", "data.path={data}",
-                                          "training.output_dir={ro}/run"], 2, ["training.output_dir", "cannot write in"]),
+    "pretrain-override-yaml": (
+        ["pretrain.py", "recipes/tiny_cpu.yaml", "--dry-run", "training.max_steps=[1,"],
+        2,
+        ["training.max_steps=[1,"],
+    ),
+    "pretrain-no-tokenizer": (
+        ["pretrain.py", "recipes/tiny_cpu.yaml", "--dry-run", "data.path={d}/incomplete"],
+        2,
+        ["{d}/incomplete/tokenizer", "does not exist"],
+    ),
+    "pretrain-output-dir-is-file": (
+        ["pretrain.py", "recipes/tiny_cpu.yaml", "data.path={data}", "training.output_dir={d}/afile"],
+        2,
+        ["training.output_dir={d}/afile", "is a file"],
+    ),
+    "pretrain-output-dir-not-writable": (
+        ["pretrain.py", "recipes/tiny_cpu.yaml", "data.path={data}", "training.output_dir={ro}/run"],
+        2,
+        ["training.output_dir", "cannot write in"],
+    ),
     # plan.py
     "plan-unknown-gpu": (["plan.py", "--gpu", "Z100", "--hours", "1"], 2, ["unknown GPU 'Z100'"]),
     "plan-negative-hours": (["plan.py", "--gpu", "H100", "--hours", "-1"], 2, ["hours", "-1"]),
     "plan-zero-gpus": (["plan.py", "--gpu", "H100", "--hours", "1", "--num-gpus", "0"], 2, ["num_gpus"]),
-    "plan-negative-micro-batch": (["plan.py", "--gpu", "H100", "--hours", "1", "--micro-batch", "-3"], 2,
-                                  ["micro_batch", "-3"]),
+    "plan-negative-micro-batch": (
+        ["plan.py", "--gpu", "H100", "--hours", "1", "--micro-batch", "-3"],
+        2,
+        ["micro_batch", "-3"],
+    ),
     "plan-mfu-above-one": (["plan.py", "--gpu", "H100", "--hours", "1", "--mfu", "2"], 2, ["mfu"]),
-    "plan-unknown-layout": (["plan.py", "--gpu", "H200", "--layout", "zero3", "--shape", "qwen3_1p8b"], 2,
-                            ["layout", "zero3"]),
-    "plan-nodes-not-dividing": (["plan.py", "--gpu", "B200", "--num-gpus", "8", "--nodes", "3", "--layout", "fsdp2",
-                                 "--shape", "qwen3_1p8b"], 2, ["nodes: 3 nodes do not divide 8 GPUs"]),
-    "plan-tp-not-dividing-heads": (["plan.py", "--gpu", "B200", "--num-gpus", "16", "--tp", "16", "--layout",
-                                    "fsdp2", "--shape", "qwen3_1p8b"], 2, ["tp: 16 does not divide"]),
+    "plan-unknown-layout": (
+        ["plan.py", "--gpu", "H200", "--layout", "zero3", "--shape", "qwen3_1p8b"],
+        2,
+        ["layout", "zero3"],
+    ),
+    "plan-nodes-not-dividing": (
+        ["plan.py", "--gpu", "B200", "--num-gpus", "8", "--nodes", "3", "--layout", "fsdp2", "--shape", "qwen3_1p8b"],
+        2,
+        ["nodes: 3 nodes do not divide 8 GPUs"],
+    ),
+    "plan-tp-not-dividing-heads": (
+        ["plan.py", "--gpu", "B200", "--num-gpus", "16", "--tp", "16", "--layout", "fsdp2", "--shape", "qwen3_1p8b"],
+        2,
+        ["tp: 16 does not divide"],
+    ),
     # study.py
     "study-no-spec": (["study.py", "{d}/nope.yaml", "--plan"], 2, ["study spec {d}/nope.yaml does not exist"]),
     "study-yaml-syntax": (["study.py", "{d}/bad.yaml", "--list"], 2, ["{d}/bad.yaml:4", "YAML syntax error"]),
     "study-empty-spec": (["study.py", "{d}/spec_empty.yaml", "--list"], 2, ["{d}/spec_empty.yaml", "empty file"]),
     # generate.py, evaluate.py: inputs and the output folder checked before any work
-    "generate-no-tokenizer": (["generate.py", "--model", "{d}/notok", "--prompt", "hi"], 2,
-                              ["{d}/notok has no tokenizer files"]),  # was exit 0 with an empty completion
-    "generate-truncated-weights": (["generate.py", "--model", "{d}/trunc", "--prompt", "hi"], 2,
-                                   ["{d}/trunc/model.safetensors is truncated"]),
+    "generate-no-tokenizer": (
+        ["generate.py", "--model", "{d}/notok", "--prompt", "hi"],
+        2,
+        ["{d}/notok has no tokenizer files"],
+    ),  # was exit 0 with an empty completion
+    "generate-truncated-weights": (
+        ["generate.py", "--model", "{d}/trunc", "--prompt", "hi"],
+        2,
+        ["{d}/trunc/model.safetensors is truncated"],
+    ),
     "generate-top-p": (["generate.py", "--model", "{d}/ckpt", "--prompt", "hi", "--top-p", "0"], 2, ["--top-p"]),
-    "generate-max-new-tokens": (["generate.py", "--model", "{d}/ckpt", "--prompt", "hi", "--max-new-tokens", "0"], 2,
-                                ["--max-new-tokens"]),
-    "evaluate-no-tokenizer": (["evaluate.py", "{d}/notok", "--limit", "2", "--out", "{d}/o"], 2,
-                              ["{d}/notok has no tokenizer files"]),  # was a bare AssertionError
-    "evaluate-truncated-weights": (["evaluate.py", "{d}/trunc", "--limit", "2", "--out", "{d}/o"], 2,
-                                   ["{d}/trunc/model.safetensors is truncated"]),
-    "evaluate-out-not-writable": (["evaluate.py", "{d}/ckpt", "--limit", "2", "--out", "{ro}/eval"], 2,
-                                  ["--out {ro}/eval", "cannot write in"]),  # was found after all the scoring
-    "evaluate-out-is-file": (["evaluate.py", "{d}/ckpt", "--limit", "2", "--out", "{d}/afile"], 2,
-                             ["{d}/afile is a file"]),
+    "generate-max-new-tokens": (
+        ["generate.py", "--model", "{d}/ckpt", "--prompt", "hi", "--max-new-tokens", "0"],
+        2,
+        ["--max-new-tokens"],
+    ),
+    "evaluate-no-tokenizer": (
+        ["evaluate.py", "{d}/notok", "--limit", "2", "--out", "{d}/o"],
+        2,
+        ["{d}/notok has no tokenizer files"],
+    ),  # was a bare AssertionError
+    "evaluate-truncated-weights": (
+        ["evaluate.py", "{d}/trunc", "--limit", "2", "--out", "{d}/o"],
+        2,
+        ["{d}/trunc/model.safetensors is truncated"],
+    ),
+    "evaluate-out-not-writable": (
+        ["evaluate.py", "{d}/ckpt", "--limit", "2", "--out", "{ro}/eval"],
+        2,
+        ["--out {ro}/eval", "cannot write in"],
+    ),  # was found after all the scoring
+    "evaluate-out-is-file": (
+        ["evaluate.py", "{d}/ckpt", "--limit", "2", "--out", "{d}/afile"],
+        2,
+        ["{d}/afile is a file"],
+    ),
     "evaluate-limit": (["evaluate.py", "{d}/ckpt", "--limit", "-2", "--out", "{d}/o"], 2, ["--limit"]),
-    "evaluate-batch-size": (["evaluate.py", "{d}/ckpt", "--batch-size", "many", "--out", "{d}/o"], 2,
-                            ["--batch-size"]),
-    "evaluate-task-file-offline": (["evaluate.py", "{d}/ckpt", "--tasks", "openbookqa", "--data-root", "{d}", "--out",
-                                    "{d}/o"], 2, ["{d}/eval/openbookqa/test.jsonl", "Hub dataset allenai/openbookqa"]),
+    "evaluate-batch-size": (["evaluate.py", "{d}/ckpt", "--batch-size", "many", "--out", "{d}/o"], 2, ["--batch-size"]),
+    "evaluate-task-file-offline": (
+        ["evaluate.py", "{d}/ckpt", "--tasks", "openbookqa", "--data-root", "{d}", "--out", "{d}/o"],
+        2,
+        ["{d}/eval/openbookqa/test.jsonl", "Hub dataset allenai/openbookqa"],
+    ),
     # export.py
     "export-missing-checkpoint": (["export.py", "{d}/nope", "--out", "{d}/o"], 2, ["checkpoint not found: {d}/nope"]),
     "export-out-is-file": (["export.py", "{d}/ckpt", "--out", "{d}/afile"], 2, ["{d}/afile is a file"]),
-    "export-bad-dtype": (["export.py", "{d}/ckpt", "--out", "{d}/o", "--dtype", "int7"], 2,
-                         ["--dtype int7", "bfloat16"]),
-    "export-truncated-weights": (["export.py", "{d}/trunc", "--out", "{d}/o"], 2,
-                                 ["{d}/trunc/model.safetensors is truncated"]),
+    "export-bad-dtype": (
+        ["export.py", "{d}/ckpt", "--out", "{d}/o", "--dtype", "int7"],
+        2,
+        ["--dtype int7", "bfloat16"],
+    ),
+    "export-truncated-weights": (
+        ["export.py", "{d}/trunc", "--out", "{d}/o"],
+        2,
+        ["{d}/trunc/model.safetensors is truncated"],
+    ),
     # plot.py
     "plot-missing-run": (["plot.py", "{d}/nope"], 2, ["{d}/nope/log.jsonl does not exist"]),
     "plot-no-log": (["plot.py", "{d}/nolog"], 2, ["{d}/nolog/log.jsonl does not exist"]),
     "plot-corrupt-line": (["plot.py", "{d}/badlog"], 2, ["{d}/badlog/log.jsonl:2: not a JSON record"]),  # a traceback
     "plot-not-a-record": (["plot.py", "{d}/noevent"], 2, ["{d}/noevent/log.jsonl:2: not a log record"]),  # a KeyError
-    "plot-out-not-writable": (["plot.py", "{d}/goodlog", "--out", "{ro}/curves.png"], 2,
-                              ["--out {ro}/curves.png", "cannot write in"]),  # a PermissionError after the plotting
+    "plot-out-not-writable": (
+        ["plot.py", "{d}/goodlog", "--out", "{ro}/curves.png"],
+        2,
+        ["--out {ro}/curves.png", "cannot write in"],
+    ),  # a PermissionError after the plotting
     # report.py
     "report-missing-run": (["report.py", "{d}/nope"], 2, ["{d}/nope is neither a run folder"]),
     "report-not-a-run": (["report.py", "{d}/nolog"], 2, ["{d}/nolog is neither a run folder (summary.json)"]),

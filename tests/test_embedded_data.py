@@ -34,14 +34,26 @@ def _docs(path: Path) -> list[dict]:
 
 
 def test_small_and_laid_out_like_the_data_mount():
-    files = {p.relative_to(EMBEDDED_DATA_ROOT).as_posix(): p.stat().st_size
-             for p in EMBEDDED_DATA_ROOT.rglob("*") if p.is_file()}
+    files = {
+        p.relative_to(EMBEDDED_DATA_ROOT).as_posix(): p.stat().st_size
+        for p in EMBEDDED_DATA_ROOT.rglob("*")
+        if p.is_file()
+    }
     assert sum(files.values()) < 3_000_000, files
-    for rel in ("README.md", "pretrain/mix/mini_train.jsonl.zst", "pretrain/mix/mini_val.jsonl.zst",
-                "tokenizers/gpt2/tokenizer.json", "tokenizers/gpt2/tokenizer_config.json",
-                "eval/arc_easy/ARC-Easy-Test.jsonl", "eval/arc_challenge/ARC-Challenge-Test.jsonl",
-                "eval/arc_easy/ARC-Easy-Dev.jsonl", "eval/arc_challenge/ARC-Challenge-Dev.jsonl",
-                "LICENSES/Go-BSD-3-Clause.txt", "LICENSES/GPT-2-tokenizer-MIT.txt", "LICENSES/ARC-CC-BY-SA-4.0.txt"):
+    for rel in (
+        "README.md",
+        "pretrain/mix/mini_train.jsonl.zst",
+        "pretrain/mix/mini_val.jsonl.zst",
+        "tokenizers/gpt2/tokenizer.json",
+        "tokenizers/gpt2/tokenizer_config.json",
+        "eval/arc_easy/ARC-Easy-Test.jsonl",
+        "eval/arc_challenge/ARC-Challenge-Test.jsonl",
+        "eval/arc_easy/ARC-Easy-Dev.jsonl",
+        "eval/arc_challenge/ARC-Challenge-Dev.jsonl",
+        "LICENSES/Go-BSD-3-Clause.txt",
+        "LICENSES/GPT-2-tokenizer-MIT.txt",
+        "LICENSES/ARC-CC-BY-SA-4.0.txt",
+    ):
         assert rel in files, rel
     assert not any(rel.startswith("eval/openbookqa") for rel in files)  # licence not confirmed: left out
 
@@ -100,8 +112,19 @@ def test_embedded_tokenizer_and_eval_tasks_load():
 @pytest.mark.full_data("the source files of the embedded sample")
 def test_build_script_regenerates_the_embedded_files_exactly(data_root, tmp_path):
     out = tmp_path / "default_data"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "build_embedded_data.py"), "--data-root",
-                           str(data_root), "--out", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "build_embedded_data.py"),
+            "--data-root",
+            str(data_root),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     built = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     shipped = sorted(p.relative_to(EMBEDDED_DATA_ROOT).as_posix() for p in EMBEDDED_DATA_ROOT.rglob("*") if p.is_file())
@@ -118,14 +141,31 @@ def test_demo_runs_without_data_root(tmp_path):
     """`make demo` on a fresh clone: the whole pipeline on the embedded data (shortened here)."""
     env = {k: v for k, v in os.environ.items() if k != "DATA_ROOT"}
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--out", str(tmp_path / "demo"),
-                           "--max-steps", "4", "--eval-limit", "4", "--override", "evaluation.eval_tokens=2048",
-                           "--override", "evaluation.final_eval_tokens=2048"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "demo.py"),
+            "--out",
+            str(tmp_path / "demo"),
+            "--max-steps",
+            "4",
+            "--eval-limit",
+            "4",
+            "--override",
+            "evaluation.eval_tokens=2048",
+            "--override",
+            "evaluation.final_eval_tokens=2048",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
     assert "DATA_ROOT is not set: using the small embedded data" in proc.stderr
     assert "openbookqa: not in" in proc.stdout
-    report = json.loads(proc.stdout[proc.stdout.index("{\n"):])
+    report = json.loads(proc.stdout[proc.stdout.index("{\n") :])
     assert report["data_root"] == str(EMBEDDED_DATA_ROOT)
     assert set(report["lm_eval"]) == {"arc_easy", "arc_challenge"} and report["validation_loss"] > 0
     assert Path(report["plot"]).is_file() and (Path(report["checkpoint"]) / "config.json").is_file()
@@ -149,5 +189,6 @@ def test_the_demo_budget_in_steps_and_tokens():
     config = load_config(recipe.model.config, recipe.model.overrides, vocab_size=DEMO_VOCAB)
     assert tokens * flops_per_token(config, DEMO_SEQ_LEN).total <= 1.8e12
     # the validation it runs is a small part of it
-    assert (t["max_steps"] // t["eval_steps"]) * recipe.evaluation.eval_tokens + recipe.evaluation.final_eval_tokens \
-        <= tokens / 5
+    assert (
+        t["max_steps"] // t["eval_steps"]
+    ) * recipe.evaluation.eval_tokens + recipe.evaluation.final_eval_tokens <= tokens / 5

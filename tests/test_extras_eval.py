@@ -30,8 +30,10 @@ def test_lm_eval_is_an_extra_and_evaluate_is_not_required():
 
 @pytest.mark.parametrize("command", [["eval", "no/such/checkpoint"], ["demo", "--out", "no/such/out"]])
 def test_command_without_lm_eval_says_which_extra(command):
-    code = ("import sys; sys.modules['lm_eval'] = None  # as if not installed\n"
-            f"from hfpretrain.cli import main; sys.exit(main({command!r}))")
+    code = (
+        "import sys; sys.modules['lm_eval'] = None  # as if not installed\n"
+        f"from hfpretrain.cli import main; sys.exit(main({command!r}))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.strip().splitlines() == [f"error: hfpretrain {command[0]} {LINE}"], r.stderr[-2000:]

@@ -55,8 +55,10 @@ def cli(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
 
 
 def docs(n: int, field: str = "text") -> bytes:
-    return b"".join(json.dumps({field: f"document number {i} " * 12, "meta": {"pile_set_name": "S"}}).encode() + b"\n"
-                    for i in range(n))
+    return b"".join(
+        json.dumps({field: f"document number {i} " * 12, "meta": {"pile_set_name": "S"}}).encode() + b"\n"
+        for i in range(n)
+    )
 
 
 @pytest.fixture
@@ -67,8 +69,9 @@ def small(tmp_path) -> Path:
 
 
 def _tokenize(src, out, tok, *extra):
-    return cli("tokenize", "--input", src, "--tokenizer", tok, "--seq-len", "16", "--val-docs", "4", "--out", out,
-               "-q", *extra)
+    return cli(
+        "tokenize", "--input", src, "--tokenizer", tok, "--seq-len", "16", "--val-docs", "4", "--out", out, "-q", *extra
+    )
 
 
 def _dead_pid() -> int:
@@ -127,8 +130,9 @@ def _cut_zst(path: Path, n: int, streamed: bool = False) -> Path:
     import random
 
     rng = random.Random(0)  # text that compresses only so far: the frame holds several blocks
-    data = b"".join(json.dumps({"text": " ".join(f"{rng.getrandbits(40):x}" for _ in range(60))}).encode() + b"\n"
-                    for _ in range(n))
+    data = b"".join(
+        json.dumps({"text": " ".join(f"{rng.getrandbits(40):x}" for _ in range(60))}).encode() + b"\n" for _ in range(n)
+    )
     if streamed:
         import io
 
@@ -148,9 +152,22 @@ def test_train_tokenizer_refuses_a_truncated_zst_as_tokenize_does(tmp_path, gpt2
     (tmp_path / "small.jsonl").write_bytes(docs(40))
     before = snapshot(tmp_path)
     lines = []
-    for command in (["tokenize", "--input", cut, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--val-docs", "4",
-                     "--out", tmp_path / "data"],
-                    ["train-tokenizer", "--input", cut, "--vocab-size", "300", "--out", tmp_path / "tok"]):
+    for command in (
+        [
+            "tokenize",
+            "--input",
+            cut,
+            "--tokenizer",
+            gpt2_tokenizer,
+            "--seq-len",
+            "16",
+            "--val-docs",
+            "4",
+            "--out",
+            tmp_path / "data",
+        ],
+        ["train-tokenizer", "--input", cut, "--vocab-size", "300", "--out", tmp_path / "tok"],
+    ):
         r = cli(*command)
         assert r.returncode == 2, (command[0], r.stderr[-2000:])
         lines.append(one_error(r.stderr))
@@ -160,8 +177,17 @@ def test_train_tokenizer_refuses_a_truncated_zst_as_tokenize_does(tmp_path, gpt2
     assert not (tmp_path / "tok").exists() and not (tmp_path / "data").exists()
     assert_kept(before, tmp_path)
     if streamed:  # and the same way to go on without it
-        r = cli("train-tokenizer", "--input", cut, tmp_path / "small.jsonl", "--vocab-size", "300", "--out",
-                tmp_path / "tok", "--allow-missing")
+        r = cli(
+            "train-tokenizer",
+            "--input",
+            cut,
+            tmp_path / "small.jsonl",
+            "--vocab-size",
+            "300",
+            "--out",
+            tmp_path / "tok",
+            "--allow-missing",
+        )
         assert r.returncode == 0, r.stderr[-2000:]
 
 
@@ -170,8 +196,9 @@ def test_train_tokenizer_applies_the_bad_record_ceiling(tmp_path, small):
     bad.write_bytes(docs(20) + b"{not json\n" * 5)
     r = cli("train-tokenizer", "--input", bad, "--vocab-size", "300", "--out", tmp_path / "tok")
     assert r.returncode == 2 and "max_bad_fraction" in one_error(r.stderr) and not (tmp_path / "tok").exists()
-    r = cli("train-tokenizer", "--input", bad, "--vocab-size", "300", "--out", tmp_path / "tok",
-            "--max-bad-fraction", "0.5")
+    r = cli(
+        "train-tokenizer", "--input", bad, "--vocab-size", "300", "--out", tmp_path / "tok", "--max-bad-fraction", "0.5"
+    )
     assert r.returncode == 0, r.stderr[-2000:]
 
 
@@ -197,8 +224,11 @@ def test_train_tokenizer_never_writes_into_a_users_folder(tmp_path, small):
 def test_a_wrong_text_field_stops_at_once_naming_the_fields(tmp_path, gpt2_tokenizer, command):
     src = tmp_path / "code.jsonl"
     src.write_bytes(docs(60, field="content"))
-    args = (["--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--val-docs", "4", "--out", tmp_path / "o"]
-            if command == "tokenize" else ["--vocab-size", "300", "--out", tmp_path / "o"])
+    args = (
+        ["--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--val-docs", "4", "--out", tmp_path / "o"]
+        if command == "tokenize"
+        else ["--vocab-size", "300", "--out", tmp_path / "o"]
+    )
     r = cli(command, "--input", src, *args)
     assert r.returncode == 2
     line = one_error(r.stderr)
@@ -231,8 +261,19 @@ def test_a_small_corpus_without_val_input_holds_out_a_share(tmp_path, gpt2_token
     m = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert m["validation"]["documents"] == 3 and m["train"]["documents"] == 27 and m["val_docs"] == 3
     # an explicit --val-docs is what it says: too many is still an error
-    r = cli("tokenize", "--input", folder, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--out", tmp_path / "p",
-            "--val-docs", "30")
+    r = cli(
+        "tokenize",
+        "--input",
+        folder,
+        "--tokenizer",
+        gpt2_tokenizer,
+        "--seq-len",
+        "16",
+        "--out",
+        tmp_path / "p",
+        "--val-docs",
+        "30",
+    )
     assert r.returncode == 2 and "--val-docs" in one_error(r.stderr)
 
 
@@ -243,24 +284,38 @@ def _run_folder(root: Path, data: Path | None = None) -> Path:
     (run / "final").mkdir(parents=True)
     (run / "final" / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (run / "recipe.yaml").write_text(f"data:\n  path: {data or root / 'nodata'}\ntraining:\n  learning_rate: 0.001\n")
-    (run / "summary.json").write_text(json.dumps({"global_step": 1, "plan": {
-        "parameters": {"total": 10, "non_embedding": 5}, "seq_len": 16, "world_size": 1, "tokens_per_step": 32,
-        "flops_per_token": 60}}))
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "global_step": 1,
+                "plan": {
+                    "parameters": {"total": 10, "non_embedding": 5},
+                    "seq_len": 16,
+                    "world_size": 1,
+                    "tokens_per_step": 32,
+                    "flops_per_token": 60,
+                },
+            }
+        )
+    )
     (run / "log.jsonl").write_text(json.dumps({"event": "log", "step": 1, "loss": 9.5}) + "\n")
     return run
 
 
-@pytest.mark.parametrize("name, text, names", [
-    ("recipe.yaml", "data:\n  path: [1, 2\n", "recipe.yaml"),  # YAML cut short
-    ("recipe.yaml", "- data\n- training\n", "recipe.yaml"),  # not a mapping
-    ("recipe.yaml", "training:\n  learning_rate: 0.001\n", "data.path"),  # no data.path
-    ("summary.json", '{"global_step": 1, "pla', "summary.json"),  # JSON cut short
-    ("summary.json", "[1, 2]", "summary.json"),  # not an object
-    ("summary.json", '{"global_step": 1}', "plan"),  # written by something else
-    ("final/config.json", "{", "config.json"),
-    ("log.jsonl", '{"event": "log", "step": 1, "lo\n', "log.jsonl:1"),  # a line cut short
-    ("final/eval/results.json", "{bad", "results.json"),  # lm-eval scores of earlier
-])
+@pytest.mark.parametrize(
+    "name, text, names",
+    [
+        ("recipe.yaml", "data:\n  path: [1, 2\n", "recipe.yaml"),  # YAML cut short
+        ("recipe.yaml", "- data\n- training\n", "recipe.yaml"),  # not a mapping
+        ("recipe.yaml", "training:\n  learning_rate: 0.001\n", "data.path"),  # no data.path
+        ("summary.json", '{"global_step": 1, "pla', "summary.json"),  # JSON cut short
+        ("summary.json", "[1, 2]", "summary.json"),  # not an object
+        ("summary.json", '{"global_step": 1}', "plan"),  # written by something else
+        ("final/config.json", "{", "config.json"),
+        ("log.jsonl", '{"event": "log", "step": 1, "lo\n', "log.jsonl:1"),  # a line cut short
+        ("final/eval/results.json", "{bad", "results.json"),  # lm-eval scores of earlier
+    ],
+)
 def test_report_on_a_corrupt_run_folder_is_one_line(tmp_path, name, text, names):
     run = _run_folder(tmp_path)
     (run / name).parent.mkdir(parents=True, exist_ok=True)
@@ -311,9 +366,17 @@ def checkpoint(tmp_path_factory, gpt2_tokenizer) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     out = tmp_path_factory.mktemp("faults_ckpt") / "final"
-    LlamaForCausalLM(LlamaConfig(vocab_size=50304, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=2,
-                                 max_position_embeddings=64)).save_pretrained(out)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=50304,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        )
+    ).save_pretrained(out)
     for f in Path(gpt2_tokenizer).iterdir():
         shutil.copy(f, out / f.name)
     return out
@@ -333,14 +396,31 @@ def test_export_into_a_users_folder_changes_nothing(tmp_path, checkpoint, where)
 
 
 # ----------------------------------------------------------------------------------------------- 36.2: output_dir
-TINY_TRAIN = ["training.use_cpu=true", "training.report_to=none", "training.dataloader_num_workers=0",
-              "training.disable_tqdm=true", "training.per_device_train_batch_size=2", "training.logging_steps=1",
-              "training.eval_strategy=no", "evaluation.eval_tokens=2048", "evaluation.final_eval_tokens=2048"]
+TINY_TRAIN = [
+    "training.use_cpu=true",
+    "training.report_to=none",
+    "training.dataloader_num_workers=0",
+    "training.disable_tqdm=true",
+    "training.per_device_train_batch_size=2",
+    "training.logging_steps=1",
+    "training.eval_strategy=no",
+    "evaluation.eval_tokens=2048",
+    "evaluation.final_eval_tokens=2048",
+]
 
 
 def _train(data: Path, out: Path, steps: int, *extra) -> subprocess.CompletedProcess:
-    return cli("train", "recipes/tiny_cpu.yaml", f"data.path={data}", f"training.output_dir={out}",
-               f"training.max_steps={steps}", "training.save_steps=1", "training.warmup_steps=0", *TINY_TRAIN, *extra)
+    return cli(
+        "train",
+        "recipes/tiny_cpu.yaml",
+        f"data.path={data}",
+        f"training.output_dir={out}",
+        f"training.max_steps={steps}",
+        "training.save_steps=1",
+        "training.warmup_steps=0",
+        *TINY_TRAIN,
+        *extra,
+    )
 
 
 def test_a_new_run_in_a_finished_runs_folder_is_refused_unless_overwriting(tmp_path, mini_blocks):
@@ -355,8 +435,9 @@ def test_a_new_run_in_a_finished_runs_folder_is_refused_unless_overwriting(tmp_p
     assert f"training.output_dir={run} holds an earlier run" in line and "overwrite_output_dir=true" in line, line
     assert "resume_from_checkpoint=auto" in line, line
     assert_kept(before, tmp_path)
-    r = _train(mini_blocks, run, 1, "training.learning_rate=1e-4", "training.save_total_limit=1",
-               "overwrite_output_dir=true")
+    r = _train(
+        mini_blocks, run, 1, "training.learning_rate=1e-4", "training.save_total_limit=1", "overwrite_output_dir=true"
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]  # the new run's, none of the old
     assert json.loads((run / "summary.json").read_text())["global_step"] == 1
@@ -415,6 +496,7 @@ def _training_on_refused(tmp_path, mini_blocks, spoil) -> tuple[Path, str]:
 def test_training_on_a_damaged_arrow_file_is_one_line_naming_the_folder(tmp_path, mini_blocks):
     """A truncated train/*.arrow was "error: Expected to be able to read 261256 bytes for message body, got 192",
     exit 1: no file named, as if the run had failed rather than its input."""
+
     def truncate(data):
         arrow = sorted((data / "train").glob("*.arrow"))[0]
         arrow.write_bytes(arrow.read_bytes()[:1000])
@@ -427,6 +509,7 @@ def test_training_on_a_damaged_arrow_file_is_one_line_naming_the_folder(tmp_path
 def test_blocks_of_another_length_than_the_manifest_says_are_one_line(tmp_path, mini_blocks):
     """A folder whose manifest.json came from another tokenization (here: seq_len 64 over blocks of 128) passed every
     length check, all of which read the manifest, and trained on blocks of the other length without a word."""
+
     def shorten_manifest(data):
         manifest = json.loads((data / "manifest.json").read_text())
         (data / "manifest.json").write_text(json.dumps({**manifest, "seq_len": 64}))
@@ -441,6 +524,7 @@ def test_blocks_of_another_length_than_the_manifest_says_are_one_line(tmp_path, 
 # replaced by the kill, nothing else changes.
 def _killer(point: str, at: int, argv: list[str]):
     """What the forked child runs: these patches, then ``hfpretrain ARGV``."""
+
     def run():
         import signal
 
@@ -478,15 +562,24 @@ def _killer(point: str, at: int, argv: list[str]):
     return run
 
 
-@pytest.mark.parametrize("point, resumed", [("save", "checkpoint-1"), ("rotate", "checkpoint-2"),
-                                            ("final", "checkpoint-2")])
+@pytest.mark.parametrize(
+    "point, resumed", [("save", "checkpoint-1"), ("rotate", "checkpoint-2"), ("final", "checkpoint-2")]
+)
 def test_a_run_killed_while_saving_resumes_from_its_last_whole_checkpoint(tmp_path, mini_blocks, point, resumed):
     from hfpretrain.training.checkpoints import checkpoint_problem
 
     run = tmp_path / "run"
-    train = ["train", "recipes/tiny_cpu.yaml", f"data.path={mini_blocks}", f"training.output_dir={run}",
-             "training.max_steps=2", "training.save_steps=1", "training.save_total_limit=1",
-             "training.warmup_steps=0", *TINY_TRAIN]
+    train = [
+        "train",
+        "recipes/tiny_cpu.yaml",
+        f"data.path={mini_blocks}",
+        f"training.output_dir={run}",
+        "training.max_steps=2",
+        "training.save_steps=1",
+        "training.save_total_limit=1",
+        "training.warmup_steps=0",
+        *TINY_TRAIN,
+    ]
     killed = forked.run_forked(_killer(point, 2, train), cwd=REPO)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert checkpoint_problem(run / resumed) is None  # the last whole checkpoint is whole
@@ -508,14 +601,32 @@ def test_a_run_killed_while_saving_resumes_from_its_last_whole_checkpoint(tmp_pa
 def _in_small_filesystem(mib: int, script: str) -> subprocess.CompletedProcess:
     """``script`` (sh) with a ``mib`` MiB tmpfs mounted on $SMALL, in a user and mount namespace of its own (no root
     on the host, nothing mounted outside that process: it goes when the process ends)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PY": sys.executable}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PY": sys.executable,
+    }
     small = f"/tmp/hfpretrain-smallfs-{os.getpid()}"
     os.makedirs(small, exist_ok=True)
     try:
-        return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
-                               f'mount -t tmpfs -o size={mib}m tmpfs {small} && SMALL={small} && {script}'],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [
+                "unshare",
+                "--user",
+                "--map-root-user",
+                "--mount",
+                "sh",
+                "-c",
+                f"mount -t tmpfs -o size={mib}m tmpfs {small} && SMALL={small} && {script}",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         os.rmdir(small)
 
@@ -528,9 +639,17 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line(mini_blocks, mib):
     probe = _in_small_filesystem(1, "true")
     if probe.returncode != 0:
         pytest.skip(f"no user+mount namespace for a small filesystem here: {probe.stderr.strip()[:200]}")
-    train = " ".join(["$PY -m hfpretrain train recipes/tiny_cpu.yaml", f"data.path={mini_blocks}",
-                      "training.output_dir=$SMALL/run", "training.max_steps=3", "training.save_steps=1",
-                      "training.save_total_limit=1", *TINY_TRAIN])
+    train = " ".join(
+        [
+            "$PY -m hfpretrain train recipes/tiny_cpu.yaml",
+            f"data.path={mini_blocks}",
+            "training.output_dir=$SMALL/run",
+            "training.max_steps=3",
+            "training.save_steps=1",
+            "training.save_total_limit=1",
+            *TINY_TRAIN,
+        ]
+    )
     # a checkpoint of the tiny model is ~42 MiB: the first fits in 60 MiB, the second does not
     r = _in_small_filesystem(mib, f"{train}; echo rc=$?; ls $SMALL/run; cat $SMALL/run/checkpoint-1/COMPLETE")
     assert "rc=1" in r.stdout, (r.stdout, r.stderr[-3000:])
@@ -547,9 +666,16 @@ def test_a_full_disk_while_saving_final_is_one_line(mini_blocks):
     probe = _in_small_filesystem(1, "true")
     if probe.returncode != 0:
         pytest.skip(f"no user+mount namespace for a small filesystem here: {probe.stderr.strip()[:200]}")
-    train = " ".join(["$PY -m hfpretrain train recipes/tiny_cpu.yaml", f"data.path={mini_blocks}",
-                      "training.output_dir=$SMALL/run", "training.max_steps=1", "training.save_steps=1",
-                      *TINY_TRAIN])
+    train = " ".join(
+        [
+            "$PY -m hfpretrain train recipes/tiny_cpu.yaml",
+            f"data.path={mini_blocks}",
+            "training.output_dir=$SMALL/run",
+            "training.max_steps=1",
+            "training.save_steps=1",
+            *TINY_TRAIN,
+        ]
+    )
     # checkpoint-1 (weights and optimizer state, ~42 MiB) fits in 48 MiB, final/'s weights beside it do not
     r = _in_small_filesystem(48, f"{train}; echo rc=$?; ls $SMALL/run")
     assert "rc=1" in r.stdout, (r.stdout, r.stderr[-3000:])
@@ -592,21 +718,42 @@ def test_train_never_writes_into_the_working_or_home_folder_or_a_root(tmp_path, 
     mine = _users_folder(tmp_path)
     before = snapshot(tmp_path)
     out = str(mine) if where == "home" else where
-    r = cli("train", REPO / "recipes" / "tiny_cpu.yaml", f"data.path={mini_blocks}", f"training.output_dir={out}",
-            "training.max_steps=1", "overwrite_output_dir=true", *TINY_TRAIN, cwd=tmp_path if where == "home" else mine,
-            env={"HOME": str(mine)})
+    r = cli(
+        "train",
+        REPO / "recipes" / "tiny_cpu.yaml",
+        f"data.path={mini_blocks}",
+        f"training.output_dir={out}",
+        "training.max_steps=1",
+        "overwrite_output_dir=true",
+        *TINY_TRAIN,
+        cwd=tmp_path if where == "home" else mine,
+        env={"HOME": str(mine)},
+    )
     assert r.returncode == 2
     line = one_error(r.stderr)
-    why = {".": "the working directory", "..": "a folder holding the working directory", "home": "the home folder",
-           "/": "a filesystem root"}[where]
+    why = {
+        ".": "the working directory",
+        "..": "a folder holding the working directory",
+        "home": "the home folder",
+        "/": "a filesystem root",
+    }[where]
     assert f"training.output_dir={out}" in line and why in line, line
     assert_kept(before, tmp_path)
 
 
 def _study_spec(root: Path, data: Path) -> Path:
     spec = root / "spec.yaml"
-    spec.write_text(json.dumps({"name": "s", "recipe": str(REPO / "recipes" / "tiny_cpu.yaml"), "sizes": ["tiny"],
-                                "steps": [1], "overrides": [f"data.path={data}", *TINY_TRAIN]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "s",
+                "recipe": str(REPO / "recipes" / "tiny_cpu.yaml"),
+                "sizes": ["tiny"],
+                "steps": [1],
+                "overrides": [f"data.path={data}", *TINY_TRAIN],
+            }
+        )
+    )
     return spec
 
 
@@ -616,9 +763,14 @@ def test_no_command_writes_into_the_working_folder(tmp_path, small, gpt2_tokeniz
     flag and the folder; nothing in it changes."""
     mine = _users_folder(tmp_path)
     spec = _study_spec(tmp_path, mini_blocks)
-    args = {"tokenize": ["--input", small, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--force"],
-            "train-tokenizer": ["--input", small, "--vocab-size", "300", "--force"],
-            "export": [checkpoint, "--force"], "eval": [checkpoint], "study": [spec], "demo": []}[command]
+    args = {
+        "tokenize": ["--input", small, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--force"],
+        "train-tokenizer": ["--input", small, "--vocab-size", "300", "--force"],
+        "export": [checkpoint, "--force"],
+        "eval": [checkpoint],
+        "study": [spec],
+        "demo": [],
+    }[command]
     before = snapshot(tmp_path)
     r = cli(command, *args, "--out", ".", cwd=mine)
     assert r.returncode == 2
@@ -645,15 +797,21 @@ def test_tokenize_force_never_deletes_a_run_inside_the_data_folder(tmp_path, sma
 
 
 # ----------------------------------------------------------------------------------------------- 62: numbers
-@pytest.mark.parametrize("override, names", [
-    ("moe.aux_loss_coef=nan", "moe.aux_loss_coef=nan"),  # `< 0` is false for NaN: it landed in final/config.json
-    ("moe.bias_update_rate=inf", "moe.bias_update_rate=inf"),  # every router bias NaN after one step, exit 0
-    ("training_flops=nan", "training_flops=nan"),
-    ("context.yarn_factor=1e9", "context.yarn_factor=1e+09"),  # max_position_embeddings 64,000,000,000, exit 0
-])
+@pytest.mark.parametrize(
+    "override, names",
+    [
+        ("moe.aux_loss_coef=nan", "moe.aux_loss_coef=nan"),  # `< 0` is false for NaN: it landed in final/config.json
+        ("moe.bias_update_rate=inf", "moe.bias_update_rate=inf"),  # every router bias NaN after one step, exit 0
+        ("training_flops=nan", "training_flops=nan"),
+        ("context.yarn_factor=1e9", "context.yarn_factor=1e+09"),  # max_position_embeddings 64,000,000,000, exit 0
+    ],
+)
 def test_a_number_out_of_range_is_one_line_before_any_work(tmp_path, mini_blocks, override, names):
-    extra = ["context.seq_len=256", "context.rope=yarn", f"model.init_from={tmp_path}"] \
-        if override.startswith("context.") else []
+    extra = (
+        ["context.seq_len=256", "context.rope=yarn", f"model.init_from={tmp_path}"]
+        if override.startswith("context.")
+        else []
+    )
     r = _train(mini_blocks, tmp_path / "run", 1, override, *extra)
     assert r.returncode == 2
     line = one_error(r.stderr)
@@ -671,8 +829,11 @@ def _float_keys(cls, prefix: str = "", ints: bool = False) -> list[str]:
         hint = typing.get_type_hints(cls)[f.name]
         if dataclasses.is_dataclass(hint):
             out += _float_keys(hint, f"{prefix}{f.name}.", ints)
-        elif {float, int} & set(typing.get_args(hint) or (hint,)) if ints else \
-                float in (typing.get_args(hint) or (hint,)):
+        elif (
+            {float, int} & set(typing.get_args(hint) or (hint,))
+            if ints
+            else float in (typing.get_args(hint) or (hint,))
+        ):
             out.append(f"{prefix}{f.name}")
     return out
 
@@ -688,8 +849,16 @@ def test_every_float_key_refuses_non_finite_values_by_name(value):
             load_recipe(REPO / "recipes" / "tiny_cpu.yaml", [f"{key}={value}", "data.path=/nonexistent"])
 
 
-@pytest.mark.parametrize("override", ["optimizer.muon_momentum=1.5", "logging.assumed_mfu=0", "logging.peak_flops=-1",
-                                      "optimizer.muon_learning_rate=-1", "loss.chunk_tokens=0"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "optimizer.muon_momentum=1.5",
+        "logging.assumed_mfu=0",
+        "logging.peak_flops=-1",
+        "optimizer.muon_learning_rate=-1",
+        "loss.chunk_tokens=0",
+    ],
+)
 def test_a_typed_key_out_of_its_range_is_refused_at_load(override):
     """Each was accepted at load (a momentum of 1.5 diverges; a chunk of 0 tokens fails in the loss)."""
     from hfpretrain.training.config import NUMBER_RANGES, Recipe, RecipeError, load_recipe
@@ -704,8 +873,10 @@ def test_a_non_finite_number_in_a_recipe_file_is_refused_by_key(tmp_path):
     """YAML's .nan reaches the untyped sections too (training, model.overrides, data mixtures)."""
     from hfpretrain.training.config import RecipeError, load_recipe
 
-    for section, text in (("training.learning_rate", "training:\n  learning_rate: .nan\n"),
-                          ("model.overrides.rope_theta", "model:\n  overrides:\n    rope_theta: .inf\n")):
+    for section, text in (
+        ("training.learning_rate", "training:\n  learning_rate: .nan\n"),
+        ("model.overrides.rope_theta", "model:\n  overrides:\n    rope_theta: .inf\n"),
+    ):
         recipe = tmp_path / "r.yaml"
         recipe.write_text(text + "data:\n  path: /nonexistent\n")
         with pytest.raises(RecipeError, match=f"^{section}=(nan|inf): must be a finite number"):
@@ -713,13 +884,18 @@ def test_a_non_finite_number_in_a_recipe_file_is_refused_by_key(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- 62: study specs
-@pytest.mark.parametrize("body, names", [
-    ("steps: [1]\narms:\n  a: [training.seed=1]\n  a: [training.seed=2]\n",  # the last one was kept
-     "spec.yaml:6: YAML syntax error: 'a' is given twice"),
-    ("steps: [1]\narms:\n  a: training.seed=1\n", "arms.a"),  # split into characters, each an override
-    ("steps: 5\n", "steps: a list of budgets"),  # a TypeError
-    ("steps: [.nan]\n", "steps: needs finite positive budgets"),  # an unrelated message, later
-])
+@pytest.mark.parametrize(
+    "body, names",
+    [
+        (
+            "steps: [1]\narms:\n  a: [training.seed=1]\n  a: [training.seed=2]\n",  # the last one was kept
+            "spec.yaml:6: YAML syntax error: 'a' is given twice",
+        ),
+        ("steps: [1]\narms:\n  a: training.seed=1\n", "arms.a"),  # split into characters, each an override
+        ("steps: 5\n", "steps: a list of budgets"),  # a TypeError
+        ("steps: [.nan]\n", "steps: needs finite positive budgets"),  # an unrelated message, later
+    ],
+)
 def test_a_malformed_study_spec_is_one_line(tmp_path, mini_blocks, body, names):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"recipe: {REPO / 'recipes' / 'tiny_cpu.yaml'}\nsizes: [tiny]\n{body}")
@@ -733,12 +909,15 @@ def test_a_malformed_study_spec_is_one_line(tmp_path, mini_blocks, body, names):
 
 
 # ----------------------------------------------------------------------------------------------- 62: checks at start
-@pytest.mark.parametrize("overrides, names", [
-    # an IndexError from transformers' load-balancing loss, after the model was built and recipe.yaml written
-    (["model.config=qwen3_moe_109m_a21m", "model.overrides.num_experts=0"], "num_experts=0"),
-    # a NotImplementedError at the first backward, after files were written (flash-attention is checked at start)
-    (["model.attn_implementation=flex_attention"], "model.attn_implementation=flex_attention needs a CUDA GPU"),
-])
+@pytest.mark.parametrize(
+    "overrides, names",
+    [
+        # an IndexError from transformers' load-balancing loss, after the model was built and recipe.yaml written
+        (["model.config=qwen3_moe_109m_a21m", "model.overrides.num_experts=0"], "num_experts=0"),
+        # a NotImplementedError at the first backward, after files were written (flash-attention is checked at start)
+        (["model.attn_implementation=flex_attention"], "model.attn_implementation=flex_attention needs a CUDA GPU"),
+    ],
+)
 def test_a_model_that_cannot_train_here_is_refused_before_building(tmp_path, mini_blocks, overrides, names):
     import torch
 
@@ -763,15 +942,27 @@ def test_long_context_refuses_bad_inputs_in_one_line_before_scoring(tmp_path, ch
         pytest.skip("this machine has a CUDA GPU")
     ckpt = tmp_path / "final"
     # tokenizer_config.json left without the vocabulary: the scoring divided by zero
-    shutil.copytree(checkpoint, ckpt, ignore=shutil.ignore_patterns("tokenizer.json", "vocab.json", "merges.txt")
-                    if case == "no_tokenizer" else None)
+    shutil.copytree(
+        checkpoint,
+        ckpt,
+        ignore=shutil.ignore_patterns("tokenizer.json", "vocab.json", "merges.txt") if case == "no_tokenizer" else None,
+    )
     (tmp_path / "folder").mkdir()
     (tmp_path / "file.txt").write_text("mine")
-    args = {"device": ["--device", "cuda"], "out_folder": ["--out", tmp_path / "folder"],
-            "out_under_file": ["--out", tmp_path / "file.txt" / "lc.json"], "no_tokenizer": [],
-            "other_tokenizer": ["--data", mini_blocks_bpe1k, "--blocks", "1"]}[case]
-    names = {"device": "--device cuda", "out_folder": "--out", "out_under_file": "file.txt is a file",
-             "no_tokenizer": "tokenizer", "other_tokenizer": f"--data {mini_blocks_bpe1k} was tokenized with"}[case]
+    args = {
+        "device": ["--device", "cuda"],
+        "out_folder": ["--out", tmp_path / "folder"],
+        "out_under_file": ["--out", tmp_path / "file.txt" / "lc.json"],
+        "no_tokenizer": [],
+        "other_tokenizer": ["--data", mini_blocks_bpe1k, "--blocks", "1"],
+    }[case]
+    names = {
+        "device": "--device cuda",
+        "out_folder": "--out",
+        "out_under_file": "file.txt is a file",
+        "no_tokenizer": "tokenizer",
+        "other_tokenizer": f"--data {mini_blocks_bpe1k} was tokenized with",
+    }[case]
     before = snapshot(tmp_path)
     r = cli("long-context", ckpt, "--lengths", "64", "--samples", "1", *args)
     assert r.returncode == 2

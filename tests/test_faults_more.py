@@ -46,9 +46,16 @@ def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_
         out = tmp_path / "exports" / "model"
 
         def export(*extra):
-            return subprocess.run([sys.executable, "-m", "hfpretrain", "export", str(ckpt), "--out", str(out),
-                                   *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-                                  preexec_fn=_limited(5 << 20))
+            return subprocess.run(
+                [sys.executable, "-m", "hfpretrain", "export", str(ckpt), "--out", str(out), *extra],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                preexec_fn=_limited(5 << 20),
+            )
+
         first = export()
         assert first.returncode == 0, first.stderr[-3000:]
         kept = _sums(out)
@@ -59,17 +66,36 @@ def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_
         assert f"exporting to {out} failed" in line and "File too large" in line and "is as it was" in line, line
         assert_kept(before, tmp_path)
         assert snapshot(tmp_path).keys() == before.keys() and _sums(out) == kept  # no staging folder left either
-        fresh = subprocess.run([sys.executable, "-m", "hfpretrain", "export", str(ckpt), "--out",
-                                str(tmp_path / "new" / "model"), "--dtype", "float32"], cwd=REPO, env=env,
-                               capture_output=True, text=True, timeout=300, preexec_fn=_limited(5 << 20))
+        fresh = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hfpretrain",
+                "export",
+                str(ckpt),
+                "--out",
+                str(tmp_path / "new" / "model"),
+                "--dtype",
+                "float32",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=_limited(5 << 20),
+        )
         assert fresh.returncode == 1 and "nothing was created" in one_error(fresh.stderr)
         assert not (tmp_path / "new").exists()  # nor the folders made for it
         return
     if _in_small_filesystem(1, "true").returncode != 0:
         pytest.skip("no user+mount namespace for a small filesystem here")
     export = f"$PY -m hfpretrain export {ckpt} --out $SMALL/exp"
-    r = _in_small_filesystem(12, f"{export} && echo BEFORE && sha256sum $SMALL/exp/* && {export} --dtype float32; "
-                                 "echo RC=$? && ls -a $SMALL && echo AFTER && sha256sum $SMALL/exp/*")
+    r = _in_small_filesystem(
+        12,
+        f"{export} && echo BEFORE && sha256sum $SMALL/exp/* && {export} --dtype float32; "
+        "echo RC=$? && ls -a $SMALL && echo AFTER && sha256sum $SMALL/exp/*",
+    )
     assert "RC=1" in r.stdout, (r.stdout, r.stderr[-3000:])
     line = one_error(r.stderr)
     assert line.startswith("error: the disk is full: exporting to ") and "is as it was" in line, line
@@ -94,8 +120,20 @@ def test_a_byte_order_mark_loses_no_document(tmp_path, gpt2_tokenizer):
     (tmp_path / "txt").mkdir()
     (tmp_path / "txt" / "d.txt").write_bytes(b"\xef\xbb\xbfHello world, a text file.\n")
     out = tmp_path / "data"
-    r = cli("tokenize", "--input", *(tmp_path / n for n in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst", "txt/d.txt")),
-            "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--val-docs", "4", "--out", out, "-q")
+    r = cli(
+        "tokenize",
+        "--input",
+        *(tmp_path / n for n in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst", "txt/d.txt")),
+        "--tokenizer",
+        gpt2_tokenizer,
+        "--seq-len",
+        "16",
+        "--val-docs",
+        "4",
+        "--out",
+        out,
+        "-q",
+    )
     assert r.returncode == 0 and "BOM" not in r.stderr, r.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["train"]["skipped"] == {} and manifest["validation"]["skipped"] == {}
@@ -109,10 +147,12 @@ def test_the_same_input_as_train_and_validation_is_refused(tmp_path, small, gpt2
     (tmp_path / "shards").mkdir()
     (tmp_path / "shards" / "a.jsonl").write_bytes(docs(30))
     (tmp_path / "link.jsonl").symlink_to(small)
-    given = {"same_path": ["--input", small, "--val-input", small],
-             "through_a_link": ["--input", small, tmp_path / "shards", "--val-input", tmp_path / "link.jsonl"],
-             "in_a_folder": ["--input", tmp_path / "shards", "--val-input", tmp_path / "shards" / "a.jsonl"],
-             "hub_split": ["--dataset-name", "someone/corpus", "--split", "train", "--val-split", "train"]}[how]
+    given = {
+        "same_path": ["--input", small, "--val-input", small],
+        "through_a_link": ["--input", small, tmp_path / "shards", "--val-input", tmp_path / "link.jsonl"],
+        "in_a_folder": ["--input", tmp_path / "shards", "--val-input", tmp_path / "shards" / "a.jsonl"],
+        "hub_split": ["--dataset-name", "someone/corpus", "--split", "train", "--val-split", "train"],
+    }[how]
     before = snapshot(tmp_path)
     r = cli("tokenize", *given, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--out", tmp_path / "data")
     assert r.returncode == 2
@@ -160,23 +200,27 @@ def test_a_lenient_build_is_not_reused_by_a_stricter_command(tmp_path, gpt2_toke
 
 # ----------------------------------------------------------------------------------------------- unclear one-liners
 def _dry_run(mini_blocks, tmp_path, *overrides, recipe=REPO / "recipes" / "tiny_cpu.yaml"):
-    return cli("train", recipe, f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}", *overrides,
-               "--dry-run")
+    return cli(
+        "train", recipe, f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}", *overrides, "--dry-run"
+    )
 
 
-@pytest.mark.parametrize("yaml_text, overrides, names", [
-    # "Merge error: list is not a subclass of KernelsSection" / a TypeError traceback for training and overrides
-    ("kernels:\n  - loss\n", [], "kernels is a section of keys"),
-    ("training:\n  - max_steps\n", [], "training is a section of keys"),
-    ("", ["model.overrides=[1]"], "model.overrides is a section of keys"),
-    # strings where the model's config holds numbers: a TypeError at the first forward, a validation traceback
-    ("", ["model.overrides.rope_theta=nan"], "model.overrides.rope_theta='nan': expected a number"),
-    ("", ['model.overrides.hidden_size="64"'], "write it without quotes: model.overrides.hidden_size=64"),
-    ("", ["model.overrides.num_hidden_layers=2.5"], "model.overrides.num_hidden_layers=2.5: expected an integer"),
-    ("", ["model.overrides.hidden_act=3"], "model.overrides.hidden_act=3: expected str"),
-    ("", ['training.learning_rate="0.001"'], "write the number without quotes (training.learning_rate=0.001)"),
-    ("", ["training.learning_rate=nan"], "training.learning_rate: expected float, got str 'nan': NaN and infinity"),
-])
+@pytest.mark.parametrize(
+    "yaml_text, overrides, names",
+    [
+        # "Merge error: list is not a subclass of KernelsSection" / a TypeError traceback for training and overrides
+        ("kernels:\n  - loss\n", [], "kernels is a section of keys"),
+        ("training:\n  - max_steps\n", [], "training is a section of keys"),
+        ("", ["model.overrides=[1]"], "model.overrides is a section of keys"),
+        # strings where the model's config holds numbers: a TypeError at the first forward, a validation traceback
+        ("", ["model.overrides.rope_theta=nan"], "model.overrides.rope_theta='nan': expected a number"),
+        ("", ['model.overrides.hidden_size="64"'], "write it without quotes: model.overrides.hidden_size=64"),
+        ("", ["model.overrides.num_hidden_layers=2.5"], "model.overrides.num_hidden_layers=2.5: expected an integer"),
+        ("", ["model.overrides.hidden_act=3"], "model.overrides.hidden_act=3: expected str"),
+        ("", ['training.learning_rate="0.001"'], "write the number without quotes (training.learning_rate=0.001)"),
+        ("", ["training.learning_rate=nan"], "training.learning_rate: expected float, got str 'nan': NaN and infinity"),
+    ],
+)
 def test_a_misshapen_or_mistyped_key_is_one_line_naming_it(tmp_path, mini_blocks, yaml_text, overrides, names):
     recipe = REPO / "recipes" / "tiny_cpu.yaml"
     if yaml_text:
@@ -209,12 +253,21 @@ def test_a_missing_init_from_is_named_as_init_from(tmp_path, mini_blocks, case):
         init.write_text("not a model")
     elif case == "empty":
         init.mkdir()
-    r = cli("train", "recipes/tiny_cpu.yaml", f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}",
-            f"model.init_from={init}", "training.max_steps=1", "training.warmup_steps=0")
+    r = cli(
+        "train",
+        "recipes/tiny_cpu.yaml",
+        f"data.path={mini_blocks}",
+        f"training.output_dir={tmp_path / 'run'}",
+        f"model.init_from={init}",
+        "training.max_steps=1",
+        "training.warmup_steps=0",
+    )
     assert r.returncode == 2
     line = one_error(r.stderr)
-    assert f"model.init_from={init} " in line and {"missing": "does not exist", "file": "is not a folder",
-                                                  "empty": "holds no config.json"}[case] in line, line
+    assert (
+        f"model.init_from={init} " in line
+        and {"missing": "does not exist", "file": "is not a folder", "empty": "holds no config.json"}[case] in line
+    ), line
     assert not (tmp_path / "run").exists()
 
 
@@ -222,8 +275,14 @@ def test_a_dangling_link_as_output_folder_says_where_it_points(tmp_path, mini_bl
     """It was "error: [Errno 17] File exists", after the model was built."""
     (tmp_path / "run").symlink_to(tmp_path / "gone")
     before = snapshot(tmp_path)
-    r = cli("train", "recipes/tiny_cpu.yaml", f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}",
-            "training.max_steps=1", "training.warmup_steps=0")
+    r = cli(
+        "train",
+        "recipes/tiny_cpu.yaml",
+        f"data.path={mini_blocks}",
+        f"training.output_dir={tmp_path / 'run'}",
+        "training.max_steps=1",
+        "training.warmup_steps=0",
+    )
     assert r.returncode == 2
     line = one_error(r.stderr)
     assert f"{tmp_path / 'run'} is a link to {tmp_path / 'gone'}, which does not exist" in line, line
@@ -239,12 +298,25 @@ def test_the_output_markers_are_the_commands_own():
     from hfpretrain.outdir import OUTPUT_MARKERS
     from hfpretrain.training.lineage import FORMAT as LINEAGE
 
-    assert [m[:2] for m in OUTPUT_MARKERS] == [("manifest.json", TOKENIZED), ("training.json", TOKENIZER),
-                                               (MARKER, MARKER_FORMAT), ("lineage.json", LINEAGE)]
+    assert [m[:2] for m in OUTPUT_MARKERS] == [
+        ("manifest.json", TOKENIZED),
+        ("training.json", TOKENIZER),
+        (MARKER, MARKER_FORMAT),
+        ("lineage.json", LINEAGE),
+    ]
 
 
-@pytest.mark.parametrize("case", ["train_in_data", "tokenize_in_run", "export_in_run", "train_tokenizer_in_export",
-                                  "eval_into_data", "long_context_into_data"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "train_in_data",
+        "tokenize_in_run",
+        "export_in_run",
+        "train_tokenizer_in_export",
+        "eval_into_data",
+        "long_context_into_data",
+    ],
+)
 def test_no_output_inside_another_commands_output(tmp_path, mini_blocks, small, gpt2_tokenizer, ckpt, case):
     """A run's output_dir inside a tokenized data folder trained and saved there (a rebuild of the data deletes the
     run); a data folder, an export inside a run's folder; eval --out DATA wrote its results into the data folder.
@@ -261,17 +333,34 @@ def test_no_output_inside_another_commands_output(tmp_path, mini_blocks, small, 
     export.mkdir()
     (export / ".hfpretrain-export.json").write_text(json.dumps({"format": "hfpretrain.export/1"}))
     args, where = {
-        "train_in_data": (["train", "recipes/tiny_cpu.yaml", f"data.path={data}", f"training.output_dir={data / 'run'}",
-                           "training.max_steps=1", "training.warmup_steps=0"], f"inside a tokenized data folder, {data}"),
-        "tokenize_in_run": (["tokenize", "--input", small, "--tokenizer", gpt2_tokenizer, "--seq-len", "16",
-                             "--out", run / "data"], f"inside a run's folder, {run}"),
+        "train_in_data": (
+            [
+                "train",
+                "recipes/tiny_cpu.yaml",
+                f"data.path={data}",
+                f"training.output_dir={data / 'run'}",
+                "training.max_steps=1",
+                "training.warmup_steps=0",
+            ],
+            f"inside a tokenized data folder, {data}",
+        ),
+        "tokenize_in_run": (
+            ["tokenize", "--input", small, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--out", run / "data"],
+            f"inside a run's folder, {run}",
+        ),
         "export_in_run": (["export", ckpt, "--out", run / "export"], f"inside a run's folder, {run}"),
-        "train_tokenizer_in_export": (["train-tokenizer", "--input", small, "--vocab-size", "300", "--out",
-                                       export / "tok"], f"inside an export, {export}"),
-        "eval_into_data": (["eval", ckpt, "--out", data, "--tasks", "arc_easy", "--limit", "2"],
-                           f"{data} is a tokenized data folder"),
-        "long_context_into_data": (["long-context", ckpt, "--lengths", "64", "--samples", "1", "--out",
-                                    data / "lc.json"], f"{data} is a tokenized data folder"),
+        "train_tokenizer_in_export": (
+            ["train-tokenizer", "--input", small, "--vocab-size", "300", "--out", export / "tok"],
+            f"inside an export, {export}",
+        ),
+        "eval_into_data": (
+            ["eval", ckpt, "--out", data, "--tasks", "arc_easy", "--limit", "2"],
+            f"{data} is a tokenized data folder",
+        ),
+        "long_context_into_data": (
+            ["long-context", ckpt, "--lengths", "64", "--samples", "1", "--out", data / "lc.json"],
+            f"{data} is a tokenized data folder",
+        ),
     }[case]
     before = snapshot(tmp_path)
     r = cli(*args)
@@ -317,10 +406,21 @@ def test_a_broken_tokenizer_folder_is_one_line_naming_the_file(tmp_path, small, 
     for f in folder.iterdir():
         f.chmod(0o644)
     _break_tokenizer(folder, how)
-    args = {"tokenize": ["tokenize", "--input", small, "--tokenizer", folder, "--seq-len", "16", "--out",
-                         tmp_path / "data"],
-            "export": ["export", folder, "--out", tmp_path / "export"],
-            "generate": ["generate", "--model", folder, "--prompt", "hi", "--max-new-tokens", "2"]}[command]
+    args = {
+        "tokenize": [
+            "tokenize",
+            "--input",
+            small,
+            "--tokenizer",
+            folder,
+            "--seq-len",
+            "16",
+            "--out",
+            tmp_path / "data",
+        ],
+        "export": ["export", folder, "--out", tmp_path / "export"],
+        "generate": ["generate", "--model", folder, "--prompt", "hi", "--max-new-tokens", "2"],
+    }[command]
     before = snapshot(tmp_path)
     r = cli(*args)
     assert r.returncode == 2
@@ -338,9 +438,17 @@ def test_a_cut_log_inside_a_study_is_one_line_naming_it(tmp_path, mini_blocks):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"recipe: {REPO / 'recipes' / 'tiny_cpu.yaml'}\nsizes: [tiny]\nsteps: [2]\n")
     study = tmp_path / "study"
-    args = [spec, "--out", study, f"data.path={mini_blocks}", "training.per_device_train_batch_size=2",
-            "evaluation.eval_tokens=2048", "evaluation.final_eval_tokens=2048", "training.eval_strategy=no",
-            "training.warmup_steps=0"]
+    args = [
+        spec,
+        "--out",
+        study,
+        f"data.path={mini_blocks}",
+        "training.per_device_train_batch_size=2",
+        "evaluation.eval_tokens=2048",
+        "evaluation.final_eval_tokens=2048",
+        "training.eval_strategy=no",
+        "training.warmup_steps=0",
+    ]
     r = cli("study", *args)
     assert r.returncode == 0, r.stderr[-3000:]
     log = next(study.rglob("log.jsonl"))
@@ -356,11 +464,14 @@ def test_a_cut_log_inside_a_study_is_one_line_naming_it(tmp_path, mini_blocks):
         assert_kept(before, tmp_path)
 
 
-@pytest.mark.parametrize("body, names", [
-    ("sizes: tiny\nsteps: [1]\n", "sizes: a list, e.g. sizes: [tiny], got 'tiny'"),  # "no model config named 't'"
-    ("sizes: [tiny]\nsteps: [1]\noverrides: training.seed=1\n", "overrides: a list"),  # "override 't' is not ..."
-    ("sizes: [tiny]\nsteps: [1]\nseeds: 3\n", "seeds: a list"),  # a TypeError
-])
+@pytest.mark.parametrize(
+    "body, names",
+    [
+        ("sizes: tiny\nsteps: [1]\n", "sizes: a list, e.g. sizes: [tiny], got 'tiny'"),  # "no model config named 't'"
+        ("sizes: [tiny]\nsteps: [1]\noverrides: training.seed=1\n", "overrides: a list"),  # "override 't' is not ..."
+        ("sizes: [tiny]\nsteps: [1]\nseeds: 3\n", "seeds: a list"),  # a TypeError
+    ],
+)
 def test_a_study_list_given_as_a_string_is_one_line(tmp_path, body, names):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"recipe: {REPO / 'recipes' / 'tiny_cpu.yaml'}\n{body}")
@@ -385,8 +496,18 @@ def test_a_compressed_input_that_does_not_decompress_is_one_line(tmp_path, gpt2_
         data[200:400] = bytes(b ^ 0x55 for b in data[200:400])
         (tmp_path / name).write_bytes(bytes(data))
     before = snapshot(tmp_path)
-    r = cli("tokenize", "--input", tmp_path / name, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--out",
-            tmp_path / "data", "-q")
+    r = cli(
+        "tokenize",
+        "--input",
+        tmp_path / name,
+        "--tokenizer",
+        gpt2_tokenizer,
+        "--seq-len",
+        "16",
+        "--out",
+        tmp_path / "data",
+        "-q",
+    )
     assert r.returncode == 2
     line = one_error(r.stderr)
     assert f"{tmp_path / name}" in line and ("truncated_file" in line), line
@@ -403,10 +524,26 @@ def test_ctrl_c_during_tokenize_is_one_line_and_leaves_nothing(tmp_path, gpt2_to
     (tmp_path / "big.jsonl").write_bytes(docs(40000))
     before = snapshot(tmp_path)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    p = subprocess.Popen([sys.executable, *entry, "--input", str(tmp_path / "big.jsonl"),
-                          "--tokenizer", str(gpt2_tokenizer), "--seq-len", "128", "--out", str(tmp_path / "data")],
-                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal starts it
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            *entry,
+            "--input",
+            str(tmp_path / "big.jsonl"),
+            "--tokenizer",
+            str(gpt2_tokenizer),
+            "--seq-len",
+            "128",
+            "--out",
+            str(tmp_path / "data"),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # as a terminal starts it
     seen = []
     for line in p.stderr:  # the build has started: its work folder exists
         seen.append(line)

@@ -29,8 +29,9 @@ def _sections():
 @pytest.fixture(scope="module")
 def train_help() -> str:
     """`python -m hfpretrain train --help`, as a user runs it."""
-    r = subprocess.run([sys.executable, "-m", "hfpretrain", "train", "--help"], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "hfpretrain", "train", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert not r.stderr, r.stderr[-2000:]
     return r.stdout
@@ -84,7 +85,8 @@ def test_a_new_section_appears_in_help_and_hints_by_itself(monkeypatch):
 
     fields = [(f.name, f.type, f) for f in dataclasses.fields(config.Recipe)]
     extended = dataclasses.make_dataclass(
-        "Recipe", [*fields, ("extra", ExtraSection, dataclasses.field(default_factory=ExtraSection))])
+        "Recipe", [*fields, ("extra", ExtraSection, dataclasses.field(default_factory=ExtraSection))]
+    )
     extended.__module__ = config.__name__  # its annotations resolve in config's namespace
     monkeypatch.setattr(config, "Recipe", extended)
     monkeypatch.setattr(config, "ExtraSection", ExtraSection, raising=False)
@@ -140,16 +142,19 @@ def test_version(flag, capsys):
     assert capsys.readouterr().out == f"hfpretrain {metadata.version('hfpretrain')}\n"
 
 
-@pytest.mark.parametrize("args, override", [
-    (["--learning_rate=1e-3"], "training.learning_rate=1e-3"),
-    (["--learning-rate", "1e-3"], "training.learning_rate=1e-3"),
-    (["--max_steps", "10"], "training.max_steps=10"),
-    (["--max_steps", "-1"], "training.max_steps=-1"),
-    (["--bf16"], "training.bf16=true"),
-    (["--precision=fp8"], "model.precision=fp8"),
-    (["--nan-policy", "skip"], "nan_policy=skip"),
-    (["data.path=x", "--max_steps", "training.seed=1"], "training.max_steps=VALUE"),
-])
+@pytest.mark.parametrize(
+    "args, override",
+    [
+        (["--learning_rate=1e-3"], "training.learning_rate=1e-3"),
+        (["--learning-rate", "1e-3"], "training.learning_rate=1e-3"),
+        (["--max_steps", "10"], "training.max_steps=10"),
+        (["--max_steps", "-1"], "training.max_steps=-1"),
+        (["--bf16"], "training.bf16=true"),
+        (["--precision=fp8"], "model.precision=fp8"),
+        (["--nan-policy", "skip"], "nan_policy=skip"),
+        (["data.path=x", "--max_steps", "training.seed=1"], "training.max_steps=VALUE"),
+    ],
+)
 def test_an_option_spelt_like_a_recipe_key_names_the_override(args, override, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["train", RECIPE, *args])

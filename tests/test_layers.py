@@ -9,8 +9,16 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "hfpretrain"
 # Each layer may import the layers before it. The top-level helpers (paths, outdir, integrity) come first; the
 # command line, the demo and the package's own __init__/__main__ come last.
-LAYERS = [{"paths", "outdir", "integrity"}, {"data"}, {"kernels"}, {"models"}, {"training"}, {"eval"}, {"study"},
-          {"cli", "demo", "__init__", "__main__"}]
+LAYERS = [
+    {"paths", "outdir", "integrity"},
+    {"data"},
+    {"kernels"},
+    {"models"},
+    {"training"},
+    {"eval"},
+    {"study"},
+    {"cli", "demo", "__init__", "__main__"},
+]
 
 
 def _module_name(path: Path) -> str:
@@ -29,7 +37,7 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
@@ -57,23 +65,29 @@ def _graph() -> dict[str, set[str]]:
 
 
 def test_every_import_points_to_an_earlier_layer_or_its_own():
-    upward = [f"{module} imports {target}" for module, targets in _graph().items() for target in targets
-              if _layer(target) > _layer(module)]
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        for target in targets
+        if _layer(target) > _layer(module)
+    ]
     assert not upward, "imports against the layer order:\n" + "\n".join(sorted(upward))
 
 
 def test_no_import_circles():
     graph = _graph()
     # a package's __init__ re-exporting its modules is not a circle with them
-    edges = {m: {t for t in ts if not (graph.get(t) is not None and t.count(".") < m.count(".") and m.startswith(t + "."))}
-             for m, ts in graph.items()}
+    edges = {
+        m: {t for t in ts if not (graph.get(t) is not None and t.count(".") < m.count(".") and m.startswith(t + "."))}
+        for m, ts in graph.items()
+    }
     state, cycles = {}, []
 
     def visit(node, stack):
         state[node] = "open"
         for nxt in edges.get(node, ()):
             if state.get(nxt) == "open":
-                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+                cycles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]))
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = "done"

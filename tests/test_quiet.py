@@ -38,10 +38,18 @@ def make_env() -> dict:
     variable; the offline switches are kept (no network in the tests)."""
     # MAKEFLAGS: under `make test DATA_ROOT=../data` the outer make's command-line variables would reach this make
     # and override the absolute DATA_ROOT the test target passes (a relative path, wrong in the runs' own folders)
-    user = {k: v for k, v in os.environ.items()
-            if not k.startswith("WANDB_") and k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    r = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO), "--eval=_print_env:\n\t@env -0",
-                        "_print_env"], env=user, capture_output=True, text=True, timeout=60)
+    user = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("WANDB_") and k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+    }
+    r = subprocess.run(
+        ["make", "-s", "--no-print-directory", "-C", str(REPO), "--eval=_print_env:\n\t@env -0", "_print_env"],
+        env=user,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     env = dict(item.split("=", 1) for item in r.stdout.split("\0") if "=" in item)
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -54,10 +62,24 @@ def tiny_run(tmp_path_factory, mini_blocks, make_env):
     cwd = tmp_path_factory.mktemp("user")
     out = cwd / "run"
     r = subprocess.run(
-        [sys.executable, "-m", "hfpretrain", "train", str(REPO / "recipes" / "tiny_cpu.yaml"),
-         f"data.path={mini_blocks}", f"training.output_dir={out}", "training.max_steps=1",
-         "evaluation.eval_tokens=1024", "evaluation.final_eval_tokens=1024"],
-        cwd=cwd, env=make_env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "hfpretrain",
+            "train",
+            str(REPO / "recipes" / "tiny_cpu.yaml"),
+            f"data.path={mini_blocks}",
+            f"training.output_dir={out}",
+            "training.max_steps=1",
+            "evaluation.eval_tokens=1024",
+            "evaluation.final_eval_tokens=1024",
+        ],
+        cwd=cwd,
+        env=make_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return r, out, cwd
 
 
@@ -73,9 +95,26 @@ def test_train_console_shows_the_projects_lines_only(tiny_run):
 def test_eval_console_has_no_repeated_lm_eval_warnings(tiny_run, make_env):
     pytest.importorskip("lm_eval")
     _, run, cwd = tiny_run
-    r = subprocess.run([sys.executable, "-m", "hfpretrain", "eval", str(run / "final"), "--tasks", "arc_easy",
-                        "--limit", "2", "--out", str(cwd / "eval")],
-                       cwd=cwd, env=make_env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hfpretrain",
+            "eval",
+            str(run / "final"),
+            "--tasks",
+            "arc_easy",
+            "--limit",
+            "2",
+            "--out",
+            str(cwd / "eval"),
+        ],
+        cwd=cwd,
+        env=make_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     both = r.stdout + r.stderr
     assert r.returncode == 0, both[-3000:]
     assert not _noise(both), f"{_noise(both)} in:\n{both[-3000:]}"
@@ -92,8 +131,10 @@ def test_the_filters_drop_their_line_only():
         record = logging.LogRecord(logger, logging.WARNING, __file__, 1, msg, args, None)
         return bool(logging.getLogger(logger).filter(record))
 
-    pytree = ("%s is an Enum subclass and is now natively supported by torch.compile as an opaque value type. "
-              "Calling register_constant() on Enum subclasses is deprecated and will be an error in a future release.")
+    pytree = (
+        "%s is an Enum subclass and is now natively supported by torch.compile as an opaque value type. "
+        "Calling register_constant() on Enum subclasses is deprecated and will be an error in a future release."
+    )
     torchao_enum = enum.Enum("KernelPreference", "AUTO")
     torchao_enum.__module__ = "torchao.quantization.quantize_.common.kernel_preference"
     assert not passes("torch.utils._pytree", pytree, torchao_enum)

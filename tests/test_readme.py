@@ -95,8 +95,9 @@ def _help(script: Path) -> str:
 
     if script.stem in {module for module, _ in COMMANDS.values()}:
         return forked_script(script.name, "--help", cwd=REPO, timeout=120).stdout
-    return subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=REPO,
-                          timeout=120).stdout
+    return subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=REPO, timeout=120
+    ).stdout
 
 
 def _check_scripts_and_flags(commands: list[str]) -> None:
@@ -135,11 +136,13 @@ def test_first_training_command_plans_before_the_data_exists():
     """The README's first training command (a dry run of the 1.8B recipe) runs as written on a fresh clone,
     where its data folder does not exist yet, and gives the documented figures with the assumptions stated."""
     cmd = next(c for c in _commands(PIPELINE) if c.startswith("python scripts/pretrain.py") and "--dry-run" in c)
-    documented = re.search(re.escape(cmd.split(" --")[0]) + r" --dry-run[^#\n]*#\s*([\d,]+) tokens/step, ([\d.]+)B tokens",
-                           PIPELINE)
+    documented = re.search(
+        re.escape(cmd.split(" --")[0]) + r" --dry-run[^#\n]*#\s*([\d,]+) tokens/step, ([\d.]+)B tokens", PIPELINE
+    )
     env = {**{k: v for k, v in os.environ.items() if k != "DATA_ROOT"}, "WANDB_MODE": "offline"}
-    out = subprocess.run([sys.executable, *shlex.split(cmd)[1:]], capture_output=True, text=True, cwd=REPO,
-                         timeout=300, env=env)
+    out = subprocess.run(
+        [sys.executable, *shlex.split(cmd)[1:]], capture_output=True, text=True, cwd=REPO, timeout=300, env=env
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     plan = json.loads(out.stdout)["plan"]  # stdout is the JSON alone (transformers prints on import: to stderr)
     assert f"{plan['tokens_per_step']:,}" == documented.group(1)
@@ -151,8 +154,7 @@ def test_first_training_command_plans_before_the_data_exists():
 
 def test_documented_plan_reproduces_the_reference_case():
     cmd = next(c for c in _commands(PIPELINE) if c.startswith("python scripts/plan.py"))
-    out = subprocess.run([sys.executable, *shlex.split(cmd)[1:]], capture_output=True, text=True, cwd=REPO,
-                         timeout=300)
+    out = subprocess.run([sys.executable, *shlex.split(cmd)[1:]], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
     row = next(line for line in out.stdout.splitlines() if line.startswith("qwen3_1p8b"))
     assert "1.83B" in row and "117.0B" in row
@@ -246,8 +248,12 @@ def test_the_readme_links_resolve():
 
 
 def _results_pages() -> list[Path]:
-    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "benchmarks").glob("*.md")),
-            *sorted((REPO / "results").rglob("README.md"))]
+    return [
+        REPO / "README.md",
+        *sorted((REPO / "docs").rglob("*.md")),
+        *sorted((REPO / "benchmarks").glob("*.md")),
+        *sorted((REPO / "results").rglob("README.md")),
+    ]
 
 
 def test_links_into_results_resolve():

@@ -30,9 +30,14 @@ def test_runbook_parses(runbook):
 
 def test_long_context_runbook_names_its_stages(tmp_path):
     runbook = REPO / "benchmarks" / "gpu_1gpu_long_context.sh"
-    proc = subprocess.run(["bash", str(runbook)], cwd=REPO, capture_output=True, text=True, timeout=60,
-                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "STAGE": "bogus",
-                               "OUT": str(tmp_path)})
+    proc = subprocess.run(
+        ["bash", str(runbook)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "STAGE": "bogus", "OUT": str(tmp_path)},
+    )
     assert proc.returncode == 2
     assert "got 'bogus'" in proc.stderr and "small, largedata" in proc.stderr
     assert not (tmp_path / "notes.txt").exists()  # refused before any work

@@ -29,19 +29,50 @@ def _bin(tmp_path: Path) -> Path:
 
 
 def test_the_slurm_script_launches_one_accelerate_per_node(tmp_path):
-    env = {**os.environ, "PATH": f"{_bin(tmp_path)}:{os.environ['PATH']}", "SLURM_NNODES": "2",
-           "SLURM_JOB_NODELIST": "gpu-node-[a-b]"}
+    env = {
+        **os.environ,
+        "PATH": f"{_bin(tmp_path)}:{os.environ['PATH']}",
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_NODELIST": "gpu-node-[a-b]",
+    }
     override = "model.overrides={num_hidden_layers: 2}"  # a value with spaces reaches the recipe whole
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "slurm_pretrain.sbatch"), "recipes/qwen3_1p8b.yaml",
-                           "training.max_steps=1000", override], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [
+            "bash",
+            str(REPO / "scripts" / "slurm_pretrain.sbatch"),
+            "recipes/qwen3_1p8b.yaml",
+            "training.max_steps=1000",
+            override,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [shlex.split(line) for line in proc.stdout.splitlines()]
     assert len(lines) == 2
     for rank, argv in enumerate(lines):
-        assert argv == ["accelerate", "launch", "--config_file", "accelerate_configs/multinode_zero1.yaml",
-                        "--num_machines", "2", "--num_processes", "16", "--machine_rank", str(rank),
-                        "--main_process_ip", "gpu-node-a", "--main_process_port", "29500", "scripts/pretrain.py",
-                        "recipes/qwen3_1p8b.yaml", "training.max_steps=1000", override]
+        assert argv == [
+            "accelerate",
+            "launch",
+            "--config_file",
+            "accelerate_configs/multinode_zero1.yaml",
+            "--num_machines",
+            "2",
+            "--num_processes",
+            "16",
+            "--machine_rank",
+            str(rank),
+            "--main_process_ip",
+            "gpu-node-a",
+            "--main_process_port",
+            "29500",
+            "scripts/pretrain.py",
+            "recipes/qwen3_1p8b.yaml",
+            "training.max_steps=1000",
+            override,
+        ]
     # the config it names is the one the one-host two-node runs used
     assert (REPO / "accelerate_configs" / "multinode_zero1.yaml").is_file()

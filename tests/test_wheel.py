@@ -49,18 +49,38 @@ def test_a_wheel_runs_the_demo_outside_the_repository(tmp_path):
         if (REPO / name).is_file():
             shutil.copy2(REPO / name, tree / name)
     shutil.copytree(REPO / "recipes", tree / "recipes")
-    shutil.copytree(REPO / "src", tree / "src", symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(
+        REPO / "src", tree / "src", symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
     dist = tmp_path / "dist"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                            "-q", "-w", str(dist), "."], cwd=tree, capture_output=True, text=True, timeout=240)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(dist),
+            ".",
+        ],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = dist.glob("hfpretrain-*.whl")
 
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        for folder, shipped in ((REPO / "recipes", "hfpretrain/recipes"),
-                                (REPO / "src/hfpretrain/study/specs", "hfpretrain/study/specs")):
+        for folder, shipped in (
+            (REPO / "recipes", "hfpretrain/recipes"),
+            (REPO / "src/hfpretrain/study/specs", "hfpretrain/study/specs"),
+        ):
             files = sorted(folder.glob("*.yaml"))
             assert files
             for f in files:
@@ -73,14 +93,25 @@ def test_a_wheel_runs_the_demo_outside_the_repository(tmp_path):
     # environment's own site-packages and whose own .pth files (the editable install of hfpretrain) it does not
     # read; so `import hfpretrain` must find the wheel's copy, which is checked.
     venv = tmp_path / "venv"
-    subprocess.run([_base_python(), "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=120)
+    subprocess.run(
+        [_base_python(), "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True, timeout=120
+    )
     python = venv / "bin" / "python"
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index",
-                              "--no-deps", "-q", str(wheel)], capture_output=True, text=True, timeout=240)
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index", "--no-deps", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
-    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  capture_output=True, text=True, check=True).stdout.strip())
+    purelib = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     ours = [p for p in site.getsitepackages() if Path(p).resolve() != purelib.resolve()]
     (purelib / "_test_dependencies.pth").write_text("".join(f"{p}\n" for p in ours))
 
@@ -90,8 +121,9 @@ def test_a_wheel_runs_the_demo_outside_the_repository(tmp_path):
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
 
     def run(*argv, timeout=240):
-        return subprocess.run([str(a) for a in argv], cwd=elsewhere, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [str(a) for a in argv], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=timeout
+        )
 
     where = run(python, "-c", "import hfpretrain, torch; print(hfpretrain.__file__)")
     assert where.returncode == 0, where.stderr[-2000:]

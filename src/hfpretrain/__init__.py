@@ -33,8 +33,9 @@ def _quiet_known_third_party_lines() -> None:
 
     def torchao_enum_constant(record: logging.LogRecord) -> bool:
         cls = record.args[0] if isinstance(record.args, tuple) and record.args else None
-        return ("is an Enum subclass and is now natively supported" in str(record.msg)
-                and getattr(cls, "__module__", "").startswith("torchao"))
+        return "is an Enum subclass and is now natively supported" in str(record.msg) and getattr(
+            cls, "__module__", ""
+        ).startswith("torchao")
 
     def deepspeed_cpu_fallback(record: logging.LogRecord) -> bool:
         if not str(record.msg).startswith("Setting accelerator to CPU."):
@@ -45,8 +46,12 @@ def _quiet_known_third_party_lines() -> None:
     def lm_eval_metadata_advice(record: logging.LogRecord) -> bool:
         return "Custom kwargs can be passed to `--metadata`" in str(record.msg)
 
-    drops = {"torchao": torchao_cpu_kernels, "torch.utils._pytree": torchao_enum_constant,
-             "DeepSpeed": deepspeed_cpu_fallback, "lm_eval.api.task": lm_eval_metadata_advice}
+    drops = {
+        "torchao": torchao_cpu_kernels,
+        "torch.utils._pytree": torchao_enum_constant,
+        "DeepSpeed": deepspeed_cpu_fallback,
+        "lm_eval.api.task": lm_eval_metadata_advice,
+    }
     for name, drop in drops.items():
         # a filter on the logger itself (loggers are created once, by name: the library gets this same object)
         logging.getLogger(name).addFilter(lambda record, drop=drop: not drop(record))

@@ -28,8 +28,13 @@ DEMO_SEQ_LEN = 128
 DEMO_RECIPE = "demo_cpu"
 
 
-def run_demo(out: str | Path = "out/demo", max_steps: int | None = None, eval_limit: int = 200,
-             overrides: list[str] | None = None, dry_run: bool = False) -> dict:
+def run_demo(
+    out: str | Path = "out/demo",
+    max_steps: int | None = None,
+    eval_limit: int = 200,
+    overrides: list[str] | None = None,
+    dry_run: bool = False,
+) -> dict:
     """``max_steps``: None keeps the recipe's (``recipes/demo_cpu.yaml``). ``overrides``: more ``section.key=value``
     recipe overrides for the training step. ``dry_run``: find the data and the recipe (the shipped ``demo_cpu``,
     also from an installed wheel) and return the training plan, without running anything."""
@@ -56,31 +61,49 @@ def run_demo(out: str | Path = "out/demo", max_steps: int | None = None, eval_li
     print(f"[1/6] train a {DEMO_VOCAB:,}-token BPE tokenizer on the mini corpus")
     train_tokenizer([str(inputs[0])], DEMO_VOCAB, tokenizer, force=True)
     print(f"[2/6] tokenize the mini corpus ({DEMO_SEQ_LEN}-token blocks)")
-    data = tokenize_corpus([str(inputs[0])], out / "data", tokenizer=str(tokenizer), seq_len=DEMO_SEQ_LEN,
-                           val_inputs=[str(inputs[1])], val_docs=500, num_proc=2)
+    data = tokenize_corpus(
+        [str(inputs[0])],
+        out / "data",
+        tokenizer=str(tokenizer),
+        seq_len=DEMO_SEQ_LEN,
+        val_inputs=[str(inputs[1])],
+        val_docs=500,
+        num_proc=2,
+    )
     print(f"[3/6] train recipes/{DEMO_RECIPE}.yaml" + (f" for {max_steps} steps" if max_steps is not None else ""))
     # the recipe's evaluation.lm_eval_task (an --override) is scored by eval's callback, as in `hfpretrain train`
     summary = pretrain(recipe, [f"data.path={data}", *train_overrides], callbacks=recipe_callbacks)
     checkpoint = run_dir / "final"
     tasks = available_tasks(DEFAULT_TASKS, root)
     missing = [t for t in DEFAULT_TASKS if t not in tasks]
-    print(f"[4/6] evaluate with lm-eval ({', '.join(tasks)}; first {eval_limit} questions each"
-          + (f"; {', '.join(missing)}: not in {root}" if missing else "") + ")")
-    results = evaluate_checkpoint(checkpoint, tasks=tasks, limit=eval_limit, batch_size=32, out_dir=out / "eval",
-                                  data_root=root)
+    print(
+        f"[4/6] evaluate with lm-eval ({', '.join(tasks)}; first {eval_limit} questions each"
+        + (f"; {', '.join(missing)}: not in {root}" if missing else "")
+        + ")"
+    )
+    results = evaluate_checkpoint(
+        checkpoint, tasks=tasks, limit=eval_limit, batch_size=32, out_dir=out / "eval", data_root=root
+    )
     print("[5/6] generate")
-    samples = generate(checkpoint, ["The history of", "def main():"], max_new_tokens=40, temperature=0.8, top_p=0.95,
-                       seed=0)
+    samples = generate(
+        checkpoint, ["The history of", "def main():"], max_new_tokens=40, temperature=0.8, top_p=0.95, seed=0
+    )
     for s in samples:
         print(f"  prompt: {s['prompt']!r}\n  completion: {s['completion']!r}")
     print("[6/6] plot")
     plot = plot_run(run_dir / "log.jsonl", out / "loss.png", title="the demo model on the mini corpus")
     report = {
         "validation_loss": summary["final_eval"].get("eval_loss"),
-        "lm_eval": {task: {k: v for k, v in r.items() if k.startswith("acc")} for task, r in results["results"].items()},
+        "lm_eval": {
+            task: {k: v for k, v in r.items() if k.startswith("acc")} for task, r in results["results"].items()
+        },
         "samples": {s["prompt"]: s["completion"] for s in samples},
-        "data_root": str(root), "log": str(run_dir / "log.jsonl"), "plot": str(plot), "checkpoint": str(checkpoint),
-        "eval_summary": str(out / "eval" / "summary.md"), "minutes": round((time.time() - t0) / 60, 1),
+        "data_root": str(root),
+        "log": str(run_dir / "log.jsonl"),
+        "plot": str(plot),
+        "checkpoint": str(checkpoint),
+        "eval_summary": str(out / "eval" / "summary.md"),
+        "minutes": round((time.time() - t0) / 60, 1),
     }
     print(json.dumps(report, indent=2))
     return report

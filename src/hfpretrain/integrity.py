@@ -23,7 +23,12 @@ from pathlib import Path
 
 CRC_CHECK_MAX_BYTES = 256 << 20
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 # any one of these lets AutoTokenizer load a tokenizer from the folder
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 
@@ -100,8 +105,10 @@ def pickle_problem(path) -> str | None:
         return f"{path} is corrupt (its pickle does not read: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
     if unsafe:
         names = ", ".join(unsafe[:3]) + (f" and {len(unsafe) - 3} more" if len(unsafe) > 3 else "")
-        return (f"{path} holds pickled objects that safe (weights_only) loading refuses ({names}): not a state "
-                "this training saves, possibly planted code; unusable")
+        return (
+            f"{path} holds pickled objects that safe (weights_only) loading refuses ({names}): not a state "
+            "this training saves, possibly planted code; unusable"
+        )
     return None
 
 
@@ -110,8 +117,10 @@ def weights_problem(folder) -> str | None:
     folder = Path(folder)
     if (folder / "model.safetensors").exists():
         return safetensors_problem(folder / "model.safetensors")
-    for index_name, check in (("model.safetensors.index.json", safetensors_problem),
-                              ("pytorch_model.bin.index.json", zip_problem)):
+    for index_name, check in (
+        ("model.safetensors.index.json", safetensors_problem),
+        ("pytorch_model.bin.index.json", zip_problem),
+    ):
         index = folder / index_name
         if index.exists():
             problem = json_problem(index)
@@ -131,12 +140,18 @@ def weights_problem(folder) -> str | None:
 
 
 # the tokenizer's JSON files, each read when present (a truncated one was the JSON parser's bare "Expecting value")
-TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                  "added_tokens.json")
+TOKENIZER_JSON = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "added_tokens.json",
+)
 
 
-def tokenizer_problem(folder, again: str = "copy in the tokenizer/ folder of the data it was trained on "
-                                          "(tokenizer.save_pretrained)") -> str | None:
+def tokenizer_problem(
+    folder, again: str = "copy in the tokenizer/ folder of the data it was trained on (tokenizer.save_pretrained)"
+) -> str | None:
     """The tokenizer files of a folder: one of them present, each JSON one whole, and ``tokenizer.json`` a file the
     tokenizers library reads (a broken one was the library's internal text: ``KeyError: 'added_tokens'``). ``again``:
     what to do about it."""
@@ -159,5 +174,14 @@ def tokenizer_problem(folder, again: str = "copy in the tokenizer/ folder of the
     return None
 
 
-__all__ = ["json_problem", "safetensors_problem", "zip_problem", "pickle_problem", "weights_problem", "tokenizer_problem",
-           "WEIGHT_FILES", "TOKENIZER_FILES", "CRC_CHECK_MAX_BYTES"]
+__all__ = [
+    "json_problem",
+    "safetensors_problem",
+    "zip_problem",
+    "pickle_problem",
+    "weights_problem",
+    "tokenizer_problem",
+    "WEIGHT_FILES",
+    "TOKENIZER_FILES",
+    "CRC_CHECK_MAX_BYTES",
+]

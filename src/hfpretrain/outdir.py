@@ -38,18 +38,22 @@ def protected_reason(path) -> str | None:
 # This tool's outputs, told by the marker each command writes at its top: (file, its format, what the folder is).
 # The formats are those of data/manifest.py, data/train_tokenizer.py, eval/export.py and training/lineage.py (this
 # module imports none of them; tests/test_faults_more.py holds them equal). A run's final/ has a lineage.json too.
-OUTPUT_MARKERS = (("manifest.json", "hfpretrain.tokenized", "data", "a tokenized data folder"),
-                  ("training.json", "hfpretrain.tokenizer", "tokenizer", "a trained tokenizer's folder"),
-                  (".hfpretrain-export.json", "hfpretrain.export/1", "export", "an export"),
-                  ("lineage.json", "hfpretrain.lineage/1", "run", "a run's folder"))
+OUTPUT_MARKERS = (
+    ("manifest.json", "hfpretrain.tokenized", "data", "a tokenized data folder"),
+    ("training.json", "hfpretrain.tokenizer", "tokenizer", "a trained tokenizer's folder"),
+    (".hfpretrain-export.json", "hfpretrain.export/1", "export", "an export"),
+    ("lineage.json", "hfpretrain.lineage/1", "run", "a run's folder"),
+)
 # what may be made inside each kind of output (None: nothing): an evaluation's results in a run's final/ (eval's
 # default --out CKPT/eval) or in an export; nothing in data, which a rebuild replaces whole
 _INSIDE_ALLOWED = {"data": (), "tokenizer": (), "export": ("eval",), "run": ("eval",)}
-_WHY_NOT_INSIDE = {"data": "a rebuild of it (tokenize --force, new settings) replaces that whole folder",
-                   "tokenizer": "it is a tokenizer that other commands load as a whole",
-                   "export": "an export is published as a whole (--push-to-hub uploads the folder)",
-                   "run": "a run's folder is its own: a new run there (overwrite_output_dir=true) and its checkpoint "
-                          "rotation remove what they find by name"}
+_WHY_NOT_INSIDE = {
+    "data": "a rebuild of it (tokenize --force, new settings) replaces that whole folder",
+    "tokenizer": "it is a tokenizer that other commands load as a whole",
+    "export": "an export is published as a whole (--push-to-hub uploads the folder)",
+    "run": "a run's folder is its own: a new run there (overwrite_output_dir=true) and its checkpoint "
+    "rotation remove what they find by name",
+}
 
 
 def output_kind(folder) -> tuple[str, str] | None:
@@ -67,8 +71,10 @@ def nesting_problem(path, makes: str) -> str | None:
     p = Path(path).expanduser().resolve()
     found = output_kind(p) if p.is_dir() else None
     if found and found[0] in ("data", "tokenizer") and found[0] != makes:
-        return (f"{p} is {found[1]}: another command's files in it would be replaced with it, or break it; "
-                "nothing was changed; choose another folder")
+        return (
+            f"{p} is {found[1]}: another command's files in it would be replaced with it, or break it; "
+            "nothing was changed; choose another folder"
+        )
     try:
         home = Path.home().resolve()
     except (OSError, RuntimeError):
@@ -82,8 +88,9 @@ def nesting_problem(path, makes: str) -> str | None:
         kind, what = found
         if makes in _INSIDE_ALLOWED.get(kind, ()):
             return None
-        return (f"{p} is inside {what}, {parent}: {_WHY_NOT_INSIDE[kind]}; nothing was changed; choose a folder "
-                "outside it")
+        return (
+            f"{p} is inside {what}, {parent}: {_WHY_NOT_INSIDE[kind]}; nothing was changed; choose a folder outside it"
+        )
     return None
 
 
@@ -92,8 +99,10 @@ def output_problem(path, makes: str | None = None) -> str | None:
     :func:`nesting_problem`), or cannot be created and written, or None."""
     why = protected_reason(path)
     if why:
-        return (f"{Path(path).expanduser().absolute()} is {why}: an output needs a folder of its own, nothing was "
-                "changed; name a new subfolder")
+        return (
+            f"{Path(path).expanduser().absolute()} is {why}: an output needs a folder of its own, nothing was "
+            "changed; name a new subfolder"
+        )
     return (makes and nesting_problem(path, makes)) or writable_problem(path)
 
 
@@ -111,8 +120,10 @@ def writable_problem(path) -> str | None:
         probe = p
         while not probe.exists():
             if probe.is_symlink():  # a dangling link: creating the folder fails with "File exists"
-                return (f"{probe} is a link to {os.readlink(probe)}, which does not exist: create the folder it "
-                        "points to, or remove the link")
+                return (
+                    f"{probe} is a link to {os.readlink(probe)}, which does not exist: create the folder it "
+                    "points to, or remove the link"
+                )
             if probe.parent == probe:
                 return f"{p}: no existing folder to create it in"
             probe = probe.parent
@@ -162,7 +173,7 @@ def _holder(path: Path) -> str:
             text = fh.read(128).decode(errors="replace").strip()
     except OSError:
         return "?"
-    text = text[len(LOCK_MARK):] if text.startswith(LOCK_MARK) else text
+    text = text[len(LOCK_MARK) :] if text.startswith(LOCK_MARK) else text
     return text if text.isdigit() else "?"
 
 
@@ -186,8 +197,10 @@ class OutputLock:
 
         if self.path.is_symlink() or (self.path.exists() and not self.path.is_file()):
             what = "a link" if self.path.is_symlink() else "a folder" if self.path.is_dir() else "not a file"
-            raise OutputBusyError(f"{self.path} is {what}, where this command keeps its lock file: nothing was "
-                                  "changed; move it away, or choose another output")
+            raise OutputBusyError(
+                f"{self.path} is {what}, where this command keeps its lock file: nothing was "
+                "changed; move it away, or choose another output"
+            )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         existed = os.path.lexists(self.path)
         lock = FileLock(str(self.path), timeout=0)
@@ -196,8 +209,10 @@ class OutputLock:
         except Timeout:
             raise OutputBusyError(f"{self.busy} (pid {_holder(self.path)}, lock {self.path}): {self.advice}") from None
         except OSError as e:
-            raise OutputBusyError(f"{self.path}: cannot use it as a lock file ({e.strerror or e}): nothing was "
-                                  "changed; move it away, or choose another output") from None
+            raise OutputBusyError(
+                f"{self.path}: cannot use it as a lock file ({e.strerror or e}): nothing was "
+                "changed; move it away, or choose another output"
+            ) from None
         self._lock = lock
         try:
             with open(self.path, "r+b") as fh:
@@ -230,5 +245,14 @@ class OutputLock:
         self.release()
 
 
-__all__ = ["OutputBusyError", "OutputLock", "listing", "nesting_problem", "output_kind", "output_problem",
-           "protected_reason", "read_marker", "writable_problem"]
+__all__ = [
+    "OutputBusyError",
+    "OutputLock",
+    "listing",
+    "nesting_problem",
+    "output_kind",
+    "output_problem",
+    "protected_reason",
+    "read_marker",
+    "writable_problem",
+]

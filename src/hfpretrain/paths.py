@@ -38,8 +38,10 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
                 "at a folder holding tokenizers/, eval/ and pretrain/ (e.g. `export DATA_ROOT=/path/to/data`)"
             )
         if not _said_embedded:
-            logger.warning("DATA_ROOT is not set: using the small embedded data in %s (set DATA_ROOT for the full data)",
-                           EMBEDDED_DATA_ROOT)
+            logger.warning(
+                "DATA_ROOT is not set: using the small embedded data in %s (set DATA_ROOT for the full data)",
+                EMBEDDED_DATA_ROOT,
+            )
             _said_embedded = True
         return EMBEDDED_DATA_ROOT
     path = Path(root).expanduser()
@@ -76,7 +78,7 @@ def resolve(name: str | os.PathLike) -> str:
     """
     name = str(name)
     if name.startswith("data:"):
-        path = data_root() / name[len("data:"):]
+        path = data_root() / name[len("data:") :]
         if not path.exists():
             raise MissingDataError(f"{path} does not exist (from {name}; DATA_ROOT={data_root()})")
         return str(path)

@@ -43,8 +43,9 @@ def reference(tmp_path_factory, gpt2_tokenizer) -> Path:
     return tokenize_corpus([write_jsonl(base / "docs.jsonl", DOCS)], base / "out", tokenizer=gpt2_tokenizer, **KW)
 
 
-@pytest.mark.parametrize("suffix, module", [(".jsonl.gz", gzip), (".json.gz", gzip), (".jsonl.bz2", bz2),
-                                            (".jsonl.xz", lzma)])
+@pytest.mark.parametrize(
+    "suffix, module", [(".jsonl.gz", gzip), (".json.gz", gzip), (".jsonl.bz2", bz2), (".jsonl.xz", lzma)]
+)
 def test_compressed_json_lines_give_the_plain_files_blocks(tmp_path, gpt2_tokenizer, reference, suffix, module):
     path = tmp_path / f"docs{suffix}"
     path.write_bytes(module.compress(_jsonl_bytes(DOCS)))
@@ -73,11 +74,20 @@ def test_save_to_disk_folders_are_inputs(tmp_path, gpt2_tokenizer, reference):
     _same_blocks(tokenize_corpus([one], tmp_path / "out", tokenizer=gpt2_tokenizer, **KW), reference)
 
     splits = tmp_path / "saved_dict"
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows),
-                          "validation": datasets.Dataset.from_dict({k: v[:5] for k, v in rows.items()})}
-                         ).save_to_disk(str(splits))
-    out = tokenize_corpus([splits], tmp_path / "out_dict", tokenizer=gpt2_tokenizer, seq_len=32,
-                          val_inputs=[f"{splits}?split=validation"], val_docs=5)
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(rows),
+            "validation": datasets.Dataset.from_dict({k: v[:5] for k, v in rows.items()}),
+        }
+    ).save_to_disk(str(splits))
+    out = tokenize_corpus(
+        [splits],
+        tmp_path / "out_dict",
+        tokenizer=gpt2_tokenizer,
+        seq_len=32,
+        val_inputs=[f"{splits}?split=validation"],
+        val_docs=5,
+    )
     m = json.loads((out / "manifest.json").read_text())
     assert m["train"]["documents"] == 60 and m["validation"]["documents"] == 5
 
@@ -104,11 +114,29 @@ def test_run_clm_dataset_flags(tmp_path, gpt2_tokenizer, capsys):
 
     rows = {"text": [d["text"] for d in DOCS]}
     splits = tmp_path / "saved_dict"
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows),
-                          "validation": datasets.Dataset.from_dict({"text": rows["text"][:7]})}).save_to_disk(str(splits))
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(rows),
+            "validation": datasets.Dataset.from_dict({"text": rows["text"][:7]}),
+        }
+    ).save_to_disk(str(splits))
     common = ["--tokenizer", str(gpt2_tokenizer), "--seq-len", "32", "-q"]
-    assert main(["--dataset-name", str(splits), "--val-split", "validation", "--val-docs", "7",
-                 "--out", str(tmp_path / "out"), *common]) == 0
+    assert (
+        main(
+            [
+                "--dataset-name",
+                str(splits),
+                "--val-split",
+                "validation",
+                "--val-docs",
+                "7",
+                "--out",
+                str(tmp_path / "out"),
+                *common,
+            ]
+        )
+        == 0
+    )
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert m["train"]["documents"] == 60 and m["validation"]["documents"] == 7
     # offline, a Hub id is one line naming it, as with --input ID?name=...

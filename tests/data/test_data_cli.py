@@ -22,9 +22,26 @@ def test_documented_cli_on_mini_corpus(tmp_path, data_root):
     mix = data_root / "pretrain" / "mix"
     out = tmp_path / "gpt2-256"
     # as in docs/data.md "Quick start" (mini corpus, --max-docs for speed)
-    cmd = ["scripts/tokenize_pile.py", "--input", str(mix / "mini_train.jsonl.zst"),
-           "--val-input", str(mix / "mini_val.jsonl.zst"), "--tokenizer", str(data_root / "tokenizers" / "gpt2"),
-           "--seq-len", "256", "--out", str(out), "--num-proc", "2", "--max-docs", "400", "--val-docs", "50", "-q"]
+    cmd = [
+        "scripts/tokenize_pile.py",
+        "--input",
+        str(mix / "mini_train.jsonl.zst"),
+        "--val-input",
+        str(mix / "mini_val.jsonl.zst"),
+        "--tokenizer",
+        str(data_root / "tokenizers" / "gpt2"),
+        "--seq-len",
+        "256",
+        "--out",
+        str(out),
+        "--num-proc",
+        "2",
+        "--max-docs",
+        "400",
+        "--val-docs",
+        "50",
+        "-q",
+    ]
     r = _run(cmd)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(out)
@@ -42,9 +59,22 @@ def test_documented_cli_on_mini_corpus(tmp_path, data_root):
 
 
 def test_cli_errors_are_one_line(tmp_path, data_root):
-    r = _run(["scripts/tokenize_pile.py", "--input", str(tmp_path / "nope.jsonl.zst"), "--tokenizer",
-              str(data_root / "tokenizers" / "gpt2"), "--seq-len", "64", "--out", str(tmp_path / "o"),
-              "--on-bad", "fail", "-q"])
+    r = _run(
+        [
+            "scripts/tokenize_pile.py",
+            "--input",
+            str(tmp_path / "nope.jsonl.zst"),
+            "--tokenizer",
+            str(data_root / "tokenizers" / "gpt2"),
+            "--seq-len",
+            "64",
+            "--out",
+            str(tmp_path / "o"),
+            "--on-bad",
+            "fail",
+            "-q",
+        ]
+    )
     assert r.returncode == 2  # a data error (exit 1 is for runtime failures)
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "nope.jsonl.zst:0: missing_file" in last

@@ -37,13 +37,31 @@ def big_inputs(tmp_path_factory) -> list[Path]:
     root = tmp_path_factory.mktemp("big")
     rng = random.Random(0)
     words = [f"w{i}" for i in range(5000)]
-    return [write_jsonl(root / f"in{f}.jsonl", [doc(" ".join(rng.choices(words, k=150))) for _ in range(4000)])
-            for f in range(4)]
+    return [
+        write_jsonl(root / f"in{f}.jsonl", [doc(" ".join(rng.choices(words, k=150))) for _ in range(4000)])
+        for f in range(4)
+    ]
 
 
 def _cli(inputs, out, tok, *extra):
-    return [sys.executable, str(REPO / "scripts" / "tokenize_pile.py"), "--input", *map(str, inputs), "--tokenizer",
-            str(tok), "--seq-len", "64", "--val-docs", "10", "--num-proc", "2", "--out", str(out), "-q", *extra]
+    return [
+        sys.executable,
+        str(REPO / "scripts" / "tokenize_pile.py"),
+        "--input",
+        *map(str, inputs),
+        "--tokenizer",
+        str(tok),
+        "--seq-len",
+        "64",
+        "--val-docs",
+        "10",
+        "--num-proc",
+        "2",
+        "--out",
+        str(out),
+        "-q",
+        *extra,
+    ]
 
 
 def _small(tmp_path: Path) -> Path:
@@ -52,9 +70,11 @@ def _small(tmp_path: Path) -> Path:
 
 def _holder(lock: Path) -> subprocess.Popen:
     """Another process holding OUT.lock, as a running build does (and writing in it what a build writes)."""
-    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'hfpretrain lock, pid %d\\n' % os.getpid()); "
-            "print('locked', flush=True); time.sleep(120)")
+    code = (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'hfpretrain lock, pid %d\\n' % os.getpid()); "
+        "print('locked', flush=True); time.sleep(120)"
+    )
     p = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "locked"
     return p
@@ -104,8 +124,9 @@ def test_a_second_build_of_the_same_out_fails_naming_the_first(tmp_path, gpt2_to
 
 def test_a_second_build_while_a_cli_build_runs(tmp_path, gpt2_tokenizer, big_inputs):
     out = tmp_path / "out"
-    first = subprocess.Popen(_cli(big_inputs, out, gpt2_tokenizer), env=ENV, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        _cli(big_inputs, out, gpt2_tokenizer), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     _workers(first, at_least=1)  # it holds the lock by now
     assert (tmp_path / "out.lock").read_text().strip() == f"hfpretrain lock, pid {first.pid}"
     with pytest.raises(DataError, match=rf"being built by another process \(pid {first.pid}, "):
@@ -122,17 +143,23 @@ def test_leftovers_of_dead_builds_are_removed(tmp_path, gpt2_tokenizer, caplog):
     dead_pid = int(dead.stdout)
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        for name, pid in ((f"out.tmp-{dead_pid}", dead_pid), (f"out.old-{dead_pid}", dead_pid),
-                          (f"out.tmp-{alive.pid}", alive.pid), (f"other.tmp-{dead_pid}", dead_pid)):
+        for name, pid in (
+            (f"out.tmp-{dead_pid}", dead_pid),
+            (f"out.old-{dead_pid}", dead_pid),
+            (f"out.tmp-{alive.pid}", alive.pid),
+            (f"other.tmp-{dead_pid}", dead_pid),
+        ):
             (tmp_path / name / "train").mkdir(parents=True)  # as a build of this tool makes them: with its marker
             target = out if name.startswith("out.") else tmp_path / "other"
-            (tmp_path / name / BUILD_MARKER).write_text(json.dumps({"format": "hfpretrain.tokenize-work/1",
-                                                                    "out": str(target), "pid": pid}))
+            (tmp_path / name / BUILD_MARKER).write_text(
+                json.dumps({"format": "hfpretrain.tokenize-work/1", "out": str(target), "pid": pid})
+            )
         # a user's folders of the same names (no marker, or a marker naming another pid) are never leftovers
         (tmp_path / "out.old-2024" / "train").mkdir(parents=True)
         (tmp_path / "out.tmp-999999999").mkdir()
-        (tmp_path / "out.tmp-999999999" / BUILD_MARKER).write_text(json.dumps(
-            {"format": "hfpretrain.tokenize-work/1", "out": str(out), "pid": dead_pid}))
+        (tmp_path / "out.tmp-999999999" / BUILD_MARKER).write_text(
+            json.dumps({"format": "hfpretrain.tokenize-work/1", "out": str(out), "pid": dead_pid})
+        )
         with caplog.at_level(logging.WARNING):
             tokenize_corpus([str(src)], out, gpt2_tokenizer, seq_len=16, val_docs=4)
         assert not (tmp_path / f"out.tmp-{dead_pid}").exists() and not (tmp_path / f"out.old-{dead_pid}").exists()
@@ -147,8 +174,9 @@ def test_leftovers_of_dead_builds_are_removed(tmp_path, gpt2_tokenizer, caplog):
 
 def test_sigterm_ends_the_workers_and_removes_the_partial_output(tmp_path, gpt2_tokenizer, big_inputs):
     out = tmp_path / "out"
-    proc = subprocess.Popen(_cli(big_inputs, out, gpt2_tokenizer), env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cli(big_inputs, out, gpt2_tokenizer), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     workers = _workers(proc)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
@@ -159,8 +187,9 @@ def test_sigterm_ends_the_workers_and_removes_the_partial_output(tmp_path, gpt2_
 
 def test_sigkill_leaves_no_workers_and_the_next_run_cleans_up(tmp_path, gpt2_tokenizer, big_inputs, caplog):
     out = tmp_path / "out"
-    proc = subprocess.Popen(_cli(big_inputs, out, gpt2_tokenizer), env=ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cli(big_inputs, out, gpt2_tokenizer), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     workers = _workers(proc)
     proc.kill()
     proc.wait(timeout=60)

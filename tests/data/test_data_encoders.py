@@ -10,8 +10,14 @@ import pytest
 
 from hfpretrain.data import DataError, tokenize_corpus
 from hfpretrain.data import encoders
-from hfpretrain.data.encoders import (HFEncoder, TiktokenEncoder, Unsupported, choose_encoder,
-                                      first_difference, tiktoken_spec)
+from hfpretrain.data.encoders import (
+    HFEncoder,
+    TiktokenEncoder,
+    Unsupported,
+    choose_encoder,
+    first_difference,
+    tiktoken_spec,
+)
 from hfpretrain.data.tokenizer import load_tokenizer
 
 from helpers import read_zst_texts
@@ -20,15 +26,22 @@ pytest.importorskip("tiktoken")
 
 TRICKY = [
     "a literal <|endoftext|> and <|end_of_text|> and <|im_end|> in text<|endoftext|>",
-    "<think>reasoning</think> <tool_call>{\"a\": 1}</tool_call><|fim_prefix|>x<|fim_suffix|>",
+    '<think>reasoning</think> <tool_call>{"a": 1}</tool_call><|fim_prefix|>x<|fim_suffix|>',
     "non-NFC: e\u0301te\u0301 A\u030a \u212b caf\u00e9 >\u0338 <think>\u0338",
-    "emoji: 👍🏽 👨‍👩‍👧‍👦 🇯🇵 ❤️", "CJK: 我们今天去北京。日本語のテキスト。한국어 텍스트",
+    "emoji: 👍🏽 👨‍👩‍👧‍👦 🇯🇵 ❤️",
+    "CJK: 我们今天去北京。日本語のテキスト。한국어 텍스트",
     "long whitespace:" + " " * 200 + "\t" * 50 + "\n" * 30 + "end" + " " * 17,
-    "windows\r\nlines\r\n\r\n\rx", "digits 1234567890123 3.14159 1,000,000 ٣٤٥ ①②",
+    "windows\r\nlines\r\n\r\n\rx",
+    "digits 1234567890123 3.14159 1,000,000 ٣٤٥ ①②",
     "contractions: IT'S I'M WE'VE THEY'LL HE'D YOU'RE DON'T it's 'S 'Ll",
     "unicode spaces:\u00a0\u1680\u2000\u2003\u200b\u2028\u2029\u202f\u205f\u3000\ufeff|\x1c\x1d\x1e\x1f\x85|",
-    "  leading and trailing  ", "", "\x00\x01\x7f control", "Straße ΑΒΓΔ ﬁﬂ ² ½ 𝐀𝐁 𐍈",
-    "def f(x):\n\tif x:\n        return {'a': [1, 2]}  # comment\n", "a" * 5000, "xyz " * 2000,
+    "  leading and trailing  ",
+    "",
+    "\x00\x01\x7f control",
+    "Straße ΑΒΓΔ ﬁﬂ ² ½ 𝐀𝐁 𐍈",
+    "def f(x):\n\tif x:\n        return {'a': [1, 2]}  # comment\n",
+    "a" * 5000,
+    "xyz " * 2000,
 ]
 
 
@@ -41,8 +54,14 @@ def _json(data_root, name):
     return load_tokenizer(str(data_root / "tokenizers" / name)).backend_tokenizer.to_str()
 
 
-@pytest.mark.parametrize("name", ["gpt2", pytest.param("qwen3", marks=pytest.mark.full_data("Qwen3 tokenizer")),
-                                  pytest.param("llama3", marks=pytest.mark.full_data("Llama 3 tokenizer"))])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpt2",
+        pytest.param("qwen3", marks=pytest.mark.full_data("Qwen3 tokenizer")),
+        pytest.param("llama3", marks=pytest.mark.full_data("Llama 3 tokenizer")),
+    ],
+)
 def test_tiktoken_ids_equal_hf_on_mini_corpus_and_tricky_text(data_root, corpus, name):
     tj = _json(data_root, name)
     assert choose_encoder(tj)[0] == "tiktoken"
@@ -113,8 +132,15 @@ def _stream(out, split):
 
 def _run(tmp_path, data_root, name, encoder):
     mix = data_root / "pretrain" / "mix"
-    return tokenize_corpus([mix / "mini_train.jsonl.zst"], tmp_path / f"{name}-{encoder}", data_root / "tokenizers" / name,
-                           seq_len=64, val_inputs=[mix / "mini_val.jsonl.zst"], val_docs=50, encoder=encoder)
+    return tokenize_corpus(
+        [mix / "mini_train.jsonl.zst"],
+        tmp_path / f"{name}-{encoder}",
+        data_root / "tokenizers" / name,
+        seq_len=64,
+        val_inputs=[mix / "mini_val.jsonl.zst"],
+        val_docs=50,
+        encoder=encoder,
+    )
 
 
 @pytest.mark.full_data("Qwen3 tokenizer")

@@ -26,8 +26,10 @@ def _good(tmp_path: Path, n: int = 200, name: str = "good.jsonl") -> Path:
 
 
 def _varied_bytes(n: int = 2000) -> bytes:
-    return b"".join(json.dumps(doc(" ".join(hashlib.sha256(f"{i}-{j}".encode()).hexdigest() for j in range(3))))
-                    .encode() + b"\n" for i in range(n))
+    return b"".join(
+        json.dumps(doc(" ".join(hashlib.sha256(f"{i}-{j}".encode()).hexdigest() for j in range(3)))).encode() + b"\n"
+        for i in range(n)
+    )
 
 
 def _cut_zst(path: Path, streamed: bool = False) -> Path:
@@ -63,7 +65,9 @@ def test_missing_input_next_to_good_file_is_an_error(tmp_path, gpt2_tokenizer, c
     _nothing_left(tmp_path, out)
     # explicitly allowed: built, and the loss is on record
     m = json.loads((_run([good, lost], out, gpt2_tokenizer, allow_missing=True) / "manifest.json").read_text())
-    assert m["input_files"]["inputs"]["lost_files"] == [{"path": str(lost), "reason": "missing_file", "bytes_lost": None}]
+    assert m["input_files"]["inputs"]["lost_files"] == [
+        {"path": str(lost), "reason": "missing_file", "bytes_lost": None}
+    ]
     assert m["train"]["skipped"] == {"missing_file": 1}
 
 
@@ -72,16 +76,22 @@ def test_missing_validation_input_is_an_error(tmp_path, gpt2_tokenizer):
     held_out = tmp_path / "held_out.jsonl"  # a file of its own: a train input as validation is refused first
     held_out.write_bytes(good.read_bytes())
     with pytest.raises(DataError, match=r"val\.jsonl:0: missing_file"):
-        tokenize_corpus([str(good)], tmp_path / "out", gpt2_tokenizer, seq_len=32,
-                        val_inputs=[str(held_out), str(tmp_path / "val.jsonl")])
+        tokenize_corpus(
+            [str(good)],
+            tmp_path / "out",
+            gpt2_tokenizer,
+            seq_len=32,
+            val_inputs=[str(held_out), str(tmp_path / "val.jsonl")],
+        )
 
 
 @pytest.mark.parametrize("weight", [1, 0.5])
 def test_missing_shard_in_a_blend_is_an_error(tmp_path, gpt2_tokenizer, weight):
     _good(tmp_path)
     blend = tmp_path / "blend.json"
-    blend.write_text(json.dumps({"sources": [{"paths": ["good.jsonl"]},
-                                             {"paths": ["shard-00001.jsonl.zst"], "weight": weight}]}))
+    blend.write_text(
+        json.dumps({"sources": [{"paths": ["good.jsonl"]}, {"paths": ["shard-00001.jsonl.zst"], "weight": weight}]})
+    )
     with pytest.raises(DataError, match=r"shard-00001\.jsonl\.zst:0: missing_file"):  # weight 0.5 was dropped silently
         tokenize_corpus(None, tmp_path / "out", gpt2_tokenizer, seq_len=32, val_docs=5, blend=blend)
     _nothing_left(tmp_path, tmp_path / "out")
@@ -92,8 +102,11 @@ def test_zst_cut_in_half_fails_on_the_bytes_lost(tmp_path, gpt2_tokenizer):
     cut = _cut_zst(tmp_path / "cut.jsonl.zst")
     out = tmp_path / "out"
     # before: one bad record out of ~750 (0.1% < 1%), exit 0
-    with pytest.raises(DataError, match=r"inputs: [\d,]+ of [\d,]+ bytes lost \((\d\d)\.\d% > max_bad_fraction 1\.0%\); "
-                                        rf".*{cut.name}: truncated_zst, [\d,]+ bytes lost"):
+    with pytest.raises(
+        DataError,
+        match=r"inputs: [\d,]+ of [\d,]+ bytes lost \((\d\d)\.\d% > max_bad_fraction 1\.0%\); "
+        rf".*{cut.name}: truncated_zst, [\d,]+ bytes lost",
+    ):
         _run([good, cut], out, gpt2_tokenizer)
     _nothing_left(tmp_path, out)
     m = json.loads((_run([good, cut], out, gpt2_tokenizer, max_bad_fraction=0.9) / "manifest.json").read_text())
@@ -112,8 +125,12 @@ def test_zst_cut_without_a_recorded_size_needs_allow_missing(tmp_path, gpt2_toke
     cut = _cut_zst(tmp_path / "streamed.jsonl.zst", streamed=True)
     with pytest.raises(DataError, match=rf"{cut.name}: truncated_zst: .*no size recorded.*--allow-missing"):
         _run([good, cut], tmp_path / "out", gpt2_tokenizer)
-    m = json.loads((_run([good, cut], tmp_path / "out", gpt2_tokenizer, allow_missing=True) / "manifest.json").read_text())
-    assert m["input_files"]["inputs"]["lost_files"] == [{"path": str(cut), "reason": "truncated_zst", "bytes_lost": None}]
+    m = json.loads(
+        (_run([good, cut], tmp_path / "out", gpt2_tokenizer, allow_missing=True) / "manifest.json").read_text()
+    )
+    assert m["input_files"]["inputs"]["lost_files"] == [
+        {"path": str(cut), "reason": "truncated_zst", "bytes_lost": None}
+    ]
 
 
 def test_file_with_only_bad_records_next_to_larger_good_files(tmp_path, gpt2_tokenizer):
@@ -132,8 +149,9 @@ def test_empty_file_is_a_lost_file(tmp_path, gpt2_tokenizer):
     empty.write_bytes(b"")
     with pytest.raises(DataError, match=rf"{empty}: empty_file: holds no records"):
         _run([good, empty], tmp_path / "out", gpt2_tokenizer)
-    m = json.loads((_run([good, empty], tmp_path / "out", gpt2_tokenizer, allow_missing=True) / "manifest.json")
-                   .read_text())
+    m = json.loads(
+        (_run([good, empty], tmp_path / "out", gpt2_tokenizer, allow_missing=True) / "manifest.json").read_text()
+    )
     assert m["input_files"]["inputs"]["lost_files"][0]["reason"] == "empty_file"
 
 
@@ -147,16 +165,24 @@ def test_truncated_parquet_is_a_lost_file(tmp_path, gpt2_tokenizer):
     cut.write_bytes((tmp_path / "p.parquet").read_bytes()[:300])
     with pytest.raises(DataError, match=rf"{cut}: unreadable_file: .*--allow-missing"):  # was a pyarrow traceback
         _run([good, cut], tmp_path / "out", gpt2_tokenizer)
-    m = json.loads((_run([good, cut], tmp_path / "out", gpt2_tokenizer, allow_missing=True) / "manifest.json")
-                   .read_text())
+    m = json.loads(
+        (_run([good, cut], tmp_path / "out", gpt2_tokenizer, allow_missing=True) / "manifest.json").read_text()
+    )
     assert m["train"]["skipped"] == {"unreadable_file": 1}
 
 
 def test_accounting_with_two_reader_processes(tmp_path, gpt2_tokenizer):
     files = [_good(tmp_path, n=60, name=f"g{i}.jsonl") for i in range(4)]
     val = _good(tmp_path, n=10, name="val.jsonl")
-    out = tokenize_corpus([str(f) for f in files] + [str(tmp_path / "gone.jsonl")], tmp_path / "out", gpt2_tokenizer,
-                          seq_len=32, val_inputs=[str(val)], num_proc=2, allow_missing=True)
+    out = tokenize_corpus(
+        [str(f) for f in files] + [str(tmp_path / "gone.jsonl")],
+        tmp_path / "out",
+        gpt2_tokenizer,
+        seq_len=32,
+        val_inputs=[str(val)],
+        num_proc=2,
+        allow_missing=True,
+    )
     m = json.loads((out / "manifest.json").read_text())
     acc = m["input_files"]["inputs"]
     assert acc["files_read"] == 5 and acc["bytes_read"] == sum(f.stat().st_size for f in files)

@@ -18,7 +18,9 @@ def test_packer_carries_remainder_across_batches_and_conserves_tokens():
     t1 = p(_batch([[1, 2], [3, 4, 5, 6, 7]], ["A", "B"]))  # 3 + 6 = 9 tokens -> 2 blocks, carry 1
     t2 = p(_batch([[8]], ["A"]))  # carry 1 + 2 = 3 -> 0 blocks, carry 3
     t3 = p(_batch([[1, 1, 1, 1, 1]], ["C"]))  # 3 + 6 = 9 -> 2 blocks, carry 1
-    blocks = np.concatenate([np.array(t["input_ids"].to_pylist(), dtype=np.int64).reshape(-1, 4) for t in (t1, t2, t3) if t.num_rows])
+    blocks = np.concatenate(
+        [np.array(t["input_ids"].to_pylist(), dtype=np.int64).reshape(-1, 4) for t in (t1, t2, t3) if t.num_rows]
+    )
     assert blocks.shape == (4, 4)
     stream = [1, 2, EOS, 3, 4, 5, 6, 7, EOS, 8, EOS, 1, 1, 1, 1, 1, EOS]
     assert blocks.reshape(-1).tolist() == stream[:16]
@@ -33,10 +35,13 @@ def test_packer_carries_remainder_across_batches_and_conserves_tokens():
 
 def _pack(mode: str, docs: list[list[int]], seq_len: int, batch: int = 7):
     p = Packer(seq_len=seq_len, eos_id=EOS, dtype=np.uint16, set_index={}, mode=mode, total_documents=len(docs))
-    tables = [p(_batch(docs[i:i + batch], [f"S{len(d) % 3}" for d in docs[i:i + batch]]))
-              for i in range(0, len(docs), batch)]
-    blocks = np.concatenate([np.array(t["input_ids"].to_pylist(), dtype=np.int64).reshape(-1, seq_len)
-                             for t in tables if t.num_rows])
+    tables = [
+        p(_batch(docs[i : i + batch], [f"S{len(d) % 3}" for d in docs[i : i + batch]]))
+        for i in range(0, len(docs), batch)
+    ]
+    blocks = np.concatenate(
+        [np.array(t["input_ids"].to_pylist(), dtype=np.int64).reshape(-1, seq_len) for t in tables if t.num_rows]
+    )
     sets = [s for t in tables if t.num_rows for s in t["set_ids"].to_pylist()]
     return p, blocks, sets
 

@@ -50,8 +50,18 @@ def test_layout_shapes_and_dtypes(mini_blocks):
 
 def test_manifest_keys_and_token_conservation(mini_blocks, mini_train, gpt2_tokenizer):
     m = _manifest(mini_blocks)
-    for key in ("seq_len", "tokenizer", "fingerprint", "train", "validation", "inputs", "val_inputs",
-                "wall_time_s", "tokens_per_s", "sets"):
+    for key in (
+        "seq_len",
+        "tokenizer",
+        "fingerprint",
+        "train",
+        "validation",
+        "inputs",
+        "val_inputs",
+        "wall_time_s",
+        "tokens_per_s",
+        "sets",
+    ):
         assert key in m
     assert m["tokenizer"]["vocab_size"] == 50257 and m["tokenizer"]["eos_token_id"] == GPT2_EOS
     assert len(m["tokenizer"]["sha256"]) == 64 and m["inputs"][0]["size"] == mini_train.stat().st_size
@@ -83,7 +93,9 @@ def test_eos_ends_every_document_and_stream_matches(mini_blocks, mini_val, gpt2_
     ds = datasets.load_from_disk(str(mini_blocks / "validation"))
     seq_len = m["seq_len"]
     blocks = stream.reshape(-1, seq_len)
-    doc_of_token = np.repeat(np.arange(len(rows)), [len(x) + 1 for x in _doc_ids(gpt2_tokenizer, [r["text"] for r in rows])])
+    doc_of_token = np.repeat(
+        np.arange(len(rows)), [len(x) + 1 for x in _doc_ids(gpt2_tokenizer, [r["text"] for r in rows])]
+    )
     for i in range(0, len(blocks), 37):
         starts = [0] + [j + 1 for j in np.flatnonzero(blocks[i] == GPT2_EOS) if j + 1 < seq_len]
         names = [m["sets"][k] for k in ds[i]["set_ids"]]
@@ -101,7 +113,7 @@ def test_default_validation_is_first_10000_documents(tmp_path, gpt2_tokenizer):
     tok = AutoTokenizer.from_pretrained(str(gpt2_tokenizer))
     eos_at = np.flatnonzero(stream == GPT2_EOS)
     # the last complete document in the blocks is within the first 10,000 and in file order
-    last_text = tok.decode(stream[eos_at[-2] + 1: eos_at[-1]])
+    last_text = tok.decode(stream[eos_at[-2] + 1 : eos_at[-1]])
     n = int(last_text.split()[-1].rstrip("."))
     assert n == len(eos_at) - 1 < 10_000
     assert tok.decode(stream[: eos_at[0]]) == "validation document number 0."
@@ -133,7 +145,9 @@ def _inputs_with_every_bad_case(tmp_path):
     jsonl = write_jsonl(tmp_path / "bad.jsonl", recs)
     import hashlib
 
-    varied = [doc(" ".join(hashlib.sha256(f"{i}-{j}".encode()).hexdigest() for j in range(3)), "Good") for i in range(2000)]
+    varied = [
+        doc(" ".join(hashlib.sha256(f"{i}-{j}".encode()).hexdigest() for j in range(3)), "Good") for i in range(2000)
+    ]
     full = write_zst(tmp_path / "cut.jsonl.zst", varied)  # ~400 KB: several zstd blocks
     cut = tmp_path / "cut.jsonl.zst"
     cut.write_bytes(full.read_bytes()[:-40])  # truncated zst: the frame never ends
@@ -144,8 +158,15 @@ def test_each_bad_input_is_counted_and_reported(tmp_path, gpt2_tokenizer, caplog
     jsonl, cut, missing = _inputs_with_every_bad_case(tmp_path)
     val = write_jsonl(tmp_path / "val.jsonl", [doc("validation text " * 30) for _ in range(5)])
     with caplog.at_level("WARNING"):
-        out = tokenize_corpus([jsonl, cut, missing], tmp_path / "out", gpt2_tokenizer, seq_len=32,
-                              val_inputs=[val], max_bad_fraction=0.5, allow_missing=True)
+        out = tokenize_corpus(
+            [jsonl, cut, missing],
+            tmp_path / "out",
+            gpt2_tokenizer,
+            seq_len=32,
+            val_inputs=[val],
+            max_bad_fraction=0.5,
+            allow_missing=True,
+        )
     m = _manifest(out)
     files = m["input_files"]["inputs"]
     assert files["files_read"] == 3 and m["allow_missing"] is True
@@ -153,8 +174,14 @@ def test_each_bad_input_is_counted_and_reported(tmp_path, gpt2_tokenizer, caplog
     assert lost["missing_file"] == {"path": str(missing), "reason": "missing_file", "bytes_lost": None}
     assert lost["truncated_zst"]["path"] == str(cut) and lost["truncated_zst"]["bytes_lost"] > 0
     assert files["bad_record_bytes"] > 0 and files["bytes_lost"] == lost["truncated_zst"]["bytes_lost"]
-    assert m["train"]["skipped"] == {"malformed_json": 1, "missing_text": 1, "non_utf8": 1, "empty_document": 1,
-                                     "truncated_zst": 1, "missing_file": 1}
+    assert m["train"]["skipped"] == {
+        "malformed_json": 1,
+        "missing_text": 1,
+        "non_utf8": 1,
+        "empty_document": 1,
+        "truncated_zst": 1,
+        "missing_file": 1,
+    }
     where = {e["reason"]: e["where"] for e in m["train"]["bad_examples"]}
     assert where["malformed_json"] == f"{jsonl}:6" and where["missing_text"] == f"{jsonl}:7"
     assert where["non_utf8"] == f"{jsonl}:8" and where["empty_document"] == f"{jsonl}:9"
@@ -224,19 +251,26 @@ def test_parquet_glob_and_blend(tmp_path, gpt2_tokenizer):
     rows = [doc(f"parquet row {i} " * 10, "PQ") for i in range(20)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "p.parquet")
     write_zst(tmp_path / "z-1.jsonl.zst", [doc(f"zst row {i} " * 10, "Z") for i in range(20)])
-    out = tokenize_corpus([str(tmp_path / "*.parquet"), str(tmp_path / "z-*.jsonl.zst")], tmp_path / "o1",
-                          gpt2_tokenizer, seq_len=16, val_docs=4)
+    out = tokenize_corpus(
+        [str(tmp_path / "*.parquet"), str(tmp_path / "z-*.jsonl.zst")],
+        tmp_path / "o1",
+        gpt2_tokenizer,
+        seq_len=16,
+        val_docs=4,
+    )
     m = _manifest(out)
     assert m["train"]["documents"] + m["validation"]["documents"] == 40
     assert set(m["train"]["tokens_per_set"]) == {"PQ", "Z"}
     blend = tmp_path / "blend.json"
-    blend.write_text(json.dumps({"sources": [{"paths": ["p.parquet"], "epochs": 2},
-                                             {"paths": ["z-*.jsonl.zst"], "weight": 0.5}]}))
+    blend.write_text(
+        json.dumps({"sources": [{"paths": ["p.parquet"], "epochs": 2}, {"paths": ["z-*.jsonl.zst"], "weight": 0.5}]})
+    )
     val = write_jsonl(tmp_path / "v.jsonl", [doc("val " * 40) for _ in range(3)])
     m = _manifest(tokenize_corpus(None, tmp_path / "o2", gpt2_tokenizer, seq_len=16, blend=blend, val_inputs=[val]))
     by_set = m["train"]["tokens_per_set"]
-    assert by_set["PQ"] == 2 * sum(m2 for s, m2 in _manifest(out)["train"]["tokens_per_set"].items() if s == "PQ") \
-        + 2 * _manifest(out)["validation"]["tokens_per_set"].get("PQ", 0)
+    assert by_set["PQ"] == 2 * sum(
+        m2 for s, m2 in _manifest(out)["train"]["tokens_per_set"].items() if s == "PQ"
+    ) + 2 * _manifest(out)["validation"]["tokens_per_set"].get("PQ", 0)
     assert 0 < m["train"]["documents"] - 40 < 20  # about half of the 20 zst rows
     assert m["inputs"][0]["epochs"] == 2.0 and m["inputs"][1]["epochs"] == 0.5
 
@@ -272,8 +306,9 @@ def test_missing_tokenizer_is_one_line_error(tmp_path):
 def test_whole_packing_for_long_blocks(tmp_path, mini_train, mini_val, gpt2_tokenizer):
     """--pack whole on the mini corpus at 1,024 tokens: the same tokens and blocks as concat, less than half the
     tokens in cut documents, its own fingerprint; both manifests give the documents' length distribution."""
-    kw = dict(inputs=[mini_train], val_inputs=[mini_val], tokenizer=gpt2_tokenizer, seq_len=1024, max_docs=300,
-              val_docs=100)
+    kw = dict(
+        inputs=[mini_train], val_inputs=[mini_val], tokenizer=gpt2_tokenizer, seq_len=1024, max_docs=300, val_docs=100
+    )
     concat = _manifest(tokenize_corpus(out=tmp_path / "concat", **kw))
     whole = _manifest(tokenize_corpus(out=tmp_path / "whole", pack="whole", **kw))
     assert (concat["pack"], whole["pack"]) == ("concat", "whole") and concat["fingerprint"] != whole["fingerprint"]

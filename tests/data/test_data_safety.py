@@ -121,8 +121,22 @@ def test_protected_folders(tmp_path, monkeypatch):
 
 def test_cli_force_on_users_folder_is_one_error_line(tmp_path, src, gpt2_tokenizer):
     out = _users_folder(tmp_path / "mine")
-    r = script("tokenize_pile.py", "--input", src, "--tokenizer", gpt2_tokenizer, "--seq-len", "16", "--val-docs", "2",
-               "--out", out, "--force", "-q", cwd=REPO)
+    r = script(
+        "tokenize_pile.py",
+        "--input",
+        src,
+        "--tokenizer",
+        gpt2_tokenizer,
+        "--seq-len",
+        "16",
+        "--val-docs",
+        "2",
+        "--out",
+        out,
+        "--force",
+        "-q",
+        cwd=REPO,
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ") and str(out) in lines[-1] and "not a tokenize_corpus output" in lines[-1]

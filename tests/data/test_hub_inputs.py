@@ -24,7 +24,9 @@ def _stream(out, split: str) -> np.ndarray:
 
 def test_options_parse_into_load_dataset_arguments():
     assert hub_arguments("allenai/c4?name=en&split=validation&data_files=en/a.json.gz,en/b.json.gz") == (
-        "allenai/c4", {"name": "en", "split": "validation", "data_files": ["en/a.json.gz", "en/b.json.gz"]})
+        "allenai/c4",
+        {"name": "en", "split": "validation", "data_files": ["en/a.json.gz", "en/b.json.gz"]},
+    )
     assert hub_arguments("EleutherAI/pile") == ("EleutherAI/pile", {"split": "train"})
     assert hub_arguments("org/ds?revision=v1.0") == ("org/ds", {"split": "train", "revision": "v1.0"})
     [src] = expand_inputs(["allenai/c4?name=en&data_files=en/c4-train.0000[0-3]-of-01024.json.gz"])
@@ -53,8 +55,9 @@ def test_an_unreachable_hub_id_is_one_line(tmp_path, gpt2_tokenizer, monkeypatch
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataError) as err:
-        tokenize_corpus(["no-such-org/no-such-dataset?name=en"], tmp_path / "out", tokenizer=gpt2_tokenizer,
-                        seq_len=32, val_docs=5)
+        tokenize_corpus(
+            ["no-such-org/no-such-dataset?name=en"], tmp_path / "out", tokenizer=gpt2_tokenizer, seq_len=32, val_docs=5
+        )
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("no-such-org/no-such-dataset?name=en: cannot load it as a Hub dataset")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -28,7 +28,9 @@ def _manifest(out: Path) -> dict:
 
 def test_another_field_gives_the_same_blocks_as_text(tmp_path, gpt2_tokenizer):
     as_text = write_jsonl(tmp_path / "text.jsonl", [{"text": t, "meta": {"pile_set_name": "S"}} for t in TEXTS])
-    as_content = write_jsonl(tmp_path / "content.jsonl", [{"content": t, "meta": {"pile_set_name": "S"}} for t in TEXTS])
+    as_content = write_jsonl(
+        tmp_path / "content.jsonl", [{"content": t, "meta": {"pile_set_name": "S"}} for t in TEXTS]
+    )
     kw = dict(tokenizer=gpt2_tokenizer, seq_len=32, val_docs=5)
     ref = tokenize_corpus([as_text], tmp_path / "ref", **kw)
     out = tokenize_corpus([as_content], tmp_path / "out", text_field="content", **kw)
@@ -38,8 +40,11 @@ def test_another_field_gives_the_same_blocks_as_text(tmp_path, gpt2_tokenizer):
     assert m["text_field"] == "content" and m["train"]["skipped"] == {} and m["train"]["tokens_per_set"].keys() == {"S"}
     assert "text_field" not in _manifest(ref)
     # the default still reads "text": the first records have none, and the error names the fields and the flag
-    with pytest.raises(DataError, match=r"no field 'text' in its first 5 records \(fields: content, meta\): .*"
-                                        r"pass --text-field content"):
+    with pytest.raises(
+        DataError,
+        match=r"no field 'text' in its first 5 records \(fields: content, meta\): .*"
+        r"pass --text-field content",
+    ):
         tokenize_corpus([as_content], tmp_path / "bad", tokenizer=gpt2_tokenizer, seq_len=32, val_inputs=[as_text])
 
 
@@ -63,8 +68,23 @@ def test_text_field_is_part_of_the_fingerprint_and_reads_parquet(tmp_path, gpt2_
 
 def test_cli_text_field(tmp_path, gpt2_tokenizer):
     src = write_jsonl(tmp_path / "c.jsonl", [{"content": t} for t in TEXTS])
-    r = script("tokenize_pile.py", "--input", src, "--tokenizer", gpt2_tokenizer, "--seq-len", "32", "--val-docs", "5",
-               "--out", tmp_path / "o", "--text-field", "content", "-q", cwd=REPO)
+    r = script(
+        "tokenize_pile.py",
+        "--input",
+        src,
+        "--tokenizer",
+        gpt2_tokenizer,
+        "--seq-len",
+        "32",
+        "--val-docs",
+        "5",
+        "--out",
+        tmp_path / "o",
+        "--text-field",
+        "content",
+        "-q",
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     m = _manifest(tmp_path / "o")
     assert m["text_field"] == "content" and m["train"]["documents"] == len(TEXTS) - 5

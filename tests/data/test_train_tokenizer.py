@@ -15,7 +15,6 @@ from hfpretrain.data.train_tokenizer import EOT, train_tokenizer
 REPO = Path(__file__).resolve().parents[2]
 
 
-
 @pytest.fixture(scope="module")
 def bpe512(mini_train, tmp_path_factory):
     return train_tokenizer([mini_train], vocab_size=512, out=tmp_path_factory.mktemp("tok") / "bpe512", max_docs=200)
@@ -33,8 +32,15 @@ def test_trained_tokenizer_loads_and_round_trips(bpe512):
 
 
 def test_pipeline_tokenizes_with_it(bpe512, mini_train, mini_val, tmp_path):
-    out = tokenize_corpus(inputs=[mini_train], val_inputs=[mini_val], out=tmp_path / "blocks", tokenizer=str(bpe512),
-                          seq_len=64, max_docs=50, val_docs=20)
+    out = tokenize_corpus(
+        inputs=[mini_train],
+        val_inputs=[mini_val],
+        out=tmp_path / "blocks",
+        tokenizer=str(bpe512),
+        seq_len=64,
+        max_docs=50,
+        val_docs=20,
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["tokenizer"]["vocab_size"] == 512 and manifest["tokenizer"]["eos_token"] == EOT
     assert manifest["train"]["blocks"] > 0
@@ -45,5 +51,7 @@ def test_errors_are_one_line(tmp_path, mini_train):
         train_tokenizer([tmp_path / "no-such.jsonl"], vocab_size=512, out=tmp_path / "t")
     with pytest.raises(DataError, match="vocab-size 100"):
         train_tokenizer([mini_train], vocab_size=100, out=tmp_path / "t")
-    proc = script("train_tokenizer.py", "--input", tmp_path / "none.jsonl", "--vocab-size", "512", "--out", tmp_path / "t")
+    proc = script(
+        "train_tokenizer.py", "--input", tmp_path / "none.jsonl", "--vocab-size", "512", "--out", tmp_path / "t"
+    )
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: ")

@@ -25,8 +25,12 @@ def _books(tmp_path: Path) -> Path:
     folder = tmp_path / "books"
     folder.mkdir()
     for b in range(3):  # 10 paragraphs per file, separated by blank lines (one with spaces in it)
-        (folder / f"book{b}.txt").write_text("\n\n".join(PARAGRAPHS[10 * b:10 * b + 5]) + "\n  \n"
-                                             + "\n\n".join(PARAGRAPHS[10 * b + 5:10 * b + 10]) + "\n")
+        (folder / f"book{b}.txt").write_text(
+            "\n\n".join(PARAGRAPHS[10 * b : 10 * b + 5])
+            + "\n  \n"
+            + "\n\n".join(PARAGRAPHS[10 * b + 5 : 10 * b + 10])
+            + "\n"
+        )
     return folder
 
 
@@ -34,8 +38,11 @@ def test_paragraphs_and_files_match_the_same_documents_as_jsonl(tmp_path, gpt2_t
     books = _books(tmp_path)
     kw = dict(tokenizer=gpt2_tokenizer, seq_len=32, val_docs=4)
     paragraphs = tokenize_corpus([books], tmp_path / "para", txt_split="paragraph", **kw)
-    ref = tokenize_corpus([write_jsonl(tmp_path / "p.jsonl", [{"text": t, "meta": {"pile_set_name": "books"}}
-                                                             for t in PARAGRAPHS])], tmp_path / "ref", **kw)
+    ref = tokenize_corpus(
+        [write_jsonl(tmp_path / "p.jsonl", [{"text": t, "meta": {"pile_set_name": "books"}} for t in PARAGRAPHS])],
+        tmp_path / "ref",
+        **kw,
+    )
     for split in ("train", "validation"):
         assert np.array_equal(_stream(paragraphs, split), _stream(ref, split))
     m = json.loads((paragraphs / "manifest.json").read_text())
@@ -52,7 +59,8 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path, gpt2_tokenizer
     books = _books(tmp_path)
     (books / "bad.txt").write_bytes(b"fine first line\nsecond \xff line\n")
     with pytest.raises(DataError, match=r"bad\.txt:2: non_utf8"):
-        tokenize_corpus([books], tmp_path / "out", tokenizer=gpt2_tokenizer, seq_len=32, val_docs=1,
-                        max_bad_fraction=0.0)
+        tokenize_corpus(
+            [books], tmp_path / "out", tokenizer=gpt2_tokenizer, seq_len=32, val_docs=1, max_bad_fraction=0.0
+        )
     with pytest.raises(DataError, match="txt_split must be 'file' or 'paragraph'"):
         tokenize_corpus([books], tmp_path / "out2", tokenizer=gpt2_tokenizer, seq_len=32, txt_split="lines")

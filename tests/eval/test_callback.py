@@ -35,8 +35,15 @@ def test_callback_logs_during_training(tiny_checkpoint, data_root, tmp_path):
             return {k: torch.tensor(v) for k, v in rows[i].items()}
 
     args = TrainingArguments(
-        output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=2, logging_steps=1,
-        report_to=[], use_cpu=True, save_strategy="no", learning_rate=1e-3, disable_tqdm=True,
+        output_dir=str(tmp_path),
+        max_steps=4,
+        per_device_train_batch_size=2,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        learning_rate=1e-3,
+        disable_tqdm=True,
     )
     cb = LmEvalCallback(tok, every_n_steps=2, task="arc_easy", limit=4, data_root=data_root)
     trainer = Trainer(model=model, args=args, train_dataset=DS(), callbacks=[cb])
@@ -115,6 +122,7 @@ def test_recipe_callbacks_check_the_task_when_the_recipe_loads():
     assert recipe_callbacks(load_recipe(None, ["data.path=x"])) == []
     with pytest.raises(ValueError, match="evaluation.lm_eval_task=winogrande: winogrande cannot be scored"):
         recipe_callbacks(load_recipe(None, ["data.path=x", "evaluation.lm_eval_task=winogrande"]))
-    (cb,) = recipe_callbacks(load_recipe(None, ["data.path=x", "evaluation.lm_eval_task=arc_easy",
-                                                "evaluation.lm_eval_limit=3"]))
+    (cb,) = recipe_callbacks(
+        load_recipe(None, ["data.path=x", "evaluation.lm_eval_task=arc_easy", "evaluation.lm_eval_limit=3"])
+    )
     assert isinstance(cb, LmEvalCallback) and cb.limit == 3 and cb.tokenizer is None and cb.every_n_steps is None

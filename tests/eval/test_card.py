@@ -22,11 +22,25 @@ def final(tiny_checkpoint, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("run") / "final"
     shutil.copytree(tiny_checkpoint, folder)
     recipe = load_recipe(REPO / "recipes" / "tiny_cpu.yaml", ["training.max_steps=30"])
-    plan = {"parameters": {"total": 3_300_000, "non_embedding": 100_000}, "seq_len": 128, "tokens_per_step": 2048,
-            "samples_per_step": 16, "train_blocks": 480, "flops_per_token": 2e7, "world_size": 1, "device": "cpu"}
+    plan = {
+        "parameters": {"total": 3_300_000, "non_embedding": 100_000},
+        "seq_len": 128,
+        "tokens_per_step": 2048,
+        "samples_per_step": 16,
+        "train_blocks": 480,
+        "flops_per_token": 2e7,
+        "world_size": 1,
+        "device": "cpu",
+    }
     summary = {"global_step": 30, "final_eval": {"eval_loss": 6.1, "eval_bpb": 2.2, "eval_tokens": 4096}}
-    write_model_card(folder, AutoConfig.from_pretrained(folder), plan, summary, recipe,
-                     {"tokenizer": {"name_or_path": "gpt2"}, "fingerprint": "abc123"})
+    write_model_card(
+        folder,
+        AutoConfig.from_pretrained(folder),
+        plan,
+        summary,
+        recipe,
+        {"tokenizer": {"name_or_path": "gpt2"}, "fingerprint": "abc123"},
+    )
     return folder
 
 
@@ -43,8 +57,16 @@ def test_eval_puts_its_scores_in_the_card_and_export_points_at_the_copy(final, d
     from hfpretrain.eval import evaluate_checkpoint
     from hfpretrain.eval import export as export_module
 
-    results = evaluate_checkpoint(final, tasks=["arc_easy"], limit=2, dtype="float32", device="cpu",
-                                  out_dir=final / "eval", data_root=data_root, scoring="lm_eval")
+    results = evaluate_checkpoint(
+        final,
+        tasks=["arc_easy"],
+        limit=2,
+        dtype="float32",
+        device="cpu",
+        out_dir=final / "eval",
+        data_root=data_root,
+        scoring="lm_eval",
+    )
     assert results["hfpretrain"]["model_card"] == str(final / "README.md")
     card = (final / "README.md").read_text()
     assert "| arc_easy | 2 |" in card and "Not scored yet" not in card and "# Evaluation: `" not in card
@@ -61,9 +83,12 @@ def test_eval_puts_its_scores_in_the_card_and_export_points_at_the_copy(final, d
 def test_a_card_from_before_the_sections_gets_its_path_replaced():
     from hfpretrain.eval.card import refresh_card
 
-    old = ('| final validation loss | 6 |\n\ngenerate = pipeline("text-generation", model="final")\n\nScores: `lm_eval '
-           '--model hf --model_args pretrained=final --tasks arc_easy` (or `python scripts/evaluate.py final`, ...)')
+    old = (
+        '| final validation loss | 6 |\n\ngenerate = pipeline("text-generation", model="final")\n\nScores: `lm_eval '
+        "--model hf --model_args pretrained=final --tasks arc_easy` (or `python scripts/evaluate.py final`, ...)"
+    )
     new = refresh_card(old, "user/model")
     assert new == old.replace('"final"', '"user/model"').replace("=final ", "=user/model ").replace(
-        "py final`", "py user/model`")
+        "py final`", "py user/model`"
+    )
     assert "| final validation loss |" in new

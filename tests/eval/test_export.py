@@ -40,10 +40,13 @@ def test_push_without_the_hub_keeps_the_export(tiny_checkpoint, tmp_path, capsys
     assert f"the export is in {out}" in err and (out / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--dtype", "int8"], "--dtype int8: one of bfloat16, float16, float32"),
-    (["--out", "{ckpt}"], "is the checkpoint itself"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dtype", "int8"], "--dtype int8: one of bfloat16, float16, float32"),
+        (["--out", "{ckpt}"], "is the checkpoint itself"),
+    ],
+)
 def test_bad_arguments_are_one_line(tiny_checkpoint, tmp_path, capsys, args, message):
     args = [a.replace("{ckpt}", str(tiny_checkpoint)) for a in args]
     base = [str(tiny_checkpoint)] + ([] if "--out" in args else ["--out", str(tmp_path / "e")])
@@ -103,14 +106,27 @@ def test_export_carries_no_local_paths_and_a_card_header(tiny_checkpoint, tmp_pa
     shutil.copytree(tiny_checkpoint, ckpt)
     data = tmp_path / "home" / "alice" / "data" / "c4_gpt2"
     data.mkdir(parents=True)
-    (data / "manifest.json").write_text(json.dumps({"inputs": [{"path": "allenai/c4?name=en", "kind": "hub"},
-                                                               {"path": str(tmp_path / "x.jsonl"), "kind": "jsonl"}]}))
-    lineage = {"format": "hfpretrain.lineage/1", "tokenizer": {"path": str(data / "tokenizer"), "sha256": "ab"},
-               "sources": {"data": {"name": "data", "path": str(data), "fingerprint": "f1"}},
-               "validation": {"name": "validation", "path": str(data), "fingerprint": "f1"}}
+    (data / "manifest.json").write_text(
+        json.dumps(
+            {
+                "inputs": [
+                    {"path": "allenai/c4?name=en", "kind": "hub"},
+                    {"path": str(tmp_path / "x.jsonl"), "kind": "jsonl"},
+                ]
+            }
+        )
+    )
+    lineage = {
+        "format": "hfpretrain.lineage/1",
+        "tokenizer": {"path": str(data / "tokenizer"), "sha256": "ab"},
+        "sources": {"data": {"name": "data", "path": str(data), "fingerprint": "f1"}},
+        "validation": {"name": "validation", "path": str(data), "fingerprint": "f1"},
+    }
     (ckpt / "lineage.json").write_text(json.dumps(lineage))
-    (ckpt / "README.md").write_text(f"---\nlibrary_name: transformers\n---\n\n# r1\n\n| training data | `{data}` |\n\n"
-                                    f"```yaml\ndata:\n  path: {data}\ntraining:\n  output_dir: {ckpt.parent}\n```\n")
+    (ckpt / "README.md").write_text(
+        f"---\nlibrary_name: transformers\n---\n\n# r1\n\n| training data | `{data}` |\n\n"
+        f"```yaml\ndata:\n  path: {data}\ntraining:\n  output_dir: {ckpt.parent}\n```\n"
+    )
     out = tmp_path / "export"
     assert main([str(ckpt), "--out", str(out), "--license", "apache-2.0"]) == 0
     exported = (out / "lineage.json").read_text()
@@ -143,6 +159,7 @@ def test_export_generates_with_the_kv_cache(tiny_checkpoint, tmp_path):
     generation.save_pretrained(old)
     assert main([str(old), "--out", str(tmp_path / "export")]) == 0
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "export")
-    generated = exported.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=False,
-                                  return_dict_in_generate=True)
+    generated = exported.generate(
+        torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=False, return_dict_in_generate=True
+    )
     assert generated.past_key_values is not None  # None when generate() runs without the cache

@@ -21,7 +21,9 @@ SCRIPT = str(REPO / "scripts" / "generate.py")
 def loaded(tiny_checkpoint):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint)), AutoTokenizer.from_pretrained(str(tiny_checkpoint))
+    return AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint)), AutoTokenizer.from_pretrained(
+        str(tiny_checkpoint)
+    )
 
 
 def test_conditional_many_prompts(loaded):
@@ -67,8 +69,9 @@ def test_a_checkpoint_saved_with_use_cache_off_generates_with_the_cache(tiny_che
     config.save_pretrained(old)
     model = AutoModelForCausalLM.from_pretrained(old)
     lengths = []
-    model.register_forward_pre_hook(lambda _, args, kwargs: lengths.append(kwargs["input_ids"].shape[-1]),
-                                    with_kwargs=True)
+    model.register_forward_pre_hook(
+        lambda _, args, kwargs: lengths.append(kwargs["input_ids"].shape[-1]), with_kwargs=True
+    )
     generate((model, AutoTokenizer.from_pretrained(old)), "Rocks are made of", max_new_tokens=5, temperature=0)
     assert len(lengths) == 5 and lengths[0] > 1 and lengths[1:] == [1, 1, 1, 1], lengths  # one new token a step
 
@@ -97,8 +100,22 @@ def _run(args, tmp_path):
 def test_script_json_prompt_file_and_errors(tiny_checkpoint, tmp_path):
     pf = tmp_path / "prompts.txt"
     pf.write_text("The sun\nRocks are\n")
-    p = _run(["--model", str(tiny_checkpoint), "--prompt", "Question: Why?\\nAnswer:", "--prompt-file", str(pf),
-              "--max-new-tokens", "5", "--seed", "1", "--json"], tmp_path)
+    p = _run(
+        [
+            "--model",
+            str(tiny_checkpoint),
+            "--prompt",
+            "Question: Why?\\nAnswer:",
+            "--prompt-file",
+            str(pf),
+            "--max-new-tokens",
+            "5",
+            "--seed",
+            "1",
+            "--json",
+        ],
+        tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(p.stdout)
     assert [d["prompt"] for d in data] == ["Question: Why?\nAnswer:", "The sun", "Rocks are"]

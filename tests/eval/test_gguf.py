@@ -45,7 +45,7 @@ def llama_cpp_gpt2_split(text: str) -> list[str]:
 
     pieces, pos = [], 0
     for m in regex.finditer(LLAMA_CPP_GPT2_REGEX, text):
-        pieces += [text[pos:m.start()]] * (m.start() > pos) + [m.group()]
+        pieces += [text[pos : m.start()]] * (m.start() > pos) + [m.group()]
         pos = m.end()
     return pieces + [text[pos:]] * (pos < len(text))
 
@@ -67,13 +67,24 @@ def trained_checkpoint(tmp_path_factory, mini_train):
     from hfpretrain.data.train_tokenizer import train_tokenizer
 
     base = tmp_path_factory.mktemp("gguf")
-    tok = AutoTokenizer.from_pretrained(str(train_tokenizer([mini_train], vocab_size=512, out=base / "tok",
-                                                            max_docs=100)))
+    tok = AutoTokenizer.from_pretrained(
+        str(train_tokenizer([mini_train], vocab_size=512, out=base / "tok", max_docs=100))
+    )
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=64, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, tie_word_embeddings=True))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            tie_word_embeddings=True,
+        )
+    )
     out = base / "checkpoint"
     model.save_pretrained(out)
     tok.save_pretrained(out)
@@ -101,7 +112,10 @@ def test_a_trained_vocabulary_export_names_its_hash_and_gpt2(trained_checkpoint,
     spec = json.loads((out / "tokenizer.json").read_text())
     assert spec["normalizer"] is None and spec["model"]["type"] == "BPE"
     assert {k: spec["pre_tokenizer"][k] for k in ("type", "add_prefix_space", "use_regex")} == {
-        "type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+        "type": "ByteLevel",
+        "add_prefix_space": False,
+        "use_regex": True,
+    }
     assert is_gpt2_scheme(spec)
     assert file_split(out, CHKTXT) == llama_cpp_gpt2_split(CHKTXT)
 
@@ -119,8 +133,9 @@ def test_a_trained_vocabulary_export_names_its_hash_and_gpt2(trained_checkpoint,
     assert (out / "README.md").read_text().count("<!-- hfpretrain:gguf -->") == 1
 
 
-def test_a_gpt2_zoo_export_is_in_the_converters_table_and_says_nothing(tiny_checkpoint, gpt2_tokenizer, tmp_path,
-                                                                       capsys):
+def test_a_gpt2_zoo_export_is_in_the_converters_table_and_says_nothing(
+    tiny_checkpoint, gpt2_tokenizer, tmp_path, capsys
+):
     assert converter_hash(gpt2_tokenizer) == GPT2_CHKHSH
     out = tmp_path / "export"
     assert main([str(tiny_checkpoint), "--out", str(out)]) == 0
@@ -136,8 +151,11 @@ def test_another_pre_tokenizer_gets_the_hash_but_no_name(trained_checkpoint, tmp
     """A byte-level BPE with a prefix space is not llama.cpp's "gpt-2": the hash is said, no name is guessed."""
     spec = json.loads((trained_checkpoint / "tokenizer.json").read_text())
     assert is_gpt2_scheme(spec)
-    for change in ({"pre_tokenizer": {**spec["pre_tokenizer"], "add_prefix_space": True}},
-                   {"normalizer": {"type": "NFC"}}, {"model": {**spec["model"], "ignore_merges": True}}):
+    for change in (
+        {"pre_tokenizer": {**spec["pre_tokenizer"], "add_prefix_space": True}},
+        {"normalizer": {"type": "NFC"}},
+        {"model": {**spec["model"], "ignore_merges": True}},
+    ):
         assert not is_gpt2_scheme({**spec, **change})
     folder = tmp_path / "tok"
     folder.mkdir()

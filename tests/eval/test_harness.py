@@ -32,8 +32,15 @@ def _env(data_root):
 def evaluated(tiny_checkpoint, data_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("eval_out")
     res = evaluate_checkpoint(
-        tiny_checkpoint, tasks=TASKS, limit=8, batch_size=8, dtype="float32", device="cpu",
-        out_dir=out, data_root=data_root, scoring="both",
+        tiny_checkpoint,
+        tasks=TASKS,
+        limit=8,
+        batch_size=8,
+        dtype="float32",
+        device="cpu",
+        out_dir=out,
+        data_root=data_root,
+        scoring="both",
     )
     return res, out
 
@@ -72,8 +79,16 @@ def test_task_from_the_hub_is_scored_by_its_builtin_task(tiny_checkpoint, data_r
         return real(tasks, data_root, sources={t: None for t in tasks})
 
     monkeypatch.setattr(harness, "load_tasks", load_tasks)
-    res = evaluate_checkpoint(tiny_checkpoint, tasks=["arc_easy"], limit=2, batch_size=8, dtype="float32",
-                              device="cpu", data_root=data_root, scoring="lm_eval")
+    res = evaluate_checkpoint(
+        tiny_checkpoint,
+        tasks=["arc_easy"],
+        limit=2,
+        batch_size=8,
+        dtype="float32",
+        device="cpu",
+        data_root=data_root,
+        scoring="lm_eval",
+    )
     assert given["sources"] == {"arc_easy": hub} and res["hfpretrain"]["from_hub"] == {"arc_easy": hub}
     assert res["n-samples"]["arc_easy"]["effective"] == 2 and 0.0 <= res["results"]["arc_easy"]["acc,none"] <= 1.0
 
@@ -93,8 +108,17 @@ def test_more_tasks_through_lm_eval(tiny_checkpoint, data_root, tmp_path):
     """The four tasks beside ARC and OpenBookQA, 4 documents each, through lm-eval; the reference rule (question
     tasks only) leaves them out, and LAMBADA's perplexity lands in the summary's last column."""
     more = ("hellaswag", "piqa", "winogrande", "lambada_openai")
-    res = evaluate_checkpoint(tiny_checkpoint, tasks=more, limit=4, batch_size=8, dtype="float32", device="cpu",
-                              out_dir=tmp_path, data_root=data_root, scoring="both")
+    res = evaluate_checkpoint(
+        tiny_checkpoint,
+        tasks=more,
+        limit=4,
+        batch_size=8,
+        dtype="float32",
+        device="cpu",
+        out_dir=tmp_path,
+        data_root=data_root,
+        scoring="both",
+    )
     for t in more:
         assert 0.0 <= res["results"][t]["acc,none"] <= 1.0
         assert res["n-samples"][t]["effective"] == 4
@@ -157,10 +181,25 @@ def test_per_token_average_rule(tiny_checkpoint, data_root):
 
 def test_lm_eval_cli_offline_with_include_path(tiny_checkpoint, data_root, tmp_path):
     cmd = [
-        sys.executable, "-m", "lm_eval", "--model", "hf",
-        "--model_args", f"pretrained={tiny_checkpoint},dtype=float32",
-        "--tasks", ",".join(TASKS), "--include_path", str(TASK_DIR),
-        "--device", "cpu", "--batch_size", "8", "--limit", "2", "--output_path", str(tmp_path),
+        sys.executable,
+        "-m",
+        "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={tiny_checkpoint},dtype=float32",
+        "--tasks",
+        ",".join(TASKS),
+        "--include_path",
+        str(TASK_DIR),
+        "--device",
+        "cpu",
+        "--batch_size",
+        "8",
+        "--limit",
+        "2",
+        "--output_path",
+        str(tmp_path),
     ]
     p = subprocess.run(cmd, env=_env(data_root), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -181,13 +220,19 @@ def test_missing_checkpoint_api(tmp_path, data_root):
 
 def test_script_errors_are_one_line(tiny_checkpoint, data_root, tmp_path):
     script = str(REPO / "scripts" / "evaluate.py")
-    p = subprocess.run([sys.executable, script, str(tmp_path / "nope")], env=_env(data_root),
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, script, str(tmp_path / "nope")],
+        env=_env(data_root),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode != 0
     assert p.stderr.strip().count("\n") == 0 and "checkpoint not found" in p.stderr
     (tmp_path / "eval").mkdir()
-    p = subprocess.run([sys.executable, script, str(tiny_checkpoint)], env=_env(tmp_path),
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, script, str(tiny_checkpoint)], env=_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
     assert p.returncode != 0
     assert p.stderr.strip().count("\n") == 0 and "ARC-Easy-Test.jsonl" in p.stderr
 
@@ -195,9 +240,27 @@ def test_script_errors_are_one_line(tiny_checkpoint, data_root, tmp_path):
 def test_script_runs(tiny_checkpoint, data_root, tmp_path):
     script = str(REPO / "scripts" / "evaluate.py")
     p = subprocess.run(
-        [sys.executable, script, str(tiny_checkpoint), "--tasks", "arc_easy", "--limit", "3",
-         "--out", str(tmp_path / "o"), "--device", "cpu", "--dtype", "float32", "--scoring", "both"],
-        env=_env(data_root), capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            script,
+            str(tiny_checkpoint),
+            "--tasks",
+            "arc_easy",
+            "--limit",
+            "3",
+            "--out",
+            str(tmp_path / "o"),
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--scoring",
+            "both",
+        ],
+        env=_env(data_root),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert p.returncode == 0, p.stderr[-3000:]
     assert "| arc_easy | 3 |" in p.stdout
@@ -211,9 +274,16 @@ def test_tasks_all_scores_every_task_the_data_root_has(tiny_checkpoint, data_roo
     (root / "eval" / "arc_easy").mkdir(parents=True)
     (root / "eval" / "piqa").mkdir()
     shutil.copy(data_root / "eval" / "arc_easy" / "ARC-Easy-Test.jsonl", root / "eval" / "arc_easy")
-    (root / "eval" / "piqa" / "piqa_validation.jsonl").write_text("".join(
-        json.dumps({"goal": f"To dry a towel number {i},", "sol1": "hang it in the sun.", "sol2": "soak it.",
-                    "label": 0}) + "\n" for i in range(3)))
-    res = evaluate_checkpoint(tiny_checkpoint, tasks="all", limit=2, dtype="float32", device="cpu", data_root=root,
-                              scoring="lm_eval")
+    (root / "eval" / "piqa" / "piqa_validation.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {"goal": f"To dry a towel number {i},", "sol1": "hang it in the sun.", "sol2": "soak it.", "label": 0}
+            )
+            + "\n"
+            for i in range(3)
+        )
+    )
+    res = evaluate_checkpoint(
+        tiny_checkpoint, tasks="all", limit=2, dtype="float32", device="cpu", data_root=root, scoring="lm_eval"
+    )
     assert res["hfpretrain"]["tasks"] == ["arc_easy", "piqa"] and set(res["results"]) == {"arc_easy", "piqa"}

@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hfpretrain.eval.task_data import FULL_SIZES, TASKS as TASK_SPECS, MissingEvalDataError, gold_index, load_dataset_dict, \
-    read_split
+from hfpretrain.eval.task_data import (
+    FULL_SIZES,
+    TASKS as TASK_SPECS,
+    MissingEvalDataError,
+    gold_index,
+    load_dataset_dict,
+    read_split,
+)
 from hfpretrain.eval.local_tasks import TASK_DIR, load_tasks
 from hfpretrain.paths import using_embedded_data
 
@@ -21,8 +27,17 @@ SPLITS = ("validation", "test") if EMBEDDED else ("train", "validation", "test")
 OBQA = pytest.param("openbookqa", marks=pytest.mark.full_data("OpenBookQA"))
 ALL_TASKS = ("arc_easy", "arc_challenge", OBQA)
 TEMPLATE_KEYS = (
-    "output_type", "test_split", "validation_split", "training_split", "doc_to_text", "doc_to_target",
-    "doc_to_choice", "should_decontaminate", "doc_to_decontamination_query", "metric_list", "metadata",
+    "output_type",
+    "test_split",
+    "validation_split",
+    "training_split",
+    "doc_to_text",
+    "doc_to_target",
+    "doc_to_choice",
+    "should_decontaminate",
+    "doc_to_decontamination_query",
+    "metric_list",
+    "metadata",
 )
 
 
@@ -104,13 +119,24 @@ def test_full_document_counts(name, local_tasks):
 
 def test_full_sizes_are_the_published_ones():
     scored = {k: FULL_SIZES[k][TASK_SPECS[k].scored_split] for k in FULL_SIZES}
-    assert scored == {"arc_easy": 2376, "arc_challenge": 1172, "openbookqa": 500, "hellaswag": 10042, "piqa": 1838,
-                      "winogrande": 1267, "lambada_openai": 5153}
+    assert scored == {
+        "arc_easy": 2376,
+        "arc_challenge": 1172,
+        "openbookqa": 500,
+        "hellaswag": 10042,
+        "piqa": 1838,
+        "winogrande": 1267,
+        "lambada_openai": 5153,
+    }
 
 
 # ---- HellaSwag, PIQA, WinoGrande, LAMBADA: lm-eval's own YAML (with its !function helpers) on the local rows --
-BUILTIN_YAML = {"hellaswag": "hellaswag/hellaswag.yaml", "piqa": "piqa/piqa.yaml",
-                "winogrande": "winogrande/default.yaml", "lambada_openai": "lambada/lambada_openai.yaml"}
+BUILTIN_YAML = {
+    "hellaswag": "hellaswag/hellaswag.yaml",
+    "piqa": "piqa/piqa.yaml",
+    "winogrande": "winogrande/default.yaml",
+    "lambada_openai": "lambada/lambada_openai.yaml",
+}
 MORE = [pytest.param(n, marks=pytest.mark.full_data(n)) for n in BUILTIN_YAML]
 
 
@@ -175,7 +201,9 @@ def test_lambada_text_is_context_and_last_word(data_root):
 def test_bad_row_names_file_line_and_task(tmp_path):
     folder = tmp_path / "eval" / "piqa"
     folder.mkdir(parents=True)
-    (folder / "piqa_validation.jsonl").write_text('{"goal": "g", "sol1": "a", "sol2": "b", "label": 0}\n{"goal": "g"}\n')
+    (folder / "piqa_validation.jsonl").write_text(
+        '{"goal": "g", "sol1": "a", "sol2": "b", "label": 0}\n{"goal": "g"}\n'
+    )
     with pytest.raises(ValueError, match=r"piqa_validation.jsonl:2: not a piqa row \(KeyError: 'sol1, sol2, label'\)"):
         read_split("piqa", "validation", tmp_path)
     with pytest.raises(MissingEvalDataError, match="hellaswag_validation.jsonl.zst"):
@@ -202,7 +230,9 @@ def test_ai2_to_hf_layout(data_root):
 
 @pytest.mark.parametrize(
     "name,numeric,three,five",
-    [("arc_easy", 6, 2, 2), ("arc_challenge", 4, 2, 2)] if EMBEDDED else [("arc_easy", 97, 7, 4), ("arc_challenge", 22, 4, 3)]
+    [("arc_easy", 6, 2, 2), ("arc_challenge", 4, 2, 2)]
+    if EMBEDDED
+    else [("arc_easy", 97, 7, 4), ("arc_challenge", 22, 4, 3)],
 )
 def test_label_quirks_counted_and_targets_in_range(name, numeric, three, five, local_tasks, data_root):
     task = local_tasks[name]
@@ -248,8 +278,16 @@ def test_missing_data_file_is_one_clear_line(tmp_path):
 
 def test_task_dir_is_package_data():
     names = sorted(p.name for p in TASK_DIR.iterdir() if p.suffix in (".yaml", ".py"))
-    assert names == ["arc_challenge.yaml", "arc_easy.yaml", "hellaswag.yaml", "lambada_openai.yaml", "local_data.py",
-                     "openbookqa.yaml", "piqa.yaml", "winogrande.yaml"]
+    assert names == [
+        "arc_challenge.yaml",
+        "arc_easy.yaml",
+        "hellaswag.yaml",
+        "lambada_openai.yaml",
+        "local_data.py",
+        "openbookqa.yaml",
+        "piqa.yaml",
+        "winogrande.yaml",
+    ]
 
 
 @pytest.mark.full_data("full evaluation sets")
@@ -277,10 +315,15 @@ def _builtin_dataset(name: str) -> tuple[str, str | None]:
     import lm_eval
 
     base = Path(lm_eval.__file__).parent / "tasks"
-    files = {"arc_easy": ["arc/arc_easy.yaml"], "arc_challenge": ["arc/arc_easy.yaml", "arc/arc_challenge.yaml"],
-             "openbookqa": ["openbookqa/openbookqa.yaml"], "hellaswag": ["hellaswag/hellaswag.yaml"],
-             "piqa": ["piqa/piqa.yaml"], "winogrande": ["winogrande/default.yaml"],
-             "lambada_openai": ["lambada/lambada_openai.yaml"]}[name]
+    files = {
+        "arc_easy": ["arc/arc_easy.yaml"],
+        "arc_challenge": ["arc/arc_easy.yaml", "arc/arc_challenge.yaml"],
+        "openbookqa": ["openbookqa/openbookqa.yaml"],
+        "hellaswag": ["hellaswag/hellaswag.yaml"],
+        "piqa": ["piqa/piqa.yaml"],
+        "winogrande": ["winogrande/default.yaml"],
+        "lambada_openai": ["lambada/lambada_openai.yaml"],
+    }[name]
     found = {}
     for f in files:  # the included file first, the task's own keys over it
         found.update(re.findall(r"^(dataset_path|dataset_name): *(\S+)", (base / f).read_text(), flags=re.M))
@@ -386,7 +429,8 @@ def test_load_tasks_takes_hub_tasks_from_lm_evals_own_manager(data_root, monkeyp
             return {"tasks": {n: f"built-in {n}" for n in names}}
 
     monkeypatch.setattr(lm_eval.tasks, "TaskManager", Manager)
-    tasks = load_tasks(["openbookqa", "arc_easy"], data_root, sources={"openbookqa": "allenai/openbookqa (main)",
-                                                                      "arc_easy": None})
+    tasks = load_tasks(
+        ["openbookqa", "arc_easy"], data_root, sources={"openbookqa": "allenai/openbookqa (main)", "arc_easy": None}
+    )
     assert list(tasks) == ["openbookqa", "arc_easy"] and tasks["openbookqa"] == "built-in openbookqa"
     assert built_in == ["openbookqa"] and tasks["arc_easy"].config.task == "arc_easy"

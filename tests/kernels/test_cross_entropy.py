@@ -20,15 +20,18 @@ needs_triton = pytest.mark.skipif(kernels.triton is None, reason="Triton not ins
 # converted"); 3.7 on can. The test extra installs a current one; a GPU machine's older one runs the CUDA test.
 old_interpreter = pytest.mark.skipif(
     kernels.triton is not None and tuple(int(v) for v in kernels.triton.__version__.split(".")[:2]) < (3, 7),
-    reason="Triton < 3.7's interpreter cannot loop to a runtime bound (the CUDA test covers the kernel)")
+    reason="Triton < 3.7's interpreter cannot loop to a runtime bound (the CUDA test covers the kernel)",
+)
 
 
 def _reference(logits, targets, z_loss):
     """Per-token loss and the gradient of the summed loss, with torch's autograd."""
     x = logits.detach().float().requires_grad_()
     keep = targets != IGNORE_INDEX
-    loss = (F.cross_entropy(x, targets, ignore_index=IGNORE_INDEX, reduction="none")
-            + z_loss * torch.logsumexp(x, -1).square() * keep)
+    loss = (
+        F.cross_entropy(x, targets, ignore_index=IGNORE_INDEX, reduction="none")
+        + z_loss * torch.logsumexp(x, -1).square() * keep
+    )
     loss.sum().backward()
     return loss.detach(), x.grad
 
@@ -100,8 +103,14 @@ def test_kernel_under_the_interpreter():
     """The Triton kernel (TRITON_INTERPRET=1, CPU tensors) equals the PyTorch reference: padded rows, a block of
     -inf, an ignored and an out-of-range target (NaN, so the run's non-finite check stops it), with and without
     the gradient."""
-    out = subprocess.run([sys.executable, "-c", INTERPRETED], env={**os.environ, "TRITON_INTERPRET": "1"},
-                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", INTERPRETED],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 
 

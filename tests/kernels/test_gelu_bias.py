@@ -46,8 +46,14 @@ print("ok")
 
 @pytest.mark.skipif(kernels.triton is None, reason="Triton not installed: pip install -e '.[test]'")
 def test_kernel_under_the_interpreter():
-    out = subprocess.run([sys.executable, "-c", INTERPRETED], env={**os.environ, "TRITON_INTERPRET": "1"},
-                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", INTERPRETED],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 
 

@@ -8,8 +8,11 @@ from hfpretrain.models import backend, build_model, choose_attn_implementation, 
 
 
 def _fake(monkeypatch, flash: bool, cuda: bool, sdpa: bool = True):
-    monkeypatch.setattr(backend, "_flash_attn_importable",
-                        lambda: (flash, "flash-attn imports" if flash else "flash-attn is not installed"))
+    monkeypatch.setattr(
+        backend,
+        "_flash_attn_importable",
+        lambda: (flash, "flash-attn imports" if flash else "flash-attn is not installed"),
+    )
     monkeypatch.setattr(backend, "_cuda_available", lambda: cuda)
     monkeypatch.setattr(backend, "_sdpa_available", lambda: sdpa)
 
@@ -78,8 +81,10 @@ def test_build_model_logs_one_line_and_honours_config(caplog, monkeypatch):
     with caplog.at_level(logging.INFO, logger="hfpretrain.models.zoo"):
         m = build_model(load_config("tiny", vocab_size=256))
     lines = [r.getMessage() for r in caplog.records if r.name == "hfpretrain.models.zoo"]
-    assert lines == ["attention backend: sdpa_packed (auto: flash-attn is not installed; torch sdpa, causal without "
-                     "a mask (packed blocks))"]
+    assert lines == [
+        "attention backend: sdpa_packed (auto: flash-attn is not installed; torch sdpa, causal without "
+        "a mask (packed blocks))"
+    ]
     assert m.config._attn_implementation == "sdpa_packed"
     forced = build_model(load_config("tiny", {"attn_implementation": "eager"}, vocab_size=256))
     assert forced.config._attn_implementation == "eager"
@@ -162,14 +167,25 @@ def test_flex_attention_fa4_asks_torch_for_the_flash_backend():
     backend.register_flex_fa4()
     assert ALL_ATTENTION_FUNCTIONS["flex_attention_fa4"] is backend.flex_fa4_attention_forward
     assert ALL_MASK_ATTENTION_FUNCTIONS["flex_attention_fa4"] is mask_fn
-    model = build_model(load_config("tiny", {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4,
-                                             "num_key_value_heads": 4, "head_dim": 16, "intermediate_size": 64},
-                                    vocab_size=64), attn_implementation="sdpa").eval()
+    model = build_model(
+        load_config(
+            "tiny",
+            {
+                "num_hidden_layers": 1,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 4,
+                "head_dim": 16,
+                "intermediate_size": 64,
+            },
+            vocab_size=64,
+        ),
+        attn_implementation="sdpa",
+    ).eval()
     attention = model.model.layers[0].self_attn
     q = torch.randn(1, 4, 128, 16)
     with pytest.raises(Exception, match="BACKEND cannot be combined"):
-        backend.flex_fa4_attention_forward(attention, q, q, q, None,
-                                           kernel_options={"FORCE_USE_FLEX_ATTENTION": True})
+        backend.flex_fa4_attention_forward(attention, q, q, q, None, kernel_options={"FORCE_USE_FLEX_ATTENTION": True})
 
 
 @pytest.mark.gpu
@@ -188,8 +204,17 @@ def test_flex_attention_fa4_on_a_gpu_matches_triton():
     def rel(a, b):
         return float((a.float() - b.float()).norm() / b.float().norm())
 
-    cfg = load_config("tiny", {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
-                               "head_dim": 64, "intermediate_size": 512}, vocab_size=512)
+    cfg = load_config(
+        "tiny",
+        {
+            "hidden_size": 256,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 64,
+            "intermediate_size": 512,
+        },
+        vocab_size=512,
+    )
     torch.manual_seed(0)
     triton = build_model(cfg, attn_implementation="flex_attention").cuda().to(torch.bfloat16)
     fa4 = build_model(cfg, attn_implementation="flex_attention_fa4").cuda().to(torch.bfloat16)

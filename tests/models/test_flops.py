@@ -7,14 +7,46 @@ from counted_flops import counted_flops_per_token
 
 B, S, V = 2, 256, 512
 SMALL = {
-    "qwen3": ("tiny", {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-                       "head_dim": 32, "intermediate_size": 384, "vocab_size": V}),
-    "llama": ("llama3_2p2b", {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
-                              "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 352, "vocab_size": V}),
-    "llama2": ("llama2_1p36b", {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
-                                "num_key_value_heads": 4, "head_dim": 32, "intermediate_size": 352, "vocab_size": V}),
-    "gpt2": ("gpt2_1p29b", {"n_layer": 2, "n_embd": 128, "n_head": 4, "n_inner": 512, "vocab_size": V,
-                            "n_positions": S}),
+    "qwen3": (
+        "tiny",
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "intermediate_size": 384,
+            "vocab_size": V,
+        },
+    ),
+    "llama": (
+        "llama3_2p2b",
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "intermediate_size": 352,
+            "vocab_size": V,
+        },
+    ),
+    "llama2": (
+        "llama2_1p36b",
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "head_dim": 32,
+            "intermediate_size": 352,
+            "vocab_size": V,
+        },
+    ),
+    "gpt2": (
+        "gpt2_1p29b",
+        {"n_layer": 2, "n_embd": 128, "n_head": 4, "n_inner": 512, "vocab_size": V, "n_positions": S},
+    ),
 }
 
 

@@ -59,11 +59,19 @@ def test_a_model_without_nn_linear_is_refused_not_run_in_bf16():
         convert_to_fp8(model, "fp8", emulate=True)
 
 
-@pytest.mark.parametrize("name,overrides,planning,want", [
-    ("tiny", {}, False, ("bf16", "hidden size 64 < 2048")),
-    ("gpt2_124m", {"vocab_size": 512}, True, ("bf16", "Conv1D")),
-    ("qwen3_1p8b", {"vocab_size": 512}, True, ("fp8", ">= 2048")),  # a dry run on a login node plans the GPU's choice
-])
+@pytest.mark.parametrize(
+    "name,overrides,planning,want",
+    [
+        ("tiny", {}, False, ("bf16", "hidden size 64 < 2048")),
+        ("gpt2_124m", {"vocab_size": 512}, True, ("bf16", "Conv1D")),
+        (
+            "qwen3_1p8b",
+            {"vocab_size": 512},
+            True,
+            ("fp8", ">= 2048"),
+        ),  # a dry run on a login node plans the GPU's choice
+    ],
+)
 def test_auto_precision_by_width(name, overrides, planning, want):
     from types import SimpleNamespace
 
@@ -80,8 +88,10 @@ def test_auto_precision_by_width(name, overrides, planning, want):
         with pytest.raises(RecipeError, match="Conv1D"):
             choose_precision(section, load_config(name, overrides, vocab_size=512), planning=True)
         return
-    assert choose_precision(section, load_config(name, overrides, vocab_size=512)) == ("fp8_rowwise",
-                                                                                       "set in the recipe")
+    assert choose_precision(section, load_config(name, overrides, vocab_size=512)) == (
+        "fp8_rowwise",
+        "set in the recipe",
+    )
 
 
 def test_fast_accumulation_choices():

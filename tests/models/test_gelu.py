@@ -32,8 +32,14 @@ def _gpt2():
 
 def test_same_values_and_gradients_as_transformers():
     x = torch.cat([torch.linspace(-12, 12, 2001), torch.randn(4000) * 3, torch.tensor([0.0, -0.0, 40.0, -40.0])])
-    for reference in (NewGELUActivation(), GELUTanh(), GELUTanh(use_gelu_tanh_python=True), FastGELUActivation(),
-                      AccurateGELUActivation(), nn.GELU(approximate="tanh")):
+    for reference in (
+        NewGELUActivation(),
+        GELUTanh(),
+        GELUTanh(use_gelu_tanh_python=True),
+        FastGELUActivation(),
+        AccurateGELUActivation(),
+        nn.GELU(approximate="tanh"),
+    ):
         a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
         got, want = SigmoidGELU()(a), reference(b)
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
@@ -50,6 +56,7 @@ def test_same_values_and_gradients_as_transformers():
 
 def test_a_compiled_gpt2_computes_no_tanh():
     """The reason for the swap: the graph inductor compiles has a sigmoid where it had a tanh."""
+
     def graph_code(model) -> str:
         return dynamo_graph_code(model.transformer, input_ids=torch.randint(0, 512, (2, 16)))
 
@@ -133,6 +140,9 @@ def test_bias_gelu_under_bf16_autocast():
     got.float().mul(dout).sum().backward()
     want.float().mul(dout).sum().backward()
     assert mlp.c_fc.bias.grad.dtype == torch.float32 and mlp.c_fc.weight.grad.dtype == torch.float32
-    for a, b in ((x.grad, x2.grad), (mlp.c_fc.weight.grad, stock.c_fc.weight.grad),
-                 (mlp.c_fc.bias.grad, stock.c_fc.bias.grad)):
+    for a, b in (
+        (x.grad, x2.grad),
+        (mlp.c_fc.weight.grad, stock.c_fc.weight.grad),
+        (mlp.c_fc.bias.grad, stock.c_fc.bias.grad),
+    ):
         assert ((a - b).abs().max() / b.abs().max()).item() < 2e-2  # bf16 rounding of the gradients

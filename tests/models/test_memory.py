@@ -8,10 +8,24 @@ from hfpretrain.models.memory import GIB
 
 B, S, V = 2, 256, 512
 SHAPES = {
-    "tiny": {"num_hidden_layers": 3, "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "head_dim": 32, "intermediate_size": 384, "vocab_size": V},
-    "llama3_2p2b": {"num_hidden_layers": 3, "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-                    "head_dim": 32, "intermediate_size": 384, "vocab_size": V},
+    "tiny": {
+        "num_hidden_layers": 3,
+        "hidden_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "intermediate_size": 384,
+        "vocab_size": V,
+    },
+    "llama3_2p2b": {
+        "num_hidden_layers": 3,
+        "hidden_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "intermediate_size": 384,
+        "vocab_size": V,
+    },
     "gpt2_1p29b": {"n_layer": 3, "n_embd": 128, "n_head": 4, "n_inner": 512, "vocab_size": V},
 }
 
@@ -81,15 +95,23 @@ def test_states_and_zero1_sharding():
 # autocast, fused AdamW: (config, micro-batch, loss, liger_min_chunk_tokens, compile, measured GiB).
 # One H200: the 1.8B recipe and the small baseline; one H100: the scaling study's smallest shapes,
 # where the loss's chunk of logits is most of the memory.
-MEASURED_PEAKS = [("qwen3_1p8b", 16, "liger", 0, "layers", 81.9), ("qwen3_1p8b", 20, "liger", 0, "layers", 96.2),
-                  ("scale_146m", 32, "liger", 0, "decoder", 39.28), ("qwen3_1p8b", 16, "chunked", 0, "decoder", 103.1),
-                  ("scale_146m", 32, "liger", 1024, "decoder", 39.4), ("scale_7m", 8, "liger", 0, "decoder", 2.8),
-                  ("scale_7m", 8, "liger", 1024, "decoder", 3.0), ("scale_7m", 8, "liger", 4096, "decoder", 3.9),
-                  ("scale_7m", 8, "chunked", 0, "decoder", 18.9), ("scale_27m", 8, "liger", 0, "decoder", 5.5),
-                  # one H200, head + loss compiled whole (benchmarks/gpu_1gpu_scale_table.sh)
-                  ("scale_12m", 16, "compiled", 0, "decoder", 14.0), ("scale_53m", 16, "compiled", 0, "decoder", 20.9),
-                  ("scale_146m", 16, "compiled", 0, "decoder", 31.4),
-                  ("qwen3_1p8b", 20, "compiled", 0, "layers", 105.8)]  # benchmarks/gpu_1gpu_1p8b_loss.sh
+MEASURED_PEAKS = [
+    ("qwen3_1p8b", 16, "liger", 0, "layers", 81.9),
+    ("qwen3_1p8b", 20, "liger", 0, "layers", 96.2),
+    ("scale_146m", 32, "liger", 0, "decoder", 39.28),
+    ("qwen3_1p8b", 16, "chunked", 0, "decoder", 103.1),
+    ("scale_146m", 32, "liger", 1024, "decoder", 39.4),
+    ("scale_7m", 8, "liger", 0, "decoder", 2.8),
+    ("scale_7m", 8, "liger", 1024, "decoder", 3.0),
+    ("scale_7m", 8, "liger", 4096, "decoder", 3.9),
+    ("scale_7m", 8, "chunked", 0, "decoder", 18.9),
+    ("scale_27m", 8, "liger", 0, "decoder", 5.5),
+    # one H200, head + loss compiled whole (benchmarks/gpu_1gpu_scale_table.sh)
+    ("scale_12m", 16, "compiled", 0, "decoder", 14.0),
+    ("scale_53m", 16, "compiled", 0, "decoder", 20.9),
+    ("scale_146m", 16, "compiled", 0, "decoder", 31.4),
+    ("qwen3_1p8b", 20, "compiled", 0, "layers", 105.8),
+]  # benchmarks/gpu_1gpu_1p8b_loss.sh
 
 
 @pytest.mark.parametrize("name,micro,loss,liger_min,compile_mode,measured", MEASURED_PEAKS)
@@ -116,8 +138,15 @@ def test_sharded_estimate_within_15_percent_of_2_h200(zero_stage, measured):
 
     cfg = load_config("qwen3_1p8b", {}, vocab_size=151680)
     chunk = loss_chunk_tokens("liger", 20 * 2048, cfg.vocab_size, cfg.hidden_size, 8192)
-    est = estimate_memory(cfg, TrainingLayout(20, 2048, n_gpus=2, zero_stage=zero_stage, fused_loss_chunk=chunk,
-                                              compile="decoder", fused_loss="liger")).total / GIB
+    est = (
+        estimate_memory(
+            cfg,
+            TrainingLayout(
+                20, 2048, n_gpus=2, zero_stage=zero_stage, fused_loss_chunk=chunk, compile="decoder", fused_loss="liger"
+            ),
+        ).total
+        / GIB
+    )
     assert abs(est / measured - 1) <= 0.15, (est, measured)
 
 
@@ -126,8 +155,9 @@ def test_sharded_estimate_within_15_percent_of_2_h200(zero_stage, measured):
 @pytest.mark.parametrize("micro,measured", [(32, 15.6), (64, 29.1), (8, 5.1)])
 def test_gpt2_compiled_loss_estimate_within_15_percent(micro, measured):
     cfg = load_config("gpt2_124m", {}, vocab_size=50257)
-    est = estimate_memory(cfg, TrainingLayout(micro, 1024, compile="decoder", fused_loss="compiled",
-                                              attn_implementation="sdpa_packed"))
+    est = estimate_memory(
+        cfg, TrainingLayout(micro, 1024, compile="decoder", fused_loss="compiled", attn_implementation="sdpa_packed")
+    )
     assert abs(est.total / GIB / measured - 1) <= 0.15, (est.total / GIB, measured)
 
 
@@ -152,8 +182,9 @@ def test_bf16_residual_stream_saves_what_the_model_says():
 # (benchmarks/gpu_1gpu_fp8.sh, docs/benchmarks.md § FP8): bf16 104.0 GiB, fp8 83.0 GiB measured.
 def test_float8_estimate_follows_the_measured_saving_and_stays_above_it():
     cfg = load_config("qwen3_1p8b", {})
-    layout = TrainingLayout(20, 2048, compile="decoder", fused_loss="compiled", attn_implementation="sdpa_packed",
-                            residual_bytes=2)
+    layout = TrainingLayout(
+        20, 2048, compile="decoder", fused_loss="compiled", attn_implementation="sdpa_packed", residual_bytes=2
+    )
     bf16, fp8 = (estimate_memory(cfg, replace(layout, float8=f)).total / GIB for f in (False, True))
     assert abs(bf16 / 104.0 - 1) <= 0.05, bf16
     assert 83.0 <= fp8 < bf16 and fp8 / 83.0 - 1 <= 0.10, fp8  # on the safe side: it plans the micro-batch
@@ -168,13 +199,27 @@ def test_float8_estimate_follows_the_measured_saving_and_stays_above_it():
 
 # The same H200 shape with 6 accumulation steps (gradients held), fp8 at the recipe's 20 and folded to 24
 # (docs/benchmarks.md, seventh session): (micro-batch, accumulation, float8, measured GiB).
-@pytest.mark.parametrize("micro,accum,float8,measured", [(20, 6, False, 110.2), (20, 6, True, 89.2),
-                                                         (24, 5, True, 101.1)])
+@pytest.mark.parametrize(
+    "micro,accum,float8,measured", [(20, 6, False, 110.2), (20, 6, True, 89.2), (24, 5, True, 101.1)]
+)
 def test_estimate_plans_the_fp8_fold_safely(micro, accum, float8, measured):
     cfg = load_config("qwen3_1p8b", {})
-    est = estimate_memory(cfg, TrainingLayout(micro, 2048, compile="decoder", fused_loss="compiled", grad_accum=accum,
-                                              attn_implementation="sdpa_packed", residual_bytes=2,
-                                              float8=float8)).total / GIB
+    est = (
+        estimate_memory(
+            cfg,
+            TrainingLayout(
+                micro,
+                2048,
+                compile="decoder",
+                fused_loss="compiled",
+                grad_accum=accum,
+                attn_implementation="sdpa_packed",
+                residual_bytes=2,
+                float8=float8,
+            ),
+        ).total
+        / GIB
+    )
     if float8:  # over the peak, by at most 10%: the fold it plans cannot run out of memory on the estimate's error
         assert measured <= est <= 1.10 * measured, est
     else:

@@ -32,12 +32,29 @@ B, S, V = 2, 128, 512
 REFERENCE = {"qwen3_moe": "qwen3_moe_856m_a152m", "glm4_moe": "glm4_moe_837m_a177m"}
 # Tiny overrides of each family: 8 experts, top-2, three layers (GLM: the first one dense).
 TINY = {
-    "qwen3_moe": {"num_hidden_layers": 3, "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-                  "head_dim": 32, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
-                  "vocab_size": V},
-    "glm4_moe": {"num_hidden_layers": 3, "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-                 "head_dim": 32, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
-                 "intermediate_size": 192, "vocab_size": V},
+    "qwen3_moe": {
+        "num_hidden_layers": 3,
+        "hidden_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64,
+        "vocab_size": V,
+    },
+    "glm4_moe": {
+        "num_hidden_layers": 3,
+        "hidden_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64,
+        "intermediate_size": 192,
+        "vocab_size": V,
+    },
 }
 
 
@@ -86,9 +103,19 @@ def test_every_moe_zoo_entry_builds_with_the_tokenizer_vocab(family):
     """build_model(load_config(name, vocab_size=...)) on CPU, scaled down in width only (the config's
     routing, expert count and top-k kept), one forward and backward."""
     for name in [n for n in zoo_names() if n.startswith(family + "_")]:
-        cfg = load_config(name, {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-                                 "num_key_value_heads": 4, "head_dim": 16, "moe_intermediate_size": 16,
-                                 "intermediate_size": 48}, vocab_size=1000)
+        cfg = load_config(
+            name,
+            {
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 4,
+                "head_dim": 16,
+                "moe_intermediate_size": 16,
+                "intermediate_size": 48,
+            },
+            vocab_size=1000,
+        )
         assert cfg.vocab_size == 1024
         model = build_model(cfg, attn_implementation="sdpa")
         assert sum(1 for layer in model.model.layers if hasattr(layer.mlp, "experts")) >= 1
@@ -128,8 +155,10 @@ def test_save_and_from_pretrained_give_identical_logits(family, tmp_path):
         after = loaded(input_ids=ids).logits
     assert torch.equal(before, after)
     if family == "glm4_moe":
-        assert torch.equal(loaded.model.layers[1].mlp.gate.e_score_correction_bias,
-                           model.model.layers[1].mlp.gate.e_score_correction_bias)
+        assert torch.equal(
+            loaded.model.layers[1].mlp.gate.e_score_correction_bias,
+            model.model.layers[1].mlp.gate.e_score_correction_bias,
+        )
 
 
 @pytest.mark.parametrize("family,key", [("qwen3_moe", "num_experts"), ("glm4_moe", "n_routed_experts")])
@@ -159,8 +188,9 @@ def test_grouped_routing_must_split_the_experts():
 
 def test_experts_implementation_is_for_moe_only():
     with pytest.raises(ValueError, match="experts_implementation='grouped_mm' is for MoE models"):
-        build_model(load_config("tiny", vocab_size=300), attn_implementation="eager",
-                    experts_implementation="grouped_mm")
+        build_model(
+            load_config("tiny", vocab_size=300), attn_implementation="eager", experts_implementation="grouped_mm"
+        )
 
 
 # --------------------------------------------------------------------------------------------- parameters
@@ -254,9 +284,13 @@ def test_memory_states_count_every_expert_and_activations_the_routed_tokens():
 # Peaks measured on one H200 (docs/benchmarks.md § Mixture-of-Experts, 2026-11-27; results/moe_2026-11-27b):
 # the ~1B shapes with the 32k BPE, seq 2048, grouped_mm, the bf16 stream, head + loss compiled, fused AdamW.
 # (shape, micro-batch, compiled per layer, measured GiB); the per-layer term was fitted to qwen3's 16 x 2048 one.
-MOE_PEAKS = [("qwen3_moe_856m_a152m", 16, False, 35.09), ("qwen3_moe_856m_a152m", 64, False, 103.90),
-             ("qwen3_moe_856m_a152m", 16, True, 41.29), ("qwen3_moe_856m_a152m", 8, True, 26.76),
-             ("glm4_moe_837m_a177m", 16, False, 37.86)]
+MOE_PEAKS = [
+    ("qwen3_moe_856m_a152m", 16, False, 35.09),
+    ("qwen3_moe_856m_a152m", 64, False, 103.90),
+    ("qwen3_moe_856m_a152m", 16, True, 41.29),
+    ("qwen3_moe_856m_a152m", 8, True, 26.76),
+    ("glm4_moe_837m_a177m", 16, False, 37.86),
+]
 
 
 @pytest.mark.parametrize("name,micro,per_layer,measured", MOE_PEAKS)
@@ -264,8 +298,9 @@ def test_moe_estimate_within_10_percent_of_measured(name, micro, per_layer, meas
     from hfpretrain.models.memory import GIB
 
     cfg = load_config(name, {}, vocab_size=32768)
-    layout = TrainingLayout(micro, 2048, compile="layers" if per_layer else "decoder", fused_loss="compiled",
-                            residual_bytes=2)
+    layout = TrainingLayout(
+        micro, 2048, compile="layers" if per_layer else "decoder", fused_loss="compiled", residual_bytes=2
+    )
     assert abs(estimate_memory(cfg, layout).total / GIB / measured - 1) <= 0.10
 
 
@@ -277,12 +312,15 @@ def test_per_layer_compile_keeps_more_per_routed_copy(family):
 
     cfg, layout = tiny(family), TrainingLayout(4, 512, compile="decoder")
     moe = moe_shape(cfg)
-    extra = (estimate_memory(cfg, replace(layout, compile="layers")).activations
-             - estimate_memory(cfg, layout).activations)
+    extra = (
+        estimate_memory(cfg, replace(layout, compile="layers")).activations - estimate_memory(cfg, layout).activations
+    )
     assert extra == 4 * 512 * moe.moe_layers * moe.top_k * 2 * (cfg.hidden_size + moe.expert_ff)
     dense = load_config("tiny")
-    assert (estimate_memory(dense, replace(layout, compile="layers")).activations
-            == estimate_memory(dense, layout).activations)
+    assert (
+        estimate_memory(dense, replace(layout, compile="layers")).activations
+        == estimate_memory(dense, layout).activations
+    )
 
 
 @pytest.mark.parametrize("experts", ["eager", "grouped_mm", "batched_mm"])
@@ -302,7 +340,6 @@ def test_unknown_experts_implementation_is_refused():
         estimate_memory(tiny("qwen3_moe"), TrainingLayout(2, 128, experts_implementation="grouped"))
 
 
-
 @pytest.mark.parametrize("name", ["MixtralConfig", "OlmoeConfig"])
 def test_memory_of_moe_families_without_moe_intermediate_size(name):
     """Mixtral's and OLMoE's experts are intermediate_size wide (no moe_intermediate_size): the estimate read
@@ -311,9 +348,19 @@ def test_memory_of_moe_families_without_moe_intermediate_size(name):
 
     from hfpretrain.models.memory import moe_shape
 
-    config = getattr(transformers, name)(vocab_size=1024, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=4, num_local_experts=4,
-                                         num_experts=4, num_experts_per_tok=2, eos_token_id=0, pad_token_id=0)
+    config = getattr(transformers, name)(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        num_local_experts=4,
+        num_experts=4,
+        num_experts_per_tok=2,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
     shape = moe_shape(config)
     assert (shape.experts, shape.top_k, shape.expert_ff, shape.moe_layers) == (4, 2, 96, 2)
     assert estimate_memory(config, TrainingLayout(2, 128)).total > 0

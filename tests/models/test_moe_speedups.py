@@ -12,22 +12,43 @@ from transformers.integrations import moe as hf_moe
 from hfpretrain.models import build_model, load_config
 from hfpretrain.models.speedups import Speedups, apply_speedups
 
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
-        "head_dim": 32, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2}
+TINY = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "moe_intermediate_size": 32,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+}
 
 
-GLM = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32,
-       "moe_intermediate_size": 32, "n_routed_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 64,
-       "first_k_dense_replace": 1}  # layer 0 dense, layer 1 routed experts + a shared one, sigmoid routing
+GLM = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "moe_intermediate_size": 32,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "intermediate_size": 64,
+    "first_k_dense_replace": 1,
+}  # layer 0 dense, layer 1 routed experts + a shared one, sigmoid routing
 
 
 def _model(autocast_experts: bool, gather: bool = False, family: str = "qwen3_moe"):
     torch.manual_seed(0)
     name, fields = ("qwen3_moe_109m_a21m", TINY) if family == "qwen3_moe" else ("glm4_moe_101m_a24m", GLM)
-    model = build_model(load_config(name, fields, vocab_size=128), attn_implementation="eager",
-                        experts_implementation="grouped_mm")
-    apply_speedups(model, Speedups(experts_implementation="grouped_mm", experts_autocast=autocast_experts,
-                                   experts_gather=gather), 16)
+    model = build_model(
+        load_config(name, fields, vocab_size=128), attn_implementation="eager", experts_implementation="grouped_mm"
+    )
+    apply_speedups(
+        model,
+        Speedups(experts_implementation="grouped_mm", experts_autocast=autocast_experts, experts_gather=gather),
+        16,
+    )
     return model
 
 
@@ -35,8 +56,9 @@ def _model(autocast_experts: bool, gather: bool = False, family: str = "qwen3_mo
 def test_grouped_matmuls_in_the_autocast_dtype(autocast_experts, gather, monkeypatch, tmp_path):
     seen = []
     real = hf_moe._grouped_mm
-    monkeypatch.setattr(hf_moe, "_grouped_mm", lambda input, weight, offs: (seen.append(weight.dtype),
-                                                                           real(input, weight, offs))[1])
+    monkeypatch.setattr(
+        hf_moe, "_grouped_mm", lambda input, weight, offs: (seen.append(weight.dtype), real(input, weight, offs))[1]
+    )
     model = _model(autocast_experts, gather)
     ids = torch.randint(0, 128, (2, 16))
     with torch.autocast("cpu", dtype=torch.bfloat16):

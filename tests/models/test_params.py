@@ -3,12 +3,7 @@ import pytest
 from hfpretrain.models import build_model, count_params, load_config
 
 # (name, total, layers, d_model, heads) from the reference report
-REFERENCE = [
-    ("qwen3_1p8b", 1.83e9),
-    ("gpt2_1p29b", 1.29e9),
-    ("llama3_2p2b", 2.2e9),
-    ("llama2_1p36b", 1.36e9),
-]
+REFERENCE = [("qwen3_1p8b", 1.83e9), ("gpt2_1p29b", 1.29e9), ("llama3_2p2b", 2.2e9), ("llama2_1p36b", 1.36e9)]
 
 
 @pytest.mark.parametrize("name,expected", REFERENCE)
@@ -44,8 +39,9 @@ def test_tied_and_untied_counts_match_a_real_model():
 
 
 def test_gpt2_position_embeddings_are_embedding():
-    cfg = load_config("gpt2_1p29b", {"n_layer": 1, "n_embd": 64, "n_head": 4, "n_inner": 256, "vocab_size": 100,
-                                     "n_positions": 128})
+    cfg = load_config(
+        "gpt2_1p29b", {"n_layer": 1, "n_embd": 64, "n_head": 4, "n_inner": 256, "vocab_size": 100, "n_positions": 128}
+    )
     c = count_params(cfg)
     assert c.embedding == 100 * 64 + 128 * 64  # tied LM head counted once
     assert c.non_embedding == 64 * 64 * 12 + 13 * 64 + 256 - 4 * 64 + 2 * 64  # blocks (n_inner=4d here) + ln_f

@@ -44,9 +44,23 @@ def test_reference_case_gives_the_1p8b_117b_plan():
 
 
 def test_script_prints_the_plan():
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "plan.py"), "--gpu", "B200", "--num-gpus", "8",
-                          "--hours", str(REFERENCE_HOURS), "--mfu", "0.4"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "plan.py"),
+            "--gpu",
+            "B200",
+            "--num-gpus",
+            "8",
+            "--hours",
+            str(REFERENCE_HOURS),
+            "--mfu",
+            "0.4",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "qwen3_1p8b" in out and "117.0B" in out
 
 
@@ -60,8 +74,18 @@ def test_moe_shapes_are_sized_by_active_parameters():
     assert abs(math.log(dense.total / moe.active)) < abs(math.log(moe.total / moe.active))  # the test can fail
     n_star = moe.active
     hours = 120 * n_star**2 / (peak_flops("H100") * 0.4 * 3600)  # rule20: C = 6·N·20N
-    p = plan(PlanRequest("H100", 1, hours, mfu=0.4, fit="rule20", n_nearest=1, micro_batch=1,
-                         shapes=("qwen3_moe_856m_a152m", "scale_311m")))
+    p = plan(
+        PlanRequest(
+            "H100",
+            1,
+            hours,
+            mfu=0.4,
+            fit="rule20",
+            n_nearest=1,
+            micro_batch=1,
+            shapes=("qwen3_moe_856m_a152m", "scale_311m"),
+        )
+    )
     assert p.optimal_params == pytest.approx(n_star)
     best = p.candidates[0]
     assert best.name == "qwen3_moe_856m_a152m"

@@ -16,8 +16,12 @@ SHAPES = {"tiny": {}, "gpt2_124m": {"n_layer": 2, "n_embd": 64, "n_head": 2, "vo
 def _stream_dtypes(model, ids, autocast: bool) -> list[torch.dtype]:
     """The dtype of the hidden states entering each decoder layer after the first, and of the final output."""
     seen = []
-    hooks = [layer.register_forward_pre_hook(lambda m, a, k: seen.append((a[0] if a else k["hidden_states"]).dtype),
-                                             with_kwargs=True) for layer in list(decoder_layers(model))[1:]]
+    hooks = [
+        layer.register_forward_pre_hook(
+            lambda m, a, k: seen.append((a[0] if a else k["hidden_states"]).dtype), with_kwargs=True
+        )
+        for layer in list(decoder_layers(model))[1:]
+    ]
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         model(input_ids=ids, labels=ids).loss.backward()
     for h in hooks:

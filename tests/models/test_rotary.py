@@ -13,8 +13,16 @@ from hfpretrain.models.rotary import tabulate_rotary
 
 from compiled_graph import dynamo_graph_code
 
-LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64, "vocab_size": 512}
+LLAMA = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 64,
+    "vocab_size": 512,
+}
 
 
 def _model(name="tiny", overrides=None):
@@ -23,8 +31,14 @@ def _model(name="tiny", overrides=None):
 
 
 def test_same_cos_sin_and_logits_as_transformers():
-    yarn = {"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 10000.0,  # attention_scaling != 1
-                                "original_max_position_embeddings": 1024}}
+    yarn = {
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 2.0,
+            "rope_theta": 10000.0,  # attention_scaling != 1
+            "original_max_position_embeddings": 1024,
+        }
+    }
     for model in (_model(), _model("llama3_2p2b", LLAMA), _model("tiny", yarn)):
         reference = copy.deepcopy(model)
         assert tabulate_rotary(model)
@@ -42,6 +56,7 @@ def test_same_cos_sin_and_logits_as_transformers():
 def test_a_compiled_decoder_reads_the_table():
     """The reason for the table: compiled whole, the decoder's graph computes no cos or sin (inductor would inline
     them into every layer's rotary kernel)."""
+
     def graph_code(model) -> str:
         return dynamo_graph_code(model.model, input_ids=torch.randint(0, 512, (2, 16)))
 
@@ -63,8 +78,10 @@ def test_checkpoints_and_other_models_unchanged(tmp_path):
     ids = torch.randint(0, 512, (1, 8))
     torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
     assert "cos_table" not in (tmp_path / "model.safetensors").read_bytes()[:20000].decode("latin-1")
-    gpt2 = build_model(load_config("gpt2_124m", {"n_layer": 1, "n_embd": 64, "n_head": 2, "vocab_size": 512}, vocab_size=512),
-                       attn_implementation="sdpa")
+    gpt2 = build_model(
+        load_config("gpt2_124m", {"n_layer": 1, "n_embd": 64, "n_head": 2, "vocab_size": 512}, vocab_size=512),
+        attn_implementation="sdpa",
+    )
     assert not tabulate_rotary(gpt2)  # learned positions: nothing to tabulate
     dynamic = _model("tiny", {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}})
     assert not tabulate_rotary(dynamic)  # its frequencies change with the length

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from hfpretrain.models import count_params, load_config
-from hfpretrain.models.step_time import (ASSUMED_MFU, BUS_EFFICIENCY, LINKS, StepTimeRequest, exposed, predict,
-                                         table)
+from hfpretrain.models.step_time import ASSUMED_MFU, BUS_EFFICIENCY, LINKS, StepTimeRequest, exposed, predict, table
 
 POINTS = json.loads((Path(__file__).parent / "assets" / "step_time_points.json").read_text())["points"]
 TOLERANCE = 0.10
@@ -16,10 +15,20 @@ SHAPE = "qwen3_1p8b"
 
 
 def _predict(point: dict):
-    return predict(StepTimeRequest(
-        point["shape"], point["gpu"], point["num_gpus"], point["nodes"], point["layout"], dtype=point["dtype"],
-        micro_batch=point["micro_batch"], one_gpu_tokens_per_s=point["one_gpu_tokens_per_s"],
-        inter_node_gbit_s=point.get("inter_node_gbit_s"), vocab_size=point.get("vocab_size")))
+    return predict(
+        StepTimeRequest(
+            point["shape"],
+            point["gpu"],
+            point["num_gpus"],
+            point["nodes"],
+            point["layout"],
+            dtype=point["dtype"],
+            micro_batch=point["micro_batch"],
+            one_gpu_tokens_per_s=point["one_gpu_tokens_per_s"],
+            inter_node_gbit_s=point.get("inter_node_gbit_s"),
+            vocab_size=point.get("vocab_size"),
+        )
+    )
 
 
 @pytest.mark.parametrize("point", POINTS, ids=[p["name"] for p in POINTS])
@@ -90,19 +99,22 @@ def test_tensor_and_context_parallel_bytes():
     assert cp.dp == 1 and cp.tokens_per_step == 32768
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(gpu="Z100"), "unknown GPU 'Z100'"),
-    (dict(layout="zero3"), "layout must be one of ddp, zero1, fsdp2"),
-    (dict(num_gpus=8, nodes=3), "nodes: 3 nodes do not divide 8 GPUs"),
-    (dict(num_gpus=16, tp=16), "tp: 16 does not divide qwen3_1p8b's 16 attention heads and 8 KV heads"),
-    (dict(num_gpus=8, tp=3), "tp: tp x cp = 3 must divide the 8 GPUs of a node"),
-    (dict(num_gpus=4, layout="zero1", tp=2), "tp: ZeRO-1"),
-    (dict(num_gpus=4, layout="ddp", tp=2), "layout: ddp with tp > 1: accelerate composes"),
-    (dict(num_gpus=2, layout="ddp", cp=2), "layout: ddp with cp > 1"),
-    (dict(gpu="A100"), "gpu: no default link bandwidths for A100"),
-    (dict(one_gpu_mfu=1.5), "one_gpu_mfu must be a fraction"),
-    (dict(num_gpus=0), "num_gpus must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(gpu="Z100"), "unknown GPU 'Z100'"),
+        (dict(layout="zero3"), "layout must be one of ddp, zero1, fsdp2"),
+        (dict(num_gpus=8, nodes=3), "nodes: 3 nodes do not divide 8 GPUs"),
+        (dict(num_gpus=16, tp=16), "tp: 16 does not divide qwen3_1p8b's 16 attention heads and 8 KV heads"),
+        (dict(num_gpus=8, tp=3), "tp: tp x cp = 3 must divide the 8 GPUs of a node"),
+        (dict(num_gpus=4, layout="zero1", tp=2), "tp: ZeRO-1"),
+        (dict(num_gpus=4, layout="ddp", tp=2), "layout: ddp with tp > 1: accelerate composes"),
+        (dict(num_gpus=2, layout="ddp", cp=2), "layout: ddp with cp > 1"),
+        (dict(gpu="A100"), "gpu: no default link bandwidths for A100"),
+        (dict(one_gpu_mfu=1.5), "one_gpu_mfu must be a fraction"),
+        (dict(num_gpus=0), "num_gpus must be an integer >= 1"),
+    ],
+)
 def test_bad_input_is_one_line_naming_it(kwargs, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(")) as err:
         predict(StepTimeRequest(**{"shape": SHAPE, "gpu": "H200", **kwargs}))
@@ -112,15 +124,36 @@ def test_bad_input_is_one_line_naming_it(kwargs, words):
 def test_plan_prints_predictions_and_errors(capsys):
     from hfpretrain.cli.plan import main
 
-    assert main(["--gpu", "B200", "--num-gpus", "16", "--nodes", "2", "--layout", "zero1,fsdp2", "--shape", SHAPE,
-                 "--micro-batch", "22", "--global-batch-tokens", "720896"]) == 0
+    assert (
+        main(
+            [
+                "--gpu",
+                "B200",
+                "--num-gpus",
+                "16",
+                "--nodes",
+                "2",
+                "--layout",
+                "zero1,fsdp2",
+                "--shape",
+                SHAPE,
+                "--micro-batch",
+                "22",
+                "--global-batch-tokens",
+                "720896",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("PREDICTIONS") and "\nzero1     16     2" in out and "\nfsdp2     16     2" in out
     assert "720,896" in out and "MFU 40.0% (assumed" in out
-    for argv, words in [(["--nodes", "3"], "error: nodes: 3 nodes do not divide 8 GPUs"),
-                        (["--layout", "zero3"], "error: layout must be one of"),
-                        (["--tp", "16", "--num-gpus", "16"], "error: tp: 16 does not divide"),
-                        (["--gpu", "Z100"], "error: unknown GPU 'Z100'")]:
+    for argv, words in [
+        (["--nodes", "3"], "error: nodes: 3 nodes do not divide 8 GPUs"),
+        (["--layout", "zero3"], "error: layout must be one of"),
+        (["--tp", "16", "--num-gpus", "16"], "error: tp: 16 does not divide"),
+        (["--gpu", "Z100"], "error: unknown GPU 'Z100'"),
+    ]:
         base = {"--gpu": "H200", "--num-gpus": "8", "--layout": "fsdp2", "--shape": SHAPE}
         base.update(dict(zip(argv[::2], argv[1::2])))
         assert main([x for kv in base.items() for x in kv]) == 2
@@ -131,8 +164,12 @@ def test_plan_prints_predictions_and_errors(capsys):
 
 
 def test_table_marks_predictions():
-    text = table([predict(StepTimeRequest(SHAPE, "B200", 8, layout=lay, micro_batch=22, grad_accum=2))
-                  for lay in ("zero1", "fsdp2")])
+    text = table(
+        [
+            predict(StepTimeRequest(SHAPE, "B200", 8, layout=lay, micro_batch=22, grad_accum=2))
+            for lay in ("zero1", "fsdp2")
+        ]
+    )
     assert text.splitlines()[0].startswith("PREDICTIONS") and "not measurements" in text.splitlines()[0]
 
 
@@ -144,7 +181,7 @@ def test_documented_predictions_are_what_the_commands_print(capsys):
     from hfpretrain.cli.plan import main
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
-    section = doc[doc.index("## Step-time model"):]
+    section = doc[doc.index("## Step-time model") :]
     commands = re.findall(r"^    (hfpretrain plan .+)$", section, flags=re.M)
     assert len(commands) == 3
     for cmd in commands:

@@ -4,7 +4,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hfpretrain.models import CONFIG_DIR, build_model, load_config, pad_vocab, scaling_config_dict, scaling_name, zoo_names
+from hfpretrain.models import (
+    CONFIG_DIR,
+    build_model,
+    load_config,
+    pad_vocab,
+    scaling_config_dict,
+    scaling_name,
+    zoo_names,
+)
 from hfpretrain.models.zoo import SCALING_DEPTHS
 
 REFERENCE = ["qwen3_1p8b", "gpt2_1p29b", "llama3_2p2b", "llama2_1p36b"]
@@ -14,9 +22,17 @@ def _scaled_down(name):
     cfg = json.loads((CONFIG_DIR / f"{name}.json").read_text())
     if cfg["model_type"] == "gpt2":
         return {"n_layer": 2, "n_embd": 64, "n_head": 4, "n_inner": 128, "vocab_size": 300}
-    small = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16,
-             "num_key_value_heads": min(cfg.get("num_key_value_heads", 4), 4) if cfg.get("num_key_value_heads", 4) != cfg.get("num_attention_heads") else 4,
-             "intermediate_size": 96, "vocab_size": 300}
+    small = {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "head_dim": 16,
+        "num_key_value_heads": min(cfg.get("num_key_value_heads", 4), 4)
+        if cfg.get("num_key_value_heads", 4) != cfg.get("num_attention_heads")
+        else 4,
+        "intermediate_size": 96,
+        "vocab_size": 300,
+    }
     if "moe_intermediate_size" in cfg:  # MoE: 4 narrow experts, top-2
         experts_key = "num_experts" if "num_experts" in cfg else "n_routed_experts"
         small.update({"moe_intermediate_size": 32, experts_key: 4, "num_experts_per_tok": 2})

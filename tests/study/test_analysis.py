@@ -26,8 +26,18 @@ def study(arms: dict, seeds: int = 1, sigma: float = 0.0, factors=FACTORS, kappa
             for f in factors:
                 for s in range(seeds):
                     loss = l_star + kappa * math.log(f) ** 2 + (rng.normal(0, sigma) if sigma else 0.0)
-                    rows.append({"arm": arm, "budget": c, "size": f"x{f}", "seed": s, "params": n_star * f,
-                                 "ratio_params": n_star * f, "flops": c, "val_loss": loss})
+                    rows.append(
+                        {
+                            "arm": arm,
+                            "budget": c,
+                            "size": f"x{f}",
+                            "seed": s,
+                            "params": n_star * f,
+                            "ratio_params": n_star * f,
+                            "flops": c,
+                            "val_loss": loss,
+                        }
+                    )
     return rows
 
 
@@ -79,8 +89,9 @@ def test_noise_floor_and_intervals_cover_the_planted_gap():
     planted_gap = (A * m ** (-ALPHA) - A) * BUDGETS[-1] ** (-ALPHA)
     covered = 0
     for rng_seed in range(8):
-        rows = study({"base": (E, A, ALPHA), "better": (E, A * m ** (-ALPHA), ALPHA)}, seeds=3, sigma=sigma,
-                     rng_seed=rng_seed)
+        rows = study(
+            {"base": (E, A, ALPHA), "better": (E, A * m ** (-ALPHA), ALPHA)}, seeds=3, sigma=sigma, rng_seed=rng_seed
+        )
         r = analyse_isoflop(rows, n_boot=100, seed=rng_seed)
         assert r["noise"]["sigma"] == pytest.approx(sigma, rel=0.4) and r["noise"]["cells"] == 24
         lo, hi = r["intervals"]["gap"]["better"][BUDGETS[-1]]
@@ -96,8 +107,10 @@ def test_intervals_do_not_depend_on_the_order_of_the_runs():
     end of the vocabulary study at -0.0001 in one order and +0.0047 in another, before)."""
     rows = study({"base": (E, A, ALPHA), "better": (E, A * 0.8, ALPHA)}, seeds=2, sigma=0.01)
     reordered = [r for arm in ("base", "better") for r in reversed([x for x in rows if x["arm"] == arm])]
-    assert to_json(analyse_isoflop(rows, n_boot=50))["intervals"] == \
-        to_json(analyse_isoflop(reordered, n_boot=50))["intervals"]
+    assert (
+        to_json(analyse_isoflop(rows, n_boot=50))["intervals"]
+        == to_json(analyse_isoflop(reordered, n_boot=50))["intervals"]
+    )
 
 
 def test_best_size_at_the_edge_is_flagged():
@@ -165,7 +178,10 @@ def test_no_crossing_is_reported_below_the_smallest_budget():
     from hfpretrain.study.analysis import crossovers
     from hfpretrain.study.fit import PowerLawFit
 
-    a, b = PowerLawFit(E=1.0, A=100.0, alpha=0.1, n=4, r2=1, rmse=0), PowerLawFit(E=1.0, A=30.0, alpha=0.05, n=4, r2=1, rmse=0)
+    a, b = (
+        PowerLawFit(E=1.0, A=100.0, alpha=0.1, n=4, r2=1, rmse=0),
+        PowerLawFit(E=1.0, A=30.0, alpha=0.05, n=4, r2=1, rmse=0),
+    )
     below = (100 / 30) ** (1 / 0.05)  # where they meet: ~3e10
     assert crossovers(a, b, below / 10, 1e18)
     assert crossovers(a, b, below * 10, 1e18) == []
@@ -185,7 +201,9 @@ def test_seed_outliers_are_named_and_kept_in_the_floor():
     assert list(r["outliers"]["runs"]) == ["run5"]
     assert r["noise"]["sigma"] > 2 * calm["noise"]["sigma"]
     wild_budget = rows[5]["budget"]
-    assert r["budget_noise"]["budgets"][wild_budget]["sigma"] > 2 * calm["budget_noise"]["budgets"][wild_budget]["sigma"]
+    assert (
+        r["budget_noise"]["budgets"][wild_budget]["sigma"] > 2 * calm["budget_noise"]["budgets"][wild_budget]["sigma"]
+    )
     assert "noise_without_outliers" not in r and "intervals_without_outliers" not in r
 
 
@@ -208,8 +226,9 @@ def test_the_noise_floor_is_per_budget_by_default_and_by_the_rule_otherwise():
     ``pooled`` gives every budget one σ; fixed values written in the spec are used as written."""
     rows, lo, hi = [], 0.002, 0.03
     for rng_seed, sigma, keep in ((1, lo, BUDGETS[:-1]), (2, hi, BUDGETS[-1:])):
-        part = study({"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}, seeds=3, sigma=sigma,
-                     rng_seed=rng_seed)
+        part = study(
+            {"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}, seeds=3, sigma=sigma, rng_seed=rng_seed
+        )
         rows += [r for r in part if r["budget"] in keep]
     r = analyse_isoflop(rows, n_boot=60)
     bn = r["budget_noise"]
@@ -241,9 +260,14 @@ def test_the_decision_rule_gives_its_verdicts():
 
     arms = {"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA), "same": (E, A, ALPHA)}
     r = analyse_isoflop(study(arms, seeds=2, sigma=0.005), n_boot=60)
-    rule = {"margin": 0.01, "comparisons": [{"name": "b", "arm": "better", "baseline": "base"},
-                                            {"name": "reverse", "arm": "base", "baseline": "better"},
-                                            {"name": "s", "arm": "same", "baseline": "base"}]}
+    rule = {
+        "margin": 0.01,
+        "comparisons": [
+            {"name": "b", "arm": "better", "baseline": "base"},
+            {"name": "reverse", "arm": "base", "baseline": "better"},
+            {"name": "s", "arm": "same", "baseline": "base"},
+        ],
+    }
     verdicts = {v["name"]: v for v in decide(r, rule)}
     assert verdicts["b"]["verdict"] == "better, also at 10×" and verdicts["b"]["gap"] < 0
     assert verdicts["reverse"]["verdict"] == "worse" and verdicts["reverse"]["gap"] == -verdicts["b"]["gap"]
@@ -251,9 +275,14 @@ def test_the_decision_rule_gives_its_verdicts():
     rule = {**rule, "at": BUDGETS[-1] * 10}  # a budget that was not run
     assert {v["verdict"] for v in decide(r, rule)} == {"incomplete"}
     # the MoE study's rule: the compute multiplier (2 planted) above 1.2 with its interval above 1
-    by_multiplier = {"criterion": "multiplier", "multiplier_min": 1.2,
-                     "comparisons": [{"name": "m", "arm": "better", "baseline": "base"},
-                                     {"name": "n", "arm": "same", "baseline": "base"}]}
+    by_multiplier = {
+        "criterion": "multiplier",
+        "multiplier_min": 1.2,
+        "comparisons": [
+            {"name": "m", "arm": "better", "baseline": "base"},
+            {"name": "n", "arm": "same", "baseline": "base"},
+        ],
+    }
     verdicts = {v["name"]: v for v in decide(r, by_multiplier)}
     assert verdicts["m"]["verdict"] == "recommended" and verdicts["m"]["multiplier"] == pytest.approx(2, rel=0.1)
     assert verdicts["n"]["verdict"] in ("no gain", "undecided")
@@ -308,8 +337,20 @@ def test_the_primary_frontier_recovers_a_planted_law_of_n_and_d(tmp_path):
                 n = n_star * f
                 d = c / (6 * n)
                 loss = e + scale * a * n**-alpha + b * d**-beta
-                rows.append({"arm": arm, "budget": c, "size": f"x{f}", "seed": 0, "params": n, "ratio_params": n,
-                             "tokens": d, "flops_per_token": 6 * n, "flops": c, "val_loss": loss})
+                rows.append(
+                    {
+                        "arm": arm,
+                        "budget": c,
+                        "size": f"x{f}",
+                        "seed": 0,
+                        "params": n,
+                        "ratio_params": n,
+                        "tokens": d,
+                        "flops_per_token": 6 * n,
+                        "flops": c,
+                        "val_loss": loss,
+                    }
+                )
     r = analyse_isoflop(rows, n_boot=0)
     nd = r["nd"]
     fit = nd["fits"]["base"]

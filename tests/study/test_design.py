@@ -29,10 +29,18 @@ ISO = {
     "seed_budgets": [3.3e10],
     "rules": {"warmup_fraction": 0.2, "lr": 3e-3, "lr_width": 32, "lr_power": 1.0, "min_steps": 8},
     "arms": {"tied": [], "untied": ["model.overrides.tie_word_embeddings=false"]},
-    "overrides": ["training.per_device_train_batch_size=4", "training.per_device_eval_batch_size=16",
-                  "training.logging_steps=1", "training.save_strategy=no", "training.eval_steps=100000",
-                  "training.disable_tqdm=true", "training.report_to=none", "training.dataloader_num_workers=0",
-                  "evaluation.eval_tokens=2048", "evaluation.final_eval_tokens=2048"],
+    "overrides": [
+        "training.per_device_train_batch_size=4",
+        "training.per_device_eval_batch_size=16",
+        "training.logging_steps=1",
+        "training.save_strategy=no",
+        "training.eval_steps=100000",
+        "training.disable_tqdm=true",
+        "training.report_to=none",
+        "training.dataloader_num_workers=0",
+        "evaluation.eval_tokens=2048",
+        "evaluation.final_eval_tokens=2048",
+    ],
 }
 
 
@@ -75,8 +83,10 @@ def test_plan_applies_isoflop_seeds_and_rules(mini_blocks):
     extended = [p for _, p in plan_study(_spec(mini_blocks, isoflop=iso), "/tmp/unused")]
     cells = lambda runs: {(p.arm, p.size, p.budget) for p in runs}  # noqa: E731
     assert cells(extended) - cells(planned) == {("untied", "h16", 1.3e11)}
-    assert len(extended) == len(planned) + 1 and load_spec(_spec(mini_blocks, isoflop=iso).to_dict()).isoflop == \
-        _spec(mini_blocks, isoflop=iso).isoflop  # spec.yaml reads back the same
+    assert (
+        len(extended) == len(planned) + 1
+        and load_spec(_spec(mini_blocks, isoflop=iso).to_dict()).isoflop == _spec(mini_blocks, isoflop=iso).isoflop
+    )  # spec.yaml reads back the same
 
 
 def test_plan_errors_stop_the_study_before_training(mini_blocks, tmp_path):
@@ -111,8 +121,15 @@ def test_isoflop_micro_study_and_its_report(mini_blocks_bpe1k, tmp_path):
     assert saved["baseline"] == "tied" and "untied @ 3.3e+10" in saved["optima"]
     assert (out / "isoflop.png").stat().st_size > 10_000
     report = (out / "report.md").read_text()
-    for section in ("## Runs", "## IsoFLOP analysis", "### untied vs tied", "## Discussion", "Noise floor per budget",
-                    "![IsoFLOP curves and per-budget optima](isoflop.png)", "## Caveats"):
+    for section in (
+        "## Runs",
+        "## IsoFLOP analysis",
+        "### untied vs tied",
+        "## Discussion",
+        "Noise floor per budget",
+        "![IsoFLOP curves and per-budget optima](isoflop.png)",
+        "## Caveats",
+    ):
         assert section in report, section
     assert "One seed per run" not in report and "no `rules`" not in report
     assert "| cpu |" in report

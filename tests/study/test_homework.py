@@ -14,9 +14,19 @@ from hfpretrain.study.homework import ABSOLUTE, SOURCES, write_homework
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "results" / "homework.md"
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?")
-ORDER = ["Data processing", "Changes to the training code", "Every experiment", "Hardware and time",
-         "The best model: training and validation curves", "Generations", "The ablation", "Reproduce",
-         "Where the checkpoint and the tokenizer are", "Team contributions", "The data used"]
+ORDER = [
+    "Data processing",
+    "Changes to the training code",
+    "Every experiment",
+    "Hardware and time",
+    "The best model: training and validation curves",
+    "Generations",
+    "The ablation",
+    "Reproduce",
+    "Where the checkpoint and the tokenizer are",
+    "Team contributions",
+    "The data used",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +44,16 @@ def test_the_deliverables_come_in_the_assignments_order(doc):
     assert len(headings) == len(ORDER)
     for i, (heading, want) in enumerate(zip(headings, ORDER), 1):
         assert heading.startswith(f"{i}. {want}"), heading
-    for must in ("Example batch", "![training and validation loss]", "Unconditional sample", "**Prompt:**",
-                 "IsoFLOP curves and per-budget optima", "scripts/generate.py --model CHECKPOINT --prompt",
-                 "**The shipped corpus is not the Pile.**", "The same commands take the Pile"):
+    for must in (
+        "Example batch",
+        "![training and validation loss]",
+        "Unconditional sample",
+        "**Prompt:**",
+        "IsoFLOP curves and per-budget optima",
+        "scripts/generate.py --model CHECKPOINT --prompt",
+        "**The shipped corpus is not the Pile.**",
+        "The same commands take the Pile",
+    ):
         assert must in doc, must
 
 

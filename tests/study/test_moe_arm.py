@@ -11,17 +11,34 @@ from hfpretrain.study.grid import expand, load_spec, run_study
 from test_study import MICRO
 
 # tiny.json's attention; 8 experts of a quarter of its SwiGLU width (192), top-2: half the dense FFN active
-MOE = {"config": "qwen3_moe_109m_a21m",
-       "fields": {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-                  "tie_word_embeddings": True, "rope_theta": 10000.0, "max_position_embeddings": 2048,
-                  "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 48}}
+MOE = {
+    "config": "qwen3_moe_109m_a21m",
+    "fields": {
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "tie_word_embeddings": True,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 2048,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 48,
+    },
+}
 
 
 def _spec(data=None, **extra):
-    return load_spec({**MICRO, "sizes": [{"name": "h64", "config": "tiny", "fields": {"hidden_size": 64},
-                                          "arms": {"moe": MOE}}],
-                      "steps": [2], "arms": {"dense": [], "moe": []},
-                      "overrides": ([f"data.path={data}"] if data else []) + MICRO["overrides"], **extra})
+    return load_spec(
+        {
+            **MICRO,
+            "sizes": [{"name": "h64", "config": "tiny", "fields": {"hidden_size": 64}, "arms": {"moe": MOE}}],
+            "steps": [2],
+            "arms": {"dense": [], "moe": []},
+            "overrides": ([f"data.path={data}"] if data else []) + MICRO["overrides"],
+            **extra,
+        }
+    )
 
 
 def test_an_arm_gets_its_own_version_of_a_size(tmp_path):

@@ -62,7 +62,7 @@ def test_the_optimum_comes_from_the_three_sizes_around_the_best(vocab2):
     means = _means(load_rows("gpu_vocab2"), "bpe_32k", 2.5e15)
     n, loss = np.array(list(means)), np.array(list(means.values()))
     best = int(np.argmin(loss))
-    c, b, a = np.polyfit(np.log(n[best - 1:best + 2]), loss[best - 1:best + 2], 2)
+    c, b, a = np.polyfit(np.log(n[best - 1 : best + 2]), loss[best - 1 : best + 2], 2)
     o = vocab2["optima"]["bpe_32k", 2.5e15]
     assert o["bracketed"] and o["points"] == 3
     assert o["loss_opt"] == pytest.approx(a - b**2 / (4 * c)) and o["loss_opt"] <= loss[best]

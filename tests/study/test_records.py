@@ -59,8 +59,9 @@ def test_a_resumed_runs_compressed_log_gives_the_committed_wall_time(tmp_path):
 
     run = ASSETS / "study_resumed_run"
     summary = json.loads((run / "summary.json").read_text())
-    committed = next(r for r in json.loads((VOCAB / "results.json").read_text())
-                     if r["run"] == "bpe_8k/L7__c2.50e+16__seed0")
+    committed = next(
+        r for r in json.loads((VOCAB / "results.json").read_text()) if r["run"] == "bpe_8k/L7__c2.50e+16__seed0"
+    )
     t = run_wall_time(run, summary)
     assert t == {k: committed[k] for k in ("wall_time_s", "wall_time_all_s", "processes", "wall_time_partial")}
     assert t["processes"] == 2 and t["wall_time_s"] > 600 > summary["train"]["train_runtime"]
@@ -79,8 +80,15 @@ def test_a_resumed_runs_compressed_log_gives_the_committed_wall_time(tmp_path):
 def test_stale_bits_per_byte_are_corrected_from_a_run_on_the_same_data(tmp_path):
     from hfpretrain.study.corrections import correct_study
 
-    lineage = {"validation": {"tokenizer_sha256": "ab", "seq_len": 8, "train_blocks": 10, "train_tokens": 80,
-                              "tokens_per_set": {"A": 80}}}
+    lineage = {
+        "validation": {
+            "tokenizer_sha256": "ab",
+            "seq_len": 8,
+            "train_blocks": 10,
+            "train_tokens": 80,
+            "tokens_per_set": {"A": 80},
+        }
+    }
 
     def run(name, loss, plan, lineage=lineage):
         d = tmp_path / "runs" / "arm" / name
@@ -99,7 +107,9 @@ def test_stale_bits_per_byte_are_corrected_from_a_run_on_the_same_data(tmp_path)
     assert "runs/arm/new" in summary["corrections"][0]["why"]
     assert json.loads((ref / "summary.json").read_text())["final_eval"]["eval_bpb"] == 9.0  # not stale: untouched
     assert correct_study(tmp_path) == []  # once
-    run("other", 3.0, {"validation_tokens_per_byte": 0.5}, {"validation": {**lineage["validation"], "train_blocks": 11}})
+    run(
+        "other", 3.0, {"validation_tokens_per_byte": 0.5}, {"validation": {**lineage["validation"], "train_blocks": 11}}
+    )
     again = run("again", 3.0, {"validation_tokens_per_byte": 0.5})  # correctable, but another is not
     with pytest.raises(ValueError, match="no run on the same data"):
         correct_study(tmp_path)
@@ -111,17 +121,26 @@ def test_the_corrections_cli_fails_in_one_line(tmp_path):
     import sys
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "hfpretrain.study.corrections", *map(str, args)],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "hfpretrain.study.corrections", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     missing = cli(tmp_path / "nope")
-    assert missing.returncode == 2 and missing.stderr.strip() == f"error: {tmp_path / 'nope' / 'runs'} does not exist: " \
-        f"{tmp_path / 'nope'} is not a study folder"
+    assert (
+        missing.returncode == 2
+        and missing.stderr.strip()
+        == f"error: {tmp_path / 'nope' / 'runs'} does not exist: {tmp_path / 'nope'} is not a study folder"
+    )
     bad = tmp_path / "study" / "runs" / "arm" / "r"
     bad.mkdir(parents=True)
     (bad / "summary.json").write_text("{not json")
     corrupt = cli(tmp_path / "study")
-    assert corrupt.returncode == 2 and corrupt.stderr.startswith(f"error: {bad / 'summary.json'}: not a readable summary")
+    assert corrupt.returncode == 2 and corrupt.stderr.startswith(
+        f"error: {bad / 'summary.json'}: not a readable summary"
+    )
     assert "Traceback" not in corrupt.stderr + missing.stderr
 
 
@@ -139,7 +158,9 @@ def test_the_committed_vocabulary_runs_carry_bits_per_byte_of_the_text():
         assert plan["validation_tokens_per_byte"] == ratio[plan["shape"]["vocab_size"]], path
         assert final["eval_bpb"] == pytest.approx(final["eval_loss"] * ratio[plan["shape"]["vocab_size"]] / math.log(2))
     assert len(ratio) == 2 and len(_summaries()) == 50
-    assert json.loads((VOCAB / "best" / "summary.json").read_text())["final_eval"]["eval_bpb"] == pytest.approx(1.275, abs=5e-4)
+    assert json.loads((VOCAB / "best" / "summary.json").read_text())["final_eval"]["eval_bpb"] == pytest.approx(
+        1.275, abs=5e-4
+    )
 
 
 def test_a_committed_study_is_read_back_from_its_folders_without_its_data():
@@ -163,16 +184,18 @@ def _md_table(text: str, header_start: str) -> list[list[str]]:
     lines = text.splitlines()
     i = next(i for i, line in enumerate(lines) if line.startswith(header_start))
     rows = []
-    for line in lines[i + 2:]:
+    for line in lines[i + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([c.strip() for c in line.strip("|").split("|")])
     return rows
 
 
-@pytest.mark.parametrize("study, n_runs, first_arm",
-                         [(VOCAB, 48, "bpe_8k"), (VOCAB2, 108, "bpe_32k"), (MOE, 32, "moe")],
-                         ids=["vocab", "vocab2", "moe"])
+@pytest.mark.parametrize(
+    "study, n_runs, first_arm",
+    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 108, "bpe_32k"), (MOE, 32, "moe")],
+    ids=["vocab", "vocab2", "moe"],
+)
 def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, first_arm):
     """report.md against results.json and analysis.json: every run's bits per byte and minutes, every optimum,
     both fit tables, the (first pair's) gaps and the noise floors."""
@@ -187,7 +210,9 @@ def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, fir
         assert row[15].rstrip("+") == f"{r['wall_time_s'] / 60:.1f}" and row[16] == f"{r['wall_time_all_s'] / 60:.1f}"
     if study == VOCAB:
         assert results["bpe_8k/L7__c2.50e+16__seed0"]["wall_time_s"] > 600  # the resumed run's parts, summed
-    for budget, arm, best_n, best_loss, n_opt, loss, bracketed, *_ in _md_table(report, "| budget (FLOPs) | arm | best measured N |"):
+    for budget, arm, best_n, best_loss, n_opt, loss, bracketed, *_ in _md_table(
+        report, "| budget (FLOPs) | arm | best measured N |"
+    ):
         o = analysis["optima"][f"{arm} @ {float(budget):.6g}"]
         assert best_n == f"{o['best_measured']['n']:.3g}" and best_loss == f"{o['best_measured']['loss']:.4f}"
         if o["bracketed"]:
@@ -195,9 +220,13 @@ def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, fir
         else:  # a bound: the best measured mean
             assert bracketed == "**no**" and loss == f"≤ {o['loss_opt']:.4f} (bound)" and n_opt == "–"
     fits = json.loads((study / "fits.json").read_text())
-    for table, source in ((_md_table(report, "| arm | α | E |"), analysis["fits"]),
-                          (_md_table(report.split("Separate E per arm")[1], "| arm | α | E |"),
-                           analysis["sensitivity"]["separate"]["fits"])):
+    for table, source in (
+        (_md_table(report, "| arm | α | E |"), analysis["fits"]),
+        (
+            _md_table(report.split("Separate E per arm")[1], "| arm | α | E |"),
+            analysis["sensitivity"]["separate"]["fits"],
+        ),
+    ):
         for arm, alpha, e, *_ in table:
             assert alpha.split()[0] == f"{source[arm]['alpha']:.4f}" and e.split()[0] == f"{source[arm]['E']:.4f}"
     for arm, f in analysis["fits"].items():  # fits.json is the analysis' primary model, not a fit of its own
@@ -219,11 +248,19 @@ def test_the_committed_study_regenerates_identically(tmp_path):
     import sys
 
     out = tmp_path / "study"
-    generated = {"isoflop.png", "loss_vs_flops.png", "report.md", "analysis.json", "fits.json", "results.csv",
-                 "results.json"}
+    generated = {
+        "isoflop.png",
+        "loss_vs_flops.png",
+        "report.md",
+        "analysis.json",
+        "fits.json",
+        "results.csv",
+        "results.json",
+    }
     shutil.copytree(VOCAB, out, ignore=lambda folder, names: generated & set(names) if Path(folder) == VOCAB else ())
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "report.py"), str(out)], capture_output=True,
-                          text=True, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "report.py"), str(out)], capture_output=True, text=True, cwd=REPO
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     for name in ("report.md", "spec.yaml"):
         assert (out / name).read_text() == (VOCAB / name).read_text(), name
@@ -258,24 +295,42 @@ def test_lr_checks_take_each_arms_central_size_and_stay_out_of_the_cells(tmp_pat
     from hfpretrain.study.analysis import cells
     from hfpretrain.study.grid import CELL, expand, lr_check_runs
 
-    spec = load_spec({"recipe": "r.yaml", "sizes": ["a", "b", "c"], "flops": [1e15, 1e16], "seeds": [0, 1],
-                      "isoflop": {"tokens_per_param": 20}, "arms": {"x": [], "y": []},
-                      "lr_checks": {"budget": 1e16, "factors": [0.5, 2]}})
+    spec = load_spec(
+        {
+            "recipe": "r.yaml",
+            "sizes": ["a", "b", "c"],
+            "flops": [1e15, 1e16],
+            "seeds": [0, 1],
+            "isoflop": {"tokens_per_param": 20},
+            "arms": {"x": [], "y": []},
+            "lr_checks": {"budget": 1e16, "factors": [0.5, 2]},
+        }
+    )
     sizes = {"a": 1e5, "b": 1e6, "c": 1e7}
 
     def plan_of(arm, size):
-        return {"flops_per_token": 6 * sizes[size], "parameters": {"non_embedding": sizes[size]}, "flops_per_token_head": 0}
+        return {
+            "flops_per_token": 6 * sizes[size],
+            "parameters": {"non_embedding": sizes[size]},
+            "flops_per_token_head": 0,
+        }
 
     grid = expand(spec, tmp_path)
     checks = lr_check_runs(spec, grid, plan_of)
     # D/N at 1e16 FLOPs (6N per token): a 1.7e5, b 1.7e3, c 16.7: c is nearest 20
-    assert [r.name for r in checks] == ["x/c__c1.00e+16__lr0.5__seed0", "x/c__c1.00e+16__lr2__seed0",
-                                        "y/c__c1.00e+16__lr0.5__seed0", "y/c__c1.00e+16__lr2__seed0"]
+    assert [r.name for r in checks] == [
+        "x/c__c1.00e+16__lr0.5__seed0",
+        "x/c__c1.00e+16__lr2__seed0",
+        "y/c__c1.00e+16__lr0.5__seed0",
+        "y/c__c1.00e+16__lr2__seed0",
+    ]
     assert all(f"training.output_dir={r.out_dir}" in r.overrides and r.lr_factor in (0.5, 2.0) for r in checks)
     m = CELL.match(checks[0].out_dir.name)
     assert (m["size"], m["label"], m["lr"], m["seed"]) == ("c", "c1.00e+16", "0.5", "0")
-    rows = [{"arm": "x", "budget": 1e16, "size": "c", "params": 1, "flops": 1e16, "val_loss": 2.0, "lr_factor": None},
-            {"arm": "x", "budget": 1e16, "size": "c", "params": 1, "flops": 1e16, "val_loss": 9.0, "lr_factor": 2.0}]
+    rows = [
+        {"arm": "x", "budget": 1e16, "size": "c", "params": 1, "flops": 1e16, "val_loss": 2.0, "lr_factor": None},
+        {"arm": "x", "budget": 1e16, "size": "c", "params": 1, "flops": 1e16, "val_loss": 9.0, "lr_factor": 2.0},
+    ]
     assert cells(rows)["x", 1e16]["c"]["losses"] == [2.0]
 
 
@@ -284,7 +339,9 @@ def test_the_new_vocabulary_spec_states_its_decision_rule_and_checks():
     assert list(spec.arms) == ["gpt2_50k", "bpe_32k", "bpe_8k"] and spec.budgets == [8e14, 2.5e15, 8e15, 2.5e16]
     assert spec.isoflop.sizes_per_budget == 4 and len(spec.seeds) >= 2 and spec.seed_budgets is None
     assert spec.rules.over_passes == "flag" and spec.lr_checks["factors"] == [0.5, 2.0]
-    assert {(c["arm"], c["baseline"]) for c in spec.decision["comparisons"]} >= {("bpe_32k", "gpt2_50k"),
-                                                                               ("bpe_8k", "bpe_32k")}
+    assert {(c["arm"], c["baseline"]) for c in spec.decision["comparisons"]} >= {
+        ("bpe_32k", "gpt2_50k"),
+        ("bpe_8k", "bpe_32k"),
+    }
     assert all("mix10_" in o for arm in spec.arms.values() for o in arm)
     assert not any("/work/" in c or "/tmp/" in c for c in spec.reproduce)

@@ -22,16 +22,38 @@ def test_run_report_has_every_section(mini_blocks, tmp_path):
     from hfpretrain.training import pretrain
 
     run = tmp_path / "run"
-    pretrain(REPO / "recipes" / "tiny_cpu.yaml",
-             [f"data.path={mini_blocks}", f"training.output_dir={run}", "training.max_steps=4", "training.eval_steps=2",
-              "training.save_strategy=no", "training.logging_steps=1", "training.warmup_steps=1",
-              "training.dataloader_num_workers=0", "evaluation.eval_tokens=1024", "evaluation.final_eval_tokens=2048"])
+    pretrain(
+        REPO / "recipes" / "tiny_cpu.yaml",
+        [
+            f"data.path={mini_blocks}",
+            f"training.output_dir={run}",
+            "training.max_steps=4",
+            "training.eval_steps=2",
+            "training.save_strategy=no",
+            "training.logging_steps=1",
+            "training.warmup_steps=1",
+            "training.dataloader_num_workers=0",
+            "evaluation.eval_tokens=1024",
+            "evaluation.final_eval_tokens=2048",
+        ],
+    )
     report = write_run_report(run, eval_limit=4, prompts=("The history of the",), max_new_tokens=6)
     text = report.read_text()
-    for section in ("## Data", "Example batch", "## Model, hyper-parameters, hardware", "| hardware | 1 × cpu |",
-                    "## What the training code does", "![training and validation loss](curves.png)", "bits per byte",
-                    "## lm-eval (0-shot)", "arc_easy", "**Prompt:** `'The history of the'`", "Unconditional sample 2",
-                    "## Reproduce", "scripts/tokenize_pile.py --input"):
+    for section in (
+        "## Data",
+        "Example batch",
+        "## Model, hyper-parameters, hardware",
+        "| hardware | 1 × cpu |",
+        "## What the training code does",
+        "![training and validation loss](curves.png)",
+        "bits per byte",
+        "## lm-eval (0-shot)",
+        "arc_easy",
+        "**Prompt:** `'The history of the'`",
+        "Unconditional sample 2",
+        "## Reproduce",
+        "scripts/tokenize_pile.py --input",
+    ):
         assert section in text, section
     assert (run / "curves.png").stat().st_size > 5_000
     assert (run / "final" / "eval" / "results.json").is_file()  # scored once, read back next time
@@ -45,8 +67,9 @@ def test_run_report_has_every_section(mini_blocks, tmp_path):
 
     # scripts/plot.py: the four panels of any run folder
     plot = [sys.executable, str(REPO / "scripts" / "plot.py")]
-    proc = subprocess.run([*plot, str(run), "--out", str(tmp_path / "p.png")], capture_output=True, text=True,
-                          env=_env(), cwd=REPO)
+    proc = subprocess.run(
+        [*plot, str(run), "--out", str(tmp_path / "p.png")], capture_output=True, text=True, env=_env(), cwd=REPO
+    )
     assert proc.returncode == 0 and (tmp_path / "p.png").stat().st_size > 20_000, proc.stderr[-1000:]
     proc = subprocess.run([*plot, str(tmp_path / "nothing")], capture_output=True, text=True, env=_env(), cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ")
@@ -59,25 +82,42 @@ def test_the_reproduce_command_carries_the_manifests_packing():
 
     from hfpretrain.study.run_report import reproduce_lines
 
-    manifest = {"inputs": [{"path": "train-00000.jsonl.zst"}], "val_inputs": [{"path": "val.jsonl.zst"}],
-                "tokenizer": {"name_or_path": "out/tok_bpe8k"}, "seq_len": 16384, "pack": "whole",
-                "val_docs": 10000, "val_docs_rule": "given", "max_docs": None, "select_sets": ["Books", "Emails"]}
+    manifest = {
+        "inputs": [{"path": "train-00000.jsonl.zst"}],
+        "val_inputs": [{"path": "val.jsonl.zst"}],
+        "tokenizer": {"name_or_path": "out/tok_bpe8k"},
+        "seq_len": 16384,
+        "pack": "whole",
+        "val_docs": 10000,
+        "val_docs_rule": "given",
+        "max_docs": None,
+        "select_sets": ["Books", "Emails"],
+    }
     command = reproduce_lines(Path("runs/x"), [(Path("out/mix_16k"), manifest)])[3]
-    assert command == ("python scripts/tokenize_pile.py --input train-00000.jsonl.zst --val-input val.jsonl.zst "
-                       "--tokenizer out/tok_bpe8k --seq-len 16384 --val-docs 10000 --pack whole --sets Books Emails "
-                       "--out out/mix_16k")
-    moved = {**manifest, "inputs": [{"path": "/root/stash/pretrain/mix/train-00000.jsonl.zst"}],
-             "val_inputs": [{"path": "/work/shared/data/pretrain/mix/val.jsonl.zst"}],
-             "tokenizer": {"name_or_path": "/mnt/d/tokenizers/gpt2"}}
+    assert command == (
+        "python scripts/tokenize_pile.py --input train-00000.jsonl.zst --val-input val.jsonl.zst "
+        "--tokenizer out/tok_bpe8k --seq-len 16384 --val-docs 10000 --pack whole --sets Books Emails "
+        "--out out/mix_16k"
+    )
+    moved = {
+        **manifest,
+        "inputs": [{"path": "/root/stash/pretrain/mix/train-00000.jsonl.zst"}],
+        "val_inputs": [{"path": "/work/shared/data/pretrain/mix/val.jsonl.zst"}],
+        "tokenizer": {"name_or_path": "/mnt/d/tokenizers/gpt2"},
+    }
     command = reproduce_lines(Path("runs/x"), [(Path("out/mix_16k"), moved)])[3]  # no machine's folders in a report
-    assert command.startswith('python scripts/tokenize_pile.py --input "$DATA_ROOT"/pretrain/mix/train-00000.jsonl.zst '
-                              '--val-input "$DATA_ROOT"/pretrain/mix/val.jsonl.zst --tokenizer "$DATA_ROOT"/tokenizers/gpt2 ')
+    assert command.startswith(
+        'python scripts/tokenize_pile.py --input "$DATA_ROOT"/pretrain/mix/train-00000.jsonl.zst '
+        '--val-input "$DATA_ROOT"/pretrain/mix/val.jsonl.zst --tokenizer "$DATA_ROOT"/tokenizers/gpt2 '
+    )
     from hfpretrain.study.run_report import portable_path
 
     embedded = Path.cwd() / "src" / "hfpretrain" / "assets" / "default_data" / "pretrain" / "sample.jsonl.zst"
     assert portable_path(str(embedded)) == "src/hfpretrain/assets/default_data/pretrain/sample.jsonl.zst"
-    plain = reproduce_lines(Path("runs/x"), [(Path("out/d"), {**manifest, "pack": "concat", "val_docs_rule": "default",
-                                                              "select_sets": None})])[3]
+    plain = reproduce_lines(
+        Path("runs/x"),
+        [(Path("out/d"), {**manifest, "pack": "concat", "val_docs_rule": "default", "select_sets": None})],
+    )[3]
     assert "--pack" not in plain and "--val-docs" not in plain and "--sets" not in plain
 
 
@@ -91,20 +131,36 @@ def test_the_reproduce_commands_make_every_source_and_its_retrieval_documents(tm
     from hfpretrain.study.run_report import portable_path, reproduce_lines
 
     docs = tmp_path / "retrieval.jsonl.zst"
-    args = ["--input", str(mini_train), "--tokenizer", str(gpt2_tokenizer), "--out", str(docs), "--documents", "12",
-            "--min-tokens", "100", "--max-tokens", "400", "--statement-share", "0.5"]
+    args = [
+        "--input",
+        str(mini_train),
+        "--tokenizer",
+        str(gpt2_tokenizer),
+        "--out",
+        str(docs),
+        "--documents",
+        "12",
+        "--min-tokens",
+        "100",
+        "--max-tokens",
+        "400",
+        "--statement-share",
+        "0.5",
+    ]
     assert main(["retrieval-docs", *args]) == 0
     assert made_by(docs) == args and made_by(mini_train) is None and made_by(tmp_path / "nowhere.jsonl") is None
     for first_row in ('{"text": "x", "meta": "a string"}', "not json", '["a list"]'):
         (tmp_path / "other.jsonl").write_text(first_row + "\n")
         assert made_by(tmp_path / "other.jsonl") is None, first_row
-    blocks = tokenize_corpus(inputs=[docs], out=tmp_path / "retrieval_512", tokenizer=gpt2_tokenizer, seq_len=512,
-                             pack="whole", val_docs=4)
+    blocks = tokenize_corpus(
+        inputs=[docs], out=tmp_path / "retrieval_512", tokenizer=gpt2_tokenizer, seq_len=512, pack="whole", val_docs=4
+    )
     manifest = json.loads((blocks / "manifest.json").read_text())
     main_manifest = {"inputs": [{"path": "train.jsonl.zst"}], "tokenizer": {"name_or_path": "tok"}, "seq_len": 512}
-    lines = reproduce_lines(Path("runs/x"), [(Path("out/long"), main_manifest), (blocks, manifest),
-                                             (Path("out/gone"), None)])
-    commands = lines[lines.index("```bash") + 1:lines.index("```")]
+    lines = reproduce_lines(
+        Path("runs/x"), [(Path("out/long"), main_manifest), (blocks, manifest), (Path("out/gone"), None)]
+    )
+    commands = lines[lines.index("```bash") + 1 : lines.index("```")]
     assert commands[0].startswith("python scripts/tokenize_pile.py --input train.jsonl.zst")
     # the data root's files as "$DATA_ROOT"/... (the embedded sample's relative to the repository), as elsewhere
     assert commands[1] == "python scripts/retrieval_docs.py " + " ".join(map(portable_path, args))
@@ -127,8 +183,15 @@ def test_the_data_section_says_how_the_blocks_were_packed_and_the_mixture(mini_b
     text = "\n".join(data_lines(mini_blocks, manifest))
     assert "documents run across block boundaries" in text and "mixture" not in text
     tok = mini_blocks / "tokenizer"
-    whole = tokenize_corpus(inputs=manifest["inputs"][0]["path"], out=tmp_path / "whole", tokenizer=tok, seq_len=128,
-                            max_docs=100, val_docs=10, pack="whole")
+    whole = tokenize_corpus(
+        inputs=manifest["inputs"][0]["path"],
+        out=tmp_path / "whole",
+        tokenizer=tok,
+        seq_len=128,
+        max_docs=100,
+        val_docs=10,
+        pack="whole",
+    )
     text = "\n".join(data_lines(whole, json.loads((whole / "manifest.json").read_text()), {"long": 4, "retrieval": 1}))
     assert "documents kept whole where they fit" in text and "run across" not in text
     assert "long 80%, retrieval 20%." in text

@@ -25,14 +25,24 @@ SPECS = REPO / "src" / "hfpretrain" / "study" / "specs"
 MICRO = {
     "name": "micro",
     "recipe": str(REPO / "recipes" / "tiny_cpu.yaml"),
-    "sizes": [{"name": "h32", "config": "tiny", "fields": {"hidden_size": 32, "intermediate_size": 96}},
-              {"name": "h64", "config": "tiny"}],
+    "sizes": [
+        {"name": "h32", "config": "tiny", "fields": {"hidden_size": 32, "intermediate_size": 96}},
+        {"name": "h64", "config": "tiny"},
+    ],
     "steps": [3, 6],
-    "overrides": ["training.per_device_train_batch_size=4", "training.per_device_eval_batch_size=16",
-                  "training.warmup_steps=1", "training.logging_steps=1", "training.save_strategy=no",
-                  "training.eval_steps=100000", "training.disable_tqdm=true", "training.report_to=none",
-                  "training.dataloader_num_workers=0", "evaluation.eval_tokens=2048",
-                  "evaluation.final_eval_tokens=4096"],
+    "overrides": [
+        "training.per_device_train_batch_size=4",
+        "training.per_device_eval_batch_size=16",
+        "training.warmup_steps=1",
+        "training.logging_steps=1",
+        "training.save_strategy=no",
+        "training.eval_steps=100000",
+        "training.disable_tqdm=true",
+        "training.report_to=none",
+        "training.dataloader_num_workers=0",
+        "evaluation.eval_tokens=2048",
+        "evaluation.final_eval_tokens=4096",
+    ],
 }
 
 
@@ -55,12 +65,21 @@ def test_expand_is_deterministic(tmp_path):
     assert a == b
     # budget by budget: a study stopped part-way has every arm of its smaller budgets
     assert [r.name for r in a] == [
-        "baseline/h32__s3", "baseline/h64__s3", "untied/h32__s3", "untied/h64__s3",
-        "baseline/h32__s6", "baseline/h64__s6", "untied/h32__s6", "untied/h64__s6"]
+        "baseline/h32__s3",
+        "baseline/h64__s3",
+        "untied/h32__s3",
+        "untied/h64__s3",
+        "baseline/h32__s6",
+        "baseline/h64__s6",
+        "untied/h32__s6",
+        "untied/h64__s6",
+    ]
     assert a[0].out_dir == tmp_path / "runs" / "baseline" / "h32__s3"
     # arm overrides come after the size's, the output dir last
-    assert a[-1].overrides[-2:] == ("model.overrides.tie_word_embeddings=false",
-                                    f"training.output_dir={tmp_path / 'runs/untied/h64__s6'}")
+    assert a[-1].overrides[-2:] == (
+        "model.overrides.tie_word_embeddings=false",
+        f"training.output_dir={tmp_path / 'runs/untied/h64__s6'}",
+    )
     assert "model.overrides.hidden_size=32" in a[0].overrides
 
 
@@ -114,9 +133,13 @@ def test_an_arm_with_one_budget_has_no_fit():
 
 
 def test_frontier_keeps_min_loss_per_bucket():
-    rows = [{"run": "a", "flops": 1.0e12, "val_loss": 5.0}, {"run": "b", "flops": 1.1e12, "val_loss": 4.5},
-            {"run": "c", "flops": 1.0e13, "val_loss": 4.0}, {"run": "d", "flops": 1.2e13, "val_loss": 4.8},
-            {"run": "e", "flops": 1.0e14, "val_loss": 4.6}]  # worse than a cheaper bucket: off the frontier
+    rows = [
+        {"run": "a", "flops": 1.0e12, "val_loss": 5.0},
+        {"run": "b", "flops": 1.1e12, "val_loss": 4.5},
+        {"run": "c", "flops": 1.0e13, "val_loss": 4.0},
+        {"run": "d", "flops": 1.2e13, "val_loss": 4.8},
+        {"run": "e", "flops": 1.0e14, "val_loss": 4.6},
+    ]  # worse than a cheaper bucket: off the frontier
     assert [r["run"] for r in frontier(rows)] == ["b", "c"]
 
 
@@ -124,9 +147,22 @@ def _synthetic_rows():
     rows = []
     for arm, e in (("base", 2.0), ("better", 1.9)):
         for i, c in enumerate(np.logspace(12, 15, 4)):
-            rows.append({"run": f"{arm}/{i}", "arm": arm, "size": f"s{i}", "budget": float(i), "params": 1000 * (i + 1),
-                         "non_embedding_params": 500 * (i + 1), "steps": 10, "tokens": 1000, "flops_per_token": c / 1000,
-                         "flops": float(c), "val_loss": float(e + 100 * c**-0.15), "out_dir": "-"})
+            rows.append(
+                {
+                    "run": f"{arm}/{i}",
+                    "arm": arm,
+                    "size": f"s{i}",
+                    "budget": float(i),
+                    "params": 1000 * (i + 1),
+                    "non_embedding_params": 500 * (i + 1),
+                    "steps": 10,
+                    "tokens": 1000,
+                    "flops_per_token": c / 1000,
+                    "flops": float(c),
+                    "val_loss": float(e + 100 * c**-0.15),
+                    "out_dir": "-",
+                }
+            )
     return rows
 
 
@@ -197,8 +233,11 @@ def test_micro_study_end_to_end_and_resumable(mini_blocks, tmp_path):
 
     spec_path.write_text(yaml.safe_dump({**MICRO, "overrides": [f"data.path={mini_blocks}", *MICRO["overrides"]]}))
     (out / "report.md").unlink()
-    cli = subprocess.run([sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out),
-                          "--report-only"], capture_output=True, text=True)
+    cli = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out), "--report-only"],
+        capture_output=True,
+        text=True,
+    )
     assert cli.returncode == 0, cli.stderr
     assert "4/4 runs finished" in cli.stdout and (out / "report.md").is_file()
 
@@ -210,8 +249,12 @@ def test_sigterm_stops_the_study_and_the_next_pass_resumes(mini_blocks, tmp_path
 
     import yaml
 
-    spec = {**MICRO, "sizes": MICRO["sizes"][:1], "steps": [2, 30],
-            "overrides": [f"data.path={mini_blocks}", *MICRO["overrides"]]}
+    spec = {
+        **MICRO,
+        "sizes": MICRO["sizes"][:1],
+        "steps": [2, 30],
+        "overrides": [f"data.path={mini_blocks}", *MICRO["overrides"]],
+    }
     spec_path, out = tmp_path / "spec.yaml", tmp_path / "study"
     spec_path.write_text(yaml.safe_dump(spec))
     long_run = out / "runs" / "baseline" / "h32__s30"
@@ -219,7 +262,8 @@ def test_sigterm_stops_the_study_and_the_next_pass_resumes(mini_blocks, tmp_path
     from train_utils import sigterm_after_first_log
 
     returncode, output = sigterm_after_first_log(
-        [sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out)], long_run / "log.jsonl")
+        [sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out)], long_run / "log.jsonl"
+    )
     assert returncode == 0, output[-3000:]
     assert "the study stops here" in output and "1/2 runs finished" in output, output[-3000:]
     stopped = json.loads((long_run / "summary.json").read_text())["global_step"]
@@ -239,8 +283,12 @@ def test_sigterm_stops_the_study_and_the_next_pass_resumes(mini_blocks, tmp_path
 def test_frontier_buckets_hold_a_nominal_budget():
     """The runs of one nominal budget differ a little in compute (max_steps is rounded): those of the
     GPU pilot study, 9.964e14 and 1.002e15 for the 1e15 budget, share a bucket; the better one wins."""
-    rows = [{"run": "12m", "flops": 9.964e14, "val_loss": 6.758}, {"run": "7m", "flops": 1.002e15, "val_loss": 6.534},
-            {"run": "27m", "flops": 1.005e15, "val_loss": 7.133}, {"run": "7m_3e15", "flops": 2.999e15, "val_loss": 5.536}]
+    rows = [
+        {"run": "12m", "flops": 9.964e14, "val_loss": 6.758},
+        {"run": "7m", "flops": 1.002e15, "val_loss": 6.534},
+        {"run": "27m", "flops": 1.005e15, "val_loss": 7.133},
+        {"run": "7m_3e15", "flops": 2.999e15, "val_loss": 5.536},
+    ]
     assert [r["run"] for r in frontier(rows)] == ["7m", "7m_3e15"]
 
 
@@ -270,12 +318,19 @@ def test_workers_are_spread_over_every_visible_gpu():
 def test_workers_share_the_runs_and_train_each_once(mini_blocks, tmp_path):
     import yaml
 
-    spec = {**MICRO, "sizes": MICRO["sizes"][:1], "steps": [2, 3, 4],
-            "overrides": [f"data.path={mini_blocks}", *MICRO["overrides"]]}
+    spec = {
+        **MICRO,
+        "sizes": MICRO["sizes"][:1],
+        "steps": [2, 3, 4],
+        "overrides": [f"data.path={mini_blocks}", *MICRO["overrides"]],
+    }
     spec_path, out = tmp_path / "spec.yaml", tmp_path / "study"
     spec_path.write_text(yaml.safe_dump(spec))
-    cli = subprocess.run([sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out),
-                          "--workers", "2"], capture_output=True, text=True)
+    cli = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out), "--workers", "2"],
+        capture_output=True,
+        text=True,
+    )
     assert cli.returncode == 0, cli.stderr[-3000:]
     assert "3/3 runs finished" in cli.stdout
     logs = [(out / "logs" / f"worker{i}.log").read_text() for i in (0, 1)]

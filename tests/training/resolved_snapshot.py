@@ -25,8 +25,16 @@ VOLATILE = ("device", "fingerprint")
 
 # The TrainingArguments values that decide the run and its loss, kept beside the plan under ``resolved`` (recorded after
 # the golden file, which holds the plan only: test_resolve compares the keys the golden file has)
-RESOLVED_ARGUMENTS = ("per_device_train_batch_size", "gradient_accumulation_steps", "max_steps", "learning_rate",
-                      "warmup_steps", "warmup_ratio", "lr_scheduler_type", "optim")
+RESOLVED_ARGUMENTS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_steps",
+    "learning_rate",
+    "warmup_steps",
+    "warmup_ratio",
+    "lr_scheduler_type",
+    "optim",
+)
 
 
 def resolved_subset(resolved: dict) -> dict:
@@ -75,8 +83,9 @@ def resolved(recipe_path: Path, overrides: list[str], launch: dict, folders: dic
         result = pretrain(recipe_path, overrides, dry_run=True, **launch)
     except Exception as err:  # noqa: BLE001 - a recipe that cannot be planned is recorded as such
         return {"error": f"{type(err).__name__}: {str(err).splitlines()[0]}"}
-    text = json.dumps({"plan": _without_volatile(result["plan"]), "resolved": resolved_subset(result["resolved"])},
-                      default=str)
+    text = json.dumps(
+        {"plan": _without_volatile(result["plan"]), "resolved": resolved_subset(result["resolved"])}, default=str
+    )
     for path, name in folders.items():
         text = text.replace(json.dumps(str(path))[1:-1], name)
     return json.loads(text)
@@ -88,8 +97,9 @@ def snapshot(data: str, data_16k: str, data_qwen3: str) -> dict:
         cases = {}
         for where, overrides in (("no_data", []), ("data", data_overrides(recipe_path, data, data_16k, data_qwen3))):
             for name, launch in LAUNCHES.items():
-                cases[f"{where}/{name}"] = resolved(recipe_path, overrides, launch,
-                                                    {data_16k: "<data_16k>", data_qwen3: "<data_qwen3>", data: "<data>"})
+                cases[f"{where}/{name}"] = resolved(
+                    recipe_path, overrides, launch, {data_16k: "<data_16k>", data_qwen3: "<data_qwen3>", data: "<data>"}
+                )
         out[recipe_path.stem] = cases
     return out
 

@@ -43,20 +43,21 @@ def test_grad_stats_sample_before_the_transform():
     from hfpretrain.training.callbacks import GradStatsCallback
 
     torch.manual_seed(0)
-    model = torch.nn.ModuleDict({"layers": torch.nn.ModuleList([torch.nn.Linear(300, 70) for _ in range(2)]),
-                                 "head": torch.nn.Linear(70, 5)}).to(torch.bfloat16)
+    model = torch.nn.ModuleDict(
+        {"layers": torch.nn.ModuleList([torch.nn.Linear(300, 70) for _ in range(2)]), "head": torch.nn.Linear(70, 5)}
+    ).to(torch.bfloat16)
     for p in model.parameters():
         p.grad = (torch.randn_like(p) * 10 ** torch.randint(-8, 1, p.shape)).to(p.dtype)
     records = _Records()
     cb = GradStatsCallback(records, interval=5)
     cb.on_pre_optimizer_step(None, SimpleNamespace(global_step=4), None, model=model)
-    (event, data), = records.events
+    ((event, data),) = records.events
     assert event == "grad_stats" and data["step"] == 5
     expected = {}
     for name, p in model.named_parameters():
         key = "layer_" + name.split(".")[1] if name.startswith("layers.") else name.rsplit(".", 1)[0]
         expected[key] = expected.get(key, 0.0) + p.grad.float().pow(2).sum().item()
-    assert data["per_layer_norm"] == pytest.approx({k: v ** 0.5 for k, v in expected.items()}, rel=1e-5)
+    assert data["per_layer_norm"] == pytest.approx({k: v**0.5 for k, v in expected.items()}, rel=1e-5)
     old = torch.cat([p.grad.float().abs().clamp_min(1e-30).log10().flatten()[::97] for p in model.parameters()])
     assert data["log10_abs_grad_hist"]["counts"] == torch.histc(old, bins=40, min=-12, max=2).tolist()
 
@@ -78,10 +79,18 @@ def test_callbacks_run_in_their_declared_order(tmp_path):
     from transformers import TrainerCallback, TrainingArguments
 
     from hfpretrain.models import build_model, load_config
-    from hfpretrain.training.callbacks import (CompileCheckCallback, GradStatsCallback, JsonlLogCallback,
-                                               LineProgressCallback, MemoryCallback, MixtureLogCallback,
-                                               PreemptionCallback, ProfilerCallback, ThroughputCallback,
-                                               WandbConfigCallback)
+    from hfpretrain.training.callbacks import (
+        CompileCheckCallback,
+        GradStatsCallback,
+        JsonlLogCallback,
+        LineProgressCallback,
+        MemoryCallback,
+        MixtureLogCallback,
+        PreemptionCallback,
+        ProfilerCallback,
+        ThroughputCallback,
+        WandbConfigCallback,
+    )
     from hfpretrain.training.lineage import WandbLineageCallback
     from hfpretrain.training.moe import ExpertBalanceCallback
     from hfpretrain.training.trainer import PretrainTrainer
@@ -90,19 +99,46 @@ def test_callbacks_run_in_their_declared_order(tmp_path):
         pass
 
     jsonl = JsonlLogCallback(tmp_path / "log.jsonl", {})
-    ours = [WandbLineageCallback({}, tmp_path), WandbConfigCallback({}), CompileCheckCallback(0),
-            LineProgressCallback(), Callers(), ProfilerCallback(tmp_path), PreemptionCallback(), jsonl,
-            GradStatsCallback(jsonl), MemoryCallback(), ThroughputCallback(1, 1.0, None, 1),
-            ExpertBalanceCallback(SimpleNamespace(counts=torch.zeros(2, 4))), MixtureLogCallback(None, 1)]
+    ours = [
+        WandbLineageCallback({}, tmp_path),
+        WandbConfigCallback({}),
+        CompileCheckCallback(0),
+        LineProgressCallback(),
+        Callers(),
+        ProfilerCallback(tmp_path),
+        PreemptionCallback(),
+        jsonl,
+        GradStatsCallback(jsonl),
+        MemoryCallback(),
+        ThroughputCallback(1, 1.0, None, 1),
+        ExpertBalanceCallback(SimpleNamespace(counts=torch.zeros(2, 4))),
+        MixtureLogCallback(None, 1),
+    ]
     model = build_model(load_config("tiny", {}, vocab_size=512), attn_implementation="sdpa")
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
     trainer = PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1, callbacks=ours)
     assert [type(cb).__name__ for cb in trainer.callback_handler.callbacks] == [
-        "MixtureLogCallback", "ExpertBalanceCallback", "ThroughputCallback", "MemoryCallback", "GradStatsCallback",
-        "JsonlLogCallback", "PreemptionCallback", "ProfilerCallback", "Callers", "DefaultFlowCallback", "_Resume",
-        "LineProgressCallback", "CompileCheckCallback", "WandbConfigCallback", "WandbLineageCallback"]
+        "MixtureLogCallback",
+        "ExpertBalanceCallback",
+        "ThroughputCallback",
+        "MemoryCallback",
+        "GradStatsCallback",
+        "JsonlLogCallback",
+        "PreemptionCallback",
+        "ProfilerCallback",
+        "Callers",
+        "DefaultFlowCallback",
+        "_Resume",
+        "LineProgressCallback",
+        "CompileCheckCallback",
+        "WandbConfigCallback",
+        "WandbLineageCallback",
+    ]
     trainer.add_callback(Callers())  # once the trainer exists: not sorted, after every other
     assert type(trainer.callback_handler.callbacks[-1]) is Callers
     plain = PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1)
     assert [type(cb).__name__ for cb in plain.callback_handler.callbacks] == [
-        "DefaultFlowCallback", "ProgressCallback", "_Resume"]
+        "DefaultFlowCallback",
+        "ProgressCallback",
+        "_Resume",
+    ]

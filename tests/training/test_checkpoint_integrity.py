@@ -35,15 +35,22 @@ DAMAGE = {  # what is done to the newest checkpoint -> the file the warning must
     "truncated-weights": (lambda c: _truncate(c / "model.safetensors"), "model.safetensors is truncated"),
     "truncated-optimizer": (lambda c: _truncate(c / "optimizer.pt"), "optimizer.pt is truncated"),
     "corrupt-optimizer": (lambda c: _flip_a_byte(c / "optimizer.pt"), "optimizer.pt is corrupt"),
-    "appended-weights": (lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes() + b"x"),
-                         "model.safetensors is truncated or has bytes after its tensors"),
-    "broken-weights-header": (lambda c: (c / "model.safetensors").write_bytes(
-        (c / "model.safetensors").read_bytes()[:8] + b"{bad" + (c / "model.safetensors").read_bytes()[12:]),
-        "model.safetensors: unreadable safetensors header"),
+    "appended-weights": (
+        lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes() + b"x"),
+        "model.safetensors is truncated or has bytes after its tensors",
+    ),
+    "broken-weights-header": (
+        lambda c: (c / "model.safetensors").write_bytes(
+            (c / "model.safetensors").read_bytes()[:8] + b"{bad" + (c / "model.safetensors").read_bytes()[12:]
+        ),
+        "model.safetensors: unreadable safetensors header",
+    ),
     "missing-optimizer": (lambda c: (c / "optimizer.pt").unlink(), "optimizer.pt is missing"),
     "empty-scheduler": (lambda c: (c / "scheduler.pt").write_bytes(b""), "scheduler.pt is empty"),
-    "broken-trainer-state": (lambda c: (c / "trainer_state.json").write_text('{"global_step": 1'),
-                             "trainer_state.json is not valid JSON"),
+    "broken-trainer-state": (
+        lambda c: (c / "trainer_state.json").write_text('{"global_step": 1'),
+        "trainer_state.json is not valid JSON",
+    ),
 }
 
 
@@ -86,8 +93,11 @@ def test_every_complete_checkpoint_damaged_is_one_error_line(reference_run, tmp_
 def test_a_damaged_checkpoint_named_explicitly_is_one_error_line(reference_run, tmp_path):
     run = _run_dir(reference_run, tmp_path)
     _truncate(run / "checkpoint-10" / "model.safetensors")
-    with pytest.raises(NoCompleteCheckpointError, match=r"resume_from_checkpoint=.*checkpoint-10: .*model\.safetensors "
-                                                        r"is truncated"):
+    with pytest.raises(
+        NoCompleteCheckpointError,
+        match=r"resume_from_checkpoint=.*checkpoint-10: .*model\.safetensors "
+        r"is truncated",
+    ):
         resolve_resume(str(run / "checkpoint-10"), str(run))
     assert resolve_resume(str(run / "checkpoint-5"), str(run)) == str(run / "checkpoint-5")
 
@@ -98,8 +108,9 @@ def test_auto_resume_past_a_truncated_optimizer_state(reference_run, mini_blocks
     again, whole (its old marker removed before the new files are written)."""
     run = _run_dir(reference_run, tmp_path)
     _truncate(run / "checkpoint-10" / "optimizer.pt")
-    summary = run_pretrain(mini_blocks, run, {**REFERENCE, "training.eval_on_start": "false",
-                                              "training.resume_from_checkpoint": "auto"})
+    summary = run_pretrain(
+        mini_blocks, run, {**REFERENCE, "training.eval_on_start": "false", "training.resume_from_checkpoint": "auto"}
+    )
     assert summary["global_step"] == REFERENCE_STEPS
     ref, resumed = step_losses(reference_run), step_losses(run)
     assert sorted(resumed) == list(range(6, REFERENCE_STEPS + 1))
@@ -108,6 +119,7 @@ def test_auto_resume_past_a_truncated_optimizer_state(reference_run, mini_blocks
 
 
 # ---- issue 36.8: a pickle payload that weights_only loading refuses ---------------------------------------------
+
 
 class _Payload:
     """What a planted optimizer.pt could hold: a global that weights_only loading refuses (here a harmless one:
@@ -131,8 +143,9 @@ def test_a_pickle_payload_makes_the_checkpoint_unusable(reference_run, tmp_path,
     run = _run_dir(reference_run, tmp_path)
     _plant(run / "checkpoint-10" / name)
     problem = checkpoint_problem(run / "checkpoint-10")
-    assert problem.startswith(f"{run / 'checkpoint-10' / name} holds pickled objects that safe (weights_only) "
-                              "loading refuses (posix.getcwd)"), problem
+    assert problem.startswith(
+        f"{run / 'checkpoint-10' / name} holds pickled objects that safe (weights_only) loading refuses (posix.getcwd)"
+    ), problem
     assert "weights_only=False" not in problem
     with caplog.at_level(logging.WARNING):
         assert last_complete_checkpoint(run) == str(run / "checkpoint-5")

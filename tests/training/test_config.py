@@ -77,9 +77,17 @@ def test_recipe_dry_run(path, mini_blocks, tmp_path):
     """The plan of every recipe on the mini blocks; its model is never built, so even the 1.8B
     shapes cost no memory (peak RSS grows by far less than the 7 GB of fp32 weights of 1.8B)."""
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    out = pretrain(path, [f"data.path={mini_blocks}", f"training.output_dir={tmp_path / 'run'}",
-                          "logging.peak_flops=1e15", *dry_run_overrides(path), *source_overrides(path, mini_blocks)],
-                   dry_run=True)
+    out = pretrain(
+        path,
+        [
+            f"data.path={mini_blocks}",
+            f"training.output_dir={tmp_path / 'run'}",
+            "logging.peak_flops=1e15",
+            *dry_run_overrides(path),
+            *source_overrides(path, mini_blocks),
+        ],
+        dry_run=True,
+    )
     grown_gib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024**2
     assert grown_gib < 0.5, f"dry run allocated {grown_gib:.2f} GiB"
     plan = out["plan"]
@@ -110,8 +118,9 @@ def test_dry_run_plans_another_launch(mini_blocks):
     """--world-size/--zero-stage: plan the 8-GPU ZeRO-1 reference launch from one process."""
     path = REPO / "recipes" / "qwen3_1p8b.yaml"
     one = pretrain(path, [f"data.path={mini_blocks}", *dry_run_overrides(path)], dry_run=True)["plan"]
-    eight = pretrain(path, [f"data.path={mini_blocks}", *dry_run_overrides(path)], dry_run=True, world_size=8,
-                     zero_stage=1)["plan"]
+    eight = pretrain(
+        path, [f"data.path={mini_blocks}", *dry_run_overrides(path)], dry_run=True, world_size=8, zero_stage=1
+    )["plan"]
     assert eight["world_size"] == 8 and eight["samples_per_step"] == 22 * 2 * 8 == 8 * one["samples_per_step"]
     mem1, mem8 = one["memory_per_gpu_gib"], eight["memory_per_gpu_gib"]
     assert mem8["optimizer"] == pytest.approx(mem1["optimizer"] / 8, rel=1e-3)  # ZeRO-1 shards AdamW states
@@ -128,29 +137,66 @@ def test_training_flops_derives_max_steps(mini_blocks):
     assert plan["max_steps"] == 100 and abs(plan["total_flops"] - 100.4 * step_flops) <= step_flops / 2
     four = pretrain(TINY_RECIPE, [*base, f"training_flops={100.4 * step_flops}"], dry_run=True, world_size=4)["plan"]
     assert four["max_steps"] == 25  # four GPUs: four times the tokens per step
-    wider = pretrain(TINY_RECIPE, [*base, f"training_flops={100.4 * step_flops}", "model.overrides.hidden_size=128"],
-                     dry_run=True)["plan"]
+    wider = pretrain(
+        TINY_RECIPE, [*base, f"training_flops={100.4 * step_flops}", "model.overrides.hidden_size=128"], dry_run=True
+    )["plan"]
     assert wider["max_steps"] < 100 and wider["total_flops"] == pytest.approx(100.4 * step_flops, rel=0.02)
     # Both set (a recipe.yaml saved before 2026-11-28 holds both) plans again; a max_steps that disagrees is refused.
-    again = pretrain(TINY_RECIPE, [*base[:1], "training.per_device_train_batch_size=4", "training.max_steps=100",
-                                   f"training_flops={100.4 * step_flops}"], dry_run=True)["plan"]
+    again = pretrain(
+        TINY_RECIPE,
+        [
+            *base[:1],
+            "training.per_device_train_batch_size=4",
+            "training.max_steps=100",
+            f"training_flops={100.4 * step_flops}",
+        ],
+        dry_run=True,
+    )["plan"]
     assert again["max_steps"] == 100
     with pytest.raises(RecipeError, match=r"training_flops=.* means training.max_steps=100 .* training.max_steps=7"):
-        pretrain(TINY_RECIPE, [*base[:1], "training.max_steps=7", "training.per_device_train_batch_size=4",
-                               f"training_flops={100.4 * step_flops}"], dry_run=True)
+        pretrain(
+            TINY_RECIPE,
+            [
+                *base[:1],
+                "training.max_steps=7",
+                "training.per_device_train_batch_size=4",
+                f"training_flops={100.4 * step_flops}",
+            ],
+            dry_run=True,
+        )
 
 
 WSD = "training.lr_scheduler_type=warmup_stable_decay"
 
 
-@pytest.mark.parametrize("extra, expect", [
-    (["training.lr_scheduler_kwargs={decay_ratio: 0.2}"], "decay_ratio needs lr_scheduler_type=warmup_stable_decay"),
-    ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 1.5}"], r"decay_ratio=1.5 is outside \(0, 1\)"),
-    ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 0.2, num_decay_steps: 3}"], "decay_ratio and num_decay_steps"),
-    ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 0.2, num_stable_steps: 3}"], "decay_ratio and num_stable_steps"),
-    ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 0.2}", "data.sources={a: x}", "data.mixture={a: 1}",
-      "data.decay_in_last_phase=true"], "decay_ratio and data.decay_in_last_phase"),
-])
+@pytest.mark.parametrize(
+    "extra, expect",
+    [
+        (
+            ["training.lr_scheduler_kwargs={decay_ratio: 0.2}"],
+            "decay_ratio needs lr_scheduler_type=warmup_stable_decay",
+        ),
+        ([WSD, "training.lr_scheduler_kwargs={decay_ratio: 1.5}"], r"decay_ratio=1.5 is outside \(0, 1\)"),
+        (
+            [WSD, "training.lr_scheduler_kwargs={decay_ratio: 0.2, num_decay_steps: 3}"],
+            "decay_ratio and num_decay_steps",
+        ),
+        (
+            [WSD, "training.lr_scheduler_kwargs={decay_ratio: 0.2, num_stable_steps: 3}"],
+            "decay_ratio and num_stable_steps",
+        ),
+        (
+            [
+                WSD,
+                "training.lr_scheduler_kwargs={decay_ratio: 0.2}",
+                "data.sources={a: x}",
+                "data.mixture={a: 1}",
+                "data.decay_in_last_phase=true",
+            ],
+            "decay_ratio and data.decay_in_last_phase",
+        ),
+    ],
+)
 def test_bad_decay_ratio_is_refused_at_load(extra, expect):
     with pytest.raises(RecipeError, match=expect):
         load_recipe(TINY_RECIPE, ["data.path=x", *extra])
@@ -162,16 +208,33 @@ def test_decay_ratio_follows_max_steps(mini_blocks, tmp_path):
     from transformers import get_wsd_schedule
 
     recipe = tmp_path / "wsd.yaml"  # the tiny recipe with a WSD schedule (an override would merge the kwargs)
-    recipe.write_text(TINY_RECIPE.read_text().replace("lr_scheduler_type: cosine_with_min_lr", "lr_scheduler_type: "
-                      "warmup_stable_decay").replace("{min_lr_rate: 0.1}", "{decay_ratio: 0.25, min_lr_ratio: 0.1}"))
+    recipe.write_text(
+        TINY_RECIPE.read_text()
+        .replace("lr_scheduler_type: cosine_with_min_lr", "lr_scheduler_type: warmup_stable_decay")
+        .replace("{min_lr_rate: 0.1}", "{decay_ratio: 0.25, min_lr_ratio: 0.1}")
+    )
     base = [f"data.path={mini_blocks}", "training.max_steps=12", "training.warmup_steps=2"]
     plan = pretrain(recipe, base, dry_run=True)["plan"]
-    assert plan["lr_schedule"] == {"type": "warmup_stable_decay", "set_by": "training.lr_scheduler_kwargs.decay_ratio",
-                                   "warmup_steps": 2, "stable_steps": 7,
-                                   "num_decay_steps": 3, "decay_starts_at_step": 9, "min_lr_ratio": 0.1}
-    summary = pretrain(recipe, [*base, f"training.output_dir={tmp_path / 'run'}", "training.logging_steps=1",
-                                "training.eval_strategy=no", "training.save_strategy=no",
-                                "training.per_device_train_batch_size=2"])
+    assert plan["lr_schedule"] == {
+        "type": "warmup_stable_decay",
+        "set_by": "training.lr_scheduler_kwargs.decay_ratio",
+        "warmup_steps": 2,
+        "stable_steps": 7,
+        "num_decay_steps": 3,
+        "decay_starts_at_step": 9,
+        "min_lr_ratio": 0.1,
+    }
+    summary = pretrain(
+        recipe,
+        [
+            *base,
+            f"training.output_dir={tmp_path / 'run'}",
+            "training.logging_steps=1",
+            "training.eval_strategy=no",
+            "training.save_strategy=no",
+            "training.per_device_train_batch_size=2",
+        ],
+    )
     logged = {e["step"]: e["learning_rate"] for e in read_log(tmp_path / "run") if "learning_rate" in e}
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=3e-3)
     expected = get_wsd_schedule(optimizer, 2, num_decay_steps=3, num_training_steps=12, min_lr_ratio=0.1)
@@ -179,8 +242,11 @@ def test_decay_ratio_follows_max_steps(mini_blocks, tmp_path):
         assert logged[step] == pytest.approx(3e-3 * expected.lr_lambdas[0](step - 1), rel=1e-6), step
     assert summary["global_step"] == 12
     # decay_ratio=null (an override that takes it out) leaves the kwargs get_wsd_schedule accepts
-    plan = pretrain(recipe, [*base, "training.lr_scheduler_kwargs.decay_ratio=null",
-                             "training.lr_scheduler_kwargs.num_decay_steps=4"], dry_run=True)["plan"]
+    plan = pretrain(
+        recipe,
+        [*base, "training.lr_scheduler_kwargs.decay_ratio=null", "training.lr_scheduler_kwargs.num_decay_steps=4"],
+        dry_run=True,
+    )["plan"]
     assert "lr_schedule" not in plan
 
 
@@ -194,13 +260,23 @@ def test_no_peak_no_expected_hours(mini_blocks):
 
 # ---- overrides -------------------------------------------------------------------------------
 
+
 def test_overrides_are_typed():
-    r = load_recipe(TINY_RECIPE, [
-        "data.path=/some/where", "training.max_steps=20", "training.learning_rate=1e-3",
-        "training.bf16=false", "training.warmup_steps=0", "loss.chunk_tokens=1024",
-        "logging.peak_flops=1e12", "logging.profile_steps=[2,4]", "nan_policy=skip",
-        "training.save_strategy=no",
-    ])
+    r = load_recipe(
+        TINY_RECIPE,
+        [
+            "data.path=/some/where",
+            "training.max_steps=20",
+            "training.learning_rate=1e-3",
+            "training.bf16=false",
+            "training.warmup_steps=0",
+            "loss.chunk_tokens=1024",
+            "logging.peak_flops=1e12",
+            "logging.profile_steps=[2,4]",
+            "nan_policy=skip",
+            "training.save_strategy=no",
+        ],
+    )
     assert r.training["max_steps"] == 20 and type(r.training["max_steps"]) is int
     assert r.training["learning_rate"] == 1e-3 and type(r.training["learning_rate"]) is float
     assert r.training["bf16"] is False
@@ -218,10 +294,16 @@ def test_int_learning_rate_coerced_to_float():
 
 
 def test_nested_overrides():
-    r = load_recipe(TINY_RECIPE, ["data.path=x", "model.overrides.num_hidden_layers=3",
-                                  "model.overrides.rope_theta=50000.0",
-                                  "training.lr_scheduler_kwargs.min_lr_rate=0.05",
-                                  "training.lr_scheduler_kwargs.num_cycles=1"])
+    r = load_recipe(
+        TINY_RECIPE,
+        [
+            "data.path=x",
+            "model.overrides.num_hidden_layers=3",
+            "model.overrides.rope_theta=50000.0",
+            "training.lr_scheduler_kwargs.min_lr_rate=0.05",
+            "training.lr_scheduler_kwargs.num_cycles=1",
+        ],
+    )
     assert r.model.overrides == {"num_hidden_layers": 3, "rope_theta": 50000.0}
     # merged into the recipe's dict, not replacing it
     assert r.training["lr_scheduler_kwargs"] == {"min_lr_rate": 0.05, "num_cycles": 1}
@@ -233,6 +315,7 @@ def test_defaults_without_recipe_file():
 
 
 # ---- errors ----------------------------------------------------------------------------------
+
 
 def _error(overrides, path=TINY_RECIPE) -> str:
     with pytest.raises(RecipeError) as info:
@@ -269,10 +352,15 @@ def test_unknown_model_key():
     assert "model.atn_implementation" in msg and "did you mean 'attn_implementation'" in msg
 
 
-@pytest.mark.parametrize("item,key", [("loss.implementation=fast", "loss.implementation"),
-                                      ("model.compile=all", "model.compile"),
-                                      ("model.attn_implementation=flash", "model.attn_implementation"),
-                                      ("nan_policy=ignore", "nan_policy")])
+@pytest.mark.parametrize(
+    "item,key",
+    [
+        ("loss.implementation=fast", "loss.implementation"),
+        ("model.compile=all", "model.compile"),
+        ("model.attn_implementation=flash", "model.attn_implementation"),
+        ("nan_policy=ignore", "nan_policy"),
+    ],
+)
 def test_bad_choice(item, key):
     msg = _error(["data.path=x", item])
     assert key in msg and "is not one of" in msg
@@ -280,7 +368,8 @@ def test_bad_choice(item, key):
 
 def test_a_bad_choice_names_the_nearest_value():
     assert _error(["data.path=x", "model.compile=layer"]) == (
-        "model.compile='layer' is not one of ['auto', 'decoder', 'layers', 'model', 'none'] (did you mean 'layers'?)")
+        "model.compile='layer' is not one of ['auto', 'decoder', 'layers', 'model', 'none'] (did you mean 'layers'?)"
+    )
     assert _error(["data.path=x", "context.rope=yarm"]).endswith("(did you mean 'yarn'?)")
 
 
@@ -302,10 +391,23 @@ def test_choices_are_typed_on_the_fields():
     assert set(choices["model.fp8_fast_accum"]) == set(FAST_ACCUM)
     assert set(choices["model.residual_dtype"]) == set(RESIDUAL_DTYPES)
     assert set(choices) == {  # the keys the side table held
-        "model.attn_implementation", "model.compile", "model.precision", "model.fp8_fast_accum",
-        "model.residual_dtype", "model.compile_backend", "model.compile_mode", "loss.implementation",
-        "batch.micro_batch", "model.experts_implementation", "nan_policy", "resume_mismatch", "optimizer.name",
-        "optimizer.muon_lr_scale", "logging.wandb_artifacts", "context.rope"}
+        "model.attn_implementation",
+        "model.compile",
+        "model.precision",
+        "model.fp8_fast_accum",
+        "model.residual_dtype",
+        "model.compile_backend",
+        "model.compile_mode",
+        "loss.implementation",
+        "batch.micro_batch",
+        "model.experts_implementation",
+        "nan_policy",
+        "resume_mismatch",
+        "optimizer.name",
+        "optimizer.muon_lr_scale",
+        "logging.wandb_artifacts",
+        "context.rope",
+    }
     phase = ["context.seq_len=4096", "context.from_seq_len=2048", "model.init_from=x"]
     for key, allowed in choices.items():  # each one accepted
         section, _, name = key.rpartition(".")
@@ -330,17 +432,30 @@ def test_a_recipe_written_out_loads_back_the_same(path, tmp_path):
     assert list(recipe_to_dict(recipe)) == [f.name for f in dataclasses.fields(Recipe)]
 
 
-@pytest.mark.parametrize("item,key", [("max_skipped_fraction=1.5", "max_skipped_fraction=1.5"),
-                                      ("max_skipped_fraction=-0.1", "max_skipped_fraction=-0.1"),
-                                      ("max_skipped_steps=-1", "max_skipped_steps=-1")])
+@pytest.mark.parametrize(
+    "item,key",
+    [
+        ("max_skipped_fraction=1.5", "max_skipped_fraction=1.5"),
+        ("max_skipped_fraction=-0.1", "max_skipped_fraction=-0.1"),
+        ("max_skipped_steps=-1", "max_skipped_steps=-1"),
+    ],
+)
 def test_skip_ceilings_out_of_range(item, key):
     assert key in _error(["data.path=x", item])
 
 
-@pytest.mark.parametrize("item", ["training.gradient_accumulation_steps=0", "training.per_device_train_batch_size=0",
-                                  "training.per_device_eval_batch_size=-1", "training.save_steps=0",
-                                  "training.eval_steps=0", "evaluation.eval_tokens=-5",
-                                  "evaluation.final_eval_tokens=-1"])
+@pytest.mark.parametrize(
+    "item",
+    [
+        "training.gradient_accumulation_steps=0",
+        "training.per_device_train_batch_size=0",
+        "training.per_device_eval_batch_size=-1",
+        "training.save_steps=0",
+        "training.eval_steps=0",
+        "evaluation.eval_tokens=-5",
+        "evaluation.final_eval_tokens=-1",
+    ],
+)
 def test_a_count_of_zero_is_refused_at_load(item):
     """gradient_accumulation_steps=0 was a ZeroDivisionError traceback, save_steps=0 a run with no checkpoint (exit
     0), a batch size or eval_tokens of 0 or less an error that named no key, after the model was built."""
@@ -361,13 +476,15 @@ def test_a_flow_mapping_without_a_space_after_the_colon_is_refused(tmp_path, whe
         msg = _error(["data.path=x"], path=recipe)
     assert "'min_lr_rate:0." in msg and "space after the colon" in msg, msg
     assert load_recipe(TINY_RECIPE, ["data.path=x", "training.lr_scheduler_kwargs={min_lr_rate: 0.5}"]).training[
-        "lr_scheduler_kwargs"] == {"min_lr_rate": 0.5}
+        "lr_scheduler_kwargs"
+    ] == {"min_lr_rate": 0.5}
 
 
 def test_the_trainers_sampling_strategies_are_refused():
     """PretrainTrainer's sampler replaces the Trainer's: group_by_length or sequential would silently do nothing."""
     assert "training.train_sampling_strategy='group_by_length'" in _error(
-        ["data.path=x", "training.train_sampling_strategy=group_by_length"])
+        ["data.path=x", "training.train_sampling_strategy=group_by_length"]
+    )
     load_recipe(TINY_RECIPE, ["data.path=x", "training.train_sampling_strategy=random"])
 
 
@@ -390,6 +507,7 @@ def test_bad_key_in_recipe_file(tmp_path):
 
 
 # ---- the CLI ---------------------------------------------------------------------------------
+
 
 def _cli(*args) -> subprocess.CompletedProcess:
     """``python scripts/pretrain.py TINY_RECIPE ARGS`` in a forked child (tests/forked.py)."""
@@ -420,16 +538,18 @@ def test_dry_run_without_data_plans_with_stated_assumptions(tmp_path, gpt2_token
     context), the vocabulary of data.tokenizer (else the config's) and one pass over the data, and says so."""
     path = REPO / "recipes" / "qwen3_1p8b.yaml"
     with caplog.at_level("WARNING", logger="hfpretrain"):
-        plan = pretrain(path, [f"data.path={tmp_path / 'not_yet'}", *cpu_overrides(path)], dry_run=True,
-                        world_size=8, zero_stage=1)["plan"]
+        plan = pretrain(
+            path, [f"data.path={tmp_path / 'not_yet'}", *cpu_overrides(path)], dry_run=True, world_size=8, zero_stage=1
+        )["plan"]
     assert plan["tokens_per_step"] == 720_896 and plan["seq_len"] == 2048 and plan["passes_over_data"] == 1.0
     assert plan["total_tokens"] == 720_896 * 162_000 and plan["shape"]["vocab_size"] == 151_680
     assumed = plan["assumed"]
     assert "no manifest.json" in assumed["why"] and assumed["vocab_size"] == 151_680
     assert "model config qwen3_1p8b" in assumed["vocabulary"] and plan["validation_tokens_per_byte"] is None
     assert "dry run without data" in caplog.text and "assumed seq_len 2048" in caplog.text
-    tiny = pretrain(TINY_RECIPE, [f"data.path={tmp_path / 'not_yet'}", f"data.tokenizer={gpt2_tokenizer}"],
-                    dry_run=True)["plan"]
+    tiny = pretrain(
+        TINY_RECIPE, [f"data.path={tmp_path / 'not_yet'}", f"data.tokenizer={gpt2_tokenizer}"], dry_run=True
+    )["plan"]
     assert tiny["shape"]["vocab_size"] == GPT2_PADDED_VOCAB and tiny["assumed"]["seq_len"] == 2048
     assert str(gpt2_tokenizer) in tiny["assumed"]["vocabulary"]
     with pytest.raises(FileNotFoundError, match="manifest.json"):  # a real run still needs the data
@@ -455,7 +575,10 @@ def test_sdpa_backends_are_checked_and_ordered():
 
     before = torch._C._get_sdp_priority_order()
     with sdpa_kernels(r.model.sdpa_backends):  # the listed order becomes PyTorch's priority order
-        assert torch._C._get_sdp_priority_order()[:2] == [int(SDPBackend.CUDNN_ATTENTION), int(SDPBackend.FLASH_ATTENTION)]
+        assert torch._C._get_sdp_priority_order()[:2] == [
+            int(SDPBackend.CUDNN_ATTENTION),
+            int(SDPBackend.FLASH_ATTENTION),
+        ]
     assert torch._C._get_sdp_priority_order() == before
 
 
@@ -492,8 +615,9 @@ def test_a_missing_optional_package_is_named_with_its_extra(monkeypatch):
 
 def test_inductor_options_are_checked():
     """A misspelt inductor setting would be a silent no-op: it is refused, with the nearest name."""
-    r = load_recipe(TINY_RECIPE, ["data.path=x", "model.inductor_options={coordinate_descent_tuning: true, "
-                                               "triton.multi_kernel: 1}"])
+    r = load_recipe(
+        TINY_RECIPE, ["data.path=x", "model.inductor_options={coordinate_descent_tuning: true, triton.multi_kernel: 1}"]
+    )
     assert r.model.inductor_options == {"coordinate_descent_tuning": True, "triton.multi_kernel": 1}
     err = _error(["data.path=x", "model.inductor_options={coordinate_descent_tunin: true}"])
     assert "model.inductor_options.coordinate_descent_tunin" in err and "coordinate_descent_tuning?" in err
@@ -503,10 +627,14 @@ def test_inductor_options_are_checked():
     assert r.model.inductor_options == {"triton.prefer_nd_tiling": True}
     assert "triton.nope" in _error(["data.path=x", "model.inductor_options.triton.nope=1"])
     # a misspelt mapping-valued setting, or an empty group, is refused rather than flattened into nothing
-    assert "pre_grad_fusion_option:" in _error(["data.path=x", "model.inductor_options={pre_grad_fusion_option: {a: {}}}"])
+    assert "pre_grad_fusion_option:" in _error(
+        ["data.path=x", "model.inductor_options={pre_grad_fusion_option: {a: {}}}"]
+    )
     assert "a group of settings" in _error(["data.path=x", "model.inductor_options={triton: {}}"])
     # a setting whose value is itself a mapping stays whole
-    r = load_recipe(TINY_RECIPE, ["data.path=x", "model.inductor_options={pre_grad_fusion_options: {batch_linear: {}}}"])
+    r = load_recipe(
+        TINY_RECIPE, ["data.path=x", "model.inductor_options={pre_grad_fusion_options: {batch_linear: {}}}"]
+    )
     assert r.model.inductor_options == {"pre_grad_fusion_options": {"batch_linear": {}}}
     assert "triton.nope" in _error(["data.path=x", "model.inductor_options={triton.nope: 1}"])
     assert "expected a bool" in _error(["data.path=x", "model.inductor_options={coordinate_descent_tuning: 5}"])
@@ -518,7 +646,9 @@ def test_a_recipe_saved_with_the_old_boolean_fp8_fast_accum_still_loads(tmp_path
         path = tmp_path / f"{old}.yaml"
         path.write_text(f"model:\n  fp8_fast_accum: {old}\ndata:\n  path: somewhere\n")
         assert load_recipe(path).model.fp8_fast_accum == now
-    with pytest.raises(RecipeError, match=r"model.fp8_fast_accum='backward' is not one of \['all', 'forward', 'input_grad'\]"):
+    with pytest.raises(
+        RecipeError, match=r"model.fp8_fast_accum='backward' is not one of \['all', 'forward', 'input_grad'\]"
+    ):
         load_recipe(path, ["model.fp8_fast_accum=backward"])
 
 
@@ -532,16 +662,22 @@ def resolved_arguments(recipe):
 
 # ---- issue 36.9: scheduler kwargs the chosen schedule does not take ------------------------------------------
 
-@pytest.mark.parametrize("extra, names", [
-    # the tiny recipe's cosine_with_min_lr {min_lr_rate: 0.1}, switched to WSD: min_lr_rate stays behind
-    (["training.lr_scheduler_type=warmup_stable_decay"], "does not take min_lr_rate"),
-    (["training.lr_scheduler_kwargs.min_lr_rat=0.2"], "min_lr_rat (did you mean 'min_lr_rate'?)"),  # a typo
-    (["training.lr_scheduler_type=cosine"], "cosine does not take min_lr_rate"),
-    # transformers drops any kwargs of these two silently: no floor, no cycles, whatever the recipe says
-    (["training.lr_scheduler_type=constant_with_warmup"], "constant_with_warmup does not take min_lr_rate"),
-    (["training.lr_scheduler_type=linear", "training.lr_scheduler_kwargs={min_lr_rate: null, power: 2}"],
-     "linear does not take power"),
-])
+
+@pytest.mark.parametrize(
+    "extra, names",
+    [
+        # the tiny recipe's cosine_with_min_lr {min_lr_rate: 0.1}, switched to WSD: min_lr_rate stays behind
+        (["training.lr_scheduler_type=warmup_stable_decay"], "does not take min_lr_rate"),
+        (["training.lr_scheduler_kwargs.min_lr_rat=0.2"], "min_lr_rat (did you mean 'min_lr_rate'?)"),  # a typo
+        (["training.lr_scheduler_type=cosine"], "cosine does not take min_lr_rate"),
+        # transformers drops any kwargs of these two silently: no floor, no cycles, whatever the recipe says
+        (["training.lr_scheduler_type=constant_with_warmup"], "constant_with_warmup does not take min_lr_rate"),
+        (
+            ["training.lr_scheduler_type=linear", "training.lr_scheduler_kwargs={min_lr_rate: null, power: 2}"],
+            "linear does not take power",
+        ),
+    ],
+)
 def test_scheduler_kwargs_the_schedule_does_not_take_are_refused_at_load(extra, names):
     with pytest.raises(RecipeError) as err:
         load_recipe(TINY_RECIPE, ["data.path=x", *extra])
@@ -550,15 +686,25 @@ def test_scheduler_kwargs_the_schedule_does_not_take_are_refused_at_load(extra, 
     assert "it takes: " in msg, msg
 
 
-@pytest.mark.parametrize("extra", [
-    [],  # cosine_with_min_lr {min_lr_rate}
-    ["training.lr_scheduler_type=warmup_stable_decay", "training.lr_scheduler_kwargs.min_lr_rate=null",
-     "training.lr_scheduler_kwargs.min_lr_ratio=0.1", "training.lr_scheduler_kwargs.decay_ratio=0.2"],
-    ["training.lr_scheduler_type=cosine_with_min_lr", "training.lr_scheduler_kwargs={min_lr_rate: null, min_lr: 1e-5}"],
-    ["training.lr_scheduler_type=polynomial", 'training.lr_scheduler_kwargs={"power": 2.0, min_lr_rate: null}'],
-    ["training.lr_scheduler_type=reduce_lr_on_plateau", "training.lr_scheduler_kwargs={patience: 3}"],  # **kwargs
-    ["training.lr_scheduler_type=constant", "training.lr_scheduler_kwargs=null"],
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # cosine_with_min_lr {min_lr_rate}
+        [
+            "training.lr_scheduler_type=warmup_stable_decay",
+            "training.lr_scheduler_kwargs.min_lr_rate=null",
+            "training.lr_scheduler_kwargs.min_lr_ratio=0.1",
+            "training.lr_scheduler_kwargs.decay_ratio=0.2",
+        ],
+        [
+            "training.lr_scheduler_type=cosine_with_min_lr",
+            "training.lr_scheduler_kwargs={min_lr_rate: null, min_lr: 1e-5}",
+        ],
+        ["training.lr_scheduler_type=polynomial", 'training.lr_scheduler_kwargs={"power": 2.0, min_lr_rate: null}'],
+        ["training.lr_scheduler_type=reduce_lr_on_plateau", "training.lr_scheduler_kwargs={patience: 3}"],  # **kwargs
+        ["training.lr_scheduler_type=constant", "training.lr_scheduler_kwargs=null"],
+    ],
+)
 def test_scheduler_kwargs_the_schedule_takes_load(extra):
     load_recipe(TINY_RECIPE, ["data.path=x", *extra])
 
@@ -566,42 +712,74 @@ def test_scheduler_kwargs_the_schedule_takes_load(extra):
 def test_a_null_scheduler_kwarg_is_not_handed_to_the_scheduler(mini_blocks, tmp_path):
     """An override that takes a kwarg out (``...min_lr_rate=null``) leaves it unset: TrainingArguments would pass
     min_lr_rate=None to get_wsd_schedule (a TypeError when the Trainer makes the scheduler)."""
-    recipe = load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", "training.lr_scheduler_type=warmup_stable_decay",
-                                       "training.lr_scheduler_kwargs.min_lr_rate=null",
-                                       "training.lr_scheduler_kwargs.num_decay_steps=3"])
+    recipe = load_recipe(
+        TINY_RECIPE,
+        [
+            f"data.path={mini_blocks}",
+            "training.lr_scheduler_type=warmup_stable_decay",
+            "training.lr_scheduler_kwargs.min_lr_rate=null",
+            "training.lr_scheduler_kwargs.num_decay_steps=3",
+        ],
+    )
     assert resolved_arguments(recipe).lr_scheduler_kwargs == {"num_decay_steps": 3}
 
 
 # ---- issue 36.5: a compute budget that buys no step -------------------------------------------------------------
 
-@pytest.mark.parametrize("share, says", [(0, "is not a budget (> 0)"), (-1, "is not a budget (> 0)"),
-                                         (0.4, "is less than one optimizer step"),
-                                         (0.9, "is less than one optimizer step")])
+
+@pytest.mark.parametrize(
+    "share, says",
+    [
+        (0, "is not a budget (> 0)"),
+        (-1, "is not a budget (> 0)"),
+        (0.4, "is less than one optimizer step"),
+        (0.9, "is less than one optimizer step"),
+    ],
+)
 def test_training_flops_that_buys_no_step_is_refused(mini_blocks, share, says):
     """It trained one step and exited 0."""
-    per_step = pretrain(TINY_RECIPE, [f"data.path={mini_blocks}", "training.per_device_train_batch_size=4"],
-                        dry_run=True)["plan"]
+    per_step = pretrain(
+        TINY_RECIPE, [f"data.path={mini_blocks}", "training.per_device_train_batch_size=4"], dry_run=True
+    )["plan"]
     step_flops = per_step["flops_per_token"] * per_step["tokens_per_step"]
     with pytest.raises(RecipeError) as err:
-        pretrain(TINY_RECIPE, [f"data.path={mini_blocks}", "training.max_steps=-1",
-                               "training.per_device_train_batch_size=4", f"training_flops={share * step_flops}"],
-                 dry_run=True)
+        pretrain(
+            TINY_RECIPE,
+            [
+                f"data.path={mini_blocks}",
+                "training.max_steps=-1",
+                "training.per_device_train_batch_size=4",
+                f"training_flops={share * step_flops}",
+            ],
+            dry_run=True,
+        )
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("training_flops=") and says in msg and f"{step_flops:.4g}" in msg, msg
     # one step's FLOPs buy one step
-    plan = pretrain(TINY_RECIPE, [f"data.path={mini_blocks}", "training.max_steps=-1",
-                                  "training.per_device_train_batch_size=4", f"training_flops={step_flops}"],
-                    dry_run=True)["plan"]
+    plan = pretrain(
+        TINY_RECIPE,
+        [
+            f"data.path={mini_blocks}",
+            "training.max_steps=-1",
+            "training.per_device_train_batch_size=4",
+            f"training_flops={step_flops}",
+        ],
+        dry_run=True,
+    )["plan"]
     assert plan["max_steps"] == 1
 
 
 # ---- issue 39.5: a warmup as long as the run; the first step's log -------------------------------------------------
 
+
 @pytest.mark.parametrize("warmup, warned", [("30", True), ("10", True), ("9", False), ("0.5", False), ("0.95", True)])
 def test_a_warmup_as_long_as_the_run_is_said(mini_blocks, caplog, warmup, warned):
     with caplog.at_level("WARNING", logger="hfpretrain"):
-        pretrain(TINY_RECIPE, [f"data.path={mini_blocks}", "training.max_steps=10", f"training.warmup_steps={warmup}"],
-                 dry_run=True)
+        pretrain(
+            TINY_RECIPE,
+            [f"data.path={mini_blocks}", "training.max_steps=10", f"training.warmup_steps={warmup}"],
+            dry_run=True,
+        )
     said = [r.getMessage() for r in caplog.records if "warmup steps >= training.max_steps=10" in r.getMessage()]
     assert len(said) == int(warned), caplog.text
     if warned:
@@ -641,12 +819,20 @@ def test_checkpointing_under_either_name(name):
     """transformers 5.24's name and 5.17's both load, on whichever transformers is installed."""
     from hfpretrain.training.arguments import activation_checkpointing
 
-    recipe = load_recipe(TINY_RECIPE, ["data.path=x", "training.max_steps=3", f"training.{name}=true",
-                                       f"training.{name}_kwargs={{every_n_layers: 2}}"])
+    recipe = load_recipe(
+        TINY_RECIPE,
+        [
+            "data.path=x",
+            "training.max_steps=3",
+            f"training.{name}=true",
+            f"training.{name}_kwargs={{every_n_layers: 2}}",
+        ],
+    )
     assert activation_checkpointing(resolved_arguments(recipe)) == (True, {"every_n_layers": 2})
 
 
 # ---- one optimizer selector: optimizer.name (issue 57) ------------------------------------------------------------
+
 
 def _old_recipe(tmp_path, training: dict, optimizer: dict | None = None):
     import yaml
@@ -678,8 +864,11 @@ def test_training_optim_still_loads_as_optimizer_name_with_one_warning(tmp_path,
 
 
 def test_training_optim_beside_another_optimizer_name_is_one_error(tmp_path):
-    with pytest.raises(RecipeError, match=r"training.optim='adamw_torch' and optimizer.name='sgd' are one setting: "
-                                          r"keep optimizer.name"):
+    with pytest.raises(
+        RecipeError,
+        match=r"training.optim='adamw_torch' and optimizer.name='sgd' are one setting: "
+        r"keep optimizer.name",
+    ):
         load_recipe(_old_recipe(tmp_path, {"optim": "adamw_torch"}, {"name": "sgd"}))
 
 
@@ -693,6 +882,7 @@ def test_muon_keeps_its_adamw_and_an_unknown_optimizer_is_named(tmp_path):
 
 # ---- keys grouped by what they configure (issue 57) --------------------------------------------------------------
 
+
 def test_a_moved_key_still_loads_at_its_new_place_with_one_warning(tmp_path, caplog):
     import yaml
 
@@ -700,19 +890,32 @@ def test_a_moved_key_still_loads_at_its_new_place_with_one_warning(tmp_path, cap
 
     raw = yaml.safe_load(TINY_RECIPE.read_text())
     raw.pop("loss", None)
-    raw["model"].update(fused_loss="chunked", loss_chunk_tokens=512, liger_min_chunk_tokens=0, z_loss=1e-4,
-                        micro_batch="recipe", decay_embeddings=True)
+    raw["model"].update(
+        fused_loss="chunked",
+        loss_chunk_tokens=512,
+        liger_min_chunk_tokens=0,
+        z_loss=1e-4,
+        micro_batch="recipe",
+        decay_embeddings=True,
+    )
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(raw))
     with caplog.at_level("WARNING", logger="hfpretrain"):
         recipe = load_recipe(tmp_path / "old.yaml", ["model.z_loss=1e-3"])  # an override names the old key too
-    assert (recipe.loss.implementation, recipe.loss.chunk_tokens, recipe.loss.liger_min_chunk_tokens,
-            recipe.loss.z_loss) == ("chunked", 512, 0, 1e-3)
+    assert (
+        recipe.loss.implementation,
+        recipe.loss.chunk_tokens,
+        recipe.loss.liger_min_chunk_tokens,
+        recipe.loss.z_loss,
+    ) == ("chunked", 512, 0, 1e-3)
     assert recipe.batch.micro_batch == "recipe" and recipe.optimizer.decay_embeddings is True
     for old, new in MOVED_KEYS.items():
         if old.startswith("model."):
             assert f"{old} is now {new}" in caplog.text, old
     raw["loss"] = {"implementation": "liger"}
     (tmp_path / "both.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(RecipeError, match=r"model.fused_loss='chunked' and loss.implementation='liger' are one "
-                                          r"setting: keep loss.implementation"):
+    with pytest.raises(
+        RecipeError,
+        match=r"model.fused_loss='chunked' and loss.implementation='liger' are one "
+        r"setting: keep loss.implementation",
+    ):
         load_recipe(tmp_path / "both.yaml")

@@ -25,8 +25,15 @@ from train_utils import REPO, TINY_RECIPE, make_overrides, read_log, run_pretrai
 def blocks_256(tmp_path_factory, mini_train, mini_val, gpt2_tokenizer):
     from hfpretrain.data import tokenize_corpus
 
-    return tokenize_corpus(inputs=[mini_train], val_inputs=[mini_val], out=tmp_path_factory.mktemp("d") / "b256",
-                           tokenizer=gpt2_tokenizer, seq_len=256, max_docs=300, val_docs=100)
+    return tokenize_corpus(
+        inputs=[mini_train],
+        val_inputs=[mini_val],
+        out=tmp_path_factory.mktemp("d") / "b256",
+        tokenizer=gpt2_tokenizer,
+        seq_len=256,
+        max_docs=300,
+        val_docs=100,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +60,12 @@ def test_extension_trains_from_the_checkpoint_with_yarn(blocks_256, base_run, tm
     assert plan["seq_len"] == 256
     ctx = plan["context"]
     assert ctx["from_seq_len"] == 128 and ctx["from_seq_len_source"].endswith("lineage.json")
-    assert ctx["rope_after"] == {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
-                                 "original_max_position_embeddings": 128}
+    assert ctx["rope_after"] == {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 2.0,
+        "original_max_position_embeddings": 128,
+    }
     model = AutoModelForCausalLM.from_pretrained(out / "final")
     assert model.config.rope_parameters["rope_type"] == "yarn" and model.config.max_position_embeddings == 256
     assert model.model.rotary_emb.attention_scaling > 1  # YaRN's temperature: the rotary module was built for it
@@ -67,32 +78,50 @@ def test_theta_and_token_budget(blocks_256, base_run, tmp_path, caplog):
     """rope=theta sets the base frequency; context.tokens gives max_steps (tokens / tokens per step). A dry run with
     no GPU to check the plan against says so in a warning (before, only in the JSON's fits entry)."""
     out = tmp_path / "theta"
-    overrides = phase(blocks_256, out, base_run, **{"context.rope": "theta", "context.rope_theta": "40000",
-                                                    "context.tokens": "3072", "training.max_steps": "-1"})
+    overrides = phase(
+        blocks_256,
+        out,
+        base_run,
+        **{
+            "context.rope": "theta",
+            "context.rope_theta": "40000",
+            "context.tokens": "3072",
+            "training.max_steps": "-1",
+        },
+    )
     with caplog.at_level(logging.WARNING, logger="hfpretrain"):
         plan = pretrain(str(TINY_RECIPE), overrides, dry_run=True)["plan"]
     assert plan["max_steps"] == 3  # 3,072 tokens / (4 x 256)
     assert plan["context"]["rope_after"] == {"rope_theta": 40000.0, "rope_type": "default"}
     assert plan["context"]["fits"] == {"checked": False, "why": "no GPU in this process and context.gpu is not set"}
-    assert any("not checked against a GPU" in r.getMessage() and "context.gpu" in r.getMessage()
-               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert any(
+        "not checked against a GPU" in r.getMessage() and "context.gpu" in r.getMessage() for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
     short = pretrain(str(TINY_RECIPE), make_overrides(blocks_256, out, {"training.max_steps": "3"}), dry_run=True)
     assert "context" not in short["plan"]
 
 
-@pytest.mark.parametrize("extra, says", [
-    ({"context.seq_len": "128", "context.from_seq_len": "256"}, "below the training length context.from_seq_len=256"),
-    ({"context.rope": "theta", "context.rope_theta": "5000"}, "not larger than the model's rope_theta=10000"),
-    ({"context.rope": "theta"}, "context.rope=theta needs context.rope_theta"),
-    ({"context.from_seq_len": "64"}, "lineage.json says model.init_from was trained at seq_len 128"),
-    ({"context.tokens": "100"}, "less than one optimizer step"),
-    ({"context.gpu": "H1OO"}, "context.gpu: unknown GPU"),
-    ({"model.init_from": "null"}, "context.seq_len needs model.init_from"),
-    ({"context.seq_len": "null", "context.rope": "yarn"}, "context.rope is set but context.seq_len is not"),
-    ({"training.activation_checkpointing_kwargs": "{every_n_layers: 2}"}, "activation checkpointing is off"),
-    ({"training.activation_checkpointing": "true", "training.activation_checkpointing_kwargs": "{every_n: 2}"},
-     "not a checkpointing option \\(did you mean 'every_n_layers'"),
-])
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (
+            {"context.seq_len": "128", "context.from_seq_len": "256"},
+            "below the training length context.from_seq_len=256",
+        ),
+        ({"context.rope": "theta", "context.rope_theta": "5000"}, "not larger than the model's rope_theta=10000"),
+        ({"context.rope": "theta"}, "context.rope=theta needs context.rope_theta"),
+        ({"context.from_seq_len": "64"}, "lineage.json says model.init_from was trained at seq_len 128"),
+        ({"context.tokens": "100"}, "less than one optimizer step"),
+        ({"context.gpu": "H1OO"}, "context.gpu: unknown GPU"),
+        ({"model.init_from": "null"}, "context.seq_len needs model.init_from"),
+        ({"context.seq_len": "null", "context.rope": "yarn"}, "context.rope is set but context.seq_len is not"),
+        ({"training.activation_checkpointing_kwargs": "{every_n_layers: 2}"}, "activation checkpointing is off"),
+        (
+            {"training.activation_checkpointing": "true", "training.activation_checkpointing_kwargs": "{every_n: 2}"},
+            "not a checkpointing option \\(did you mean 'every_n_layers'",
+        ),
+    ],
+)
 def test_bad_phase_is_one_line(blocks_256, base_run, tmp_path, extra, says):
     with pytest.raises(RecipeError, match=says):
         pretrain(str(TINY_RECIPE), phase(blocks_256, tmp_path / "x", base_run, **extra), dry_run=True)
@@ -100,8 +129,10 @@ def test_bad_phase_is_one_line(blocks_256, base_run, tmp_path, extra, says):
 
 
 def test_data_packed_at_another_length(mini_blocks, base_run, tmp_path):
-    with pytest.raises(RecipeError, match="is packed at seq_len 128, but context.seq_len=256: tokenize the phase's "
-                                          "data with --seq-len 256"):
+    with pytest.raises(
+        RecipeError,
+        match="is packed at seq_len 128, but context.seq_len=256: tokenize the phase's data with --seq-len 256",
+    ):
         pretrain(str(TINY_RECIPE), phase(mini_blocks, tmp_path / "x", base_run), dry_run=True)
 
 
@@ -112,8 +143,9 @@ def test_a_length_below_what_the_checkpoint_recorded(mini_blocks, base_run, tmp_
     record = json.loads((longer / "lineage.json").read_text())
     (longer / "lineage.json").write_text(json.dumps({**record, "seq_len": 512}))
     with pytest.raises(RecipeError, match=r"context.seq_len=128 is below the training length 512 \(.*lineage.json\)"):
-        pretrain(str(TINY_RECIPE), phase(mini_blocks, tmp_path / "x", longer, **{"context.seq_len": "128"}),
-                 dry_run=True)
+        pretrain(
+            str(TINY_RECIPE), phase(mini_blocks, tmp_path / "x", longer, **{"context.seq_len": "128"}), dry_run=True
+        )
 
 
 def test_learned_positions_take_no_rope_change(blocks_256, tmp_path, gpt2_tokenizer):
@@ -140,8 +172,13 @@ def test_a_run_past_the_configs_positions(mini_blocks, tmp_path):
     recipe = load_recipe(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "r", short))
     run = resolve(recipe, read_data_facts(recipe, planning=True), Machine.detect(planning=True))
     assert run.seq_len == 128 and run.config.max_position_embeddings == 128
-    gpt2 = {"model.config": "gpt2_124m", "model.overrides.n_layer": "2", "model.overrides.n_embd": "64",
-            "model.overrides.n_head": "4", "model.overrides.n_positions": "64"}
+    gpt2 = {
+        "model.config": "gpt2_124m",
+        "model.overrides.n_layer": "2",
+        "model.overrides.n_embd": "64",
+        "model.overrides.n_head": "4",
+        "model.overrides.n_positions": "64",
+    }
     with pytest.raises(RecipeError, match=r"is packed at seq_len 128, past the 64 positions model type gpt2 learns"):
         pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "g", gpt2), dry_run=True)
     assert not (tmp_path / "g").exists()
@@ -151,14 +188,29 @@ def test_a_plan_that_does_not_fit_the_gpu_is_refused_before_any_work(tmp_path):
     """Planned before the base run or the data exist (model.config gives the shape): Qwen3 1.8B at 32k does not fit
     an H100 at micro-batch 8, does with micro-batch 1 and activation checkpointing. From the CLI: one `error:` line,
     exit 2."""
-    common = ["model.config=qwen3_1p8b", f"model.init_from={tmp_path / 'not_yet'}", f"data.path={tmp_path / 'nodata'}",
-              "context.seq_len=32768", "context.from_seq_len=2048", "context.rope=yarn", "context.gpu=H100-SXM",
-              "batch.micro_batch=recipe", "training.max_steps=10", f"training.output_dir={tmp_path / 'run'}"]
-    with pytest.raises(RecipeError, match=r"the plan needs .* GiB per GPU \(micro-batch 8 x 32768 tokens\), more "
-                                          "than 95% of the H100-SXM's 75 GiB"):
+    common = [
+        "model.config=qwen3_1p8b",
+        f"model.init_from={tmp_path / 'not_yet'}",
+        f"data.path={tmp_path / 'nodata'}",
+        "context.seq_len=32768",
+        "context.from_seq_len=2048",
+        "context.rope=yarn",
+        "context.gpu=H100-SXM",
+        "batch.micro_batch=recipe",
+        "training.max_steps=10",
+        f"training.output_dir={tmp_path / 'run'}",
+    ]
+    with pytest.raises(
+        RecipeError,
+        match=r"the plan needs .* GiB per GPU \(micro-batch 8 x 32768 tokens\), more "
+        "than 95% of the H100-SXM's 75 GiB",
+    ):
         pretrain(str(TINY_RECIPE), [*common, "training.per_device_train_batch_size=8"], dry_run=True)
-    fits = pretrain(str(TINY_RECIPE), [*common, "training.per_device_train_batch_size=1",
-                                       "training.activation_checkpointing=true"], dry_run=True)["plan"]
+    fits = pretrain(
+        str(TINY_RECIPE),
+        [*common, "training.per_device_train_batch_size=1", "training.activation_checkpointing=true"],
+        dry_run=True,
+    )["plan"]
     assert fits["seq_len"] == 32768 and fits["context"]["fits"]["checked"] and fits["context"]["fits"]["share"] < 0.95
     assert fits["activation_checkpointing"] == "every decoder layer"
     proc = script("pretrain.py", TINY_RECIPE, "--dry-run", *common, "training.per_device_train_batch_size=8", cwd=REPO)
@@ -172,9 +224,11 @@ def test_a_dry_run_before_init_from_exists_needs_model_config(tmp_path):
     """Before the base run exists a dry run plans with model.config: left at its default (tiny) it would plan
     another model without a word, so it is refused in one line naming both keys."""
     recipe = tmp_path / "phase.yaml"
-    recipe.write_text(f"model:\n  init_from: {tmp_path / 'not_yet'}\ncontext:\n  seq_len: 4096\n"
-                      f"  from_seq_len: 1024\ndata:\n  path: {tmp_path / 'nodata'}\ntraining:\n  max_steps: 10\n"
-                      f"  output_dir: {tmp_path / 'run'}\n")
+    recipe.write_text(
+        f"model:\n  init_from: {tmp_path / 'not_yet'}\ncontext:\n  seq_len: 4096\n"
+        f"  from_seq_len: 1024\ndata:\n  path: {tmp_path / 'nodata'}\ntraining:\n  max_steps: 10\n"
+        f"  output_dir: {tmp_path / 'run'}\n"
+    )
     with pytest.raises(RecipeError, match=r"model.init_from=.*not_yet does not exist yet and model.config is not set"):
         pretrain(str(recipe), [], dry_run=True)
     assert pretrain(str(recipe), ["model.config=qwen3_103m"], dry_run=True)["plan"]["seq_len"] == 4096
@@ -192,9 +246,12 @@ def test_activation_checkpointing_trains_the_same_with_less_memory(mini_blocks, 
 
     config = load_config("qwen3_1p8b")
     gib = {}
-    for name, kw in {"off": {}, "every 2": {"grad_checkpointing": True, "checkpoint_every_n_layers": 2},
-                     "all": {"grad_checkpointing": True},
-                     "offload": {"grad_checkpointing": True, "checkpoint_offload": True}}.items():
+    for name, kw in {
+        "off": {},
+        "every 2": {"grad_checkpointing": True, "checkpoint_every_n_layers": 2},
+        "all": {"grad_checkpointing": True},
+        "offload": {"grad_checkpointing": True, "checkpoint_offload": True},
+    }.items():
         gib[name] = estimate_memory(config, TrainingLayout(1, 16384, compile="decoder", **kw)).activations
     assert gib["off"] > gib["every 2"] > gib["all"] > gib["offload"]
 
@@ -207,8 +264,12 @@ def test_the_document_mask_costs_one_shared_bias_with_sdpa():
 
     def extra(seq_len, attn):
         base = estimate_memory(config, TrainingLayout(1, seq_len, attn_implementation=attn)).activations
-        return estimate_memory(config, TrainingLayout(1, seq_len, attn_implementation=attn,
-                                                      document_mask=True)).activations - base
+        return (
+            estimate_memory(
+                config, TrainingLayout(1, seq_len, attn_implementation=attn, document_mask=True)
+            ).activations
+            - base
+        )
 
     assert extra(16384, "sdpa") == 16384 * 2 * 16384
     assert extra(16384, "flash_attention_2") == 0 and extra(16384, "flex_attention") == 0
@@ -222,8 +283,12 @@ def test_a_resume_with_another_rope_is_another_run():
     from hfpretrain.training.resume import resume_differences
 
     def recipe(*extra):
-        return recipe_to_dict(load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", "context.seq_len=256",
-                                                        "context.rope=theta", *extra]))
+        return recipe_to_dict(
+            load_recipe(
+                TINY_RECIPE,
+                ["data.path=x", "model.init_from=base", "context.seq_len=256", "context.rope=theta", *extra],
+            )
+        )
 
     data = {"fingerprint": "f", "seq_len": 256, "samples_per_step": 4, "tokenizer_sha256": "t"}
     old, new = recipe("context.rope_theta=40000"), recipe("context.rope_theta=80000")
@@ -240,8 +305,12 @@ def test_long_context_evaluation_at_the_end_of_training(mini_blocks, tmp_path):
     from hfpretrain.study.long_context_report import long_context_lines
 
     out = tmp_path / "run"
-    extra = {"training.max_steps": "2", "evaluation.long_context_lengths": "[128]", "evaluation.long_context_samples": "2",
-             "evaluation.long_context_blocks": "2"}
+    extra = {
+        "training.max_steps": "2",
+        "evaluation.long_context_lengths": "[128]",
+        "evaluation.long_context_samples": "2",
+        "evaluation.long_context_blocks": "2",
+    }
     run_pretrain(mini_blocks, out, extra)
     result = json.loads((out / "long_context.json").read_text())
     assert result["step"] == 2 and result["passkey"]["128"]["samples"] == 2
@@ -250,7 +319,9 @@ def test_long_context_evaluation_at_the_end_of_training(mini_blocks, tmp_path):
     assert len(logged) == 1 and any(k.startswith("long_context/loss_") for k in logged[0])
     assert long_context_lines(out / "final", tmp_path / "report")[0] == "## Long context"
     with pytest.raises(RecipeError, match="evaluation.long_context_lengths=\\[32\\]: passkey prompt lengths"):
-        pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "x", {"evaluation.long_context_lengths": "[32]"}))
+        pretrain(
+            str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "x", {"evaluation.long_context_lengths": "[32]"})
+        )
     with pytest.raises(RecipeError, match="is scored by the eval package's callback"):
         pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "x", extra))
     with pytest.raises(RecipeError, match=r"\[4096\] are past the model's 2048 positions"):
@@ -268,7 +339,9 @@ def test_a_failing_long_context_evaluation_does_not_cost_the_run(mini_blocks, tm
     monkeypatch.setattr(long_context_callback, "passkey_accuracy", out_of_memory)
     out = tmp_path / "run"
     summary = run_pretrain(mini_blocks, out, {"training.max_steps": "2", "evaluation.long_context_lengths": "[128]"})
-    assert summary["global_step"] == 2 and (out / "final" / "config.json").is_file() and (out / "summary.json").is_file()
+    assert (
+        summary["global_step"] == 2 and (out / "final" / "config.json").is_file() and (out / "summary.json").is_file()
+    )
     assert not (out / "long_context.json").exists()
     assert "long-context evaluation failed (OutOfMemoryError: CUDA out of memory" in caplog.text
 
@@ -291,8 +364,9 @@ def changed_rope(config, from_seq_len: int, *context):
     from hfpretrain.training.config import load_recipe
     from hfpretrain.training.context import change_rope
 
-    return change_rope(config, load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", *context]),
-                       from_seq_len)
+    return change_rope(
+        config, load_recipe(TINY_RECIPE, ["data.path=x", "model.init_from=base", *context]), from_seq_len
+    )
 
 
 def test_yarn_keeps_the_models_other_rope_parameters_and_chains():
@@ -323,8 +397,9 @@ def test_yarn_factor_beyond_the_new_length(caplog):
     assert extended.rope_parameters["original_max_position_embeddings"] == 1024
     assert extended.max_position_embeddings == 32768
     with caplog.at_level(logging.WARNING, logger="hfpretrain"):  # the recipe's factor, overridden to a longer phase
-        changed_rope(load_config("qwen3_103m"), 1024, "context.seq_len=65536", "context.rope=yarn",
-                     "context.yarn_factor=32")
+        changed_rope(
+            load_config("qwen3_103m"), 1024, "context.seq_len=65536", "context.rope=yarn", "context.yarn_factor=32"
+        )
     assert "short of context.seq_len=65536" in caplog.text and "at least 64" in caplog.text
     shipped = load_recipe(REPO / "recipes" / "best_small_16k.yaml", ["data.path=x"])
     assert shipped.context.yarn_factor == 2 * shipped.context.seq_len / shipped.context.from_seq_len
@@ -335,13 +410,21 @@ def test_rope_a_phase_cannot_change_is_refused():
     (sliding and full attention layers) and a model whose RoPE is another scaling already
     (Llama 3's), which YaRN would silently replace; a larger theta still applies to the latter."""
     per_layer = load_config("qwen3_103m")
-    per_layer.rope_parameters = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
-                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    per_layer.rope_parameters = {
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+    }
     with pytest.raises(RecipeError, match=r"context.rope=yarn: qwen3 has RoPE parameters per layer type"):
         changed_rope(per_layer, 1024, "context.seq_len=4096", "context.rope=yarn")
     llama3 = load_config("qwen3_103m")
-    llama3.rope_parameters = {**llama3.rope_parameters, "rope_type": "llama3", "factor": 8.0,
-                              "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}
+    llama3.rope_parameters = {
+        **llama3.rope_parameters,
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 1024,
+    }
     with pytest.raises(RecipeError, match=r"the model's RoPE is already 'llama3', which YaRN does not extend"):
         changed_rope(llama3, 1024, "context.seq_len=4096", "context.rope=yarn")
     theta = changed_rope(llama3, 1024, "context.seq_len=4096", "context.rope=theta", "context.rope_theta=1e7")

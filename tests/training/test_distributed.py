@@ -18,8 +18,18 @@ import pytest
 import torch
 from forked import script
 
-from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REPO, TINY_RECIPE, free_port, load_weights, make_overrides,
-                         read_log, step_losses, subprocess_env)
+from train_utils import (
+    PRETRAIN_SCRIPT,
+    REFERENCE,
+    REPO,
+    TINY_RECIPE,
+    free_port,
+    load_weights,
+    make_overrides,
+    read_log,
+    step_losses,
+    subprocess_env,
+)
 
 STEPS = 5  # the reference run saved checkpoint-5: its weights are compared too
 # the reference run's own schedule, resumed at checkpoint-5 to its end
@@ -30,10 +40,21 @@ LOSS_TOL = 2e-4
 WEIGHT_TOL = 1e-4
 
 
-def _launch(config: Path, mini_blocks, out: Path, extra: dict | None = None, recipe: Path = TINY_RECIPE,
-            launch_args: tuple = ()) -> subprocess.CompletedProcess:
-    cmd = ["accelerate", "launch", "--config_file", str(config), "--main_process_port", str(free_port()),
-           *launch_args, str(PRETRAIN_SCRIPT), str(recipe), *make_overrides(mini_blocks, out, {**DIST, **(extra or {})})]
+def _launch(
+    config: Path, mini_blocks, out: Path, extra: dict | None = None, recipe: Path = TINY_RECIPE, launch_args: tuple = ()
+) -> subprocess.CompletedProcess:
+    cmd = [
+        "accelerate",
+        "launch",
+        "--config_file",
+        str(config),
+        "--main_process_port",
+        str(free_port()),
+        *launch_args,
+        str(PRETRAIN_SCRIPT),
+        str(recipe),
+        *make_overrides(mini_blocks, out, {**DIST, **(extra or {})}),
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
     if proc.returncode != 0:  # pytest cuts long assertion messages: the launcher's stderr goes to captured stdout
         print(proc.stdout[-3000:], proc.stderr[-12000:], sep="\n----- stderr -----\n")
@@ -111,28 +132,47 @@ def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run
     pytest.importorskip("deepspeed")
     out = tmp_path / "zero1"
     fused = {"optimizer.name": "adamw_torch_fused"}
-    _launch(_zero1_config(tmp_path), mini_blocks, out, {**fused, "training.save_strategy": "steps",
-                                                        "training.save_steps": "3"})
+    _launch(
+        _zero1_config(tmp_path),
+        mini_blocks,
+        out,
+        {**fused, "training.save_strategy": "steps", "training.save_steps": "3"},
+    )
     ckpt = out / "checkpoint-3"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "zero_to_universal.py"), str(ckpt)], cwd=REPO,
-                          env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "zero_to_universal.py"), str(ckpt)],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (ckpt / "latest_universal").read_text().strip() == "global_step3_universal"
 
     universal = tmp_path / "zero1_universal_cpu.yaml"  # the shipped config, on CPU (--cpu would drop DeepSpeed)
     universal.write_text((REPO / "accelerate_configs" / "zero1_universal.yaml").read_text() + "use_cpu: true\n")
     resumed = tmp_path / "resumed"  # 1 process, same global batch (micro-batch 4)
-    _launch(universal, mini_blocks, resumed,
-            {**fused, "training.per_device_train_batch_size": "4", "training.resume_from_checkpoint": str(ckpt)},
-            launch_args=("--num_processes", "1"))
+    _launch(
+        universal,
+        mini_blocks,
+        resumed,
+        {**fused, "training.per_device_train_batch_size": "4", "training.resume_from_checkpoint": str(ckpt)},
+        launch_args=("--num_processes", "1"),
+    )
     losses, ref = step_losses(resumed), step_losses(reference_run)
     assert sorted(losses) == [4, 5]
     for step in losses:
         assert losses[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, losses[step], ref[step])
 
     # Without DeepSpeed the optimizer states in global_step3/ would be skipped silently: refused instead.
-    proc = script(PRETRAIN_SCRIPT.name, TINY_RECIPE, *make_overrides(mini_blocks, tmp_path / "plain", {
-        **DIST, "training.resume_from_checkpoint": str(ckpt)}), cwd=REPO, env={"DS_ACCELERATOR": "cpu"})
+    proc = script(
+        PRETRAIN_SCRIPT.name,
+        TINY_RECIPE,
+        *make_overrides(mini_blocks, tmp_path / "plain", {**DIST, "training.resume_from_checkpoint": str(ckpt)}),
+        cwd=REPO,
+        env={"DS_ACCELERATOR": "cpu"},
+    )
     assert proc.returncode != 0 and "was saved under DeepSpeed" in proc.stderr, proc.stderr[-2000:]
 
 
@@ -144,9 +184,12 @@ def test_a_one_process_checkpoint_resumes_on_two_at_its_global_batch(reference_r
 
     out = tmp_path / "elastic"
     shutil.copytree(reference_run / "checkpoint-5", out / "checkpoint-5")
-    proc = _launch(_ddp_config(tmp_path), mini_blocks, out,
-                   {**REFERENCE_RESUMED, "training.per_device_train_batch_size": "4",
-                    "training.resume_from_checkpoint": "auto"})
+    proc = _launch(
+        _ddp_config(tmp_path),
+        mini_blocks,
+        out,
+        {**REFERENCE_RESUMED, "training.per_device_train_batch_size": "4", "training.resume_from_checkpoint": "auto"},
+    )
     assert "samples per step kept as 2 x 1 accumulation per process" in proc.stderr, proc.stderr[-3000:]
     losses, ref = step_losses(out), step_losses(reference_run)
     assert sorted(losses) == list(range(6, 11))
@@ -169,18 +212,36 @@ def test_a_resume_that_cannot_keep_the_global_batch_is_one_line(reference_run, m
     facts, ckpt = read_data_facts(recipe, planning=True), str(reference_run / "checkpoint-5")
 
     def planned(world):
-        return resolve(recipe, facts, Machine(world_size=world, engine="ddp", zero_stage=0, device="cpu",
-                                              gpu_memory=None, gpu_count=0, launched=world, planning=True))
+        return resolve(
+            recipe,
+            facts,
+            Machine(
+                world_size=world,
+                engine="ddp",
+                zero_stage=0,
+                device="cpu",
+                gpu_memory=None,
+                gpu_count=0,
+                launched=world,
+                planning=True,
+            ),
+        )
 
     assert elastic_batch(ckpt, planned(1)) == []
-    assert elastic_batch(ckpt, planned(2)) == ["training.per_device_train_batch_size=2",
-                                               "training.gradient_accumulation_steps=1"]
-    with pytest.raises(RecipeError, match=r"checkpoint-5 was trained at 4 samples per step on 1 processes: 3 "
-                                          r"processes cannot split that global batch evenly"):
+    assert elastic_batch(ckpt, planned(2)) == [
+        "training.per_device_train_batch_size=2",
+        "training.gradient_accumulation_steps=1",
+    ]
+    with pytest.raises(
+        RecipeError,
+        match=r"checkpoint-5 was trained at 4 samples per step on 1 processes: 3 "
+        r"processes cannot split that global batch evenly",
+    ):
         elastic_batch(ckpt, planned(3))
 
 
 # ---- the data split, checked directly ----------------------------------------------------------
+
 
 class _BlockIds(torch.utils.data.Dataset):
     """The run's virtual sequence, yielding block ids instead of token rows."""
@@ -206,8 +267,9 @@ def _rank_batches(blocks, per_device: int, world: int, rank: int, steps: int, st
     length = steps * samples_per_step
     sampler = ResumableSampler(length)
     sampler.start = start_step * samples_per_step  # PretrainTrainer.position_data
-    loader = torch.utils.data.DataLoader(_BlockIds(ShuffledBlocks(blocks, length, seed=1234)), sampler=sampler,
-                                         batch_size=per_device)
+    loader = torch.utils.data.DataLoader(
+        _BlockIds(ShuffledBlocks(blocks, length, seed=1234)), sampler=sampler, batch_size=per_device
+    )
     if world > 1:
         loader = prepare_data_loader(loader, num_processes=world, process_index=rank, put_on_device=False)
     return [batch.tolist() for batch in loader]
@@ -237,12 +299,24 @@ def test_zero1_refuses_what_it_would_silently_skip(mini_blocks, tmp_path):
     (the engine steps its own optimizer): each is one error line at start, exit 2, nothing written. The check
     needs DeepSpeed's engine, not two ranks: the ZeRO-1 config launched as one process."""
     pytest.importorskip("deepspeed")
-    for extra, expected in (({"logging.grad_stats_interval": "5"}, "grad_stats_interval is not supported under DeepSpeed"),
-                            ({"nan_policy": "skip"}, "nan_policy=skip is not supported under DeepSpeed")):
+    for extra, expected in (
+        ({"logging.grad_stats_interval": "5"}, "grad_stats_interval is not supported under DeepSpeed"),
+        ({"nan_policy": "skip"}, "nan_policy=skip is not supported under DeepSpeed"),
+    ):
         out = tmp_path / next(iter(extra)).replace(".", "_")
-        cmd = ["accelerate", "launch", "--config_file", str(_zero1_config(tmp_path)), "--main_process_port",
-               str(free_port()), "--num_processes", "1", str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
-               *make_overrides(mini_blocks, out, {**DIST, **extra})]
+        cmd = [
+            "accelerate",
+            "launch",
+            "--config_file",
+            str(_zero1_config(tmp_path)),
+            "--main_process_port",
+            str(free_port()),
+            "--num_processes",
+            "1",
+            str(PRETRAIN_SCRIPT),
+            str(TINY_RECIPE),
+            *make_overrides(mini_blocks, out, {**DIST, **extra}),
+        ]
         proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-3000:]
         assert not (out / "final").exists()
@@ -284,12 +358,20 @@ def test_fp8_composes_with_sharding(fp8_reference, mini_blocks, tmp_path, config
 
 
 # A tiny GLM-4-MoE with aux-loss-free balancing: sigmoid routing, a correction bias moved every step
-MOE = {"model.config": "glm4_moe_101m_a24m", "model.overrides.num_hidden_layers": "2",
-       "model.overrides.hidden_size": "64", "model.overrides.num_attention_heads": "2",
-       "model.overrides.num_key_value_heads": "2", "model.overrides.head_dim": "32",
-       "model.overrides.moe_intermediate_size": "32", "model.overrides.n_routed_experts": "4",
-       "model.overrides.num_experts_per_tok": "2", "model.overrides.intermediate_size": "64",
-       "moe.bias_update_rate": "0.01", "training.logging_steps": "1"}
+MOE = {
+    "model.config": "glm4_moe_101m_a24m",
+    "model.overrides.num_hidden_layers": "2",
+    "model.overrides.hidden_size": "64",
+    "model.overrides.num_attention_heads": "2",
+    "model.overrides.num_key_value_heads": "2",
+    "model.overrides.head_dim": "32",
+    "model.overrides.moe_intermediate_size": "32",
+    "model.overrides.n_routed_experts": "4",
+    "model.overrides.num_experts_per_tok": "2",
+    "model.overrides.intermediate_size": "64",
+    "moe.bias_update_rate": "0.01",
+    "training.logging_steps": "1",
+}
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,7 @@ import pytest
 from transformers import GPT2Config
 
 from hfpretrain.training.config import ModelSection
-from hfpretrain.training.fast_path import (ASSUMED_GPU_MEMORY, MICRO_BATCH_MEMORY_SHARE, FastPath,
-                                           choose_micro_batch)
+from hfpretrain.training.fast_path import ASSUMED_GPU_MEMORY, MICRO_BATCH_MEMORY_SHARE, FastPath, choose_micro_batch
 from hfpretrain.training import pretrain
 
 from train_utils import REPO
@@ -18,8 +17,17 @@ CONFIG = GPT2Config(vocab_size=50304)
 def choose(micro, accum, per_sample_bytes, fused_loss="compiled", requested="auto", seq_len=1024, loss="compiled"):
     fast = FastPath("sdpa_packed", "decoder", "default", loss, {})
     section = (requested, fused_loss)
-    split = choose_micro_batch(*section, fast, CONFIG, micro, accum, seq_len,
-                               lambda m, a, loss: 2 * GIB + m * per_sample_bytes, None, planning=True)
+    split = choose_micro_batch(
+        *section,
+        fast,
+        CONFIG,
+        micro,
+        accum,
+        seq_len,
+        lambda m, a, loss: 2 * GIB + m * per_sample_bytes,
+        None,
+        planning=True,
+    )
     return (split.micro_batch, split.accumulation), split.reason
 
 
@@ -73,8 +81,14 @@ def test_folded_split_reaches_deepspeed(mini_blocks):
     from hfpretrain.training.machine import Machine
     from hfpretrain.training.resolve import read_data_facts, resolve
 
-    recipe = load_recipe(REPO / "recipes" / "gpt2_124m.yaml", [
-        f"data.path={mini_blocks}", "training.use_cpu=true", f"training.deepspeed={REPO / 'ds_configs' / 'zero1.json'}"])
+    recipe = load_recipe(
+        REPO / "recipes" / "gpt2_124m.yaml",
+        [
+            f"data.path={mini_blocks}",
+            "training.use_cpu=true",
+            f"training.deepspeed={REPO / 'ds_configs' / 'zero1.json'}",
+        ],
+    )
     args = resolve(recipe, read_data_facts(recipe, planning=True), Machine.detect(planning=True)).args
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) != (32, 4)
     ds = args.hf_deepspeed_config.config
@@ -85,8 +99,9 @@ def test_folded_split_reaches_deepspeed(mini_blocks):
 def test_dry_run_with_a_loss_this_machine_lacks(mini_blocks):
     """A login node without a GPU plans a liger recipe: the fold keeps the recipe's loss and does not ask for it."""
     path = REPO / "recipes" / "gpt2_124m.yaml"
-    plan = pretrain(path, [f"data.path={mini_blocks}", "training.use_cpu=true", "loss.implementation=liger"],
-                    dry_run=True)["plan"]
+    plan = pretrain(
+        path, [f"data.path={mini_blocks}", "training.use_cpu=true", "loss.implementation=liger"], dry_run=True
+    )["plan"]
     assert plan["fast_path"]["fused_loss"] == "liger" and plan["samples_per_step"] == 128
     assert "planned for a GPU of 80 GB" in plan["fast_path"]["reasons"]["micro_batch"]
 
@@ -96,8 +111,14 @@ def test_dry_run_plans_the_bf16_residual_stream(mini_blocks):
     for a GPU, fp32 when the recipe trains without bf16 (no autocast for the hook to act in) or asks for it."""
     path = REPO / "recipes" / "gpt2_124m.yaml"
     base = [f"data.path={mini_blocks}", "training.use_cpu=true", "batch.micro_batch=recipe"]
-    plans = {name: pretrain(path, [*base, *extra], dry_run=True)["plan"] for name, extra in (
-        ("auto", []), ("f32", ["model.residual_dtype=float32"]), ("no_bf16", ["training.bf16=false"]))}
+    plans = {
+        name: pretrain(path, [*base, *extra], dry_run=True)["plan"]
+        for name, extra in (
+            ("auto", []),
+            ("f32", ["model.residual_dtype=float32"]),
+            ("no_bf16", ["training.bf16=false"]),
+        )
+    }
     assert plans["auto"]["fast_path"]["residual_dtype"] == "bfloat16"
     assert plans["f32"]["fast_path"]["residual_dtype"] == plans["no_bf16"]["fast_path"]["residual_dtype"] == "float32"
     assert "training.bf16 is off" in plans["no_bf16"]["fast_path"]["reasons"]["residual_dtype"]
@@ -125,8 +146,17 @@ def test_a_smaller_split_takes_autos_loss_at_its_size():
     budget = MICRO_BATCH_MEMORY_SHARE * ASSUMED_GPU_MEMORY
     fast = FastPath("sdpa_packed", "decoder", "default", "liger", {"fused_loss": "liger at 40"})
     section = ("auto", "auto")
-    split = choose_micro_batch(*section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048,
-                               lambda m, a, loss: m * int(budget / 30), None, planning=True)
+    split = choose_micro_batch(
+        *section,
+        fast,
+        Qwen3Config(vocab_size=151936),
+        40,
+        2,
+        2048,
+        lambda m, a, loss: m * int(budget / 30),
+        None,
+        planning=True,
+    )
     assert (split.micro_batch, split.accumulation) == (20, 4)
     assert split.fused_loss == "compiled" and "whole" in split.loss_reason
 
@@ -144,8 +174,7 @@ def test_a_smaller_split_is_sized_with_the_loss_it_will_run():
     def memory(micro, accum, loss):
         return (micro + (15 if loss == "compiled" else 0)) * per_sample
 
-    split = choose_micro_batch(*section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048, memory, None,
-                               planning=True)
+    split = choose_micro_batch(*section, fast, Qwen3Config(vocab_size=151936), 40, 2, 2048, memory, None, planning=True)
     assert (split.micro_batch, split.accumulation) == (10, 8) and split.fused_loss == "compiled"
 
 
@@ -157,8 +186,11 @@ def test_a_model_that_fits_no_split_of_this_gpu_is_refused():
 
     fast = FastPath("sdpa_packed", "decoder", "default", "compiled", {})
     section = ("auto", "compiled")
-    with pytest.raises(RecipeError, match=r"does not fit the GPU: even micro-batch 1 x 1024 tokens would take "
-                                          r"~90\.0 GiB per GPU, over its 80 GiB"):
+    with pytest.raises(
+        RecipeError,
+        match=r"does not fit the GPU: even micro-batch 1 x 1024 tokens would take "
+        r"~90\.0 GiB per GPU, over its 80 GiB",
+    ):
         choose_micro_batch(*section, fast, CONFIG, 8, 1, 1024, lambda m, a, loss: 88 * GIB + m * 2 * GIB, 80 * GIB)
     # between the share and the whole GPU: runs at the recipe's split, the reason says none fits
     split = choose_micro_batch(*section, fast, CONFIG, 8, 1, 1024, lambda m, a, loss: 75 * GIB + m * GIB, 80 * GIB)
@@ -173,8 +205,18 @@ def test_a_dry_run_plans_the_micro_batch_for_context_gpu():
     def split(target_gpu):
         fast = FastPath("sdpa_packed", "decoder", "default", "compiled", {})
         section = ("auto", "compiled")
-        chosen = choose_micro_batch(*section, fast, CONFIG, 16, 8, 1024, lambda m, a, loss: 2 * GIB + m * per_sample,
-                                    None, planning=True, target_gpu=target_gpu)
+        chosen = choose_micro_batch(
+            *section,
+            fast,
+            CONFIG,
+            16,
+            8,
+            1024,
+            lambda m, a, loss: 2 * GIB + m * per_sample,
+            None,
+            planning=True,
+            target_gpu=target_gpu,
+        )
         return (chosen.micro_batch, chosen.accumulation), chosen.reason
 
     assert split(None)[0] == (32, 4)
@@ -182,8 +224,9 @@ def test_a_dry_run_plans_the_micro_batch_for_context_gpu():
     assert chosen == (64, 2) and "B200's memory (context.gpu)" in reason
 
 
-@pytest.mark.parametrize("model_type,planning,want", [("qwen3", True, "flex_attention"), ("qwen3", False, "sdpa"),
-                                                       ("gpt2", True, "sdpa")])
+@pytest.mark.parametrize(
+    "model_type,planning,want", [("qwen3", True, "flex_attention"), ("qwen3", False, "sdpa"), ("gpt2", True, "sdpa")]
+)
 def test_the_document_mask_takes_flex_attention_on_a_gpu(model_type, planning, want):
     """model.document_mask with attn auto: flex attention's block mask where a GPU trains (a dry run plans for one)
     and transformers has it for the model (not GPT-2); else SDPA's dense mask (on a CPU flex attention has no
@@ -192,8 +235,15 @@ def test_the_document_mask_takes_flex_attention_on_a_gpu(model_type, planning, w
 
     from hfpretrain.training.fast_path import choose_fast_path
 
-    fast = choose_fast_path(ModelSection(document_mask=True), AutoConfig.for_model(model_type), 4, 256,
-                            cuda=False, gpu_memory=None, planning=planning)
+    fast = choose_fast_path(
+        ModelSection(document_mask=True),
+        AutoConfig.for_model(model_type),
+        4,
+        256,
+        cuda=False,
+        gpu_memory=None,
+        planning=planning,
+    )
     assert fast.attn_implementation == want, fast.reasons["attn_implementation"]
     assert "document_mask" in fast.reasons["attn_implementation"]
 
@@ -204,9 +254,17 @@ def test_per_layer_compile_of_an_moe_says_what_it_costs():
     from hfpretrain.models.zoo import load_config
     from hfpretrain.training.fast_path import choose_fast_path
 
-    moe = choose_fast_path(ModelSection(compile="layers"), load_config("qwen3_moe_109m_a21m"), 4, 256, cuda=False,
-                           gpu_memory=None, planning=True)
+    moe = choose_fast_path(
+        ModelSection(compile="layers"),
+        load_config("qwen3_moe_109m_a21m"),
+        4,
+        256,
+        cuda=False,
+        gpu_memory=None,
+        planning=True,
+    )
     assert moe.compile == "layers" and "64% of the tokens/s" in moe.reasons["compile"]
-    dense = choose_fast_path(ModelSection(compile="layers"), load_config("tiny"), 4, 256, cuda=False,
-                             gpu_memory=None, planning=True)
+    dense = choose_fast_path(
+        ModelSection(compile="layers"), load_config("tiny"), 4, 256, cuda=False, gpu_memory=None, planning=True
+    )
     assert dense.reasons["compile"] == "set in the recipe"

@@ -17,16 +17,22 @@ from train_utils import REPO, run_pretrain  # noqa: E402
 
 def test_an_emulated_fp8_run_saves_a_plain_checkpoint(mini_blocks, tmp_path):
     out = tmp_path / "run"
-    summary = run_pretrain(mini_blocks, out, {"model.precision": "fp8", "model.fp8_emulate": "true",
-                                          "training.max_steps": "3"})
+    summary = run_pretrain(
+        mini_blocks, out, {"model.precision": "fp8", "model.fp8_emulate": "true", "training.max_steps": "3"}
+    )
     assert summary["fp8_modules"] == 14 and summary["plan"]["precision"] == "fp8"
-    assert all(torch.isfinite(torch.tensor(e["loss"])) for e in
-               (json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()) if "loss" in e)
+    assert all(
+        torch.isfinite(torch.tensor(e["loss"]))
+        for e in (json.loads(line) for line in (out / "log.jsonl").read_text().splitlines())
+        if "loss" in e
+    )
     # loads where torchao cannot be imported: the weights are ordinary tensors under ordinary names
-    code = ("import sys; sys.modules['torchao'] = None\n"
-            "from transformers import AutoModelForCausalLM\n"
-            f"m = AutoModelForCausalLM.from_pretrained({str(out / 'final')!r})\n"
-            "assert type(m.model.layers[0].mlp.up_proj).__name__ == 'Linear'\n"
-            "print('ok')")
+    code = (
+        "import sys; sys.modules['torchao'] = None\n"
+        "from transformers import AutoModelForCausalLM\n"
+        f"m = AutoModelForCausalLM.from_pretrained({str(out / 'final')!r})\n"
+        "assert type(m.model.layers[0].mlp.up_proj).__name__ == 'Linear'\n"
+        "print('ok')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]

@@ -25,19 +25,29 @@ import transformers
 from hfpretrain.paths import using_embedded_data
 from train_utils import REFERENCE, step_losses
 
-GOLDEN = Path(__file__).with_name("golden_tiny_loss_embedded.json" if using_embedded_data() else "golden_tiny_loss.json")
+GOLDEN = Path(__file__).with_name(
+    "golden_tiny_loss_embedded.json" if using_embedded_data() else "golden_tiny_loss.json"
+)
 
 
 def test_golden_tiny_loss(reference_run):
     losses = step_losses(reference_run)
     steps = sorted(losses)
     if os.environ.get("HFPRETRAIN_REGEN_GOLDEN"):
-        GOLDEN.write_text(json.dumps({
-            "what": "per-step train loss of the reference run (tests/training/train_utils.py: BASE + REFERENCE)"
+        GOLDEN.write_text(
+            json.dumps(
+                {
+                    "what": "per-step train loss of the reference run (tests/training/train_utils.py: BASE + REFERENCE)"
                     + (" on the embedded sample data" if using_embedded_data() else ""),
-            "overrides": REFERENCE, "torch": torch.__version__, "transformers": transformers.__version__,
-            "losses": {str(s): losses[s] for s in steps},
-        }, indent=2) + "\n")
+                    "overrides": REFERENCE,
+                    "torch": torch.__version__,
+                    "transformers": transformers.__version__,
+                    "losses": {str(s): losses[s] for s in steps},
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     golden = {int(k): v for k, v in json.loads(GOLDEN.read_text())["losses"].items()}
     assert sorted(golden) == steps
     for s in steps:

@@ -19,9 +19,16 @@ ON_CPU = ["training.bf16=false", "training.use_cpu=true", "loss.implementation=c
 def _machine(world: int, gib: float | None = None, zero: int | None = None, planning: bool = True):
     from hfpretrain.training.machine import Machine
 
-    return Machine(world_size=world, engine="ddp", zero_stage=zero, device="cpu",
-                   gpu_memory=int(gib * GIB) if gib else None, gpu_count=8 if gib else 0, launched=world,
-                   planning=planning)
+    return Machine(
+        world_size=world,
+        engine="ddp",
+        zero_stage=zero,
+        device="cpu",
+        gpu_memory=int(gib * GIB) if gib else None,
+        gpu_count=8 if gib else 0,
+        launched=world,
+        planning=planning,
+    )
 
 
 def _resolve(recipe_path, overrides, machine):
@@ -32,13 +39,16 @@ def _resolve(recipe_path, overrides, machine):
     return resolve(recipe, read_data_facts(recipe, planning=True), machine)
 
 
-@pytest.mark.parametrize("gib, extra, engine, why", [
-    (80, [], "ddp", "data parallel"),
-    (30, [], "fsdp2", "FSDP2: under DDP one GPU would need 34.1 GiB"),
-    # tp 8 takes every rank: nothing left for FSDP2 to shard across, so plain tensor parallelism
-    (14, [], "ddp+tp8", "tp 8: one layer's weights and activations do not fit"),
-    (12, ["model.attn_implementation=sdpa"], "fsdp2+cp2", "cp 2: one sequence's activations (2048 tokens)"),
-])
+@pytest.mark.parametrize(
+    "gib, extra, engine, why",
+    [
+        (80, [], "ddp", "data parallel"),
+        (30, [], "fsdp2", "FSDP2: under DDP one GPU would need 34.1 GiB"),
+        # tp 8 takes every rank: nothing left for FSDP2 to shard across, so plain tensor parallelism
+        (14, [], "ddp+tp8", "tp 8: one layer's weights and activations do not fit"),
+        (12, ["model.attn_implementation=sdpa"], "fsdp2+cp2", "cp 2: one sequence's activations (2048 tokens)"),
+    ],
+)
 def test_auto_layout_follows_the_memory_model(tmp_path, gib, extra, engine, why):
     """The 1.8B recipe on 8 GPUs of decreasing memory: DDP while it fits, then FSDP2 (set in the TrainingArguments
     of a DDP launch), then tensor parallelism, or context parallelism where the attention is torch SDPA."""
@@ -49,7 +59,9 @@ def test_auto_layout_follows_the_memory_model(tmp_path, gib, extra, engine, why)
     assert run.plan["parallel"] == layout
     # a tp or cp group reads one micro-batch: samples per step count the data-parallel ranks only
     dp = 8 // (layout["tp"] * layout["cp"])
-    assert run.plan["samples_per_step"] == run.args.per_device_train_batch_size * run.args.gradient_accumulation_steps * dp
+    assert (
+        run.plan["samples_per_step"] == run.args.per_device_train_batch_size * run.args.gradient_accumulation_steps * dp
+    )
     assert bool(run.args.fsdp) == engine.startswith("fsdp2")
     assert run.plan["memory_per_gpu_gib"]["total"] <= gib
 
@@ -92,8 +104,17 @@ def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, t
     import json
 
     out = tmp_path / "run"
-    cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE), f"data.path={mini_blocks}", f"training.output_dir={out}",
-           "--dry-run", "--world-size", "4", "parallel.dp_shard=2"]
+    cmd = [
+        python(),
+        str(PRETRAIN_SCRIPT),
+        str(TINY_RECIPE),
+        f"data.path={mini_blocks}",
+        f"training.output_dir={out}",
+        "--dry-run",
+        "--world-size",
+        "4",
+        "parallel.dp_shard=2",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
@@ -101,10 +122,13 @@ def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, t
     layout = doc["resolved"]["layout"]
     assert (layout["engine"], layout["dp_replicate"], layout["dp_shard"]) == ("fsdp2", 2, 2)
     assert "FSDP2 over 2 ranks (parallel.dp_shard)" in layout["reason"] and "parallel layout: fsdp2" in proc.stderr
-    proc = subprocess.run(cmd[:-1] + ["parallel.tp=3"], cwd=REPO, env=subprocess_env(), capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == \
-        "error: parallel.tp=3 does not divide the world size 4", proc.stderr[-2000:]
+    proc = subprocess.run(
+        cmd[:-1] + ["parallel.tp=3"], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+    assert (
+        proc.returncode == 2
+        and proc.stderr.strip().splitlines()[-1] == "error: parallel.tp=3 does not divide the world size 4"
+    ), proc.stderr[-2000:]
     assert not out.exists()
 
 
@@ -112,8 +136,11 @@ def test_tensor_and_context_parallelism_come_with_fsdp2(mini_blocks):
     """accelerate composes tp and cp with FSDP2 only: tp 2 on 4 ranks shards the 2 data-parallel ranks with FSDP2;
     tp over every rank needs none; cp always brings the FSDP2 plugin."""
     data = [f"data.path={mini_blocks}"]
-    for world, overrides, engine, shard in ((4, ["parallel.tp=2"], "fsdp2+tp2", 2), (2, ["parallel.tp=2"], "ddp+tp2", 1),
-                                            (2, ["parallel.cp=2"], "fsdp2+cp2", 1)):
+    for world, overrides, engine, shard in (
+        (4, ["parallel.tp=2"], "fsdp2+tp2", 2),
+        (2, ["parallel.tp=2"], "ddp+tp2", 1),
+        (2, ["parallel.cp=2"], "fsdp2+cp2", 1),
+    ):
         layout = _resolve(TINY_RECIPE, [*data, *overrides], _machine(world)).layout
         assert (layout.engine, layout.dp_shard, layout.dp_replicate) == (engine, shard, 1), layout
 
@@ -129,11 +156,17 @@ def test_memory_per_gpu_under_tensor_and_context_parallelism():
     total = count_params(config).total
     half = params_per_gpu(config, 2)
     # transformers' plan shards every linear, the LM head and (embedding_rowwise) the embedding: the norms stay whole
-    norms = sum(p.numel() for n, p in __import__("hfpretrain.models.params", fromlist=["meta_model"])
-                .meta_model(config).named_parameters() if "norm" in n)
+    norms = sum(
+        p.numel()
+        for n, p in __import__("hfpretrain.models.params", fromlist=["meta_model"])
+        .meta_model(config)
+        .named_parameters()
+        if "norm" in n
+    )
     assert half == (total - norms) // 2 + norms
-    one, tp2, cp2 = (estimate_memory(config, TrainingLayout(1, 4096, tp=tp, cp=cp)) for tp, cp in
-                     ((1, 1), (2, 1), (1, 2)))
+    one, tp2, cp2 = (
+        estimate_memory(config, TrainingLayout(1, 4096, tp=tp, cp=cp)) for tp, cp in ((1, 1), (2, 1), (1, 2))
+    )
     assert tp2.weights == 4 * half and cp2.weights == one.weights
     assert 0.5 * one.activations_per_layer < tp2.activations_per_layer < 0.8 * one.activations_per_layer
     assert cp2.activations_per_layer == one.activations_per_layer // 2 and cp2.logits < one.logits
@@ -161,6 +194,8 @@ def test_elastic_resume_splits_the_global_batch_over_data_parallel_ranks(referen
     recipe = load_recipe(TINY_RECIPE, make_overrides(mini_blocks, tmp_path / "x", REFERENCE) + ["parallel.tp=2"])
     facts, ckpt = read_data_facts(recipe, planning=True), str(reference_run / "checkpoint-5")
     assert elastic_batch(ckpt, resolve(recipe, facts, _machine(4))) == [
-        "training.per_device_train_batch_size=2", "training.gradient_accumulation_steps=1"]
+        "training.per_device_train_batch_size=2",
+        "training.gradient_accumulation_steps=1",
+    ]
     with pytest.raises(RecipeError, match=r"6 processes \(3 data-parallel ranks\) cannot split that global batch"):
         elastic_batch(ckpt, resolve(recipe, facts, _machine(6)))

@@ -7,8 +7,16 @@ import pytest
 import torch
 
 from hfpretrain.models import build_model, load_config
-from hfpretrain.training.loss import (IGNORE_INDEX, CausalLMLoss, HiddenStateTap, LossSpec, causal_lm_loss,
-                                     liger_chunk_mem_const, loss_chunk_tokens, shift_labels)
+from hfpretrain.training.loss import (
+    IGNORE_INDEX,
+    CausalLMLoss,
+    HiddenStateTap,
+    LossSpec,
+    causal_lm_loss,
+    liger_chunk_mem_const,
+    loss_chunk_tokens,
+    shift_labels,
+)
 
 VOCAB = 512
 
@@ -40,8 +48,9 @@ def test_chunked_loss_equals_hf_loss(tiny, chunk):
     ref_grads = _grads(model)
 
     model.zero_grad()
-    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, ids,
-                          spec=LossSpec("chunked", chunk_tokens=chunk))
+    loss = causal_lm_loss(
+        _hidden(model, ids), model.get_output_embeddings().weight, ids, spec=LossSpec("chunked", chunk_tokens=chunk)
+    )
     loss.backward()
     torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
     grads = _grads(model)
@@ -63,8 +72,13 @@ def test_num_items_in_batch(tiny, as_tensor):
     ref_grads = _grads(model)
 
     model.zero_grad()
-    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, ids, num_items_in_batch=num,
-                          spec=LossSpec("chunked", chunk_tokens=50))
+    loss = causal_lm_loss(
+        _hidden(model, ids),
+        model.get_output_embeddings().weight,
+        ids,
+        num_items_in_batch=num,
+        spec=LossSpec("chunked", chunk_tokens=50),
+    )
     loss.backward()
     torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
     mean = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, ids)
@@ -79,8 +93,9 @@ def test_ignored_labels(tiny):
     labels[0, 10:] = IGNORE_INDEX
     labels[2, :5] = IGNORE_INDEX
     ref = model(input_ids=ids, labels=labels).loss
-    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, labels,
-                          spec=LossSpec("chunked", chunk_tokens=16))
+    loss = causal_lm_loss(
+        _hidden(model, ids), model.get_output_embeddings().weight, labels, spec=LossSpec("chunked", chunk_tokens=16)
+    )
     torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
 
 
@@ -111,7 +126,6 @@ def test_hidden_state_tap_gives_the_final_hidden_states(tiny):
         assert model(input_ids=ids).logits.shape == (3, 40, VOCAB)
 
 
-
 def _liger_chunk(tokens, vocab, hidden, mem_const):
     """liger-kernel 0.8.5's own chunk size, as written there (liger_kernel/ops/fused_linear_cross_entropy.py)."""
     cdiv = lambda a, b: -(-a // b)  # noqa: E731
@@ -120,8 +134,17 @@ def _liger_chunk(tokens, vocab, hidden, mem_const):
     return min(next_power_of_2, tokens)
 
 
-@pytest.mark.parametrize("tokens,hidden,floor", [(16384, 320, 0), (16384, 320, 1024), (16384, 320, 4096),
-                                                 (40960, 2048, 1024), (65536, 896, 1024), (2048, 64, 8192)])
+@pytest.mark.parametrize(
+    "tokens,hidden,floor",
+    [
+        (16384, 320, 0),
+        (16384, 320, 1024),
+        (16384, 320, 4096),
+        (40960, 2048, 1024),
+        (65536, 896, 1024),
+        (2048, 64, 8192),
+    ],
+)
 def test_liger_chunks_at_least_the_floor(tokens, hidden, floor):
     """A small model with a large vocabulary gets 64-token chunks from liger by default (256 kernel
     rounds per step): the floor raises liger's chunk_mem_const, to the smallest value that reaches it."""
@@ -149,8 +172,12 @@ def test_compiled_loss_equals_hf_loss(tiny, backend):
 
     model.zero_grad()
     torch._dynamo.reset()
-    loss = causal_lm_loss(_hidden(model, ids), model.get_output_embeddings().weight, labels,
-                          spec=LossSpec("compiled", compile_backend=backend))
+    loss = causal_lm_loss(
+        _hidden(model, ids),
+        model.get_output_embeddings().weight,
+        labels,
+        spec=LossSpec("compiled", compile_backend=backend),
+    )
     loss.backward()
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)
     for name, grad in _grads(model).items():
@@ -190,8 +217,9 @@ def test_z_loss_matches_its_definition(tiny, impl, chunk):
     logits = model(input_ids=ids).logits.float()
     targets = shift_labels(labels)
     keep = targets != IGNORE_INDEX
-    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX,
-                                           reduction="sum")
+    ce = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
     ref = (ce + z * (torch.logsumexp(logits, dim=-1).square() * keep).sum()) / keep.sum()
     ref.backward()
     ref_grads = _grads(model)
@@ -203,8 +231,9 @@ def test_z_loss_matches_its_definition(tiny, impl, chunk):
     loss.backward()
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)
     hidden, weight = _hidden(model, ids).detach(), model.get_output_embeddings().weight.detach()
-    without = causal_lm_loss(hidden, weight, labels,
-                             spec=LossSpec(impl, chunk_tokens=chunk, compile_backend="aot_eager"))
+    without = causal_lm_loss(
+        hidden, weight, labels, spec=LossSpec(impl, chunk_tokens=chunk, compile_backend="aot_eager")
+    )
     assert loss.item() > without.item()  # the term is there
     run_loss = CausalLMLoss(spec)
     torch.testing.assert_close(run_loss(hidden, weight, labels, training=True), loss.detach(), rtol=1e-6, atol=1e-6)
@@ -247,8 +276,10 @@ def test_fused_head_loss_equals_hf_loss(autocast, write_grad):
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         total = _HeadCrossEntropy.apply(hidden, weight, targets, 1e-3, None, write_grad)
         logits = (h2 @ w2.T).float()
-    ref = (F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
-           + 1e-3 * (torch.logsumexp(logits, -1).square() * (targets != IGNORE_INDEX)).sum())
+    ref = (
+        F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+        + 1e-3 * (torch.logsumexp(logits, -1).square() * (targets != IGNORE_INDEX)).sum()
+    )
     tol = {"rtol": 2e-2, "atol": 2e-2} if autocast else {}
     torch.testing.assert_close(total, ref, **tol)
     if write_grad:
@@ -280,9 +311,13 @@ def test_training_loss_through_the_fused_head_equals_the_compiled_one(monkeypatc
     for model, fused in zip(models, (True, False)):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             hidden = model.transformer(input_ids=ids).last_hidden_state
-            loss = L.causal_lm_loss(hidden, model.lm_head.weight, labels, num_items_in_batch=torch.tensor(20),
-                                    spec=L.LossSpec("compiled", compile_backend="eager", z_loss=1e-3,
-                                                    fused_head=fused))
+            loss = L.causal_lm_loss(
+                hidden,
+                model.lm_head.weight,
+                labels,
+                num_items_in_batch=torch.tensor(20),
+                spec=L.LossSpec("compiled", compile_backend="eager", z_loss=1e-3, fused_head=fused),
+            )
         loss.backward()
         results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
     (fused_loss, fused_grads), (ref_loss, ref_grads) = results

@@ -27,8 +27,16 @@ from forked import script
 from hfpretrain.paths import using_embedded_data
 from hfpretrain.training import RecipeError, load_recipe, pretrain
 from hfpretrain.data.mixture import MixtureBlocks, MixtureSchedule, Source, build_pattern, quotas, resolve_phases
-from train_utils import (wandb_records, PRETRAIN_SCRIPT, REPO, TINY_RECIPE, load_weights, read_log, run_pretrain,
-                         step_losses)
+from train_utils import (
+    wandb_records,
+    PRETRAIN_SCRIPT,
+    REPO,
+    TINY_RECIPE,
+    load_weights,
+    read_log,
+    run_pretrain,
+    step_losses,
+)
 
 CURRICULUM = REPO / "recipes" / "curriculum_small.yaml"
 # the high-quality subset: the embedded sample data (no DATA_ROOT) has no TechDocs, its Go code stands in
@@ -37,9 +45,13 @@ HQ_SETS = ["Books", "Code-Go", "Math"] if using_embedded_data() else ["Books", "
 
 # ---- the sampler on its own -------------------------------------------------------------------------
 
+
 def _source(name: str, blocks: int) -> Source:
-    return Source(name, f"/data/{name}", {"train": {"blocks": blocks}, "seq_len": 128, "fingerprint": name * 8,
-                                          "tokenizer": {"sha256": "same"}})
+    return Source(
+        name,
+        f"/data/{name}",
+        {"train": {"blocks": blocks}, "seq_len": 128, "fingerprint": name * 8, "tokenizer": {"sha256": "same"}},
+    )
 
 
 def _schedule(weights_per_phase, max_steps: int, samples_per_step: int, blocks=(1000, 37, 5000), shares=None):
@@ -56,7 +68,7 @@ def test_weights_within_one_percent_per_phase():
     schedule = _schedule([{"a": 0.5, "b": 0.3, "c": 0.2}, {"a": 1 / 3, "c": 2 / 3}], 1000, 32, shares=[0.7])
     located = np.array([schedule.locate(i)[0] for i in range(schedule.length)])
     for k, phase in enumerate(schedule.phases):
-        part = located[phase.start_step * 32: phase.end_step * 32]
+        part = located[phase.start_step * 32 : phase.end_step * 32]
         for s, name in enumerate(schedule.names):
             want = float(phase.weights.get(name, 0))
             seen = np.count_nonzero(part == s) / len(part)
@@ -64,8 +76,9 @@ def test_weights_within_one_percent_per_phase():
             assert schedule.phase_samples(k).get(name, 0) == np.count_nonzero(part == s)
     # counts at any position, without walking the run, equal the walk's
     for n in (0, 1, 31, 32, 22399, 22400, 22401, 31999, 32000):
-        assert schedule.samples_per_source(n) == {name: int(np.count_nonzero(located[:n] == s))
-                                                  for s, name in enumerate(schedule.names)}
+        assert schedule.samples_per_source(n) == {
+            name: int(np.count_nonzero(located[:n] == s)) for s, name in enumerate(schedule.names)
+        }
 
 
 def test_every_prefix_within_two_samples():
@@ -106,15 +119,17 @@ class _Blocks:
 
 
 def _dataset(schedule, seed):
-    return MixtureBlocks([_Blocks(s, schedule.sources[n].train_blocks) for s, n in enumerate(schedule.names)],
-                         schedule, seed)
+    return MixtureBlocks(
+        [_Blocks(s, schedule.sources[n].train_blocks) for s, n in enumerate(schedule.names)], schedule, seed
+    )
 
 
 def test_streams_epochs_and_phases():
     """Each source is read epoch by epoch (every block once per epoch, in a seed-dependent order), and a
     source used again in a later phase goes on where it stopped."""
-    schedule = _schedule([{"a": 0.2, "b": 0.8}, {"a": 1}, {"b": 1, "a": 1}], 60, 8, blocks=(50, 37),
-                         shares=[0.5, 0.25, 0.25])
+    schedule = _schedule(
+        [{"a": 0.2, "b": 0.8}, {"a": 1}, {"b": 1, "a": 1}], 60, 8, blocks=(50, 37), shares=[0.5, 0.25, 0.25]
+    )
     data = _dataset(schedule, seed=1)
     streams = {0: [], 1: []}
     for i in range(schedule.length):
@@ -124,9 +139,9 @@ def test_streams_epochs_and_phases():
         assert [j for j, _ in streams[s]] == list(range(len(streams[s])))  # no gap, no repeat, across phases
         blocks = [b for _, b in streams[s]]
         for e in range(len(blocks) // n):
-            assert sorted(blocks[e * n:(e + 1) * n]) == list(range(n)), (s, e)
+            assert sorted(blocks[e * n : (e + 1) * n]) == list(range(n)), (s, e)
         assert len(blocks) > 2 * n  # read more than twice: epochs 0, 1 and 2 seen
-        assert blocks[:n] != blocks[n:2 * n]  # each epoch its own order
+        assert blocks[:n] != blocks[n : 2 * n]  # each epoch its own order
 
 
 def test_deterministic_from_the_seed():
@@ -167,8 +182,11 @@ def test_phase_boundaries():
 
     mix = {"mixture": {"a": 1}}
     third = 1 / 3
-    assert ends([{**mix, "share": third}, {**mix, "share": third}, {**mix, "share": third}], 10) == [(0, 3), (3, 7),
-                                                                                                     (7, 10)]
+    assert ends([{**mix, "share": third}, {**mix, "share": third}, {**mix, "share": third}], 10) == [
+        (0, 3),
+        (3, 7),
+        (7, 10),
+    ]
     assert ends([{**mix, "share": 0.8}, mix], 300) == [(0, 240), (240, 300)]
     assert ends([{**mix, "steps": 7}, {**mix, "share": 0.5}, mix], 20) == [(0, 7), (7, 17), (17, 20)]
     with pytest.raises(ValueError, match="cover 8 steps but training.max_steps=10"):
@@ -182,21 +200,46 @@ def test_phase_boundaries():
 SOURCES = ["data.sources.web=/w", "data.sources.books=/b"]
 
 
-@pytest.mark.parametrize("extra, expect", [
-    (["data.mixture={web: 1, bookz: 1}"], "data.mixture: unknown source 'bookz' (did you mean 'books'?)"),
-    (["data.mixture={web: -1, books: 2}"], "data.mixture.web: weight -1 is negative"),
-    (["data.mixture={web: 0, books: 0}"], "data.mixture: the weights sum to 0"),
-    (["data.phases=[{mixture: {web: 1}, share: 0}, {mixture: {books: 1}}]"], r"data.phases[0].share=0 is outside (0, 1]"),
-    (["data.phases=[{mixture: {web: 1}, share: 1.5}, {mixture: {books: 1}}]"], "share=1.5 is outside (0, 1]"),
-    (["data.phases=[{mixture: {web: 1}}, {mixture: {books: 1}}]"], "data.phases[0]: only the last phase may leave out"),
-    (["data.phases=[{mixture: {web: 1}, shares: 0.5}, {mixture: {books: 1}}]"], "unknown key 'shares' (did you mean 'share'?)"),
-    (["data.phases=[{mixture: {web: 1}, share: 0.5, steps: 3}, {mixture: {books: 1}}]"], "share (fraction of max_steps) or steps, not both"),
-    (["data.mixture={web: 1}", "data.phases=[{mixture: {web: 1}}]"], "data.mixture and data.phases are both set"),
-    ([], "data.sources needs data.mixture"),
-    (["data.mixture={web: 1}", "data.decay_in_last_phase=true"], "needs training.lr_scheduler_type=warmup_stable_decay"),
-    (["data.mixture={web: 1}", "data.decay_in_last_phase=true", "training.lr_scheduler_type=warmup_stable_decay",
-      "training.lr_scheduler_kwargs={num_decay_steps: 5}"], "num_decay_steps is set by data.decay_in_last_phase"),
-])
+@pytest.mark.parametrize(
+    "extra, expect",
+    [
+        (["data.mixture={web: 1, bookz: 1}"], "data.mixture: unknown source 'bookz' (did you mean 'books'?)"),
+        (["data.mixture={web: -1, books: 2}"], "data.mixture.web: weight -1 is negative"),
+        (["data.mixture={web: 0, books: 0}"], "data.mixture: the weights sum to 0"),
+        (
+            ["data.phases=[{mixture: {web: 1}, share: 0}, {mixture: {books: 1}}]"],
+            r"data.phases[0].share=0 is outside (0, 1]",
+        ),
+        (["data.phases=[{mixture: {web: 1}, share: 1.5}, {mixture: {books: 1}}]"], "share=1.5 is outside (0, 1]"),
+        (
+            ["data.phases=[{mixture: {web: 1}}, {mixture: {books: 1}}]"],
+            "data.phases[0]: only the last phase may leave out",
+        ),
+        (
+            ["data.phases=[{mixture: {web: 1}, shares: 0.5}, {mixture: {books: 1}}]"],
+            "unknown key 'shares' (did you mean 'share'?)",
+        ),
+        (
+            ["data.phases=[{mixture: {web: 1}, share: 0.5, steps: 3}, {mixture: {books: 1}}]"],
+            "share (fraction of max_steps) or steps, not both",
+        ),
+        (["data.mixture={web: 1}", "data.phases=[{mixture: {web: 1}}]"], "data.mixture and data.phases are both set"),
+        ([], "data.sources needs data.mixture"),
+        (
+            ["data.mixture={web: 1}", "data.decay_in_last_phase=true"],
+            "needs training.lr_scheduler_type=warmup_stable_decay",
+        ),
+        (
+            [
+                "data.mixture={web: 1}",
+                "data.decay_in_last_phase=true",
+                "training.lr_scheduler_type=warmup_stable_decay",
+                "training.lr_scheduler_kwargs={num_decay_steps: 5}",
+            ],
+            "num_decay_steps is set by data.decay_in_last_phase",
+        ),
+    ],
+)
 def test_bad_mixtures_are_refused_at_load(extra, expect):
     with pytest.raises(RecipeError) as info:
         load_recipe(TINY_RECIPE, SOURCES + extra)
@@ -209,8 +252,10 @@ def test_mixture_without_sources_is_refused():
 
 
 def test_data_path_defaults_to_the_first_source():
-    recipe = load_recipe(None, ["data.sources.web=/w", "data.sources.books=/b", "data.mixture={web: 3, books: 1}",
-                                "training.max_steps=5"])
+    recipe = load_recipe(
+        None,
+        ["data.sources.web=/w", "data.sources.books=/b", "data.mixture={web: 3, books: 1}", "training.max_steps=5"],
+    )
     assert recipe.data.path == "/w"
 
 
@@ -229,8 +274,16 @@ def _fake_output(folder: Path, real: Path, **changes) -> Path:
 
 def test_mismatched_outputs_are_refused(mini_blocks, tmp_path):
     def plan(other):
-        return pretrain(TINY_RECIPE, [f"data.path={mini_blocks}", f"data.sources.mix={mini_blocks}",
-                                      f"data.sources.other={other}", "data.mixture={mix: 1, other: 1}"], dry_run=True)
+        return pretrain(
+            TINY_RECIPE,
+            [
+                f"data.path={mini_blocks}",
+                f"data.sources.mix={mini_blocks}",
+                f"data.sources.other={other}",
+                "data.mixture={mix: 1, other: 1}",
+            ],
+            dry_run=True,
+        )
 
     with pytest.raises(ValueError) as info:
         plan(_fake_output(tmp_path / "tok", mini_blocks, sha256="0" * 64))
@@ -243,21 +296,37 @@ def test_mismatched_outputs_are_refused(mini_blocks, tmp_path):
     from hfpretrain.training.config import load_recipe
     from hfpretrain.training.resolve import read_data_facts
 
-    recipe = load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", f"data.sources.mix={mini_blocks}",
-                                       f"data.sources.other={tmp_path / 'nowhere'}", "data.mixture={mix: 1, other: 1}"])
+    recipe = load_recipe(
+        TINY_RECIPE,
+        [
+            f"data.path={mini_blocks}",
+            f"data.sources.mix={mini_blocks}",
+            f"data.sources.other={tmp_path / 'nowhere'}",
+            "data.mixture={mix: 1, other: 1}",
+        ],
+    )
     with pytest.raises(FileNotFoundError, match="^data.sources.other=.*nowhere: .* is missing or not JSON"):
         read_data_facts(recipe)
 
 
 # ---- tokenize --sets ------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def hq_blocks(tmp_path_factory, mini_train, mini_val, gpt2_tokenizer) -> Path:
     """The Books + TechDocs + Math documents of the mini corpus (the first 80 of them), gpt2, seq_len 128."""
     from hfpretrain.data import tokenize_corpus
 
-    return tokenize_corpus(inputs=[mini_train], val_inputs=[mini_val], out=tmp_path_factory.mktemp("hq") / "hq",
-                           tokenizer=gpt2_tokenizer, seq_len=128, max_docs=80, val_docs=30, sets=HQ_SETS)
+    return tokenize_corpus(
+        inputs=[mini_train],
+        val_inputs=[mini_val],
+        out=tmp_path_factory.mktemp("hq") / "hq",
+        tokenizer=gpt2_tokenizer,
+        seq_len=128,
+        max_docs=80,
+        val_docs=30,
+        sets=HQ_SETS,
+    )
 
 
 def test_tokenize_keeps_only_the_named_sets(hq_blocks, mini_blocks):
@@ -268,14 +337,35 @@ def test_tokenize_keeps_only_the_named_sets(hq_blocks, mini_blocks):
     assert set(manifest["train"]["tokens_per_set"]) == set(HQ_SETS)
     assert set(manifest["validation"]["tokens_per_set"]) <= set(HQ_SETS)
     assert set(manifest["sets"]) <= set(HQ_SETS) and manifest["train"]["documents"] == 80
-    assert manifest["tokenizer"]["sha256"] == json.loads((mini_blocks / "manifest.json").read_text())["tokenizer"]["sha256"]
+    assert (
+        manifest["tokenizer"]["sha256"]
+        == json.loads((mini_blocks / "manifest.json").read_text())["tokenizer"]["sha256"]
+    )
     args = ([], None, "t", 0, 128, 10, None)
     assert fingerprint(*args) == fingerprint(*args, None) != fingerprint(*args, HQ_SETS)  # old outputs keep theirs
 
 
 def test_tokenize_unknown_set_is_one_line(mini_train, gpt2_tokenizer, tmp_path):
-    proc = script("tokenize_pile.py", "-q", "--input", mini_train, "--tokenizer", gpt2_tokenizer, "--seq-len", "128",
-                  "--out", tmp_path / "x", "--max-docs", "20", "--val-docs", "3", "--sets", "Books", "Bookz", cwd=REPO)
+    proc = script(
+        "tokenize_pile.py",
+        "-q",
+        "--input",
+        mini_train,
+        "--tokenizer",
+        gpt2_tokenizer,
+        "--seq-len",
+        "128",
+        "--out",
+        tmp_path / "x",
+        "--max-docs",
+        "20",
+        "--val-docs",
+        "3",
+        "--sets",
+        "Books",
+        "Bookz",
+        cwd=REPO,
+    )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("error: sets: no train document of Bookz")
     assert not (tmp_path / "x").exists()
@@ -283,18 +373,30 @@ def test_tokenize_unknown_set_is_one_line(mini_train, gpt2_tokenizer, tmp_path):
 
 # ---- dry run ---------------------------------------------------------------------------------------------
 
+
 def test_dry_run_prints_the_phases(mini_blocks, hq_blocks, tmp_path):
-    proc = script(PRETRAIN_SCRIPT.name, CURRICULUM, f"data.path={mini_blocks}", f"data.sources.mix={mini_blocks}",
-                  f"data.sources.hq={hq_blocks}", f"training.output_dir={tmp_path / 'run'}", "training.max_steps=1000",
-                  "--dry-run", cwd=REPO)
+    proc = script(
+        PRETRAIN_SCRIPT.name,
+        CURRICULUM,
+        f"data.path={mini_blocks}",
+        f"data.sources.mix={mini_blocks}",
+        f"data.sources.hq={hq_blocks}",
+        f"training.output_dir={tmp_path / 'run'}",
+        "training.max_steps=1000",
+        "--dry-run",
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = json.loads(proc.stdout)["plan"]
     data = plan["data"]
-    assert [(p["name"], p["start_step"], p["end_step"]) for p in data["phases"]] == [("diverse", 0, 800),
-                                                                                     ("high_quality", 800, 1000)]
+    assert [(p["name"], p["start_step"], p["end_step"]) for p in data["phases"]] == [
+        ("diverse", 0, 800),
+        ("high_quality", 800, 1000),
+    ]
     assert data["phases"][1]["starts_at_tokens"] == 800 * 16 * 128
-    assert data["phases"][1]["sources"] == {"hq": {"weight": 1.0, "samples": 200 * 16, "tokens": 200 * 16 * 128,
-                                                   "share_of_tokens": 1.0}}
+    assert data["phases"][1]["sources"] == {
+        "hq": {"weight": 1.0, "samples": 200 * 16, "tokens": 200 * 16 * 128, "share_of_tokens": 1.0}
+    }
     hq_train = json.loads((hq_blocks / "manifest.json").read_text())["train"]["blocks"]
     assert data["sources"]["hq"]["passes"] == pytest.approx(200 * 16 / hq_train)
     assert plan["lr_schedule"]["num_decay_steps"] == 200 and plan["lr_schedule"]["decay_starts_at_step"] == 800
@@ -312,13 +414,24 @@ def test_document_mask_counts_each_sources_attended_length(mini_blocks, hq_block
     the run reads from each (plan.attended_flops)."""
     from hfpretrain.data.order import attended_length, load_input_ids
 
-    plan = pretrain(str(CURRICULUM), [f"data.path={mini_blocks}", f"data.sources.mix={mini_blocks}",
-                                      f"data.sources.hq={hq_blocks}", f"training.output_dir={tmp_path / 'run'}",
-                                      "training.max_steps=1000", "model.document_mask=true"], dry_run=True)["plan"]
+    plan = pretrain(
+        str(CURRICULUM),
+        [
+            f"data.path={mini_blocks}",
+            f"data.sources.mix={mini_blocks}",
+            f"data.sources.hq={hq_blocks}",
+            f"training.output_dir={tmp_path / 'run'}",
+            "training.max_steps=1000",
+            "model.document_mask=true",
+        ],
+        dry_run=True,
+    )["plan"]
     eos = json.loads((mini_blocks / "manifest.json").read_text())["tokenizer"]["eos_token_id"]
     samples = {name: source["samples"] for name, source in plan["data"]["sources"].items()}
-    lengths = {"mix": attended_length(load_input_ids(mini_blocks, "train"), eos),
-               "hq": attended_length(load_input_ids(hq_blocks, "train"), eos)}
+    lengths = {
+        "mix": attended_length(load_input_ids(mini_blocks, "train"), eos),
+        "hq": attended_length(load_input_ids(hq_blocks, "train"), eos),
+    }
     assert lengths["mix"] != lengths["hq"]
     want = sum(samples[n] * lengths[n] for n in samples) / sum(samples.values())
     assert plan["attended_length"] == pytest.approx(want)
@@ -329,10 +442,14 @@ def test_document_mask_counts_each_sources_attended_length(mini_blocks, hq_block
 
 # run_pretrain(..., recipe=CURRICULUM): the shipped recipe under the tests' common overrides (train_utils.BASE)
 CURRICULUM_RUN = {
-    "training.max_steps": "6", "training.save_strategy": "steps", "training.save_steps": "1",
+    "training.max_steps": "6",
+    "training.save_strategy": "steps",
+    "training.save_steps": "1",
     "training.save_total_limit": "null",
-    "training.lr_scheduler_type": "warmup_stable_decay", "training.lr_scheduler_kwargs": "{min_lr_ratio: 0.1}",
-    "training.warmup_steps": "1", "data.decay_in_last_phase": "true",
+    "training.lr_scheduler_type": "warmup_stable_decay",
+    "training.lr_scheduler_kwargs": "{min_lr_ratio: 0.1}",
+    "training.warmup_steps": "1",
+    "data.decay_in_last_phase": "true",
     # phase 1: steps 1-3, 3 of every 4 samples from the mix; phase 2: steps 4-6, the subset alone
     "data.phases": "[{name: mixed, mixture: {mix: 0.75, hq: 0.25}, steps: 3}, {name: hq, mixture: {hq: 1.0}}]",
 }
@@ -356,9 +473,12 @@ def test_resume_across_the_phase_boundary_is_exact(curriculum_run, mini_blocks, 
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(curriculum_run / f"checkpoint-{stop}", run / f"checkpoint-{stop}")
-    summary = run_pretrain(mini_blocks, run, _mixture_overrides(mini_blocks, hq_blocks,
-                                                                {"training.resume_from_checkpoint": "auto"}),
-                           recipe=CURRICULUM)
+    summary = run_pretrain(
+        mini_blocks,
+        run,
+        _mixture_overrides(mini_blocks, hq_blocks, {"training.resume_from_checkpoint": "auto"}),
+        recipe=CURRICULUM,
+    )
     assert summary["global_step"] == 6
     ref, resumed = step_losses(curriculum_run), step_losses(run)
     assert sorted(resumed) == list(range(stop + 1, 7))
@@ -397,11 +517,13 @@ def test_lineage_everywhere(curriculum_run, mini_blocks, hq_blocks):
         assert src["path"] == str(folder.resolve()) and src["fingerprint"] == manifest["fingerprint"]
         assert src["tokenizer_sha256"] == manifest["tokenizer"]["sha256"] == record["tokenizer"]["sha256"]
         import hashlib
+
         assert src["manifest_sha256"] == hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
     assert record["sources"]["hq"]["select_sets"] == HQ_SETS
     assert [(p["name"], p["start_step"], p["end_step"], p["mixture"], p["tokens"]) for p in record["phases"]] == [
         ("mixed", 0, 3, {"mix": 0.75, "hq": 0.25}, {"mix": 9 * 128, "hq": 3 * 128}),
-        ("hq", 3, 6, {"hq": 1.0}, {"hq": 12 * 128})]
+        ("hq", 3, 6, {"hq": 1.0}, {"hq": 12 * 128}),
+    ]
     assert record["validation"]["path"] == str(mini_blocks.resolve())
 
 
@@ -411,8 +533,14 @@ def test_resuming_with_another_mixture_is_refused(curriculum_run, mini_blocks, h
     shutil.copytree(curriculum_run / "checkpoint-2", run / "checkpoint-2")
     other = "[{name: mixed, mixture: {mix: 0.5, hq: 0.5}, steps: 3}, {name: hq, mixture: {hq: 1.0}}]"
     with pytest.raises(ValueError) as info:
-        run_pretrain(mini_blocks, run, _mixture_overrides(mini_blocks, hq_blocks, {
-            "training.resume_from_checkpoint": "auto", "data.phases": other}), recipe=CURRICULUM)
+        run_pretrain(
+            mini_blocks,
+            run,
+            _mixture_overrides(
+                mini_blocks, hq_blocks, {"training.resume_from_checkpoint": "auto", "data.phases": other}
+            ),
+            recipe=CURRICULUM,
+        )
     assert "data mixture (from step 0: 0.75×mix" in str(info.value) and "→ (from step 0: 0.5×mix" in str(info.value)
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint-2"]  # nothing written
 
@@ -423,8 +551,14 @@ def test_a_longer_last_phase_is_the_same_run(curriculum_run, mini_blocks, hq_blo
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(curriculum_run / "checkpoint-6", run / "checkpoint-6")
-    summary = run_pretrain(mini_blocks, run, _mixture_overrides(mini_blocks, hq_blocks, {
-        "training.resume_from_checkpoint": "auto", "training.max_steps": "8"}), recipe=CURRICULUM)
+    summary = run_pretrain(
+        mini_blocks,
+        run,
+        _mixture_overrides(
+            mini_blocks, hq_blocks, {"training.resume_from_checkpoint": "auto", "training.max_steps": "8"}
+        ),
+        recipe=CURRICULUM,
+    )
     assert summary["global_step"] == 8 and summary["data"]["tokens_seen/hq"] == (3 + 5 * 4) * 128
 
 
@@ -432,23 +566,43 @@ def test_plain_data_path_run_records_its_lineage(reference_run, mini_blocks):
     """The one-source recipe is unchanged (its data order is tested in test_train.py) and records lineage."""
     record = json.loads((reference_run / "lineage.json").read_text())
     assert record["sources"]["data"]["path"] == str(mini_blocks.resolve())
-    assert record["phases"] == [{"index": 1, "name": "phase1", "start_step": 0, "end_step": 10,
-                                 "mixture": {"data": 1.0}, "samples": {"data": 40}, "tokens": {"data": 40 * 128}}]
+    assert record["phases"] == [
+        {
+            "index": 1,
+            "name": "phase1",
+            "start_step": 0,
+            "end_step": 10,
+            "mixture": {"data": 1.0},
+            "samples": {"data": 40},
+            "tokens": {"data": 40 * 128},
+        }
+    ]
     assert json.loads((reference_run / "checkpoint-5" / "data.json").read_text())["lineage"] == record
     assert (reference_run / "final" / "lineage.json").is_file()
 
 
 # ---- W&B artifacts, offline ---------------------------------------------------------------------------
 
+
 def test_wandb_artifacts_offline(mini_blocks, hq_blocks, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "run"
-    run_pretrain(mini_blocks, out, {"data.sources.mix": str(mini_blocks), "data.sources.hq": str(hq_blocks),
-                                    "data.mixture": "{mix: 1, hq: 1}", "training.max_steps": "2",
-                                    "training.report_to": "[wandb]", "logging.wandb_checkpoint_artifacts": "true",
-                                    "training.save_strategy": "steps", "training.save_steps": "1"})
+    run_pretrain(
+        mini_blocks,
+        out,
+        {
+            "data.sources.mix": str(mini_blocks),
+            "data.sources.hq": str(hq_blocks),
+            "data.mixture": "{mix: 1, hq: 1}",
+            "training.max_steps": "2",
+            "training.report_to": "[wandb]",
+            "logging.wandb_checkpoint_artifacts": "true",
+            "training.save_strategy": "steps",
+            "training.save_steps": "1",
+        },
+    )
     files = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(files) == 1, list(tmp_path.rglob("*"))
     artifacts = [r.artifact for r in wandb_records(files[0]) if r.WhichOneof("record_type") == "artifact"]
@@ -461,7 +615,9 @@ def test_wandb_artifacts_offline(mini_blocks, hq_blocks, tmp_path, monkeypatch):
         assert entries["manifest.json"].ref == ""  # uploaded: small, versions the data
         refs = [e for p, e in entries.items() if p.startswith("data/")]
         assert refs and all(e.ref.startswith(folder.resolve().as_uri() + "/") for e in refs)  # the folder, by reference
-        assert json.loads(art.metadata)["fingerprint"] == json.loads((folder / "manifest.json").read_text())["fingerprint"]
+        assert (
+            json.loads(art.metadata)["fingerprint"] == json.loads((folder / "manifest.json").read_text())["fingerprint"]
+        )
     models = {tuple(sorted(set(a.aliases) - {"latest"})): a for a in artifacts if a.type == "model"}  # outputs
     assert set(models) == {("step-1",), ("step-2",), ("final", "step-2")}, list(models)
     for aliases, folder in ((("final", "step-2"), out / "final"), (("step-1",), out / "checkpoint-1")):
@@ -476,6 +632,7 @@ def test_wandb_artifacts_offline(mini_blocks, hq_blocks, tmp_path, monkeypatch):
 
 # ---- the shipped demonstration recipe ---------------------------------------------------------------------
 
+
 def test_curriculum_small_recipe_trains(mini_blocks, hq_blocks, tmp_path):
     """recipes/curriculum_small.yaml as shipped, shortened to 5 steps of 4 blocks: phase 2 (the subset)
     is step 5, the WSD decay with it; the final evaluation reports the loss per validation set."""
@@ -484,12 +641,25 @@ def test_curriculum_small_recipe_trains(mini_blocks, hq_blocks, tmp_path):
     out = tmp_path / "run"
     previous = signal.getsignal(signal.SIGTERM)  # PreemptionCallback installs its own: give pytest's back
     try:
-        summary = pretrain(str(CURRICULUM), [
-            f"data.path={mini_blocks}", f"data.sources.mix={mini_blocks}", f"data.sources.hq={hq_blocks}",
-            f"training.output_dir={out}", "training.max_steps=5", "training.warmup_steps=1",
-            "training.per_device_train_batch_size=4", "training.per_device_eval_batch_size=16",
-            "training.logging_steps=1", "training.eval_steps=5", "training.save_steps=5", "training.disable_tqdm=true",
-            "evaluation.eval_tokens=2048", "evaluation.final_eval_tokens=4096"])
+        summary = pretrain(
+            str(CURRICULUM),
+            [
+                f"data.path={mini_blocks}",
+                f"data.sources.mix={mini_blocks}",
+                f"data.sources.hq={hq_blocks}",
+                f"training.output_dir={out}",
+                "training.max_steps=5",
+                "training.warmup_steps=1",
+                "training.per_device_train_batch_size=4",
+                "training.per_device_eval_batch_size=16",
+                "training.logging_steps=1",
+                "training.eval_steps=5",
+                "training.save_steps=5",
+                "training.disable_tqdm=true",
+                "evaluation.eval_tokens=2048",
+                "evaluation.final_eval_tokens=4096",
+            ],
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert summary["global_step"] == 5 and summary["data"]["tokens_seen/hq"] == 4 * 128
@@ -503,6 +673,7 @@ def test_curriculum_small_recipe_trains(mini_blocks, hq_blocks, tmp_path):
     mean = sum(per_set[k] * tokens[k] for k in per_set) / sum(tokens.values())
     assert mean == pytest.approx(final["eval_loss"], abs=2e-3)  # the same losses, counted by set
     val = manifest["validation"]  # each set's bits per byte: its loss x its own tokens per byte of text
-    assert final["eval_bpb_per_set"] == pytest.approx({k: per_set[k] * val["tokens_per_set"][k] / val["text_bytes_per_set"][k]
-                                                       / np.log(2) for k in per_set}, rel=1e-9)
+    assert final["eval_bpb_per_set"] == pytest.approx(
+        {k: per_set[k] * val["tokens_per_set"][k] / val["text_bytes_per_set"][k] / np.log(2) for k in per_set}, rel=1e-9
+    )
     assert (out / "final" / "lineage.json").is_file()

@@ -8,13 +8,26 @@ import torch
 
 from hfpretrain.eval.harness import evaluate_checkpoint
 
-SHAPE = {"model.overrides.num_hidden_layers": "2", "model.overrides.hidden_size": "64",
-         "model.overrides.num_attention_heads": "2", "model.overrides.num_key_value_heads": "2",
-         "model.overrides.head_dim": "32", "model.overrides.moe_intermediate_size": "32",
-         "model.overrides.num_experts_per_tok": "2", "training.max_steps": "3", "training.save_steps": "3"}
-FAMILIES = {"qwen3_moe": {"model.config": "qwen3_moe_109m_a21m", "model.overrides.num_experts": "4"},
-            "glm4_moe": {"model.config": "glm4_moe_101m_a24m", "model.overrides.n_routed_experts": "4",
-                         "model.overrides.intermediate_size": "64", "moe.bias_update_rate": "0.01"}}
+SHAPE = {
+    "model.overrides.num_hidden_layers": "2",
+    "model.overrides.hidden_size": "64",
+    "model.overrides.num_attention_heads": "2",
+    "model.overrides.num_key_value_heads": "2",
+    "model.overrides.head_dim": "32",
+    "model.overrides.moe_intermediate_size": "32",
+    "model.overrides.num_experts_per_tok": "2",
+    "training.max_steps": "3",
+    "training.save_steps": "3",
+}
+FAMILIES = {
+    "qwen3_moe": {"model.config": "qwen3_moe_109m_a21m", "model.overrides.num_experts": "4"},
+    "glm4_moe": {
+        "model.config": "glm4_moe_101m_a24m",
+        "model.overrides.n_routed_experts": "4",
+        "model.overrides.intermediate_size": "64",
+        "moe.bias_update_rate": "0.01",
+    },
+}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -43,7 +56,15 @@ def test_pipeline_generates_with_the_kv_cache(moe_checkpoint):
 
 def test_lm_eval_scores_the_checkpoint(moe_checkpoint, data_root, tmp_path):
     _, folder = moe_checkpoint
-    res = evaluate_checkpoint(folder, tasks=("arc_easy",), limit=4, batch_size=4, dtype="float32", device="cpu",
-                              out_dir=tmp_path, data_root=data_root)
+    res = evaluate_checkpoint(
+        folder,
+        tasks=("arc_easy",),
+        limit=4,
+        batch_size=4,
+        dtype="float32",
+        device="cpu",
+        out_dir=tmp_path,
+        data_root=data_root,
+    )
     assert 0.0 <= res["results"]["arc_easy"]["acc,none"] <= 1.0
     assert res["n-samples"]["arc_easy"]["effective"] == 4

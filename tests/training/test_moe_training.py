@@ -13,12 +13,20 @@ from hfpretrain.training import RecipeError
 
 from train_utils import REPO, read_log, run_pretrain
 
-TINY_MOE = {"model.config": "qwen3_moe_109m_a21m", "model.overrides.num_hidden_layers": "2",
-            "model.overrides.hidden_size": "64", "model.overrides.num_attention_heads": "2",
-            "model.overrides.num_key_value_heads": "2", "model.overrides.head_dim": "32",
-            "model.overrides.moe_intermediate_size": "32", "model.overrides.num_experts": "4",
-            "model.overrides.num_experts_per_tok": "2", "training.max_steps": "3", "training.save_steps": "3",
-            "training.logging_steps": "1"}
+TINY_MOE = {
+    "model.config": "qwen3_moe_109m_a21m",
+    "model.overrides.num_hidden_layers": "2",
+    "model.overrides.hidden_size": "64",
+    "model.overrides.num_attention_heads": "2",
+    "model.overrides.num_key_value_heads": "2",
+    "model.overrides.head_dim": "32",
+    "model.overrides.moe_intermediate_size": "32",
+    "model.overrides.num_experts": "4",
+    "model.overrides.num_experts_per_tok": "2",
+    "training.max_steps": "3",
+    "training.save_steps": "3",
+    "training.logging_steps": "1",
+}
 
 
 def test_a_tiny_moe_trains_and_reloads(mini_blocks, tmp_path):
@@ -51,12 +59,15 @@ def test_the_aux_loss_weight_does_not_depend_on_the_micro_batch_split(mini_block
     same logged losses and weights. transformers adds the aux loss whole to every micro-batch, which weighted it
     twice here, and world-size times more on several GPUs."""
     base = {**TINY_MOE, "training.max_steps": "2", "training.save_steps": "2", "moe.aux_loss_coef": "5.0"}
-    runs = {"4x1": {}, "2x2": {"training.per_device_train_batch_size": "2",
-                                "training.gradient_accumulation_steps": "2"}}
+    runs = {
+        "4x1": {},
+        "2x2": {"training.per_device_train_batch_size": "2", "training.gradient_accumulation_steps": "2"},
+    }
     for name, split in runs.items():
         run_pretrain(mini_blocks, tmp_path / name, {**base, **split})
-    losses = [[e["loss"] for e in read_log(tmp_path / name) if e.get("event") == "log" and "loss" in e]
-              for name in runs]
+    losses = [
+        [e["loss"] for e in read_log(tmp_path / name) if e.get("event") == "log" and "loss" in e] for name in runs
+    ]
     # the load-balancing loss of two halves is not quite that of the whole (a product of per-expert shares): 0.005
     # to 0.1 apart on the two corpora here, where a doubled weight adds at least 5 (aux >= 1 at any routing, x 5)
     assert losses[0] == pytest.approx(losses[1], abs=0.5)
@@ -69,8 +80,11 @@ def test_experts_implementation_checks(mini_blocks, tmp_path):
         run_pretrain(mini_blocks, tmp_path / "bad", {**TINY_MOE, "model.experts_implementation": "loop"})
     # transformers' CuTe DSL backend cannot load on a CPU (nor without the kernels package, nor offline): one line
     # naming what is missing, before anything is written
-    with pytest.raises(RecipeError, match=r"model.experts_implementation=sonicmoe: .*(sonic|kernels|CUDA).*; use "
-                                          r"grouped_mm"):
+    with pytest.raises(
+        RecipeError,
+        match=r"model.experts_implementation=sonicmoe: .*(sonic|kernels|CUDA).*; use "
+        r"grouped_mm",
+    ):
         run_pretrain(mini_blocks, tmp_path / "sonic", {**TINY_MOE, "model.experts_implementation": "sonicmoe"})
     assert not any((tmp_path / name).exists() for name in ("dense", "bad", "sonic"))
 
@@ -82,8 +96,7 @@ def test_forced_balance_gives_every_expert_the_same_rows(mini_blocks, tmp_path):
     run_pretrain(mini_blocks, out, {**TINY_MOE, "moe.forced_balance": "true"})
     logs = [e for e in read_log(out) if e.get("event") == "log" and "loss" in e]
     assert len(logs) == 3
-    assert all(e["expert_load_max_mean"] == 1.0 == e["expert_load_min_mean"] and e["dead_experts"] == 0
-               for e in logs)
+    assert all(e["expert_load_max_mean"] == 1.0 == e["expert_load_min_mean"] and e["dead_experts"] == 0 for e in logs)
 
 
 def test_dry_run_prints_the_choice_and_its_reason(mini_blocks, tmp_path):
@@ -98,8 +111,12 @@ def test_dry_run_prints_the_choice_and_its_reason(mini_blocks, tmp_path):
     json.dumps(plan, default=str)
 
 
-TINY_GLM = {**TINY_MOE, "model.config": "glm4_moe_101m_a24m", "model.overrides.n_routed_experts": "4",
-            "model.overrides.intermediate_size": "64"}
+TINY_GLM = {
+    **TINY_MOE,
+    "model.config": "glm4_moe_101m_a24m",
+    "model.overrides.n_routed_experts": "4",
+    "model.overrides.intermediate_size": "64",
+}
 del TINY_GLM["model.overrides.num_experts"]
 
 
@@ -116,16 +133,23 @@ def test_aux_loss_free_balancing_moves_the_bias_logs_the_load_and_resumes_exactl
     and the final bias are bitwise those of the uninterrupted run."""
     import shutil
 
-    run = {**TINY_GLM, "moe.bias_update_rate": "0.01", "training.max_steps": "4", "training.save_steps": "2",
-           "training.save_strategy": "steps", "training.save_total_limit": "3"}
+    run = {
+        **TINY_GLM,
+        "moe.bias_update_rate": "0.01",
+        "training.max_steps": "4",
+        "training.save_steps": "2",
+        "training.save_strategy": "steps",
+        "training.save_total_limit": "3",
+    }
     ref = tmp_path / "ref"
     run_pretrain(mini_blocks, ref, run)
     (bias,) = _bias(ref / "final").values()
     steps = torch.round(bias.abs() / 0.01)
     assert bias.abs().max() > 0 and torch.allclose(bias.abs(), steps * 0.01, atol=1e-6) and steps.max() <= 4
     logs = [e for e in read_log(ref) if e.get("event") == "log" and "loss" in e]
-    assert all(0 <= e["dead_experts"] <= 1 and e["expert_load_max_mean"] >= 1 >= e["expert_load_min_mean"]
-               for e in logs)
+    assert all(
+        0 <= e["dead_experts"] <= 1 and e["expert_load_max_mean"] >= 1 >= e["expert_load_min_mean"] for e in logs
+    )
     assert "expert_load_max_mean/0" in logs[0]  # one MoE layer (GLM's first layer is dense)
     _check_the_plot_has_the_load(ref / "log.jsonl", tmp_path)
 
@@ -146,19 +170,22 @@ def _check_the_plot_has_the_load(log, tmp_path):
     from hfpretrain.study.plots import plot_run
 
     dense_log = tmp_path / "dense.jsonl"
-    dense_log.write_text("".join(json.dumps({k: v for k, v in e.items() if "expert" not in k}) + "\n"
-                                 for e in read_log(log.parent)))
+    dense_log.write_text(
+        "".join(json.dumps({k: v for k, v in e.items() if "expert" not in k}) + "\n" for e in read_log(log.parent))
+    )
     moe_png, dense_png = plot_run(log, tmp_path / "moe.png"), plot_run(dense_log, tmp_path / "dense.png")
     moe_height, dense_height = (matplotlib.image.imread(p).shape[0] for p in (moe_png, dense_png))
     assert moe_height == pytest.approx(1.5 * dense_height, rel=0.02)
 
 
 def test_moe_settings_the_model_cannot_take(mini_blocks, tmp_path):
-    cases = [({"moe.bias_update_rate": "0.001"}, "dense model"),
-             ({**TINY_MOE, "moe.bias_update_rate": "0.001"}, "no correction bias"),
-             ({**TINY_GLM, "moe.aux_loss_coef": "0.01"}, "no auxiliary loss for glm4_moe"),
-             ({**TINY_MOE, "moe.bias_update_rate": "-1"}, "must be >= 0"),
-             ({"moe.forced_balance": "true"}, "moe.forced_balance: .* dense model")]
+    cases = [
+        ({"moe.bias_update_rate": "0.001"}, "dense model"),
+        ({**TINY_MOE, "moe.bias_update_rate": "0.001"}, "no correction bias"),
+        ({**TINY_GLM, "moe.aux_loss_coef": "0.01"}, "no auxiliary loss for glm4_moe"),
+        ({**TINY_MOE, "moe.bias_update_rate": "-1"}, "must be >= 0"),
+        ({"moe.forced_balance": "true"}, "moe.forced_balance: .* dense model"),
+    ]
     for k, (extra, message) in enumerate(cases):
         with pytest.raises(RecipeError, match=message):
             run_pretrain(mini_blocks, tmp_path / str(k), extra)
@@ -201,8 +228,13 @@ def test_a_checkpoint_whose_weights_do_not_fit_is_refused_not_resumed_with_fresh
 
     from hfpretrain.models import build_model
 
-    run = {**TINY_MOE, "training.max_steps": "2", "training.save_steps": "1", "training.save_strategy": "steps",
-           "training.save_total_limit": "3"}
+    run = {
+        **TINY_MOE,
+        "training.max_steps": "2",
+        "training.save_steps": "1",
+        "training.save_strategy": "steps",
+        "training.save_total_limit": "3",
+    }
     run_pretrain(mini_blocks, tmp_path / "run", run)
     checkpoint = tmp_path / "run" / "checkpoint-1"
     model = build_model(AutoConfig.from_pretrained(checkpoint))  # a model built, not loaded, saves the Hub's layout
@@ -210,17 +242,32 @@ def test_a_checkpoint_whose_weights_do_not_fit_is_refused_not_resumed_with_fresh
     model.save_pretrained(checkpoint)
     assert "model.layers.0.mlp.experts.0.up_proj.weight" in load_file(str(checkpoint / "model.safetensors"))
     with pytest.raises(ValueError, match="weights do not fit the model: .* missing .*experts"):
-        run_pretrain(mini_blocks, tmp_path / "run", {**run, "training.max_steps": "3",
-                                                     "training.resume_from_checkpoint": str(checkpoint)})
+        run_pretrain(
+            mini_blocks,
+            tmp_path / "run",
+            {**run, "training.max_steps": "3", "training.resume_from_checkpoint": str(checkpoint)},
+        )
 
 
 def _tiny_glm(experts="eager", **overrides):
     from hfpretrain.models import build_model, load_config
 
-    config = load_config("glm4_moe_101m_a24m", {"num_hidden_layers": 3, "hidden_size": 64, "num_attention_heads": 2,
-                                                 "num_key_value_heads": 2, "head_dim": 32, "moe_intermediate_size": 32,
-                                                 "n_routed_experts": 8, "num_experts_per_tok": 2,
-                                                 "intermediate_size": 64, **overrides}, vocab_size=100)
+    config = load_config(
+        "glm4_moe_101m_a24m",
+        {
+            "num_hidden_layers": 3,
+            "hidden_size": 64,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "moe_intermediate_size": 32,
+            "n_routed_experts": 8,
+            "num_experts_per_tok": 2,
+            "intermediate_size": 64,
+            **overrides,
+        },
+        vocab_size=100,
+    )
     return build_model(config, attn_implementation="eager", experts_implementation=experts)
 
 
@@ -280,11 +327,22 @@ def test_a_model_whose_routers_return_no_choice():
     from hfpretrain.models import build_model, load_config
     from hfpretrain.training.moe import ExpertBalanceCallback, ExpertLoad, find_routers
 
-    model = build_model(load_config("qwen3_moe_109m_a21m", {"num_hidden_layers": 1, "hidden_size": 64,
-                                                             "num_attention_heads": 2, "num_key_value_heads": 2,
-                                                             "head_dim": 32, "moe_intermediate_size": 32,
-                                                             "num_experts": 4, "num_experts_per_tok": 2},
-                                    vocab_size=100))
+    model = build_model(
+        load_config(
+            "qwen3_moe_109m_a21m",
+            {
+                "num_hidden_layers": 1,
+                "hidden_size": 64,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 2,
+                "head_dim": 32,
+                "moe_intermediate_size": 32,
+                "num_experts": 4,
+                "num_experts_per_tok": 2,
+            },
+            vocab_size=100,
+        )
+    )
     load = ExpertLoad(find_routers(model))
     callback = ExpertBalanceCallback(load)
     load.count()  # a training step whose routers returned nothing the hooks could read
@@ -309,8 +367,10 @@ def test_best_small_moe_is_best_small_with_experts_at_equal_flops():
     moe = load_recipe(REPO / "recipes" / "best_small_moe.yaml", [])
     assert moe.model.config == "qwen3_moe_587m_a103m" and moe.moe.aux_loss_coef == 0.001
     for section in ("training", "data"):
-        a, b = (dict(x) if isinstance(x, dict) else dataclasses.asdict(x)
-                for x in (getattr(dense, section), getattr(moe, section)))
+        a, b = (
+            dict(x) if isinstance(x, dict) else dataclasses.asdict(x)
+            for x in (getattr(dense, section), getattr(moe, section))
+        )
         a.pop("output_dir", None), b.pop("output_dir", None)
         assert a == b, section
     assert dense.training_flops == moe.training_flops
@@ -332,9 +392,20 @@ def test_the_aux_loss_from_the_hooks_is_transformers_and_compiles_whole():
     from hfpretrain.training.moe import ExpertLoad, aux_loss_function, find_routers
 
     torch.manual_seed(0)
-    config = load_config("qwen3_moe_109m_a21m", {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
-                                                  "num_key_value_heads": 2, "head_dim": 32, "moe_intermediate_size": 32,
-                                                  "num_experts": 8, "num_experts_per_tok": 2}, vocab_size=100)
+    config = load_config(
+        "qwen3_moe_109m_a21m",
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 64,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "moe_intermediate_size": 32,
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+        },
+        vocab_size=100,
+    )
     model = build_model(config, attn_implementation="sdpa", experts_implementation="batched_mm").train()
     load = ExpertLoad(find_routers(model), aux_loss_function(model))
     assert load.aux_loss is not None
@@ -364,4 +435,6 @@ def test_count_choices_is_bincount(device):
         indices = torch.randint(0, bins, (8, 4096, 4), generator=generator)
         indices[0, 0, 0] = bins - 1
         counts = count_choices(indices.to(device), bins)
-        assert counts.dtype == torch.int64 and torch.equal(counts.cpu(), torch.bincount(indices.reshape(-1), minlength=bins))
+        assert counts.dtype == torch.int64 and torch.equal(
+            counts.cpu(), torch.bincount(indices.reshape(-1), minlength=bins)
+        )

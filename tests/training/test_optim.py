@@ -23,8 +23,9 @@ from hfpretrain.training.optim import MuonWithAdamW, build_muon_adamw, hidden_ma
 from hfpretrain.training.trainer import PretrainTrainer
 from train_utils import load_weights, run_pretrain, step_losses
 
-ARGS = SimpleNamespace(learning_rate=3e-3, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8,
-                       optim="adamw_torch")
+ARGS = SimpleNamespace(
+    learning_rate=3e-3, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, optim="adamw_torch"
+)
 
 
 def _model(**config):
@@ -44,14 +45,24 @@ def _reference(model, section: OptimizerSection):
     """torch.optim.Muon on the hidden matrices + torch.optim.AdamW on the rest, built separately."""
     hidden, decay = hidden_matrices(model), set(_decay_names(model))
     named = list(model.named_parameters())
-    muon = torch.optim.Muon([p for _, p in named if id(p) in hidden],
-                            lr=section.muon_learning_rate or ARGS.learning_rate, weight_decay=ARGS.weight_decay,
-                            momentum=section.muon_momentum, nesterov=section.muon_nesterov,
-                            ns_steps=section.muon_ns_steps, adjust_lr_fn=section.muon_lr_scale)
+    muon = torch.optim.Muon(
+        [p for _, p in named if id(p) in hidden],
+        lr=section.muon_learning_rate or ARGS.learning_rate,
+        weight_decay=ARGS.weight_decay,
+        momentum=section.muon_momentum,
+        nesterov=section.muon_nesterov,
+        ns_steps=section.muon_ns_steps,
+        adjust_lr_fn=section.muon_lr_scale,
+    )
     adamw = torch.optim.AdamW(
-        [{"params": [p for n, p in named if id(p) not in hidden and n in decay], "weight_decay": ARGS.weight_decay},
-         {"params": [p for n, p in named if id(p) not in hidden and n not in decay], "weight_decay": 0.0}],
-        lr=ARGS.learning_rate, betas=(ARGS.adam_beta1, ARGS.adam_beta2), eps=ARGS.adam_epsilon)
+        [
+            {"params": [p for n, p in named if id(p) not in hidden and n in decay], "weight_decay": ARGS.weight_decay},
+            {"params": [p for n, p in named if id(p) not in hidden and n not in decay], "weight_decay": 0.0},
+        ],
+        lr=ARGS.learning_rate,
+        betas=(ARGS.adam_beta1, ARGS.adam_beta2),
+        eps=ARGS.adam_epsilon,
+    )
     return muon, adamw
 
 
@@ -83,8 +94,11 @@ def test_the_split():
 
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
     names = {n for n, p in gpt2.named_parameters() if id(p) in hidden_matrices(gpt2)}
-    assert names == {f"transformer.h.{i}.{m}.weight" for i in range(2)
-                     for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}
+    assert names == {
+        f"transformer.h.{i}.{m}.weight"
+        for i in range(2)
+        for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+    }
 
 
 @pytest.mark.parametrize("scale,muon_lr", [("match_rms_adamw", None), ("original", 0.02)])
@@ -123,7 +137,7 @@ def test_state_dict_round_trip_is_exact():
     section = OptimizerSection(name="muon")
     model = _model()
     opt = build_muon_adamw(model, ARGS, _decay_names(model), section)
-    sched = LambdaLR(opt, lambda step: 0.5 ** step)
+    sched = LambdaLR(opt, lambda step: 0.5**step)
     for step in range(2):
         _set_grads([model], step)
         opt.step()
@@ -137,7 +151,7 @@ def test_state_dict_round_trip_is_exact():
 
     twin = copy.deepcopy(model)
     fresh = build_muon_adamw(twin, ARGS, _decay_names(twin), section)
-    fresh_sched = LambdaLR(fresh, lambda step: 0.5 ** step)
+    fresh_sched = LambdaLR(fresh, lambda step: 0.5**step)
     fresh.load_state_dict(saved["optimizer"])
     fresh_sched.load_state_dict(saved["scheduler"])
     assert fresh._muon.state is fresh.state and fresh._muon.param_groups[0] is fresh.param_groups[2]
@@ -157,8 +171,13 @@ def test_empty_groups_are_dropped_and_groups_are_needed():
 
 # ---- a real run --------------------------------------------------------------------------------
 
-MUON_RUN = {"optimizer.name": "muon", "training.max_steps": "4", "training.save_strategy": "steps",
-            "training.save_steps": "2", "nan_policy": "skip"}  # skip: its step wrapper around our optimizer
+MUON_RUN = {
+    "optimizer.name": "muon",
+    "training.max_steps": "4",
+    "training.save_strategy": "steps",
+    "training.save_steps": "2",
+    "nan_policy": "skip",
+}  # skip: its step wrapper around our optimizer
 
 
 def test_tiny_run_trains_saves_and_resumes_exactly(mini_blocks, tmp_path, caplog):
@@ -191,12 +210,15 @@ def test_tiny_run_trains_saves_and_resumes_exactly(mini_blocks, tmp_path, caplog
 
 # ---- the recipe ----------------------------------------------------------------------------------
 
+
 def test_recipe_section():
     assert load_recipe(None, ["data.path=x"]).optimizer.name == "adamw_torch_fused"  # TrainingArguments' default
     recipe = load_recipe(None, ["data.path=x", "optimizer.name=muon", "optimizer.muon_learning_rate=0.02"])
     assert recipe.optimizer.name == "muon" and recipe.optimizer.muon_learning_rate == 0.02
-    for item, key in [("optimizer.name=bogus", "optimizer.name"),
-                      ("optimizer.muon_lr_scale=x", "optimizer.muon_lr_scale")]:
+    for item, key in [
+        ("optimizer.name=bogus", "optimizer.name"),
+        ("optimizer.muon_lr_scale=x", "optimizer.muon_lr_scale"),
+    ]:
         with pytest.raises(RecipeError, match="is not one of") as info:
             load_recipe(None, ["data.path=x", item])
         assert key in str(info.value)

@@ -24,8 +24,17 @@ WEIGHT_TOL = 1e-4
 
 
 def _torchrun(script: str, *args, nproc: int = 2, timeout: int = 400) -> subprocess.CompletedProcess:
-    cmd = [python(), "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
-           str(free_port()), str(REPO / "tests" / "training" / script), *map(str, args)]
+    cmd = [
+        python(),
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_port",
+        str(free_port()),
+        str(REPO / "tests" / "training" / script),
+        *map(str, args),
+    ]
     return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -35,8 +44,14 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     from transformers import AutoModelForCausalLM
 
     one, two = tmp_path / "one", tmp_path / "tp2"
-    proc = subprocess.run([python(), str(REPO / "tests" / "training" / "tp_steps.py"), str(mini_blocks), str(one),
-                           str(STEPS)], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        [python(), str(REPO / "tests" / "training" / "tp_steps.py"), str(mini_blocks), str(one), str(STEPS)],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = _torchrun("tp_steps.py", mini_blocks, two, STEPS)
     assert proc.returncode == 0, proc.stderr[-6000:]
@@ -63,15 +78,25 @@ def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp
     """Launched as a user launches it (accelerate, 2 CPU processes): refused at start naming the key and what
     blocks it (accelerate's ParallelismConfig on MULTI_CPU), exit 2, nothing written."""
     out = tmp_path / "run"
-    cmd = ["accelerate", "launch", "--config_file", str(REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml"),
-           "--main_process_port", str(free_port()), str(REPO / "scripts" / "pretrain.py"),
-           str(REPO / "recipes" / "tiny_cpu.yaml"), f"data.path={mini_blocks}", f"training.output_dir={out}",
-           "parallel.tp=2"]
+    cmd = [
+        "accelerate",
+        "launch",
+        "--config_file",
+        str(REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml"),
+        "--main_process_port",
+        str(free_port()),
+        str(REPO / "scripts" / "pretrain.py"),
+        str(REPO / "recipes" / "tiny_cpu.yaml"),
+        f"data.path={mini_blocks}",
+        f"training.output_dir={out}",
+        "parallel.tp=2",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     errors = {line for line in proc.stderr.splitlines() if line.startswith("error: ")}
-    assert errors == {"error: parallel.tp=2: accelerate takes a ParallelismConfig (tp_size, cp_size) only on GPU "
-                      "launches (MULTI_GPU, FSDP2, DeepSpeed), not on a CPU launch (MULTI_CPU): run it on GPUs"}, \
-        proc.stderr[-3000:]
+    assert errors == {
+        "error: parallel.tp=2: accelerate takes a ParallelismConfig (tp_size, cp_size) only on GPU "
+        "launches (MULTI_GPU, FSDP2, DeepSpeed), not on a CPU launch (MULTI_CPU): run it on GPUs"
+    }, proc.stderr[-3000:]
     assert proc.returncode != 0 and not out.exists()
 
 
@@ -81,9 +106,10 @@ def test_a_late_rank_is_named_instead_of_a_hang(tmp_path):
     proc = _torchrun("late_rank.py", 2, 8, 1, timeout=120)
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert errors and errors[0] == ("error: checkpoint-3: rank 1 of 2 did not arrive within parallel.timeout_s=2 s "
-                                    "(a hung or much slower process: its own log says where it stopped)"), \
-        proc.stderr[-3000:]
+    assert errors and errors[0] == (
+        "error: checkpoint-3: rank 1 of 2 did not arrive within parallel.timeout_s=2 s "
+        "(a hung or much slower process: its own log says where it stopped)"
+    ), proc.stderr[-3000:]
     proc = _torchrun("late_rank.py", 30, 1, 1, timeout=120)
     assert proc.returncode == 0 and proc.stdout.count("passed") == 2, proc.stderr[-3000:]
 
@@ -96,7 +122,9 @@ def test_the_process_group_timeout_is_the_recipe_key(mini_blocks, tmp_path):
     from train_utils import TINY_RECIPE
 
     machine = Machine.detect(planning=True, world_size=2)
-    for overrides, expected in ((["parallel.timeout_s=90"], 90), (["parallel.timeout_s=90",
-                                                                     "training.ddp_timeout=600"], 600)):
+    for overrides, expected in (
+        (["parallel.timeout_s=90"], 90),
+        (["parallel.timeout_s=90", "training.ddp_timeout=600"], 600),
+    ):
         recipe = load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", *overrides])
         assert resolve(recipe, read_data_facts(recipe, planning=True), machine).args.ddp_timeout == expected

@@ -41,10 +41,21 @@ def snapshot_folders(mini_blocks, mini_train, mini_val, data_root, tmp_path_fact
     from hfpretrain.data import tokenize_corpus
 
     base = tmp_path_factory.mktemp("snapshot")
-    made = [tokenize_corpus(inputs=[mini_train], val_inputs=[mini_val], out=base / name, tokenizer=tokenizer,
-                            seq_len=seq_len, max_docs=300, val_docs=100)
-            for name, tokenizer, seq_len in (("gpt2_16k", data_root / "tokenizers" / "gpt2", 16384),
-                                             ("qwen3_128", data_root / "tokenizers" / "qwen3", 128))]
+    made = [
+        tokenize_corpus(
+            inputs=[mini_train],
+            val_inputs=[mini_val],
+            out=base / name,
+            tokenizer=tokenizer,
+            seq_len=seq_len,
+            max_docs=300,
+            val_docs=100,
+        )
+        for name, tokenizer, seq_len in (
+            ("gpt2_16k", data_root / "tokenizers" / "gpt2", 16384),
+            ("qwen3_128", data_root / "tokenizers" / "qwen3", 128),
+        )
+    ]
     return str(mini_blocks), str(made[0]), str(made[1])
 
 
@@ -62,8 +73,11 @@ def _golden() -> dict:
 def _within(before, after, path=""):
     """The differences of ``after`` from ``before``, leaving out keys ``before`` does not have."""
     if isinstance(before, dict) and isinstance(after, dict):
-        return [d for k in before for d in (_within(before[k], after[k], f"{path}/{k}") if k in after
-                                            else [f"{path}/{k}: gone"])]
+        return [
+            d
+            for k in before
+            for d in (_within(before[k], after[k], f"{path}/{k}") if k in after else [f"{path}/{k}: gone"])
+        ]
     return [] if before == after else [f"{path}: {before!r} -> {after!r}"]
 
 
@@ -99,10 +113,19 @@ def test_resolve_edits_none_of_its_inputs_and_returns_frozen_objects(mini_blocks
     raw = yaml.safe_load(TINY_RECIPE.read_text())
     del raw["training"]["max_steps"]
     (tmp_path / "budget.yaml").write_text(yaml.safe_dump(raw))
-    recipe = load_recipe(tmp_path / "budget.yaml", [f"data.path={mini_blocks}", "training_flops=2e12",
-                                       "training.lr_scheduler_type=warmup_stable_decay", "training.warmup_steps=1",
-                                       "training.lr_scheduler_kwargs={decay_ratio: 0.2}", "training.lr_scheduler_kwargs.min_lr_rate=null",
-                                       "training.fsdp=full_shard", "training.fsdp_config={fsdp_version: 2}"])
+    recipe = load_recipe(
+        tmp_path / "budget.yaml",
+        [
+            f"data.path={mini_blocks}",
+            "training_flops=2e12",
+            "training.lr_scheduler_type=warmup_stable_decay",
+            "training.warmup_steps=1",
+            "training.lr_scheduler_kwargs={decay_ratio: 0.2}",
+            "training.lr_scheduler_kwargs.min_lr_rate=null",
+            "training.fsdp=full_shard",
+            "training.fsdp_config={fsdp_version: 2}",
+        ],
+    )
     written = recipe_to_dict(recipe)
     assert written["training"]["fsdp_config"] == {"fsdp_version": 2}
     facts = read_data_facts(recipe)
@@ -123,8 +146,11 @@ def test_resolve_edits_none_of_its_inputs_and_returns_frozen_objects(mini_blocks
 def test_a_mixture_recipe_dry_runs_before_its_data_exists(tmp_path):
     from hfpretrain.training import pretrain
 
-    result = pretrain(RECIPES / "curriculum_small.yaml", [f"data.path={tmp_path}/none",
-                                                           f"data.sources.hq={tmp_path}/hq"], dry_run=True)
+    result = pretrain(
+        RECIPES / "curriculum_small.yaml",
+        [f"data.path={tmp_path}/none", f"data.sources.hq={tmp_path}/hq"],
+        dry_run=True,
+    )
     assert "not tokenized yet" in result["plan"]["assumed"]["why"]
     phases = result["plan"]["data"]["phases"]
     assert phases and sum(p["steps"] for p in phases) == result["plan"]["max_steps"]
@@ -138,9 +164,11 @@ def test_a_launch_that_cannot_run_the_recipe_is_refused_before_anything_is_built
     from hfpretrain.training.resolve import read_data_facts, resolve
 
     machine = dataclasses.replace(Machine.detect(planning=True), world_size=8, zero_stage=1)
-    for overrides, key in ((["optimizer.name=muon"], "optimizer.name=muon"),
-                           (["nan_policy=skip"], "nan_policy=skip"),
-                           (["logging.grad_stats_interval=5"], "logging.grad_stats_interval")):
+    for overrides, key in (
+        (["optimizer.name=muon"], "optimizer.name=muon"),
+        (["nan_policy=skip"], "nan_policy=skip"),
+        (["logging.grad_stats_interval=5"], "logging.grad_stats_interval"),
+    ):
         recipe = load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", *overrides])
         with pytest.raises(RecipeError, match=key):
             resolve(recipe, read_data_facts(recipe, planning=True), machine)

@@ -20,8 +20,11 @@ ONE_STEP = {"training.max_steps": "1"}
 def test_a_second_run_on_the_same_output_dir_stops_at_once(mini_blocks, tmp_path):
     out = tmp_path / "run"
     with OutputLock(out / RUN_LOCK, "held", "by this test"):  # as a first run would, in another process
-        with pytest.raises(OutputBusyError, match=rf"training.output_dir={out} is in use by another training run "
-                                                  rf"\(pid {os.getpid()}, lock "):
+        with pytest.raises(
+            OutputBusyError,
+            match=rf"training.output_dir={out} is in use by another training run "
+            rf"\(pid {os.getpid()}, lock ",
+        ):
             run_pretrain(mini_blocks, out, ONE_STEP)
         assert sorted(p.name for p in out.iterdir()) == [RUN_LOCK]  # nothing of the first run's touched
     summary = run_pretrain(mini_blocks, out, ONE_STEP)  # free again: the run goes on, and gives the lock back
@@ -38,8 +41,13 @@ def test_a_failed_run_closes_its_log_and_gives_back_sigterm(mini_blocks, tmp_pat
     from hfpretrain.training import pretrain
 
     previous = signal.getsignal(signal.SIGTERM)
-    diverge = {"training.max_steps": "6", "training.per_device_train_batch_size": "2",
-               "training.learning_rate": "1e6", "training.warmup_steps": "0", "nan_policy": "stop"}
+    diverge = {
+        "training.max_steps": "6",
+        "training.per_device_train_batch_size": "2",
+        "training.learning_rate": "1e6",
+        "training.warmup_steps": "0",
+        "nan_policy": "stop",
+    }
     try:  # not run_pretrain: it puts the handler back itself
         with pytest.raises(NonFiniteLossError):
             pretrain(str(TINY_RECIPE), make_overrides(mini_blocks, tmp_path / "run", diverge))

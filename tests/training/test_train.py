@@ -15,16 +15,35 @@ import torch
 import yaml
 
 from hfpretrain.training import trainer as trainer_mod
-from hfpretrain.training.checkpoints import COMPLETE_MARKER, NoCompleteCheckpointError, last_complete_checkpoint, rotate_checkpoints
+from hfpretrain.training.checkpoints import (
+    COMPLETE_MARKER,
+    NoCompleteCheckpointError,
+    last_complete_checkpoint,
+    rotate_checkpoints,
+)
 from hfpretrain.training.trainer import NonFiniteLossError
-from train_utils import (PRETRAIN_SCRIPT, REFERENCE, REFERENCE_STEPS, REPO, TINY_RECIPE, fake_checkpoint,
-                         load_weights, make_overrides, python, read_log, run_pretrain, sigterm_after_first_log,
-                         step_losses, subprocess_env)
+from train_utils import (
+    PRETRAIN_SCRIPT,
+    REFERENCE,
+    REFERENCE_STEPS,
+    REPO,
+    TINY_RECIPE,
+    fake_checkpoint,
+    load_weights,
+    make_overrides,
+    python,
+    read_log,
+    run_pretrain,
+    sigterm_after_first_log,
+    step_losses,
+    subprocess_env,
+)
 
 TOKENS_PER_STEP = 4 * 128
 
 
 # ---- the reference run (10 steps, micro-batch 4, checkpoints at 5 and 10) --------------------
+
 
 def test_loss_falls(reference_run):
     evals = [e for e in read_log(reference_run) if e["event"] == "eval"]
@@ -77,10 +96,17 @@ def test_final_evaluation_covers_all_validation_blocks(mini_blocks_bpe1k, tmp_pa
     """In-loop evaluations read a fixed budget; the last one reads the whole validation split (on the 1k BPE's
     blocks: with GPT-2's 50k-row head the CPU spent 25 s on the split's logits)."""
     mini_blocks = mini_blocks_bpe1k
-    summary = run_pretrain(mini_blocks, tmp_path / "run", {"training.max_steps": "2", "training.eval_steps": "1",
-                                                          "training.eval_strategy": "steps",
-                                                          "evaluation.eval_tokens": "1024",
-                                                          "evaluation.final_eval_tokens": "null"})
+    summary = run_pretrain(
+        mini_blocks,
+        tmp_path / "run",
+        {
+            "training.max_steps": "2",
+            "training.eval_steps": "1",
+            "training.eval_strategy": "steps",
+            "evaluation.eval_tokens": "1024",
+            "evaluation.final_eval_tokens": "null",
+        },
+    )
     evals = [e for e in read_log(tmp_path / "run") if e["event"] == "eval"]
     blocks = json.loads((mini_blocks / "manifest.json").read_text())["validation"]["blocks"]
     assert summary["final_eval"]["eval_tokens"] == blocks * 128 > 1024
@@ -100,8 +126,17 @@ def test_log_telemetry(reference_run):
     logs = [e for e in events if e["event"] == "log" and "loss" in e]
     assert len(logs) == REFERENCE_STEPS
     for e in logs:
-        for key in ("loss", "grad_norm", "learning_rate", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
-                    "tokens_seen", "grad_norm_max", "mfu"):
+        for key in (
+            "loss",
+            "grad_norm",
+            "learning_rate",
+            "tokens_per_s",
+            "tokens_per_s_per_gpu",
+            "tflops_per_gpu",
+            "tokens_seen",
+            "grad_norm_max",
+            "mfu",
+        ):
             assert key in e, (key, e)
             assert np.isfinite(e[key]), (key, e)
         assert e["tokens_seen"] == e["step"] * TOKENS_PER_STEP
@@ -132,8 +167,16 @@ def test_log_telemetry(reference_run):
     for step in (5, 10):
         ckpt = reference_run / f"checkpoint-{step}"
         assert (ckpt / COMPLETE_MARKER).read_text().strip() == f"step {step}"
-        for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json",
-                     "recipe.yaml", "resolved.yaml", "config.json"):
+        for name in (
+            "model.safetensors",
+            "optimizer.pt",
+            "scheduler.pt",
+            "rng_state.pth",
+            "trainer_state.json",
+            "recipe.yaml",
+            "resolved.yaml",
+            "config.json",
+        ):
             assert (ckpt / name).is_file(), name
 
 
@@ -162,13 +205,17 @@ def test_final_checkpoint_loads(reference_run, mini_blocks):
 
 # ---- resume ----------------------------------------------------------------------------------
 
+
 def test_end_of_text_embedding_is_trained(reference_run, mini_blocks):
     """End-of-text is a real token of every block: its embedding row must learn, i.e. it must not be
     the embedding's padding_idx (a zero row without gradient; on an H200 that led to NaN gradients,
     docs/benchmarks.md)."""
     eos = json.loads((mini_blocks / "manifest.json").read_text())["tokenizer"]["eos_token_id"]
     key = "model.embed_tokens.weight"
-    early, final = load_weights(reference_run / "checkpoint-5")[key][eos], load_weights(reference_run / "final")[key][eos]
+    early, final = (
+        load_weights(reference_run / "checkpoint-5")[key][eos],
+        load_weights(reference_run / "final")[key][eos],
+    )
     assert early.abs().sum() > 0
     assert not torch.equal(early, final)
 
@@ -213,19 +260,38 @@ def test_rotation_waits_for_the_marker(mini_blocks, tmp_path, monkeypatch):
 
     monkeypatch.setattr(trainer_mod, "write_complete_marker", recording)
     first = tmp_path / "first"  # beside the second run: a run's folder may not hold another run
-    run_pretrain(mini_blocks, first, {"training.max_steps": "4", "training.save_strategy": "steps",
-                                      "training.save_steps": "2", "training.save_total_limit": "1",
-                                      "training.eval_strategy": "no"})
+    run_pretrain(
+        mini_blocks,
+        first,
+        {
+            "training.max_steps": "4",
+            "training.save_strategy": "steps",
+            "training.save_steps": "2",
+            "training.save_total_limit": "1",
+            "training.eval_strategy": "no",
+        },
+    )
     assert seen == [(2, ["checkpoint-2"]), (4, ["checkpoint-2", "checkpoint-4"])]
     assert sorted(p.name for p in first.glob("checkpoint-*")) == ["checkpoint-4"]
     assert (first / "checkpoint-4" / COMPLETE_MARKER).is_file()
 
     best = tmp_path / "best"
-    run_pretrain(mini_blocks, best, {"training.max_steps": "4", "training.save_strategy": "steps",
-                                     "training.save_steps": "2", "training.save_total_limit": "1",
-                                     "training.eval_strategy": "steps", "training.eval_steps": "2",
-                                     "evaluation.eval_tokens": "256", "evaluation.final_eval_tokens": "256",
-                                     "training.metric_for_best_model": "loss", "training.greater_is_better": "true"})
+    run_pretrain(
+        mini_blocks,
+        best,
+        {
+            "training.max_steps": "4",
+            "training.save_strategy": "steps",
+            "training.save_steps": "2",
+            "training.save_total_limit": "1",
+            "training.eval_strategy": "steps",
+            "training.eval_steps": "2",
+            "evaluation.eval_tokens": "256",
+            "evaluation.final_eval_tokens": "256",
+            "training.metric_for_best_model": "loss",
+            "training.greater_is_better": "true",
+        },
+    )
     assert sorted(p.name for p in best.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     assert last_complete_checkpoint(best) == str(best / "checkpoint-4")
 
@@ -250,8 +316,11 @@ def test_resume_is_exact(reference_run, mini_blocks, tmp_path, caplog, monkeypat
     real = trainer_mod.steps_beside_params
     monkeypatch.setattr(trainer_mod, "steps_beside_params", lambda opt: (seen.append(len(opt.state)), real(opt)))
     with caplog.at_level("WARNING"):
-        summary = run_pretrain(mini_blocks, run, {**REFERENCE, "training.eval_on_start": "false",
-                                                  "training.resume_from_checkpoint": "auto"})
+        summary = run_pretrain(
+            mini_blocks,
+            run,
+            {**REFERENCE, "training.eval_on_start": "false", "training.resume_from_checkpoint": "auto"},
+        )
     assert summary["global_step"] == REFERENCE_STEPS
     assert seen and seen[0] > 0  # after the Trainer loaded the optimizer state, not before
     assert not [r for r in caplog.records if "missing keys" in r.getMessage()]
@@ -283,7 +352,9 @@ def test_resume_puts_optimizer_steps_beside_their_parameters():
     from types import SimpleNamespace
 
     param = torch.nn.Parameter(torch.zeros(2, device="meta"))
-    inner = SimpleNamespace(param_groups=[{"fused": True, "params": [param]}], state={param: {"step": torch.tensor(3.0)}})
+    inner = SimpleNamespace(
+        param_groups=[{"fused": True, "params": [param]}], state={param: {"step": torch.tensor(3.0)}}
+    )
     trainer = SimpleNamespace(position_data=lambda step: None, nonfinite=SimpleNamespace(optimizer=None))
     state = SimpleNamespace(global_step=3, log_history=[])
     trainer_mod._Resume(trainer).on_train_begin(None, state, None, optimizer=SimpleNamespace(optimizer=inner))
@@ -303,8 +374,11 @@ def test_only_the_tied_head_is_quiet_when_missing(tmp_path, caplog):
     assert model.config.tie_word_embeddings
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
     trainer = trainer_mod.PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1)
-    for missing, reported in ((["lm_head.weight"], None), (["lm_head.weight", "model.norm.weight"], "model.norm.weight"),
-                              (["lm_head.weight", "model.embed_tokens.weight"], "model.embed_tokens.weight")):
+    for missing, reported in (
+        (["lm_head.weight"], None),
+        (["lm_head.weight", "model.norm.weight"], "model.norm.weight"),
+        (["lm_head.weight", "model.embed_tokens.weight"], "model.embed_tokens.weight"),
+    ):
         caplog.clear()
         if reported:
             with pytest.raises(ValueError, match=f"weights do not fit the model: .* missing .*{reported}"):
@@ -344,11 +418,15 @@ def test_saves_draw_no_progress_bar(tmp_path, capsys):
 
 def test_resume_from_missing_path_fails(mini_blocks, tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        run_pretrain(mini_blocks, tmp_path / "x", {"training.max_steps": "2",
-                                                  "training.resume_from_checkpoint": str(tmp_path / "nope")})
+        run_pretrain(
+            mini_blocks,
+            tmp_path / "x",
+            {"training.max_steps": "2", "training.resume_from_checkpoint": str(tmp_path / "nope")},
+        )
 
 
 # ---- gradient accumulation -------------------------------------------------------------------
+
 
 def test_accumulation_equivalence(mini_blocks, tmp_path):
     """micro-batch 4 x accumulation 1 == micro-batch 2 x accumulation 2 (same seed, same samples per
@@ -356,12 +434,24 @@ def test_accumulation_equivalence(mini_blocks, tmp_path):
     loss normalisation (e.g. a mean per micro-batch summed over the accumulation: 2x the gradient)
     changes the parameters by ~100% of the update, far above the tolerance (AdamW and clipping would
     hide a uniform scale)."""
-    common = {"training.max_steps": "3", "optimizer.name": "sgd", "training.learning_rate": "1.0",
-              "training.warmup_steps": "0", "training.max_grad_norm": "0", "training.weight_decay": "0"}
-    run_pretrain(mini_blocks, tmp_path / "a", {**common, "training.per_device_train_batch_size": "4",
-                                               "training.gradient_accumulation_steps": "1"})
-    run_pretrain(mini_blocks, tmp_path / "b", {**common, "training.per_device_train_batch_size": "2",
-                                               "training.gradient_accumulation_steps": "2"})
+    common = {
+        "training.max_steps": "3",
+        "optimizer.name": "sgd",
+        "training.learning_rate": "1.0",
+        "training.warmup_steps": "0",
+        "training.max_grad_norm": "0",
+        "training.weight_decay": "0",
+    }
+    run_pretrain(
+        mini_blocks,
+        tmp_path / "a",
+        {**common, "training.per_device_train_batch_size": "4", "training.gradient_accumulation_steps": "1"},
+    )
+    run_pretrain(
+        mini_blocks,
+        tmp_path / "b",
+        {**common, "training.per_device_train_batch_size": "2", "training.gradient_accumulation_steps": "2"},
+    )
     la, lb = step_losses(tmp_path / "a"), step_losses(tmp_path / "b")
     assert la.keys() == lb.keys() == {1, 2, 3}
     for s in la:
@@ -388,16 +478,30 @@ def _initial_weights(mini_blocks, tmp_path) -> dict:
 
 # ---- preemption ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("signum, name, status", [(signal.SIGTERM, "SIGTERM", 143), (signal.SIGINT, "Ctrl-C", 130)])
 def test_a_stop_signal_saves_and_stops(mini_blocks, tmp_path, signum, name, status):
     """SIGTERM to the whole process group, as a cluster (or `timeout`) sends it, and Ctrl-C, which a terminal
     sends to its whole foreground group: data-loader workers included. The run is not finished: the command
     exits with the shell's status for the signal and says how to go on."""
     out = tmp_path / "run"
-    cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
-           *make_overrides(mini_blocks, out, {"training.max_steps": "1000", "training.save_strategy": "steps",
-                                              "training.save_steps": "1000", "training.dataloader_num_workers": "2",
-                                              "training.eval_strategy": "steps", "training.eval_steps": "1000"})]
+    cmd = [
+        python(),
+        str(PRETRAIN_SCRIPT),
+        str(TINY_RECIPE),
+        *make_overrides(
+            mini_blocks,
+            out,
+            {
+                "training.max_steps": "1000",
+                "training.save_strategy": "steps",
+                "training.save_steps": "1000",
+                "training.dataloader_num_workers": "2",
+                "training.eval_strategy": "steps",
+                "training.eval_steps": "1000",
+            },
+        ),
+    ]
     returncode, output = sigterm_after_first_log(cmd, out / "log.jsonl", signum=signum)
     assert returncode == status, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
@@ -420,9 +524,11 @@ def test_a_stop_signal_saves_and_stops(mini_blocks, tmp_path, signum, name, stat
 def test_a_second_ctrl_c_stops_at_once():
     """The first Ctrl-C asks for a stop at the step's end; the second raises KeyboardInterrupt, as Ctrl-C does
     elsewhere (in a fresh process: the stop flag is never cleared, by design)."""
-    code = ("import signal\nfrom hfpretrain.training.callbacks import request_stop, stopped_by\n"
-            "request_stop(signal.SIGINT); print(stopped_by())\n"
-            "try:\n    request_stop(signal.SIGINT)\nexcept KeyboardInterrupt:\n    print('at once')\n")
+    code = (
+        "import signal\nfrom hfpretrain.training.callbacks import request_stop, stopped_by\n"
+        "request_stop(signal.SIGINT); print(stopped_by())\n"
+        "try:\n    request_stop(signal.SIGINT)\nexcept KeyboardInterrupt:\n    print('at once')\n"
+    )
     proc = subprocess.run([python(), "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == ["Ctrl-C", "at", "once"], proc.stderr[-2000:]
     assert "Ctrl-C again stops at once" in proc.stderr
@@ -435,12 +541,25 @@ def test_a_terminal_shows_a_bar_readable_lines_and_where_the_model_is(mini_block
     import pty
 
     out = tmp_path / "run"
-    cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE),
-           *make_overrides(mini_blocks, out, {"training.max_steps": "4", "training.disable_tqdm": "false",
-                                              "training.eval_strategy": "steps", "training.eval_steps": "2"})]
+    cmd = [
+        python(),
+        str(PRETRAIN_SCRIPT),
+        str(TINY_RECIPE),
+        *make_overrides(
+            mini_blocks,
+            out,
+            {
+                "training.max_steps": "4",
+                "training.disable_tqdm": "false",
+                "training.eval_strategy": "steps",
+                "training.eval_steps": "2",
+            },
+        ),
+    ]
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), stdin=subprocess.DEVNULL, stdout=follower,
-                            stderr=follower)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=subprocess_env(), stdin=subprocess.DEVNULL, stdout=follower, stderr=follower
+    )
     os.close(follower)
     chunks = []
     while True:
@@ -464,8 +583,13 @@ def test_a_terminal_shows_a_bar_readable_lines_and_where_the_model_is(mini_block
 
 # A real divergence: Adam at lr 1e6 without clipping blows the weights up; the gradients overflow at
 # step 3 and the loss is non-finite from step 4 on (deterministic with the fixed seed).
-DIVERGE = {"training.max_steps": "6", "training.per_device_train_batch_size": "2", "training.learning_rate": "1e6",
-           "training.max_grad_norm": "0", "training.warmup_steps": "0"}
+DIVERGE = {
+    "training.max_steps": "6",
+    "training.per_device_train_batch_size": "2",
+    "training.learning_rate": "1e6",
+    "training.max_grad_norm": "0",
+    "training.warmup_steps": "0",
+}
 
 
 def test_nan_policy_stop(mini_blocks, tmp_path):
@@ -499,9 +623,18 @@ def test_nan_policy_skip(mini_blocks, tmp_path):
     # The same run logged in windows of 4 steps, the first with a skipped step: its loss is the mean of the others.
     # 3 of 6 steps skipped is more than the default 5%: the run stops at its end, checkpoint-6 saved first.
     with pytest.raises(NonFiniteLossError, match=r"of 6 optimizer steps skipped .*max_skipped_fraction=0.05"):
-        run_pretrain(mini_blocks, tmp_path / "windows", {**skip, "training.logging_steps": "4", "training.logging_first_step": "false",
-                                                         "training.save_strategy": "steps", "training.save_steps": "6"})
-    window, = [e for e in read_log(tmp_path / "windows") if e["event"] == "log" and "loss" in e]
+        run_pretrain(
+            mini_blocks,
+            tmp_path / "windows",
+            {
+                **skip,
+                "training.logging_steps": "4",
+                "training.logging_first_step": "false",
+                "training.save_strategy": "steps",
+                "training.save_steps": "6",
+            },
+        )
+    (window,) = [e for e in read_log(tmp_path / "windows") if e["event"] == "log" and "loss" in e]
     steps = [s for s in taken if s <= 4]
     assert window["step"] == 4 and window["skipped_steps"] == 4 - len(steps) > 0
     assert window["loss"] == pytest.approx(np.mean([taken[s] for s in steps]), rel=1e-5)
@@ -524,8 +657,9 @@ def test_skipped_fraction_stops_during_training(tmp_path):
 
     model = build_model(load_config("tiny", {}, vocab_size=512), attn_implementation="sdpa")
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
-    trainer = trainer_mod.PretrainTrainer(model=model, args=args, train_sampler=None, samples_per_step=1,
-                                          nonfinite=NonFinitePolicy("skip", 100, 0.2))
+    trainer = trainer_mod.PretrainTrainer(
+        model=model, args=args, train_sampler=None, samples_per_step=1, nonfinite=NonFinitePolicy("skip", 100, 0.2)
+    )
     optimizer = trainer.create_optimizer()
     assert isinstance(optimizer, SkipStepOptimizer) and trainer.nonfinite.optimizer is optimizer
     assert optimizer.param_groups is optimizer.optimizer.param_groups
@@ -561,9 +695,18 @@ def test_lm_eval_during_training_is_logged_beside_the_loss(mini_blocks, tmp_path
     """evaluation.lm_eval_task scores the live model through lm-eval's HFLM at each evaluation; its
     time is not counted as training time (no throughput figure on a non-training log)."""
     out = tmp_path / "lm_eval"
-    run_pretrain(mini_blocks, out, {"training.max_steps": 4, "training.eval_steps": 2, "training.logging_steps": 2,
-                                    "training.save_strategy": "no", "evaluation.lm_eval_task": "arc_easy",
-                                    "evaluation.lm_eval_limit": 10})
+    run_pretrain(
+        mini_blocks,
+        out,
+        {
+            "training.max_steps": 4,
+            "training.eval_steps": 2,
+            "training.logging_steps": 2,
+            "training.save_strategy": "no",
+            "evaluation.lm_eval_task": "arc_easy",
+            "evaluation.lm_eval_limit": 10,
+        },
+    )
     events = read_log(out)
     scores = [e for e in events if "eval/arc_easy_acc" in e]
     assert {e["step"] for e in scores} >= {2, 4}
@@ -571,14 +714,25 @@ def test_lm_eval_during_training_is_logged_beside_the_loss(mini_blocks, tmp_path
     assert all("loss" in e for e in events if "tokens_per_s" in e)
 
 
-
 def test_a_crash_with_data_loader_workers_ends_the_process(mini_blocks, tmp_path):
     """Workers ignore SIGTERM (a preemption must not kill them mid-save), so the SIGTERM with which
     Python's exit ends daemon children did not end them, and a crashed run waited for them forever
     (seen on the GPU machine). Here the crash is a real one: a diverging run stopped by nan_policy=stop."""
-    cmd = [python(), str(PRETRAIN_SCRIPT), str(TINY_RECIPE), *make_overrides(mini_blocks, tmp_path / "run", {
-        "training.dataloader_num_workers": "2", "training.learning_rate": "1e4", "training.warmup_steps": "0",
-        "training.max_steps": "50"})]
+    cmd = [
+        python(),
+        str(PRETRAIN_SCRIPT),
+        str(TINY_RECIPE),
+        *make_overrides(
+            mini_blocks,
+            tmp_path / "run",
+            {
+                "training.dataloader_num_workers": "2",
+                "training.learning_rate": "1e4",
+                "training.warmup_steps": "0",
+                "training.max_steps": "50",
+            },
+        ),
+    ]
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -597,9 +751,16 @@ def test_each_run_in_a_process_compiles(mini_blocks, tmp_path, caplog):
     with torch._dynamo.config.patch(recompile_limit=1), caplog.at_level(logging.INFO, logger="hfpretrain"):
         for width in (128, 192):
             before = counters["stats"]["unique_graphs"]
-            run_pretrain(mini_blocks, tmp_path / f"ffn{width}", {
-                "training.max_steps": "2", "model.compile": "decoder", "model.compile_backend": "eager",
-                "model.overrides.intermediate_size": str(width)})
+            run_pretrain(
+                mini_blocks,
+                tmp_path / f"ffn{width}",
+                {
+                    "training.max_steps": "2",
+                    "model.compile": "decoder",
+                    "model.compile_backend": "eager",
+                    "model.overrides.intermediate_size": str(width),
+                },
+            )
             assert counters["stats"]["unique_graphs"] > before, width
     assert caplog.text.count("rotary cos/sin read from a table") == 2
 
@@ -608,8 +769,14 @@ def test_a_compiled_gpt2_run_computes_gelu_with_a_sigmoid(mini_blocks, tmp_path,
     """Compiled, each GPT-2 MLP's c_fc and GELU are one module whose backward sums the bias gradient, and the
     GELU runs as x * sigmoid(2u) (models/gelu.py); kernels.bias_gelu=false keeps transformers' MLP with the sigmoid
     GELU; uncompiled, transformers' modules. The summary records what each speed-up changed."""
-    gpt2 = {"model.config": "gpt2_124m", "model.overrides.n_layer": "2", "model.overrides.n_embd": "64",
-            "model.overrides.n_head": "2", "training.max_steps": "1", "training.save_strategy": "no"}
+    gpt2 = {
+        "model.config": "gpt2_124m",
+        "model.overrides.n_layer": "2",
+        "model.overrides.n_embd": "64",
+        "model.overrides.n_head": "2",
+        "training.max_steps": "1",
+        "training.save_strategy": "no",
+    }
     compiled = {**gpt2, "model.compile": "decoder", "model.compile_backend": "eager"}
     with caplog.at_level(logging.INFO, logger="hfpretrain"):
         run_pretrain(mini_blocks, tmp_path / "compiled", compiled)
@@ -639,8 +806,15 @@ def test_inductor_options_hold_while_training(mini_blocks, tmp_path, monkeypatch
         return train(self, *args, **kwargs)
 
     monkeypatch.setattr(trainer_mod.PretrainTrainer, "train", spy)
-    run_pretrain(mini_blocks, tmp_path / "run", {"training.max_steps": "1", "training.save_strategy": "no",
-                                                 "model.inductor_options": "{coordinate_descent_tuning: true}"})
+    run_pretrain(
+        mini_blocks,
+        tmp_path / "run",
+        {
+            "training.max_steps": "1",
+            "training.save_strategy": "no",
+            "model.inductor_options": "{coordinate_descent_tuning: true}",
+        },
+    )
     assert seen == [True] and inductor_config.coordinate_descent_tuning is False
 
 
@@ -696,11 +870,13 @@ def test_the_overridden_trainer_hooks_exist():
 
 def test_importing_the_library_leaves_the_process_alone():
     """No exit hook, SIGTERM or SIGCHLD handler at import: those belong to a run (installed and put back by it)."""
-    code = ("import signal; term, chld = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGCHLD)\n"
-            "import hfpretrain.training, hfpretrain.data.order as d\n"
-            "assert signal.getsignal(signal.SIGTERM) is term and signal.getsignal(signal.SIGCHLD) is chld\n"
-            "assert not d._cleanup_installed\n"
-            "print('ok')")
+    code = (
+        "import signal; term, chld = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGCHLD)\n"
+        "import hfpretrain.training, hfpretrain.data.order as d\n"
+        "assert signal.getsignal(signal.SIGTERM) is term and signal.getsignal(signal.SIGCHLD) is chld\n"
+        "assert not d._cleanup_installed\n"
+        "print('ok')"
+    )
     proc = subprocess.run([python(), "-c", code], capture_output=True, text=True, env=subprocess_env(), cwd=REPO)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
 
@@ -717,8 +893,11 @@ def test_wandb_logs_in_the_run_folder_with_the_recipe(mini_blocks, tmp_path, mon
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
-    run_pretrain(mini_blocks, out, {"training.max_steps": "2", "training.report_to": "[wandb]",
-                                    "logging.wandb_artifacts": "none"})
+    run_pretrain(
+        mini_blocks,
+        out,
+        {"training.max_steps": "2", "training.report_to": "[wandb]", "logging.wandb_artifacts": "none"},
+    )
     assert not (tmp_path / "wandb").exists()
     (run_file,) = out.glob("wandb/offline-run-*/run-*.wandb")
     config = {}

@@ -36,15 +36,16 @@ def main() -> None:
         AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").save_pretrained(init)
     if world > 1:
         torch.distributed.barrier()
-        model = load_tensor_parallel(str(init), config, tp=world, world=world, device="cpu",
-                                     attn_implementation="sdpa", dtype=torch.float32)
+        model = load_tensor_parallel(
+            str(init), config, tp=world, world=world, device="cpu", attn_implementation="sdpa", dtype=torch.float32
+        )
     else:
         model = AutoModelForCausalLM.from_pretrained(init, attn_implementation="sdpa", dtype=torch.float32)
     blocks = torch.as_tensor(load_input_ids(data, "train")[: 4 * steps]["input_ids"].astype("int64"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
     losses = {}
     for step in range(steps):
-        ids = blocks[4 * step: 4 * step + 4]
+        ids = blocks[4 * step : 4 * step + 4]
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         optimizer.step()

@@ -103,8 +103,15 @@ def load_weights(folder: str | Path) -> dict:
 
 def subprocess_env(**extra) -> dict:
     env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
-               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", DS_ACCELERATOR="cpu")
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        WANDB_MODE="disabled",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+        DS_ACCELERATOR="cpu",
+    )
     env.update(extra)
     return env
 
@@ -113,18 +120,24 @@ def python() -> str:
     return sys.executable
 
 
-
-
-def sigterm_after_first_log(cmd: list[str], log: Path, timeout: float = 240,
-                            signum: int = signal.SIGTERM) -> tuple[int, str]:
+def sigterm_after_first_log(
+    cmd: list[str], log: Path, timeout: float = 240, signum: int = signal.SIGTERM
+) -> tuple[int, str]:
     """Start ``cmd`` in its own process group, wait for the first training log in ``log`` (a
     log.jsonl), SIGTERM the whole group as a cluster (or `timeout`) does, or send ``signum`` (SIGINT: a
     terminal's Ctrl-C, which also reaches the whole foreground group); (return code, output)."""
     import subprocess
     import time
 
-    proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + timeout
         while time.time() < deadline and proc.poll() is None:
@@ -151,11 +164,11 @@ def wandb_records(run_file: Path):
         if left < 7:
             pos += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0 and length == 0:  # block padding
             pos += left
             continue
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         pending = chunk if kind in (1, 2) else pending + chunk
         if kind in (1, 4):
             record = pb.Record()

@@ -16,7 +16,10 @@ import sys
 COMMANDS = {
     "tokenize": ("tokenize_pile", "Pile-format jsonl(.zst) / Hub dataset -> packed Arrow blocks + manifest"),
     "train-tokenizer": ("train_tokenizer", "train a byte-level BPE on jsonl(.zst) files"),
-    "train": ("pretrain", "pretrain from a recipe (--dry-run: the plan); multi-GPU: accelerate launch scripts/pretrain.py"),
+    "train": (
+        "pretrain",
+        "pretrain from a recipe (--dry-run: the plan); multi-GPU: accelerate launch scripts/pretrain.py",
+    ),
     "eval": ("evaluate", "lm-eval (ARC-Easy, ARC-Challenge, OpenBookQA) on a checkpoint"),
     "generate": ("generate", "sample from a checkpoint with transformers.pipeline"),
     "export": ("export", "a checkpoint in bf16 with its tokenizer and model card; --push-to-hub REPO_ID"),
@@ -57,16 +60,33 @@ def version() -> str:
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: hfpretrain COMMAND [ARGS]   (hfpretrain COMMAND --help for its options)",
-             "       hfpretrain --version", "", "commands:"]
+    lines = [
+        "usage: hfpretrain COMMAND [ARGS]   (hfpretrain COMMAND --help for its options)",
+        "       hfpretrain --version",
+        "",
+        "commands:",
+    ]
     lines += [f"  {name:<{width}}  {doc}" for name, (_, doc) in COMMANDS.items()]
     return "\n".join(lines)
 
 
 # TrainingArguments fields that `train --help` shows with their type and default (all of them are recipe keys)
-COMMON_TRAINING_KEYS = ("max_steps", "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay",
-                        "per_device_train_batch_size", "gradient_accumulation_steps", "max_grad_norm", "bf16",
-                        "eval_steps", "save_steps", "save_total_limit", "seed", "resume_from_checkpoint")
+COMMON_TRAINING_KEYS = (
+    "max_steps",
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "weight_decay",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_grad_norm",
+    "bf16",
+    "eval_steps",
+    "save_steps",
+    "save_total_limit",
+    "seed",
+    "resume_from_checkpoint",
+)
 TRAINING_ARGUMENTS_DOCS = "https://huggingface.co/docs/transformers/main_classes/trainer#transformers.TrainingArguments"
 
 
@@ -126,8 +146,9 @@ def recipe_sections() -> tuple[dict, list]:
         if field.name == "training":  # a dict checked against TrainingArguments' own fields
             args = config.TrainingArguments
             arg_hints = typing.get_type_hints(args)
-            sections["training"] = [(f, arg_hints.get(f.name)) for f in dataclasses.fields(args)
-                                    if f.init and not f.name.startswith("_")]
+            sections["training"] = [
+                (f, arg_hints.get(f.name)) for f in dataclasses.fields(args) if f.init and not f.name.startswith("_")
+            ]
         elif dataclasses.is_dataclass(hint):
             section_hints = typing.get_type_hints(hint)
             sections[field.name] = [(f, section_hints[f.name]) for f in dataclasses.fields(hint)]
@@ -168,19 +189,26 @@ def recipe_keys_help() -> str:
             text = f"{text} [one of: {', '.join(str(a) for a in sorted(allowed, key=str))}]".strip()
         lines = [f"  {key}: {_type_name(hint)} = {_default(field)}"]
         if text:
-            lines += textwrap.wrap(text, width, initial_indent="      ", subsequent_indent="      ",
-                                   break_on_hyphens=False)
+            lines += textwrap.wrap(
+                text, width, initial_indent="      ", subsequent_indent="      ", break_on_hyphens=False
+            )
         return lines
 
-    out = textwrap.wrap("recipe keys: the sections and keys of a recipe YAML; override any on the command line as "
-                        "section.key=value (e.g. training.max_steps=100 model.compile=none). Each as key: type = "
-                        "default, then what it does.", width)
+    out = textwrap.wrap(
+        "recipe keys: the sections and keys of a recipe YAML; override any on the command line as "
+        "section.key=value (e.g. training.max_steps=100 model.compile=none). Each as key: type = "
+        "default, then what it does.",
+        width,
+    )
     for name, fields in sections.items():
         out.append("")
         if name == "training":
-            out += textwrap.wrap(f"training: any of the {len(fields)} fields of transformers.TrainingArguments "
-                                 f"({TRAINING_ARGUMENTS_DOCS}). The common ones, with TrainingArguments' defaults "
-                                 "(a recipe sets its own):", width)
+            out += textwrap.wrap(
+                f"training: any of the {len(fields)} fields of transformers.TrainingArguments "
+                f"({TRAINING_ARGUMENTS_DOCS}). The common ones, with TrainingArguments' defaults "
+                "(a recipe sets its own):",
+                width,
+            )
             by_name = {f.name: (f, hint) for f, hint in fields}
             for key in COMMON_TRAINING_KEYS:
                 if key in by_name:
@@ -234,8 +262,12 @@ class RecipeArgumentParser(argparse.ArgumentParser):
                 else:  # a bare flag: true for a bool key (as HfArgumentParser reads --bf16)
                     value = "true" if all(hint is bool for _, hint in keys) else "VALUE"
             overrides = " or ".join(f"{key}={value}" for key, _ in keys)
-            sys.exit(error(f"{given} is not an option: recipe keys are overrides written section.key=value, "
-                           f"without dashes: use {overrides}"))
+            sys.exit(
+                error(
+                    f"{given} is not an option: recipe keys are overrides written section.key=value, "
+                    f"without dashes: use {overrides}"
+                )
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

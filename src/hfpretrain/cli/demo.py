@@ -12,10 +12,18 @@ def main() -> int:
     parser.add_argument("--out", default="out/demo")
     parser.add_argument("--max-steps", type=int, default=None, help="default: recipes/demo_cpu.yaml's (200)")
     parser.add_argument("--eval-limit", type=int, default=200)
-    parser.add_argument("--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="a recipe override for the training step (repeatable)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="find the data and the recipe, print the training plan as JSON, run nothing")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="a recipe override for the training step (repeatable)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="find the data and the recipe, print the training plan as JSON, run nothing",
+    )
     args = parser.parse_args()
     if args.max_steps is not None and args.max_steps < 1:
         return error(f"--max-steps {args.max_steps}: must be >= 1")
@@ -23,7 +31,9 @@ def main() -> int:
         return error(f"--eval-limit {args.eval_limit}: must be >= 1 (questions per task)")
     from hfpretrain.outdir import output_problem
 
-    problem = None if args.dry_run else output_problem(args.out, makes="demo")  # before minutes of work that could not be saved
+    problem = (
+        None if args.dry_run else output_problem(args.out, makes="demo")
+    )  # before minutes of work that could not be saved
     if problem:
         return error(f"--out {args.out}: {problem}")
     from hfpretrain.eval.extras import MissingExtraError, require_lm_eval

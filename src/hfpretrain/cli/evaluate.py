@@ -22,10 +22,13 @@ from hfpretrain.cli import error
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     p.add_argument("checkpoint", help="save_pretrained directory (model + tokenizer)")
-    p.add_argument("--tasks", default=None,
-                   help="comma-separated, of arc_easy, arc_challenge, openbookqa, hellaswag, piqa, winogrande, "
-                        "lambada_openai (default: those of the first three the data root has); all: those of the "
-                        "seven the data root has")
+    p.add_argument(
+        "--tasks",
+        default=None,
+        help="comma-separated, of arc_easy, arc_challenge, openbookqa, hellaswag, piqa, winogrande, "
+        "lambada_openai (default: those of the first three the data root has); all: those of the "
+        "seven the data root has",
+    )
     p.add_argument("--limit", type=float, default=None, help="first N docs per task (or a fraction < 1)")
     p.add_argument("--out", default=None, help="output dir (default: CKPT/eval)")
     p.add_argument("--scoring", choices=("lm_eval", "avg_logprob", "both"), default="both")
@@ -46,8 +49,11 @@ def main(argv=None) -> int:
 
     if a.limit is not None and not a.limit > 0:
         return error(f"--limit must be > 0 (documents per task, or a fraction < 1), got {a.limit:g}")
-    if not (a.batch_size.isdigit() and int(a.batch_size) >= 1) and a.batch_size != "auto" \
-            and not (a.batch_size.startswith("auto:") and a.batch_size[5:].isdigit()):
+    if (
+        not (a.batch_size.isdigit() and int(a.batch_size) >= 1)
+        and a.batch_size != "auto"
+        and not (a.batch_size.startswith("auto:") and a.batch_size[5:].isdigit())
+    ):
         return error(f"--batch-size must be an integer >= 1, auto or auto:N, got {a.batch_size!r}")
     limit = None if a.limit is None else (int(a.limit) if a.limit >= 1 else a.limit)
     batch_size = int(a.batch_size) if a.batch_size.isdigit() else a.batch_size
@@ -70,8 +76,10 @@ def main(argv=None) -> int:
         return error(err, 1)
     print(summary_markdown(results))
     card = results["hfpretrain"].get("model_card")
-    print(f"wrote {os.path.join(out, 'results.json')} and {os.path.join(out, 'summary.md')}"
-          + (f"; the scores are in the model card {card}" if card else ""))
+    print(
+        f"wrote {os.path.join(out, 'results.json')} and {os.path.join(out, 'summary.md')}"
+        + (f"; the scores are in the model card {card}" if card else "")
+    )
     return 0
 
 

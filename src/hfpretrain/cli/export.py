@@ -25,20 +25,41 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
     p.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload to this Hub model repo (user/name)")
     p.add_argument("--private", action="store_true", help="with --push-to-hub: create the repo private")
-    p.add_argument("--force", action="store_true",
-                   help="write into --out even if it holds other files (those of the same names are replaced)")
-    p.add_argument("--license", default=None, metavar="ID",
-                   help="the model card's license, a Hub license id such as apache-2.0 or mit (default: unknown)")
-    p.add_argument("--dataset", action="append", default=None, metavar="HUB_ID", dest="datasets",
-                   help="a Hub dataset the model was trained on, for the card's header (repeat for several; default: "
-                        "the Hub inputs the data's manifests name)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out even if it holds other files (those of the same names are replaced)",
+    )
+    p.add_argument(
+        "--license",
+        default=None,
+        metavar="ID",
+        help="the model card's license, a Hub license id such as apache-2.0 or mit (default: unknown)",
+    )
+    p.add_argument(
+        "--dataset",
+        action="append",
+        default=None,
+        metavar="HUB_ID",
+        dest="datasets",
+        help="a Hub dataset the model was trained on, for the card's header (repeat for several; default: "
+        "the Hub inputs the data's manifests name)",
+    )
     args = p.parse_args(argv)
     from hfpretrain.eval.export import ExportWriteError, PushError, export_checkpoint
 
     try:
-        out = export_checkpoint(args.checkpoint, args.out, args.dtype, args.push_to_hub, args.private, force=args.force,
-                                license=args.license, datasets=args.datasets,
-                                say=lambda line: print(line, file=sys.stderr))
+        out = export_checkpoint(
+            args.checkpoint,
+            args.out,
+            args.dtype,
+            args.push_to_hub,
+            args.private,
+            force=args.force,
+            license=args.license,
+            datasets=args.datasets,
+            say=lambda line: print(line, file=sys.stderr),
+        )
     except (FileNotFoundError, ValueError) as err:
         return error(err)
     except (PushError, ExportWriteError) as err:

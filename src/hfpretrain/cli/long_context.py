@@ -43,17 +43,30 @@ def main(argv=None) -> int:
     p.add_argument("checkpoint", help="save_pretrained folder (a run's final/ or checkpoint-N, with its tokenizer)")
     p.add_argument("--data", help="tokenize_pile.py output whose validation blocks give the loss by position")
     p.add_argument("--blocks", type=int, default=16, help="validation blocks for the loss by position")
-    p.add_argument("--min-document-tokens", type=int, default=0,
-                   help="count only documents at least this long inside a block (the long ones)")
-    p.add_argument("--lengths", type=int, nargs="*", default=[2048, 4096, 8192, 16384],
-                   help="passkey prompt lengths in tokens (none: no passkey)")
+    p.add_argument(
+        "--min-document-tokens",
+        type=int,
+        default=0,
+        help="count only documents at least this long inside a block (the long ones)",
+    )
+    p.add_argument(
+        "--lengths",
+        type=int,
+        nargs="*",
+        default=[2048, 4096, 8192, 16384],
+        help="passkey prompt lengths in tokens (none: no passkey)",
+    )
     p.add_argument("--samples", type=int, default=20, help="passkey prompts per length (depths spread over 0..1)")
     p.add_argument("--short-data", help="tokenize_pile.py output at the original length: plain loss and bits per byte")
     p.add_argument("--short-blocks", type=int, default=64, help="validation blocks of --short-data")
     p.add_argument("--retrieval-docs", help="retrieval-docs output (.jsonl.zst) of held-out text: accuracy by distance")
     p.add_argument("--retrieval-samples", type=int, default=50, help="documents of --retrieval-docs to score")
-    p.add_argument("--document-mask", choices=("auto", "on", "off"), default="auto",
-                   help="positions restart per document (auto: as the run's recipe.yaml says)")
+    p.add_argument(
+        "--document-mask",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="positions restart per document (auto: as the run's recipe.yaml says)",
+    )
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto", help="auto: bf16 on a GPU")
     p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -69,13 +82,18 @@ def main(argv=None) -> int:
     except CheckpointNotFoundError as err:
         return error(err)
     out = Path(a.out) if a.out else checkpoint / "long_context.json"
-    problem = "a folder, not a .json file" if out.is_dir() else (nesting_problem(out.parent, "eval")
-                                                                  or writable_problem(out.parent))
+    problem = (
+        "a folder, not a .json file"
+        if out.is_dir()
+        else (nesting_problem(out.parent, "eval") or writable_problem(out.parent))
+    )
     if problem:  # before the scoring, not after it
         return error(f"--out {out}: {problem}")
     if a.data is None and a.short_data is None and not a.lengths and a.retrieval_docs is None:
-        return error("nothing to measure: give --data (loss by position), --short-data, --lengths (passkey) "
-                     "and/or --retrieval-docs")
+        return error(
+            "nothing to measure: give --data (loss by position), --short-data, --lengths (passkey) "
+            "and/or --retrieval-docs"
+        )
     for flag, folder in (("--data", a.data), ("--short-data", a.short_data)):
         if folder is not None and not (Path(folder) / "manifest.json").is_file():
             return error(f"{flag} {folder}: no manifest.json (an output folder of tokenize_pile.py)")
@@ -110,8 +128,9 @@ def main(argv=None) -> int:
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         return error(f"--device {device}: no CUDA GPU is available here (--device cpu, or leave it out)")
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}.get(a.dtype) or \
-        (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}.get(a.dtype) or (
+        torch.bfloat16 if device.startswith("cuda") else torch.float32
+    )
     try:
         config = AutoConfig.from_pretrained(str(checkpoint))
     except (OSError, ValueError) as err:
@@ -129,8 +148,10 @@ def main(argv=None) -> int:
                     return error(err)
         past = [f"{what} {n})" if what.endswith("of") else what for what, n in longest.items() if n > learned]
         if past:
-            return error(f"{checkpoint}: {config.model_type} learns absolute positions up to {learned}, so "
-                         f"it has none for {', '.join(past)}: lengths up to {learned}")
+            return error(
+                f"{checkpoint}: {config.model_type} learns absolute positions up to {learned}, so "
+                f"it has none for {', '.join(past)}: lengths up to {learned}"
+            )
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     except (OSError, ValueError) as err:
@@ -143,43 +164,69 @@ def main(argv=None) -> int:
             recorded = (require_manifest(folder, flag).get("tokenizer") or {}) if folder is not None else {}
         except (OSError, ValueError) as err:
             return error(err)
-        if recorded.get("sha256") and recorded["sha256"] != tokenizer_hash(tokenizer) and \
-                recorded.get("vocab_size") != len(tokenizer):
-            return error(f"{flag} {folder} was tokenized with {recorded.get('name_or_path')} "
-                         f"({recorded.get('vocab_size')} tokens), not {checkpoint}'s tokenizer ({len(tokenizer)} "
-                         "tokens): tokenize the data with the checkpoint's tokenizer")
+        if (
+            recorded.get("sha256")
+            and recorded["sha256"] != tokenizer_hash(tokenizer)
+            and recorded.get("vocab_size") != len(tokenizer)
+        ):
+            return error(
+                f"{flag} {folder} was tokenized with {recorded.get('name_or_path')} "
+                f"({recorded.get('vocab_size')} tokens), not {checkpoint}'s tokenizer ({len(tokenizer)} "
+                "tokens): tokenize the data with the checkpoint's tokenizer"
+            )
     if learned and documents:
         longest = max(map(len, tokenizer(documents, add_special_tokens=False)["input_ids"]))
         if longest > learned:
-            return error(f"--retrieval-docs {a.retrieval_docs}: documents of up to {longest} tokens, past the "
-                         f"{learned} positions {config.model_type} learns: make them with --max-tokens {learned} "
-                         "or less")
+            return error(
+                f"--retrieval-docs {a.retrieval_docs}: documents of up to {longest} tokens, past the "
+                f"{learned} positions {config.model_type} learns: make them with --max-tokens {learned} "
+                "or less"
+            )
     try:
         model = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=dtype).to(device)
     except (OSError, ValueError) as err:
         return error(f"{checkpoint}: cannot load the model ({str(err).splitlines()[0]})")
-    result = {"checkpoint": str(checkpoint), "dtype": str(dtype).removeprefix("torch."),
-              "max_position_embeddings": getattr(model.config, "max_position_embeddings", None),
-              "rope_parameters": getattr(model.config, "rope_parameters", None)}
+    result = {
+        "checkpoint": str(checkpoint),
+        "dtype": str(dtype).removeprefix("torch."),
+        "max_position_embeddings": getattr(model.config, "max_position_embeddings", None),
+        "rope_parameters": getattr(model.config, "rope_parameters", None),
+    }
     try:
         if a.data is not None:
             manifest = require_manifest(a.data, "--data")
             blocks = load_input_ids(a.data, "validation")
             blocks = blocks.select(range(min(a.blocks, len(blocks))))
             result["loss_by_position"] = {
-                "data": str(a.data), **loss_by_position(
-                    model, blocks, int(manifest["tokenizer"]["eos_token_id"]), _document_mask(a.document_mask, checkpoint),
-                    a.min_document_tokens, a.batch_size)}
+                "data": str(a.data),
+                **loss_by_position(
+                    model,
+                    blocks,
+                    int(manifest["tokenizer"]["eos_token_id"]),
+                    _document_mask(a.document_mask, checkpoint),
+                    a.min_document_tokens,
+                    a.batch_size,
+                ),
+            }
         if a.short_data is not None:
             manifest = require_manifest(a.short_data, "--short-data")
             blocks = load_input_ids(a.short_data, "validation")
             blocks = blocks.select(range(min(a.short_blocks, len(blocks))))
-            short = mean_loss(model, blocks, int(manifest["tokenizer"]["eos_token_id"]),
-                              _document_mask(a.document_mask, checkpoint), a.batch_size)
+            short = mean_loss(
+                model,
+                blocks,
+                int(manifest["tokenizer"]["eos_token_id"]),
+                _document_mask(a.document_mask, checkpoint),
+                a.batch_size,
+            )
             ratio = tokens_per_byte(manifest)
-            result["short_context"] = {"data": str(a.short_data), "seq_len": int(manifest["seq_len"]),
-                                       "blocks": len(blocks), **short,
-                                       "bpb": bits_per_byte(short["loss"], ratio) if ratio else None}
+            result["short_context"] = {
+                "data": str(a.short_data),
+                "seq_len": int(manifest["seq_len"]),
+                "blocks": len(blocks),
+                **short,
+                "bpb": bits_per_byte(short["loss"], ratio) if ratio else None,
+            }
         if a.lengths:
             result["passkey"] = passkey_accuracy(model, tokenizer, a.lengths, a.samples, batch_size=a.batch_size)
         if documents:

@@ -40,18 +40,28 @@ def main(argv=None) -> int:
     s.add_argument("--layout", help="ddp, zero1, fsdp2, or several separated by commas: predict each")
     s.add_argument("--shape", help="the zoo shape to predict (with --layout)")
     s.add_argument("--nodes", type=int, default=1, help="nodes the --num-gpus GPUs are spread over")
-    s.add_argument("--tp", type=int, default=1,
-                   help="tensor-parallel degree (within a node; also the compute plan's memory fit per GPU)")
-    s.add_argument("--cp", type=int, default=1,
-                   help="context-parallel degree (within a node; also the compute plan's memory fit per GPU)")
+    s.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="tensor-parallel degree (within a node; also the compute plan's memory fit per GPU)",
+    )
+    s.add_argument(
+        "--cp",
+        type=int,
+        default=1,
+        help="context-parallel degree (within a node; also the compute plan's memory fit per GPU)",
+    )
     s.add_argument("--grad-accum", type=int, help="micro-batches per step (default: from --global-batch-tokens)")
     s.add_argument("--precision", default="bf16", choices=["bf16", "fp8"], help="the linears' matmuls")
-    s.add_argument("--one-gpu-mfu", type=float,
-                   help="one GPU's MFU (default: measured for the shape and GPU where one exists, else 0.40)")
+    s.add_argument(
+        "--one-gpu-mfu",
+        type=float,
+        help="one GPU's MFU (default: measured for the shape and GPU where one exists, else 0.40)",
+    )
     s.add_argument("--one-gpu-tokens-per-s", type=float, help="one GPU's measured tokens/s (replaces the MFU)")
     s.add_argument("--intra-node-gb-s", type=float, help="NVLink GB/s per GPU and direction (default per GPU)")
-    s.add_argument("--inter-node-gbit-s", type=float,
-                   help="InfiniBand Gbit/s per GPU and direction (default 400)")
+    s.add_argument("--inter-node-gbit-s", type=float, help="InfiniBand Gbit/s per GPU and direction (default 400)")
     a = p.parse_args(argv)
     if a.hours is None and not a.layout:
         return error("--hours is required (or --layout and --shape for a step-time prediction)")
@@ -62,20 +72,51 @@ def main(argv=None) -> int:
 
     try:
         if a.hours is not None:
-            result = plan(PlanRequest(
-                a.gpu, a.num_gpus, a.hours, mfu=a.mfu, seq_len=a.seq_len, micro_batch=a.micro_batch,
-                global_batch_tokens=a.global_batch_tokens, dtype=a.dtype, zero_stage=a.zero_stage,
-                grad_checkpointing=a.grad_checkpointing, attn_implementation=a.attn, fit=a.fit,
-                n_nearest=a.nearest, vocab_size=a.vocab_size, tp=a.tp, cp=a.cp))
+            result = plan(
+                PlanRequest(
+                    a.gpu,
+                    a.num_gpus,
+                    a.hours,
+                    mfu=a.mfu,
+                    seq_len=a.seq_len,
+                    micro_batch=a.micro_batch,
+                    global_batch_tokens=a.global_batch_tokens,
+                    dtype=a.dtype,
+                    zero_stage=a.zero_stage,
+                    grad_checkpointing=a.grad_checkpointing,
+                    attn_implementation=a.attn,
+                    fit=a.fit,
+                    n_nearest=a.nearest,
+                    vocab_size=a.vocab_size,
+                    tp=a.tp,
+                    cp=a.cp,
+                )
+            )
         predictions = []
         for layout in a.layout.split(",") if a.layout else []:
             dp = a.num_gpus // max(1, a.tp * a.cp) or 1
             accum = a.grad_accum or max(1, math.ceil(a.global_batch_tokens / (a.micro_batch * a.seq_len * dp)))
-            predictions.append(predict(StepTimeRequest(
-                a.shape, a.gpu, a.num_gpus, a.nodes, layout.strip(), tp=a.tp, cp=a.cp, seq_len=a.seq_len,
-                micro_batch=a.micro_batch, grad_accum=accum, dtype=a.precision, one_gpu_mfu=a.one_gpu_mfu,
-                one_gpu_tokens_per_s=a.one_gpu_tokens_per_s, intra_node_gb_s=a.intra_node_gb_s,
-                inter_node_gbit_s=a.inter_node_gbit_s)))
+            predictions.append(
+                predict(
+                    StepTimeRequest(
+                        a.shape,
+                        a.gpu,
+                        a.num_gpus,
+                        a.nodes,
+                        layout.strip(),
+                        tp=a.tp,
+                        cp=a.cp,
+                        seq_len=a.seq_len,
+                        micro_batch=a.micro_batch,
+                        grad_accum=accum,
+                        dtype=a.precision,
+                        one_gpu_mfu=a.one_gpu_mfu,
+                        one_gpu_tokens_per_s=a.one_gpu_tokens_per_s,
+                        intra_node_gb_s=a.intra_node_gb_s,
+                        inter_node_gbit_s=a.inter_node_gbit_s,
+                    )
+                )
+            )
     except ValueError as err:  # an unknown GPU, layout or dtype, a negative size, tp or nodes that do not divide
         return error(err)
     if a.json:

@@ -31,8 +31,11 @@ def main(argv=None) -> int:
     out = Path(args.out or Path(args.run) / "curves.png")
     from hfpretrain.outdir import nesting_problem, writable_problem
 
-    problem = "a folder, not a PNG file" if out.is_dir() else (nesting_problem(out.parent, "eval")
-                                                                or writable_problem(out.parent))
+    problem = (
+        "a folder, not a PNG file"
+        if out.is_dir()
+        else (nesting_problem(out.parent, "eval") or writable_problem(out.parent))
+    )
     if not problem and out.suffix:  # matplotlib picks the format from it, and refused others after the plotting
         from matplotlib.backend_bases import FigureCanvasBase
 

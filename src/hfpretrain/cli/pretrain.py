@@ -1,7 +1,7 @@
 """Pretrain a model from a recipe.
 
-    accelerate launch [--config_file accelerate_configs/X.yaml] scripts/pretrain.py recipes/X.yaml [section.key=value ...]
-    python scripts/pretrain.py recipes/X.yaml --dry-run      # the plan, no training
+accelerate launch [--config_file accelerate_configs/X.yaml] scripts/pretrain.py recipes/X.yaml [section.key=value ...]
+python scripts/pretrain.py recipes/X.yaml --dry-run      # the plan, no training
 """
 
 import argparse
@@ -21,7 +21,9 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", help="section.key=value, e.g. training.max_steps=100")
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and plan, do not train")
     parser.add_argument("--world-size", type=int, help="--dry-run: plan for this many GPUs (default: this launch)")
-    parser.add_argument("--zero-stage", type=int, help="--dry-run: plan with this ZeRO stage (default: from the launch)")
+    parser.add_argument(
+        "--zero-stage", type=int, help="--dry-run: plan with this ZeRO stage (default: from the launch)"
+    )
     args = parser.parse_intermixed_args()
     # --dry-run's stdout is one JSON document; libraries print on import (transformers: "[INFO] Running in WANDB
     # offline mode"), so until the JSON is written, stdout goes to stderr
@@ -50,10 +52,17 @@ def main() -> int:
 
     try:
         if recipe != Path(args.recipe).expanduser():
-            logging.getLogger("hfpretrain").info("%s is not a file here: training the shipped recipe %s",
-                                                 args.recipe, recipe)
-        result = pretrain(recipe, args.overrides, dry_run=args.dry_run, world_size=args.world_size,
-                          zero_stage=args.zero_stage, callbacks=recipe_callbacks)
+            logging.getLogger("hfpretrain").info(
+                "%s is not a file here: training the shipped recipe %s", args.recipe, recipe
+            )
+        result = pretrain(
+            recipe,
+            args.overrides,
+            dry_run=args.dry_run,
+            world_size=args.world_size,
+            zero_stage=args.zero_stage,
+            callbacks=recipe_callbacks,
+        )
     except (RecipeError, FileNotFoundError, ValueError) as err:
         return error(err)
     except (NonFiniteLossError, OSError) as err:  # the run failed: a NaN stop, disk full (its checkpoints stay)
@@ -63,8 +72,10 @@ def main() -> int:
         sys.stderr.flush()
         os._exit(1)
     except KeyboardInterrupt:  # a second Ctrl-C during training, or one before it started: at once, no traceback
-        print("stopped at once by Ctrl-C: what the last checkpoint holds is kept, the steps after it are not",
-              file=sys.stderr)
+        print(
+            "stopped at once by Ctrl-C: what the last checkpoint holds is kept, the steps after it are not",
+            file=sys.stderr,
+        )
         return 130
     finally:
         shutdown_distributed()
@@ -74,8 +85,10 @@ def main() -> int:
             from hfpretrain.data.mixture import phase_lines
             from hfpretrain.training.plan import MAX_PASSES_WITHOUT_WARNING
 
-            print("\n".join(phase_lines(data, MAX_PASSES_WITHOUT_WARNING, result["plan"].get("lr_schedule"))),
-                  file=sys.stderr)
+            print(
+                "\n".join(phase_lines(data, MAX_PASSES_WITHOUT_WARNING, result["plan"].get("lr_schedule"))),
+                file=sys.stderr,
+            )
         print(json.dumps(result, indent=2, default=str), file=json_out)
         return 0
     # stopped by a signal (its checkpoint saved): the shell's status for that signal, so a script sees it unfinished

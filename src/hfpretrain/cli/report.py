@@ -25,12 +25,17 @@ from hfpretrain.cli import error
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     p.add_argument("folder", nargs="?", help="a run folder or a study folder (not with --homework)")
-    p.add_argument("--homework", action="store_true",
-                   help="write the homework report from the committed results (run from the repository root)")
+    p.add_argument(
+        "--homework",
+        action="store_true",
+        help="write the homework report from the committed results (run from the repository root)",
+    )
     p.add_argument("--out", default="results/homework.md", help="--homework: where to write it")
     p.add_argument("--best", help="study: the run folder of the best configuration, trained with periodic evaluation")
     p.add_argument("--eval-limit", type=float, default=None, help="lm-eval: first N questions per task")
-    p.add_argument("--no-eval", action="store_true", help="leave lm-eval out (unless the checkpoint was scored already)")
+    p.add_argument(
+        "--no-eval", action="store_true", help="leave lm-eval out (unless the checkpoint was scored already)"
+    )
     p.add_argument("--no-generate", action="store_true", help="leave generations out")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -58,8 +63,11 @@ def main(argv=None) -> int:
             spec = load_spec(folder / "spec.yaml")
             # the run folders alone (no dry run): a committed study re-analyses without its tokenized data
             rows = collect(folder_runs(spec, folder))
-            best = [write_run_report(args.best, eval_limit=limit, run_eval=not args.no_eval, prompts=prompts)] \
-                if args.best else sorted(folder.glob("best*/report.md"))
+            best = (
+                [write_run_report(args.best, eval_limit=limit, run_eval=not args.no_eval, prompts=prompts)]
+                if args.best
+                else sorted(folder.glob("best*/report.md"))
+            )
             report = analyse(spec, rows, folder, best_report=best)["report"]
         elif (folder / "summary.json").is_file():
             report = write_run_report(folder, eval_limit=limit, run_eval=not args.no_eval, prompts=prompts)

@@ -36,12 +36,24 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, default=15000)
     p.add_argument("--min-facts", type=int, default=1, help="facts per document: at least this many")
     p.add_argument("--max-facts", type=int, default=4, help="facts per document: at most this many")
-    p.add_argument("--repeat-share", type=float, default=0.0,
-                   help="the share of documents whose haystack is a few sentences repeated")
-    p.add_argument("--statement-share", type=float, default=0.0,
-                   help="the share of documents whose haystack is a few made-up statements repeated")
-    p.add_argument("--early-share", type=float, default=0.0,
-                   help="the share of facts hidden in the haystack's first quarter (the rest anywhere)")
+    p.add_argument(
+        "--repeat-share",
+        type=float,
+        default=0.0,
+        help="the share of documents whose haystack is a few sentences repeated",
+    )
+    p.add_argument(
+        "--statement-share",
+        type=float,
+        default=0.0,
+        help="the share of documents whose haystack is a few made-up statements repeated",
+    )
+    p.add_argument(
+        "--early-share",
+        type=float,
+        default=0.0,
+        help="the share of facts hidden in the haystack's first quarter (the rest anywhere)",
+    )
     p.add_argument("--seed", type=int, default=0)
     argv = sys.argv[1:] if argv is None else list(argv)
     a = p.parse_args(argv)
@@ -50,13 +62,14 @@ def main(argv=None) -> int:
     from hfpretrain.data.retrieval import MAX_FACTS, retrieval_documents
 
     if a.documents < 1 or not 1 <= a.min_facts <= a.max_facts <= MAX_FACTS or not 0 < a.min_tokens <= a.max_tokens:
-        return error(f"need --documents >= 1, 1 <= --min-facts <= --max-facts <= {MAX_FACTS} and "
-                     "0 < --min-tokens <= --max-tokens")
+        return error(
+            f"need --documents >= 1, 1 <= --min-facts <= --max-facts <= {MAX_FACTS} and "
+            "0 < --min-tokens <= --max-tokens"
+        )
     if not 0 <= a.repeat_share <= 1:
         return error(f"--repeat-share {a.repeat_share}: a share, 0 to 1")
     if a.statement_share < 0 or a.repeat_share + a.statement_share > 1:
-        return error(f"--statement-share {a.statement_share}: a share, 0 to 1 with --repeat-share "
-                     f"{a.repeat_share}")
+        return error(f"--statement-share {a.statement_share}: a share, 0 to 1 with --repeat-share {a.repeat_share}")
     if not 0 <= a.early_share <= 1:
         return error(f"--early-share {a.early_share}: a share, 0 to 1")
 
@@ -79,10 +92,19 @@ def main(argv=None) -> int:
     partial = out.with_name(out.name + ".partial")  # the file appears whole or not at all
     try:
         with zstandard.open(partial, "wt", encoding="utf-8") as f:
-            for text in retrieval_documents(texts, count, a.documents, a.min_tokens, a.max_tokens,
-                                            min_facts=a.min_facts, max_facts=a.max_facts,
-                                            repeat_share=a.repeat_share, statement_share=a.statement_share,
-                                            early_share=a.early_share, seed=a.seed):
+            for text in retrieval_documents(
+                texts,
+                count,
+                a.documents,
+                a.min_tokens,
+                a.max_tokens,
+                min_facts=a.min_facts,
+                max_facts=a.max_facts,
+                repeat_share=a.repeat_share,
+                statement_share=a.statement_share,
+                early_share=a.early_share,
+                seed=a.seed,
+            ):
                 # made_by: the arguments, so that a run's report can say how to make the file again
                 f.write(json.dumps({"text": text, "meta": {"pile_set_name": "Retrieval", "made_by": argv}}) + "\n")
     except (DataError, ValueError) as e:

@@ -20,7 +20,9 @@ def main(argv=None) -> int:
     p.add_argument("--split", default="train", choices=["train", "validation"])
     p.add_argument("--batches", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--max-chars", type=int, default=240, help="shorten each segment to this many characters (0: full text)")
+    p.add_argument(
+        "--max-chars", type=int, default=240, help="shorten each segment to this many characters (0: full text)"
+    )
     args = p.parse_args(argv)
     problem = _problem(Path(args.out), args)
     if problem:
@@ -28,11 +30,19 @@ def main(argv=None) -> int:
     from hfpretrain.data.show import render_batches
 
     try:
-        text = render_batches(args.out, split=args.split, num_batches=args.batches, batch_size=args.batch_size,
-                              max_chars=args.max_chars or None)
+        text = render_batches(
+            args.out,
+            split=args.split,
+            num_batches=args.batches,
+            batch_size=args.batch_size,
+            max_chars=args.max_chars or None,
+        )
     except (OSError, ValueError, KeyError) as e:  # a damaged output: one line naming it
-        print(f"error: {args.out}: cannot read it as a tokenize_pile.py output ({type(e).__name__}: "
-              f"{str(e).splitlines()[0] if str(e) else ''})", file=sys.stderr)
+        print(
+            f"error: {args.out}: cannot read it as a tokenize_pile.py output ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''})",
+            file=sys.stderr,
+        )
         return 2
     print(text)
     return 0
@@ -40,8 +50,11 @@ def main(argv=None) -> int:
 
 def _problem(out: Path, args) -> str | None:
     """The first reason the arguments cannot work, checked before loading anything."""
-    for flag, value, least in (("--batches", args.batches, 1), ("--batch-size", args.batch_size, 1),
-                               ("--max-chars", args.max_chars, 0)):
+    for flag, value, least in (
+        ("--batches", args.batches, 1),
+        ("--batch-size", args.batch_size, 1),
+        ("--max-chars", args.max_chars, 0),
+    ):
         if value < least:
             return f"{flag} must be >= {least}, got {value}"
     manifest = out / "manifest.json"

@@ -24,10 +24,17 @@ def main() -> int:
     parser.add_argument("--out", help="study folder (default: the spec's out)")
     parser.add_argument("--report-only", action="store_true", help="train nothing: analyse the finished runs")
     parser.add_argument("--list", action="store_true", help="print the runs and their state, do nothing")
-    parser.add_argument("--plan", action="store_true",
-                        help="print every run's size, tokens, hyper-parameters and GPU time, check the design, do nothing")
-    parser.add_argument("--workers", type=int, help="runs trained at a time on each visible GPU (on a CPU "
-                        "machine: in all; default: the spec's workers, else 1); logs in DIR/logs/worker<i>.log")
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print every run's size, tokens, hyper-parameters and GPU time, check the design, do nothing",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="runs trained at a time on each visible GPU (on a CPU "
+        "machine: in all; default: the spec's workers, else 1); logs in DIR/logs/worker<i>.log",
+    )
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
     args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides
     # after parsing, so --help is instant; the spec is checked before the report's and the Trainer's imports

@@ -22,8 +22,10 @@ def load_blocks(out, split: str = "train"):
         return datasets.load_from_disk(str(folder))
     except (OSError, ValueError) as e:  # a truncated or overwritten Arrow file: pyarrow's message names no file
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ValueError(f"{folder}: cannot read its Arrow files ({type(e).__name__}: {why}): the tokenized data "
-                         f"is damaged; tokenize it again (scripts/tokenize_pile.py --out {out})") from None
+        raise ValueError(
+            f"{folder}: cannot read its Arrow files ({type(e).__name__}: {why}): the tokenized data "
+            f"is damaged; tokenize it again (scripts/tokenize_pile.py --out {out})"
+        ) from None
 
 
 __all__ = ["tokenize_corpus", "DataError", "load_blocks"]

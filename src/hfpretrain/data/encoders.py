@@ -29,12 +29,27 @@ BPE_CACHE_WORDS = 1 << 20
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # Edge cases of regex dialects (onig vs fancy-regex), NFC and added tokens, checked at start-up.
 SAMPLE = [
-    "Hello world! It'S 'll 'LL don't we've", "<|endoftext|> inside text<|endoftext|>",
-    "<think>x</think><tool_call>{}</tool_call>", "<|im_start|>user\n<|im_end|>", "e\u0301 \u212b A\u030a >\u0338",
-    "emoji 👍🏽👨‍👩‍👧 🇫🇷", "中文字符和日本語のテキスト、한국어", "tabs\t\tand    spaces     \n\n\n  end   ",
-    "a\r\nb\r\n\r\n", "1234567890 3.14159 1,000,000", "\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u200b\u2028\u3000\ufeff",
-    "def f(x):\n    return x  # comment\n", "   leading", "trailing   ", "", " ", "\u0000\u0001 nul",
-    "Straße ΑΒΓ ﬁ ① ² ½ ٣ ߀", "\U0001d400\U0001d7ce \U00010000", "x" * 3000, "ab " * 500,
+    "Hello world! It'S 'll 'LL don't we've",
+    "<|endoftext|> inside text<|endoftext|>",
+    "<think>x</think><tool_call>{}</tool_call>",
+    "<|im_start|>user\n<|im_end|>",
+    "e\u0301 \u212b A\u030a >\u0338",
+    "emoji 👍🏽👨‍👩‍👧 🇫🇷",
+    "中文字符和日本語のテキスト、한국어",
+    "tabs\t\tand    spaces     \n\n\n  end   ",
+    "a\r\nb\r\n\r\n",
+    "1234567890 3.14159 1,000,000",
+    "\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u200b\u2028\u3000\ufeff",
+    "def f(x):\n    return x  # comment\n",
+    "   leading",
+    "trailing   ",
+    "",
+    " ",
+    "\u0000\u0001 nul",
+    "Straße ΑΒΓ ﬁ ① ² ½ ٣ ߀",
+    "\U0001d400\U0001d7ce \U00010000",
+    "x" * 3000,
+    "ab " * 500,
 ]
 
 
@@ -67,10 +82,15 @@ def _split_pattern(pt) -> str:
             raise Unsupported("ByteLevel pre-tokenizer with add_prefix_space or without its regex")
         return GPT2_PATTERN
     subs = pt.get("pretokenizers") or []
-    if (pt["type"] == "Sequence" and [p["type"] for p in subs] == ["Split", "ByteLevel"]
-            and subs[0].get("behavior") == "Isolated" and not subs[0].get("invert")
-            and "Regex" in subs[0].get("pattern", {})
-            and not subs[1].get("add_prefix_space") and not subs[1].get("use_regex", True)):
+    if (
+        pt["type"] == "Sequence"
+        and [p["type"] for p in subs] == ["Split", "ByteLevel"]
+        and subs[0].get("behavior") == "Isolated"
+        and not subs[0].get("invert")
+        and "Regex" in subs[0].get("pattern", {})
+        and not subs[1].get("add_prefix_space")
+        and not subs[1].get("use_regex", True)
+    ):
         return subs[0]["pattern"]["Regex"]
     raise Unsupported(f"pre-tokenizer {json.dumps(pt)[:80]} is not Split(regex)+ByteLevel or ByteLevel")
 
@@ -147,13 +167,15 @@ class TiktokenEncoder:
         import tiktoken
 
         spec = tiktoken_spec(tokenizer_json)
-        self._enc = tiktoken.Encoding("hfpretrain", pat_str=spec["pat_str"],
-                                      mergeable_ranks=spec["mergeable_ranks"], special_tokens={})
+        self._enc = tiktoken.Encoding(
+            "hfpretrain", pat_str=spec["pat_str"], mergeable_ranks=spec["mergeable_ranks"], special_tokens={}
+        )
         self._nfc = spec["nfc"]
         self._added = spec["added"]
         # leftmost-longest, like HF's added-token matcher
-        self._added_re = re.compile("|".join(map(re.escape, sorted(self._added, key=len, reverse=True)))) \
-            if self._added else None
+        self._added_re = (
+            re.compile("|".join(map(re.escape, sorted(self._added, key=len, reverse=True)))) if self._added else None
+        )
 
     def _piece(self, text: str) -> list[int]:
         # NFC's quick check makes this ~free on already-normalized text
@@ -164,7 +186,7 @@ class TiktokenEncoder:
             return self._piece(text)
         ids, pos = [], 0
         for mt in self._added_re.finditer(text):
-            ids += self._piece(text[pos:mt.start()])
+            ids += self._piece(text[pos : mt.start()])
             ids.append(self._added[mt.group()])
             pos = mt.end()
         return ids + self._piece(text[pos:])
@@ -178,7 +200,7 @@ def first_difference(texts, a, b) -> str | None:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             k = next((k for k, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
-            return f"text {i} ({texts[i][:40]!r}...) differs at token {k}: {x[k:k + 3]} vs {y[k:k + 3]}"
+            return f"text {i} ({texts[i][:40]!r}...) differs at token {k}: {x[k : k + 3]} vs {y[k : k + 3]}"
     return None if len(a) == len(b) else "different number of texts"
 
 
@@ -204,8 +226,10 @@ def choose_encoder(tokenizer_json: str, requested: str = "auto") -> tuple[str, s
         if requested == "tiktoken":
             raise
         return "hf", str(e)
-    return "tiktoken", (f"tiktoken {tiktoken.__version__}: byte-level BPE with ids in merge order; "
-                        f"same ids as HF on the {len(SAMPLE)}-text sample")
+    return "tiktoken", (
+        f"tiktoken {tiktoken.__version__}: byte-level BPE with ids in merge order; "
+        f"same ids as HF on the {len(SAMPLE)}-text sample"
+    )
 
 
 @functools.lru_cache(maxsize=4)

@@ -71,8 +71,10 @@ def is_work_dir(path: Path, out: Path) -> bool:
 
 def _refuse_foreign_work_dir(path: Path, out: Path) -> None:
     if os.path.lexists(path) and not is_work_dir(path, out):
-        raise DataError(f"{path} exists and was not made by this tool (no {BUILD_MARKER}): a build of {out} "
-                        "works there; nothing was changed: move it away")
+        raise DataError(
+            f"{path} exists and was not made by this tool (no {BUILD_MARKER}): a build of {out} "
+            "works there; nothing was changed: move it away"
+        )
 
 
 def make_work_dir(out: Path, kind: str) -> Path:
@@ -84,8 +86,9 @@ def make_work_dir(out: Path, kind: str) -> Path:
         shutil.rmtree(path)
     try:  # a Ctrl-C between the folder and its marker left an empty OUT.tmp-<pid> that no cleanup knew as ours
         path.mkdir()
-        (path / BUILD_MARKER).write_text(json.dumps({"format": _MARKER_FORMAT, "out": str(out), "pid": os.getpid(),
-                                                     "kind": kind}) + "\n")
+        (path / BUILD_MARKER).write_text(
+            json.dumps({"format": _MARKER_FORMAT, "out": str(out), "pid": os.getpid(), "kind": kind}) + "\n"
+        )
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)  # nothing else is at this name: a foreign one was refused above
         raise
@@ -142,8 +145,11 @@ class BuildGuard:
     def __init__(self, out: Path):
         self.out = Path(out)
         self.lock_path = self.out.parent / f"{self.out.name}.lock"
-        self._lock = OutputLock(self.lock_path, f"{self.out} is being built by another process",
-                                "wait for it to finish, or choose another --out")
+        self._lock = OutputLock(
+            self.lock_path,
+            f"{self.out} is being built by another process",
+            "wait for it to finish, or choose another --out",
+        )
         self._previous = None
         self._armer = None
         self.terminated = False

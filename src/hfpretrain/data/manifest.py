@@ -59,8 +59,17 @@ def _source_key(src: dict) -> list:
     return key
 
 
-def fingerprint(train_sources, val_sources, tokenizer_sha: str, eos_id: int, seq_len: int,
-                val_docs: int | str, max_docs: int | None, sets=None, pack: str = "concat") -> str:
+def fingerprint(
+    train_sources,
+    val_sources,
+    tokenizer_sha: str,
+    eos_id: int,
+    seq_len: int,
+    val_docs: int | str,
+    max_docs: int | None,
+    sets=None,
+    pack: str = "concat",
+) -> str:
     payload = {
         "train": [_source_key(s) for s in train_sources],
         "val": [_source_key(s) for s in val_sources] if val_sources is not None else None,
@@ -132,8 +141,10 @@ def require_manifest(data_path, key: str = "data.path") -> dict:
     ``key``: the setting that named the folder, for the error."""
     manifest = read_manifest(data_path)
     if manifest is None:
-        raise FileNotFoundError(f"{key}={data_path}: {Path(data_path) / MANIFEST} is missing or not JSON: not an "
-                                "output folder of scripts/tokenize_pile.py")
+        raise FileNotFoundError(
+            f"{key}={data_path}: {Path(data_path) / MANIFEST} is missing or not JSON: not an "
+            "output folder of scripts/tokenize_pile.py"
+        )
     return manifest
 
 

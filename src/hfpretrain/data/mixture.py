@@ -43,6 +43,7 @@ MAX_PERIOD = 1 << 20  # longest interleaving pattern; weights that need more are
 
 # ---- sources ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class Source:
     """One tokenized output: what the run needs to know of it, and what lineage records."""
@@ -90,13 +91,17 @@ def load_sources(sources: dict, reference: dict, reference_path: str, require_ma
         src = Source(str(name), str(path), manifest)
         if src.tokenizer_sha256 != want_sha:
             tok = manifest.get("tokenizer") or {}
-            raise ValueError(f"data.sources.{name}={path} was tokenized with another tokenizer ({tok.get('name_or_path')}, "
-                             f"sha256 {str(src.tokenizer_sha256)[:12]}) than data.path={reference_path} "
-                             f"({(reference.get('tokenizer') or {}).get('name_or_path')}, sha256 {str(want_sha)[:12]}): "
-                             "a mixture needs one tokenizer; tokenize every source with the same one")
+            raise ValueError(
+                f"data.sources.{name}={path} was tokenized with another tokenizer ({tok.get('name_or_path')}, "
+                f"sha256 {str(src.tokenizer_sha256)[:12]}) than data.path={reference_path} "
+                f"({(reference.get('tokenizer') or {}).get('name_or_path')}, sha256 {str(want_sha)[:12]}): "
+                "a mixture needs one tokenizer; tokenize every source with the same one"
+            )
         if src.seq_len != want_len:
-            raise ValueError(f"data.sources.{name}={path} has seq_len {src.seq_len}, data.path={reference_path} has "
-                             f"{want_len}: a mixture needs one seq_len; tokenize every source with the same --seq-len")
+            raise ValueError(
+                f"data.sources.{name}={path} has seq_len {src.seq_len}, data.path={reference_path} has "
+                f"{want_len}: a mixture needs one seq_len; tokenize every source with the same --seq-len"
+            )
         if src.train_blocks < 1:
             raise ValueError(f"data.sources.{name}={path} holds no training block")
         out[src.name] = src
@@ -104,6 +109,7 @@ def load_sources(sources: dict, reference: dict, reference_path: str, require_ma
 
 
 # ---- phases ----------------------------------------------------------------------------------------
+
 
 @dataclass
 class Phase:
@@ -135,25 +141,32 @@ def resolve_phases(data, max_steps: int) -> list[Phase]:
             share_sum += _fraction(spec["share"])
         elif not last:  # config.check_data_section refuses this already
             raise ValueError(f"data.phases[{k}]: only the last phase may leave out share/steps")
-        end = max_steps if last and spec.get("steps") is None and spec.get("share") is None else \
-            explicit + int(math.floor(share_sum * max_steps + Fraction(1, 2)))
+        end = (
+            max_steps
+            if last and spec.get("steps") is None and spec.get("share") is None
+            else explicit + int(math.floor(share_sum * max_steps + Fraction(1, 2)))
+        )
         where = f"data.phases[{k}]" if data.phases else "data.mixture"
         if last and end != max_steps:
-            raise ValueError(f"the phases cover {end} steps but training.max_steps={max_steps}: shares must add up "
-                             "to 1 and steps to max_steps (or leave out the last phase's share to give it the rest)")
+            raise ValueError(
+                f"the phases cover {end} steps but training.max_steps={max_steps}: shares must add up "
+                "to 1 and steps to max_steps (or leave out the last phase's share to give it the rest)"
+            )
         if end > max_steps:
             raise ValueError(f"{where} ends at step {end}, after training.max_steps={max_steps}")
         if end <= start:
             raise ValueError(f"{where} has no step (steps {start}-{end} of {max_steps}): give it a larger share")
         raw = {str(n): _fraction(w) for n, w in spec["mixture"].items() if w > 0}
         total = sum(raw.values())
-        phases.append(Phase(k + 1, str(spec.get("name") or f"phase{k + 1}"), start, end,
-                            {n: w / total for n, w in raw.items()}))
+        phases.append(
+            Phase(k + 1, str(spec.get("name") or f"phase{k + 1}"), start, end, {n: w / total for n, w in raw.items()})
+        )
         start = end
     return phases
 
 
 # ---- the interleaving pattern ------------------------------------------------------------------------
+
 
 @dataclass
 class Pattern:
@@ -247,11 +260,15 @@ class MixtureSchedule:
 
     def phase_samples(self, k: int) -> dict[str, int]:
         p = self.phases[k]
-        return {name: self.patterns[k].count(s, p.steps * self.samples_per_step)
-                for s, name in enumerate(self.names) if p.weights.get(name)}
+        return {
+            name: self.patterns[k].count(s, p.steps * self.samples_per_step)
+            for s, name in enumerate(self.names)
+            if p.weights.get(name)
+        }
 
 
 # ---- the dataset -------------------------------------------------------------------------------------
+
 
 class MixtureBlocks(Dataset):
     """The run's virtual sequence of samples drawn from several block datasets (see the module docstring)."""
@@ -294,12 +311,15 @@ class MixtureBlocks(Dataset):
 
 # ---- plan, lineage, logging --------------------------------------------------------------------------
 
+
 def describe_mixture(schedule: MixtureSchedule) -> str:
     """One line per run, compared on resume: where each phase starts and its weighted sources (with their
     fingerprints). The last phase is open-ended: a longer run (max_steps raised) is the same run."""
     parts = []
     for p in schedule.phases:
-        mix = " + ".join(f"{float(w):.4g}×{n}({str(schedule.sources[n].fingerprint)[:8]})" for n, w in p.weights.items())
+        mix = " + ".join(
+            f"{float(w):.4g}×{n}({str(schedule.sources[n].fingerprint)[:8]})" for n, w in p.weights.items()
+        )
         parts.append(f"from step {p.start_step}: {mix}")
     return "; ".join(parts)
 
@@ -311,24 +331,49 @@ def mixture_plan(schedule: MixtureSchedule, seq_len: int, max_passes: float) -> 
     phases = []
     for k, p in enumerate(schedule.phases):
         samples = schedule.phase_samples(k)
-        phases.append({
-            "index": p.index, "name": p.name, "start_step": p.start_step, "end_step": p.end_step,
-            "steps": p.steps, "starts_at_tokens": p.start_step * sps * seq_len,
-            "tokens": p.steps * sps * seq_len,
-            "sources": {n: {"weight": float(p.weights[n]), "samples": samples[n], "tokens": samples[n] * seq_len,
-                            "share_of_tokens": samples[n] / (p.steps * sps)} for n in samples},
-        })
+        phases.append(
+            {
+                "index": p.index,
+                "name": p.name,
+                "start_step": p.start_step,
+                "end_step": p.end_step,
+                "steps": p.steps,
+                "starts_at_tokens": p.start_step * sps * seq_len,
+                "tokens": p.steps * sps * seq_len,
+                "sources": {
+                    n: {
+                        "weight": float(p.weights[n]),
+                        "samples": samples[n],
+                        "tokens": samples[n] * seq_len,
+                        "share_of_tokens": samples[n] / (p.steps * sps),
+                    }
+                    for n in samples
+                },
+            }
+        )
     total = schedule.samples_per_source(schedule.length)
     sources = {}
     for name, src in schedule.sources.items():
         passes = total[name] / src.train_blocks
-        sources[name] = {"path": src.path, "fingerprint": src.fingerprint, "train_blocks": src.train_blocks,
-                         "samples": total[name], "tokens": total[name] * seq_len, "passes": passes,
-                         "sets": sorted((src.manifest["train"].get("tokens_per_set") or {}))}
+        sources[name] = {
+            "path": src.path,
+            "fingerprint": src.fingerprint,
+            "train_blocks": src.train_blocks,
+            "samples": total[name],
+            "tokens": total[name] * seq_len,
+            "passes": passes,
+            "sets": sorted((src.manifest["train"].get("tokens_per_set") or {})),
+        }
         if passes > max_passes:
-            logger.warning("data.sources.%s (%s) is read %.1f times (%d blocks, %d samples): repeated tokens teach "
-                           "less; lower its weight or its phase's share, or add data", name, src.path, passes,
-                           src.train_blocks, total[name])
+            logger.warning(
+                "data.sources.%s (%s) is read %.1f times (%d blocks, %d samples): repeated tokens teach "
+                "less; lower its weight or its phase's share, or add data",
+                name,
+                src.path,
+                passes,
+                src.train_blocks,
+                total[name],
+            )
     return {"phases": phases, "sources": sources}
 
 
@@ -336,33 +381,51 @@ def phase_lines(data_plan: dict, max_passes: float, lr_schedule: dict | None = N
     """The phase table --dry-run prints."""
     lines = []
     if lr_schedule:
-        lines.append(f"learning rate: {lr_schedule['type']}, {lr_schedule['warmup_steps']} warmup, "
-                     f"{lr_schedule['stable_steps']} stable, {lr_schedule['num_decay_steps']} decay steps from step "
-                     f"{lr_schedule['decay_starts_at_step']} (set by {lr_schedule.get('set_by', 'the last phase')})")
+        lines.append(
+            f"learning rate: {lr_schedule['type']}, {lr_schedule['warmup_steps']} warmup, "
+            f"{lr_schedule['stable_steps']} stable, {lr_schedule['num_decay_steps']} decay steps from step "
+            f"{lr_schedule['decay_starts_at_step']} (set by {lr_schedule.get('set_by', 'the last phase')})"
+        )
     for p in data_plan["phases"]:
-        lines.append(f"phase {p['index']} ({p['name']}): steps {p['start_step']}-{p['end_step']} ({p['steps']} steps, "
-                     f"starts at step {p['start_step']} = token {p['starts_at_tokens']:,}), {p['tokens']:,} tokens")
+        lines.append(
+            f"phase {p['index']} ({p['name']}): steps {p['start_step']}-{p['end_step']} ({p['steps']} steps, "
+            f"starts at step {p['start_step']} = token {p['starts_at_tokens']:,}), {p['tokens']:,} tokens"
+        )
         for name, s in p["sources"].items():
-            lines.append(f"    {name:<16} weight {s['weight']:.4f}  {s['tokens']:>16,} tokens ({s['share_of_tokens']:.2%})")
+            lines.append(
+                f"    {name:<16} weight {s['weight']:.4f}  {s['tokens']:>16,} tokens ({s['share_of_tokens']:.2%})"
+            )
     lines.append("sources:")
     for name, s in data_plan["sources"].items():
         warn = f"  WARNING: more than {max_passes:g} passes" if s["passes"] > max_passes else ""
-        lines.append(f"    {name:<16} {s['tokens']:>16,} tokens = {s['passes']:.3g} passes over {s['train_blocks']:,} "
-                     f"blocks  {s['path']}{warn}")
+        lines.append(
+            f"    {name:<16} {s['tokens']:>16,} tokens = {s['passes']:.3g} passes over {s['train_blocks']:,} "
+            f"blocks  {s['path']}{warn}"
+        )
     return lines
 
 
 def source_record(name: str, path: str, manifest: dict) -> dict:
     """A tokenized output as lineage records it."""
     train = manifest.get("train") or {}
-    return {"name": name, "path": str(Path(path).resolve()), "fingerprint": manifest.get("fingerprint"),
-            "manifest_sha256": manifest_sha256(path), "tokenizer_sha256": (manifest.get("tokenizer") or {}).get("sha256"),
-            "seq_len": manifest.get("seq_len"), "train_blocks": train.get("blocks"),
-            "train_tokens": train.get("block_tokens"), "tokens_per_set": train.get("tokens_per_set"),
-            "select_sets": manifest.get("select_sets")}
+    return {
+        "name": name,
+        "path": str(Path(path).resolve()),
+        "fingerprint": manifest.get("fingerprint"),
+        "manifest_sha256": manifest_sha256(path),
+        "tokenizer_sha256": (manifest.get("tokenizer") or {}).get("sha256"),
+        "seq_len": manifest.get("seq_len"),
+        "train_blocks": train.get("blocks"),
+        "train_tokens": train.get("block_tokens"),
+        "tokens_per_set": train.get("tokens_per_set"),
+        "select_sets": manifest.get("select_sets"),
+    }
 
 
 def combined_fingerprint(schedule: MixtureSchedule, validation_fingerprint: str | None) -> str:
-    payload = {"phases": [[p.start_step, {n: str(w) for n, w in p.weights.items()}] for p in schedule.phases],
-               "sources": {n: s.fingerprint for n, s in schedule.sources.items()}, "validation": validation_fingerprint}
+    payload = {
+        "phases": [[p.start_step, {n: str(w) for n, w in p.weights.items()}] for p in schedule.phases],
+        "sources": {n: s.fingerprint for n, s in schedule.sources.items()},
+        "validation": validation_fingerprint,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]

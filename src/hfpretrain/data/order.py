@@ -35,9 +35,11 @@ def load_input_ids(path: str | Path, split: str) -> datasets.Dataset:
     ids = blocks.select_columns(["input_ids"]).with_format("numpy")
     manifest = read_manifest(Path(path))
     if manifest and manifest.get("seq_len") and len(ids) and len(ids[0]["input_ids"]) != int(manifest["seq_len"]):
-        raise ValueError(f"{Path(path) / split}: its blocks are {len(ids[0]['input_ids'])} tokens long, but "
-                         f"{Path(path) / MANIFEST} says seq_len {manifest['seq_len']}: the folder mixes two "
-                         f"tokenizations; tokenize it again (scripts/tokenize_pile.py --out {path})")
+        raise ValueError(
+            f"{Path(path) / split}: its blocks are {len(ids[0]['input_ids'])} tokens long, but "
+            f"{Path(path) / MANIFEST} says seq_len {manifest['seq_len']}: the folder mixes two "
+            f"tokenizations; tokenize it again (scripts/tokenize_pile.py --out {path})"
+        )
     return ids
 
 

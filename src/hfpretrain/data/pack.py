@@ -61,8 +61,15 @@ def segment_starts(blocks: np.ndarray, eos_id: int) -> np.ndarray:
 class Packer:
     """Stateful ``Dataset.map`` function (arrow format, batched, one process)."""
 
-    def __init__(self, seq_len: int, eos_id: int, dtype, set_index: dict[str, int], mode: str = "concat",
-                 total_documents: int | None = None):
+    def __init__(
+        self,
+        seq_len: int,
+        eos_id: int,
+        dtype,
+        set_index: dict[str, int],
+        mode: str = "concat",
+        total_documents: int | None = None,
+    ):
         if seq_len < 2:
             raise ValueError("seq_len must be >= 2")
         if mode not in PACK_MODES:
@@ -135,7 +142,7 @@ class Packer:
     def _whole(self, flat: np.ndarray, lens: np.ndarray, sets: np.ndarray):
         offsets = np.concatenate([[0], np.cumsum(lens)])
         for k in range(len(lens)):
-            self.pending.append([flat[offsets[k]:offsets[k + 1]], int(sets[k]), False])  # ids, set, cut before
+            self.pending.append([flat[offsets[k] : offsets[k + 1]], int(sets[k]), False])  # ids, set, cut before
         final = self.documents >= self.total_documents
         done = []
         while self.pending and (final or len(self.pending) > WINDOW):
@@ -162,8 +169,9 @@ class Packer:
             if self.fill == self.seq_len:
                 done.append(self.block_parts)
                 self.block_parts, self.fill = [], 0
-        self.carry_ids = np.concatenate([p[0] for p in self.block_parts]) if self.block_parts else \
-            np.zeros(0, dtype=self.dtype)  # the partial block: the tail dropped at the end
+        self.carry_ids = (
+            np.concatenate([p[0] for p in self.block_parts]) if self.block_parts else np.zeros(0, dtype=self.dtype)
+        )  # the partial block: the tail dropped at the end
         n = len(done)
         blocks = np.zeros((n, self.seq_len), dtype=self.dtype)
         bsets = np.zeros((n, self.seq_len), dtype=np.uint8)
@@ -213,10 +221,19 @@ class Packer:
         for b in range(int(bucket.min()), int(bucket.max()) + 1):
             inside = bucket == b
             if inside.any():
-                histogram[f"<={2 ** b}"] = {"documents": int(inside.sum()), "tokens": int(lengths[inside].sum())}
+                histogram[f"<={2**b}"] = {"documents": int(inside.sum()), "tokens": int(lengths[inside].sum())}
         p50, p90, p99 = (int(v) for v in np.percentile(lengths, [50, 90, 99], method="lower"))
-        return {"documents": int(len(lengths)), "mean": round(float(lengths.mean()), 1), "p50": p50, "p90": p90,
-                "p99": p99, "max": int(lengths.max()), "longer_than_block": int((lengths > self.seq_len).sum()),
-                "tokens_in_longer_than_block": int(lengths[lengths > self.seq_len].sum()),
-                "split": self.split_documents, "split_short": self.split_short_documents,
-                "split_short_tokens": self.split_short_tokens, "histogram": histogram}
+        return {
+            "documents": int(len(lengths)),
+            "mean": round(float(lengths.mean()), 1),
+            "p50": p50,
+            "p90": p90,
+            "p99": p99,
+            "max": int(lengths.max()),
+            "longer_than_block": int((lengths > self.seq_len).sum()),
+            "tokens_in_longer_than_block": int(lengths[lengths > self.seq_len].sum()),
+            "split": self.split_documents,
+            "split_short": self.split_short_documents,
+            "split_short_tokens": self.split_short_tokens,
+            "histogram": histogram,
+        }

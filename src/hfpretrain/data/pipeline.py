@@ -39,13 +39,30 @@ import pyarrow.compute as pc
 
 from ..outdir import output_problem
 from ..outdir import protected_reason as guarded_place
-from .manifest import (FORMAT, MANIFEST, PIPELINE_VERSION, describe_inputs, dir_bytes, fingerprint, is_output,
-                       read_manifest, write_manifest)
+from .manifest import (
+    FORMAT,
+    MANIFEST,
+    PIPELINE_VERSION,
+    describe_inputs,
+    dir_bytes,
+    fingerprint,
+    is_output,
+    read_manifest,
+    write_manifest,
+)
 from .guard import BuildGuard, make_work_dir, raise_if_terminated
 from .encoders import ENCODERS, EncoderMismatch, Unsupported, choose_encoder
 from .pack import PACK_MODES, Packer
-from .read import (FILE_ROW, POLICIES, RAW_COLUMNS, DataError, expand_blend, expand_inputs, generate_records,
-                   hub_arguments)
+from .read import (
+    FILE_ROW,
+    POLICIES,
+    RAW_COLUMNS,
+    DataError,
+    expand_blend,
+    expand_inputs,
+    generate_records,
+    hub_arguments,
+)
 from .tokenizer import BatchTokenizer, ids_dtype, load_tokenizer, pick_eos, tokenizer_sha256
 
 logger = logging.getLogger(__name__)
@@ -56,7 +73,6 @@ VAL_SHARE = 0.1  # without --val-input and --val-docs: the share of a small inpu
 TOKENIZE_BATCH = 1000
 PACK_BATCH = 4000
 MAX_BAD_EXAMPLES = 20
-
 
 
 def tokenize_corpus(
@@ -144,7 +160,9 @@ def tokenize_corpus(
     val_sources = expand_inputs(val_inputs) if val_inputs is not None else None
     configure_sources(train_sources + (val_sources or []), text_field, txt_split)
     check_disjoint(train_sources, val_sources)
-    check_missing(train_sources + (val_sources or []), allow_missing)  # before any work: a lost shard is not a bad record
+    check_missing(
+        train_sources + (val_sources or []), allow_missing
+    )  # before any work: a lost shard is not a bad record
 
     tok = load_tokenizer(tokenizer)
     eos_name, eos_id = pick_eos(tok, eos_token)
@@ -153,8 +171,17 @@ def tokenize_corpus(
     if val_docs is None and val_sources is not None:
         val_docs = VAL_DOCS
     # unset without val_inputs: "auto" (VAL_DOCS of a large input, VAL_SHARE of a small one: the inputs decide)
-    fp = fingerprint(train_sources, val_sources, tok_sha, eos_id, seq_len, "auto" if val_docs is None else val_docs,
-                     max_docs, sets, pack)
+    fp = fingerprint(
+        train_sources,
+        val_sources,
+        tok_sha,
+        eos_id,
+        seq_len,
+        "auto" if val_docs is None else val_docs,
+        max_docs,
+        sets,
+        pack,
+    )
 
     _refuse_existing(out, force)  # read-only, before anything is created, locked or removed
     guard = BuildGuard(out)
@@ -165,7 +192,7 @@ def tokenize_corpus(
         guard.check_work_dirs()
         old = read_manifest(out)
         laxer = laxer_build(old, on_bad, max_bad_fraction, allow_missing) if is_output(old) else None
-        if (out.exists() and is_output(old) and old.get("fingerprint") == fp and not force and _complete(out)):
+        if out.exists() and is_output(old) and old.get("fingerprint") == fp and not force and _complete(out):
             if laxer:  # built under a policy that let through what this command's refuses: this one decides
                 logger.warning("rebuilding %s: %s", out, laxer)
             elif "text_bytes" in old.get("validation", {}):
@@ -185,14 +212,26 @@ def tokenize_corpus(
         try:  # from here on a Ctrl-C or an error removes the work folder (the corpus's setup included)
             stage = work / "out"
 
-            corpus = _Corpus(train_sources, val_sources, val_docs, max_docs, sets, on_bad, max_bad_fraction,
-                             allow_missing, num_proc, pack)
+            corpus = _Corpus(
+                train_sources,
+                val_sources,
+                val_docs,
+                max_docs,
+                sets,
+                on_bad,
+                max_bad_fraction,
+                allow_missing,
+                num_proc,
+                pack,
+            )
 
             def build(enc):
                 if stage.exists():
                     shutil.rmtree(stage)
                 stage.mkdir()
-                return _build(stage, corpus, _Encoding(tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len), datasets)
+                return _build(
+                    stage, corpus, _Encoding(tok, tok_json, enc, eos_name, eos_id, tok_sha, seq_len), datasets
+                )
 
             try:
                 manifest = build(enc)
@@ -214,9 +253,14 @@ def tokenize_corpus(
             _swap_into_place(stage, out)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        logger.info("wrote %s: %d train / %d validation blocks of %d tokens, %.0f tokens/s",
-                    out, manifest["train"]["blocks"], manifest["validation"]["blocks"], seq_len,
-                    manifest["tokens_per_s"] or 0)
+        logger.info(
+            "wrote %s: %d train / %d validation blocks of %d tokens, %.0f tokens/s",
+            out,
+            manifest["train"]["blocks"],
+            manifest["validation"]["blocks"],
+            seq_len,
+            manifest["tokens_per_s"] or 0,
+        )
         return out
     finally:
         guard.release()
@@ -234,9 +278,11 @@ def _refuse_existing(out: Path, force: bool) -> None:
         raise DataError(f"--out {out} is a file, not a folder: choose another --out")
     if not is_output(read_manifest(out)) and any(out.iterdir()):
         # Replacing it would delete what is there: only this tool's own outputs are ever replaced.
-        raise DataError(f"{out} exists and is not a tokenize_corpus output (no {MANIFEST} with format "
-                        f"{FORMAT!r}); nothing was changed{' (--force only rebuilds outputs of this tool)' if force else ''}: "
-                        "choose another --out, or empty or remove that folder yourself")
+        raise DataError(
+            f"{out} exists and is not a tokenize_corpus output (no {MANIFEST} with format "
+            f"{FORMAT!r}); nothing was changed{' (--force only rebuilds outputs of this tool)' if force else ''}: "
+            "choose another --out, or empty or remove that folder yourself"
+        )
     _refuse_protected(out)  # about to be replaced (or written into)
 
 
@@ -245,8 +291,10 @@ def _refuse_beside(out: Path) -> None:
     foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUT_NAMES) if out.is_dir() else []
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise DataError(f"--out {out} holds {', '.join(foreign[:3])}{more} beside the tokenized data: a rebuild "
-                        "replaces the whole folder, so nothing was changed; move those out, or choose another --out")
+        raise DataError(
+            f"--out {out} holds {', '.join(foreign[:3])}{more} beside the tokenized data: a rebuild "
+            "replaces the whole folder, so nothing was changed; move those out, or choose another --out"
+        )
 
 
 def protected_reason(out: Path) -> str | None:
@@ -259,13 +307,16 @@ def protected_reason(out: Path) -> str | None:
 def _refuse_protected(out: Path) -> None:
     why = protected_reason(out)
     if why:
-        raise DataError(f"--out {out} is {why}: refusing to replace it (that deletes everything in it); "
-                        "pass a new subfolder as --out")
+        raise DataError(
+            f"--out {out} is {why}: refusing to replace it (that deletes everything in it); "
+            "pass a new subfolder as --out"
+        )
 
 
 def _complete(out: Path) -> bool:
-    return all((out / p).exists() for p in ("train/dataset_info.json", "validation/dataset_info.json",
-                                            "tokenizer", MANIFEST))
+    return all(
+        (out / p).exists() for p in ("train/dataset_info.json", "validation/dataset_info.json", "tokenizer", MANIFEST)
+    )
 
 
 def _cause(e: BaseException, kind):
@@ -298,8 +349,13 @@ def _generate(sources, on_bad, limit, num_proc, cache_dir, datasets, name, sets=
             features=features,
             cache_dir=str(cache_dir),
             # sets as a tuple: datasets shards over the lists in gen_kwargs (the files)
-            gen_kwargs={"files": sources, "on_bad": on_bad, "limit": limit,
-                        "sets": tuple(sets) if sets is not None else None, "file_rows": True},
+            gen_kwargs={
+                "files": sources,
+                "on_bad": on_bad,
+                "limit": limit,
+                "sets": tuple(sets) if sets is not None else None,
+                "file_rows": True,
+            },
             num_proc=min(num_proc, len(sources)) if len(sources) > 1 else None,
             split=datasets.Split.TRAIN,
         )
@@ -307,8 +363,10 @@ def _generate(sources, on_bad, limit, num_proc, cache_dir, datasets, name, sets=
         raise
     except ValueError as e:
         if sets is not None and "corresponds to no data" in str(e):  # the generator yielded no row
-            raise DataError(f"{name}: no document of the sets {', '.join(sets)} in the input; set names are "
-                            "the inputs' meta.pile_set_name, case-sensitive") from None
+            raise DataError(
+                f"{name}: no document of the sets {', '.join(sets)} in the input; set names are "
+                "the inputs' meta.pile_set_name, case-sensitive"
+            ) from None
         raise
     except Exception as e:  # datasets wraps generator errors; surface ours as one line
         cause = e
@@ -339,8 +397,10 @@ def _bad_stats(raw, lo: int, hi: int) -> dict:
     counts = {}
     for item in pc.value_counts(bad.column("skip")).to_pylist():
         counts[item["values"]] = item["counts"]
-    examples = [{"where": w, "reason": r} for w, r in
-                zip(bad.column("where").to_pylist()[:MAX_BAD_EXAMPLES], bad.column("skip").to_pylist())]
+    examples = [
+        {"where": w, "reason": r}
+        for w, r in zip(bad.column("where").to_pylist()[:MAX_BAD_EXAMPLES], bad.column("skip").to_pylist())
+    ]
     return {"records_read": len(sub), "skipped": counts, "bad_examples": examples}
 
 
@@ -377,10 +437,13 @@ def check_disjoint(train_sources: list[dict], val_sources: list[dict] | None) ->
     for src in val_sources or []:
         key = _source_key(src)
         if key is not None and key in train:
-            raise DataError(f"--val-input {src['path']}" + (f" (split {key[2]})" if key[0] == "saved" else "") +
-                            " is also a train input: validation documents must not be trained on; give another "
-                            "file as --val-input, or leave --val-input out to hold out the first --val-docs documents "
-                            "of --input")
+            raise DataError(
+                f"--val-input {src['path']}"
+                + (f" (split {key[2]})" if key[0] == "saved" else "")
+                + " is also a train input: validation documents must not be trained on; give another "
+                "file as --val-input, or leave --val-input out to hold out the first --val-docs documents "
+                "of --input"
+            )
 
 
 def laxer_build(old: dict, on_bad: str, max_bad_fraction: float, allow_missing: bool) -> str | None:
@@ -388,17 +451,25 @@ def laxer_build(old: dict, on_bad: str, max_bad_fraction: float, allow_missing: 
     (bad records skipped where it fails at the first, or under a higher ceiling; files lost without
     --allow-missing), or None. Such an output is not reused: the build under this command's policy decides."""
     skipped = sum(sum((old.get(split) or {}).get("skipped", {}).values()) for split in ("train", "validation"))
-    lost = [f for acc in (old.get("input_files") or {}).values() if isinstance(acc, dict)
-            for f in acc.get("lost_files") or []]
+    lost = [
+        f
+        for acc in (old.get("input_files") or {}).values()
+        if isinstance(acc, dict)
+        for f in acc.get("lost_files") or []
+    ]
     was = f"--on-bad {old.get('on_bad', 'skip')} --max-bad-fraction {old.get('max_bad_fraction')}"
     if skipped and on_bad == "fail":
         return f"it was built with {was} and skipped {skipped} bad record(s); this command has --on-bad fail"
     if skipped and isinstance(old.get("max_bad_fraction"), (int, float)) and max_bad_fraction < old["max_bad_fraction"]:
-        return (f"it was built with {was} and skipped {skipped} bad record(s); this command's ceiling is "
-                f"--max-bad-fraction {max_bad_fraction}")
+        return (
+            f"it was built with {was} and skipped {skipped} bad record(s); this command's ceiling is "
+            f"--max-bad-fraction {max_bad_fraction}"
+        )
     if lost and not allow_missing:
-        return (f"it was built with --allow-missing without {len(lost)} lost file(s) ({lost[0].get('path')}: "
-                f"{lost[0].get('reason')}); this command has no --allow-missing")
+        return (
+            f"it was built with --allow-missing without {len(lost)} lost file(s) ({lost[0].get('path')}: "
+            f"{lost[0].get('reason')}); this command has no --allow-missing"
+        )
     return None
 
 
@@ -407,9 +478,15 @@ def check_missing(sources: list[dict], allow_missing: bool) -> None:
     missing = [s for s in sources if s["kind"] == "missing"]
     if missing and not allow_missing:
         names = sorted({s["path"] for s in missing})
-        more = f" (and {len(names) - 1} more: {', '.join(names[1:4])}{' ...' if len(names) > 4 else ''})" if len(names) > 1 else ""
-        raise DataError(f"{missing[0]['path']}:0: missing_file ({missing[0].get('error', 'does not exist')}){more}: "
-                        "its documents would be missing; pass --allow-missing to go on without it")
+        more = (
+            f" (and {len(names) - 1} more: {', '.join(names[1:4])}{' ...' if len(names) > 4 else ''})"
+            if len(names) > 1
+            else ""
+        )
+        raise DataError(
+            f"{missing[0]['path']}:0: missing_file ({missing[0].get('error', 'does not exist')}){more}: "
+            "its documents would be missing; pass --allow-missing to go on without it"
+        )
 
 
 def _file_accounting(raw) -> dict:
@@ -425,52 +502,91 @@ def file_accounting(file_rows) -> dict:
     files: dict[str, dict] = {}
     for text in file_rows:
         a = json.loads(text)
-        f = files.setdefault(a["path"], {"path": a["path"], "records": 0, "good": 0, "bad": 0, "bytes": 0,
-                                         "bad_bytes": 0, "lost": None, "bytes_lost": 0, "first_bad": None})
+        f = files.setdefault(
+            a["path"],
+            {
+                "path": a["path"],
+                "records": 0,
+                "good": 0,
+                "bad": 0,
+                "bytes": 0,
+                "bad_bytes": 0,
+                "lost": None,
+                "bytes_lost": 0,
+                "first_bad": None,
+            },
+        )
         for key in ("records", "good", "bad", "bytes", "bad_bytes"):
             f[key] += a[key]
         if a["lost"]:
             f["lost"] = a["lost"]
-            f["bytes_lost"] = None if a["bytes_lost"] is None or f["bytes_lost"] is None else f["bytes_lost"] + a["bytes_lost"]
+            f["bytes_lost"] = (
+                None if a["bytes_lost"] is None or f["bytes_lost"] is None else f["bytes_lost"] + a["bytes_lost"]
+            )
         f["first_bad"] = f["first_bad"] or a["first_bad"]
-    lost = [{"path": f["path"], "reason": f["lost"], "bytes_lost": f["bytes_lost"]} for f in files.values() if f["lost"]]
-    all_bad = [{"path": f["path"], "records": f["records"], "first": f["first_bad"]} for f in files.values()
-               if f["records"] and not f["good"] and f["lost"] in (None, "truncated_zst", "truncated_file")]
-    return {"files_read": len(files), "bytes_read": sum(f["bytes"] for f in files.values()),
-            "bad_record_bytes": sum(f["bad_bytes"] for f in files.values()),
-            "bytes_lost": sum(x["bytes_lost"] for x in lost if x["bytes_lost"] is not None),
-            "lost_files": lost, "all_bad_files": all_bad}
+    lost = [
+        {"path": f["path"], "reason": f["lost"], "bytes_lost": f["bytes_lost"]} for f in files.values() if f["lost"]
+    ]
+    all_bad = [
+        {"path": f["path"], "records": f["records"], "first": f["first_bad"]}
+        for f in files.values()
+        if f["records"] and not f["good"] and f["lost"] in (None, "truncated_zst", "truncated_file")
+    ]
+    return {
+        "files_read": len(files),
+        "bytes_read": sum(f["bytes"] for f in files.values()),
+        "bad_record_bytes": sum(f["bad_bytes"] for f in files.values()),
+        "bytes_lost": sum(x["bytes_lost"] for x in lost if x["bytes_lost"] is not None),
+        "lost_files": lost,
+        "all_bad_files": all_bad,
+    }
 
 
-_LOST_WHY = {"missing_file": "does not exist", "empty_file": "holds no records",
-             "unreadable_file": "cannot be read (a truncated or corrupt parquet file)",
-             "truncated_zst": "is cut short, by an amount its zstd frame header cannot tell (no size recorded)",
-             "truncated_file": "is cut short or corrupt (its compressed stream ends early)"}
+_LOST_WHY = {
+    "missing_file": "does not exist",
+    "empty_file": "holds no records",
+    "unreadable_file": "cannot be read (a truncated or corrupt parquet file)",
+    "truncated_zst": "is cut short, by an amount its zstd frame header cannot tell (no size recorded)",
+    "truncated_file": "is cut short or corrupt (its compressed stream ends early)",
+}
 
 
 def check_files(acc: dict, name: str, max_bad_fraction: float, allow_missing: bool) -> None:
     """Whole-file losses are errors, not one bad record each: a file whose records are all bad; a file
     lost by an unknown amount (unless allow_missing); bytes lost above max_bad_fraction."""
     for f in acc["all_bad_files"]:
-        raise DataError(f"{f['path']}: all {f['records']} records are bad (first: {f['first']}): the whole file would "
-                        f"be lost; fix it or remove it from the {name}"
-                        + ("; missing_text: if the documents are in another field, name it with --text-field"
-                           if (f["first"] or "").endswith("missing_text") else ""))
+        raise DataError(
+            f"{f['path']}: all {f['records']} records are bad (first: {f['first']}): the whole file would "
+            f"be lost; fix it or remove it from the {name}"
+            + (
+                "; missing_text: if the documents are in another field, name it with --text-field"
+                if (f["first"] or "").endswith("missing_text")
+                else ""
+            )
+        )
     unknown = [x for x in acc["lost_files"] if x["bytes_lost"] is None]
     if unknown and not allow_missing:
         x = unknown[0]
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
         what = "the rest of its documents" if x["reason"].startswith("truncated") else "its documents"
-        raise DataError(f"{x['path']}: {x['reason']}: {_LOST_WHY[x['reason']]}{more}; {what} would be "
-                        "missing: pass --allow-missing to go on without it")
+        raise DataError(
+            f"{x['path']}: {x['reason']}: {_LOST_WHY[x['reason']]}{more}; {what} would be "
+            "missing: pass --allow-missing to go on without it"
+        )
     total = acc["bytes_read"] + acc["bytes_lost"]
     lost = acc["bad_record_bytes"] + acc["bytes_lost"]
     if total and lost / total > max_bad_fraction:
         known = [x for x in acc["lost_files"] if x["bytes_lost"]]
         worst = max(known, key=lambda x: x["bytes_lost"]) if known else None
-        raise DataError(f"{name}: {lost:,} of {total:,} bytes lost ({lost / total:.1%} > max_bad_fraction "
-                        f"{max_bad_fraction:.1%})" + (f"; {worst['path']}: {worst['reason']}, {worst['bytes_lost']:,} "
-                                                      "bytes lost" if worst else "; in bad records"))
+        raise DataError(
+            f"{name}: {lost:,} of {total:,} bytes lost ({lost / total:.1%} > max_bad_fraction "
+            f"{max_bad_fraction:.1%})"
+            + (
+                f"; {worst['path']}: {worst['reason']}, {worst['bytes_lost']:,} bytes lost"
+                if worst
+                else "; in bad records"
+            )
+        )
 
 
 def check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
@@ -481,8 +597,12 @@ def check_bad(stats: dict, max_bad_fraction: float, split: str) -> None:
             f"{split}: {n_bad} of {stats['records_read']} records are bad "
             f"({n_bad / stats['records_read']:.1%} > max_bad_fraction {max_bad_fraction:.1%}); "
             f"first: {first['where']}: {first['reason']}; counts: {stats['skipped']}"
-            + ("; missing_text: if the documents are in another field, name it with --text-field"
-               if "missing_text" in stats["skipped"] else ""))
+            + (
+                "; missing_text: if the documents are in another field, name it with --text-field"
+                if "missing_text" in stats["skipped"]
+                else ""
+            )
+        )
 
 
 def _text_bytes(raw) -> dict[str, int]:
@@ -536,41 +656,72 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
     if corpus.val_sources is None:
         cap = VAL_DOCS if val_docs is None else val_docs
         limit = None if corpus.max_docs is None else cap + corpus.max_docs
-        raw = _generate(corpus.train_sources, corpus.on_bad, limit, corpus.num_proc, cache / "train", datasets, "train",
-                        corpus.sets)
+        raw = _generate(
+            corpus.train_sources, corpus.on_bad, limit, corpus.num_proc, cache / "train", datasets, "train", corpus.sets
+        )
         input_files = {"inputs": _file_accounting(raw), "val_inputs": None}
         check_files(input_files["inputs"], "inputs", corpus.max_bad_fraction, corpus.allow_missing)
         skip = np.asarray(raw.data.column("skip").to_numpy(zero_copy_only=False))
         n_good = int((skip == "").sum())
         if val_docs is None:  # a share of a small input, VAL_DOCS of a large one
-            val_docs = VAL_DOCS if limit is not None and n_good >= limit else min(VAL_DOCS, math.ceil(n_good * VAL_SHARE))
+            val_docs = (
+                VAL_DOCS if limit is not None and n_good >= limit else min(VAL_DOCS, math.ceil(n_good * VAL_SHARE))
+            )
             if n_good < 2:
-                raise DataError(f"inputs: {n_good} document{'s' if n_good != 1 else ''}: needs at least 2, one to "
-                                "validate on and one to train on (or pass --val-input)")
+                raise DataError(
+                    f"inputs: {n_good} document{'s' if n_good != 1 else ''}: needs at least 2, one to "
+                    "validate on and one to train on (or pass --val-input)"
+                )
             if val_docs < VAL_DOCS:
-                logger.warning("validation: no --val-input, and the input holds %d documents: holding out the first %d "
-                               "(%d%%, at most %d) for validation, training on the other %d (--val-docs N or "
-                               "--val-input to choose)", n_good, val_docs, round(VAL_SHARE * 100), VAL_DOCS,
-                               n_good - val_docs)
+                logger.warning(
+                    "validation: no --val-input, and the input holds %d documents: holding out the first %d "
+                    "(%d%%, at most %d) for validation, training on the other %d (--val-docs N or "
+                    "--val-input to choose)",
+                    n_good,
+                    val_docs,
+                    round(VAL_SHARE * 100),
+                    VAL_DOCS,
+                    n_good - val_docs,
+                )
         if n_good <= val_docs:  # validation would take every document: nothing left to train on
-            raise DataError(f"validation takes the first {val_docs} documents of the input (--val-docs) but it "
-                            f"holds only {n_good}, leaving none to train on: lower --val-docs or pass --val-input")
+            raise DataError(
+                f"validation takes the first {val_docs} documents of the input (--val-docs) but it "
+                f"holds only {n_good}, leaving none to train on: lower --val-docs or pass --val-input"
+            )
         limit = None if corpus.max_docs is None else val_docs + corpus.max_docs
         split_at = _cut(skip, val_docs)
         end = _cut(skip, limit)
         parts = {"validation": (raw, 0, split_at), "train": (raw, split_at, end)}
     else:
-        raw_tr = _generate(corpus.train_sources, corpus.on_bad, corpus.max_docs, corpus.num_proc, cache / "train",
-                           datasets, "train", corpus.sets)
-        raw_va = _generate(corpus.val_sources, corpus.on_bad, val_docs, corpus.num_proc, cache / "validation",
-                           datasets, "validation", corpus.sets)
+        raw_tr = _generate(
+            corpus.train_sources,
+            corpus.on_bad,
+            corpus.max_docs,
+            corpus.num_proc,
+            cache / "train",
+            datasets,
+            "train",
+            corpus.sets,
+        )
+        raw_va = _generate(
+            corpus.val_sources,
+            corpus.on_bad,
+            val_docs,
+            corpus.num_proc,
+            cache / "validation",
+            datasets,
+            "validation",
+            corpus.sets,
+        )
         input_files = {"inputs": _file_accounting(raw_tr), "val_inputs": _file_accounting(raw_va)}
         check_files(input_files["inputs"], "train inputs", corpus.max_bad_fraction, corpus.allow_missing)
         check_files(input_files["val_inputs"], "validation inputs", corpus.max_bad_fraction, corpus.allow_missing)
         skip_tr = np.asarray(raw_tr.data.column("skip").to_numpy(zero_copy_only=False))
         skip_va = np.asarray(raw_va.data.column("skip").to_numpy(zero_copy_only=False))
-        parts = {"train": (raw_tr, 0, _cut(skip_tr, corpus.max_docs)),
-                 "validation": (raw_va, 0, _cut(skip_va, val_docs))}
+        parts = {
+            "train": (raw_tr, 0, _cut(skip_tr, corpus.max_docs)),
+            "validation": (raw_va, 0, _cut(skip_va, val_docs)),
+        }
 
     timings = {"read_s": round(time.time() - t_start, 3)}
     stats = {}
@@ -587,26 +738,38 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
         raw, lo, hi = parts[split]
         t_prev = time.time()
         if hi - lo == 0 or stats[split]["records_read"] == sum(stats[split]["skipped"].values()):
-            raise DataError(f"{split}: no documents left to tokenize (read {hi - lo} records; skipped {stats[split]['skipped']}"
-                            + (f"; only sets {corpus.sets} kept" if corpus.sets else "") + ")")
+            raise DataError(
+                f"{split}: no documents left to tokenize (read {hi - lo} records; skipped {stats[split]['skipped']}"
+                + (f"; only sets {corpus.sets} kept" if corpus.sets else "")
+                + ")"
+            )
         sub = raw.select(range(lo, hi)) if (lo, hi) != (0, len(raw)) else raw
         text_bytes = _text_bytes(sub)  # per set: bits per byte of each set (evaluation.per_set)
         toks = sub.with_format("arrow").map(
-            tokfn, batched=True, batch_size=TOKENIZE_BATCH,
+            tokfn,
+            batched=True,
+            batch_size=TOKENIZE_BATCH,
             num_proc=corpus.num_proc if len(sub) >= 2 * TOKENIZE_BATCH else None,
-            remove_columns=list(RAW_COLUMNS), desc=f"tokenize {split}",
+            remove_columns=list(RAW_COLUMNS),
+            desc=f"tokenize {split}",
             new_fingerprint=f"tok-{split}-{os.getpid()}-{time.time_ns()}",
         )
         t1 = time.time()
         timings[f"tokenize_{split}_s"] = round(t1 - t_prev, 3)
         packer = Packer(encoding.seq_len, encoding.eos_id, dtype, set_index, corpus.pack, len(toks))
         blocks = toks.with_format("arrow").map(
-            packer, batched=True, batch_size=PACK_BATCH, num_proc=None,
-            remove_columns=["input_ids", "set"], desc=f"pack {split}",
-            features=datasets.Features({
-                "input_ids": datasets.List(datasets.Value(np.dtype(dtype).name), length=encoding.seq_len),
-                "set_ids": datasets.List(datasets.Value("uint8")),
-            }),
+            packer,
+            batched=True,
+            batch_size=PACK_BATCH,
+            num_proc=None,
+            remove_columns=["input_ids", "set"],
+            desc=f"pack {split}",
+            features=datasets.Features(
+                {
+                    "input_ids": datasets.List(datasets.Value(np.dtype(dtype).name), length=encoding.seq_len),
+                    "set_ids": datasets.List(datasets.Value("uint8")),
+                }
+            ),
             new_fingerprint=f"pack-{split}-{os.getpid()}-{time.time_ns()}",
         )
         blocks = blocks.with_format(None)
@@ -616,10 +779,14 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
         if packer.blocks == 0:
             raise DataError(f"{split}: {packer.tokens} tokens is fewer than one block of seq_len={encoding.seq_len}")
         # token conservation, checked not assumed
-        if (packer.tokens != packer.blocks * encoding.seq_len + packer.dropped_tail_tokens
-                or len(blocks) != packer.blocks):
-            raise RuntimeError(f"{split}: token conservation failed: {packer.tokens} != "
-                               f"{packer.blocks} * {encoding.seq_len} + {packer.dropped_tail_tokens}")
+        if (
+            packer.tokens != packer.blocks * encoding.seq_len + packer.dropped_tail_tokens
+            or len(blocks) != packer.blocks
+        ):
+            raise RuntimeError(
+                f"{split}: token conservation failed: {packer.tokens} != "
+                f"{packer.blocks} * {encoding.seq_len} + {packer.dropped_tail_tokens}"
+            )
         nbytes = dir_bytes(tmp / split)
         bare = packer.blocks * encoding.seq_len * np.dtype(dtype).itemsize
         result[split] = {
@@ -643,9 +810,11 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
 
     missing = [s for s in corpus.sets or [] if not result["train"]["tokens_per_set"].get(s)]
     if missing:
-        raise DataError(f"sets: no train document of {', '.join(missing)} in the input (kept: "
-                        f"{', '.join(result['train']['tokens_per_set']) or 'none'}); set names are the inputs' "
-                        "meta.pile_set_name, case-sensitive")
+        raise DataError(
+            f"sets: no train document of {', '.join(missing)} in the input (kept: "
+            f"{', '.join(result['train']['tokens_per_set']) or 'none'}); set names are the inputs' "
+            "meta.pile_set_name, case-sensitive"
+        )
     shutil.rmtree(cache, ignore_errors=True)
     encoding.tok.save_pretrained(str(tmp / "tokenizer"))
     sets = [None] * len(set_index)
@@ -657,7 +826,7 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "fingerprint": None,
         "layout": "non-shifted blocks of seq_len tokens; labels = input_ids (the model shifts); "
-                  "documents end with eos; boundaries = eos positions",
+        "documents end with eos; boundaries = eos positions",
         "seq_len": int(encoding.seq_len),
         "pack": corpus.pack,
         "dtype": np.dtype(dtype).name,
@@ -671,11 +840,17 @@ def _build(tmp, corpus: _Corpus, encoding: _Encoding, datasets):
             "encoder": {"name": encoding.enc[0], "reason": encoding.enc[1]},
         },
         "inputs": describe_inputs(corpus.train_sources),
-        "val_inputs": (describe_inputs(corpus.val_sources) if corpus.val_sources is not None
-                       else "first val_docs documents of inputs"),
+        "val_inputs": (
+            describe_inputs(corpus.val_sources)
+            if corpus.val_sources is not None
+            else "first val_docs documents of inputs"
+        ),
         "val_docs": int(val_docs),
-        "val_docs_rule": ("given" if corpus.val_docs is not None or corpus.val_sources is not None else
-                          f"auto: {VAL_SHARE:.0%} of the input's documents, at most {VAL_DOCS}"),
+        "val_docs_rule": (
+            "given"
+            if corpus.val_docs is not None or corpus.val_sources is not None
+            else f"auto: {VAL_SHARE:.0%} of the input's documents, at most {VAL_DOCS}"
+        ),
         "max_docs": corpus.max_docs,
         "select_sets": corpus.sets,
         "on_bad": corpus.on_bad,

@@ -55,15 +55,32 @@ from ..paths import MissingDataError, resolve
 
 logger = logging.getLogger(__name__)
 
-REASONS = ("missing_file", "malformed_json", "missing_text", "non_utf8", "empty_document", "truncated_zst",
-           "truncated_file", "unreadable_file")
+REASONS = (
+    "missing_file",
+    "malformed_json",
+    "missing_text",
+    "non_utf8",
+    "empty_document",
+    "truncated_zst",
+    "truncated_file",
+    "unreadable_file",
+)
 # JSON lines compressed by the standard library's modules (zstd has its own reader: it can tell the bytes lost)
 COMPRESSED = {"gz": "gzip", "bz2": "bz2", "xz": "lzma"}
 # sources that are one local file (their size and modification time enter the fingerprint)
 FILE_KINDS = ("jsonl", "zst", *COMPRESSED, "parquet", "txt")
 # what a folder given as input is searched for
-INPUT_SUFFIXES = (".jsonl", ".jsonl.zst", ".json.zst", ".jsonl.gz", ".json.gz", ".jsonl.bz2", ".jsonl.xz", ".parquet",
-                  ".txt")
+INPUT_SUFFIXES = (
+    ".jsonl",
+    ".jsonl.zst",
+    ".json.zst",
+    ".jsonl.gz",
+    ".json.gz",
+    ".jsonl.bz2",
+    ".jsonl.xz",
+    ".parquet",
+    ".txt",
+)
 SAVED_DATASET = ("state.json", "dataset_dict.json")  # datasets' save_to_disk: a Dataset's, a DatasetDict's marker
 FILE_ROW = "_file"  # the skip value of generate_records' per-file accounting rows (file_rows=True)
 POLICIES = ("skip", "fail")
@@ -149,12 +166,18 @@ def expand_inputs(specs, epochs: float = 1.0) -> list[dict]:
             continue
         if Path(resolved).is_dir():
             inner = sorted(
-                str(p) for p in Path(resolved).rglob("*")
-                if p.is_file() and p.name.lower().endswith(INPUT_SUFFIXES)
+                str(p) for p in Path(resolved).rglob("*") if p.is_file() and p.name.lower().endswith(INPUT_SUFFIXES)
             )
             if not inner:
-                files.append({"kind": "missing", "path": spec, "error": "folder holds no "
-                              + "/".join(INPUT_SUFFIXES) + " file (nor is it a datasets save_to_disk folder)"})
+                files.append(
+                    {
+                        "kind": "missing",
+                        "path": spec,
+                        "error": "folder holds no "
+                        + "/".join(INPUT_SUFFIXES)
+                        + " file (nor is it a datasets save_to_disk folder)",
+                    }
+                )
             files.extend({"kind": _kind(p), "path": p} for p in inner)
         elif Path(resolved).exists():
             files.append({"kind": _kind(resolved), "path": str(Path(resolved).resolve())})
@@ -202,8 +225,9 @@ def expand_blend(blend_path) -> list[dict]:
     files = []
     for i, src in enumerate(sources):
         if not isinstance(src, dict):
-            raise DataError(f"{path}: sources[{i}] must be an object like {{\"paths\": [...], \"epochs\": 1}}, "
-                            f"got {json.dumps(src)}")
+            raise DataError(
+                f'{path}: sources[{i}] must be an object like {{"paths": [...], "epochs": 1}}, got {json.dumps(src)}'
+            )
         paths = src.get("paths", src.get("path"))
         if isinstance(paths, str):
             paths = [paths]
@@ -216,8 +240,9 @@ def expand_blend(blend_path) -> list[dict]:
         key = "epochs" if "epochs" in src else "weight"
         epochs = src.get(key, 1.0)
         if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0 or epochs == float("inf"):
-            raise DataError(f"{path}: sources[{i}].{key} must be a number > 0 (times the source is used), "
-                            f"got {json.dumps(epochs)}")
+            raise DataError(
+                f"{path}: sources[{i}].{key} must be a number > 0 (times the source is used), got {json.dumps(epochs)}"
+            )
         files.extend(expand_inputs(paths, epochs=float(epochs)))
     return files
 
@@ -288,8 +313,16 @@ def _iter_lines_zst(path: str, acct: dict | None = None) -> Iterator[tuple[int, 
         lost = None if frame_size is None else max(frame_size - frame_out, 0) + len(buf)
         if acct is not None:
             acct["bytes_lost"] = lost
-        yield n + 1, None, error + (f": {lost:,} bytes lost" if lost is not None else
-                                    ": the amount lost is unknown (the frame header records no size)")
+        yield (
+            n + 1,
+            None,
+            error
+            + (
+                f": {lost:,} bytes lost"
+                if lost is not None
+                else ": the amount lost is unknown (the frame header records no size)"
+            ),
+        )
     elif buf:
         yield n + 1, buf, None
 
@@ -320,8 +353,10 @@ def _iter_saved(src: dict, text_field: str = "text") -> Iterator[tuple[int, dict
     try:
         ds = datasets.load_from_disk(path)
     except Exception as e:  # another datasets version's layout, a broken state.json: one line naming the folder
-        raise DataError(f"{path}: cannot load it as a datasets save_to_disk folder "
-                        f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
+        raise DataError(
+            f"{path}: cannot load it as a datasets save_to_disk folder "
+            f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+        ) from None
     if isinstance(ds, datasets.DatasetDict):
         split = src.get("split") or "train"
         if split not in ds:
@@ -344,9 +379,15 @@ def wrong_field(path: str, field: str, records: int, fields: dict[str, int]) -> 
     name -> characters of string values), and the one that seems to hold the documents."""
     best = max((k for k, n in fields.items() if n > 0), key=lambda k: fields[k], default=None)
     names = ", ".join(sorted(fields)) or "none"
-    return DataError(f"{path}: no field {field!r} in its first {records} record{'s' if records != 1 else ''} (fields: "
-                     f"{names}): " + (f"the documents seem to be in {best!r}: pass --text-field {best}" if best else
-                                      "name the field that holds the documents with --text-field"))
+    return DataError(
+        f"{path}: no field {field!r} in its first {records} record{'s' if records != 1 else ''} (fields: "
+        f"{names}): "
+        + (
+            f"the documents seem to be in {best!r}: pass --text-field {best}"
+            if best
+            else "name the field that holds the documents with --text-field"
+        )
+    )
 
 
 def wrong_field_in_rows(path: str, field: str, rows: list[dict]) -> DataError:
@@ -408,8 +449,10 @@ def _iter_hub(spec: str) -> Iterator[tuple[int, dict]]:
     try:
         ds = datasets.load_dataset(dataset, streaming=True, **kwargs)
     except Exception as e:  # offline, unknown id, config or split: one line that names the input
-        raise DataError(f"{spec}: cannot load it as a Hub dataset nor find a local file of that name "
-                        f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
+        raise DataError(
+            f"{spec}: cannot load it as a Hub dataset nor find a local file of that name "
+            f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+        ) from None
     for n, row in enumerate(ds, 1):
         yield n, row
 
@@ -453,7 +496,7 @@ def _txt_records(path: str, split: str, acct: dict) -> Iterator[tuple[int, str |
     try:
         text = raw.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is no part of the text
     except UnicodeDecodeError as e:
-        yield 1 + raw[:e.start].count(b"\n"), None, None, "non_utf8", f"invalid byte at offset {e.start}", len(raw)
+        yield 1 + raw[: e.start].count(b"\n"), None, None, "non_utf8", f"invalid byte at offset {e.start}", len(raw)
         return
     set_name = Path(path).parent.name or UNKNOWN_SET
     if split == "file":
@@ -491,8 +534,13 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
             acct.update(lost="missing_file", bytes_lost=None)
             yield 0, None, None, "missing_file", "does not exist", 0
             return
-        lines = (_iter_lines_zst(path, acct) if kind == "zst" else
-                 _iter_lines_compressed(path, kind) if kind in COMPRESSED else _iter_lines_plain(path))
+        lines = (
+            _iter_lines_zst(path, acct)
+            if kind == "zst"
+            else _iter_lines_compressed(path, kind)
+            if kind in COMPRESSED
+            else _iter_lines_plain(path)
+        )
         for n, raw, error in lines:
             if error is not None:
                 lost = "truncated_zst" if kind == "zst" else "truncated_file"
@@ -503,7 +551,7 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
                 return
             nbytes = len(raw) + (kind == "zst")  # plain lines keep their newline, decompressed ones do not
             if n == 1 and raw.startswith(BOM):  # a byte-order mark (Windows editors write one) is not the record's
-                raw = raw[len(BOM):]
+                raw = raw[len(BOM) :]
             if not raw.strip():
                 continue
             try:
@@ -520,8 +568,13 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
             _note_fields(acct, reason, obj, field)
             yield n, text, set_name, reason, "", nbytes
     else:
-        rows = (_iter_parquet(path, field) if kind == "parquet" else _iter_saved(src, field) if kind == "saved" else
-                _iter_hub(path))
+        rows = (
+            _iter_parquet(path, field)
+            if kind == "parquet"
+            else _iter_saved(src, field)
+            if kind == "saved"
+            else _iter_hub(path)
+        )
         n = 0
         try:
             for n, row in rows:
@@ -532,11 +585,19 @@ def _records(src: dict, acct: dict) -> Iterator[tuple[int, str | None, str | Non
             if kind != "parquet" or isinstance(e, DataError):
                 raise
             acct.update(lost="unreadable_file", bytes_lost=None)
-            yield n + 1, None, None, "unreadable_file", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}", 0
+            yield (
+                n + 1,
+                None,
+                None,
+                "unreadable_file",
+                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+                0,
+            )
 
 
-def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None = None, sets=None,
-                     file_rows: bool = False):
+def generate_records(
+    files: list[dict], on_bad: str = "skip", limit: int | None = None, sets=None, file_rows: bool = False
+):
     """``datasets.Dataset.from_generator`` generator: one row per record of ``files``.
 
     With ``file_rows``, each file read ends with one accounting row (``skip`` = :data:`FILE_ROW`,
@@ -554,8 +615,17 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
     for src in files:
         frac = src.get("fraction", 1.0)
         warned = 0
-        acct = {"records": 0, "good": 0, "bad": 0, "bytes": 0, "bad_bytes": 0, "lost": None, "bytes_lost": 0,
-                "complete": True, "first_bad": None}
+        acct = {
+            "records": 0,
+            "good": 0,
+            "bad": 0,
+            "bytes": 0,
+            "bad_bytes": 0,
+            "lost": None,
+            "bytes_lost": 0,
+            "complete": True,
+            "first_bad": None,
+        }
         held: list[str] | None = []  # warnings held while every record so far lacks the text field (then None)
         field = src.get("text_field", "text")
 
@@ -612,17 +682,22 @@ def generate_records(files: list[dict], on_bad: str = "skip", limit: int | None 
         for msg in held or []:
             warn(msg)
         acct.pop("fields", None)
-        if acct["records"] == 0 and acct["lost"] is None and src["kind"] in ("jsonl", "zst", *COMPRESSED, "parquet",
-                                                                               "saved"):
+        if (
+            acct["records"] == 0
+            and acct["lost"] is None
+            and src["kind"] in ("jsonl", "zst", *COMPRESSED, "parquet", "saved")
+        ):
             acct["lost"] = "empty_file"
             acct["bytes_lost"] = None
         if file_rows:
-            yield {"text": json.dumps({**acct, "path": src["path"], "kind": src["kind"], "pass": src.get("pass", 0)}),
-                   "set": None, "skip": FILE_ROW, "where": src["path"]}
+            yield {
+                "text": json.dumps({**acct, "path": src["path"], "kind": src["kind"], "pass": src.get("pass", 0)}),
+                "set": None,
+                "skip": FILE_ROW,
+                "where": src["path"],
+            }
         if not acct["complete"]:
             return
 
 
-__all__ = [
-    "DataError", "REASONS", "POLICIES", "expand_inputs", "expand_blend", "generate_records",
-]
+__all__ = ["DataError", "REASONS", "POLICIES", "expand_inputs", "expand_blend", "generate_records"]

@@ -35,12 +35,64 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 
-KINDS = ("secret number", "access code", "room number", "serial number", "account number", "ticket number",
-         "lucky number", "order number", "locker code", "badge number", "flight number", "invoice number")
-ADJECTIVES = ("red", "quiet", "golden", "old", "hidden", "northern", "silver", "tiny", "brave", "frozen", "green",
-              "ancient", "lazy", "bright", "wooden", "distant", "hollow", "eager", "crimson", "gentle")
-NOUNS = ("otter", "lighthouse", "river", "falcon", "bakery", "comet", "garden", "harbor", "violin", "glacier",
-         "orchard", "tunnel", "meadow", "castle", "badger", "canyon", "lantern", "island", "forest", "engine")
+KINDS = (
+    "secret number",
+    "access code",
+    "room number",
+    "serial number",
+    "account number",
+    "ticket number",
+    "lucky number",
+    "order number",
+    "locker code",
+    "badge number",
+    "flight number",
+    "invoice number",
+)
+ADJECTIVES = (
+    "red",
+    "quiet",
+    "golden",
+    "old",
+    "hidden",
+    "northern",
+    "silver",
+    "tiny",
+    "brave",
+    "frozen",
+    "green",
+    "ancient",
+    "lazy",
+    "bright",
+    "wooden",
+    "distant",
+    "hollow",
+    "eager",
+    "crimson",
+    "gentle",
+)
+NOUNS = (
+    "otter",
+    "lighthouse",
+    "river",
+    "falcon",
+    "bakery",
+    "comet",
+    "garden",
+    "harbor",
+    "violin",
+    "glacier",
+    "orchard",
+    "tunnel",
+    "meadow",
+    "castle",
+    "badger",
+    "canyon",
+    "lantern",
+    "island",
+    "forest",
+    "engine",
+)
 MAX_FACTS = len(ADJECTIVES) * len(NOUNS)  # each fact of a document is about another name
 # (fact, question): the cue (kind and name) always comes before the value, as in any lookup by name
 FORMS = (
@@ -84,10 +136,12 @@ def _cut_at_space(text: str, at: int) -> int:
     return len(text) if space < 0 else space
 
 
-def retrieval_document(rng: random.Random, haystack: str, facts: list[tuple[str, str]],
-                       early_share: float = 0.0) -> str:
+def retrieval_document(
+    rng: random.Random, haystack: str, facts: list[tuple[str, str]], early_share: float = 0.0
+) -> str:
     """``haystack`` with each fact inserted at a random depth (between words), an ``early_share`` of them in its
     first quarter (up to the next space), then every question in a random order, each followed by its answer."""
+
     def depth() -> int:
         # drawn only when a share is set: a seed's documents without it are those made before it existed
         if early_share and rng.random() < early_share:
@@ -129,10 +183,50 @@ def asked_facts(document: str) -> list[tuple[int, int, int]]:
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # Statements of the passkey filler's form ("The grass is green."), none of its nouns or adjectives: a haystack of
 # them said again and again is one where the last words of a question ("... is") point at thousands of wrong answers
-SUBJECTS = ("wall", "road", "lake", "bread", "door", "cloud", "stone", "rope", "soup", "chair", "floor", "window",
-            "coat", "field", "shell", "bell", "hill", "milk", "wind", "sand")
-QUALITIES = ("warm", "wet", "long", "soft", "open", "dark", "round", "heavy", "sweet", "loud", "empty", "narrow",
-             "cold", "smooth", "tall", "clean", "white", "sharp", "slow", "deep")
+SUBJECTS = (
+    "wall",
+    "road",
+    "lake",
+    "bread",
+    "door",
+    "cloud",
+    "stone",
+    "rope",
+    "soup",
+    "chair",
+    "floor",
+    "window",
+    "coat",
+    "field",
+    "shell",
+    "bell",
+    "hill",
+    "milk",
+    "wind",
+    "sand",
+)
+QUALITIES = (
+    "warm",
+    "wet",
+    "long",
+    "soft",
+    "open",
+    "dark",
+    "round",
+    "heavy",
+    "sweet",
+    "loud",
+    "empty",
+    "narrow",
+    "cold",
+    "smooth",
+    "tall",
+    "clean",
+    "white",
+    "sharp",
+    "slow",
+    "deep",
+)
 
 
 def _said_again(unit: str, count_tokens, room: int) -> str:
@@ -164,10 +258,19 @@ def statement_haystack(rng: random.Random, count_tokens, room: int) -> str:
     return _said_again(unit, count_tokens, room)
 
 
-def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]], list[int]], documents: int,
-                        min_tokens: int, max_tokens: int, max_facts: int = 4, seed: int = 0, min_facts: int = 1,
-                        repeat_share: float = 0.0, statement_share: float = 0.0,
-                        early_share: float = 0.0) -> Iterator[str]:
+def retrieval_documents(
+    texts: Iterable[str],
+    count_tokens: Callable[[list[str]], list[int]],
+    documents: int,
+    min_tokens: int,
+    max_tokens: int,
+    max_facts: int = 4,
+    seed: int = 0,
+    min_facts: int = 1,
+    repeat_share: float = 0.0,
+    statement_share: float = 0.0,
+    early_share: float = 0.0,
+) -> Iterator[str]:
     """``documents`` retrieval documents of ``min_tokens`` to ``max_tokens`` tokens (log-uniform; as
     ``count_tokens`` counts a list of texts, never more than ``max_tokens``), each with ``min_facts`` to
     ``max_facts`` facts, an ``early_share`` of them in the haystack's first quarter (the farthest from their
@@ -177,11 +280,14 @@ def retrieval_documents(texts: Iterable[str], count_tokens: Callable[[list[str]]
     if not 0 < min_tokens <= max_tokens:
         raise ValueError(f"min_tokens={min_tokens}, max_tokens={max_tokens}: need 0 < min_tokens <= max_tokens")
     if not 0 < min_facts <= max_facts <= MAX_FACTS:
-        raise ValueError(f"min_facts={min_facts}, max_facts={max_facts}: need 0 < min_facts <= max_facts <= "
-                         f"{MAX_FACTS}")
+        raise ValueError(
+            f"min_facts={min_facts}, max_facts={max_facts}: need 0 < min_facts <= max_facts <= {MAX_FACTS}"
+        )
     if not (0 <= repeat_share and 0 <= statement_share and repeat_share + statement_share <= 1):
-        raise ValueError(f"repeat_share={repeat_share}, statement_share={statement_share}: shares of the documents, "
-                         "at least 0 and at most 1 together")
+        raise ValueError(
+            f"repeat_share={repeat_share}, statement_share={statement_share}: shares of the documents, "
+            "at least 0 and at most 1 together"
+        )
     if not 0 <= early_share <= 1:
         raise ValueError(f"early_share={early_share}: a share of the facts, 0 to 1")
     rng = random.Random(seed)

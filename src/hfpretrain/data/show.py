@@ -22,8 +22,9 @@ def _short(text: str, max_chars: int | None) -> str:
     return text
 
 
-def render_batches(out, split: str = "train", num_batches: int = 2, batch_size: int = 4,
-                   max_chars: int | None = 240) -> str:
+def render_batches(
+    out, split: str = "train", num_batches: int = 2, batch_size: int = 4, max_chars: int | None = 240
+) -> str:
     """Return the text that ``scripts/show_batches.py`` prints: the first ``num_batches`` batches
     of ``batch_size`` consecutive blocks of ``split``, then summary statistics."""
     import datasets
@@ -42,16 +43,20 @@ def render_batches(out, split: str = "train", num_batches: int = 2, batch_size: 
     ids = np.asarray(rows["input_ids"]).reshape(n, seq_len)
     set_ids = rows["set_ids"]
 
-    lines = [f"{out} [{split}]: {len(ds)} blocks x {seq_len} tokens ({manifest['dtype']}); "
-             f"tokenizer {manifest['tokenizer']['name_or_path']} (eos {eos!r} = {eos_id}); "
-             f"labels = input_ids (shifted inside the model)"]
+    lines = [
+        f"{out} [{split}]: {len(ds)} blocks x {seq_len} tokens ({manifest['dtype']}); "
+        f"tokenizer {manifest['tokenizer']['name_or_path']} (eos {eos!r} = {eos_id}); "
+        f"labels = input_ids (shifted inside the model)"
+    ]
     seg_total = 0
     set_tokens: dict[str, int] = {}
     for b in range(0, n, batch_size):
-        batch = ids[b:b + batch_size]
+        batch = ids[b : b + batch_size]
         lines.append("")
-        lines.append(f"=== batch {b // batch_size}: input_ids shape {tuple(batch.shape)}, "
-                     f"{int((batch == eos_id).sum())} end-of-text tokens ===")
+        lines.append(
+            f"=== batch {b // batch_size}: input_ids shape {tuple(batch.shape)}, "
+            f"{int((batch == eos_id).sum())} end-of-text tokens ==="
+        )
         for r in range(len(batch)):
             i = b + r
             row = batch[r]
@@ -61,8 +66,10 @@ def render_batches(out, split: str = "train", num_batches: int = 2, batch_size: 
             names = [sets[int(k)] if int(k) < len(sets) else f"set{int(k)}" for k in np.asarray(set_ids[i]).tolist()]
             cont = i > 0 and int(ds[i - 1]["input_ids"][-1]) != eos_id
             seg_total += len(segs)
-            lines.append(f"--- block {i}: {len(segs)} segment(s), document starts at "
-                         f"{[s for s in bounds[:-1] if s > 0 or not cont]}")
+            lines.append(
+                f"--- block {i}: {len(segs)} segment(s), document starts at "
+                f"{[s for s in bounds[:-1] if s > 0 or not cont]}"
+            )
             for k, seg in enumerate(segs):
                 name = names[k] if k < len(names) else "?"
                 set_tokens[name] = set_tokens.get(name, 0) + len(seg)
@@ -74,10 +81,14 @@ def render_batches(out, split: str = "train", num_batches: int = 2, batch_size: 
     m = manifest[split]
     lines.append("")
     lines.append(f"=== summary ({split}) ===")
-    lines.append(f"documents {m['documents']:,} (read {m['records_read']:,}, skipped {m['skipped'] or 0}); "
-                 f"tokens {m['tokens']:,} = {m['blocks']:,} blocks x {seq_len} + {m['dropped_tail_tokens']} dropped tail")
-    lines.append(f"mean tokens/document {m['tokens'] / max(m['documents'], 1):,.1f}; "
-                 f"bytes {m['bytes']:,} ({m['bytes_overhead']:+.2%} vs bare ids)")
+    lines.append(
+        f"documents {m['documents']:,} (read {m['records_read']:,}, skipped {m['skipped'] or 0}); "
+        f"tokens {m['tokens']:,} = {m['blocks']:,} blocks x {seq_len} + {m['dropped_tail_tokens']} dropped tail"
+    )
+    lines.append(
+        f"mean tokens/document {m['tokens'] / max(m['documents'], 1):,.1f}; "
+        f"bytes {m['bytes']:,} ({m['bytes_overhead']:+.2%} vs bare ids)"
+    )
     lines.append(f"shown: {n} blocks, {seg_total} segments, {seg_total / max(n, 1):.2f} segments/block")
     total = sum(m["tokens_per_set"].values())
     lines.append("tokens per set (split | shown blocks):")

@@ -37,8 +37,11 @@ def load_tokenizer(name):
         path = resolve(name)
     except MissingDataError as e:
         raise DataError(f"tokenizer {name}: {e}") from None
-    problem = tokenizer_problem(path, "name a tokenizer folder (save_pretrained's, or a tokenized data folder's "
-                                      "tokenizer/)") if Path(path).is_dir() else None
+    problem = (
+        tokenizer_problem(path, "name a tokenizer folder (save_pretrained's, or a tokenized data folder's tokenizer/)")
+        if Path(path).is_dir()
+        else None
+    )
     if problem:  # which file, and what to do: not the library's internal text
         raise DataError(f"tokenizer {name}: {problem}")
     try:
@@ -97,7 +100,9 @@ class BatchTokenizer:
             self._enc = build_encoder(self.encoder, self.tokenizer_json)
             if self.encoder != "hf":
                 head = texts[:CHECK_DOCS]
-                diff = first_difference(head, build_encoder("hf", self.tokenizer_json).encode(head), self._enc.encode(head))
+                diff = first_difference(
+                    head, build_encoder("hf", self.tokenizer_json).encode(head), self._enc.encode(head)
+                )
                 if diff:
                     raise EncoderMismatch(f"{self.encoder} differs from HF: {diff}")
         return self._enc.encode(texts) if texts else []

@@ -22,8 +22,15 @@ import logging
 from pathlib import Path
 
 from ..outdir import listing, output_problem, read_marker
-from .pipeline import DEFAULT_MAX_BAD_FRACTION, MAX_BAD_EXAMPLES, check_bad, check_files, check_missing, \
-    configure_sources, file_accounting
+from .pipeline import (
+    DEFAULT_MAX_BAD_FRACTION,
+    MAX_BAD_EXAMPLES,
+    check_bad,
+    check_files,
+    check_missing,
+    configure_sources,
+    file_accounting,
+)
 from .read import FILE_ROW, POLICIES, DataError, expand_inputs, generate_records
 
 logger = logging.getLogger(__name__)
@@ -57,15 +64,26 @@ def _refuse_foreign(out: Path) -> None:
     if not out.is_dir() or not any(out.iterdir()):
         return
     if read_marker(out / "training.json", FORMAT) is None:
-        raise DataError(f"--out {out} is not empty ({listing(out)}) and not an output of train-tokenizer (no training.json "
-                        f"with format {FORMAT!r}); nothing was written: choose a new or empty folder, or pass --force "
-                        "to write into it (files of the same names are replaced)")
+        raise DataError(
+            f"--out {out} is not empty ({listing(out)}) and not an output of train-tokenizer (no training.json "
+            f"with format {FORMAT!r}); nothing was written: choose a new or empty folder, or pass --force "
+            "to write into it (files of the same names are replaced)"
+        )
 
 
-def train_tokenizer(inputs, vocab_size: int, out: str | Path, max_docs: int | None = None,
-                    min_frequency: int = 2, on_bad: str = "skip", max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION,
-                    allow_missing: bool = False, text_field: str = "text", txt_split: str = "file",
-                    force: bool = False) -> Path:
+def train_tokenizer(
+    inputs,
+    vocab_size: int,
+    out: str | Path,
+    max_docs: int | None = None,
+    min_frequency: int = 2,
+    on_bad: str = "skip",
+    max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION,
+    allow_missing: bool = False,
+    text_field: str = "text",
+    txt_split: str = "file",
+    force: bool = False,
+) -> Path:
     """Train on the documents of ``inputs`` (files, globs, folders, Hub ids); save to ``out``.
 
     ``vocab_size`` counts the 256 byte tokens and ``<|endoftext|>``; make it a multiple of 128
@@ -99,12 +117,18 @@ def train_tokenizer(inputs, vocab_size: int, out: str | Path, max_docs: int | No
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[EOT],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[EOT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     counts = {"documents": 0, "bytes": 0, "bad": 0}
     try:
-        tok.train_from_iterator(_texts(sources, max_docs, on_bad, counts, max_bad_fraction, allow_missing),
-                                trainer=trainer)
+        tok.train_from_iterator(
+            _texts(sources, max_docs, on_bad, counts, max_bad_fraction, allow_missing), trainer=trainer
+        )
     except Exception as e:  # the iterator's DataError, as the tokenizers library passes it on
         cause = e
         while cause is not None and not isinstance(cause, DataError):
@@ -114,14 +138,27 @@ def train_tokenizer(inputs, vocab_size: int, out: str | Path, max_docs: int | No
         raise DataError(str(cause)) from None
     if counts["documents"] == 0:
         raise DataError(f"{', '.join(map(str, inputs))}: no documents to train a tokenizer on")
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOT, bos_token=EOT, unk_token=None,
-                                   model_max_length=1 << 30)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token=EOT, bos_token=EOT, unk_token=None, model_max_length=1 << 30
+    )
     out.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(str(out))
-    info = {"format": FORMAT, "vocab_size": tok.get_vocab_size(), "requested_vocab_size": vocab_size,
-            "min_frequency": min_frequency, "inputs": [str(i) for i in inputs], "max_docs": max_docs,
-            "text_field": text_field, **counts}
+    info = {
+        "format": FORMAT,
+        "vocab_size": tok.get_vocab_size(),
+        "requested_vocab_size": vocab_size,
+        "min_frequency": min_frequency,
+        "inputs": [str(i) for i in inputs],
+        "max_docs": max_docs,
+        "text_field": text_field,
+        **counts,
+    }
     (out / "training.json").write_text(json.dumps(info, indent=2) + "\n")
-    logger.info("tokenizer: %d tokens from %d documents (%d bytes) -> %s", info["vocab_size"], counts["documents"],
-                counts["bytes"], out)
+    logger.info(
+        "tokenizer: %d tokens from %d documents (%d bytes) -> %s",
+        info["vocab_size"],
+        counts["documents"],
+        counts["bytes"],
+        out,
+    )
     return out

@@ -46,8 +46,15 @@ def recipe_callbacks(recipe) -> list:
     if ev.long_context_lengths or ev.long_context_blocks:
         from hfpretrain.eval.long_context_callback import LongContextCallback
 
-        callbacks.append(LongContextCallback(ev.long_context_lengths, ev.long_context_samples, ev.long_context_blocks,
-                                             ev.long_context_min_document_tokens, recipe.model.document_mask))
+        callbacks.append(
+            LongContextCallback(
+                ev.long_context_lengths,
+                ev.long_context_samples,
+                ev.long_context_blocks,
+                ev.long_context_min_document_tokens,
+                recipe.model.document_mask,
+            )
+        )
     task = ev.lm_eval_task
     if not task:
         return callbacks
@@ -75,8 +82,10 @@ class LmEvalCallback(TrainerCallback):
         if split not in ("train", "validation", "test"):
             raise ValueError(f"split must be train/validation/test, not {split!r}")
         if base_task(task) not in IN_TRAINING_TASKS:
-            raise ValueError(f"{task} cannot be scored during training (WinoGrande's partial scoring and LAMBADA's "
-                             f"greedy check run through lm-eval): use {', '.join(IN_TRAINING_TASKS)}")
+            raise ValueError(
+                f"{task} cannot be scored during training (WinoGrande's partial scoring and LAMBADA's "
+                f"greedy check run through lm-eval): use {', '.join(IN_TRAINING_TASKS)}"
+            )
         # at the run's start, not at the first scoring step, hours in
         require_lm_eval(f"evaluation.lm_eval_task={task}")
         from hfpretrain.eval.local_tasks import task_sources
@@ -115,7 +124,9 @@ class LmEvalCallback(TrainerCallback):
             from hfpretrain.eval.local_tasks import load_tasks
             from hfpretrain.eval.scoring import apply_limit
 
-            self._task_obj = load_tasks([self.task], self.data_root, splits=(self.split,), sources=self._sources)[self.task]
+            self._task_obj = load_tasks([self.task], self.data_root, splits=(self.split,), sources=self._sources)[
+                self.task
+            ]
             docs = {
                 "train": self._task_obj.training_docs,
                 "validation": self._task_obj.validation_docs,
@@ -141,11 +152,7 @@ class LmEvalCallback(TrainerCallback):
         finally:
             model.train(was_training)
         p = f"{self.prefix}{self.task}_"
-        return {
-            f"{p}acc": res["acc"],
-            f"{p}acc_norm": res["acc_norm"],
-            f"{p}acc_avg_logprob": res["acc_avg_logprob"],
-        }
+        return {f"{p}acc": res["acc"], f"{p}acc_norm": res["acc_norm"], f"{p}acc_avg_logprob": res["acc_avg_logprob"]}
 
     def _run(self, state, model) -> dict | None:
         if model is None or not state.is_world_process_zero:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hfpretrain.training.model_card import scores_section, use_section
 
+
 def _replace(card: str, section: str) -> str:
     name = re.match(r"<!-- hfpretrain:(\w+) -->", section).group(1)
     pattern = re.compile(rf"<!-- hfpretrain:{name} -->\n.*?\n<!-- /hfpretrain:{name} -->", re.S)

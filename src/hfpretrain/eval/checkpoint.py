@@ -29,8 +29,11 @@ def check_checkpoint(checkpoint, tokenizer: bool = True) -> Path:
         raise CheckpointNotFoundError(f"checkpoint not found: {path} (expected a save_pretrained directory)")
     if not (path / "config.json").is_file():
         raise CheckpointNotFoundError(f"not a checkpoint: {path} has no config.json")
-    for problem in (json_problem(path / "config.json"), weights_problem(path),
-                    tokenizer_problem(path) if tokenizer else None):
+    for problem in (
+        json_problem(path / "config.json"),
+        weights_problem(path),
+        tokenizer_problem(path) if tokenizer else None,
+    ):
         if problem:
             raise CheckpointNotFoundError(f"unusable checkpoint: {problem}")
     return path

@@ -57,7 +57,9 @@ def checkpoint_id(src: Path) -> str:
     config's and weights' names, sizes and modification times."""
     h = hashlib.sha256(str(Path(src).resolve()).encode())
     for f in sorted(Path(src).iterdir()):
-        if f.is_file() and (f.suffix in (".safetensors", ".bin") or f.name in ("config.json", "model.safetensors.index.json")):
+        if f.is_file() and (
+            f.suffix in (".safetensors", ".bin") or f.name in ("config.json", "model.safetensors.index.json")
+        ):
             st = f.stat()
             h.update(f"\n{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:32]
@@ -73,10 +75,17 @@ def _refuse_foreign(out: Path, src: Path, force: bool) -> None:
     from hfpretrain.data.pipeline import protected_reason
 
     why = protected_reason(out)
-    what = ("holds an export of another checkpoint" if info is not None else
-            f"is {why}, not an export of this checkpoint" if why else "is not an export of this checkpoint")
-    raise OutputFolderError(f"--out {out} {what}, and is not empty ({listing(out)}); nothing was written: choose a new or "
-                            "empty folder, or pass --force to write into it (files of the same names are replaced)")
+    what = (
+        "holds an export of another checkpoint"
+        if info is not None
+        else f"is {why}, not an export of this checkpoint"
+        if why
+        else "is not an export of this checkpoint"
+    )
+    raise OutputFolderError(
+        f"--out {out} {what}, and is not empty ({listing(out)}); nothing was written: choose a new or "
+        "empty folder, or pass --force to write into it (files of the same names are replaced)"
+    )
 
 
 def redact_paths(text: str) -> str:
@@ -103,16 +112,26 @@ def _hub_datasets(lineage: dict) -> list[str]:
             manifest = json.loads((Path(src.get("path", "")) / "manifest.json").read_text())
         except (OSError, ValueError, TypeError, AttributeError):
             continue
-        for item in [*(manifest.get("inputs") or []), *(manifest.get("val_inputs") or [] if isinstance(
-                manifest.get("val_inputs"), list) else [])]:
+        for item in [
+            *(manifest.get("inputs") or []),
+            *(manifest.get("val_inputs") or [] if isinstance(manifest.get("val_inputs"), list) else []),
+        ]:
             if isinstance(item, dict) and item.get("kind") == "hub" and isinstance(item.get("path"), str):
                 ids.append(item["path"].partition("?")[0])
     return list(dict.fromkeys(ids))
 
 
-def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str | None = None,
-                      private: bool = False, force: bool = False, license: str | None = None,
-                      datasets: list[str] | None = None, say=None) -> Path:
+def export_checkpoint(
+    checkpoint,
+    out,
+    dtype: str = "bfloat16",
+    push_to_hub: str | None = None,
+    private: bool = False,
+    force: bool = False,
+    license: str | None = None,
+    datasets: list[str] | None = None,
+    say=None,
+) -> Path:
     """Write ``checkpoint`` (a ``save_pretrained`` folder) to ``out`` in ``dtype``; push it to the Hub
     repo ``push_to_hub`` (``user/name``) if given. Returns ``out``. ``license`` (a Hub license id; default
     ``unknown``) and ``datasets`` (Hub ids; default those the data's manifests name) go into the card's header.
@@ -146,14 +165,14 @@ def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str
     if isinstance(lineage, dict):
         datasets = datasets or _hub_datasets(lineage)
     with _staged(out) as stage:  # written beside ``out``, moved into it whole: a full disk leaves ``out`` as it was
-        (stage / MARKER).write_text(json.dumps({"format": MARKER_FORMAT, "checkpoint": checkpoint_id(src),
-                                                "dtype": dtype}) + "\n")
+        (stage / MARKER).write_text(
+            json.dumps({"format": MARKER_FORMAT, "checkpoint": checkpoint_id(src), "dtype": dtype}) + "\n"
+        )
         model.save_pretrained(stage)
         tokenizer.save_pretrained(stage)
         gguf = check_tokenizer(stage)  # as llama.cpp's converter reads it: the saved files
         if gguf is not None and gguf.known is None:
-            (stage / NOTE_FILE).write_text(note(gguf, push_to_hub or str(out), hub=bool(push_to_hub)),
-                                           encoding="utf-8")
+            (stage / NOTE_FILE).write_text(note(gguf, push_to_hub or str(out), hub=bool(push_to_hub)), encoding="utf-8")
         else:
             gguf = None
         if isinstance(lineage, dict):  # where the model came from, without this machine's paths
@@ -162,8 +181,9 @@ def export_checkpoint(checkpoint, out, dtype: str = "bfloat16", push_to_hub: str
             card = refresh_card(redact_paths(card), push_to_hub or out)
             if gguf is not None:
                 card = card.rstrip("\n") + "\n\n" + card_section(gguf)
-            (stage / "README.md").write_text(set_metadata(card, license=license or "unknown",
-                                                          datasets=datasets or None))
+            (stage / "README.md").write_text(
+                set_metadata(card, license=license or "unknown", datasets=datasets or None)
+            )
     if gguf is not None and say is not None:
         say(console_line(gguf, out))
     if push_to_hub:
@@ -205,15 +225,18 @@ def _staged(out: Path):
                 p.rmdir()
             except OSError:
                 pass
-        cause = write_failure(e) or (f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
-                                     if isinstance(e, OSError) else None)
+        cause = write_failure(e) or (
+            f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}" if isinstance(e, OSError) else None
+        )
         if cause is None:
             raise
         full = "space" in cause.lower() or "quota" in cause.lower() or "os error 28" in cause
         kept = "nothing was created" if made else f"{out} is as it was"
-        raise ExportWriteError(f"{'the disk is full' if full else 'writing failed'}: exporting to {out} failed "
-                               f"({cause}); its partial files were removed, {kept}: "
-                               f"{'free space' if full else 'fix the cause'} and export again") from None
+        raise ExportWriteError(
+            f"{'the disk is full' if full else 'writing failed'}: exporting to {out} failed "
+            f"({cause}); its partial files were removed, {kept}: "
+            f"{'free space' if full else 'fix the cause'} and export again"
+        ) from None
 
 
 def push(folder: Path, repo_id: str, private: bool = False) -> str:
@@ -223,11 +246,18 @@ def push(folder: Path, repo_id: str, private: bool = False) -> str:
     try:
         api = HfApi()
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-        api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
-                          commit_message="hfpretrain export", ignore_patterns=[MARKER])
+        api.upload_folder(
+            folder_path=str(folder),
+            repo_id=repo_id,
+            repo_type="model",
+            commit_message="hfpretrain export",
+            ignore_patterns=[MARKER],
+        )
     except Exception as err:  # offline, no token, no permission, a network error: all one line
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise PushError(f"--push-to-hub {repo_id}: {reason}; the export is in {folder} "
-                        f"(upload it later: hf upload {repo_id} {folder} --exclude '{MARKER}'"
-                        f"{' --private' if private else ''})") from None
+        raise PushError(
+            f"--push-to-hub {repo_id}: {reason}; the export is in {folder} "
+            f"(upload it later: hf upload {repo_id} {folder} --exclude '{MARKER}'"
+            f"{' --private' if private else ''})"
+        ) from None
     return f"https://huggingface.co/{repo_id}"

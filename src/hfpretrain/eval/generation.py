@@ -28,19 +28,24 @@ def _load(model):
 
     if isinstance(model, Pipeline):
         return model.model, model.tokenizer
-    raise TypeError(f"model must be a checkpoint folder, a (model, tokenizer) pair or a text-generation pipeline, "
-                    f"not {type(model).__name__}")
+    raise TypeError(
+        f"model must be a checkpoint folder, a (model, tokenizer) pair or a text-generation pipeline, "
+        f"not {type(model).__name__}"
+    )
 
 
-def check_settings(max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=50, repetition_penalty=1.0,
-                   num_samples=1) -> None:
+def check_settings(
+    max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=50, repetition_penalty=1.0, num_samples=1
+) -> None:
     """ValueError naming the first sampling setting out of range (before the model is loaded)."""
-    checks = (("max_new_tokens", max_new_tokens, isinstance(max_new_tokens, int) and max_new_tokens >= 1, "an integer >= 1"),
-              ("num_samples", num_samples, isinstance(num_samples, int) and num_samples >= 1, "an integer >= 1"),
-              ("temperature", temperature, temperature is None or temperature >= 0, ">= 0 (0: greedy)"),
-              ("top_p", top_p, 0 < top_p <= 1, "in (0, 1]"),
-              ("top_k", top_k, isinstance(top_k, int) and top_k >= 0, "an integer >= 0"),
-              ("repetition_penalty", repetition_penalty, repetition_penalty > 0, "> 0"))
+    checks = (
+        ("max_new_tokens", max_new_tokens, isinstance(max_new_tokens, int) and max_new_tokens >= 1, "an integer >= 1"),
+        ("num_samples", num_samples, isinstance(num_samples, int) and num_samples >= 1, "an integer >= 1"),
+        ("temperature", temperature, temperature is None or temperature >= 0, ">= 0 (0: greedy)"),
+        ("top_p", top_p, 0 < top_p <= 1, "in (0, 1]"),
+        ("top_k", top_k, isinstance(top_k, int) and top_k >= 0, "an integer >= 0"),
+        ("repetition_penalty", repetition_penalty, repetition_penalty > 0, "> 0"),
+    )
     for name, value, ok, need in checks:
         if not ok:
             raise ValueError(f"{name} must be {need}, got {value!r}")

@@ -27,7 +27,7 @@ from hfpretrain.eval.llama_cpp_hashes import LLAMA_CPP_PRE_HASHES
 # get_vocab_base_pre() it generates (conversion/base.py; convert_hf_to_gguf.py in llama.cpp before 2026).
 # Source: https://github.com/ggml-org/llama.cpp (as vendored in llama-cpp-python 0.3.36), MIT licence,
 # Copyright (c) 2023-2026 The ggml authors.
-CHKTXT = '\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ ------======= нещо на Български \'\'\'\'\'\'```````""""......!!!!!!?????? I\'ve been \'told he\'s there, \'RE you sure? \'M not sure I\'ll make it, \'D you like some tea? We\'Ve a\'lL'  # noqa: E501
+CHKTXT = "\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ ------======= нещо на Български ''''''```````\"\"\"\"......!!!!!!?????? I've been 'told he's there, 'RE you sure? 'M not sure I'll make it, 'D you like some tea? We'Ve a'lL"  # noqa: E501
 
 GPT2 = "gpt-2"  # llama.cpp's name for GPT-2's pre-tokenizer (LLAMA_VOCAB_PRE_TYPE_GPT2 in src/llama-vocab.cpp)
 NOTE_FILE = "GGUF.md"
@@ -58,9 +58,15 @@ def is_gpt2_scheme(spec: dict) -> bool:
     every word, no byte fallback), no normalizer, and a ByteLevel pre-tokenizer with GPT-2's regex and no prefix
     space. (llama.cpp's regex is GPT-2's: ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)``.)"""
     model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
-    return (model.get("type") == "BPE" and not model.get("byte_fallback") and not model.get("ignore_merges")
-            and spec.get("normalizer") is None and pre.get("type") == "ByteLevel"
-            and pre.get("use_regex", True) and not pre.get("add_prefix_space", False))
+    return (
+        model.get("type") == "BPE"
+        and not model.get("byte_fallback")
+        and not model.get("ignore_merges")
+        and spec.get("normalizer") is None
+        and pre.get("type") == "ByteLevel"
+        and pre.get("use_regex", True)
+        and not pre.get("add_prefix_space", False)
+    )
 
 
 def check_tokenizer(folder) -> GgufTokenizer | None:
@@ -80,10 +86,14 @@ def check_tokenizer(folder) -> GgufTokenizer | None:
 def console_line(tok: GgufTokenizer, where) -> str:
     """One line for the console: the hash the converter will not recognise, and the name to register it under."""
     if tok.pre:
-        return (f"gguf: llama.cpp's convert_hf_to_gguf.py does not know this tokenizer; register chkhsh {tok.chkhsh} "
-                f"as \"{tok.pre}\" (how: {Path(where) / NOTE_FILE})")
-    return (f"gguf: llama.cpp's convert_hf_to_gguf.py does not know this tokenizer (chkhsh {tok.chkhsh}) and its "
-            f"pre-tokenizer is not GPT-2's: see {Path(where) / NOTE_FILE}")
+        return (
+            f"gguf: llama.cpp's convert_hf_to_gguf.py does not know this tokenizer; register chkhsh {tok.chkhsh} "
+            f'as "{tok.pre}" (how: {Path(where) / NOTE_FILE})'
+        )
+    return (
+        f"gguf: llama.cpp's convert_hf_to_gguf.py does not know this tokenizer (chkhsh {tok.chkhsh}) and its "
+        f"pre-tokenizer is not GPT-2's: see {Path(where) / NOTE_FILE}"
+    )
 
 
 def note(tok: GgufTokenizer, where: str, hub: bool = False) -> str:
@@ -91,20 +101,28 @@ def note(tok: GgufTokenizer, where: str, hub: bool = False) -> str:
     commands; ``where`` names the export (its folder as given, or the Hub repo id when ``hub``)."""
     folder = Path(where).name if hub else where
     fetch = f"hf download {where} --local-dir {folder}\n" if hub else ""
-    head = (f"# GGUF (llama.cpp)\n\n"
-            f"llama.cpp's `convert_hf_to_gguf.py` names a BPE vocabulary's pre-tokenizer (`tokenizer.ggml.pre`) by a "
-            f"hash: it encodes a fixed probe text with this tokenizer and looks `sha256(str(ids))` up in the table of "
-            f"`get_vocab_base_pre()`. This tokenizer is in no such table (a vocabulary trained with `hfpretrain "
-            f"train-tokenizer` is new), so the converter stops with \"BPE pre-tokenizer was not recognized\".\n\n"
-            f"- chkhsh: `{tok.chkhsh}`\n")
+    head = (
+        f"# GGUF (llama.cpp)\n\n"
+        f"llama.cpp's `convert_hf_to_gguf.py` names a BPE vocabulary's pre-tokenizer (`tokenizer.ggml.pre`) by a "
+        f"hash: it encodes a fixed probe text with this tokenizer and looks `sha256(str(ids))` up in the table of "
+        f"`get_vocab_base_pre()`. This tokenizer is in no such table (a vocabulary trained with `hfpretrain "
+        f'train-tokenizer` is new), so the converter stops with "BPE pre-tokenizer was not recognized".\n\n'
+        f"- chkhsh: `{tok.chkhsh}`\n"
+    )
     name = tok.pre or "NAME"
     if tok.pre:
-        head += f"- pre-tokenizer: `{tok.pre}` (`tokenizer.json`: byte-level BPE with GPT-2's split regex, no normalizer)\n"
+        head += (
+            f"- pre-tokenizer: `{tok.pre}` (`tokenizer.json`: byte-level BPE with GPT-2's split regex, no normalizer)\n"
+        )
     else:
-        head += ("- pre-tokenizer: not GPT-2's byte-level scheme (see `normalizer` and `pre_tokenizer` in "
-                 "`tokenizer.json`): for NAME below, pick the llama.cpp pre-tokenizer that splits text the same way "
-                 "(`src/llama-vocab.cpp`)\n")
-    return head + f"""
+        head += (
+            "- pre-tokenizer: not GPT-2's byte-level scheme (see `normalizer` and `pre_tokenizer` in "
+            "`tokenizer.json`): for NAME below, pick the llama.cpp pre-tokenizer that splits text the same way "
+            "(`src/llama-vocab.cpp`)\n"
+        )
+    return (
+        head
+        + f"""
 In a llama.cpp checkout, add this line to `pre_computed_hashes` in `convert_hf_to_gguf_update.py`:
 
 ```python
@@ -127,12 +145,18 @@ Then, from the llama.cpp checkout (`llama-completion` is `llama-cli` in builds b
 llama-completion -m model.gguf -no-cnv -p "The history of" -n 40
 ```
 """
+    )
 
 
 def card_section(tok: GgufTokenizer) -> str:
     """The model card's short GGUF section (between ``<!-- hfpretrain:gguf -->`` comments), pointing at GGUF.md."""
-    what = (f"register its tokenizer's hash `{tok.chkhsh}` as `{tok.pre}`" if tok.pre else
-            f"register its tokenizer's hash `{tok.chkhsh}` under the llama.cpp pre-tokenizer that splits as it does")
-    return (f"<!-- hfpretrain:gguf -->\n## GGUF (llama.cpp)\n\nBefore llama.cpp's `convert_hf_to_gguf.py` converts this "
-            f"model, {what} (the tokenizer is not in the converter's table): [{NOTE_FILE}]({NOTE_FILE}) says how."
-            f"\n<!-- /hfpretrain:gguf -->\n")
+    what = (
+        f"register its tokenizer's hash `{tok.chkhsh}` as `{tok.pre}`"
+        if tok.pre
+        else f"register its tokenizer's hash `{tok.chkhsh}` under the llama.cpp pre-tokenizer that splits as it does"
+    )
+    return (
+        f"<!-- hfpretrain:gguf -->\n## GGUF (llama.cpp)\n\nBefore llama.cpp's `convert_hf_to_gguf.py` converts this "
+        f"model, {what} (the tokenizer is not in the converter's table): [{NOTE_FILE}]({NOTE_FILE}) says how."
+        f"\n<!-- /hfpretrain:gguf -->\n"
+    )

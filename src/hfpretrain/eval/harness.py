@@ -27,8 +27,16 @@ logger = logging.getLogger(__name__)
 SCORINGS = ("lm_eval", "avg_logprob", "both")
 
 
-__all__ = ["CheckpointNotFoundError", "MissingExtraError", "OutputFolderError", "check_checkpoint",
-           "evaluate_checkpoint", "make_lm", "summary_markdown", "write_outputs"]
+__all__ = [
+    "CheckpointNotFoundError",
+    "MissingExtraError",
+    "OutputFolderError",
+    "check_checkpoint",
+    "evaluate_checkpoint",
+    "make_lm",
+    "summary_markdown",
+    "write_outputs",
+]
 
 
 def _default_device() -> str:
@@ -128,12 +136,18 @@ def evaluate_checkpoint(
         tasks = available_tasks(wanted, data_root) or list(wanted)
         left_out = [t for t in wanted if t not in tasks]
         if left_out:
-            logger.warning("evaluating %s: %s not in the data root %s", ", ".join(tasks), ", ".join(left_out),
-                           resolve_data_root(data_root))
+            logger.warning(
+                "evaluating %s: %s not in the data root %s",
+                ", ".join(tasks),
+                ", ".join(left_out),
+                resolve_data_root(data_root),
+            )
     tasks = list(tasks)
     if scoring == "avg_logprob" and not any(base_task(t) in QUESTION_TASKS for t in tasks):
-        raise ValueError(f"--scoring avg_logprob scores question-answer tasks ({', '.join(QUESTION_TASKS)}), none of "
-                         f"{', '.join(tasks)}: use --scoring lm_eval")
+        raise ValueError(
+            f"--scoring avg_logprob scores question-answer tasks ({', '.join(QUESTION_TASKS)}), none of "
+            f"{', '.join(tasks)}: use --scoring lm_eval"
+        )
     sources = task_sources(tasks, data_root)  # a missing file: the Hub's copy, or a one-line error
     task_objs = load_tasks(tasks, data_root, sources=sources)
     lm = make_lm(checkpoint, batch_size=batch_size, dtype=dtype, device=device)
@@ -161,8 +175,11 @@ def evaluate_checkpoint(
 
         asked = [name for name in task_objs if base_task(name) in QUESTION_TASKS]
         if len(asked) < len(task_objs):
-            logger.warning("the reference rule scores question-answer tasks only (%s); not %s",
-                           ", ".join(QUESTION_TASKS), ", ".join(n for n in task_objs if n not in asked))
+            logger.warning(
+                "the reference rule scores question-answer tasks only (%s); not %s",
+                ", ".join(QUESTION_TASKS),
+                ", ".join(n for n in task_objs if n not in asked),
+            )
         results["avg_logprob"] = {
             name: score_docs(lm, task_objs[name], apply_limit(task_objs[name].test_docs(), limit), prompt="reference")
             for name in asked
@@ -207,8 +224,14 @@ def _fmt(value, stderr) -> str:
 def _other_metrics(r: dict) -> str:
     """lm-eval's metrics besides acc and acc_norm (LAMBADA's perplexity), as "name value ± stderr"."""
     names = [k.split(",")[0] for k in r if "," in k and "_stderr" not in k]
-    return "; ".join(f"{n} {_fmt(r[f'{n},none'], r.get(f'{n}_stderr,none'))}" for n in names
-                     if n not in ("acc", "acc_norm") and f"{n},none" in r) or "–"
+    return (
+        "; ".join(
+            f"{n} {_fmt(r[f'{n},none'], r.get(f'{n}_stderr,none'))}"
+            for n in names
+            if n not in ("acc", "acc_norm") and f"{n},none" in r
+        )
+        or "–"
+    )
 
 
 def summary_markdown(results: dict) -> str:
@@ -241,7 +264,7 @@ def summary_markdown(results: dict) -> str:
         "",
         "acc / acc_norm: lm-eval's metrics (sum of log-probs; sum divided by choice length in characters). "
         "The last column is the reference report's rule (mean log-prob per answer token after "
-        "\"Question: X\\nAnswer:\"), computed by hfpretrain.eval.scoring.",
+        '"Question: X\\nAnswer:"), computed by hfpretrain.eval.scoring.',
         "",
     ]
     return "\n".join(lines)

@@ -19,8 +19,15 @@ import os
 from pathlib import Path
 
 from hfpretrain.eval.extras import require_lm_eval
-from hfpretrain.eval.task_data import HUB_DATASETS, TASKS, hub_dataset, hub_offline, missing_error, missing_file, \
-    resolve_data_root
+from hfpretrain.eval.task_data import (
+    HUB_DATASETS,
+    TASKS,
+    hub_dataset,
+    hub_offline,
+    missing_error,
+    missing_file,
+    resolve_data_root,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,9 +42,7 @@ def task_manager(data_root=None, include_defaults: bool = False):
     from lm_eval.tasks import TaskManager
 
     root = resolve_data_root(data_root)
-    return TaskManager(
-        include_path=str(TASK_DIR), include_defaults=include_defaults, metadata={"data_root": str(root)}
-    )
+    return TaskManager(include_path=str(TASK_DIR), include_defaults=include_defaults, metadata={"data_root": str(root)})
 
 
 def _hub_problem(task: str) -> str | None:
@@ -68,8 +73,12 @@ def task_sources(tasks, data_root=None, splits=None) -> dict:
         if gap is not None:
             if why := _hub_problem(task):
                 raise missing_error(task, *gap, hub_why=why)
-            logger.warning("%s: no local file %s; using lm-eval's built-in task, which downloads Hub dataset %s",
-                           task, gap[1], hub_dataset(task))
+            logger.warning(
+                "%s: no local file %s; using lm-eval's built-in task, which downloads Hub dataset %s",
+                task,
+                gap[1],
+                hub_dataset(task),
+            )
         sources[task] = None if gap is None else hub_dataset(task)
     return sources
 

@@ -40,8 +40,10 @@ from hfpretrain.data.order import document_positions
 from hfpretrain.data.retrieval import asked_facts
 
 DEFAULT_LENGTHS = (2048, 4096, 8192, 16384)
-PREFIX = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
-          "I will quiz you about the important information there.")
+PREFIX = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+    "I will quiz you about the important information there."
+)
 FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 QUESTION = " What is the pass key? The pass key is"
 
@@ -59,12 +61,12 @@ def token_losses(model, ids: torch.Tensor, position_ids: torch.Tensor | None = N
 
 def position_bins(seq_len: int) -> list[tuple[int, int]]:
     """``[1, 2), [2, 4), ...`` up to ``seq_len``: position 0 (a document's first token) has no context of its own."""
-    return [(2 ** k, min(2 ** (k + 1), seq_len)) for k in range(int(math.ceil(math.log2(seq_len))))
-            if 2 ** k < seq_len]
+    return [(2**k, min(2 ** (k + 1), seq_len)) for k in range(int(math.ceil(math.log2(seq_len)))) if 2**k < seq_len]
 
 
-def loss_by_position(model, blocks, eos_id: int, document_mask: bool = False, min_document_tokens: int = 0,
-                     batch_size: int = 1) -> dict:
+def loss_by_position(
+    model, blocks, eos_id: int, document_mask: bool = False, min_document_tokens: int = 0, batch_size: int = 1
+) -> dict:
     """Mean loss per position bin over ``blocks`` (an (N, S) array or dataset of input_ids): ``{"bins": [{"from",
     "to", "loss", "tokens"}], "tokens", "documents", "seq_len"}``. See the module notes for what counts."""
     model.eval()
@@ -103,10 +105,19 @@ def loss_by_position(model, blocks, eos_id: int, document_mask: bool = False, mi
                 inside = (pos >= lo) & (pos < hi)
                 sums[b] += loss[inside].sum()
                 counts[b] += int(inside.sum())
-    rows = [{"from": lo, "to": hi, "loss": (sums[b] / counts[b]) if counts[b] else None, "tokens": int(counts[b])}
-            for b, (lo, hi) in enumerate(bins)]
-    return {"seq_len": seq_len, "blocks": len(blocks), "documents": documents, "tokens": int(counts.sum()),
-            "min_document_tokens": min_document_tokens, "document_mask": document_mask, "bins": rows}
+    rows = [
+        {"from": lo, "to": hi, "loss": (sums[b] / counts[b]) if counts[b] else None, "tokens": int(counts[b])}
+        for b, (lo, hi) in enumerate(bins)
+    ]
+    return {
+        "seq_len": seq_len,
+        "blocks": len(blocks),
+        "documents": documents,
+        "tokens": int(counts.sum()),
+        "min_document_tokens": min_document_tokens,
+        "document_mask": document_mask,
+        "bins": rows,
+    }
 
 
 def mean_loss(model, blocks, eos_id: int, document_mask: bool = False, batch_size: int = 1) -> dict:
@@ -116,8 +127,10 @@ def mean_loss(model, blocks, eos_id: int, document_mask: bool = False, batch_siz
     total, count = 0.0, 0
     for start in range(0, len(blocks), batch_size):
         rows = [blocks[i] for i in range(start, min(start + batch_size, len(blocks)))]
-        ids = torch.as_tensor(np.stack([r["input_ids"] if isinstance(r, dict) else r for r in rows]).astype(np.int64),
-                              device=_device(model))
+        ids = torch.as_tensor(
+            np.stack([r["input_ids"] if isinstance(r, dict) else r for r in rows]).astype(np.int64),
+            device=_device(model),
+        )
         losses = token_losses(model, ids, document_positions(ids, eos_id) if document_mask else None)
         total, count = total + float(losses.sum()), count + losses.numel()
     return {"loss": total / count, "tokens": count}
@@ -132,8 +145,9 @@ def passkey_prompt(tokenizer, length: int, depth: float, key: str) -> tuple[list
     answer = enc(f" {key}")
     room = length - len(prefix) - len(needle) - len(question) - len(answer)
     if room < 0:
-        raise ValueError(f"a passkey prompt needs more than {length} tokens with this tokenizer "
-                         f"({length - room} without filler)")
+        raise ValueError(
+            f"a passkey prompt needs more than {length} tokens with this tokenizer ({length - room} without filler)"
+        )
     unit = enc(FILLER)
     filler = (unit * (room // len(unit) + 1))[:room]
     before = int(round(depth * room))
@@ -143,8 +157,9 @@ def passkey_prompt(tokenizer, length: int, depth: float, key: str) -> tuple[list
 
 
 @torch.no_grad()
-def passkey_accuracy(model, tokenizer, lengths=DEFAULT_LENGTHS, samples: int = 20, seed: int = 0,
-                     batch_size: int = 1) -> dict:
+def passkey_accuracy(
+    model, tokenizer, lengths=DEFAULT_LENGTHS, samples: int = 20, seed: int = 0, batch_size: int = 1
+) -> dict:
     """``{str(length): {"accuracy", "samples", "by_depth": {depth: accuracy}, "wrong_answers": {text: count}}}`` over
     ``samples`` prompts per length, the keys random 5-digit numbers and the depths spread evenly over 0..1 (the same
     for every length). A wrong answer is what greedy decoding says: the key's tokens up to the first wrong one, that
@@ -158,22 +173,25 @@ def passkey_accuracy(model, tokenizer, lengths=DEFAULT_LENGTHS, samples: int = 2
         prompts = [passkey_prompt(tokenizer, length, d, str(rng.randint(10000, 99999))) for d in depths]
         right, wrong = [], Counter()
         for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start:start + batch_size]
+            chunk = prompts[start : start + batch_size]
             ids = torch.tensor([p[0] for p in chunk], device=device)
             logits = model(input_ids=ids, use_cache=False).logits
             for row, (prompt, answer) in enumerate(chunk):
                 k = len(answer)
-                guess = logits[row, length - k - 1:length - 1].argmax(dim=-1).tolist()
+                guess = logits[row, length - k - 1 : length - 1].argmax(dim=-1).tolist()
                 right.append(guess == answer)
                 if guess != answer:
                     first = next(i for i, (g, a) in enumerate(zip(guess, answer)) if g != a)
-                    wrong[tokenizer.decode(guess[:first + 1])] += 1
+                    wrong[tokenizer.decode(guess[: first + 1])] += 1
         by_depth = {}
         for d, ok in zip(depths, right):
             by_depth.setdefault(round(d, 2), []).append(ok)
-        out[str(length)] = {"accuracy": sum(right) / len(right), "samples": len(right),
-                            "by_depth": {str(d): sum(v) / len(v) for d, v in by_depth.items()},
-                            "wrong_answers": dict(wrong.most_common())}
+        out[str(length)] = {
+            "accuracy": sum(right) / len(right),
+            "samples": len(right),
+            "by_depth": {str(d): sum(v) / len(v) for d, v in by_depth.items()},
+            "wrong_answers": dict(wrong.most_common()),
+        }
     return out
 
 
@@ -209,8 +227,11 @@ def retrieval_accuracy(model, tokenizer, documents: list[str]) -> dict:
     for document in documents:
         ids, answers, distances = tokenized_questions(tokenizer, document)
         keep = sorted({t - 1 for tokens in answers for t in tokens})
-        logits = model(input_ids=torch.tensor([ids], device=device), use_cache=False,
-                       logits_to_keep=torch.tensor(keep, device=device)).logits[0]
+        logits = model(
+            input_ids=torch.tensor([ids], device=device),
+            use_cache=False,
+            logits_to_keep=torch.tensor(keep, device=device),
+        ).logits[0]
         guess = dict(zip(keep, logits.argmax(dim=-1).tolist()))
         for tokens, distance in zip(answers, distances):
             scored.append((distance, all(guess[t - 1] == ids[t] for t in tokens)))
@@ -219,7 +240,12 @@ def retrieval_accuracy(model, tokenizer, documents: list[str]) -> dict:
     bins = []
     for lo, hi in distance_bins(max(d for d, _ in scored)):
         inside = [right for d, right in scored if lo <= d < hi]
-        bins.append({"from": lo, "to": hi, "questions": len(inside),
-                     "accuracy": sum(inside) / len(inside) if inside else None})
-    return {"documents": len(documents), "questions": len(scored),
-            "accuracy": sum(right for _, right in scored) / len(scored), "bins": bins}
+        bins.append(
+            {"from": lo, "to": hi, "questions": len(inside), "accuracy": sum(inside) / len(inside) if inside else None}
+        )
+    return {
+        "documents": len(documents),
+        "questions": len(scored),
+        "accuracy": sum(right for _, right in scored) / len(scored),
+        "bins": bins,
+    }

@@ -36,15 +36,19 @@ class LongContextCallback(TrainerCallback):
 
     def attach(self, trainer):
         if trainer.is_fsdp_enabled:
-            raise RecipeError("evaluation.long_context_lengths/_blocks: not under FSDP (the evaluation runs on rank 0 "
-                              "with the whole model): evaluate final/ with `hfpretrain long-context` instead")
+            raise RecipeError(
+                "evaluation.long_context_lengths/_blocks: not under FSDP (the evaluation runs on rank 0 "
+                "with the whole model): evaluate final/ with `hfpretrain long-context` instead"
+            )
         config = trainer.model.config
         limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         too_long = [n for n in self.lengths if limit and n > limit]
         if too_long:
-            raise RecipeError(f"evaluation.long_context_lengths={self.lengths}: {too_long} are past the model's "
-                              f"{limit} positions (max_position_embeddings): lengths up to {limit}, or a context "
-                              "phase to extend it (context.seq_len)")
+            raise RecipeError(
+                f"evaluation.long_context_lengths={self.lengths}: {too_long} are past the model's "
+                f"{limit} positions (max_position_embeddings): lengths up to {limit}, or a context "
+                "phase to extend it (context.seq_len)"
+            )
         self.trainer = trainer
         return self
 
@@ -61,8 +65,13 @@ class LongContextCallback(TrainerCallback):
                     blocks = trainer.eval_dataset
                     rows = [blocks[i] for i in range(min(self.blocks, len(blocks)))]
                     result["loss_by_position"] = loss_by_position(
-                        model, rows, int(model.config.eos_token_id), self.document_mask, self.min_document_tokens,
-                        args.per_device_eval_batch_size)
+                        model,
+                        rows,
+                        int(model.config.eos_token_id),
+                        self.document_mask,
+                        self.min_document_tokens,
+                        args.per_device_eval_batch_size,
+                    )
                 if self.lengths:
                     result["passkey"] = passkey_accuracy(model, trainer.processing_class, self.lengths, self.samples)
         finally:
@@ -75,14 +84,22 @@ class LongContextCallback(TrainerCallback):
         try:
             self.result = {"step": state.global_step, **self.measure(model)}
         except Exception as err:  # noqa: BLE001 - an extra after training must not cost the run its final/
-            log.warning("long-context evaluation failed (%s: %s); final/ and the summary are written without it; "
-                        "`hfpretrain long-context` evaluates final/ on its own", type(err).__name__,
-                        str(err).splitlines()[0] if str(err) else "")
+            log.warning(
+                "long-context evaluation failed (%s: %s); final/ and the summary are written without it; "
+                "`hfpretrain long-context` evaluates final/ on its own",
+                type(err).__name__,
+                str(err).splitlines()[0] if str(err) else "",
+            )
             return
         out = Path(args.output_dir) / FILE
         out.write_text(json.dumps(self.result, indent=2) + "\n")
         metrics = {f"long_context/passkey_{n}": v["accuracy"] for n, v in self.result.get("passkey", {}).items()}
-        metrics.update({f"long_context/loss_{b['from']}_{b['to']}": b["loss"]
-                        for b in (self.result.get("loss_by_position") or {}).get("bins", []) if b["loss"] is not None})
+        metrics.update(
+            {
+                f"long_context/loss_{b['from']}_{b['to']}": b["loss"]
+                for b in (self.result.get("loss_by_position") or {}).get("bins", [])
+                if b["loss"] is not None
+            }
+        )
         self.trainer.log(metrics)
         log.info("long-context evaluation: %s (%s)", metrics, out)

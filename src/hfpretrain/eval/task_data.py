@@ -28,20 +28,24 @@ from hfpretrain import paths
 
 def _ai2(stem_key: str = "question") -> Callable[[dict], dict]:
     """AI2's layout -> the HF datasets' (``question`` for ARC, ``question_stem`` for OpenBookQA)."""
+
     def to_hf(row: dict) -> dict:
         q = row["question"]
         choices = {"text": [c["text"] for c in q["choices"]], "label": [c["label"] for c in q["choices"]]}
         return {"id": row["id"], stem_key: q["stem"], "choices": choices, "answerKey": row["answerKey"]}
+
     return to_hf
 
 
 def _as_is(*fields: str) -> Callable[[dict], dict]:
     """Rows already in the HF dataset's layout, checked for the fields the task reads."""
+
     def to_hf(row: dict) -> dict:
         missing = [n for n in fields if n not in row]
         if missing:
             raise KeyError(", ".join(missing))
         return row
+
     return to_hf
 
 
@@ -60,26 +64,49 @@ class LocalTask:
 
 TASKS: dict[str, LocalTask] = {
     "arc_easy": LocalTask(
-        "arc_easy", {"train": "ARC-Easy-Train.jsonl", "validation": "ARC-Easy-Dev.jsonl", "test": "ARC-Easy-Test.jsonl"},
-        {"train": 2251, "validation": 570, "test": 2376}, _ai2()),
+        "arc_easy",
+        {"train": "ARC-Easy-Train.jsonl", "validation": "ARC-Easy-Dev.jsonl", "test": "ARC-Easy-Test.jsonl"},
+        {"train": 2251, "validation": 570, "test": 2376},
+        _ai2(),
+    ),
     "arc_challenge": LocalTask(
         "arc_challenge",
-        {"train": "ARC-Challenge-Train.jsonl", "validation": "ARC-Challenge-Dev.jsonl", "test": "ARC-Challenge-Test.jsonl"},
-        {"train": 1119, "validation": 299, "test": 1172}, _ai2()),
+        {
+            "train": "ARC-Challenge-Train.jsonl",
+            "validation": "ARC-Challenge-Dev.jsonl",
+            "test": "ARC-Challenge-Test.jsonl",
+        },
+        {"train": 1119, "validation": 299, "test": 1172},
+        _ai2(),
+    ),
     "openbookqa": LocalTask(
-        "openbookqa", {"train": "train.jsonl", "validation": "dev.jsonl", "test": "test.jsonl"},
-        {"train": 4957, "validation": 500, "test": 500}, _ai2("question_stem")),
+        "openbookqa",
+        {"train": "train.jsonl", "validation": "dev.jsonl", "test": "test.jsonl"},
+        {"train": 4957, "validation": 500, "test": 500},
+        _ai2("question_stem"),
+    ),
     "hellaswag": LocalTask(
-        "hellaswag", {"validation": "hellaswag_validation.jsonl.zst"}, {"validation": 10042},
-        _as_is("activity_label", "ctx_a", "ctx_b", "endings", "label"), "validation"),
+        "hellaswag",
+        {"validation": "hellaswag_validation.jsonl.zst"},
+        {"validation": 10042},
+        _as_is("activity_label", "ctx_a", "ctx_b", "endings", "label"),
+        "validation",
+    ),
     "piqa": LocalTask(
-        "piqa", {"validation": "piqa_validation.jsonl"}, {"validation": 1838},
-        _as_is("goal", "sol1", "sol2", "label"), "validation"),
+        "piqa",
+        {"validation": "piqa_validation.jsonl"},
+        {"validation": 1838},
+        _as_is("goal", "sol1", "sol2", "label"),
+        "validation",
+    ),
     "winogrande": LocalTask(
-        "winogrande", {"validation": "winogrande_xl_validation.jsonl"}, {"validation": 1267},
-        _as_is("sentence", "option1", "option2", "answer"), "validation"),
-    "lambada_openai": LocalTask(
-        "lambada", {"test": "lambada_openai_test.jsonl"}, {"test": 5153}, _lambada),
+        "winogrande",
+        {"validation": "winogrande_xl_validation.jsonl"},
+        {"validation": 1267},
+        _as_is("sentence", "option1", "option2", "answer"),
+        "validation",
+    ),
+    "lambada_openai": LocalTask("lambada", {"test": "lambada_openai_test.jsonl"}, {"test": 5153}, _lambada),
 }
 # lm-eval's built-in task of the same name reads this Hub dataset (dataset_path, dataset_name of its YAML): the
 # source when the local file is missing and the Hub can be reached (hfpretrain.eval.local_tasks.task_sources)
@@ -110,7 +137,9 @@ def resolve_data_root(data_root: str | os.PathLike | None = None) -> Path:
     try:
         return paths.data_root(data_root)
     except paths.MissingDataError as err:
-        raise MissingEvalDataError(f"{err}; or pass data_root / --data-root / --metadata '{{\"data_root\": ...}}'") from None
+        raise MissingEvalDataError(
+            f"{err}; or pass data_root / --data-root / --metadata '{{\"data_root\": ...}}'"
+        ) from None
 
 
 def local_task(task: str) -> LocalTask:
@@ -221,8 +250,11 @@ def load_dataset_dict(task: str, data_root=None, splits=("train", "validation", 
     import datasets
 
     scored = local_task(task).scored_split
-    out = {split: datasets.Dataset.from_list(read_split(task, split, data_root))
-           for split in {*splits, scored} if split == scored or has_split(task, split, data_root)}
+    out = {
+        split: datasets.Dataset.from_list(read_split(task, split, data_root))
+        for split in {*splits, scored}
+        if split == scored or has_split(task, split, data_root)
+    }
     # A slim data root may lack train/dev, and HellaSwag, PIQA and WinoGrande have no train file at all; lm-eval
     # still reads the training split to build its few-shot sampler, so an absent split is an empty one
     # (zero-shot runs; few-shot has no pool).

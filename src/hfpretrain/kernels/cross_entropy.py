@@ -40,19 +40,37 @@ MAX_WARPS = 32  # a block of 1,024 threads
 def check_tile(tile) -> tuple[int, int]:
     """``kernels.loss_tile``: two powers of two (columns per iteration up to 2^20, warps up to 32) that Triton can
     launch, else ValueError naming the key: at load, not at the first GPU step after output_dir is written."""
-    ok = (isinstance(tile, (list, tuple)) and len(tile) == 2 and all(isinstance(v, int) and v > 0 for v in tile)
-          and not any(v & (v - 1) for v in tile) and tile[0] <= MAX_TILE_COLS and tile[1] <= MAX_WARPS)
+    ok = (
+        isinstance(tile, (list, tuple))
+        and len(tile) == 2
+        and all(isinstance(v, int) and v > 0 for v in tile)
+        and not any(v & (v - 1) for v in tile)
+        and tile[0] <= MAX_TILE_COLS
+        and tile[1] <= MAX_WARPS
+    )
     if not ok:
-        raise ValueError(f"kernels.loss_tile={tile!r}: want two powers of two, [columns, warps] with columns <= "
-                         f"{MAX_TILE_COLS} and warps <= {MAX_WARPS} (e.g. [8192, 8]), or null for the default by "
-                         "vocabulary")
+        raise ValueError(
+            f"kernels.loss_tile={tile!r}: want two powers of two, [columns, warps] with columns <= "
+            f"{MAX_TILE_COLS} and warps <= {MAX_WARPS} (e.g. [8192, 8]), or null for the default by "
+            "vocabulary"
+        )
     return int(tile[0]), int(tile[1])
 
 
 if triton is not None:
+
     @triton.jit
-    def _cross_entropy_kernel(logits_ptr, targets_ptr, loss_ptr, n_cols, row_stride, z_loss,
-                              IGNORE: tl.constexpr, BLOCK_COLS: tl.constexpr, WRITE_GRAD: tl.constexpr):
+    def _cross_entropy_kernel(
+        logits_ptr,
+        targets_ptr,
+        loss_ptr,
+        n_cols,
+        row_stride,
+        z_loss,
+        IGNORE: tl.constexpr,
+        BLOCK_COLS: tl.constexpr,
+        WRITE_GRAD: tl.constexpr,
+    ):
         row = tl.program_id(0).to(tl.int64)
         base = logits_ptr + row * row_stride
         cols = tl.arange(0, BLOCK_COLS)
@@ -101,8 +119,13 @@ def _reference_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float, writ
     return torch.where(keep, lse - picked + z_loss * lse.square(), 0.0)
 
 
-def cross_entropy_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0,
-                   tile: tuple[int, int] | None = None, write_grad: bool = True) -> torch.Tensor:
+def cross_entropy_(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    z_loss: float = 0.0,
+    tile: tuple[int, int] | None = None,
+    write_grad: bool = True,
+) -> torch.Tensor:
     """Each token's loss (fp32; 0 where ``targets`` is IGNORE_INDEX, NaN for a target out of range); with
     ``write_grad``, ``logits`` overwritten by the gradient of their sum. ``tile``: (columns per iteration, warps),
     loss_tile's if None."""
@@ -110,14 +133,25 @@ def cross_entropy_(logits: torch.Tensor, targets: torch.Tensor, z_loss: float = 
         raise ValueError("cross_entropy_: 2-D logits with unit column stride")
     n_rows, n_cols = logits.shape
     if targets.shape != (n_rows,) or not targets.is_contiguous() or targets.device != logits.device:
-        raise ValueError(f"cross_entropy_: targets must be {n_rows} contiguous ids on {logits.device}, got "
-                         f"{tuple(targets.shape)} on {targets.device}")
+        raise ValueError(
+            f"cross_entropy_: targets must be {n_rows} contiguous ids on {logits.device}, got "
+            f"{tuple(targets.shape)} on {targets.device}"
+        )
     if not uses_triton(logits):
         return _reference_(logits, targets, z_loss, write_grad)
     block, num_warps = tile or loss_tile(n_cols)
     loss = torch.empty(n_rows, device=logits.device, dtype=torch.float32)
     with torch.cuda.device(logits.device):  # the launch goes to the current device: make it the logits'
-        _cross_entropy_kernel[(n_rows,)](logits, targets, loss, n_cols, logits.stride(0), float(z_loss),
-                                         IGNORE=IGNORE_INDEX, BLOCK_COLS=block, WRITE_GRAD=write_grad,
-                                         num_warps=num_warps)
+        _cross_entropy_kernel[(n_rows,)](
+            logits,
+            targets,
+            loss,
+            n_cols,
+            logits.stride(0),
+            float(z_loss),
+            IGNORE=IGNORE_INDEX,
+            BLOCK_COLS=block,
+            WRITE_GRAD=write_grad,
+            num_warps=num_warps,
+        )
     return loss

@@ -30,9 +30,19 @@ def gelu_grad_reference(grad: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tens
 
 
 if triton is not None:
+
     @triton.jit
-    def _gelu_grad_bias_kernel(grad_ptr, h_ptr, out_ptr, partial_ptr, n_rows, n_cols,
-                               ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    def _gelu_grad_bias_kernel(
+        grad_ptr,
+        h_ptr,
+        out_ptr,
+        partial_ptr,
+        n_rows,
+        n_cols,
+        ROWS: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+    ):
         """ROWS rows x BLOCK_N columns: GELU's input gradient written, and its column sums over those rows."""
         tl.static_assert(ROWS % BLOCK_M == 0)  # else programs overlap and count rows twice
         c: tl.constexpr = 1.5957691216057308  # 2 sqrt(2/pi)

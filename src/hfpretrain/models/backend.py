@@ -77,9 +77,13 @@ def packed_causal_mask(*args, **kwargs):
     from transformers.masking_utils import sdpa_mask
 
     layer_types = getattr(kwargs.get("config"), "layer_types", None) or []
-    if (kwargs.get("attention_mask") is None and kwargs.get("q_length") == kwargs.get("kv_length")
-            and not kwargs.get("q_offset") and not kwargs.get("kv_offset")
-            and all(t == "full_attention" for t in layer_types)):
+    if (
+        kwargs.get("attention_mask") is None
+        and kwargs.get("q_length") == kwargs.get("kv_length")
+        and not kwargs.get("q_offset")
+        and not kwargs.get("kv_offset")
+        and all(t == "full_attention" for t in layer_types)
+    ):
         return None
     return sdpa_mask(*args, **kwargs)
 

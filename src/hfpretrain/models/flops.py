@@ -26,8 +26,10 @@ from torch import nn
 from transformers import PretrainedConfig
 
 FORMULA = "6*N_matmul + 12*L*d_attn*S (lm_head in N_matmul, input embedding excluded)"
-MOE_FORMULA = ("6*N_active_matmul + 12*L*d_attn*S (routed experts at top_k/E; shared experts, router, attention "
-               "and lm_head in full; input embedding excluded)")
+MOE_FORMULA = (
+    "6*N_active_matmul + 12*L*d_attn*S (routed experts at top_k/E; shared experts, router, attention "
+    "and lm_head in full; input embedding excluded)"
+)
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,12 @@ def _matmul_parts(model: nn.Module) -> tuple[int, int, int, int]:
     router = sum(p.numel() for p in router_params(model))
     experts = routed_expert_params(model)
     top_k = experts_per_token(model) or 0
-    return (linear, router, sum(active_numel(p, top_k) for p in experts) if top_k else 0,
-            sum(p.numel() for p in experts))
+    return (
+        linear,
+        router,
+        sum(active_numel(p, top_k) for p in experts) if top_k else 0,
+        sum(p.numel() for p in experts),
+    )
 
 
 def matmul_params(config_or_model, active: bool = True) -> int:
@@ -94,6 +100,14 @@ def flops_per_token(config: PretrainedConfig, seq_len: int) -> FlopsPerToken:
     layers, d_attn = attention_dims(config)
     attn = 12.0 * layers * d_attn * seq_len
     moe = routed_all > 0
-    return FlopsPerToken(total=6.0 * n + attn, causal=6.0 * n + attn / 2, matmul_params=n, attention=attn, head=head,
-                         formula=MOE_FORMULA if moe else FORMULA, routed=6.0 * routed_active, router=6.0 * router,
-                         matmul_params_all=linear + router + routed_all)
+    return FlopsPerToken(
+        total=6.0 * n + attn,
+        causal=6.0 * n + attn / 2,
+        matmul_params=n,
+        attention=attn,
+        head=head,
+        formula=MOE_FORMULA if moe else FORMULA,
+        routed=6.0 * routed_active,
+        router=6.0 * router,
+        matmul_params_all=linear + router + routed_all,
+    )

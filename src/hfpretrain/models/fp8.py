@@ -32,19 +32,24 @@ def check_fp8_available(precision: str, emulate: bool = False) -> None:
     try:
         import torchao.float8  # noqa: F401
     except ImportError:
-        raise ValueError(f"model.precision={precision} needs torchao: pip install 'hfpretrain[fp8]' "
-                         "(torchao >= 0.18)") from None
+        raise ValueError(
+            f"model.precision={precision} needs torchao: pip install 'hfpretrain[fp8]' (torchao >= 0.18)"
+        ) from None
     if emulate:
         return
     import torch
 
     if not torch.cuda.is_available():
-        raise ValueError(f"model.precision={precision} needs a CUDA GPU of compute capability >= 8.9 (Ada, Hopper, "
-                         "Blackwell); this machine has none (model.fp8_emulate=true only checks numerics, slowly)")
+        raise ValueError(
+            f"model.precision={precision} needs a CUDA GPU of compute capability >= 8.9 (Ada, Hopper, "
+            "Blackwell); this machine has none (model.fp8_emulate=true only checks numerics, slowly)"
+        )
     cc = torch.cuda.get_device_capability()
     if cc < (8, 9):
-        raise ValueError(f"model.precision={precision} needs compute capability >= 8.9; "
-                         f"{torch.cuda.get_device_name()} has {cc[0]}.{cc[1]}: use model.precision=bf16")
+        raise ValueError(
+            f"model.precision={precision} needs compute capability >= 8.9; "
+            f"{torch.cuda.get_device_name()} has {cc[0]}.{cc[1]}: use model.precision=bf16"
+        )
 
 
 def fp8_unsupported(config) -> str | None:
@@ -56,6 +61,7 @@ def fp8_unsupported(config) -> str | None:
 
 def fp8_module_filter(head: nn.Module):
     """torchao's ``module_filter_fn``: the decoder's linears with dimensions that are multiples of 16."""
+
     def keep(module: nn.Module, fqn: str) -> bool:
         if not isinstance(module, nn.Linear) or module is head:
             return False
@@ -65,8 +71,11 @@ def fp8_module_filter(head: nn.Module):
 
 
 # model.fp8_fast_accum -> the matmuls that accumulate fast; each choice adds the next gradient's matmuls
-FAST_ACCUM = {"forward": "the forward's matmuls", "input_grad": "the forward's and input gradients' matmuls",
-              "all": "all matmuls"}
+FAST_ACCUM = {
+    "forward": "the forward's matmuls",
+    "input_grad": "the forward's and input gradients' matmuls",
+    "all": "all matmuls",
+}
 
 
 def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False, fast_accum: str = "all") -> int:
@@ -95,10 +104,18 @@ def convert_to_fp8(model: nn.Module, precision: str, emulate: bool = False, fast
     convert_to_float8_training(model, module_filter_fn=fp8_module_filter(model.get_output_embeddings()), config=config)
     converted = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
     if not converted:  # a silent no-op otherwise: bf16 speed under an fp8 label
-        raise ValueError(f"model.precision={precision}: none of this model's layers can run in float8 (torchao "
-                         "converts nn.Linear with dimensions that are multiples of 16; GPT-2's layers are transformers' "
-                         "Conv1D): use a Qwen3/Llama config or model.precision=bf16")
-    logger.info("fp8 (%s scaling%s%s): %d of %d linear layers in float8 (LM head and layers with dimensions not "
-                "multiples of 16 stay in the training dtype)", RECIPES[precision], ", emulated" if emulate else "",
-                f", fast accumulation in {FAST_ACCUM[fast_accum]}", converted, len(linears))
+        raise ValueError(
+            f"model.precision={precision}: none of this model's layers can run in float8 (torchao "
+            "converts nn.Linear with dimensions that are multiples of 16; GPT-2's layers are transformers' "
+            "Conv1D): use a Qwen3/Llama config or model.precision=bf16"
+        )
+    logger.info(
+        "fp8 (%s scaling%s%s): %d of %d linear layers in float8 (LM head and layers with dimensions not "
+        "multiples of 16 stay in the training dtype)",
+        RECIPES[precision],
+        ", emulated" if emulate else "",
+        f", fast accumulation in {FAST_ACCUM[fast_accum]}",
+        converted,
+        len(linears),
+    )
     return converted

@@ -106,8 +106,12 @@ def fuse_bias_gelu(model: nn.Module) -> int:
 
     fused = 0
     for mlp in model.modules():
-        if (isinstance(mlp, GPT2MLP) and isinstance(mlp.c_fc, Conv1D) and mlp.c_fc.bias is not None
-                and (_is_tanh_gelu(mlp.act) or isinstance(mlp.act, SigmoidGELU))):
+        if (
+            isinstance(mlp, GPT2MLP)
+            and isinstance(mlp.c_fc, Conv1D)
+            and mlp.c_fc.bias is not None
+            and (_is_tanh_gelu(mlp.act) or isinstance(mlp.act, SigmoidGELU))
+        ):
             mlp.c_fc, mlp.act = LinearGELU(mlp.c_fc), nn.Identity()
             fused += 1
     return fused

@@ -22,8 +22,15 @@ GPU_PEAK_FLOPS: dict[str, dict[str, float | None]] = {
 
 # Memory per GPU in bytes (decimal GB as sold: B200 180 GB in HGX/DGX B200, H200 141 GB, ...).
 GPU_MEMORY_BYTES: dict[str, int] = {
-    "B200": 180 * 10**9, "H200": 141 * 10**9, "H100-SXM": 80 * 10**9, "H100-NVL": 94 * 10**9,
-    "H100-PCIe": 80 * 10**9, "A100": 80 * 10**9, "L40S": 48 * 10**9, "A6000": 48 * 10**9, "V100": 32 * 10**9,
+    "B200": 180 * 10**9,
+    "H200": 141 * 10**9,
+    "H100-SXM": 80 * 10**9,
+    "H100-NVL": 94 * 10**9,
+    "H100-PCIe": 80 * 10**9,
+    "A100": 80 * 10**9,
+    "L40S": 48 * 10**9,
+    "A6000": 48 * 10**9,
+    "V100": 32 * 10**9,
 }
 
 
@@ -32,8 +39,17 @@ def gpu_memory_bytes(device_name: str) -> int:
 
 
 _DTYPE_ALIASES = {
-    "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "tf32": "tf32", "fp8": "fp8", "float8": "fp8",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+    "tf32": "tf32",
+    "fp8": "fp8",
+    "float8": "fp8",
 }
 
 
@@ -61,7 +77,9 @@ def canonical_gpu(device_name: str) -> str:
         return "A6000"
     if "V100" in name:
         return "V100"
-    raise ValueError(f"unknown GPU {device_name!r}; known: {', '.join(GPU_PEAK_FLOPS)} (or pass peak FLOP/s explicitly)")
+    raise ValueError(
+        f"unknown GPU {device_name!r}; known: {', '.join(GPU_PEAK_FLOPS)} (or pass peak FLOP/s explicitly)"
+    )
 
 
 def peak_flops(device_name: str, dtype: str = "bf16") -> float:

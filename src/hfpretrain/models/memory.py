@@ -110,8 +110,10 @@ class MemoryEstimate:
 
     def __str__(self) -> str:
         g = self.gib()
-        return (f"weights {g['weights']:.2f} GiB, grads {g['grads']:.2f} GiB, optimizer {g['optimizer']:.2f} GiB, "
-                f"activations {g['activations']:.2f} GiB (logits {g['logits']:.2f}), total {g['total']:.2f} GiB")
+        return (
+            f"weights {g['weights']:.2f} GiB, grads {g['grads']:.2f} GiB, optimizer {g['optimizer']:.2f} GiB, "
+            f"activations {g['activations']:.2f} GiB (logits {g['logits']:.2f}), total {g['total']:.2f} GiB"
+        )
 
 
 def _dims(config: PretrainedConfig) -> dict[str, int]:
@@ -120,8 +122,15 @@ def _dims(config: PretrainedConfig) -> dict[str, int]:
     head_dim = getattr(config, "head_dim", None) or d // heads
     kv = getattr(config, "num_key_value_heads", None) or heads
     ff = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * d
-    return {"d": d, "h": heads, "da": heads * head_dim, "dkv": kv * head_dim, "ff": ff,
-            "L": config.num_hidden_layers, "V": config.vocab_size}
+    return {
+        "d": d,
+        "h": heads,
+        "da": heads * head_dim,
+        "dkv": kv * head_dim,
+        "ff": ff,
+        "L": config.num_hidden_layers,
+        "V": config.vocab_size,
+    }
 
 
 @dataclass(frozen=True)
@@ -162,8 +171,13 @@ def moe_shape(config: PretrainedConfig) -> MoeShape | None:
             shared = getattr(mlp, "shared_experts", None) or getattr(mlp, "shared_expert", None)
             if shared is not None:
                 shared_ff = shared.gate_proj.weight.shape[0]
-    return MoeShape(experts=num_routed_experts(config), top_k=int(config.num_experts_per_tok),
-                    expert_ff=int(expert_ff), shared_ff=int(shared_ff), moe_layers=moe_layers)
+    return MoeShape(
+        experts=num_routed_experts(config),
+        top_k=int(config.num_experts_per_tok),
+        expert_ff=int(expert_ff),
+        shared_ff=int(shared_ff),
+        moe_layers=moe_layers,
+    )
 
 
 def _has_qk_norm(config: PretrainedConfig) -> bool:
@@ -188,10 +202,17 @@ def _moe_mlp_bytes(d: int, moe: MoeShape, a: int, compiled: bool, cast: int, exp
     return total
 
 
-def activation_bytes_per_token_per_layer(config: PretrainedConfig, seq_len: int, attn_implementation: str = "sdpa",
-                                         dtype: str = "bf16", compiled: bool = False, residual_bytes: int = 4,
-                                         float8: bool = False, moe: MoeShape | None = None,
-                                         experts_implementation: str = "grouped_mm") -> int:
+def activation_bytes_per_token_per_layer(
+    config: PretrainedConfig,
+    seq_len: int,
+    attn_implementation: str = "sdpa",
+    dtype: str = "bf16",
+    compiled: bool = False,
+    residual_bytes: int = 4,
+    float8: bool = False,
+    moe: MoeShape | None = None,
+    experts_implementation: str = "grouped_mm",
+) -> int:
     """Bytes autograd keeps per token for one decoder layer (no checkpointing); ``residual_bytes``: 4 for the
     fp32 residual stream that fp32 embeddings give under autocast, 2 with ``model.residual_dtype=bfloat16``;
     ``float8``: the decoder's linears train in float8 (model.precision=fp8), so that, compiled, the normalised
@@ -282,8 +303,9 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
         raise ValueError(f"unknown attn_implementation {layout.attn_implementation!r}")
     experts_known = known_experts_implementations()
     if layout.experts_implementation not in experts_known:
-        raise ValueError(f"unknown experts_implementation {layout.experts_implementation!r}; "
-                         f"known: {', '.join(experts_known)}")
+        raise ValueError(
+            f"unknown experts_implementation {layout.experts_implementation!r}; known: {', '.join(experts_known)}"
+        )
     from hfpretrain.models.parallel import params_per_gpu, tp_layer_config
 
     tp, cp = max(1, int(layout.tp)), max(1, int(layout.cp))
@@ -300,8 +322,15 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     mixed = layout.dtype not in ("fp32", "float32")
     a = 2 if mixed else 4
     local = tp_layer_config(config, tp)  # one GPU's heads and MLP width (the whole layer at tp 1)
-    per_layer = activation_bytes_per_token_per_layer(local, layout.seq_len, layout.attn_implementation, layout.dtype,
-                                                     layout.compiled, layout.residual_bytes, layout.float8)
+    per_layer = activation_bytes_per_token_per_layer(
+        local,
+        layout.seq_len,
+        layout.attn_implementation,
+        layout.dtype,
+        layout.compiled,
+        layout.residual_bytes,
+        layout.float8,
+    )
     # the document mask as SDPA's additive bias: one for all layers (measured on an H100, compiled decoder, 16k:
     # +2.0 GiB over no mask at micro-batch 4, i.e. a bytes per mask element, not one bias per layer)
     mask_bias = a * layout.seq_len if layout.document_mask and layout.attn_implementation in MASKED_SDPA else 0
@@ -309,8 +338,16 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     all_layers = x["L"] * per_layer
     if moe is not None:  # the expert layers keep the routed tokens' activations instead of a dense MLP's
         moe_per_layer = activation_bytes_per_token_per_layer(
-            config, layout.seq_len, layout.attn_implementation, layout.dtype, layout.compiled, layout.residual_bytes,
-            layout.float8, moe=moe, experts_implementation=layout.experts_implementation)
+            config,
+            layout.seq_len,
+            layout.attn_implementation,
+            layout.dtype,
+            layout.compiled,
+            layout.residual_bytes,
+            layout.float8,
+            moe=moe,
+            experts_implementation=layout.experts_implementation,
+        )
         if layout.compile == "layers":
             moe_per_layer += moe.top_k * a * (x["d"] + moe.expert_ff)  # fitted, see the module notes
         all_layers = (x["L"] - moe.moe_layers) * per_layer + moe.moe_layers * moe_per_layer
@@ -324,8 +361,7 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
         checkpointed = -(-x["L"] // every)  # layers 0, n, 2n, ...
         kept_input = 0 if layout.checkpoint_offload else layout.residual_bytes * x["d"]
         # the others keep all their activations (the average layer's, for an MoE with dense layers among them)
-        layers_bytes = tokens * (checkpointed * kept_input + (x["L"] - checkpointed) * all_layers // x["L"]
-                                 + per_layer)
+        layers_bytes = tokens * (checkpointed * kept_input + (x["L"] - checkpointed) * all_layers // x["L"] + per_layer)
     else:
         layers_bytes = tokens * all_layers
     if layout.fused_loss == "compiled":
@@ -338,8 +374,9 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
         # temporaries (a + 12). Measured on an H100/H200 to within 4% (docs/benchmarks.md).
         # Beside them: fp32 dW, the bf16 W copy, bf16 dX.
         per_logit = a if layout.fused_loss == "liger" else a + 12
-        logits = (min(tokens, layout.fused_loss_chunk) * x["V"] * per_logit + (4 + a) * x["V"] * x["d"]
-                  + a * tokens * x["d"])
+        logits = (
+            min(tokens, layout.fused_loss_chunk) * x["V"] * per_logit + (4 + a) * x["V"] * x["d"] + a * tokens * x["d"]
+        )
     else:
         logits = tokens * 12 * x["V"]
     weight_cache = 2 * matmul_params(config, active=False) // tp if mixed and not layout.compiled else 0  # all experts
@@ -348,6 +385,14 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     backward_start = weights + optimizer + activations + (grads if layout.grad_accum > 1 else 4 * x["V"] * x["d"])
     step = weights + grads + optimizer + opt_temp
     total = max(backward_start, step)
-    return MemoryEstimate(weights=weights, grads=grads, optimizer=optimizer, activations=activations, total=total,
-                          activations_per_layer=per_layer * tokens, logits=logits, optimizer_step_peak=step,
-                          backward_start_peak=backward_start)
+    return MemoryEstimate(
+        weights=weights,
+        grads=grads,
+        optimizer=optimizer,
+        activations=activations,
+        total=total,
+        activations_per_layer=per_layer * tokens,
+        logits=logits,
+        optimizer_step_peak=step,
+        backward_start_peak=backward_start,
+    )

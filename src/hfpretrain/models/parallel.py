@@ -16,8 +16,15 @@ import fnmatch
 
 from transformers import PretrainedConfig
 
-SHARDED_STYLES = ("colwise", "rowwise", "colwise_gather_output", "rowwise_split_input", "packed_colwise",
-                  "packed_rowwise", "embedding_rowwise")
+SHARDED_STYLES = (
+    "colwise",
+    "rowwise",
+    "colwise_gather_output",
+    "rowwise_split_input",
+    "packed_colwise",
+    "packed_rowwise",
+    "embedding_rowwise",
+)
 
 
 def tp_plan(config: PretrainedConfig) -> dict[str, str]:
@@ -39,8 +46,10 @@ def check_tp(config: PretrainedConfig, tp: int, key: str = "parallel.tp") -> Non
     if tp == 1:
         return
     if not tp_plan(config):
-        raise ValueError(f"{key}={tp}: transformers has no tensor-parallel plan for {config.model_type} shapes "
-                         "(Qwen3 and Llama have one; MoE shapes would need expert parallelism): use tp 1")
+        raise ValueError(
+            f"{key}={tp}: transformers has no tensor-parallel plan for {config.model_type} shapes "
+            "(Qwen3 and Llama have one; MoE shapes would need expert parallelism): use tp 1"
+        )
     heads = config.num_attention_heads
     kv = getattr(config, "num_key_value_heads", None) or heads
     if heads % tp or kv % tp:
@@ -83,8 +92,7 @@ def tp_layer_config(config: PretrainedConfig, tp: int) -> PretrainedConfig:
     return local
 
 
-def load_tensor_parallel(weights: str, config: PretrainedConfig, tp: int, world: int, device: str = "cuda",
-                         **kwargs):
+def load_tensor_parallel(weights: str, config: PretrainedConfig, tp: int, world: int, device: str = "cuda", **kwargs):
     """``weights`` loaded sharded ``tp`` ways by transformers' plan over this launch's ``world`` processes
     (torch.distributed set up by the launcher; transformers starts the process group if nobody has).
     ``from_pretrained(tp_plan="auto")`` is what transformers 5.17 and 5.24 both take (their lower-level
@@ -104,9 +112,11 @@ def load_tensor_parallel(weights: str, config: PretrainedConfig, tp: int, world:
         takes_fsdp = False
     if takes_fsdp:  # transformers >= 5.2x
         return AutoModelForCausalLM.from_pretrained(
-            weights, config=config, distributed_config=DistributedConfig(tp_size=tp, fsdp_size=world // tp), **kwargs)
+            weights, config=config, distributed_config=DistributedConfig(tp_size=tp, fsdp_size=world // tp), **kwargs
+        )
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(device, (world // tp, tp), mesh_dim_names=("dp_shard", "tp"))
-    return AutoModelForCausalLM.from_pretrained(weights, config=config, tp_plan="auto", device_mesh=mesh["tp"],
-                                                **kwargs)
+    return AutoModelForCausalLM.from_pretrained(
+        weights, config=config, tp_plan="auto", device_mesh=mesh["tp"], **kwargs
+    )

@@ -37,11 +37,12 @@ class ParamCounts:
         return self.active != self.total
 
     def __str__(self) -> str:
-        text = (f"{self.total / 1e6:,.1f}M total, {self.embedding / 1e6:,.1f}M embedding, "
-                f"{self.non_embedding / 1e6:,.1f}M non-embedding")
+        text = (
+            f"{self.total / 1e6:,.1f}M total, {self.embedding / 1e6:,.1f}M embedding, "
+            f"{self.non_embedding / 1e6:,.1f}M non-embedding"
+        )
         if self.is_sparse:
-            text += (f", {self.active / 1e6:,.1f}M active ({self.active_non_embedding / 1e6:,.1f}M "
-                     "active non-embedding)")
+            text += f", {self.active / 1e6:,.1f}M active ({self.active_non_embedding / 1e6:,.1f}M active non-embedding)"
         return text
 
 
@@ -110,5 +111,10 @@ def count_params(config_or_model: PretrainedConfig | nn.Module) -> ParamCounts:
     top_k = experts_per_token(model)
     if top_k:
         active -= sum(p.numel() - active_numel(p, top_k) for p in routed_expert_params(model))
-    return ParamCounts(total=total, embedding=embedding, non_embedding=total - embedding, active=active,
-                       active_non_embedding=active - embedding)
+    return ParamCounts(
+        total=total,
+        embedding=embedding,
+        non_embedding=total - embedding,
+        active=active,
+        active_non_embedding=active - embedding,
+    )

@@ -102,15 +102,21 @@ class Plan:
         ]
         sparse = any(c.active_params != c.params for c in self.candidates)
         if sparse:
-            lines.append("MoE shapes are sized by active parameters (top-k routed + shared experts, router, "
-                         "attention, embeddings): 'active' is compared with N* and divides the tokens; 'params' "
-                         "counts every expert, as the memory estimate does")
+            lines.append(
+                "MoE shapes are sized by active parameters (top-k routed + shared experts, router, "
+                "attention, embeddings): 'active' is compared with N* and divides the tokens; 'params' "
+                "counts every expert, as the memory estimate does"
+            )
         width = max([14] + [len(c.name) + 2 for c in self.candidates])
-        lines.append(f"{'shape':<{width}}{'params':>9}" + (f"{'active':>9}" if sparse else "")
-                     + f"{'tokens':>10}{'tok/param':>10}{'mem GiB':>9}{'fits':>6}{'accum':>6}{'steps':>9}{'hours':>8}")
+        lines.append(
+            f"{'shape':<{width}}{'params':>9}"
+            + (f"{'active':>9}" if sparse else "")
+            + f"{'tokens':>10}{'tok/param':>10}{'mem GiB':>9}{'fits':>6}{'accum':>6}{'steps':>9}{'hours':>8}"
+        )
         for c in self.candidates:
             lines.append(
-                f"{c.name:<{width}}{c.params / 1e9:>8.2f}B" + (f"{c.active_params / 1e9:>8.2f}B" if sparse else "")
+                f"{c.name:<{width}}{c.params / 1e9:>8.2f}B"
+                + (f"{c.active_params / 1e9:>8.2f}B" if sparse else "")
                 + f"{c.tokens / 1e9:>9.1f}B{c.tokens_per_param:>10.1f}"
                 f"{c.memory_gib:>9.1f}{'yes' if c.fits else 'NO':>6}{c.grad_accum:>6}{c.steps:>9,}{c.wall_hours:>8.1f}"
             )
@@ -141,9 +147,18 @@ class PlanRequest:
     cp: int = 1
 
     def __post_init__(self):
-        check_plan_arguments(num_gpus=self.num_gpus, hours=self.hours, mfu=self.mfu, seq_len=self.seq_len,
-                             micro_batch=self.micro_batch, global_batch_tokens=self.global_batch_tokens,
-                             n_nearest=self.n_nearest, vocab_size=self.vocab_size, tp=self.tp, cp=self.cp)
+        check_plan_arguments(
+            num_gpus=self.num_gpus,
+            hours=self.hours,
+            mfu=self.mfu,
+            seq_len=self.seq_len,
+            micro_batch=self.micro_batch,
+            global_batch_tokens=self.global_batch_tokens,
+            n_nearest=self.n_nearest,
+            vocab_size=self.vocab_size,
+            tp=self.tp,
+            cp=self.cp,
+        )
         if self.num_gpus % (self.tp * self.cp):
             raise ValueError(f"tp: tp x cp = {self.tp * self.cp} does not divide num_gpus {self.num_gpus}")
 
@@ -161,27 +176,54 @@ def plan(r: PlanRequest) -> Plan:
             configs[name] = load_config(name)
     counts = {name: count_params(cfg) for name, cfg in configs.items()}
     # sized by active parameters: the total for a dense shape, what one token uses for an MoE one
-    nearest = sorted(configs, key=lambda s: abs(math.log(counts[s].active / n_opt)))[:r.n_nearest]
-    result = Plan(gpu=gpu_key, num_gpus=r.num_gpus, hours=r.hours, mfu=r.mfu, seq_len=r.seq_len,
-                  micro_batch=r.micro_batch, compute_flops=compute, fit=r.fit, optimal_params=n_opt,
-                  optimal_tokens=d_opt)
+    nearest = sorted(configs, key=lambda s: abs(math.log(counts[s].active / n_opt)))[: r.n_nearest]
+    result = Plan(
+        gpu=gpu_key,
+        num_gpus=r.num_gpus,
+        hours=r.hours,
+        mfu=r.mfu,
+        seq_len=r.seq_len,
+        micro_batch=r.micro_batch,
+        compute_flops=compute,
+        fit=r.fit,
+        optimal_params=n_opt,
+        optimal_tokens=d_opt,
+    )
     per_step = r.micro_batch * r.seq_len * r.num_gpus // (r.tp * r.cp)  # a tp or cp group shares a micro-batch
     accum = max(1, math.ceil(r.global_batch_tokens / per_step))
-    layout = TrainingLayout(r.micro_batch, r.seq_len, n_gpus=r.num_gpus, zero_stage=r.zero_stage, dtype=r.dtype,
-                            grad_checkpointing=r.grad_checkpointing, attn_implementation=r.attn_implementation,
-                            grad_accum=accum, tp=r.tp, cp=r.cp)
+    layout = TrainingLayout(
+        r.micro_batch,
+        r.seq_len,
+        n_gpus=r.num_gpus,
+        zero_stage=r.zero_stage,
+        dtype=r.dtype,
+        grad_checkpointing=r.grad_checkpointing,
+        attn_implementation=r.attn_implementation,
+        grad_accum=accum,
+        tp=r.tp,
+        cp=r.cp,
+    )
     for name in nearest:
         cfg = configs[name]
         fpt = flops_per_token(cfg, r.seq_len).total
         tokens = compute / fpt
         mem = estimate_memory(cfg, layout)
         batch_tokens = per_step * accum
-        result.candidates.append(Candidate(
-            name=name, params=counts[name].total, non_embedding=counts[name].non_embedding,
-            active_params=counts[name].active, flops_per_token=fpt,
-            tokens=tokens, tokens_per_param=tokens / counts[name].active, memory_gib=mem.total / GIB,
-            fits=mem.total <= MEMORY_HEADROOM * gpu_memory_bytes(gpu_key), grad_accum=accum,
-            global_batch_tokens=batch_tokens, steps=math.ceil(tokens / batch_tokens),
-            wall_hours=tokens * fpt / (r.num_gpus * peak * r.mfu) / 3600,
-        ))
+        result.candidates.append(
+            Candidate(
+                name=name,
+                params=counts[name].total,
+                non_embedding=counts[name].non_embedding,
+                active_params=counts[name].active,
+                flops_per_token=fpt,
+                tokens=tokens,
+                tokens_per_param=tokens / counts[name].active,
+                memory_gib=mem.total / GIB,
+                fits=mem.total <= MEMORY_HEADROOM * gpu_memory_bytes(gpu_key),
+                grad_accum=accum,
+                global_batch_tokens=batch_tokens,
+                steps=math.ceil(tokens / batch_tokens),
+                wall_hours=tokens * fpt / (r.num_gpus * peak * r.mfu) / 3600,
+            )
+        )
     return result

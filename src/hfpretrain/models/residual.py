@@ -36,8 +36,10 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     layers = max(lists, key=len)
     expected = getattr(getattr(model, "config", None), "num_hidden_layers", None)
     if expected is not None and len(layers) != expected:
-        raise ValueError(f"{type(model).__name__}: its longest ModuleList has {len(layers)} modules, not the config's "
-                         f"{expected} decoder layers")
+        raise ValueError(
+            f"{type(model).__name__}: its longest ModuleList has {len(layers)} modules, not the config's "
+            f"{expected} decoder layers"
+        )
     return layers
 
 

@@ -80,8 +80,11 @@ def apply_speedups(model: nn.Module, speedups: Speedups, seq_len: int) -> Applie
         logger.info("rotary cos/sin read from a table (models/rotary.py)")
     if s.bias_gelu and compiled and (n := fuse_bias_gelu(model)):
         done.bias_gelu_mlps = n
-        logger.info("MLP c_fc + GELU as one function, c_fc's bias gradient summed in GELU's backward, in %d "
-                    "layers (models/gelu.py)", n)
+        logger.info(
+            "MLP c_fc + GELU as one function, c_fc's bias gradient summed in GELU's backward, in %d "
+            "layers (models/gelu.py)",
+            n,
+        )
     # Compiled, tanh would be libdevice's accurate tanhf per element, forward and backward.
     if s.gelu_sigmoid and compiled and (n := use_sigmoid_gelu(model)):
         done.sigmoid_gelus = n
@@ -89,9 +92,11 @@ def apply_speedups(model: nn.Module, speedups: Speedups, seq_len: int) -> Applie
     if (s.experts_autocast or s.experts_gather) and s.experts_implementation == "grouped_mm":
         model.set_experts_implementation(experts_function_name(s.experts_gather, s.experts_autocast))
         done.experts_autocast, done.experts_gather = s.experts_autocast, s.experts_gather
-        logger.info("experts: grouped matmuls%s%s (models/speedups.py)",
-                    " on the autocast dtype's copy of their weights" if s.experts_autocast else "",
-                    ", rows moved by gathers only" if s.experts_gather else "")
+        logger.info(
+            "experts: grouped matmuls%s%s (models/speedups.py)",
+            " on the autocast dtype's copy of their weights" if s.experts_autocast else "",
+            ", rows moved by gathers only" if s.experts_gather else "",
+        )
     done.compiled_modules = compile_model(model, s.compile, s.compile_backend, s.compile_mode)
     return done
 
@@ -204,8 +209,9 @@ def gathered_grouped_mm(experts, hidden_states, top_k_index, top_k_weights):
     inverse[order] = torch.arange(order.numel(), device=order.device)
     # histc, not bincount: no wait for the GPU; integer input on CUDA (deterministic), float elsewhere (supported)
     ids = expert_ids.int() if expert_ids.is_cuda else expert_ids.float()
-    offsets = torch.cumsum(torch.histc(ids, bins=experts.num_experts, min=0, max=experts.num_experts - 1), dim=0,
-                           dtype=torch.int32)
+    offsets = torch.cumsum(
+        torch.histc(ids, bins=experts.num_experts, min=0, max=experts.num_experts - 1), dim=0, dtype=torch.int32
+    )
 
     def linear(x, name):
         bias = getattr(experts, f"{name}_bias")[expert_ids.long()] if experts.has_bias else None
@@ -228,8 +234,9 @@ def gathered_grouped_mm(experts, hidden_states, top_k_index, top_k_weights):
     return rows.view(tokens, k, -1).sum(dim=1, dtype=torch.promote_types(rows.dtype, top_k_weights.dtype))
 
 
-def grouped_experts_forward(self, hidden_states, top_k_index, top_k_weights, gather: bool = True,
-                            autocast: bool = True):
+def grouped_experts_forward(
+    self, hidden_states, top_k_index, top_k_weights, gather: bool = True, autocast: bool = True
+):
     """The experts' forward with grouped matmuls: :func:`gathered_grouped_mm` (``gather``) or transformers' own,
     under autocast on the autocast dtype's copy of the weights (``autocast``)."""
     from transformers.integrations.moe import grouped_mm_experts_forward
@@ -250,8 +257,10 @@ def _register() -> None:
     for gather in (False, True):
         for autocast in (False, True):
             if gather or autocast:  # neither: transformers' own grouped_mm
-                ALL_EXPERTS_FUNCTIONS.register(experts_function_name(gather, autocast),
-                                               partial(grouped_experts_forward, gather=gather, autocast=autocast))
+                ALL_EXPERTS_FUNCTIONS.register(
+                    experts_function_name(gather, autocast),
+                    partial(grouped_experts_forward, gather=gather, autocast=autocast),
+                )
 
 
 _register()

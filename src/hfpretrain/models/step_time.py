@@ -141,8 +141,10 @@ class StepTimeRequest:
         if self.layout != "fsdp2" and (self.cp > 1 or (self.tp > 1 and self.num_gpus > self.tp)):
             # accelerate refuses tp/cp beside pure data parallelism, and its cp needs the FSDP2 plugin
             # (training/layout.py; accelerate/parallelism_config.py, accelerate/state.py)
-            raise ValueError(f"layout: {self.layout} with {'cp' if self.cp > 1 else 'tp'} > 1: accelerate composes "
-                             "tensor and context parallelism with FSDP2 only; use layout fsdp2")
+            raise ValueError(
+                f"layout: {self.layout} with {'cp' if self.cp > 1 else 'tp'} > 1: accelerate composes "
+                "tensor and context parallelism with FSDP2 only; use layout fsdp2"
+            )
         if self.seq_len % self.cp:
             raise ValueError(f"cp: {self.cp} does not divide seq_len {self.seq_len}")
         if self.one_gpu_mfu is not None and self.one_gpu_tokens_per_s is not None:
@@ -155,8 +157,10 @@ class StepTimeRequest:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
         gpu = canonical_gpu(self.gpu)  # ValueError for an unknown GPU
         if gpu not in LINKS and (self.intra_node_gb_s is None or (self.nodes > 1 and self.inter_node_gbit_s is None)):
-            raise ValueError(f"gpu: no default link bandwidths for {gpu} (known: {', '.join(LINKS)}); "
-                             "give intra_node_gb_s and, across nodes, inter_node_gbit_s")
+            raise ValueError(
+                f"gpu: no default link bandwidths for {gpu} (known: {', '.join(LINKS)}); "
+                "give intra_node_gb_s and, across nodes, inter_node_gbit_s"
+            )
 
 
 @dataclass(frozen=True)
@@ -259,8 +263,9 @@ def predict(r: StepTimeRequest) -> StepTime:
         comm["all-gather weights forward"] = accum * ag
         hidden["all-gather weights forward"] = accum * exposed(ag, t_fwd, ag_root)
         comm["all-gather layers backward + reduce-scatter grads"] = accum * ag_layers + ag
-        hidden["all-gather layers backward + reduce-scatter grads"] = (
-            (accum - 1) * exposed(ag_layers, t_bwd, 0.0) + exposed(ag_layers + ag, t_bwd, ag_root))
+        hidden["all-gather layers backward + reduce-scatter grads"] = (accum - 1) * exposed(
+            ag_layers, t_bwd, 0.0
+        ) + exposed(ag_layers + ag, t_bwd, ag_root)
     layers = config.num_hidden_layers
     if r.tp > 1:
         activations = r.micro_batch * r.seq_len / r.cp * config.hidden_size * 2
@@ -277,17 +282,33 @@ def predict(r: StepTimeRequest) -> StepTime:
     dp = r.num_gpus // (r.tp * r.cp)
     tokens = dp * accum * r.micro_batch * r.seq_len
     per_gpu = tokens / step / r.num_gpus
-    return StepTime(request=r, gpu=gpu, dp=dp, tokens_per_step=tokens, compute_per_micro_batch_s=t_mb,
-                    one_gpu_tokens_per_s=tokens_1, one_gpu_mfu=mfu_1, one_gpu_source=source, link_gb_s=bw / 1e9,
-                    comm_s=comm, exposed_s=hidden, step_s=step, tokens_per_s=tokens / step,
-                    tokens_per_s_per_gpu=per_gpu, efficiency=per_gpu / tokens_1, mfu=fpt.total * per_gpu / peak)
+    return StepTime(
+        request=r,
+        gpu=gpu,
+        dp=dp,
+        tokens_per_step=tokens,
+        compute_per_micro_batch_s=t_mb,
+        one_gpu_tokens_per_s=tokens_1,
+        one_gpu_mfu=mfu_1,
+        one_gpu_source=source,
+        link_gb_s=bw / 1e9,
+        comm_s=comm,
+        exposed_s=hidden,
+        step_s=step,
+        tokens_per_s=tokens / step,
+        tokens_per_s_per_gpu=per_gpu,
+        efficiency=per_gpu / tokens_1,
+        mfu=fpt.total * per_gpu / peak,
+    )
 
 
 def table(results: list[StepTime]) -> str:
     """The predictions as a table, one row per request, marked as predictions."""
-    head = (f"{'layout':<7}{'GPUs':>5}{'nodes':>6}{'tp':>3}{'cp':>3}{'mb':>4}{'acc':>4}{'tokens/step':>12}"
-            f"{'link GB/s':>10}{'comm ms':>9}{'exposed':>9}{'step ms':>9}{'tokens/s':>11}{'per GPU':>9}"
-            f"{'eff':>7}{'MFU':>7}")
+    head = (
+        f"{'layout':<7}{'GPUs':>5}{'nodes':>6}{'tp':>3}{'cp':>3}{'mb':>4}{'acc':>4}{'tokens/step':>12}"
+        f"{'link GB/s':>10}{'comm ms':>9}{'exposed':>9}{'step ms':>9}{'tokens/s':>11}{'per GPU':>9}"
+        f"{'eff':>7}{'MFU':>7}"
+    )
     lines = ["PREDICTIONS of the step-time model (hfpretrain.models.step_time; not measurements)", head]
     for s in results:
         r = s.request
@@ -295,11 +316,15 @@ def table(results: list[StepTime]) -> str:
             f"{r.layout:<7}{r.num_gpus:>5}{r.nodes:>6}{r.tp:>3}{r.cp:>3}{r.micro_batch:>4}{r.grad_accum:>4}"
             f"{s.tokens_per_step:>12,}{s.link_gb_s:>10.0f}{1e3 * sum(s.comm_s.values()):>9.1f}"
             f"{1e3 * sum(s.exposed_s.values()):>9.1f}{1e3 * s.step_s:>9.1f}{s.tokens_per_s:>11,.0f}"
-            f"{s.tokens_per_s_per_gpu:>9,.0f}{100 * s.efficiency:>6.1f}%{100 * s.mfu:>6.1f}%")
-    sources = sorted({(s.request.shape, s.gpu, s.request.dtype, s.request.seq_len, s.one_gpu_mfu, s.one_gpu_source)
-                      for s in results})
+            f"{s.tokens_per_s_per_gpu:>9,.0f}{100 * s.efficiency:>6.1f}%{100 * s.mfu:>6.1f}%"
+        )
+    sources = sorted(
+        {(s.request.shape, s.gpu, s.request.dtype, s.request.seq_len, s.one_gpu_mfu, s.one_gpu_source) for s in results}
+    )
     for shape, gpu, dtype, seq, mfu, source in sources:
         lines.append(f"{shape} on {gpu}, {dtype}, seq {seq}: one GPU at MFU {100 * mfu:.1f}% ({source})")
-    lines.append(f"links: NVLink and InfiniBand at {BUS_EFFICIENCY:g} of line rate; across nodes the slower sets the "
-                 "ring; eff = tokens/s per GPU against one GPU; MFU against the bf16 peak")
+    lines.append(
+        f"links: NVLink and InfiniBand at {BUS_EFFICIENCY:g} of line rate; across nodes the slower sets the "
+        "ring; eff = tokens/s per GPU against one GPU; MFU against the bf16 peak"
+    )
     return "\n".join(lines)

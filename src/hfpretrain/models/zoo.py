@@ -18,8 +18,13 @@ from typing import Any
 
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-from hfpretrain.models.backend import (FLEX_FA4, PACKED_SDPA, choose_attn_implementation, register_flex_fa4,
-                                       register_packed_sdpa)
+from hfpretrain.models.backend import (
+    FLEX_FA4,
+    PACKED_SDPA,
+    choose_attn_implementation,
+    register_flex_fa4,
+    register_packed_sdpa,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,11 +80,7 @@ def _valid_keys(model_type: str) -> set[str]:
     return {k for k in keys if not k.startswith("_")} | {"attn_implementation"}
 
 
-def load_config(
-    spec: str | Path,
-    overrides: dict | None = None,
-    vocab_size: int | None = None,
-) -> PretrainedConfig:
+def load_config(spec: str | Path, overrides: dict | None = None, vocab_size: int | None = None) -> PretrainedConfig:
     """Load a config from a zoo name, a JSON file or a directory holding ``config.json``.
 
     ``overrides`` are config field names (an unknown name is a ValueError naming the nearest valid
@@ -129,8 +130,12 @@ def load_config(
         # on a misaligned dimension get slow cuBLAS kernels on Hopper. The extra rows are never a
         # target, so they only learn to be unlikely.
         padded = pad_vocab(int(fields["vocab_size"]), multiple)
-        logger.info("vocab_size %d padded to %d (a multiple of %d; model.overrides.pad_vocab_multiple=1 keeps it)",
-                    fields["vocab_size"], padded, multiple)
+        logger.info(
+            "vocab_size %d padded to %d (a multiple of %d; model.overrides.pad_vocab_multiple=1 keeps it)",
+            fields["vocab_size"],
+            padded,
+            multiple,
+        )
         fields["vocab_size"] = padded
     attn = fields.pop("attn_implementation", None)
     try:
@@ -162,9 +167,11 @@ def _check_override_types(overrides: dict, raw: dict, model_type: str) -> None:
             continue
         if isinstance(reference, (bool, str)):  # a switch, a name (hidden_act): the same type
             if type(value) is not type(reference):
-                raise ValueError(f"model.overrides.{key}={value!r}: expected {type(reference).__name__} (e.g. "
-                                 f"model.overrides.{key}={str(reference).lower() if isinstance(reference, bool) else reference}), "
-                                 f"got {type(value).__name__}")
+                raise ValueError(
+                    f"model.overrides.{key}={value!r}: expected {type(reference).__name__} (e.g. "
+                    f"model.overrides.{key}={str(reference).lower() if isinstance(reference, bool) else reference}), "
+                    f"got {type(value).__name__}"
+                )
             continue
         if not isinstance(reference, (int, float)):
             continue
@@ -174,14 +181,20 @@ def _check_override_types(overrides: dict, raw: dict, model_type: str) -> None:
                 number = float(value) if isinstance(value, str) else None
             except ValueError:
                 number = None
-            advice = ("NaN and infinity are refused" if number is not None and not math.isfinite(number) else
-                      f"write it without quotes: model.overrides.{key}={value}" if number is not None else
-                      f"e.g. model.overrides.{key}={reference}")
+            advice = (
+                "NaN and infinity are refused"
+                if number is not None and not math.isfinite(number)
+                else f"write it without quotes: model.overrides.{key}={value}"
+                if number is not None
+                else f"e.g. model.overrides.{key}={reference}"
+            )
             raise ValueError(f"model.overrides.{key}={value!r}: expected {kind}, got {type(value).__name__}; {advice}")
         if isinstance(reference, int) and isinstance(value, float):
             if not value.is_integer():
-                raise ValueError(f"model.overrides.{key}={value}: expected an integer (a count), e.g. "
-                                 f"model.overrides.{key}={reference}")
+                raise ValueError(
+                    f"model.overrides.{key}={value}: expected an integer (a count), e.g. "
+                    f"model.overrides.{key}={reference}"
+                )
             overrides[key] = int(value)  # 1e3 reads as a float
 
 
@@ -193,10 +206,17 @@ def _warn_kept_head_dim(config: PretrainedConfig, overrides: dict, source: str) 
     if not ({"hidden_size", "num_attention_heads"} & set(overrides)) or "head_dim" in overrides:
         return
     if isinstance(head_dim, int) and heads and hidden and heads * head_dim != hidden:
-        logger.warning("model.overrides: num_attention_heads %d x head_dim %d (of %s) = %d != hidden_size %d: the "
-                       "attention is %s than the residual stream; set model.overrides.head_dim=%s to match", heads,
-                       head_dim, source, heads * head_dim, hidden, "wider" if heads * head_dim > hidden else "narrower",
-                       hidden // heads if hidden % heads == 0 else "hidden_size/heads")
+        logger.warning(
+            "model.overrides: num_attention_heads %d x head_dim %d (of %s) = %d != hidden_size %d: the "
+            "attention is %s than the residual stream; set model.overrides.head_dim=%s to match",
+            heads,
+            head_dim,
+            source,
+            heads * head_dim,
+            hidden,
+            "wider" if heads * head_dim > hidden else "narrower",
+            hidden // heads if hidden % heads == 0 else "hidden_size/heads",
+        )
 
 
 _EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")  # what the MoE families call it
@@ -226,15 +246,19 @@ def check_moe_config(config: PretrainedConfig, source: str = "the config") -> No
     key, experts = _experts_field(config)
     top_k = getattr(config, "num_experts_per_tok", None)
     if top_k is not None and experts < 1 and hasattr(config, key):  # 0 passed as "dense": an IndexError in the loss
-        raise ValueError(f"{key}={experts} in {source}: an MoE model routes to at least 1 expert per layer (for a "
-                         "dense model, choose a dense config)")
+        raise ValueError(
+            f"{key}={experts} in {source}: an MoE model routes to at least 1 expert per layer (for a "
+            "dense model, choose a dense config)"
+        )
     if not experts or top_k is None:
         return
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"num_experts_per_tok must be an integer >= 1, got {top_k!r} ({source})")
     if top_k > experts:
-        raise ValueError(f"num_experts_per_tok={top_k} is more than the {experts} experts per layer "
-                         f"({key}={experts}) in {source}: top-k routing picks k distinct experts")
+        raise ValueError(
+            f"num_experts_per_tok={top_k} is more than the {experts} experts per layer "
+            f"({key}={experts}) in {source}: top-k routing picks k distinct experts"
+        )
     groups = getattr(config, "n_group", None)
     if groups is not None:
         topk_group = getattr(config, "topk_group", 1)
@@ -243,11 +267,15 @@ def check_moe_config(config: PretrainedConfig, source: str = "the config") -> No
         if not 1 <= topk_group <= groups:
             raise ValueError(f"topk_group={topk_group} must be between 1 and n_group={groups} in {source}")
         if groups > 1 and experts // groups < 2:
-            raise ValueError(f"n_group={groups} leaves fewer than 2 experts per group ({key}={experts}) in {source}: "
-                             "group scores sum each group's top 2")
+            raise ValueError(
+                f"n_group={groups} leaves fewer than 2 experts per group ({key}={experts}) in {source}: "
+                "group scores sum each group's top 2"
+            )
         if top_k > topk_group * (experts // groups):
-            raise ValueError(f"num_experts_per_tok={top_k} is more than the {topk_group * (experts // groups)} "
-                             f"experts in the topk_group={topk_group} groups routing may pick from in {source}")
+            raise ValueError(
+                f"num_experts_per_tok={top_k} is more than the {topk_group * (experts // groups)} "
+                f"experts in the topk_group={topk_group} groups routing may pick from in {source}"
+            )
 
 
 def resolve_attn_implementation(config: PretrainedConfig, requested: str = "auto") -> tuple[str, str]:
@@ -295,8 +323,10 @@ def build_model(
     kwargs = {"attn_implementation": impl}
     if experts_implementation is not None:
         if not is_moe(config):
-            raise ValueError(f"experts_implementation={experts_implementation!r} is for MoE models; "
-                             f"{config.model_type} has no experts")
+            raise ValueError(
+                f"experts_implementation={experts_implementation!r} is for MoE models; "
+                f"{config.model_type} has no experts"
+            )
         kwargs["experts_implementation"] = experts_implementation
     if weights is not None:
         return AutoModelForCausalLM.from_pretrained(weights, config=config, **kwargs)
@@ -372,20 +402,35 @@ def moe_config_dict(n_layers: int, family: str = "qwen3_moe") -> dict[str, Any]:
         raise ValueError(f"unknown MoE family {family!r}; known: {', '.join(MOE_FAMILIES)}")
     d = SCALING_ASPECT * n_layers
     common = {k: v for k, v in scaling_config_dict(n_layers).items() if k not in ("model_type", "intermediate_size")}
-    common.update({
-        "moe_intermediate_size": d // MOE_EXPERT_DIV,
-        "num_experts_per_tok": MOE_TOP_K,
-        "norm_topk_prob": True,
-    })
+    common.update(
+        {"moe_intermediate_size": d // MOE_EXPERT_DIV, "num_experts_per_tok": MOE_TOP_K, "norm_topk_prob": True}
+    )
     if family == "qwen3_moe":
-        return {"model_type": "qwen3_moe", **common, "num_experts": MOE_EXPERTS,
-                "intermediate_size": SCALING_FFN_MULT * d,  # only for layers listed in mlp_only_layers (none)
-                "decoder_sparse_step": 1, "mlp_only_layers": [],
-                "output_router_logits": True, "router_aux_loss_coef": 0.001}
-    return {"model_type": "glm4_moe", **common, "n_routed_experts": MOE_EXPERTS, "n_shared_experts": 1,
-            "intermediate_size": (MOE_TOP_K + 1) * d // MOE_EXPERT_DIV, "first_k_dense_replace": 1,
-            "n_group": 1, "topk_group": 1, "routed_scaling_factor": 1.0, "use_qk_norm": True,
-            "partial_rotary_factor": 0.5, "num_nextn_predict_layers": 0, "output_router_logits": False}
+        return {
+            "model_type": "qwen3_moe",
+            **common,
+            "num_experts": MOE_EXPERTS,
+            "intermediate_size": SCALING_FFN_MULT * d,  # only for layers listed in mlp_only_layers (none)
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+            "output_router_logits": True,
+            "router_aux_loss_coef": 0.001,
+        }
+    return {
+        "model_type": "glm4_moe",
+        **common,
+        "n_routed_experts": MOE_EXPERTS,
+        "n_shared_experts": 1,
+        "intermediate_size": (MOE_TOP_K + 1) * d // MOE_EXPERT_DIV,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "routed_scaling_factor": 1.0,
+        "use_qk_norm": True,
+        "partial_rotary_factor": 0.5,
+        "num_nextn_predict_layers": 0,
+        "output_router_logits": False,
+    }
 
 
 def moe_name(n_layers: int, family: str = "qwen3_moe") -> str:

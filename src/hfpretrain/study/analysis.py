@@ -100,8 +100,10 @@ def seed_outliers(rows: list[dict], y: str = "val_loss", k: float = OUTLIER_K) -
     devs, candidates = [], []
     for names, losses in _replicates(rows, y):
         n = len(losses)
-        cell = [(name, float((losses[i] - np.delete(losses, i).mean()) / math.sqrt(1 + 1 / (n - 1))))
-                for i, name in enumerate(names)]
+        cell = [
+            (name, float((losses[i] - np.delete(losses, i).mean()) / math.sqrt(1 + 1 / (n - 1))))
+            for i, name in enumerate(names)
+        ]
         devs += cell
         if n >= 3:  # a wild run also pulls its siblings' deviations: only the worst is a candidate
             candidates.append(max(cell, key=lambda nd: abs(nd[1])))
@@ -110,8 +112,11 @@ def seed_outliers(rows: list[dict], y: str = "val_loss", k: float = OUTLIER_K) -
     if len(devs) < 6:
         return {"runs": {}, "robust_sigma": None, "k": k}
     robust = 1.4826 * float(np.median([abs(d) for _, d in devs]))
-    return {"runs": {name: d for name, d in candidates if robust > 0 and abs(d) > k * robust},
-            "robust_sigma": robust, "k": k}
+    return {
+        "runs": {name: d for name, d in candidates if robust > 0 and abs(d) > k * robust},
+        "robust_sigma": robust,
+        "k": k,
+    }
 
 
 def isoflop_optimum(n: np.ndarray, loss: np.ndarray) -> dict:
@@ -128,20 +133,31 @@ def isoflop_optimum(n: np.ndarray, loss: np.ndarray) -> dict:
     order = np.argsort(n)
     n, loss = np.asarray(n, float)[order], np.asarray(loss, float)[order]
     best = int(np.argmin(loss))
-    out = {"n_opt": float(n[best]), "loss_opt": float(loss[best]), "bracketed": False, "points": len(n),
-           "best_measured": {"n": float(n[best]), "loss": float(loss[best]), "index": best}, "misfit": None}
+    out = {
+        "n_opt": float(n[best]),
+        "loss_opt": float(loss[best]),
+        "bracketed": False,
+        "points": len(n),
+        "best_measured": {"n": float(n[best]), "loss": float(loss[best]), "index": best},
+        "misfit": None,
+    }
     x = np.log(n)
     if len(n) > 3:
         coef = np.polyfit(x, loss, 2)
         out["misfit"] = float(np.max(np.abs(loss - np.polyval(coef, x))))
     if not 0 < best < len(n) - 1:
         return out
-    c, b, a = np.polyfit(x[best - 1:best + 2], loss[best - 1:best + 2], 2)
+    c, b, a = np.polyfit(x[best - 1 : best + 2], loss[best - 1 : best + 2], 2)
     if c <= 0:  # a tie of three equal means: no curvature to place a minimum
         return out
     x_opt = -b / (2 * c)
-    return {**out, "n_opt": float(math.exp(x_opt)), "loss_opt": float(a + b * x_opt + c * x_opt**2),
-            "bracketed": True, "points": 3}
+    return {
+        **out,
+        "n_opt": float(math.exp(x_opt)),
+        "loss_opt": float(a + b * x_opt + c * x_opt**2),
+        "bracketed": True,
+        "points": 3,
+    }
 
 
 def budget_noise(rows: list[dict], y: str = "val_loss", rule=None) -> dict:
@@ -251,8 +267,9 @@ def crossovers(fit_a, fit_b, lo: float, hi: float) -> list[float]:
     return out
 
 
-def _summaries(opt: dict, arms: list[str], budgets: list[float], extrapolate_to: float, model: str,
-               fit_kw: dict) -> dict:
+def _summaries(
+    opt: dict, arms: list[str], budgets: list[float], extrapolate_to: float, model: str, fit_kw: dict
+) -> dict:
     """Fits (of ``model``), gaps, multipliers, the extrapolation and crossings from one set of per-budget optima."""
     fits = MODELS[model](opt, arms, budgets, **fit_kw)
     base = arms[0]
@@ -275,12 +292,17 @@ def _summaries(opt: dict, arms: list[str], budgets: list[float], extrapolate_to:
         out["crossover"][arm] = crossovers(fits[base], f, min(budgets), extrapolate_to)
     out["pairs"] = {}
     for i, b_arm in enumerate(arms):
-        for arm in arms[i + 1:]:
-            gaps = {b: opt[arm, b]["loss_opt"] - opt[b_arm, b]["loss_opt"] for b in budgets
-                    if (arm, b) in opt and (b_arm, b) in opt}
+        for arm in arms[i + 1 :]:
+            gaps = {
+                b: opt[arm, b]["loss_opt"] - opt[b_arm, b]["loss_opt"]
+                for b in budgets
+                if (arm, b) in opt and (b_arm, b) in opt
+            }
             out["pairs"][pair_key(arm, b_arm)] = {
-                "gap": gaps, "gap_extrapolated": out["extrapolated"][arm] - out["extrapolated"][b_arm],
-                "crossover": crossovers(fits[b_arm], fits[arm], min(budgets), extrapolate_to)}
+                "gap": gaps,
+                "gap_extrapolated": out["extrapolated"][arm] - out["extrapolated"][b_arm],
+                "crossover": crossovers(fits[b_arm], fits[arm], min(budgets), extrapolate_to),
+            }
     return out
 
 
@@ -301,8 +323,12 @@ def backtest(opt: dict, arms: list[str], budgets: list[float], model: str, fit_k
         if (arm, held) in opt and fits.get(arm) is not None:
             predicted[arm] = float(fits[arm].predict(opt[arm, held]["flops"]))
             observed = opt[arm, held]["loss_opt"]
-            out["arms"][arm] = {"budget": held, "predicted": predicted[arm], "observed": observed,
-                                "error": predicted[arm] - observed}
+            out["arms"][arm] = {
+                "budget": held,
+                "predicted": predicted[arm],
+                "observed": observed,
+                "error": predicted[arm] - observed,
+            }
     for arm in arms[1:]:
         if arm in predicted and base in predicted:
             observed = opt[arm, held]["loss_opt"] - opt[base, held]["loss_opt"]
@@ -316,8 +342,16 @@ def _interval(values: list[float]) -> list[float] | None:
     return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) >= 10 else None
 
 
-def _bootstrap(cell_map: dict, arms: list[str], budgets: list[float], target: float, sigma: dict, n_boot: int,
-               seed: int, models=tuple(MODELS)) -> dict:
+def _bootstrap(
+    cell_map: dict,
+    arms: list[str],
+    budgets: list[float],
+    target: float,
+    sigma: dict,
+    n_boot: int,
+    seed: int,
+    models=tuple(MODELS),
+) -> dict:
     """95% intervals of the ``models``' figures: the cell means perturbed by σ_budget/√seeds, everything refitted."""
     rng = np.random.default_rng(seed)
     out = {}
@@ -329,8 +363,15 @@ def _bootstrap(cell_map: dict, arms: list[str], budgets: list[float], target: fl
             d["backtest"] = backtest(opt, arms, budgets, model, BOOTSTRAP_FIT)
             draws[model].append(d)
     for model, ds in draws.items():
-        iv: dict = {"alpha": {}, "E": {}, "extrapolated": {}, "gap": {}, "multiplier": {}, "gap_extrapolated": {},
-                    "backtest_gap": {}}
+        iv: dict = {
+            "alpha": {},
+            "E": {},
+            "extrapolated": {},
+            "gap": {},
+            "multiplier": {},
+            "gap_extrapolated": {},
+            "backtest_gap": {},
+        }
         for arm in arms:
             iv["alpha"][arm] = _interval([d["fits"][arm].alpha for d in ds if d["fits"][arm] is not None])
             iv["E"][arm] = _interval([d["fits"][arm].E for d in ds if d["fits"][arm] is not None])
@@ -338,21 +379,36 @@ def _bootstrap(cell_map: dict, arms: list[str], budgets: list[float], target: fl
             if arm == arms[0]:
                 continue
             iv["gap"][arm] = {b: _interval([d["gap"][arm].get(b, float("nan")) for d in ds]) for b in budgets}
-            iv["multiplier"][arm] = {b: _interval([d["multiplier"][arm].get(b, float("nan")) for d in ds])
-                                     for b in budgets}
+            iv["multiplier"][arm] = {
+                b: _interval([d["multiplier"][arm].get(b, float("nan")) for d in ds]) for b in budgets
+            }
             iv["gap_extrapolated"][arm] = _interval([d["extrapolated"][arm] - d["extrapolated"][arms[0]] for d in ds])
-            iv["backtest_gap"][arm] = _interval([d["backtest"]["gap"].get(arm, {}).get("predicted", float("nan"))
-                                                 for d in ds])
-        iv["pairs"] = {key: {"gap": {b: _interval([d["pairs"][key]["gap"].get(b, float("nan")) for d in ds])
-                                     for b in budgets},
-                             "gap_extrapolated": _interval([d["pairs"][key]["gap_extrapolated"] for d in ds])}
-                       for key in ds[0]["pairs"]} if ds else {}
+            iv["backtest_gap"][arm] = _interval(
+                [d["backtest"]["gap"].get(arm, {}).get("predicted", float("nan")) for d in ds]
+            )
+        iv["pairs"] = (
+            {
+                key: {
+                    "gap": {b: _interval([d["pairs"][key]["gap"].get(b, float("nan")) for d in ds]) for b in budgets},
+                    "gap_extrapolated": _interval([d["pairs"][key]["gap_extrapolated"] for d in ds]),
+                }
+                for key in ds[0]["pairs"]
+            }
+            if ds
+            else {}
+        )
         out[model] = iv
     return out
 
 
-def analyse_isoflop(rows: list[dict], y: str = "val_loss", n_boot: int = 300, seed: int = 0,
-                    extrapolate_factor: float = 10.0, noise_rule=None) -> dict:
+def analyse_isoflop(
+    rows: list[dict],
+    y: str = "val_loss",
+    n_boot: int = 300,
+    seed: int = 0,
+    extrapolate_factor: float = 10.0,
+    noise_rule=None,
+) -> dict:
     """Everything the report needs (see the module docstring). The first arm is the baseline.
 
     The primary model (``model``: one E shared by the arms) fills the top-level keys; ``sensitivity`` holds the
@@ -375,15 +431,28 @@ def analyse_isoflop(rows: list[dict], y: str = "val_loss", n_boot: int = 300, se
     by_budget = budget_noise([r for r in grid_rows if r["budget"] in budgets], y, noise_rule)
     point = per_model[PRIMARY]
     result = {
-        "y": y, "arms": arms, "baseline": arms[0], "budgets": budgets, "optima": opt, "noise": noise,
+        "y": y,
+        "arms": arms,
+        "baseline": arms[0],
+        "budgets": budgets,
+        "optima": opt,
+        "noise": noise,
         "budget_noise": by_budget,
         # one unit for every arm: bits per byte of the same text, or one vocabulary (nats per token of other
         # tokenizers are not comparable, and neither is a shared irreducible term between them)
         "shared_unit": y == "val_bpb" or len({r.get("vocab_size") for r in rows if r.get("vocab_size")}) <= 1,
-        "outliers": seed_outliers(rows, y), "model": PRIMARY,
-        "fits": point["fits"], "gap": point["gap"], "multiplier": point["multiplier"], "trend": point["trend"],
-        "extrapolate_to": target, "extrapolated": point["extrapolated"], "crossover": point["crossover"],
-        "crossover_range": [min(budgets), target], "backtest": point["backtest"], "pairs": point["pairs"],
+        "outliers": seed_outliers(rows, y),
+        "model": PRIMARY,
+        "fits": point["fits"],
+        "gap": point["gap"],
+        "multiplier": point["multiplier"],
+        "trend": point["trend"],
+        "extrapolate_to": target,
+        "extrapolated": point["extrapolated"],
+        "crossover": point["crossover"],
+        "crossover_range": [min(budgets), target],
+        "backtest": point["backtest"],
+        "pairs": point["pairs"],
         "edge": sorted(f"{arm} @ {b:.3g}" for (arm, b), o in opt.items() if not o["bracketed"]),
         "flagged": fit_flags(opt, by_budget["budgets"]),
         "sensitivity": {model: d for model, d in per_model.items() if model != PRIMARY},
@@ -404,8 +473,15 @@ ND_BOOT = 100  # bootstrap draws of the L(N, D) fits (each refits every arm): fe
 
 
 def _nd_rows(rows: list[dict], y: str) -> list[dict]:
-    return [r for r in rows if r.get(y) is not None and math.isfinite(r[y]) and r.get("lr_factor") is None
-            and r.get("tokens") and r.get("flops_per_token")]
+    return [
+        r
+        for r in rows
+        if r.get(y) is not None
+        and math.isfinite(r[y])
+        and r.get("lr_factor") is None
+        and r.get("tokens")
+        and r.get("flops_per_token")
+    ]
 
 
 def _flops_per_token(rows: list[dict]):
@@ -421,10 +497,17 @@ def nd_frontier(fit: NDFit, fpt, c: float, n_range: tuple[float, float]) -> dict
     from scipy.optimize import minimize_scalar
 
     lo, hi = math.log(n_range[0]), math.log(n_range[1])
-    sol = minimize_scalar(lambda x: float(fit.predict(math.exp(x), c / fpt(math.exp(x)))), bounds=(lo, hi),
-                          method="bounded", options={"xatol": 1e-6})
-    return {"n_opt": float(math.exp(sol.x)), "loss": float(sol.fun),
-            "at_bound": bool(min(sol.x - lo, hi - sol.x) < 1e-3)}
+    sol = minimize_scalar(
+        lambda x: float(fit.predict(math.exp(x), c / fpt(math.exp(x)))),
+        bounds=(lo, hi),
+        method="bounded",
+        options={"xatol": 1e-6},
+    )
+    return {
+        "n_opt": float(math.exp(sol.x)),
+        "loss": float(sol.fun),
+        "at_bound": bool(min(sol.x - lo, hi - sol.x) < 1e-3),
+    }
 
 
 def _nd_multiplier(base: NDFit, fpt, loss: float, c: float, n_range) -> float:
@@ -446,8 +529,12 @@ def _nd_fits(rows: list[dict], arms: list[str], y: str, start: dict | None = Non
     for arm in arms:
         mine = [r for r in rows if r["arm"] == arm]
         try:
-            out[arm] = fit_nd([_n(r) for r in mine], [float(r["tokens"]) for r in mine], [float(r[y]) for r in mine],
-                              start=(start or {}).get(arm))
+            out[arm] = fit_nd(
+                [_n(r) for r in mine],
+                [float(r["tokens"]) for r in mine],
+                [float(r[y]) for r in mine],
+                start=(start or {}).get(arm),
+            )
         except ValueError:
             out[arm] = None
     return out
@@ -455,40 +542,72 @@ def _nd_fits(rows: list[dict], arms: list[str], y: str, start: dict | None = Non
 
 def _nd_figures(fits: dict, fpts: dict, arms: list[str], flops: dict, n_range: dict) -> dict:
     """Frontier per arm at each compute of ``flops`` (label -> C), gaps of every pair, multipliers vs the baseline."""
-    front = {arm: {k: nd_frontier(f, fpts[arm], c, n_range[arm]) for k, c in flops.items()}
-             for arm, f in fits.items() if f is not None}
+    front = {
+        arm: {k: nd_frontier(f, fpts[arm], c, n_range[arm]) for k, c in flops.items()}
+        for arm, f in fits.items()
+        if f is not None
+    }
     pairs = {}
     for i, b_arm in enumerate(arms):
-        for arm in arms[i + 1:]:
+        for arm in arms[i + 1 :]:
             if arm in front and b_arm in front:
                 pairs[pair_key(arm, b_arm)] = {k: front[arm][k]["loss"] - front[b_arm][k]["loss"] for k in flops}
     base = arms[0]
-    mult = {arm: {k: _nd_multiplier(fits[base], fpts[base], front[arm][k]["loss"], c, n_range[base])
-                  for k, c in flops.items()}
-            for arm in arms[1:] if arm in front and base in front}
+    mult = {
+        arm: {
+            k: _nd_multiplier(fits[base], fpts[base], front[arm][k]["loss"], c, n_range[base]) for k, c in flops.items()
+        }
+        for arm in arms[1:]
+        if arm in front and base in front
+    }
     return {"frontier": front, "pairs": pairs, "multiplier": mult}
 
 
-def analyse_nd(rows: list[dict], arms: list[str], budgets: list[float], opt: dict, sigma: dict, target: float,
-               y: str, n_boot: int = ND_BOOT, seed: int = 0) -> dict:
+def analyse_nd(
+    rows: list[dict],
+    arms: list[str],
+    budgets: list[float],
+    opt: dict,
+    sigma: dict,
+    target: float,
+    y: str,
+    n_boot: int = ND_BOOT,
+    seed: int = 0,
+) -> dict:
     """Section 7 of the module docstring, JSON-ready (budgets as "%.6g", "target" for the extrapolation)."""
     data = _nd_rows(rows, y)
-    fpts = {arm: _flops_per_token([r for r in data if r["arm"] == arm]) for arm in arms
-            if any(r["arm"] == arm for r in data)}
+    fpts = {
+        arm: _flops_per_token([r for r in data if r["arm"] == arm])
+        for arm in arms
+        if any(r["arm"] == arm for r in data)
+    }
     if len(fpts) < len(arms):
         return {}
-    n_range = {arm: (min(_n(r) for r in data if r["arm"] == arm) / 100, max(_n(r) for r in data if r["arm"] == arm) * 100)
-               for arm in arms}
+    n_range = {
+        arm: (min(_n(r) for r in data if r["arm"] == arm) / 100, max(_n(r) for r in data if r["arm"] == arm) * 100)
+        for arm in arms
+    }
     flops = {f"{b:.6g}": float(np.mean([o["flops"] for (a, bb), o in opt.items() if bb == b])) for b in budgets}
     flops["target"] = target
     fits = _nd_fits(data, arms, y)
-    out = {"fits": {arm: (f.as_dict() if f else None) for arm, f in fits.items()}, "flops": flops,
-           **_nd_figures(fits, fpts, arms, flops, n_range)}
-    out["check"] = {arm: {f"{b:.6g}": {"parabola": opt[arm, b]["loss_opt"], "bracketed": opt[arm, b]["bracketed"],
-                                       "frontier": out["frontier"][arm][f"{b:.6g}"]["loss"],
-                                       "difference": opt[arm, b]["loss_opt"] - out["frontier"][arm][f"{b:.6g}"]["loss"]}
-                          for b in budgets if (arm, b) in opt}
-                    for arm in out["frontier"]}
+    out = {
+        "fits": {arm: (f.as_dict() if f else None) for arm, f in fits.items()},
+        "flops": flops,
+        **_nd_figures(fits, fpts, arms, flops, n_range),
+    }
+    out["check"] = {
+        arm: {
+            f"{b:.6g}": {
+                "parabola": opt[arm, b]["loss_opt"],
+                "bracketed": opt[arm, b]["bracketed"],
+                "frontier": out["frontier"][arm][f"{b:.6g}"]["loss"],
+                "difference": opt[arm, b]["loss_opt"] - out["frontier"][arm][f"{b:.6g}"]["loss"],
+            }
+            for b in budgets
+            if (arm, b) in opt
+        }
+        for arm in out["frontier"]
+    }
     # back-test: refitted without the largest budget's runs (needs 2+ budgets left: at one budget N and D are tied)
     out["backtest"] = None
     if len(budgets) >= 3:
@@ -501,9 +620,13 @@ def analyse_nd(rows: list[dict], arms: list[str], budgets: list[float], opt: dic
             mine = [r for r in data if r["arm"] == arm and r["budget"] == held]
             pred = f.predict([_n(r) for r in mine], [float(r["tokens"]) for r in mine])
             fr = nd_frontier(f, fpts[arm], flops[f"{held:.6g}"], n_range[arm])["loss"]
-            bt["arms"][arm] = {"runs_rmse": float(np.sqrt(np.mean((pred - np.array([r[y] for r in mine])) ** 2))),
-                               "frontier": fr, "observed": opt[arm, held]["loss_opt"],
-                               "bracketed": opt[arm, held]["bracketed"], "error": fr - opt[arm, held]["loss_opt"]}
+            bt["arms"][arm] = {
+                "runs_rmse": float(np.sqrt(np.mean((pred - np.array([r[y] for r in mine])) ** 2))),
+                "frontier": fr,
+                "observed": opt[arm, held]["loss_opt"],
+                "bracketed": opt[arm, held]["bracketed"],
+                "error": fr - opt[arm, held]["loss_opt"],
+            }
         for key in out["pairs"]:
             arm, b_arm = key.split(" vs ")
             if arm in bt["arms"] and b_arm in bt["arms"]:
@@ -520,16 +643,22 @@ def analyse_nd(rows: list[dict], arms: list[str], budgets: list[float], opt: dic
             noisy = [{**r, y: r[y] + rng.normal(0.0, sigma[r["budget"]])} for r in ordered]
             draws.append(_nd_figures(_nd_fits(noisy, arms, y, start=fits), fpts, arms, flops, n_range))
         out["intervals"] = {
-            "pairs": {key: {k: _interval([d["pairs"].get(key, {}).get(k, float("nan")) for d in draws]) for k in flops}
-                      for key in out["pairs"]},
-            "multiplier": {arm: {k: _interval([d["multiplier"].get(arm, {}).get(k, float("nan")) for d in draws])
-                                 for k in flops} for arm in out["multiplier"]},
-            "n_boot": n_boot}
+            "pairs": {
+                key: {k: _interval([d["pairs"].get(key, {}).get(k, float("nan")) for d in draws]) for k in flops}
+                for key in out["pairs"]
+            },
+            "multiplier": {
+                arm: {k: _interval([d["multiplier"].get(arm, {}).get(k, float("nan")) for d in draws]) for k in flops}
+                for arm in out["multiplier"]
+            },
+            "n_boot": n_boot,
+        }
     return out
 
 
 def to_json(result: dict) -> dict:
     """The analysis as plain JSON (fits as dicts, tuple keys as "arm @ budget", budgets as "%.6g")."""
+
     def fit(f):
         return f.as_dict() if f is not None else None
 
@@ -542,8 +671,12 @@ def to_json(result: dict) -> dict:
     def intervals(iv):
         if not iv:
             return iv
-        return {**iv, "gap": per_budget(iv["gap"]), "multiplier": per_budget(iv["multiplier"]),
-                "pairs": pairs(iv.get("pairs"))}
+        return {
+            **iv,
+            "gap": per_budget(iv["gap"]),
+            "multiplier": per_budget(iv["multiplier"]),
+            "pairs": pairs(iv.get("pairs")),
+        }
 
     def figures(d):
         out = {k: v for k, v in d.items() if k not in ("fits", "gap", "multiplier", "intervals", "pairs")}
@@ -557,8 +690,10 @@ def to_json(result: dict) -> dict:
     out = figures({k: v for k, v in result.items() if k not in ("optima", "sensitivity", "budget_noise")})
     out["optima"] = {f"{arm} @ {b:.6g}": o for (arm, b), o in result.get("optima", {}).items()}
     if result.get("budget_noise"):
-        out["budget_noise"] = {**result["budget_noise"],
-                               "budgets": {f"{b:.6g}": v for b, v in result["budget_noise"]["budgets"].items()}}
+        out["budget_noise"] = {
+            **result["budget_noise"],
+            "budgets": {f"{b:.6g}": v for b, v in result["budget_noise"]["budgets"].items()},
+        }
     out["sensitivity"] = {model: figures(d) for model, d in result.get("sensitivity", {}).items()}
     return out
 
@@ -567,11 +702,15 @@ def default_decision(result: dict) -> dict:
     """The rule a spec without ``decision:`` is judged by (said so in its report): each arm against the baseline at
     the largest budget, margin 0, the default noise rule."""
     base = result["baseline"]
-    return {"default": True, "margin": 0.0, "at": max(result["budgets"]),
-            "written": "nowhere: the spec has no decision rule; this default was chosen after the runs",
-            "comparisons": [{"name": arm, "arm": arm, "baseline": base} for arm in result["arms"][1:]],
-            "rule": "Default (no rule in the spec): each arm against the baseline at the largest budget, with the "
-                    "verdicts of analysis.decide and a margin of 0; a cell not bracketed there: incomplete."}
+    return {
+        "default": True,
+        "margin": 0.0,
+        "at": max(result["budgets"]),
+        "written": "nowhere: the spec has no decision rule; this default was chosen after the runs",
+        "comparisons": [{"name": arm, "arm": arm, "baseline": base} for arm in result["arms"][1:]],
+        "rule": "Default (no rule in the spec): each arm against the baseline at the largest budget, with the "
+        "verdicts of analysis.decide and a margin of 0; a cell not bracketed there: incomplete.",
+    }
 
 
 def decide(result: dict, decision: dict) -> list[dict]:
@@ -602,8 +741,15 @@ def decide(result: dict, decision: dict) -> list[dict]:
         arm, base = comp["arm"], comp["baseline"]
         sign, key = (1, pair_key(arm, base)) if pair_key(arm, base) in result["pairs"] else (-1, pair_key(base, arm))
         sigma = ((result.get("budget_noise") or {}).get("budgets") or {}).get(at, {}).get("sigma")
-        entry = {"name": comp.get("name", key), "arm": arm, "baseline": base, "budget": at, "margin": margin,
-                 "sigma": sigma, "criterion": decision.get("criterion", "gap")}
+        entry = {
+            "name": comp.get("name", key),
+            "arm": arm,
+            "baseline": base,
+            "budget": at,
+            "margin": margin,
+            "sigma": sigma,
+            "criterion": decision.get("criterion", "gap"),
+        }
         cells_ok = [(a, at) in result["optima"] and result["optima"][a, at]["bracketed"] for a in (arm, base)]
         if key not in result["pairs"] or not all(cells_ok):
             missing = [f"{a} @ {at:.3g}" for a, ok in zip((arm, base), cells_ok) if not ok]
@@ -618,15 +764,24 @@ def decide(result: dict, decision: dict) -> list[dict]:
 
         p, pi = result["pairs"][key], ((iv.get("pairs") or {}).get(key) or {})
         gap = signed(next((g for b, g in p["gap"].items() if math.isclose(b, at, rel_tol=1e-9)), None))
-        gap_ci = signed_iv(next((c for b, c in (pi.get("gap") or {}).items() if math.isclose(b, at, rel_tol=1e-9)), None))
+        gap_ci = signed_iv(
+            next((c for b, c in (pi.get("gap") or {}).items() if math.isclose(b, at, rel_tol=1e-9)), None)
+        )
         gap10, gap10_ci = signed(p["gap_extrapolated"]), signed_iv(pi.get("gap_extrapolated"))
         gap10_sep = signed((sep.get("pairs") or {}).get(key, {}).get("gap_extrapolated"))
         entry.update(gap=gap, gap_interval=gap_ci, gap_10x=gap10, gap_10x_interval=gap10_ci, gap_10x_separate=gap10_sep)
         if entry["criterion"] == "multiplier":
-            mult = next((m for b, m in (result["multiplier"].get(arm) or {}).items()
-                         if math.isclose(b, at, rel_tol=1e-9)), None)
-            m_ci = next((c for b, c in ((iv.get("multiplier") or {}).get(arm) or {}).items()
-                         if math.isclose(b, at, rel_tol=1e-9)), None)
+            mult = next(
+                (m for b, m in (result["multiplier"].get(arm) or {}).items() if math.isclose(b, at, rel_tol=1e-9)), None
+            )
+            m_ci = next(
+                (
+                    c
+                    for b, c in ((iv.get("multiplier") or {}).get(arm) or {}).items()
+                    if math.isclose(b, at, rel_tol=1e-9)
+                ),
+                None,
+            )
             entry.update(multiplier=mult, multiplier_interval=m_ci)
             lo = float(decision.get("multiplier_min", 1.0))
             if mult is None or m_ci is None:
@@ -645,7 +800,9 @@ def decide(result: dict, decision: dict) -> list[dict]:
             verdict = "undecided"
         elif gap_ci[1] < -margin:
             agree = gap10_sep is not None and gap10_sep < 0
-            verdict = "better, also at 10×" if gap10_ci and gap10_ci[1] < 0 and agree else "better at the measured budgets"
+            verdict = (
+                "better, also at 10×" if gap10_ci and gap10_ci[1] < 0 and agree else "better at the measured budgets"
+            )
         elif gap_ci[0] > margin:
             verdict = "worse"
         elif -margin <= gap_ci[0] and gap_ci[1] <= margin:

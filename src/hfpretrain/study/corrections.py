@@ -22,8 +22,10 @@ from pathlib import Path
 
 from hfpretrain.data.manifest import bits_per_byte
 
-WHY = ("bits per byte logged against the Arrow files' size on disk (before the manifest had text_bytes); "
-       "recomputed from eval_loss and the validation text's tokens per byte of {ref}, a run on the same data")
+WHY = (
+    "bits per byte logged against the Arrow files' size on disk (before the manifest had text_bytes); "
+    "recomputed from eval_loss and the validation text's tokens per byte of {ref}, a run on the same data"
+)
 
 
 def _data_identity(run_dir: Path) -> tuple | None:
@@ -38,8 +40,13 @@ def _data_identity(run_dir: Path) -> tuple | None:
     v = (config.get("lineage") or {}).get("validation") or {}
     if not v:
         return None
-    return (v.get("tokenizer_sha256"), v.get("seq_len"), v.get("train_blocks"), v.get("train_tokens"),
-            tuple(sorted((v.get("tokens_per_set") or {}).items())))
+    return (
+        v.get("tokenizer_sha256"),
+        v.get("seq_len"),
+        v.get("train_blocks"),
+        v.get("train_tokens"),
+        tuple(sorted((v.get("tokens_per_set") or {}).items())),
+    )
 
 
 def _summary(run_dir: Path) -> dict:
@@ -73,10 +80,13 @@ def correct_bits_per_byte(run_dir: Path, ref_dir: Path, base: Path) -> dict:
         raise ValueError(f"{run_dir} and {ref_dir} were not trained on the same data: no correction")
     final, plan = summary["final_eval"], summary["plan"]
     ratio = ref["validation_tokens_per_byte"]
-    change = {"field": "final_eval.eval_bpb", "was": final.get("eval_bpb"),
-              "now": bits_per_byte(final["eval_loss"], ratio),
-              "was_validation_tokens_per_byte": plan.get("validation_tokens_per_byte"),
-              "why": WHY.format(ref=(ref_dir.relative_to(base) if ref_dir.is_relative_to(base) else ref_dir).as_posix())}
+    change = {
+        "field": "final_eval.eval_bpb",
+        "was": final.get("eval_bpb"),
+        "now": bits_per_byte(final["eval_loss"], ratio),
+        "was_validation_tokens_per_byte": plan.get("validation_tokens_per_byte"),
+        "why": WHY.format(ref=(ref_dir.relative_to(base) if ref_dir.is_relative_to(base) else ref_dir).as_posix()),
+    }
     final["eval_bpb"] = change["now"]
     plan["validation_tokens_per_byte"] = ratio
     plan["validation_text_bytes"] = ref["validation_text_bytes"]
@@ -107,8 +117,10 @@ def correct_study(study_dir: Path, extra: list[Path] = ()) -> list[tuple[Path, d
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hfpretrain.study.corrections",
-                                     description="Rewrite stale bits per byte in a study's run records (see the module's notes).")
+    parser = argparse.ArgumentParser(
+        prog="python -m hfpretrain.study.corrections",
+        description="Rewrite stale bits per byte in a study's run records (see the module's notes).",
+    )
     parser.add_argument("study", type=Path, help="the study folder (its runs/*/*/summary.json)")
     parser.add_argument("extra", type=Path, nargs="*", help="more run folders, e.g. a study's best run")
     args = parser.parse_args(argv)

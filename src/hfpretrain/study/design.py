@@ -67,8 +67,13 @@ class IsoFlop:
         if not isinstance(extra, dict) or not all(isinstance(cells, dict) for cells in extra.values()):
             raise ValueError(f"isoflop.extra: {{arm: {{budget: [size, ...]}}}}, got {extra!r}")
         # YAML reads 2.5e16 (no dot before the exponent's sign) as a string: every budget key becomes a float here
-        iso = cls(**d, extra={str(arm): {float(b): [str(n) for n in names] for b, names in cells.items()}
-                              for arm, cells in extra.items()})
+        iso = cls(
+            **d,
+            extra={
+                str(arm): {float(b): [str(n) for n in names] for b, names in cells.items()}
+                for arm, cells in extra.items()
+            },
+        )
         if iso.tokens_per_param <= 0 or iso.sizes_per_budget < 1:
             raise ValueError("isoflop: tokens_per_param must be > 0 and sizes_per_budget >= 1")
         return iso
@@ -88,7 +93,7 @@ def pick_sizes(costs: list[tuple[str, float, int]], budget: float, iso: IsoFlop)
     k = min(iso.sizes_per_budget, len(costs))
     centre = min(range(len(costs)), key=distance.__getitem__)
     lo = min(max(0, centre - k // 2), len(costs) - k)
-    return [name for name, _, _ in costs[lo:lo + k]]
+    return [name for name, _, _ in costs[lo : lo + k]]
 
 
 def extra_sizes(iso: IsoFlop, arm: str, budget: float) -> list[str]:
@@ -152,29 +157,39 @@ def check_plan(runs: list[PlannedRun], rules: Rules) -> tuple[list[str], list[st
     errors, warnings = [], []
     for r in runs:
         if r.steps <= r.warmup_steps:
-            errors.append(f"{r.name}: {r.steps} steps, not more than its {r.warmup_steps} warmup steps "
-                          "(rules.warmup_fraction, or a smaller batch with rules.min_steps)")
+            errors.append(
+                f"{r.name}: {r.steps} steps, not more than its {r.warmup_steps} warmup steps "
+                "(rules.warmup_fraction, or a smaller batch with rules.min_steps)"
+            )
         if r.passes > rules.max_passes:
-            message = f"{r.name}: reads the training data {r.passes:.1f} times (> rules.max_passes {rules.max_passes:g})"
+            message = (
+                f"{r.name}: reads the training data {r.passes:.1f} times (> rules.max_passes {rules.max_passes:g})"
+            )
             if rules.over_passes == "flag":
                 warnings.append(message + ": run and flagged (rules.over_passes: flag)")
             else:
                 errors.append(message + ": a smaller budget or more data")
         if not 0.5 <= r.tokens_per_param <= 2000:
-            warnings.append(f"{r.name}: {r.tokens_per_param:.2g} tokens per parameter: far from compute-optimal "
-                            "(~20); its loss says little about the size's potential")
+            warnings.append(
+                f"{r.name}: {r.tokens_per_param:.2g} tokens per parameter: far from compute-optimal "
+                "(~20); its loss says little about the size's potential"
+            )
     return errors, warnings
 
 
 def format_plan(runs: list[PlannedRun], errors: list[str], warnings: list[str]) -> str:
-    header = (f"{'run':<38} {'N':>9} {'tokens':>10} {'D/N':>6} {'steps':>6} {'batch':>8} {'lr':>8} "
-              f"{'warmup':>6} {'passes':>6} {'FLOPs':>9} {'GPU min':>8}")
+    header = (
+        f"{'run':<38} {'N':>9} {'tokens':>10} {'D/N':>6} {'steps':>6} {'batch':>8} {'lr':>8} "
+        f"{'warmup':>6} {'passes':>6} {'FLOPs':>9} {'GPU min':>8}"
+    )
     lines = [header, "-" * len(header)]
     for r in runs:
         minutes = f"{60 * r.gpu_hours:8.1f}" if r.gpu_hours is not None else f"{'?':>8}"
-        lines.append(f"{r.name:<38} {r.params:>9.3g} {r.tokens:>10.3g} {r.tokens_per_param:>6.1f} {r.steps:>6} "
-                     f"{r.batch_tokens:>8} {r.learning_rate:>8.2g} {r.warmup_steps:>6} {r.passes:>6.2f} "
-                     f"{r.flops:>9.2e} {minutes}")
+        lines.append(
+            f"{r.name:<38} {r.params:>9.3g} {r.tokens:>10.3g} {r.tokens_per_param:>6.1f} {r.steps:>6} "
+            f"{r.batch_tokens:>8} {r.learning_rate:>8.2g} {r.warmup_steps:>6} {r.passes:>6.2f} "
+            f"{r.flops:>9.2e} {minutes}"
+        )
     total = sum(r.flops for r in runs)
     hours = [r.gpu_hours for r in runs]
     gpu = f"{sum(hours) * 60:.0f} GPU minutes" if all(h is not None for h in hours) else "GPU time unknown (no peak)"

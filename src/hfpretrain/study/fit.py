@@ -84,8 +84,10 @@ def _points(compute, loss) -> tuple[np.ndarray, np.ndarray]:
     if c.max() / c.min() < MIN_COMPUTE_SPAN:
         # the sizes of one IsoFLOP budget differ in compute only by max_steps' rounding (0.1%): a fit through
         # them has no slope to find (alpha ran to ~1e3 and A overflowed)
-        raise ValueError(f"need points spanning at least {MIN_COMPUTE_SPAN}x in compute, got "
-                         f"{c.min():.4g}..{c.max():.4g} (one budget)")
+        raise ValueError(
+            f"need points spanning at least {MIN_COMPUTE_SPAN}x in compute, got "
+            f"{c.min():.4g}..{c.max():.4g} (one budget)"
+        )
     return c, y
 
 
@@ -177,6 +179,7 @@ def fit_arms(rows: list[dict], bucket_decades: float = 0.25, y: str = "val_loss"
 class NDFit:
     """L(N, D) = E + A·N^(−α) + B·D^(−β) (Hoffmann et al. 2022, approach 3): loss of a model of N parameters
     trained on D tokens, fitted on every run of an arm (not on per-budget optima)."""
+
     E: float
     A: float
     alpha: float
@@ -193,8 +196,7 @@ class NDFit:
         return asdict(self)
 
     def formula(self) -> str:
-        return (f"L(N, D) = {self.E:.4g} + {self.A:.4g}·N^(−{self.alpha:.4g}) + "
-                f"{self.B:.4g}·D^(−{self.beta:.4g})")
+        return f"L(N, D) = {self.E:.4g} + {self.A:.4g}·N^(−{self.alpha:.4g}) + {self.B:.4g}·D^(−{self.beta:.4g})"
 
 
 ND_STARTS = dict(alpha=(0.2, 0.5, 1.0), beta=(0.2, 0.5, 1.0), e_frac=(0.0, 0.5))
@@ -221,11 +223,22 @@ def fit_nd(n, d, loss, start: NDFit | None = None) -> NDFit:
 
     lo, hi = [0.0, -30, 0.01, -30, 0.01], [top * (1 - 1e-6), 10, 3.0, 10, 3.0]
     if start is not None:
-        starts = [[min(start.E, top * 0.99), math.log(start.A) - start.alpha * math.log(n0), start.alpha,
-                   math.log(start.B) - start.beta * math.log(d0), start.beta]]
+        starts = [
+            [
+                min(start.E, top * 0.99),
+                math.log(start.A) - start.alpha * math.log(n0),
+                start.alpha,
+                math.log(start.B) - start.beta * math.log(d0),
+                start.beta,
+            ]
+        ]
     else:
-        starts = [[f * top, math.log(0.3 * top), a, math.log(0.3 * top), b]
-                  for f in ND_STARTS["e_frac"] for a in ND_STARTS["alpha"] for b in ND_STARTS["beta"]]
+        starts = [
+            [f * top, math.log(0.3 * top), a, math.log(0.3 * top), b]
+            for f in ND_STARTS["e_frac"]
+            for a in ND_STARTS["alpha"]
+            for b in ND_STARTS["beta"]
+        ]
     best = None
     for p0 in starts:
         p0 = np.clip(p0, np.array(lo) + 1e-9, np.array(hi) - 1e-9)
@@ -233,6 +246,5 @@ def fit_nd(n, d, loss, start: NDFit | None = None) -> NDFit:
         if best is None or sol.cost < best.cost:
             best = sol
     E, la, alpha, lb, beta = (float(v) for v in best.x)
-    fit = NDFit(E=E, A=math.exp(la) * n0**alpha, alpha=alpha, B=math.exp(lb) * d0**beta, beta=beta, n=len(y),
-                rmse=0.0)
+    fit = NDFit(E=E, A=math.exp(la) * n0**alpha, alpha=alpha, B=math.exp(lb) * d0**beta, beta=beta, n=len(y), rmse=0.0)
     return NDFit(**{**fit.as_dict(), "rmse": float(np.sqrt(np.mean((fit.predict(n, d) - y) ** 2)))})

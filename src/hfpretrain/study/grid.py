@@ -35,8 +35,16 @@ from pathlib import Path
 
 import yaml
 
-from hfpretrain.study.design import (IsoFlop, PlannedRun, Rules, check_plan, extra_sizes, pick_sizes, ratio_params,
-                                     rule_overrides)
+from hfpretrain.study.design import (
+    IsoFlop,
+    PlannedRun,
+    Rules,
+    check_plan,
+    extra_sizes,
+    pick_sizes,
+    ratio_params,
+    rule_overrides,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +109,9 @@ class StudySpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         d = {k: v for k, v in d.items() if v not in (None, [], {}, "")}
-        d["sizes"] = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items() if v}
-                      for s in self.sizes]
+        d["sizes"] = [
+            {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items() if v} for s in self.sizes
+        ]
         d[d.pop("budget_kind")] = d.pop("budgets")
         if "isoflop" in d and not d["isoflop"]["extra"]:
             del d["isoflop"]["extra"]
@@ -135,7 +144,8 @@ class Run:
             return False
         evaluates = (_run_recipe(self.out_dir).get("training") or {}).get("eval_strategy", "steps") != "no"
         return summary["global_step"] >= summary["plan"]["max_steps"] and (
-            not evaluates or "eval_loss" in (summary.get("final_eval") or {}))
+            not evaluates or "eval_loss" in (summary.get("final_eval") or {})
+        )
 
 
 def _yaml_value(v) -> str:
@@ -158,10 +168,18 @@ def _size(entry) -> Size:
     for arm, own in (entry.get("arms") or {}).items():
         if not isinstance(own, dict) or set(own) - {"config", "fields", "overrides"}:
             raise ValueError(f"size {name}: arms.{arm} must be a mapping of config, fields, overrides; got {own!r}")
-        arms[str(arm)] = {"config": own.get("config"), "fields": dict(own.get("fields") or {}),
-                          "overrides": [str(o) for o in own.get("overrides") or ()]}
-    return Size(name=str(name), config=entry.get("config"), fields=dict(entry.get("fields") or {}),
-                overrides=tuple(entry.get("overrides") or ()), arms=arms)
+        arms[str(arm)] = {
+            "config": own.get("config"),
+            "fields": dict(own.get("fields") or {}),
+            "overrides": [str(o) for o in own.get("overrides") or ()],
+        }
+    return Size(
+        name=str(name),
+        config=entry.get("config"),
+        fields=dict(entry.get("fields") or {}),
+        overrides=tuple(entry.get("overrides") or ()),
+        arms=arms,
+    )
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -174,8 +192,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"{key!r} is given twice in one mapping (the last would replace the first)",
-                    key_node.start_mark)
+                    None,
+                    None,
+                    f"{key!r} is given twice in one mapping (the last would replace the first)",
+                    key_node.start_mark,
+                )
             seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -201,8 +222,9 @@ def _arms(arms) -> dict:
         raise ValueError(f"arms must be a mapping name -> list of overrides, got {arms!r}")
     for name, overrides in arms.items():
         # a string was split into characters, each taken as an override
-        if overrides is not None and (not isinstance(overrides, list) or
-                                      not all(isinstance(o, str) for o in overrides)):
+        if overrides is not None and (
+            not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides)
+        ):
             raise ValueError(f"arms.{name}: a list of overrides, e.g. [{overrides}], got {overrides!r}")
     return arms
 
@@ -218,8 +240,10 @@ def _read_spec(path: Path) -> dict:
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ValueError(yaml_problem(path, err)) from None
     if not isinstance(d, dict):
-        raise ValueError(f"{path}: a study spec is a mapping (recipe:, sizes:, flops: ...), got "
-                         f"{'an empty file' if d is None else type(d).__name__}")
+        raise ValueError(
+            f"{path}: a study spec is a mapping (recipe:, sizes:, flops: ...), got "
+            f"{'an empty file' if d is None else type(d).__name__}"
+        )
     return d
 
 
@@ -229,9 +253,28 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     kinds = [k for k in BUDGET_KINDS if k in d]
     if len(kinds) != 1:
         raise ValueError(f"a study spec needs exactly one of {BUDGET_KINDS}, got {kinds or 'none'}")
-    known = {"name", "recipe", "sizes", "arms", "overrides", "out", "description", "isoflop", "seeds",
-             "seed_budgets", "rules", "mfu", "gpu", "overhead_s", "workers", "data", "reproduce", "decision", "lr_checks",
-             *BUDGET_KINDS}
+    known = {
+        "name",
+        "recipe",
+        "sizes",
+        "arms",
+        "overrides",
+        "out",
+        "description",
+        "isoflop",
+        "seeds",
+        "seed_budgets",
+        "rules",
+        "mfu",
+        "gpu",
+        "overhead_s",
+        "workers",
+        "data",
+        "reproduce",
+        "decision",
+        "lr_checks",
+        *BUDGET_KINDS,
+    }
     if set(d) - known:
         raise ValueError(f"unknown spec keys {sorted(set(d) - known)}; known: {sorted(known)}")
     if not d.get("sizes"):
@@ -248,39 +291,67 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         raise ValueError("size names must be unique")
     for size in sizes:
         if set(size.arms) - {str(a) for a in arms}:
-            raise ValueError(f"size {size.name}: arms {sorted(set(size.arms) - {str(a) for a in arms})} are not "
-                             f"among the spec's arms {sorted(str(a) for a in arms)}")
+            raise ValueError(
+                f"size {size.name}: arms {sorted(set(size.arms) - {str(a) for a in arms})} are not "
+                f"among the spec's arms {sorted(str(a) for a in arms)}"
+            )
     name = str(d.get("name") or "study")
     isoflop = IsoFlop.from_dict(d.get("isoflop"))
     if isoflop and kinds[0] != "flops":
         raise ValueError("isoflop needs a compute grid (flops: [...]), not " + kinds[0])
     for arm, cells in (isoflop.extra if isoflop else {}).items():
         for budget, names in cells.items():
-            if arm not in {str(a) for a in arms} or not any(math.isclose(budget, b, rel_tol=1e-9) for b in budgets) \
-                    or set(names) - {s.name for s in sizes}:
-                raise ValueError(f"isoflop.extra: {arm} at {budget:g} [{', '.join(names)}]: needs one of the arms "
-                                 f"{sorted(str(a) for a in arms)}, one of the budgets {budgets} and the spec's sizes")
+            if (
+                arm not in {str(a) for a in arms}
+                or not any(math.isclose(budget, b, rel_tol=1e-9) for b in budgets)
+                or set(names) - {s.name for s in sizes}
+            ):
+                raise ValueError(
+                    f"isoflop.extra: {arm} at {budget:g} [{', '.join(names)}]: needs one of the arms "
+                    f"{sorted(str(a) for a in arms)}, one of the budgets {budgets} and the spec's sizes"
+                )
     seeds = [int(x) for x in d.get("seeds") or []]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct, got {seeds}")
-    seed_budgets = None if d.get("seed_budgets") is None else _budget_list("seed_budgets", d["seed_budgets"], empty=True)
+    seed_budgets = (
+        None if d.get("seed_budgets") is None else _budget_list("seed_budgets", d["seed_budgets"], empty=True)
+    )
     if seed_budgets and not all(any(math.isclose(b, x, rel_tol=1e-9) for x in budgets) for b in seed_budgets):
         raise ValueError(f"seed_budgets {seed_budgets} must be among the budgets {budgets}")
-    return StudySpec(name=name, recipe=str(d["recipe"]), sizes=sizes, budget_kind=kinds[0],
-                     budgets=sorted(budgets), arms={str(k): [str(o) for o in (v or [])] for k, v in arms.items()},
-                     overrides=[str(o) for o in d.get("overrides") or []], out=str(d.get("out") or f"studies/{name}"),
-                     description=str(d.get("description") or ""), isoflop=isoflop, seeds=seeds,
-                     seed_budgets=seed_budgets, rules=Rules.from_dict(d.get("rules")), mfu=dict(d.get("mfu") or {}),
-                     gpu=d.get("gpu"), overhead_s=float(d.get("overhead_s") or 0.0), workers=_workers(d.get("workers", 1)),
-                     data=str(d.get("data") or ""), reproduce=[str(c) for c in d.get("reproduce") or []],
-                     decision=_decision(d.get("decision"), arms), lr_checks=_lr_checks(d.get("lr_checks"), budgets))
+    return StudySpec(
+        name=name,
+        recipe=str(d["recipe"]),
+        sizes=sizes,
+        budget_kind=kinds[0],
+        budgets=sorted(budgets),
+        arms={str(k): [str(o) for o in (v or [])] for k, v in arms.items()},
+        overrides=[str(o) for o in d.get("overrides") or []],
+        out=str(d.get("out") or f"studies/{name}"),
+        description=str(d.get("description") or ""),
+        isoflop=isoflop,
+        seeds=seeds,
+        seed_budgets=seed_budgets,
+        rules=Rules.from_dict(d.get("rules")),
+        mfu=dict(d.get("mfu") or {}),
+        gpu=d.get("gpu"),
+        overhead_s=float(d.get("overhead_s") or 0.0),
+        workers=_workers(d.get("workers", 1)),
+        data=str(d.get("data") or ""),
+        reproduce=[str(c) for c in d.get("reproduce") or []],
+        decision=_decision(d.get("decision"), arms),
+        lr_checks=_lr_checks(d.get("lr_checks"), budgets),
+    )
 
 
 def _lr_checks(d, budgets: list[float]) -> dict:
     if not d:
         return {}
-    if not isinstance(d, dict) or not any(math.isclose(float(d.get("budget", 0)), b, rel_tol=1e-9) for b in budgets) \
-            or not d.get("factors") or any(float(f) <= 0 or float(f) == 1 for f in d["factors"]):
+    if (
+        not isinstance(d, dict)
+        or not any(math.isclose(float(d.get("budget", 0)), b, rel_tol=1e-9) for b in budgets)
+        or not d.get("factors")
+        or any(float(f) <= 0 or float(f) == 1 for f in d["factors"])
+    ):
         raise ValueError(f"lr_checks: {{budget: one of {budgets}, factors: [positive, not 1]}}, got {d}")
     return {"budget": float(d["budget"]), "factors": [float(f) for f in d["factors"]]}
 
@@ -295,11 +366,16 @@ def _decision(d, arms: dict) -> dict:
         if not isinstance(c, dict) or c.get("arm") not in arms or c.get("baseline") not in arms:
             raise ValueError(f"decision: comparison {c} must name two of the arms {sorted(arms)} (arm, baseline)")
     noise = d.get("noise")
-    fixed = isinstance(noise, dict) and noise and all(
-        not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0 for v in noise.values())
+    fixed = (
+        isinstance(noise, dict)
+        and noise
+        and all(not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0 for v in noise.values())
+    )
     if noise is not None and noise not in ("per_budget", "pooled") and not fixed:
-        raise ValueError("decision.noise: per_budget (σ of each budget from its seeds), pooled (one σ from every "
-                         f"seed pair) or {{BUDGET: σ, ...}} written before the runs, got {noise!r}")
+        raise ValueError(
+            "decision.noise: per_budget (σ of each budget from its seeds), pooled (one σ from every "
+            f"seed pair) or {{BUDGET: σ, ...}} written before the runs, got {noise!r}"
+        )
     if d.get("criterion", "gap") not in ("gap", "multiplier"):
         raise ValueError(f"decision.criterion: gap or multiplier, got {d['criterion']!r}")
     out = dict(d)
@@ -337,11 +413,25 @@ def expand(spec: StudySpec, out: str | Path | None = None, sizes_for=None) -> li
                     name = f"{arm}/{size.name}__{budget_label(spec.budget_kind, budget)}"
                     name += f"__seed{seed}" if seed is not None else ""
                     out_dir = root / "runs" / name
-                    overrides = (*spec.overrides, *size.recipe_overrides(arm), *arm_overrides,
-                                 *([f"training.seed={seed}"] if seed is not None else []),
-                                 f"training.output_dir={out_dir}")
-                    runs.append(Run(name=name, arm=arm, size=size.name, budget_kind=spec.budget_kind,
-                                    budget=budget, out_dir=out_dir, overrides=tuple(overrides), seed=seed))
+                    overrides = (
+                        *spec.overrides,
+                        *size.recipe_overrides(arm),
+                        *arm_overrides,
+                        *([f"training.seed={seed}"] if seed is not None else []),
+                        f"training.output_dir={out_dir}",
+                    )
+                    runs.append(
+                        Run(
+                            name=name,
+                            arm=arm,
+                            size=size.name,
+                            budget_kind=spec.budget_kind,
+                            budget=budget,
+                            out_dir=out_dir,
+                            overrides=tuple(overrides),
+                            seed=seed,
+                        )
+                    )
     return runs
 
 
@@ -366,8 +456,10 @@ def lr_check_runs(spec: StudySpec, grid: list[Run], plan_of) -> list[Run]:
             name = f"{centre.size}__{budget_label(spec.budget_kind, budget)}__lr{factor:g}"
             name += f"__seed{centre.seed}" if centre.seed is not None else ""
             out_dir = centre.out_dir.parent / name
-            overrides = tuple(o if not o.startswith("training.output_dir=") else f"training.output_dir={out_dir}"
-                              for o in centre.overrides)
+            overrides = tuple(
+                o if not o.startswith("training.output_dir=") else f"training.output_dir={out_dir}"
+                for o in centre.overrides
+            )
             out.append(replace(centre, name=f"{arm}/{name}", out_dir=out_dir, overrides=overrides, lr_factor=factor))
     return out
 
@@ -403,6 +495,7 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
 
     sizes_for = None
     if spec.isoflop:
+
         def sizes_for(arm: str, budget: float) -> list[str]:
             # a size that would read its data more than max_passes times at this budget is no candidate:
             # the window moves up to larger models (data-limited budgets), instead of failing the plan
@@ -412,8 +505,10 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
                 if passes <= spec.rules.max_passes or spec.rules.over_passes != "exclude":
                     costs.append((name, plan["flops_per_token"], ratio_params(plan)))
             if not costs:
-                raise ValueError(f"{arm} at {budget:.3g} FLOPs: every size reads the training data more than "
-                                 f"rules.max_passes={spec.rules.max_passes:g} times: a smaller budget or more data")
+                raise ValueError(
+                    f"{arm} at {budget:.3g} FLOPs: every size reads the training data more than "
+                    f"rules.max_passes={spec.rules.max_passes:g} times: a smaller budget or more data"
+                )
             window = pick_sizes(sorted(costs, key=lambda c: c[2]), budget, spec.isoflop)
             return window + [n for n in extra_sizes(spec.isoflop, arm, budget) if n not in window]
 
@@ -426,26 +521,51 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
         plan, training = dry["plan"], dry["recipe"]["training"]
         steps, extra = rule_overrides(spec.rules, plan, steps_for(run, plan), run.budget_kind, training)
         # a run stopped by SIGTERM left a checkpoint: the next pass continues from it
-        overrides = [*run.overrides, *extra, "training.resume_from_checkpoint=auto", "training_flops=null",
-                     f"training.max_steps={steps}"]
+        overrides = [
+            *run.overrides,
+            *extra,
+            "training.resume_from_checkpoint=auto",
+            "training_flops=null",
+            f"training.max_steps={steps}",
+        ]
         if run.lr_factor is not None:  # after the rule's learning rate: the last value of a key wins
             lr = _last(overrides, "training.learning_rate", float(training.get("learning_rate", 5e-5)))
             overrides.append(f"training.learning_rate={lr * run.lr_factor:.6g}")
-        micro = _last(overrides, "training.per_device_train_batch_size", int(training.get("per_device_train_batch_size", 8)))
-        accum = _last(overrides, "training.gradient_accumulation_steps", int(training.get("gradient_accumulation_steps", 1)))
+        micro = _last(
+            overrides, "training.per_device_train_batch_size", int(training.get("per_device_train_batch_size", 8))
+        )
+        accum = _last(
+            overrides, "training.gradient_accumulation_steps", int(training.get("gradient_accumulation_steps", 1))
+        )
         samples = micro * accum * plan["world_size"]
         tokens = steps * samples * plan["seq_len"]
         flops = tokens * plan["flops_per_token"]
         peak = peak_flops(spec.gpu) if spec.gpu else plan["peak_flops_per_gpu"]
         mfu = float(spec.mfu.get(run.size, spec.mfu.get("default", plan["assumed_mfu"])))
-        planned.append((run, PlannedRun(
-            name=run.name, arm=run.arm, size=run.size, budget=run.budget, seed=run.seed, params=ratio_params(plan),
-            tokens=tokens, steps=steps, batch_tokens=samples * plan["seq_len"],
-            learning_rate=_last(overrides, "training.learning_rate", float(training.get("learning_rate", 5e-5))),
-            warmup_steps=_last(overrides, "training.warmup_steps", int(training.get("warmup_steps", 0))),
-            passes=steps * samples / plan["train_blocks"], flops=flops,
-            gpu_hours=(flops / (peak * mfu * plan["world_size"]) + spec.overhead_s) / 3600 if peak else None,
-            overrides=overrides)))
+        planned.append(
+            (
+                run,
+                PlannedRun(
+                    name=run.name,
+                    arm=run.arm,
+                    size=run.size,
+                    budget=run.budget,
+                    seed=run.seed,
+                    params=ratio_params(plan),
+                    tokens=tokens,
+                    steps=steps,
+                    batch_tokens=samples * plan["seq_len"],
+                    learning_rate=_last(
+                        overrides, "training.learning_rate", float(training.get("learning_rate", 5e-5))
+                    ),
+                    warmup_steps=_last(overrides, "training.warmup_steps", int(training.get("warmup_steps", 0))),
+                    passes=steps * samples / plan["train_blocks"],
+                    flops=flops,
+                    gpu_hours=(flops / (peak * mfu * plan["world_size"]) + spec.overhead_s) / 3600 if peak else None,
+                    overrides=overrides,
+                ),
+            )
+        )
     return planned
 
 
@@ -456,13 +576,16 @@ def checked_plan(spec: StudySpec, out: str | Path | None = None, only_existing: 
     for w in warnings:
         logger.warning("plan: %s", w)
     if errors and not only_existing:
-        raise ValueError(f"the study plan has {len(errors)} error(s), first: {errors[0]} "
-                         "(scripts/study.py SPEC --plan lists them all)")
+        raise ValueError(
+            f"the study plan has {len(errors)} error(s), first: {errors[0]} "
+            "(scripts/study.py SPEC --plan lists them all)"
+        )
     return planned
 
 
-def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: bool = False,
-              planned: list | None = None) -> list[dict]:
+def run_study(
+    spec: StudySpec, out: str | Path | None = None, only_existing: bool = False, planned: list | None = None
+) -> list[dict]:
     """Run every unfinished run of the study (in process, one after another); return the results rows.
 
     The plan is checked first: an error (a run shorter than its warmup, data repeated too often) stops
@@ -496,8 +619,13 @@ def run_study(spec: StudySpec, out: str | Path | None = None, only_existing: boo
             logger.info("[%d/%d] %s: training (%d steps)", i, len(runs), run.name, p.steps)
             pretrain(spec.recipe, p.overrides, callbacks=recipe_callbacks)
         if not run.done:  # SIGTERM (preemption, a time limit): the whole study stops, resumable
-            logger.warning("[%d/%d] %s: stopped before its last step; the study stops here (run it again to "
-                           "continue from the run's checkpoint)", i, len(runs), run.name)
+            logger.warning(
+                "[%d/%d] %s: stopped before its last step; the study stops here (run it again to "
+                "continue from the run's checkpoint)",
+                i,
+                len(runs),
+                run.name,
+            )
             break
         gc.collect()  # the finished run's model and optimizer (the Trainer holds reference cycles)
         if torch.cuda.is_available():
@@ -519,8 +647,10 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[di
     (out / "logs").mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
     gpus = worker_gpus(workers, visible_gpus())
-    procs = [ctx.Process(target=_worker, args=(spec, out, out / "logs" / f"worker{i}.log", gpu, planned),
-                         name=f"worker{i}") for i, gpu in enumerate(gpus)]
+    procs = [
+        ctx.Process(target=_worker, args=(spec, out, out / "logs" / f"worker{i}.log", gpu, planned), name=f"worker{i}")
+        for i, gpu in enumerate(gpus)
+    ]
     previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs if p.pid and p.is_alive()])
     try:
         for proc in procs:
@@ -529,8 +659,9 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[di
             proc.join()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    failed = [f"{p.name} (exit {p.exitcode}, see logs/{p.name}.log)" for p in procs
-              if p.exitcode not in (0, -signal.SIGTERM)]
+    failed = [
+        f"{p.name} (exit {p.exitcode}, see logs/{p.name}.log)" for p in procs if p.exitcode not in (0, -signal.SIGTERM)
+    ]
     if failed:
         raise RuntimeError(f"study workers failed: {', '.join(failed)}")
     return run_study(spec, out, only_existing=True, planned=planned)
@@ -643,19 +774,32 @@ def result_row(run: Run) -> dict:
     final = summary.get("final_eval") or {}
     shape = plan.get("shape") or {}
     return {
-        "run": run.name, "arm": run.arm, "size": run.size, "budget": run.budget, "seed": training.get("seed", run.seed),
-        "params": plan["parameters"]["total"], "non_embedding_params": plan["parameters"]["non_embedding"],
+        "run": run.name,
+        "arm": run.arm,
+        "size": run.size,
+        "budget": run.budget,
+        "seed": training.get("seed", run.seed),
+        "params": plan["parameters"]["total"],
+        "non_embedding_params": plan["parameters"]["non_embedding"],
         "ratio_params": ratio_params(plan) if "flops_per_token_head" in plan else None,
-        "hidden_size": shape.get("hidden_size"), "layers": shape.get("num_hidden_layers"),
+        "hidden_size": shape.get("hidden_size"),
+        "layers": shape.get("num_hidden_layers"),
         "vocab_size": shape.get("vocab_size"),
-        "steps": steps, "tokens": tokens, "batch_tokens": plan["tokens_per_step"],
-        "learning_rate": training.get("learning_rate"), "warmup_steps": training.get("warmup_steps"),
+        "steps": steps,
+        "tokens": tokens,
+        "batch_tokens": plan["tokens_per_step"],
+        "learning_rate": training.get("learning_rate"),
+        "warmup_steps": training.get("warmup_steps"),
         "schedule": training.get("lr_scheduler_type"),
-        "flops_per_token": plan["flops_per_token"], "flops": plan["flops_per_token"] * tokens,
-        "passes": plan.get("passes_over_data"), "device": plan.get("device"),
+        "flops_per_token": plan["flops_per_token"],
+        "flops": plan["flops_per_token"] * tokens,
+        "passes": plan.get("passes_over_data"),
+        "device": plan.get("device"),
         **run_wall_time(run.out_dir, summary),
-        "val_loss": _final_loss(run.out_dir, summary), "val_bpb": _bits_per_byte(final, recipe, plan),
-        "lr_factor": run.lr_factor, "out_dir": str(run.out_dir),
+        "val_loss": _final_loss(run.out_dir, summary),
+        "val_bpb": _bits_per_byte(final, recipe, plan),
+        "lr_factor": run.lr_factor,
+        "out_dir": str(run.out_dir),
         # per validation set (runs made since the manifest has text_bytes_per_set): only in results.json
         **({"val_bpb_per_set": final["eval_bpb_per_set"]} if final.get("eval_bpb_per_set") else {}),
     }
@@ -688,8 +832,12 @@ def run_wall_time(out_dir: Path, summary: dict) -> dict:
         return {"wall_time_s": runtime, "wall_time_all_s": runtime, "processes": 1, "wall_time_partial": False}
     times = [s["runtime"] if s["runtime"] is not None else s["t1"] - s["t0"] for s in segments]
     fresh = max(i for i, s in enumerate(segments) if not s["start"]) if any(not s["start"] for s in segments) else 0
-    return {"wall_time_s": float(sum(times[fresh:])), "wall_time_all_s": float(sum(times)),
-            "processes": len(segments), "wall_time_partial": any(s["runtime"] is None for s in segments[fresh:])}
+    return {
+        "wall_time_s": float(sum(times[fresh:])),
+        "wall_time_all_s": float(sum(times)),
+        "processes": len(segments),
+        "wall_time_partial": any(s["runtime"] is None for s in segments[fresh:]),
+    }
 
 
 def _final_loss(out_dir: Path, summary: dict) -> float | None:
@@ -704,17 +852,46 @@ def _final_loss(out_dir: Path, summary: dict) -> float | None:
     return loss
 
 
-COLUMNS = ["run", "arm", "size", "budget", "seed", "params", "non_embedding_params", "ratio_params", "hidden_size",
-           "layers", "vocab_size", "steps", "tokens", "batch_tokens", "learning_rate", "warmup_steps", "schedule",
-           "flops_per_token", "flops", "passes", "device", "wall_time_s", "wall_time_all_s", "processes",
-           "wall_time_partial", "val_loss", "val_bpb", "lr_factor", "out_dir"]
+COLUMNS = [
+    "run",
+    "arm",
+    "size",
+    "budget",
+    "seed",
+    "params",
+    "non_embedding_params",
+    "ratio_params",
+    "hidden_size",
+    "layers",
+    "vocab_size",
+    "steps",
+    "tokens",
+    "batch_tokens",
+    "learning_rate",
+    "warmup_steps",
+    "schedule",
+    "flops_per_token",
+    "flops",
+    "passes",
+    "device",
+    "wall_time_s",
+    "wall_time_all_s",
+    "processes",
+    "wall_time_partial",
+    "val_loss",
+    "val_bpb",
+    "lr_factor",
+    "out_dir",
+]
 
 
 def collect(runs: list[Run]) -> list[dict]:
     return [result_row(r) for r in runs if r.done]
 
 
-CELL = re.compile(r"^(?P<size>.+?)__(?P<label>tok[^_]+|s\d+|c[^_]+)(?:__lr(?P<lr>[0-9.e+-]+))?(?:__seed(?P<seed>-?\d+))?$")
+CELL = re.compile(
+    r"^(?P<size>.+?)__(?P<label>tok[^_]+|s\d+|c[^_]+)(?:__lr(?P<lr>[0-9.e+-]+))?(?:__seed(?P<seed>-?\d+))?$"
+)
 
 
 def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
@@ -731,11 +908,21 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
             if not m or m["size"] not in sizes or m["label"] not in labels:
                 continue
             seed = int(m["seed"]) if m["seed"] is not None else None
-            run = Run(name=f"{arm}/{folder.name}", arm=arm, size=m["size"], budget_kind=spec.budget_kind,
-                      budget=labels[m["label"]], out_dir=folder, overrides=(), seed=seed,
-                      lr_factor=float(m["lr"]) if m["lr"] else None)
+            run = Run(
+                name=f"{arm}/{folder.name}",
+                arm=arm,
+                size=m["size"],
+                budget_kind=spec.budget_kind,
+                budget=labels[m["label"]],
+                out_dir=folder,
+                overrides=(),
+                seed=seed,
+                lr_factor=float(m["lr"]) if m["lr"] else None,
+            )
             if run.done:
-                runs.append((a, sizes[run.size], run.budget, run.lr_factor or 1.0, seed if seed is not None else -1, run))
+                runs.append(
+                    (a, sizes[run.size], run.budget, run.lr_factor or 1.0, seed if seed is not None else -1, run)
+                )
     return [r for *_, r in sorted(runs, key=lambda t: t[:5])]
 
 

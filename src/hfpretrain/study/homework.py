@@ -20,10 +20,18 @@ OTHER_STUDIES = ("results/study_gpu_vocab", "results/study_gpu_moe")
 PLACEHOLDER = "<TO FILL IN>"
 
 # sources whose numbers the document may carry (relative to the repository root)
-SOURCES = (f"{BEST}/report.md", f"{BEST}/README.md", f"{BEST}/summary.json", f"{BEST}/recipe.yaml",
-           "recipes/best_small.yaml",
-           f"{ABLATION}/report.md", f"{ABLATION}/README.md", f"{ABLATION}/best/report.md",
-           *[f"{s}/report.md" for s in OTHER_STUDIES], *[f"{s}/README.md" for s in OTHER_STUDIES])
+SOURCES = (
+    f"{BEST}/report.md",
+    f"{BEST}/README.md",
+    f"{BEST}/summary.json",
+    f"{BEST}/recipe.yaml",
+    "recipes/best_small.yaml",
+    f"{ABLATION}/report.md",
+    f"{ABLATION}/README.md",
+    f"{ABLATION}/best/report.md",
+    *[f"{s}/report.md" for s in OTHER_STUDIES],
+    *[f"{s}/README.md" for s in OTHER_STUDIES],
+)
 
 # an absolute path of the machine that ran: /anything/.../pretrain/mix/FILE -> $DATA_ROOT/pretrain/mix/FILE
 _DATA_PATH = re.compile(r"(?<![\w$.])/(?:[\w.+-]+/)*?(?:data/)?(pretrain/mix/|tokenizers/|eval/)")
@@ -39,7 +47,7 @@ def section(md: str, heading: str, level: int = 2) -> str:
         if m and len(m.group(1)) <= level:
             if inside:
                 break
-            inside = len(m.group(1)) == level and line[len(m.group(1)) + 1:].startswith(heading)
+            inside = len(m.group(1)) == level and line[len(m.group(1)) + 1 :].startswith(heading)
             continue
         if inside:
             out.append(line)
@@ -53,6 +61,7 @@ def demote(md: str, by: int = 1) -> str:
 
 def relink(md: str, folder: str, out_dir: Path, root: Path) -> str:
     """Relative links and images of a report in ``folder`` made relative to the homework's folder."""
+
     def fix(m):
         target = m.group(2)
         if re.match(r"^[a-z]+://|^#|^/", target):
@@ -63,6 +72,7 @@ def relink(md: str, folder: str, out_dir: Path, root: Path) -> str:
         except ValueError:
             return m.group(0)
         return f"{m.group(1)}({rel.as_posix()})"
+
     return re.sub(r"(!?\[[^\]]*\])\(([^)\s]+)\)", fix, md)
 
 
@@ -82,7 +92,7 @@ def _table_rows(md: str, header_start: str) -> list[list[str]]:
     lines = md.splitlines()
     i = next(k for k, line in enumerate(lines) if line.startswith(header_start))
     out = [[c.strip() for c in lines[i].strip("|").split("|")]]
-    for line in lines[i + 2:]:
+    for line in lines[i + 2 :]:
         if not line.startswith("|"):
             break
         out.append([c.strip() for c in line.strip("|").split("|")])
@@ -91,22 +101,39 @@ def _table_rows(md: str, header_start: str) -> list[list[str]]:
 
 def _table(rows: list[list[str]]) -> str:
     head, *body = rows
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                      *["| " + " | ".join(r) + " |" for r in body]])
+    return "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *["| " + " | ".join(r) + " |" for r in body]]
+    )
 
 
 def experiments(root: Path, study: str) -> str:
     """A study's run table, the hyper-parameter and hardware columns of its generated report."""
     md = (root / study / "report.md").read_text()
     rows = _table_rows(md, "| run | seed |")
-    keep = ["run", "seed", "params", "width×layers", "vocab", "tokens", "train FLOPs", "LR", "batch tokens", "warmup",
-            "schedule", "passes", "device", "minutes", "val bpb"]
+    keep = [
+        "run",
+        "seed",
+        "params",
+        "width×layers",
+        "vocab",
+        "tokens",
+        "train FLOPs",
+        "LR",
+        "batch tokens",
+        "warmup",
+        "schedule",
+        "passes",
+        "device",
+        "minutes",
+        "val bpb",
+    ]
     idx = [rows[0].index(k) for k in keep]
     return _table([[r[i] for i in idx] for r in rows])
 
 
-def write_homework(root: str | Path = ".", out: str | Path = "results/homework.md",
-                   link_base: str | Path | None = None) -> Path:
+def write_homework(
+    root: str | Path = ".", out: str | Path = "results/homework.md", link_base: str | Path | None = None
+) -> Path:
     """Write the document to ``out``; its links are relative to ``link_base`` (default: ``out``'s folder; a test
     writes elsewhere with the committed file's base and compares)."""
     root, out = Path(root), Path(out)
@@ -123,76 +150,151 @@ def write_homework(root: str | Path = ".", out: str | Path = "results/homework.m
         return relink(scrub(demote(section(md, heading, level), 3 - level)), folder, out_dir, root)
 
     recipe = (root / "recipes" / "best_small.yaml").read_text()
-    tokenizer_cmd = [line.lstrip("# ").strip() for line in recipe.splitlines()
-                     if line.lstrip("# ").startswith("python scripts/train_tokenizer.py")]
+    tokenizer_cmd = [
+        line.lstrip("# ").strip()
+        for line in recipe.splitlines()
+        if line.lstrip("# ").startswith("python scripts/train_tokenizer.py")
+    ]
     ladder = "\n".join(line for line in best_readme.splitlines() if line.startswith("|"))
     lines = [
-        "# Pretraining a small language model: the homework report", "",
+        "# Pretraining a small language model: the homework report",
+        "",
         "Generated by `python scripts/report.py --homework` from the committed results: every number below is "
         "copied from a file it names (generated run and study reports, READMEs, summary.json), and "
-        "tests/study/test_homework.py checks them against those files. Sections follow the assignment's order.", "",
-        "## 1. Data processing, with example batches", "",
+        "tests/study/test_homework.py checks them against those files. Sections follow the assignment's order.",
+        "",
+        "## 1. Data processing, with example batches",
+        "",
         f"The best model's data, from its run report ([{BEST}/report.md]({_relpath(root / BEST / 'report.md', out_dir)})):",
-        "", cut(best_md, "Data", BEST), "",
-        "## 2. Changes to the training code", "",
-        cut(best_md, "What the training code does", BEST), "",
+        "",
+        cut(best_md, "Data", BEST),
+        "",
+        "## 2. Changes to the training code",
+        "",
+        cut(best_md, "What the training code does", BEST),
+        "",
         "Each change measured at the fixed budget, one row per change added to the row above "
-        f"([{BEST}/README.md]({_relpath(root / BEST / 'README.md', out_dir)})):", "", ladder, "",
-        "## 3. Every experiment, with its hyper-parameters", "",
-        "The best model's hyper-parameters:", "", cut(best_md, "Model, hyper-parameters, hardware", BEST), "",
+        f"([{BEST}/README.md]({_relpath(root / BEST / 'README.md', out_dir)})):",
+        "",
+        ladder,
+        "",
+        "## 3. Every experiment, with its hyper-parameters",
+        "",
+        "The best model's hyper-parameters:",
+        "",
+        cut(best_md, "Model, hyper-parameters, hardware", BEST),
+        "",
     ]
     for study in (ABLATION, *OTHER_STUDIES):
         name = Path(study).name
-        lines += [f"### {name}", "", f"From [{study}/report.md]({_relpath(root / study / 'report.md', out_dir)}) "
-                  "(its Spec section has every setting; minutes are of a GPU shared by the study's workers):", "",
-                  experiments(root, study), ""]
+        lines += [
+            f"### {name}",
+            "",
+            f"From [{study}/report.md]({_relpath(root / study / 'report.md', out_dir)}) "
+            "(its Spec section has every setting; minutes are of a GPU shared by the study's workers):",
+            "",
+            experiments(root, study),
+            "",
+        ]
     lines += ["## 4. Hardware and time", ""]
     for study in (ABLATION, *OTHER_STUDIES):
-        lines += [f"- **{Path(study).name}**: " + " ".join(
-            line.lstrip("- ") for line in section(text[f"{study}/report.md"], "Hardware and time").splitlines()
-            if line.strip())]
-    lines += [f"- **best model** ({BEST}): " + "; ".join(
-        line.strip("| ").replace(" | ", ": ") for line in section(best_md, "Model, hyper-parameters, hardware")
-        .splitlines() if line.startswith("| hardware") or line.startswith("| training wall time")), "",
-        "## 5. The best model: training and validation curves", "",
-        cut(best_md, "Training and validation curves", BEST), "",
-        "Zero-shot benchmarks of the best model:", "", cut(best_md, "lm-eval", BEST), "",
+        lines += [
+            f"- **{Path(study).name}**: "
+            + " ".join(
+                line.lstrip("- ")
+                for line in section(text[f"{study}/report.md"], "Hardware and time").splitlines()
+                if line.strip()
+            )
+        ]
+    lines += [
+        f"- **best model** ({BEST}): "
+        + "; ".join(
+            line.strip("| ").replace(" | ", ": ")
+            for line in section(best_md, "Model, hyper-parameters, hardware").splitlines()
+            if line.startswith("| hardware") or line.startswith("| training wall time")
+        ),
+        "",
+        "## 5. The best model: training and validation curves",
+        "",
+        cut(best_md, "Training and validation curves", BEST),
+        "",
+        "Zero-shot benchmarks of the best model:",
+        "",
+        cut(best_md, "lm-eval", BEST),
+        "",
         "HellaSwag, PIQA and LAMBADA (beside chance) were scored on the ablation's best run "
-        f"([{ABLATION}/best/report.md]({_relpath(root / ABLATION / 'best' / 'report.md', out_dir)})):", "",
-        cut(text[f"{ABLATION}/best/report.md"], "lm-eval", f"{ABLATION}/best"), "",
-        "## 6. Generations, unconditional and conditional", "",
-        cut(best_md, "Generations", BEST), "",
-        "## 7. The ablation: vocabulary size and domain at equal compute, with scaling plots", "",
+        f"([{ABLATION}/best/report.md]({_relpath(root / ABLATION / 'best' / 'report.md', out_dir)})):",
+        "",
+        cut(text[f"{ABLATION}/best/report.md"], "lm-eval", f"{ABLATION}/best"),
+        "",
+        "## 6. Generations, unconditional and conditional",
+        "",
+        cut(best_md, "Generations", BEST),
+        "",
+        "## 7. The ablation: vocabulary size and domain at equal compute, with scaling plots",
+        "",
         f"From [{ABLATION}/report.md]({_relpath(root / ABLATION / 'report.md', out_dir)}) and its "
-        f"[README]({_relpath(root / ABLATION / 'README.md', out_dir)}).", "",
-        "### The decision, by the rule written before the runs", "", cut(abl_md, "Decision", ABLATION), "",
-        "### Scaling plots", "", cut(abl_md, "Plot", ABLATION), "",
-        "### Discussion, with the IsoFLOP curves and per-budget optima", "", cut(abl_md, "Discussion", ABLATION), "",
-        "### The MoE ablation (dense against 32 experts at equal active FLOPs)", "",
-        cut(text["results/study_gpu_moe/report.md"], "Discussion", "results/study_gpu_moe"), "",
-        "## 8. Reproduce: training, evaluation, generation", "",
-        "The tokenizer (from recipes/best_small.yaml's header):", "", "```bash", *tokenizer_cmd, "```", "",
-        "Tokenize, train, evaluate, generate and report (the best run's report):", "",
-        cut(best_md, "Reproduce", BEST), "",
-        "Generation from the trained checkpoint with a prompt of your own:", "", "```bash",
+        f"[README]({_relpath(root / ABLATION / 'README.md', out_dir)}).",
+        "",
+        "### The decision, by the rule written before the runs",
+        "",
+        cut(abl_md, "Decision", ABLATION),
+        "",
+        "### Scaling plots",
+        "",
+        cut(abl_md, "Plot", ABLATION),
+        "",
+        "### Discussion, with the IsoFLOP curves and per-budget optima",
+        "",
+        cut(abl_md, "Discussion", ABLATION),
+        "",
+        "### The MoE ablation (dense against 32 experts at equal active FLOPs)",
+        "",
+        cut(text["results/study_gpu_moe/report.md"], "Discussion", "results/study_gpu_moe"),
+        "",
+        "## 8. Reproduce: training, evaluation, generation",
+        "",
+        "The tokenizer (from recipes/best_small.yaml's header):",
+        "",
+        "```bash",
+        *tokenizer_cmd,
+        "```",
+        "",
+        "Tokenize, train, evaluate, generate and report (the best run's report):",
+        "",
+        cut(best_md, "Reproduce", BEST),
+        "",
+        "Generation from the trained checkpoint with a prompt of your own:",
+        "",
+        "```bash",
         "python scripts/generate.py --model CHECKPOINT --prompt 'Your prompt here' --temperature 0.8 --top-p 0.95",
-        "python scripts/generate.py --model CHECKPOINT --unconditional --num-samples 2", "```", "",
-        "## 9. Where the checkpoint and the tokenizer are", "",
+        "python scripts/generate.py --model CHECKPOINT --unconditional --num-samples 2",
+        "```",
+        "",
+        "## 9. Where the checkpoint and the tokenizer are",
+        "",
         f"- Checkpoint (`final/` of the best run: model, config and tokenizer, `save_pretrained`): {PLACEHOLDER} "
         "(a path or a Hugging Face Hub id; the weights are not committed to this repository).",
         f"- Tokenizer (the 8,192-token byte-level BPE, `scripts/train_tokenizer.py`; also inside the checkpoint): "
-        f"{PLACEHOLDER} (a path or a Hub id).", "",
-        "## 10. Team contributions", "", f"{PLACEHOLDER}: who did what (data, training code, experiments, "
-        "analysis, writing).", "",
-        "## 11. The data used", "",
+        f"{PLACEHOLDER} (a path or a Hub id).",
+        "",
+        "## 10. Team contributions",
+        "",
+        f"{PLACEHOLDER}: who did what (data, training code, experiments, analysis, writing).",
+        "",
+        "## 11. The data used",
+        "",
         "**The shipped corpus is not the Pile.** It is the data root's pretraining mix (`$DATA_ROOT/pretrain/mix`): "
         "freely licensed text from Debian, PyPI and npm packages, written in the Pile's file format (zstd-compressed "
         "JSON lines with `text` and `meta.pile_set_name`). Every figure above was measured on it, not on the "
         "Pile, and does not transfer to the Pile as a number. The same commands take the Pile: point "
         "`scripts/tokenize_pile.py --input` at the Pile's `*.jsonl.zst` shards (and `--val-input` at its "
-        "validation file) and train on the folder it writes.", "",
+        "validation file) and train on the folder it writes.",
+        "",
         f"Final validation of the best model (from {BEST}/summary.json): {final['eval_bpb']:.3f} bits per byte, "
-        f"{final['eval_loss']:.3f} nats per token.", ""]
+        f"{final['eval_loss']:.3f} nats per token.",
+        "",
+    ]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     return out

@@ -21,35 +21,58 @@ def summary_lines(result: dict) -> list[str]:
     lines = []
     positions = result.get("loss_by_position")
     if positions:
-        lines += [f"Loss by position in the document ({positions['tokens']:,} tokens of {positions['documents']} "
-                  f"documents in {positions['blocks']} validation blocks of {positions['seq_len']:,}"
-                  + (f", documents of at least {positions['min_document_tokens']:,} tokens" if
-                     positions["min_document_tokens"] else "") + "):", "",
-                  "| positions | loss (nats) | tokens |", "|---|---|---|"]
+        lines += [
+            f"Loss by position in the document ({positions['tokens']:,} tokens of {positions['documents']} "
+            f"documents in {positions['blocks']} validation blocks of {positions['seq_len']:,}"
+            + (
+                f", documents of at least {positions['min_document_tokens']:,} tokens"
+                if positions["min_document_tokens"]
+                else ""
+            )
+            + "):",
+            "",
+            "| positions | loss (nats) | tokens |",
+            "|---|---|---|",
+        ]
         lines += [f"| {b['from']:,}-{b['to'] - 1:,} | {_fmt(b['loss'])} | {b['tokens']:,} |" for b in positions["bins"]]
         lines.append("")
     short = result.get("short_context")
     if short:
         bpb = "" if short["bpb"] is None else f", {short['bpb']:.4f} bits per byte"
-        lines += [f"Short context: validation loss {short['loss']:.4f} nats{bpb} over {short['tokens']:,} tokens "
-                  f"({short['blocks']} blocks of {short['seq_len']:,}).", ""]
+        lines += [
+            f"Short context: validation loss {short['loss']:.4f} nats{bpb} over {short['tokens']:,} tokens "
+            f"({short['blocks']} blocks of {short['seq_len']:,}).",
+            "",
+        ]
     passkey = result.get("passkey")
     if passkey:
-        lines += ["Passkey retrieval (a 5-digit key at depths spread over the prompt; exact greedy answer; a key in "
-                  "the prompt's first half is more than half its length from the question):", "",
-                  "| length | accuracy | 95% interval | key in the first half | in the second half | prompts | "
-                  "most said instead |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {int(n):,} | {v['accuracy']:.0%} | {_interval(v['accuracy'], v['samples'])} | "
-                  f"{' | '.join(_halves(v.get('by_depth')))} | {v['samples']} | {_said(v.get('wrong_answers'))} |"
-                  for n, v in passkey.items()]
+        lines += [
+            "Passkey retrieval (a 5-digit key at depths spread over the prompt; exact greedy answer; a key in "
+            "the prompt's first half is more than half its length from the question):",
+            "",
+            "| length | accuracy | 95% interval | key in the first half | in the second half | prompts | "
+            "most said instead |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {int(n):,} | {v['accuracy']:.0%} | {_interval(v['accuracy'], v['samples'])} | "
+            f"{' | '.join(_halves(v.get('by_depth')))} | {v['samples']} | {_said(v.get('wrong_answers'))} |"
+            for n, v in passkey.items()
+        ]
         lines.append("")
     retrieval = result.get("retrieval")
     if retrieval:
-        lines += [f"Retrieval on held-out documents ({retrieval['questions']:,} questions in {retrieval['documents']} "
-                  f"documents; exact greedy answer): {retrieval['accuracy']:.0%}, by the distance from fact to answer:",
-                  "", "| distance (tokens) | accuracy | questions |", "|---|---|---|"]
-        lines += [f"| {b['from']:,}-{b['to'] - 1:,} | {_fmt(b['accuracy'], '.0%')} | {b['questions']} |"
-                  for b in retrieval["bins"]]
+        lines += [
+            f"Retrieval on held-out documents ({retrieval['questions']:,} questions in {retrieval['documents']} "
+            f"documents; exact greedy answer): {retrieval['accuracy']:.0%}, by the distance from fact to answer:",
+            "",
+            "| distance (tokens) | accuracy | questions |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {b['from']:,}-{b['to'] - 1:,} | {_fmt(b['accuracy'], '.0%')} | {b['questions']} |"
+            for b in retrieval["bins"]
+        ]
         lines.append("")
     return lines
 
@@ -60,7 +83,7 @@ def _interval(accuracy: float, samples: int, z: float = 1.96) -> str:
     if not samples:
         return "-"
     centre = (accuracy + z * z / (2 * samples)) / (1 + z * z / samples)
-    half = z / (1 + z * z / samples) * math.sqrt(accuracy * (1 - accuracy) / samples + z * z / (4 * samples ** 2))
+    half = z / (1 + z * z / samples) * math.sqrt(accuracy * (1 - accuracy) / samples + z * z / (4 * samples**2))
     low, high = max(0.0, centre - half), min(1.0, centre + half)
     return f"{100 * low:.0f}-{100 * high:.0f}%"
 
@@ -121,5 +144,4 @@ def long_context_lines(checkpoint: Path, out_dir: Path) -> list[str]:
     except ValueError:
         raise ValueError(f"{path}: not JSON (run hfpretrain long-context again)") from None
     png = plot_long_context(result, Path(out_dir) / "long_context.png", title=Path(checkpoint).parent.name)
-    return ["## Long context", "", f"![loss by position and passkey accuracy]({png.name})", "",
-            *summary_lines(result)]
+    return ["## Long context", "", f"![loss by position and passkey accuracy]({png.name})", "", *summary_lines(result)]

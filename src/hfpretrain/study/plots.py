@@ -68,7 +68,7 @@ def log_problem(log: Path) -> str | None:
             cut = " (cut short: a run killed while writing it?)" if n == len(lines) else ""
             return f"{log}:{n}: not a JSON record{cut}: {err.msg}"
         if not isinstance(record, dict) or "event" not in record:
-            return f"{log}:{n}: not a log record (a JSON object with an \"event\" key)"
+            return f'{log}:{n}: not a log record (a JSON object with an "event" key)'
     return None
 
 
@@ -96,8 +96,9 @@ def first_record(path: str | Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = None,
-             tokens_per_byte: float | None = None) -> Path:
+def plot_run(
+    log_jsonl: str | Path, out_png: str | Path, title: str | None = None, tokens_per_byte: float | None = None
+) -> Path:
     """A run at a glance, from its log.jsonl: training and validation loss (and bits per byte) against tokens
     seen, the learning rate, tokens/s and MFU per logging window, and the gradient norm. ``tokens_per_byte``
     (the data manifest's): bits per byte from the validation loss, rather than the figure the run logged."""
@@ -124,8 +125,13 @@ def plot_run(log_jsonl: str | Path, out_png: str | Path, title: str | None = Non
         loss_ax.plot(*zip(*series(evals, "eval_loss")), "o-", label="validation loss")
         # the logged figure only from runs that had the text's bytes (earlier ones logged per byte on disk)
         logged_ok = bool(config.get("plan", {}).get("validation_text_bytes"))
-        bpb = ([(t, bits_per_byte(loss, tokens_per_byte)) for t, loss in series(evals, "eval_loss")]
-               if tokens_per_byte else series(evals, "eval_bpb") if logged_ok else [])
+        bpb = (
+            [(t, bits_per_byte(loss, tokens_per_byte)) for t, loss in series(evals, "eval_loss")]
+            if tokens_per_byte
+            else series(evals, "eval_bpb")
+            if logged_ok
+            else []
+        )
         if bpb:
             loss_ax.plot(*zip(*bpb), "s--", label="validation bits per byte")
     loss_ax.set_ylabel("nats/token (bits/byte)")
@@ -181,8 +187,14 @@ def _unit(y: str) -> str:
 BELOW = dict(loc="upper center", bbox_to_anchor=(0.5, -0.16))  # a legend under the axes never covers a point
 
 
-def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, title: str | None = None,
-               y: str = "val_loss", dashed: dict | None = None) -> Path:
+def plot_study(
+    rows: list[dict],
+    fits: dict[str, dict],
+    out_png: str | Path,
+    title: str | None = None,
+    y: str = "val_loss",
+    dashed: dict | None = None,
+) -> Path:
     """Final validation loss (``y``: val_loss, or val_bpb across tokenizers) against training FLOPs (log x),
     one colour per arm and one marker per model size: every run as a point (frontier points filled, the
     others hollow) and each arm's fitted E + A·C^(−α) curve.
@@ -206,8 +218,15 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
         front = {r["run"] for r in fits.get(arm, {}).get("frontier", [])}
         for r in pts:
             filled = r["run"] in front
-            ax.scatter(r["flops"], r[y], marker=marker[r["size"]], zorder=3 if filled else 2,
-                       facecolors=colour if filled else "none", edgecolors=colour, alpha=1.0 if filled else 0.7)
+            ax.scatter(
+                r["flops"],
+                r[y],
+                marker=marker[r["size"]],
+                zorder=3 if filled else 2,
+                facecolors=colour if filled else "none",
+                edgecolors=colour,
+                alpha=1.0 if filled else 0.7,
+            )
         label = arm
         fit = fits.get(arm, {}).get("fit")
         if fit is not None:
@@ -219,14 +238,26 @@ def plot_study(rows: list[dict], fits: dict[str, dict], out_png: str | Path, tit
             ax.plot([], [], "o", color=colour, label=label)
         other = (dashed or {}).get(arm)
         if other is not None and flops:
-            ax.plot(xs, other.predict(xs), "--", color=colour, lw=1,
-                    label=f"{arm}, separate E: E={other.E:.3g}, A={other.A:.3g}, α={other.alpha:.3g}")
+            ax.plot(
+                xs,
+                other.predict(xs),
+                "--",
+                color=colour,
+                lw=1,
+                label=f"{arm}, separate E: E={other.E:.3g}, A={other.A:.3g}, α={other.alpha:.3g}",
+            )
     if len(sizes) > 1:
         for size in sizes:
             ax.scatter([], [], marker=marker[size], facecolors="none", edgecolors="grey", label=size)
     unit = _unit(y)
-    _log_axes(ax, "training FLOPs (6·N_matmul + attention, × tokens)", f"final validation loss ({unit})",
-              title or "validation loss vs compute (filled: frontier)", ncol=2, **{**BELOW, "bbox_to_anchor": (0.5, -0.2)})
+    _log_axes(
+        ax,
+        "training FLOPs (6·N_matmul + attention, × tokens)",
+        f"final validation loss ({unit})",
+        title or "validation loss vs compute (filled: frontier)",
+        ncol=2,
+        **{**BELOW, "bbox_to_anchor": (0.5, -0.2)},
+    )
     return _save(fig, out_png)
 
 
@@ -239,17 +270,31 @@ def _plot_gap(ax, result: dict, arms: list[str], unit: str) -> None:
         xs = [b for b in result["budgets"] if b in gaps]
         ys = [gaps[b] for b in xs]
         # the point comes from the full fit, the interval from the bootstrap's: clamp, never a negative bar
-        err = [[max(0.0, y - cis[b][0]) for b, y in zip(xs, ys)], [max(0.0, cis[b][1] - y) for b, y in zip(xs, ys)]] \
-            if all(cis.get(b) for b in xs) else None
+        err = (
+            [[max(0.0, y - cis[b][0]) for b, y in zip(xs, ys)], [max(0.0, cis[b][1] - y) for b, y in zip(xs, ys)]]
+            if all(cis.get(b) for b in xs)
+            else None
+        )
         ax.errorbar(xs, ys, yerr=err, fmt="o-", color=f"C{i}", capsize=3, label=f"{arm} − {base}")
         gap10 = result["extrapolated"][arm] - result["extrapolated"][base]
         ci = (intervals.get("gap_extrapolated") or {}).get(arm)
-        ax.errorbar([result["extrapolate_to"]], [gap10],
-                    yerr=[[max(0.0, gap10 - ci[0])], [max(0.0, ci[1] - gap10)]] if ci else None,
-                    fmt="s", mfc="none", color=f"C{i}", capsize=3)
+        ax.errorbar(
+            [result["extrapolate_to"]],
+            [gap10],
+            yerr=[[max(0.0, gap10 - ci[0])], [max(0.0, ci[1] - gap10)]] if ci else None,
+            fmt="s",
+            mfc="none",
+            color=f"C{i}",
+            capsize=3,
+        )
     ax.axhline(0, color="k", lw=0.8)
-    _log_axes(ax, "training FLOPs", f"gap in best loss ({unit}; < 0: the arm is better)",
-              "the ablation's effect vs compute (95% intervals; □: 10×)", **BELOW)
+    _log_axes(
+        ax,
+        "training FLOPs",
+        f"gap in best loss ({unit}; < 0: the arm is better)",
+        "the ablation's effect vs compute (95% intervals; □: 10×)",
+        **BELOW,
+    )
 
 
 def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
@@ -281,22 +326,39 @@ def plot_isoflop(rows: list[dict], result: dict, out_png: str | Path) -> Path:
             left.plot(*zip(*pts), styles[i % 4], marker="o", color=f"C{j}", label=f"{arm}, C={b:.2g}")
             o = result["optima"][arm, b]
             left.plot(o["n_opt"], o["loss_opt"], "*", ms=12, color=f"C{j}", mec="k" if o["bracketed"] else "r")
-    _log_axes(left, "parameters N (non-embedding + LM head)", f"final validation loss ({unit})",
-              "IsoFLOP curves (★ optimum; red edge: not bracketed)", fontsize=7, ncol=2, **BELOW)
+    _log_axes(
+        left,
+        "parameters N (non-embedding + LM head)",
+        f"final validation loss ({unit})",
+        "IsoFLOP curves (★ optimum; red edge: not bracketed)",
+        fontsize=7,
+        ncol=2,
+        **BELOW,
+    )
 
     sigma = (result.get("noise") or {}).get("sigma")
     xs = np.logspace(np.log10(min(budgets)) - 0.2, np.log10(result["extrapolate_to"]), 200)
     for i, arm in enumerate(arms):
-        pts = [(result["optima"][arm, b]["flops"], result["optima"][arm, b]["loss_opt"]) for b in budgets
-               if (arm, b) in result["optima"]]
+        pts = [
+            (result["optima"][arm, b]["flops"], result["optima"][arm, b]["loss_opt"])
+            for b in budgets
+            if (arm, b) in result["optima"]
+        ]
         fit = result["fits"].get(arm)
-        label = arm if fit is None else f"{arm}: {fit.E:.3g} + {fit.A:.3g}·C^−{fit.alpha:.3g} ({result.get('model', '')})"
+        label = (
+            arm if fit is None else f"{arm}: {fit.E:.3g} + {fit.A:.3g}·C^−{fit.alpha:.3g} ({result.get('model', '')})"
+        )
         right.errorbar(*zip(*pts), yerr=sigma if sigma else None, fmt="o", color=f"C{i}", capsize=3, label=label)
         if fit is not None:
             right.plot(xs, fit.predict(xs), styles[i % 4], color=f"C{i}")
             right.plot(result["extrapolate_to"], result["extrapolated"][arm], "s", mfc="none", color=f"C{i}")
-    _log_axes(right, "training FLOPs", f"best loss at the budget ({unit})",
-              "per-budget optimum vs compute (□: 10× extrapolation)", **BELOW)
+    _log_axes(
+        right,
+        "training FLOPs",
+        f"best loss at the budget ({unit})",
+        "per-budget optimum vs compute (□: 10× extrapolation)",
+        **BELOW,
+    )
     if others:
         _plot_gap(axes[2], result, others, unit)
     return _save(fig, out_png)

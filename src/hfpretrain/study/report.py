@@ -81,6 +81,7 @@ def _ci(iv) -> str:
 
 def run_table_lines(rows: list[dict], max_passes: float | None = None) -> list[str]:
     """Every run with what it was: size, tokens, hyper-parameters, hardware, time and result."""
+
     def val(r, k, digits=4):
         return _num(r.get(k), digits) if r.get(k) is not None else "–"
 
@@ -93,25 +94,68 @@ def run_table_lines(rows: list[dict], max_passes: float | None = None) -> list[s
         text = val(r, "passes", 3)
         return f"**{text}**" if max_passes is not None and (r.get("passes") or 0) > max_passes else text
 
-    table = [[r["run"], r.get("seed") if r.get("seed") is not None else "–", val(r, "params"),
-              val(r, "ratio_params"), f"{r.get('hidden_size') or '–'}×{r.get('layers') or '–'}", val(r, "vocab_size"),
-              val(r, "tokens"), (f"{r['tokens'] / r['ratio_params']:.3g}" if r.get("ratio_params") else "–"),
-              f"{r['flops']:.3e}", val(r, "learning_rate", 3), val(r, "batch_tokens"), val(r, "warmup_steps"),
-              r.get("schedule") or "–", passes(r), r.get("device") or "–", minutes(r, "wall_time_s"),
-              minutes(r, "wall_time_all_s"), r.get("processes") or "–", val(r, "val_loss"), val(r, "val_bpb")]
-             for r in rows]
-    header = ["run", "seed", "params", "N (ratio)", "width×layers", "vocab", "tokens", "D/N", "train FLOPs", "LR",
-              "batch tokens", "warmup", "schedule", "passes", "device", "minutes", "minutes (all attempts)",
-              "processes", "val nats", "val bpb"]
+    table = [
+        [
+            r["run"],
+            r.get("seed") if r.get("seed") is not None else "–",
+            val(r, "params"),
+            val(r, "ratio_params"),
+            f"{r.get('hidden_size') or '–'}×{r.get('layers') or '–'}",
+            val(r, "vocab_size"),
+            val(r, "tokens"),
+            (f"{r['tokens'] / r['ratio_params']:.3g}" if r.get("ratio_params") else "–"),
+            f"{r['flops']:.3e}",
+            val(r, "learning_rate", 3),
+            val(r, "batch_tokens"),
+            val(r, "warmup_steps"),
+            r.get("schedule") or "–",
+            passes(r),
+            r.get("device") or "–",
+            minutes(r, "wall_time_s"),
+            minutes(r, "wall_time_all_s"),
+            r.get("processes") or "–",
+            val(r, "val_loss"),
+            val(r, "val_bpb"),
+        ]
+        for r in rows
+    ]
+    header = [
+        "run",
+        "seed",
+        "params",
+        "N (ratio)",
+        "width×layers",
+        "vocab",
+        "tokens",
+        "D/N",
+        "train FLOPs",
+        "LR",
+        "batch tokens",
+        "warmup",
+        "schedule",
+        "passes",
+        "device",
+        "minutes",
+        "minutes (all attempts)",
+        "processes",
+        "val nats",
+        "val bpb",
+    ]
     over = [r["run"] for r in rows if max_passes is not None and (r.get("passes") or 0) > max_passes]
-    return ["## Runs", "",
-            "N (ratio) = non-embedding parameters + the LM head (the N of tokens per parameter, D/N); passes = "
-            "reads of the training data" + (f" (bold: more than rules.max_passes = {max_passes:g})" if over else "") +
-            "; minutes = training wall time of the processes behind the result, summed over resumes (evaluation "
-            "and checkpoints excluded; + : a process was killed before its summary, its part is a lower bound); "
-            "minutes (all attempts) adds attempts restarted from scratch; processes = the run's processes "
-            "(> 1: preempted and resumed, or restarted).", "",
-            _table(header, table), ""]
+    return [
+        "## Runs",
+        "",
+        "N (ratio) = non-embedding parameters + the LM head (the N of tokens per parameter, D/N); passes = "
+        "reads of the training data"
+        + (f" (bold: more than rules.max_passes = {max_passes:g})" if over else "")
+        + "; minutes = training wall time of the processes behind the result, summed over resumes (evaluation "
+        "and checkpoints excluded; + : a process was killed before its summary, its part is a lower bound); "
+        "minutes (all attempts) adds attempts restarted from scratch; processes = the run's processes "
+        "(> 1: preempted and resumed, or restarted).",
+        "",
+        _table(header, table),
+        "",
+    ]
 
 
 def _ci_plain(iv) -> str:
@@ -133,7 +177,7 @@ def _sigma(result: dict, b: float):
 
 NOISE_RULE_TEXT = {
     "per_budget": "σ of each budget, pooled from that budget's seed replicates (a budget without replicates takes "
-                  "the σ of every replicate)",
+    "the σ of every replicate)",
     "pooled": "one σ, pooled from every seed replicate of every budget",
     "fixed": "the σ per budget written in the spec",
 }
@@ -145,13 +189,22 @@ def noise_lines(result: dict, unit: str) -> list[str]:
     if not bn:
         return []
     rule = NOISE_RULE_TEXT.get(bn["rule"], bn["rule"])
-    lines = [f"- Noise rule: {rule}; every replicate counts (none dropped after the runs)." +
-             (" **The spec's decision rule names no noise floor (`decision.noise`): this is the default**, chosen "
-              "after these runs (issue 61), not written before them." if bn.get("default") else
-              " Named in the spec's decision rule (`decision.noise`).")]
-    per = [f"{b:.3g}: σ = {v['sigma']:.4f}" + (f" ({v['cells']} cells)" if v.get("cells") else "") +
-           ("" if v["source"] in ("seeds of this budget", "spec") else f" ({v['source']})")
-           for b, v in bn["budgets"].items() if v.get("sigma") is not None]
+    lines = [
+        f"- Noise rule: {rule}; every replicate counts (none dropped after the runs)."
+        + (
+            " **The spec's decision rule names no noise floor (`decision.noise`): this is the default**, chosen "
+            "after these runs (issue 61), not written before them."
+            if bn.get("default")
+            else " Named in the spec's decision rule (`decision.noise`)."
+        )
+    ]
+    per = [
+        f"{b:.3g}: σ = {v['sigma']:.4f}"
+        + (f" ({v['cells']} cells)" if v.get("cells") else "")
+        + ("" if v["source"] in ("seeds of this budget", "spec") else f" ({v['source']})")
+        for b, v in bn["budgets"].items()
+        if v.get("sigma") is not None
+    ]
     if per:
         lines.append(f"- Noise floor per budget ({unit}): " + "; ".join(per) + ".")
     return lines
@@ -164,10 +217,16 @@ def _fit_rows(fits: dict, result: dict, figures: dict, iv: dict) -> list[list[st
             rows.append([arm, "–", "–", "–", "–", "–"])
             continue
         bt = (figures["backtest"].get("arms") or {}).get(arm)
-        rows.append([arm, f"{f.alpha:.4f}{_ci_plain((iv.get('alpha') or {}).get(arm))}",
-                     f"{f.E:.4f}{_ci_plain((iv.get('E') or {}).get(arm))}", f"{f.A:.4g}",
-                     f"{figures['extrapolated'][arm]:.4f}{_ci_plain((iv.get('extrapolated') or {}).get(arm))}",
-                     f"{bt['error']:+.4f}" if bt else "–"])
+        rows.append(
+            [
+                arm,
+                f"{f.alpha:.4f}{_ci_plain((iv.get('alpha') or {}).get(arm))}",
+                f"{f.E:.4f}{_ci_plain((iv.get('E') or {}).get(arm))}",
+                f"{f.A:.4g}",
+                f"{figures['extrapolated'][arm]:.4f}{_ci_plain((iv.get('extrapolated') or {}).get(arm))}",
+                f"{bt['error']:+.4f}" if bt else "–",
+            ]
+        )
     return rows
 
 
@@ -176,96 +235,179 @@ def isoflop_lines(result: dict, plot_png: str | None, verdicts: list[dict] | Non
     from ``verdicts`` (the Decision's; None: the default rule's)."""
     unit = "bits/byte" if result["y"] == "val_bpb" else "nats/token"
     iv = result.get("intervals") or {}
-    lines = ["## IsoFLOP analysis", "",
-             f"Loss = final validation {unit}. Per budget and arm, the sizes' losses are averaged over seeds; a cell "
-             "is *bracketed* only when its best measured size is an inner one, and its optimum is then the minimum "
-             "of the parabola in ln N through that size and its two neighbours. A cell whose best size is at the "
-             "edge of its sizes is *not bracketed*: its optimum is only bounded (the best measured mean). Fit check: "
-             "the parabola through all of a cell's sizes, whose largest miss of a size's mean is compared with the "
-             "budget's noise floor. Intervals are 95% parametric-bootstrap "
-             f"intervals from each budget's seed noise floor ({result.get('n_boot', 0)} draws).", ""]
+    lines = [
+        "## IsoFLOP analysis",
+        "",
+        f"Loss = final validation {unit}. Per budget and arm, the sizes' losses are averaged over seeds; a cell "
+        "is *bracketed* only when its best measured size is an inner one, and its optimum is then the minimum "
+        "of the parabola in ln N through that size and its two neighbours. A cell whose best size is at the "
+        "edge of its sizes is *not bracketed*: its optimum is only bounded (the best measured mean). Fit check: "
+        "the parabola through all of a cell's sizes, whose largest miss of a size's mean is compared with the "
+        "budget's noise floor. Intervals are 95% parametric-bootstrap "
+        f"intervals from each budget's seed noise floor ({result.get('n_boot', 0)} draws).",
+        "",
+    ]
     noise, outliers = result.get("noise"), result.get("outliers") or {}
-    lines.append(f"- Seed noise pooled over every budget, for reference: σ = {noise['sigma']:.4f} {unit} "
-                 f"({noise['cells']} cells, {noise['runs']} runs)." if noise else
-                 "- Noise floor: unknown (no cell was run with several seeds): differences get no interval.")
+    lines.append(
+        f"- Seed noise pooled over every budget, for reference: σ = {noise['sigma']:.4f} {unit} "
+        f"({noise['cells']} cells, {noise['runs']} runs)."
+        if noise
+        else "- Noise floor: unknown (no cell was run with several seeds): differences get no interval."
+    )
     lines += noise_lines(result, unit)
     if outliers.get("runs"):
         named = ", ".join(f"{name} ({d:+.3f})" for name, d in outliers["runs"].items())
-        lines.append(f"- Seed pairs that disagree (a run more than {outliers['k']:g} robust σ = "
-                     f"{outliers['k'] * outliers['robust_sigma']:.3f} from its siblings' mean): {named}. Named, not "
-                     "dropped: they stay in the noise floor and in their cell means.")
+        lines.append(
+            f"- Seed pairs that disagree (a run more than {outliers['k']:g} robust σ = "
+            f"{outliers['k'] * outliers['robust_sigma']:.3f} from its siblings' mean): {named}. Named, not "
+            "dropped: they stay in the noise floor and in their cell means."
+        )
     if result["edge"]:
-        lines.append(f"- **Not bracketed** (best measured size at the edge of the grid): {', '.join(result['edge'])}. "
-                     "Those optima are bounds, not measurements.")
+        lines.append(
+            f"- **Not bracketed** (best measured size at the edge of the grid): {', '.join(result['edge'])}. "
+            "Those optima are bounds, not measurements."
+        )
     else:
         lines.append("- Every cell bracketed (its best measured size an inner one).")
     flagged = result.get("flagged") or []
     if flagged:
-        lines.append("- **Fit check failed** (the parabola through all sizes misses a size's mean by more than the "
-                     "budget's noise floor σ: the loss is not parabolic in ln N over the window, so the optimum "
-                     "above comes from the three sizes around the best only): " +
-                     ", ".join(f"{f['cell']} (miss {f['misfit']:.3f} > σ {f['sigma']:.3f})" for f in flagged) + ".")
+        lines.append(
+            "- **Fit check failed** (the parabola through all sizes misses a size's mean by more than the "
+            "budget's noise floor σ: the loss is not parabolic in ln N over the window, so the optimum "
+            "above comes from the three sizes around the best only): "
+            + ", ".join(f"{f['cell']} (miss {f['misfit']:.3f} > σ {f['sigma']:.3f})" for f in flagged)
+            + "."
+        )
     lines.append("")
     table = []
     for (arm, b), o in sorted(result["optima"].items(), key=lambda kv: (kv[0][1], kv[0][0])):
         flag = any(f["arm"] == arm and f["budget"] == b for f in flagged)
         misfit = "–" if o.get("misfit") is None else f"{o['misfit']:.4f}" + (" **flagged**" if flag else "")
         best = o.get("best_measured") or {}
-        table.append([f"{b:.3g}", arm, f"{best.get('n', o['n_opt']):.3g}", f"{best.get('loss', o['loss_opt']):.4f}",
-                      f"{o['n_opt']:.3g}" if o["bracketed"] else "–", f"{o['loss_opt']:.4f}" if o["bracketed"] else
-                      f"≤ {o['loss_opt']:.4f} (bound)", "yes" if o["bracketed"] else "**no**", str(o["points"]),
-                      misfit])
-    lines += [_table(["budget (FLOPs)", "arm", "best measured N", "its mean loss", "optimum N", "optimum loss",
-                      "bracketed", "sizes in the fit", "all-size parabola's largest miss"], table), ""]
+        table.append(
+            [
+                f"{b:.3g}",
+                arm,
+                f"{best.get('n', o['n_opt']):.3g}",
+                f"{best.get('loss', o['loss_opt']):.4f}",
+                f"{o['n_opt']:.3g}" if o["bracketed"] else "–",
+                f"{o['loss_opt']:.4f}" if o["bracketed"] else f"≤ {o['loss_opt']:.4f} (bound)",
+                "yes" if o["bracketed"] else "**no**",
+                str(o["points"]),
+                misfit,
+            ]
+        )
+    lines += [
+        _table(
+            [
+                "budget (FLOPs)",
+                "arm",
+                "best measured N",
+                "its mean loss",
+                "optimum N",
+                "optimum loss",
+                "bracketed",
+                "sizes in the fit",
+                "all-size parabola's largest miss",
+            ],
+            table,
+        ),
+        "",
+    ]
 
     lines += nd_lines(result, unit)
     sep = (result.get("sensitivity") or {}).get("separate")
-    why = ("both are scored in {unit} of the same validation text, so the irreducible part belongs to the text, "
-           "not to the tokenizer" if result.get("shared_unit", True) else
-           "**but here the arms have other vocabularies and not every run has bits per byte: their nats per token "
-           "are not one unit, so neither this fit nor the gaps below compare like with like** (data manifests "
-           "with the validation text's bytes give bits per byte)").format(unit=unit)
-    lines += ["### Check: power laws on the per-budget optima", "",
-              f"L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima (a bound where a cell is not bracketed). **Primary model: one E shared by the arms** "
-              f"({why}). Sensitivity check: a separate E per arm. Extrapolated to "
-              f"C = {result['extrapolate_to']:.3g} (10× the largest budget); back-test error = the model fitted "
-              "without the largest budget, minus that budget's optimum.", "",
-              "Shared E (primary):", "",
-              _table(["arm", "α", "E", "A", "L* at 10×", "back-test error"],
-                     _fit_rows(result["fits"], result, result, iv)), ""]
+    why = (
+        "both are scored in {unit} of the same validation text, so the irreducible part belongs to the text, "
+        "not to the tokenizer"
+        if result.get("shared_unit", True)
+        else "**but here the arms have other vocabularies and not every run has bits per byte: their nats per token "
+        "are not one unit, so neither this fit nor the gaps below compare like with like** (data manifests "
+        "with the validation text's bytes give bits per byte)"
+    ).format(unit=unit)
+    lines += [
+        "### Check: power laws on the per-budget optima",
+        "",
+        f"L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima (a bound where a cell is not bracketed). **Primary model: one E shared by the arms** "
+        f"({why}). Sensitivity check: a separate E per arm. Extrapolated to "
+        f"C = {result['extrapolate_to']:.3g} (10× the largest budget); back-test error = the model fitted "
+        "without the largest budget, minus that budget's optimum.",
+        "",
+        "Shared E (primary):",
+        "",
+        _table(["arm", "α", "E", "A", "L* at 10×", "back-test error"], _fit_rows(result["fits"], result, result, iv)),
+        "",
+    ]
     if sep:
-        lines += ["Separate E per arm (sensitivity):", "",
-                  _table(["arm", "α", "E", "A", "L* at 10×", "back-test error"],
-                         _fit_rows(sep["fits"], result, sep, sep.get("intervals") or {})), ""]
+        lines += [
+            "Separate E per arm (sensitivity):",
+            "",
+            _table(
+                ["arm", "α", "E", "A", "L* at 10×", "back-test error"],
+                _fit_rows(sep["fits"], result, sep, sep.get("intervals") or {}),
+            ),
+            "",
+        ]
     base = result["baseline"]
     for arm in result["arms"][1:]:
-        rows_ = [_gap_row(b, gap, ((iv.get("gap") or {}).get(arm) or {}).get(b),
-                          _sigma(result, b), result["multiplier"][arm][b],
-                          ((iv.get("multiplier") or {}).get(arm) or {}).get(b))
-                 for b, gap in result["gap"][arm].items()]
-        lines += [f"### {arm} vs {base}", "",
-                  f"Gap = best loss of {arm} − best loss of {base} (negative: {arm} is better), with its interval from "
-                  "the budget's noise floor σ (beside it); compute multiplier (shared-E fit) = the compute "
-                  f"{base} needs to reach {arm}'s loss, ÷ C (> 1: {arm} is worth that much more compute).", "",
-                  _table(["budget (FLOPs)", "gap", "σ of the budget", "compute multiplier"], rows_), ""]
+        rows_ = [
+            _gap_row(
+                b,
+                gap,
+                ((iv.get("gap") or {}).get(arm) or {}).get(b),
+                _sigma(result, b),
+                result["multiplier"][arm][b],
+                ((iv.get("multiplier") or {}).get(arm) or {}).get(b),
+            )
+            for b, gap in result["gap"][arm].items()
+        ]
+        lines += [
+            f"### {arm} vs {base}",
+            "",
+            f"Gap = best loss of {arm} − best loss of {base} (negative: {arm} is better), with its interval from "
+            "the budget's noise floor σ (beside it); compute multiplier (shared-E fit) = the compute "
+            f"{base} needs to reach {arm}'s loss, ÷ C (> 1: {arm} is worth that much more compute).",
+            "",
+            _table(["budget (FLOPs)", "gap", "σ of the budget", "compute multiplier"], rows_),
+            "",
+        ]
         brow = []
-        for label, fig, ivm in (("shared E (primary)", result, iv), ("separate E", sep, (sep or {}).get("intervals") or {})):
+        for label, fig, ivm in (
+            ("shared E (primary)", result, iv),
+            ("separate E", sep, (sep or {}).get("intervals") or {}),
+        ):
             if not fig:
                 continue
             bt = (fig["backtest"].get("gap") or {}).get(arm)
             ext = fig["extrapolated"][arm] - fig["extrapolated"][base]
             cross = fig["crossover"].get(arm) or []
-            brow.append([label, f"{bt['predicted']:+.4f}{_ci((ivm.get('backtest_gap') or {}).get(arm))}" if bt else "–",
-                         f"{bt['observed']:+.4f}" if bt else "–", f"{bt['error']:+.4f}" if bt else "–",
-                         f"{ext:+.4f}{_ci((ivm.get('gap_extrapolated') or {}).get(arm))}" if math.isfinite(ext) else
-                         "– (no fit)", ", ".join(f"{c:.2g}" for c in cross) or ("none" if math.isfinite(ext) else "–")])
+            brow.append(
+                [
+                    label,
+                    f"{bt['predicted']:+.4f}{_ci((ivm.get('backtest_gap') or {}).get(arm))}" if bt else "–",
+                    f"{bt['observed']:+.4f}" if bt else "–",
+                    f"{bt['error']:+.4f}" if bt else "–",
+                    f"{ext:+.4f}{_ci((ivm.get('gap_extrapolated') or {}).get(arm))}"
+                    if math.isfinite(ext)
+                    else "– (no fit)",
+                    ", ".join(f"{c:.2g}" for c in cross) or ("none" if math.isfinite(ext) else "–"),
+                ]
+            )
         held = next(iter((result["backtest"].get("gap") or {}).values()), {}).get("budget")
-        lines += [f"Back-test of the gap: each model fitted on the budgets below {held:.3g} predicts the gap at "
-                  f"{held:.3g}; the gap at 10× and where the fitted curves cross (searched from the smallest budget, "
-                  f"{result['crossover_range'][0]:.3g}, to 10× the largest, {result['crossover_range'][1]:.3g}: never "
-                  "below the data)." if held else "Gap at 10× and crossings (no back-test: fewer than 3 budgets).", "",
-                  _table(["model", "predicted gap at the top budget", "measured", "error", "gap at 10×",
-                          "crossing (FLOPs)"], brow), ""]
+        lines += [
+            f"Back-test of the gap: each model fitted on the budgets below {held:.3g} predicts the gap at "
+            f"{held:.3g}; the gap at 10× and where the fitted curves cross (searched from the smallest budget, "
+            f"{result['crossover_range'][0]:.3g}, to 10× the largest, {result['crossover_range'][1]:.3g}: never "
+            "below the data)."
+            if held
+            else "Gap at 10× and crossings (no back-test: fewer than 3 budgets).",
+            "",
+            _table(
+                ["model", "predicted gap at the top budget", "measured", "error", "gap at 10×", "crossing (FLOPs)"],
+                brow,
+            ),
+            "",
+        ]
     lines += _pair_lines(result, iv, sep)
     lines += ["## Discussion", "", *discussion_lines(result, verdicts), ""]
     if plot_png:
@@ -286,63 +428,124 @@ def nd_lines(result: dict, unit: str) -> list[str]:
     budgets = [k for k in nd["flops"] if k != "target"]
     bt = nd.get("backtest") or {}
     sig = {f"{b:.6g}": v.get("sigma") for b, v in ((result.get("budget_noise") or {}).get("budgets") or {}).items()}
-    lines = ["### Primary frontier: L(N, D) per arm on every run", "",
-             "L(N, D) = E + A·N^(−α) + B·D^(−β) (N: non-embedding parameters + LM head, D: training tokens), fitted "
-             "per arm on every run of the grid (least squares of log L, scipy); its compute-optimal frontier L*(C) "
-             "= min over N of L(N, C / FLOPs-per-token(N)). RMSE: its miss of the runs, to set beside the noise "
-             "floor; back-test: refitted without the largest budget's runs, it predicts them."
-             + ("" if bt else " **No back-test**: without the largest budget the runs are of fewer than two "
-                "budgets, where N and D are tied and the fit has nothing to separate them."), ""]
+    lines = [
+        "### Primary frontier: L(N, D) per arm on every run",
+        "",
+        "L(N, D) = E + A·N^(−α) + B·D^(−β) (N: non-embedding parameters + LM head, D: training tokens), fitted "
+        "per arm on every run of the grid (least squares of log L, scipy); its compute-optimal frontier L*(C) "
+        "= min over N of L(N, C / FLOPs-per-token(N)). RMSE: its miss of the runs, to set beside the noise "
+        "floor; back-test: refitted without the largest budget's runs, it predicts them."
+        + (
+            ""
+            if bt
+            else " **No back-test**: without the largest budget the runs are of fewer than two "
+            "budgets, where N and D are tied and the fit has nothing to separate them."
+        ),
+        "",
+    ]
     table = []
     for arm, f in nd["fits"].items():
         if f is None:
             table.append([arm, "–", "–", "–", "–", "–", "–", "–", "–"])
             continue
         b_arm = (bt.get("arms") or {}).get(arm)
-        table.append([arm, f"{f['E']:.4f}", f"{f['A']:.4g}", f"{f['alpha']:.4f}", f"{f['B']:.4g}", f"{f['beta']:.4f}",
-                      str(f["n"]), f"{f['rmse']:.4f}", f"{b_arm['runs_rmse']:.4f}" if b_arm else "–"])
-    lines += [_table(["arm", "E", "A", "α", "B", "β", "runs", f"RMSE ({unit})", "back-test RMSE on the held runs"],
-                     table), ""]
+        table.append(
+            [
+                arm,
+                f"{f['E']:.4f}",
+                f"{f['A']:.4g}",
+                f"{f['alpha']:.4f}",
+                f"{f['B']:.4g}",
+                f"{f['beta']:.4f}",
+                str(f["n"]),
+                f"{f['rmse']:.4f}",
+                f"{b_arm['runs_rmse']:.4f}" if b_arm else "–",
+            ]
+        )
+    lines += [
+        _table(["arm", "E", "A", "α", "B", "β", "runs", f"RMSE ({unit})", "back-test RMSE on the held runs"], table),
+        "",
+    ]
     check = []
     for arm, per in nd.get("check", {}).items():
         for b, c in per.items():
-            check.append([b, arm, f"{c['frontier']:.4f}", f"{c['parabola']:.4f}" + ("" if c["bracketed"] else " (bound)"),
-                          f"{c['difference']:+.4f}", f"{sig[b]:.4f}" if sig.get(b) is not None else "–"])
+            check.append(
+                [
+                    b,
+                    arm,
+                    f"{c['frontier']:.4f}",
+                    f"{c['parabola']:.4f}" + ("" if c["bracketed"] else " (bound)"),
+                    f"{c['difference']:+.4f}",
+                    f"{sig[b]:.4f}" if sig.get(b) is not None else "–",
+                ]
+            )
     # a bound (cell not bracketed) is only contradicted by a frontier above it: its true optimum lies lower
-    worst = max((abs(c["difference"]) for per in nd.get("check", {}).values() for c in per.values()
-                 if c["bracketed"] or c["difference"] < 0), default=0)
-    lines += ["Check, per budget: the frontier against the parabola optimum of the cell (difference = parabola − "
-              "frontier).", "",
-              _table(["budget (FLOPs)", "arm", "L(N, D) frontier", "parabola optimum", "difference",
-                      "σ of the budget"], sorted(check, key=lambda r: (float(r[0]), r[1]))), ""]
+    worst = max(
+        (
+            abs(c["difference"])
+            for per in nd.get("check", {}).values()
+            for c in per.values()
+            if c["bracketed"] or c["difference"] < 0
+        ),
+        default=0,
+    )
+    lines += [
+        "Check, per budget: the frontier against the parabola optimum of the cell (difference = parabola − frontier).",
+        "",
+        _table(
+            ["budget (FLOPs)", "arm", "L(N, D) frontier", "parabola optimum", "difference", "σ of the budget"],
+            sorted(check, key=lambda r: (float(r[0]), r[1])),
+        ),
+        "",
+    ]
     noise_max = max((v for v in sig.values() if v is not None), default=None)
     if noise_max is not None and worst > noise_max:
-        lines += [f"The frontier and the parabola optima differ by up to {worst:.3f} {unit}, more than the largest "
-                  f"budget noise floor ({noise_max:.3f}): the L(N, D) form does not describe these runs to within their "
-                  "noise, and every figure drawn from it below (above all beyond the measured budgets) carries that.", ""]
+        lines += [
+            f"The frontier and the parabola optima differ by up to {worst:.3f} {unit}, more than the largest "
+            f"budget noise floor ({noise_max:.3f}): the L(N, D) form does not describe these runs to within their "
+            "noise, and every figure drawn from it below (above all beyond the measured budgets) carries that.",
+            "",
+        ]
     iv = nd.get("intervals") or {}
     target = nd["flops"]["target"]
     rows = []
     for key, gaps in nd.get("pairs", {}).items():
         ci = (iv.get("pairs") or {}).get(key) or {}
         g_bt = (bt.get("gap") or {}).get(key)
-        rows.append([key, *[f"{gaps[b]:+.4f}{_ivs(ci.get(b))}" for b in budgets],
-                     f"{gaps['target']:+.4f}{_ivs(ci.get('target'))}",
-                     f"{g_bt['error']:+.4f}" if g_bt else "– (no back-test)"])
+        rows.append(
+            [
+                key,
+                *[f"{gaps[b]:+.4f}{_ivs(ci.get(b))}" for b in budgets],
+                f"{gaps['target']:+.4f}{_ivs(ci.get('target'))}",
+                f"{g_bt['error']:+.4f}" if g_bt else "– (no back-test)",
+            ]
+        )
     for arm, mult in nd.get("multiplier", {}).items():
         ci = (iv.get("multiplier") or {}).get(arm) or {}
 
         def m(k):
             c = ci.get(k)
             return f"{mult[k]:.3g}" + (f" [{c[0]:.3g}, {c[1]:.3g}]" if c else "")
+
         rows.append([f"compute multiplier of {arm} vs {result['baseline']}", *[m(b) for b in budgets], m("target"), ""])
     if rows:
-        lines += [f"Gaps on the frontier (arm − other, {unit}; 95% intervals from {iv.get('n_boot', 0)} bootstrap "
-                  "draws of the runs with their budget's σ: they cover seed noise, not a wrong form), and the "
-                  f"**extrapolation to {target:.3g}** (10× the largest budget: no run there) beside the back-test "
-                  "error of the gap at the largest budget (the fit without it, minus the measured gap of the optima).",
-                  "", _table(["comparison", *[f"{float(b):.3g}" for b in budgets],
-                              f"{target:.3g} (extrapolation)", "back-test error of the gap"], rows), ""]
+        lines += [
+            f"Gaps on the frontier (arm − other, {unit}; 95% intervals from {iv.get('n_boot', 0)} bootstrap "
+            "draws of the runs with their budget's σ: they cover seed noise, not a wrong form), and the "
+            f"**extrapolation to {target:.3g}** (10× the largest budget: no run there) beside the back-test "
+            "error of the gap at the largest budget (the fit without it, minus the measured gap of the optima).",
+            "",
+            _table(
+                [
+                    "comparison",
+                    *[f"{float(b):.3g}" for b in budgets],
+                    f"{target:.3g} (extrapolation)",
+                    "back-test error of the gap",
+                ],
+                rows,
+            ),
+            "",
+        ]
     return lines
 
 
@@ -359,26 +562,32 @@ def _pair_lines(result: dict, iv: dict, sep: dict | None) -> list[str]:
         gap_ci = pair_iv.get("gap") or {}
         rows_ = [_gap_cells(b, g, gap_ci.get(b), _sigma(result, b)) for b, g in p["gap"].items()]
         tenx = []
-        for label, fig, ci in (("shared E", p, pair_iv.get("gap_extrapolated")),
-                               ("separate E", ((sep or {}).get("pairs") or {}).get(key),
-                                (sep_iv.get(key) or {}).get("gap_extrapolated"))):
+        for label, fig, ci in (
+            ("shared E", p, pair_iv.get("gap_extrapolated")),
+            ("separate E", ((sep or {}).get("pairs") or {}).get(key), (sep_iv.get(key) or {}).get("gap_extrapolated")),
+        ):
             if fig and math.isfinite(fig.get("gap_extrapolated", float("nan"))):
                 tenx.append(f"{label} {fig['gap_extrapolated']:+.4f}{_ci(ci)}")
         cross = ", ".join(f"{c:.2g}" for c in p.get("crossover") or []) or "none"
-        lines += [f"### {key}", "",
-                  f"Gap = best loss of {arm} − best loss of {other} (negative: {arm} is better), with its interval "
-                  "from the budget's noise floor σ (beside it).", "",
-                  _table(["budget (FLOPs)", "gap", "σ of the budget"], rows_), "",
-                  f"Gap at 10× the largest budget: {'; '.join(tenx) or '– (no fit)'}; the shared-E curves cross at: "
-                  f"{cross}.", ""]
+        lines += [
+            f"### {key}",
+            "",
+            f"Gap = best loss of {arm} − best loss of {other} (negative: {arm} is better), with its interval "
+            "from the budget's noise floor σ (beside it).",
+            "",
+            _table(["budget (FLOPs)", "gap", "σ of the budget"], rows_),
+            "",
+            f"Gap at 10× the largest budget: {'; '.join(tenx) or '– (no fit)'}; the shared-E curves cross at: {cross}.",
+            "",
+        ]
     return lines
 
 
 VERDICT_MEANING = {
     "incomplete": "no verdict at this budget: a cell is not run or not bracketed, so its optimum is a bound; nothing "
-                  "is recommended at or beyond it (move the sizes and run again)",
+    "is recommended at or beyond it (move the sizes and run again)",
     "better, also at 10×": "adopt, also for larger models (the extrapolation's interval is below 0 and the separate "
-                           "fits agree)",
+    "fits agree)",
     "better at the measured budgets": "adopt at this scale; no recommendation beyond the largest budget",
     "worse": "do not adopt: the measured interval is above the margin",
     "no practical difference": "the measured interval lies within the margin",
@@ -399,8 +608,10 @@ def verdict_sentence(v: dict, unit: str) -> str:
         figure = f" (gap {v['gap']:+.4f}{_ci(v.get('gap_interval'))} {unit})"
     elif v["verdict"] == "incomplete":
         figure = f" ({v['why']})"
-    return (f"- **{v['name']}** ({v['arm']} vs {v['baseline']}) at {v['budget']:.3g}{figure}: "
-            f"**{v['verdict']}**: {VERDICT_MEANING.get(v['verdict'], '')}.")
+    return (
+        f"- **{v['name']}** ({v['arm']} vs {v['baseline']}) at {v['budget']:.3g}{figure}: "
+        f"**{v['verdict']}**: {VERDICT_MEANING.get(v['verdict'], '')}."
+    )
 
 
 def study_verdicts(spec: StudySpec | None, result: dict | None) -> tuple[dict, list[dict]]:
@@ -429,8 +640,14 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
         if f is not None:
             out.append(f"- One arm: the best loss falls as C^(−{f.alpha:.3f}) towards E = {f.E:.3f} {unit}.")
         return out
-    out += ["The decision (the verdicts of the Decision section, word for word):", "",
-            *[verdict_sentence(v, unit) for v in verdicts], "", "What the numbers describe (no recommendation):", ""]
+    out += [
+        "The decision (the verdicts of the Decision section, word for word):",
+        "",
+        *[verdict_sentence(v, unit) for v in verdicts],
+        "",
+        "What the numbers describe (no recommendation):",
+        "",
+    ]
 
     def word(g, ci):
         if ci is None:
@@ -445,44 +662,65 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
     for arm in result["arms"][1:]:
         gaps, cis = result["gap"][arm], ((iv.get("gap") or {}).get(arm) or {})
         bound = [b for b in gaps if f"{arm} @ {b:.3g}" in edge or f"{base} @ {b:.3g}" in edge]
-        said = [f"{word(g, cis.get(b))} at {b:.2g}" + (" (a bound: not bracketed)" if b in bound else "")
-                for b, g in gaps.items()]
+        said = [
+            f"{word(g, cis.get(b))} at {b:.2g}" + (" (a bound: not bracketed)" if b in bound else "")
+            for b, g in gaps.items()
+        ]
         out.append(f"- {arm} − {base}, best loss per budget: " + "; ".join(said) + ".")
         trend = result["trend"].get(arm)
         if trend is not None:
             per_decade = 10**trend
             direction = "grows" if per_decade > 1.05 else "shrinks" if per_decade < 0.95 else "stays about constant"
-            out.append(f"- Its compute multiplier (shared-E fit on the per-budget optima) {direction} across the "
-                       f"{len(gaps)} measured budgets (×{per_decade:.2f} per decade; "
-                       f"{', '.join(f'{m:.2f}' for m in result['multiplier'][arm].values())} at the budgets)"
-                       + (f"; at {', '.join(f'{b:.2g}' for b in bound)} it rests on a bound" if bound else "")
-                       + (": two points, a slope and no check of it" if len(gaps) < 3 else "") + ".")
+            out.append(
+                f"- Its compute multiplier (shared-E fit on the per-budget optima) {direction} across the "
+                f"{len(gaps)} measured budgets (×{per_decade:.2f} per decade; "
+                f"{', '.join(f'{m:.2f}' for m in result['multiplier'][arm].values())} at the budgets)"
+                + (f"; at {', '.join(f'{b:.2g}' for b in bound)} it rests on a bound" if bound else "")
+                + (": two points, a slope and no check of it" if len(gaps) < 3 else "")
+                + "."
+            )
         gap10 = result["extrapolated"][arm] - result["extrapolated"][base]
         if not math.isfinite(gap10):  # an arm with fewer than 2 budgets has no fit: nothing to extrapolate
-            out.append(f"- {arm}: no fit (its finished runs cover fewer than 2 budgets): no crossing and no "
-                       "extrapolation.")
+            out.append(
+                f"- {arm}: no fit (its finished runs cover fewer than 2 budgets): no crossing and no extrapolation."
+            )
             continue
         lo, hi = result["crossover_range"]
         cross = result["crossover"].get(arm) or []
         top = max(result["budgets"])
-        out.append(f"- Shared-E fits: the curves cross at C ≈ {', '.join(f'{c:.2g}' for c in cross)} FLOPs"
-                   + (" (beyond the largest budget: an extrapolation)" if any(c > top for c in cross) else "") + "."
-                   if cross else f"- Shared-E fits: the curves do not cross between {lo:.2g} and {hi:.2g} FLOPs.")
+        out.append(
+            f"- Shared-E fits: the curves cross at C ≈ {', '.join(f'{c:.2g}' for c in cross)} FLOPs"
+            + (" (beyond the largest budget: an extrapolation)" if any(c > top for c in cross) else "")
+            + "."
+            if cross
+            else f"- Shared-E fits: the curves do not cross between {lo:.2g} and {hi:.2g} FLOPs."
+        )
         ci10 = (iv.get("gap_extrapolated") or {}).get(arm)
         bt = (result.get("backtest") or {}).get("gap", {}).get(arm)
-        out.append(f"- Extrapolation to {result['extrapolate_to']:.2g} (10× the largest budget; no run there), "
-                   f"shared-E fit: gap {gap10:+.4f}{_ci(ci10)} {unit}"
-                   + (f"; the same fit without {bt['budget']:.2g} missed the gap there by {bt['error']:+.4f}"
-                      if bt else "; no back-test (fewer than 3 budgets)") + ".")
+        out.append(
+            f"- Extrapolation to {result['extrapolate_to']:.2g} (10× the largest budget; no run there), "
+            f"shared-E fit: gap {gap10:+.4f}{_ci(ci10)} {unit}"
+            + (
+                f"; the same fit without {bt['budget']:.2g} missed the gap there by {bt['error']:+.4f}"
+                if bt
+                else "; no back-test (fewer than 3 budgets)"
+            )
+            + "."
+        )
         if sep:
             s10 = sep["extrapolated"][arm] - sep["extrapolated"][base]
             s_ci = ((sep.get("intervals") or {}).get("gap_extrapolated") or {}).get(arm)
             s_bt = (sep.get("backtest") or {}).get("gap", {}).get(arm)
             agree = (s10 < 0) == (gap10 < 0)
-            out.append(f"- Extrapolation, separate E per arm: gap {s10:+.4f}{_ci(s_ci)} {unit}"
-                       + (f" (back-test error {s_bt['error']:+.4f})" if s_bt else "")
-                       + (": the same sign." if agree else ": the opposite sign: beyond the measured budgets the "
-                          "sign depends on the fit's form."))
+            out.append(
+                f"- Extrapolation, separate E per arm: gap {s10:+.4f}{_ci(s_ci)} {unit}"
+                + (f" (back-test error {s_bt['error']:+.4f})" if s_bt else "")
+                + (
+                    ": the same sign."
+                    if agree
+                    else ": the opposite sign: beyond the measured budgets the sign depends on the fit's form."
+                )
+            )
     nd = result.get("nd") or {}
     for key, gaps in (nd.get("pairs") or {}).items():
         arm, other = key.split(" vs ")
@@ -490,25 +728,34 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
             continue
         ci = (((nd.get("intervals") or {}).get("pairs") or {}).get(key) or {}).get("target")
         bt = ((nd.get("backtest") or {}).get("gap") or {}).get(key)
-        out.append(f"- Extrapolation, L(N, D) frontier (the primary frontier): {key} at {nd['flops']['target']:.2g}: "
-                   f"{gaps['target']:+.4f}{_ci(ci)} {unit}" + (f"; back-test error of the gap {bt['error']:+.4f}"
-                                                            if bt else "; no back-test") + ".")
-    out.append("- Intervals cover seed noise only, not a wrong functional form: beyond the largest budget every "
-               "figure above is a guess of the fits' form.")
+        out.append(
+            f"- Extrapolation, L(N, D) frontier (the primary frontier): {key} at {nd['flops']['target']:.2g}: "
+            f"{gaps['target']:+.4f}{_ci(ci)} {unit}"
+            + (f"; back-test error of the gap {bt['error']:+.4f}" if bt else "; no back-test")
+            + "."
+        )
+    out.append(
+        "- Intervals cover seed noise only, not a wrong functional form: beyond the largest budget every "
+        "figure above is a guess of the fits' form."
+    )
     if result["edge"]:
         out.append(f"- Not bracketed: {', '.join(result['edge'])}; their optima are bounds.")
     return out
 
 
-def decision_lines(spec: StudySpec, result: dict | None, rule: dict | None = None,
-                   verdicts: list[dict] | None = None) -> list[str]:
+def decision_lines(
+    spec: StudySpec, result: dict | None, rule: dict | None = None, verdicts: list[dict] | None = None
+) -> list[str]:
     """The spec's decision rule, as written before the runs (or the default, said so), and its verdicts."""
     if rule is None:
         rule, verdicts = study_verdicts(spec, result)
     if not rule:
         return []
-    head = (f"The rule, from the spec (written {rule.get('written', 'before the runs')}):" if not rule.get("default")
-            else "**The spec has no decision rule**: the default below, chosen after the runs, is applied:")
+    head = (
+        f"The rule, from the spec (written {rule.get('written', 'before the runs')}):"
+        if not rule.get("default")
+        else "**The spec has no decision rule**: the default below, chosen after the runs, is applied:"
+    )
     lines = ["## Decision", "", head, "", *[f"> {line}" for line in str(rule.get("rule", "")).strip().splitlines()], ""]
     if not result or not result.get("optima"):
         return lines + ["No results yet: nothing to decide.", ""]
@@ -521,24 +768,69 @@ def decision_lines(spec: StudySpec, result: dict | None, rule: dict | None = Non
             m_ci = v.get("multiplier_interval")
             mult = f"{v['multiplier']:.3g}" + (f" [{m_ci[0]:.3g}, {m_ci[1]:.3g}]" if m_ci else "")
         if v["verdict"] == "incomplete":
-            table.append([v["name"], f"{v['arm']} vs {v['baseline']}", f"{v['budget']:.3g}", sigma, "–", "–", "–", "–",
-                          f"**incomplete** ({v['why']})"])
+            table.append(
+                [
+                    v["name"],
+                    f"{v['arm']} vs {v['baseline']}",
+                    f"{v['budget']:.3g}",
+                    sigma,
+                    "–",
+                    "–",
+                    "–",
+                    "–",
+                    f"**incomplete** ({v['why']})",
+                ]
+            )
             continue
-        table.append([v["name"], f"{v['arm']} vs {v['baseline']}", f"{v['budget']:.3g}", sigma,
-                      f"{v['gap']:+.4f}{_ci(v['gap_interval'])}", mult,
-                      f"{v['gap_10x']:+.4f}{_ci(v['gap_10x_interval'])}",
-                      f"{v['gap_10x_separate']:+.4f}" if v["gap_10x_separate"] is not None else "–",
-                      f"**{v['verdict']}**"])
+        table.append(
+            [
+                v["name"],
+                f"{v['arm']} vs {v['baseline']}",
+                f"{v['budget']:.3g}",
+                sigma,
+                f"{v['gap']:+.4f}{_ci(v['gap_interval'])}",
+                mult,
+                f"{v['gap_10x']:+.4f}{_ci(v['gap_10x_interval'])}",
+                f"{v['gap_10x_separate']:+.4f}" if v["gap_10x_separate"] is not None else "–",
+                f"**{v['verdict']}**",
+            ]
+        )
     bn = result.get("budget_noise") or {}
-    noise = ("Noise floor σ of the budget: " + NOISE_RULE_TEXT.get(bn.get("rule"), "–") +
-             ("; **the spec names no noise rule (`decision.noise`): this is the default, chosen after the runs**."
-              if bn.get("default") else "; the spec's rule (`decision.noise`)."))
-    margin = f"Margin: ±{float(rule.get('margin', 0)):g} {unit}." if rule.get("criterion", "gap") == "gap" else \
-        f"Criterion: the compute multiplier, above {float(rule.get('multiplier_min', 1)):g} with its interval above 1."
-    return lines + [_table(["comparison", "arms", "budget", "σ of the budget", f"gap ({unit})", "compute multiplier",
-                            "gap at 10× (shared E; extrapolation)", "gap at 10× (separate E; extrapolation)",
-                            "verdict"], table),
-                    "", f"{margin} {noise}", "", *[verdict_sentence(v, unit) for v in verdicts], ""]
+    noise = (
+        "Noise floor σ of the budget: "
+        + NOISE_RULE_TEXT.get(bn.get("rule"), "–")
+        + (
+            "; **the spec names no noise rule (`decision.noise`): this is the default, chosen after the runs**."
+            if bn.get("default")
+            else "; the spec's rule (`decision.noise`)."
+        )
+    )
+    margin = (
+        f"Margin: ±{float(rule.get('margin', 0)):g} {unit}."
+        if rule.get("criterion", "gap") == "gap"
+        else f"Criterion: the compute multiplier, above {float(rule.get('multiplier_min', 1)):g} with its interval above 1."
+    )
+    return lines + [
+        _table(
+            [
+                "comparison",
+                "arms",
+                "budget",
+                "σ of the budget",
+                f"gap ({unit})",
+                "compute multiplier",
+                "gap at 10× (shared E; extrapolation)",
+                "gap at 10× (separate E; extrapolation)",
+                "verdict",
+            ],
+            table,
+        ),
+        "",
+        f"{margin} {noise}",
+        "",
+        *[verdict_sentence(v, unit) for v in verdicts],
+        "",
+    ]
 
 
 def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
@@ -550,19 +842,41 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
     table = []
     for arm in dict.fromkeys(r["arm"] for r in checks):
         mine = [r for r in checks if r["arm"] == arm]
-        ref = next((r for r in rows if r.get("lr_factor") is None and r["arm"] == arm and r["size"] == mine[0]["size"]
-                    and r["budget"] == mine[0]["budget"] and r.get("seed") == mine[0].get("seed")), None)
+        ref = next(
+            (
+                r
+                for r in rows
+                if r.get("lr_factor") is None
+                and r["arm"] == arm
+                and r["size"] == mine[0]["size"]
+                and r["budget"] == mine[0]["budget"]
+                and r.get("seed") == mine[0].get("seed")
+            ),
+            None,
+        )
         by_factor = {r["lr_factor"]: r for r in mine} | ({1.0: ref} if ref else {})
         best = min(by_factor, key=lambda f: by_factor[f][y])
-        table.append([arm, mine[0]["size"], f"{mine[0]['budget']:.3g}",
-                      *[f"×{f:g}: {by_factor[f][y]:.4f} (LR {by_factor[f]['learning_rate']:.3g})" for f in sorted(by_factor)],
-                      "the rule's" if best == 1.0 else f"**×{best:g}**"])
+        table.append(
+            [
+                arm,
+                mine[0]["size"],
+                f"{mine[0]['budget']:.3g}",
+                *[f"×{f:g}: {by_factor[f][y]:.4f} (LR {by_factor[f]['learning_rate']:.3g})" for f in sorted(by_factor)],
+                "the rule's" if best == 1.0 else f"**×{best:g}**",
+            ]
+        )
     width = max(len(t) for t in table)
     header = ["arm", "size", "budget", *[f"LR factor {i + 1}" for i in range(width - 4)], "best"]
-    return ["## Learning-rate checks", "",
-            "Each arm's central size at one budget, first seed, at the rule's learning rate times each factor "
-            f"(spec lr_checks); {y}. If the best is not the rule's, that arm's grid ran at a learning rate "
-            "off its optimum and its gap carries that.", "", _table(header, [t + [""] * (width - len(t)) for t in table]), ""]
+    return [
+        "## Learning-rate checks",
+        "",
+        "Each arm's central size at one budget, first seed, at the rule's learning rate times each factor "
+        f"(spec lr_checks); {y}. If the best is not the rule's, that arm's grid ran at a learning rate "
+        "off its optimum and its gap carries that.",
+        "",
+        _table(header, [t + [""] * (width - len(t)) for t in table]),
+        "",
+    ]
 
 
 def data_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
@@ -576,9 +890,13 @@ def data_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
     scored = [r for r in rows if r.get("val_loss") is not None]
     per_set = sum(1 for r in scored if r.get("val_bpb_per_set"))
     if scored:  # from the runs, not the spec's text: per-set scores exist only where evaluation.per_set was on
-        lines += [f"Per-set scores (`evaluation.per_set`): in {per_set} of {len(scored)} runs (results.json)." if per_set
-                  else f"Per-set scores (`evaluation.per_set`): **off in all {len(scored)} runs**: every figure of this "
-                       "report is of the whole validation text; none is per validation set.", ""]
+        lines += [
+            f"Per-set scores (`evaluation.per_set`): in {per_set} of {len(scored)} runs (results.json)."
+            if per_set
+            else f"Per-set scores (`evaluation.per_set`): **off in all {len(scored)} runs**: every figure of this "
+            "report is of the whole validation text; none is per validation set.",
+            "",
+        ]
     seen: dict = {}
     for r in rows:
         log = run_log(r["out_dir"])
@@ -594,13 +912,36 @@ def data_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
     table = []
     for arm, (v, plan, path) in seen.items():
         per_set = v.get("tokens_per_set") or {}
-        table.append([arm, f"`{path}`", f"{(v.get('tokenizer_sha256') or '')[:12]}", _num(v.get("train_tokens")),
-                      _num(plan.get("validation_text_bytes")),
-                      f"{plan['validation_tokens_per_byte']:.4f}" if plan.get("validation_text_bytes") else "–",
-                      ", ".join(f"{k} {100 * n / sum(per_set.values()):.0f}%" for k, n in
-                                sorted(per_set.items(), key=lambda kv: -kv[1])) or "–"])
-    return lines + [_table(["arm", "data folder", "tokenizer sha256", "training tokens", "validation text bytes",
-                            "validation tokens per byte", "training tokens per set"], table), ""]
+        table.append(
+            [
+                arm,
+                f"`{path}`",
+                f"{(v.get('tokenizer_sha256') or '')[:12]}",
+                _num(v.get("train_tokens")),
+                _num(plan.get("validation_text_bytes")),
+                f"{plan['validation_tokens_per_byte']:.4f}" if plan.get("validation_text_bytes") else "–",
+                ", ".join(
+                    f"{k} {100 * n / sum(per_set.values()):.0f}%"
+                    for k, n in sorted(per_set.items(), key=lambda kv: -kv[1])
+                )
+                or "–",
+            ]
+        )
+    return lines + [
+        _table(
+            [
+                "arm",
+                "data folder",
+                "tokenizer sha256",
+                "training tokens",
+                "validation text bytes",
+                "validation tokens per byte",
+                "training tokens per set",
+            ],
+            table,
+        ),
+        "",
+    ]
 
 
 def hardware_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
@@ -608,28 +949,44 @@ def hardware_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
     total = sum(r.get("wall_time_s") or 0 for r in rows)
     every = sum(r.get("wall_time_all_s") or 0 for r in rows)
     resumed = sum(1 for r in rows if (r.get("processes") or 1) > 1)
-    return ["## Hardware and time", "",
-            f"- Devices: {', '.join(devices)}; {spec.workers} run(s) at a time on each GPU"
-            + (" (per-run times are of a shared GPU)." if spec.workers > 1 else "."),
-            f"- Training wall time summed over the runs: {total / 60:.1f} minutes ({every / 60:.1f} with the attempts "
-            f"restarted from scratch); {resumed} run(s) ran in more than one process (preempted and resumed, or "
-            "restarted): their times are summed over the processes (the run table's minutes).", ""]
+    return [
+        "## Hardware and time",
+        "",
+        f"- Devices: {', '.join(devices)}; {spec.workers} run(s) at a time on each GPU"
+        + (" (per-run times are of a shared GPU)." if spec.workers > 1 else "."),
+        f"- Training wall time summed over the runs: {total / 60:.1f} minutes ({every / 60:.1f} with the attempts "
+        f"restarted from scratch); {resumed} run(s) ran in more than one process (preempted and resumed, or "
+        "restarted): their times are summed over the processes (the run table's minutes).",
+        "",
+    ]
 
 
 def reproduce_lines(spec: StudySpec) -> list[str]:
     if not spec.reproduce:
         return []
-    return ["## Reproduce", "", "Paths are relative to the repository root; `DATA_ROOT` is the data root "
-            "(pretrain/mix, tokenizers, eval).", "", "```bash", *spec.reproduce, "```", ""]
+    return [
+        "## Reproduce",
+        "",
+        "Paths are relative to the repository root; `DATA_ROOT` is the data root (pretrain/mix, tokenizers, eval).",
+        "",
+        "```bash",
+        *spec.reproduce,
+        "```",
+        "",
+    ]
 
 
 def frontier_lines(spec: StudySpec, rows: list[dict], fits: dict[str, dict], y: str = "val_loss") -> list[str]:
     """Without an IsoFLOP grid: fits on the compute-efficient frontier and the verdict at the largest compute."""
     v = verdict(rows, fits, y)
     lines: list[str] = []
-    lines += ["## Fits: L(C) = E + A · C^(−α)", "",
-              "Per arm, on the compute-efficient frontier (lowest loss per quarter-decade of compute) "
-              "or on every point when the frontier has fewer than 3; R² and RMSE are of log L.", ""]
+    lines += [
+        "## Fits: L(C) = E + A · C^(−α)",
+        "",
+        "Per arm, on the compute-efficient frontier (lowest loss per quarter-decade of compute) "
+        "or on every point when the frontier has fewer than 3; R² and RMSE are of log L.",
+        "",
+    ]
     fit_rows = []
     for arm, f in fits.items():
         fit = f["fit"]
@@ -637,19 +994,33 @@ def frontier_lines(spec: StudySpec, rows: list[dict], fits: dict[str, dict], y: 
             fit_rows.append([arm, "–", "–", "–", "–", "–", "no fit (fewer than 2 distinct compute values)"])
             continue
         note = f"{f['on']}" + ("; E fixed at 0 (< 3 points)" if fit.fixed_E else "")
-        fit_rows.append([arm, f"{fit.alpha:.4f}", f"{fit.E:.4f}", f"{fit.A:.4g}", str(fit.n), f"{fit.r2:.4f}",
-                         f"{fit.rmse:.2e}; {note}"])
+        fit_rows.append(
+            [
+                arm,
+                f"{fit.alpha:.4f}",
+                f"{fit.E:.4f}",
+                f"{fit.A:.4g}",
+                str(fit.n),
+                f"{fit.r2:.4f}",
+                f"{fit.rmse:.2e}; {note}",
+            ]
+        )
     lines += [_table(["arm", "α", "E", "A", "points", "R²", "RMSE / fitted on"], fit_rows), ""]
 
     lines += ["## Verdict at the largest compute", ""]
     unit = "bits/byte" if y == "val_bpb" else "nats"
 
     def verdict_lines(label: str, where: str, r: dict) -> None:
-        lines.append(f"- **{label}** {where}: " +
-                     ", ".join(f"{a} {loss:.4f}" for a, loss in sorted(r["losses"].items(), key=lambda kv: kv[1])) + ".")
+        lines.append(
+            f"- **{label}** {where}: "
+            + ", ".join(f"{a} {loss:.4f}" for a, loss in sorted(r["losses"].items(), key=lambda kv: kv[1]))
+            + "."
+        )
         if "margin" in r:
-            lines.append(f"  **{r['winner']}** wins by {r['margin']:.4f} {unit} ({100 * r['relative']:.2f}%) over "
-                         f"{r['runner_up']}.")
+            lines.append(
+                f"  **{r['winner']}** wins by {r['margin']:.4f} {unit} ({100 * r['relative']:.2f}%) over "
+                f"{r['runner_up']}."
+            )
 
     if "predicted" in v:
         verdict_lines("Fitted", f"at C = {v['c_max']:.3e} FLOPs", v["predicted"])
@@ -657,27 +1028,43 @@ def frontier_lines(spec: StudySpec, rows: list[dict], fits: dict[str, dict], y: 
         o = v["observed"]
         verdict_lines("Observed", f"(best run of the largest budget, {spec.budget_kind} = {_num(v['top_budget'])})", o)
         if "predicted" in v and "margin" in o and v["predicted"]["winner"] != o["winner"]:
-            lines.append("- The fitted and the observed winners disagree: the difference is within what these "
-                         "few points can resolve.")
+            lines.append(
+                "- The fitted and the observed winners disagree: the difference is within what these "
+                "few points can resolve."
+            )
     if len(fits) == 1:
         lines.append("- One arm only: nothing to compare (a pure scaling study).")
     lines.append("")
     return lines
 
 
-def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_md: str | Path,
-                 plot_png: str | Path | None = None, n_planned: int | None = None, isoflop: dict | None = None,
-                 isoflop_png: str | None = None, best_report: str | Path | None = None, y: str | None = None) -> Path:
+def write_report(
+    spec: StudySpec,
+    rows: list[dict],
+    fits: dict[str, dict],
+    out_md: str | Path,
+    plot_png: str | Path | None = None,
+    n_planned: int | None = None,
+    isoflop: dict | None = None,
+    isoflop_png: str | None = None,
+    best_report: str | Path | None = None,
+    y: str | None = None,
+) -> Path:
     out_md = Path(out_md)
     lines = [f"# Study: {spec.name}", ""]
     if spec.description:
         lines += [spec.description.strip(), ""]
     done = len([r for r in rows if r.get("val_loss") is not None])
-    lines += [f"{done} finished runs" + (f" of {n_planned} planned" if n_planned else "") +
-              f": {len(spec.arms)} arm(s) × {len(spec.sizes)} size(s) × {len(spec.budgets)} {spec.budget_kind} budget(s).",
-              "", "Generated from the run folders by `python scripts/report.py STUDY_DIR`: every number, table and "
-              "figure below comes from the committed runs (results.csv, analysis.json, fits.json are written by the "
-              "same command).", ""]
+    lines += [
+        f"{done} finished runs"
+        + (f" of {n_planned} planned" if n_planned else "")
+        + f": {len(spec.arms)} arm(s) × {len(spec.sizes)} size(s) × {len(spec.budgets)} {spec.budget_kind} budget(s).",
+        "",
+        "Generated from the run folders by `python scripts/report.py STUDY_DIR`: every number, table and "
+        "figure below comes from the committed runs (results.csv, analysis.json, fits.json are written by the "
+        "same command).",
+        "",
+    ]
 
     lines += data_lines(spec, rows)
     lines += hardware_lines(spec, rows)
@@ -695,31 +1082,46 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
         lines += ["## Plot", "", f"![validation loss vs training FLOPs]({_link(plot_png, out_md.parent)})", ""]
 
     n_points = min((f["fit"].n for f in fits.values() if f["fit"] is not None), default=0)
-    caveats = [f"- Few points: each fit has 3 free parameters per arm (2 per arm and a shared E in the primary "
-               f"IsoFLOP model) and as few as {n_points} points per arm; α and E trade off against each other, and an "
-               "extrapolation beyond the measured compute is a guess."]
+    caveats = [
+        f"- Few points: each fit has 3 free parameters per arm (2 per arm and a shared E in the primary "
+        f"IsoFLOP model) and as few as {n_points} points per arm; α and E trade off against each other, and an "
+        "extrapolation beyond the measured compute is a guess."
+    ]
     if not spec.seeds:
-        caveats.append("- One seed per run: no error bars. Differences between arms smaller than the run-to-run "
-                       "noise (typically ~0.01–0.02 nats at these scales) are not evidence.")
+        caveats.append(
+            "- One seed per run: no error bars. Differences between arms smaller than the run-to-run "
+            "noise (typically ~0.01–0.02 nats at these scales) are not evidence."
+        )
     if spec.rules == type(spec.rules)():
-        caveats.append("- Hyper-parameters (learning rate, warmup, batch) are the base recipe's for every size and "
-                       "budget (no `rules`), not tuned per size; short runs are dominated by warmup and the schedule.")
+        caveats.append(
+            "- Hyper-parameters (learning rate, warmup, batch) are the base recipe's for every size and "
+            "budget (no `rules`), not tuned per size; short runs are dominated by warmup and the schedule."
+        )
     if spec.workers > 1:
-        caveats.append(f"- Runs were trained {spec.workers} at a time on each GPU (`workers`): the tokens/s and "
-                       "wall times in the run table are those of a shared GPU, not of a run alone.")
-    caveats += ["- Compute counts training FLOPs only (6·N_matmul + attention), not evaluation; arms that change "
-                "the parameter count (e.g. tied vs untied embeddings) differ in params at equal FLOPs/token.",
-                "- Final validation loss on the final evaluation set (evaluation.final_eval_tokens; default: every "
-                "validation block)."]
+        caveats.append(
+            f"- Runs were trained {spec.workers} at a time on each GPU (`workers`): the tokens/s and "
+            "wall times in the run table are those of a shared GPU, not of a run alone."
+        )
+    caveats += [
+        "- Compute counts training FLOPs only (6·N_matmul + attention), not evaluation; arms that change "
+        "the parameter count (e.g. tied vs untied embeddings) differ in params at equal FLOPs/token.",
+        "- Final validation loss on the final evaluation set (evaluation.final_eval_tokens; default: every "
+        "validation block).",
+    ]
     lines += ["## Caveats", "", *caveats, ""]
     lines += reproduce_lines(spec)
     bests = [best_report] if isinstance(best_report, (str, Path)) else list(best_report or [])
     if bests:
         links = [_link(b, out_md.parent) for b in bests]
-        lines += ["## The best model", "",
-                  "The best configuration" + ("s" if len(links) > 1 else "") + ", trained once more with periodic "
-                  "evaluation (curves, lm-eval scores, generations): " +
-                  ", ".join(f"[{link}]({link})" for link in links) + ".", ""]
+        lines += [
+            "## The best model",
+            "",
+            "The best configuration" + ("s" if len(links) > 1 else "") + ", trained once more with periodic "
+            "evaluation (curves, lm-eval scores, generations): "
+            + ", ".join(f"[{link}]({link})" for link in links)
+            + ".",
+            "",
+        ]
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text("\n".join(lines))
     return out_md
@@ -728,12 +1130,20 @@ def write_report(spec: StudySpec, rows: list[dict], fits: dict[str, dict], out_m
 def fits_for_plot(isoflop: dict) -> dict[str, dict]:
     """The IsoFLOP analysis' primary fits in ``fit_arms``' shape, so that fits.json and loss_vs_flops.png show the
     fits the report discusses (a frontier fit of its own gave other exponents: α 0.631 against 0.541)."""
-    return {arm: {"fit": f, "frontier": [], "on": f"per-budget optima, {isoflop['model']} model"}
-            for arm, f in isoflop["fits"].items()}
+    return {
+        arm: {"fit": f, "frontier": [], "on": f"per-budget optima, {isoflop['model']} model"}
+        for arm, f in isoflop["fits"].items()
+    }
 
 
-def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int | None = None,
-            best_report: str | Path | None = None, n_boot: int = 300) -> dict:
+def analyse(
+    spec: StudySpec,
+    rows: list[dict],
+    out: str | Path,
+    n_planned: int | None = None,
+    best_report: str | Path | None = None,
+    n_boot: int = 300,
+) -> dict:
     """Everything after the runs: spec.yaml, results.csv/json, fits.json, analysis.json, the plots and
     report.md in ``out``. ``best_report``: the best model's run report, linked from the study's."""
     import json
@@ -757,15 +1167,33 @@ def analyse(spec: StudySpec, rows: list[dict], out: str | Path, n_planned: int |
         if isoflop.get("optima"):
             isoflop_png = plot_isoflop(rows, isoflop, out / "isoflop.png").name
             fits = fits_for_plot(isoflop)
-            extra = {arm: f for arm, f in (isoflop.get("sensitivity", {}).get("separate", {}).get("fits") or {}).items()}
-    fits_json = {arm: {"fit": f["fit"].as_dict() if f["fit"] else None, "of": y, "on": f["on"],
-                       "frontier": [r["run"] for r in f["frontier"]]} for arm, f in fits.items()}
+            extra = {
+                arm: f for arm, f in (isoflop.get("sensitivity", {}).get("separate", {}).get("fits") or {}).items()
+            }
+    fits_json = {
+        arm: {
+            "fit": f["fit"].as_dict() if f["fit"] else None,
+            "of": y,
+            "on": f["on"],
+            "frontier": [r["run"] for r in f["frontier"]],
+        }
+        for arm, f in fits.items()
+    }
     if extra:
-        fits_json = {"model": isoflop["model"], "arms": fits_json,
-                     "sensitivity": {"separate": {arm: f.as_dict() if f else None for arm, f in extra.items()}}}
+        fits_json = {
+            "model": isoflop["model"],
+            "arms": fits_json,
+            "sensitivity": {"separate": {arm: f.as_dict() if f else None for arm, f in extra.items()}},
+        }
     (out / "fits.json").write_text(json.dumps(fits_json, indent=2) + "\n")
     grid_rows = [r for r in rows if r.get("lr_factor") is None]
     plot = plot_study(grid_rows, fits, out / "loss_vs_flops.png", title=spec.name, y=y, dashed=extra) if rows else None
     report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report, y)
-    return {"results_csv": csv_path, "results_json": json_path, "fits": fits, "plot": plot, "report": report,
-            "isoflop": isoflop}
+    return {
+        "results_csv": csv_path,
+        "results_json": json_path,
+        "fits": fits,
+        "plot": plot,
+        "report": report,
+        "isoflop": isoflop,
+    }

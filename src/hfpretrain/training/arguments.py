@@ -22,13 +22,21 @@ from .machine import Machine
 logger = logging.getLogger("hfpretrain")
 
 # Settings pretraining always wants, whatever the recipe says (see PretrainTrainer for why).
-FORCED_ARGS = dict(ignore_data_skip=True, logging_nan_inf_filter=False, prediction_loss_only=True,
-                   remove_unused_columns=False)
+FORCED_ARGS = dict(
+    ignore_data_skip=True, logging_nan_inf_filter=False, prediction_loss_only=True, remove_unused_columns=False
+)
 
 # logging_first_step: the first optimizer step's loss and gradient norm are logged (a run that starts wrong says so
 # at once, not logging_steps later)
-DEFAULT_ARGS = dict(output_dir="runs/default", report_to="none", save_strategy="steps", eval_strategy="steps",
-                    logging_steps=10, logging_first_step=True, include_num_input_tokens_seen="no")
+DEFAULT_ARGS = dict(
+    output_dir="runs/default",
+    report_to="none",
+    save_strategy="steps",
+    eval_strategy="steps",
+    logging_steps=10,
+    logging_first_step=True,
+    include_num_input_tokens_seen="no",
+)
 
 
 _wandb_dir = None  # the WANDB_DIR this module set, if any
@@ -53,8 +61,11 @@ def missing_extras(args: TrainingArguments, engine: str = "ddp") -> list[str]:
     if args.deepspeed or engine == "deepspeed":
         need.append(("deepspeed", "a DeepSpeed launch (accelerate config / ds_configs)"))
     modules = {"tensorboard": ("tensorboard", "tensorboardX")}
-    return [f"{what} needs the {name} package: pip install 'hfpretrain[{name}]'" for name, what in need
-            if not any(importlib.util.find_spec(m) for m in modules.get(name, (name,)))]
+    return [
+        f"{what} needs the {name} package: pip install 'hfpretrain[{name}]'"
+        for name, what in need
+        if not any(importlib.util.find_spec(m) for m in modules.get(name, (name,)))
+    ]
 
 
 def _training_value(training: dict, key: str):
@@ -70,36 +81,56 @@ def max_steps(recipe: Recipe, config, seq_len: int, world: int) -> tuple[int, st
     ``training.max_steps`` beside either must agree with it."""
     t = recipe.training
     given = t.get("max_steps")
-    per_step = (int(_training_value(t, "per_device_train_batch_size"))
-                * int(_training_value(t, "gradient_accumulation_steps")) * world * seq_len)
+    per_step = (
+        int(_training_value(t, "per_device_train_batch_size"))
+        * int(_training_value(t, "gradient_accumulation_steps"))
+        * world
+        * seq_len
+    )
     if recipe.training_flops is not None:
         per_token = flops_per_token(config, seq_len).total
         budget, step_flops = recipe.training_flops, per_token * per_step
         if not budget == budget or budget in (float("inf"), float("-inf")) or budget < step_flops:
-            what = "is not a number of FLOPs" if budget != budget or budget in (float("inf"), float("-inf")) else (
-                "is not a budget (> 0)" if budget <= 0 else "is less than one optimizer step")
-            raise RecipeError(f"training_flops={budget:.4g} {what}: one step costs {step_flops:.4g} FLOPs "
-                              f"({per_token / 1e6:.1f}M FLOPs per token x {per_step:,} tokens per step); give a "
-                              "budget of at least that, or set training.max_steps (and training_flops=null)")
+            what = (
+                "is not a number of FLOPs"
+                if budget != budget or budget in (float("inf"), float("-inf"))
+                else ("is not a budget (> 0)" if budget <= 0 else "is less than one optimizer step")
+            )
+            raise RecipeError(
+                f"training_flops={budget:.4g} {what}: one step costs {step_flops:.4g} FLOPs "
+                f"({per_token / 1e6:.1f}M FLOPs per token x {per_step:,} tokens per step); give a "
+                "budget of at least that, or set training.max_steps (and training_flops=null)"
+            )
         steps = max(1, round(budget / step_flops))
         if given not in (None, -1) and int(given) != steps:
-            raise RecipeError(f"training_flops={recipe.training_flops:.4g} means training.max_steps={steps} "
-                              f"({per_token / 1e6:.1f}M FLOPs per token x {per_step:,} tokens per step), but "
-                              f"training.max_steps={given} is set too: drop one (training.max_steps=null lets the "
-                              "budget decide; training_flops=null keeps max_steps, e.g. to extend a run)")
-        logger.info("training_flops %.4g: training.max_steps = %d (%.1fM FLOPs per token x %s tokens per step = "
-                    "%.4g FLOPs)", budget, steps, per_token / 1e6, f"{per_step:,}", step_flops * steps)
+            raise RecipeError(
+                f"training_flops={recipe.training_flops:.4g} means training.max_steps={steps} "
+                f"({per_token / 1e6:.1f}M FLOPs per token x {per_step:,} tokens per step), but "
+                f"training.max_steps={given} is set too: drop one (training.max_steps=null lets the "
+                "budget decide; training_flops=null keeps max_steps, e.g. to extend a run)"
+            )
+        logger.info(
+            "training_flops %.4g: training.max_steps = %d (%.1fM FLOPs per token x %s tokens per step = %.4g FLOPs)",
+            budget,
+            steps,
+            per_token / 1e6,
+            f"{per_step:,}",
+            step_flops * steps,
+        )
         return steps, f"training_flops={budget:.4g}"
     tokens = recipe.context.tokens
     if tokens is not None:
         if tokens < per_step:
-            raise RecipeError(f"context.tokens={tokens:.4g} is less than one optimizer step ({per_step:,} tokens): "
-                              "give at least that")
+            raise RecipeError(
+                f"context.tokens={tokens:.4g} is less than one optimizer step ({per_step:,} tokens): give at least that"
+            )
         steps = max(1, round(tokens / per_step))
         if given not in (None, -1) and int(given) != steps:
-            raise RecipeError(f"context.tokens={tokens:.4g} means training.max_steps={steps} ({per_step:,} tokens "
-                              f"per step), but training.max_steps={given} is set too: drop one "
-                              "(training.max_steps=null lets context.tokens decide)")
+            raise RecipeError(
+                f"context.tokens={tokens:.4g} means training.max_steps={steps} ({per_step:,} tokens "
+                f"per step), but training.max_steps={given} is set too: drop one "
+                "(training.max_steps=null lets context.tokens decide)"
+            )
         logger.info("context.tokens %.4g: training.max_steps = %d (%s tokens per step)", tokens, steps, f"{per_step:,}")
         return steps, f"context.tokens={tokens:.4g}"
     if given is None or int(given) <= 0:
@@ -156,9 +187,12 @@ def training_arguments(fields: dict, machine: Machine) -> TrainingArguments:
         # Without a launcher the Trainer wraps the model in torch's DataParallel over every visible GPU: a batch
         # the plan did not count, slower than one GPU for these models, broken under torch.compile. One process
         # trains on one GPU (transformers' own switch, as it does for a model-parallel model; it has no public one).
-        logger.warning("%d GPUs visible and no launcher: training on the first one alone (`accelerate launch "
-                       "--num_processes %d scripts/pretrain.py ...` trains on all of them)", machine.gpu_count,
-                       machine.gpu_count)
+        logger.warning(
+            "%d GPUs visible and no launcher: training on the first one alone (`accelerate launch "
+            "--num_processes %d scripts/pretrain.py ...` trains on all of them)",
+            machine.gpu_count,
+            machine.gpu_count,
+        )
         args._n_gpu = min(args.n_gpu, 1)
     return args
 
@@ -180,8 +214,9 @@ def prepare_wandb(args: TrainingArguments) -> None:
 def warmup_steps(fields: dict, steps: int) -> int:
     """The warmup of ``steps`` steps as TrainingArguments.get_warmup_steps counts it (warmup_steps below 1: a ratio),
     before the arguments exist."""
-    return TrainingArguments.get_warmup_steps(SimpleNamespace(warmup_steps=_training_value(fields, "warmup_steps")),
-                                              steps)
+    return TrainingArguments.get_warmup_steps(
+        SimpleNamespace(warmup_steps=_training_value(fields, "warmup_steps")), steps
+    )
 
 
 def warn_long_warmup(args: TrainingArguments) -> None:
@@ -191,11 +226,19 @@ def warn_long_warmup(args: TrainingArguments) -> None:
     warmup = args.get_warmup_steps(args.max_steps)
     if warmup >= args.max_steps:
         ratio = getattr(args, "warmup_ratio", None)  # transformers < 5: a field of its own
-        given = f"training.warmup_ratio={ratio}" if ratio and not args.warmup_steps else \
-            f"training.warmup_steps={args.warmup_steps:g}"
-        logger.warning("%s: %d warmup steps >= training.max_steps=%d: the learning rate never reaches "
-                       "training.learning_rate=%g; shorten the warmup or train longer", given, warmup,
-                       args.max_steps, args.learning_rate)
+        given = (
+            f"training.warmup_ratio={ratio}"
+            if ratio and not args.warmup_steps
+            else f"training.warmup_steps={args.warmup_steps:g}"
+        )
+        logger.warning(
+            "%s: %d warmup steps >= training.max_steps=%d: the learning rate never reaches "
+            "training.learning_rate=%g; shorten the warmup or train longer",
+            given,
+            warmup,
+            args.max_steps,
+            args.learning_rate,
+        )
 
 
 def wsd_decay(fields: dict, steps: int, decay_steps: int, source: str) -> tuple[dict, dict]:
@@ -204,10 +247,18 @@ def wsd_decay(fields: dict, steps: int, decay_steps: int, source: str) -> tuple[
     lr_schedule entry)``."""
     warmup = warmup_steps(fields, steps)
     if warmup + decay_steps > steps:
-        raise ValueError(f"{source}: {warmup} warmup steps + {decay_steps} decay steps "
-                         f"> training.max_steps={steps}: shorten the warmup or the decay")
+        raise ValueError(
+            f"{source}: {warmup} warmup steps + {decay_steps} decay steps "
+            f"> training.max_steps={steps}: shorten the warmup or the decay"
+        )
     kwargs = fields.get("lr_scheduler_kwargs") if isinstance(fields.get("lr_scheduler_kwargs"), dict) else {}
     kwargs = {**kwargs, "num_decay_steps": decay_steps}
-    return kwargs, {"type": "warmup_stable_decay", "set_by": source, "warmup_steps": warmup,
-                    "stable_steps": steps - warmup - decay_steps, "num_decay_steps": decay_steps,
-                    "decay_starts_at_step": steps - decay_steps, **kwargs}
+    return kwargs, {
+        "type": "warmup_stable_decay",
+        "set_by": source,
+        "warmup_steps": warmup,
+        "stable_steps": steps - warmup - decay_steps,
+        "num_decay_steps": decay_steps,
+        "decay_starts_at_step": steps - decay_steps,
+        **kwargs,
+    }

@@ -54,11 +54,15 @@ def wait_for_ranks(where: str, timeout_s: float) -> None:
         text = str(err)
         if rank == 0:
             late = late_ranks(text, world)
-            raise LateRankError(f"{where}: rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} of {world} "
-                                f"did not arrive within parallel.timeout_s={timeout_s:g} s (a hung or much slower "
-                                "process: its own log says where it stopped)") from None
-        raise LateRankError(f"{where}: rank {rank} of {world} got no answer from rank 0 within parallel.timeout_s="
-                            f"{timeout_s:g} s (rank 0's log names the late ranks)") from None
+            raise LateRankError(
+                f"{where}: rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} of {world} "
+                f"did not arrive within parallel.timeout_s={timeout_s:g} s (a hung or much slower "
+                "process: its own log says where it stopped)"
+            ) from None
+        raise LateRankError(
+            f"{where}: rank {rank} of {world} got no answer from rank 0 within parallel.timeout_s="
+            f"{timeout_s:g} s (rank 0's log names the late ranks)"
+        ) from None
 
 
 class RankCheckCallback(TrainerCallback):

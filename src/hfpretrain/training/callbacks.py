@@ -51,8 +51,11 @@ def in_run_order(callbacks: list, ours: list) -> list:
         return getattr(callback, "order", CALLER) if id(callback) in ours_ids else TRANSFORMERS
 
     console = any(order(cb) == CONSOLE for cb in ours)
-    kept = [cb for cb in callbacks
-            if id(cb) in ours_ids or not (console and type(cb) in (ProgressCallback, PrinterCallback))]
+    kept = [
+        cb
+        for cb in callbacks
+        if id(cb) in ours_ids or not (console and type(cb) in (ProgressCallback, PrinterCallback))
+    ]
     return sorted(kept, key=order)
 
 
@@ -120,8 +123,14 @@ class ThroughputCallback(TrainerCallback):
 
     order = TELEMETRY
 
-    def __init__(self, tokens_per_step: int, flops_per_token: float, peak_flops_per_gpu: float | None, world_size: int,
-                 peak_flops_fp8_per_gpu: float | None = None):
+    def __init__(
+        self,
+        tokens_per_step: int,
+        flops_per_token: float,
+        peak_flops_per_gpu: float | None,
+        world_size: int,
+        peak_flops_fp8_per_gpu: float | None = None,
+    ):
         self.tokens_per_step, self.flops_per_token = tokens_per_step, flops_per_token
         self.peak, self.world, self.peak_fp8 = peak_flops_per_gpu, world_size, peak_flops_fp8_per_gpu
         self._window_start = self._last_step_end = self._train_start = None
@@ -144,8 +153,11 @@ class ThroughputCallback(TrainerCallback):
 
     def figures(self, tokens: float, seconds: float) -> dict:
         tok_s = tokens / max(seconds, 1e-9)
-        out = {"tokens_per_s": tok_s, "tokens_per_s_per_gpu": tok_s / self.world,
-               "tflops_per_gpu": tok_s * self.flops_per_token / self.world / 1e12}
+        out = {
+            "tokens_per_s": tok_s,
+            "tokens_per_s_per_gpu": tok_s / self.world,
+            "tflops_per_gpu": tok_s * self.flops_per_token / self.world / 1e12,
+        }
         if self.peak:
             out["mfu"] = out["tflops_per_gpu"] * 1e12 / self.peak
         if self.peak_fp8:
@@ -238,15 +250,19 @@ class GradStatsCallback(TrainerCallback):
             return
         if device is None:
             device = next(model.parameters()).to_local().device
-        layer_squares = torch.stack([torch.stack(v).sum().to(device) if v else torch.zeros((), device=device)
-                                     for v in per_layer.values()])
+        layer_squares = torch.stack(
+            [torch.stack(v).sum().to(device) if v else torch.zeros((), device=device) for v in per_layer.values()]
+        )
         if sharded and torch.distributed.is_initialized():
             torch.distributed.all_reduce(layer_squares)  # the shards' squares, summed: one collective per step
         hist = torch.histc(torch.cat(samples), bins=40, min=-12, max=2) if samples else torch.zeros(40, device=device)
         host = torch.cat([layer_squares.sqrt(), hist.to(device)]).tolist()  # one read of the GPU
-        self.jsonl.write("grad_stats", step=state.global_step + 1,
-                         per_layer_norm=dict(zip(per_layer, host[:len(per_layer)])),
-                         log10_abs_grad_hist={"min": -12, "max": 2, "counts": host[len(per_layer):]})
+        self.jsonl.write(
+            "grad_stats",
+            step=state.global_step + 1,
+            per_layer_norm=dict(zip(per_layer, host[: len(per_layer)])),
+            log10_abs_grad_hist={"min": -12, "max": 2, "counts": host[len(per_layer) :]},
+        )
 
 
 # Set by SIGTERM or a first Ctrl-C and never cleared: a study (many runs in one process) must stop too, even when
@@ -269,8 +285,12 @@ def request_stop(signum: int, frame=None) -> None:
     if not STOP_REQUESTED.is_set():
         _stopped_by.append(STOP_SIGNALS.get(signum, str(signum)))
         if signum == signal.SIGINT:
-            print("\nCtrl-C: finishing this step and saving a checkpoint; Ctrl-C again stops at once, losing the "
-                  "steps since the last checkpoint", file=sys.stderr, flush=True)
+            print(
+                "\nCtrl-C: finishing this step and saving a checkpoint; Ctrl-C again stops at once, losing the "
+                "steps since the last checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
     STOP_REQUESTED.set()
 
 
@@ -345,7 +365,8 @@ class ProfilerCallback(TrainerCallback):
                 per_step = len(syncs) / max(1, self.stop - self.start)
                 (self.out_dir / f"syncs-{name}.txt").write_text(
                     f"{len(syncs)} host synchronisations in {self.stop - self.start} steps ({per_step:g} per step)\n"
-                    + "\n".join(syncs[:50]))
+                    + "\n".join(syncs[:50])
+                )
                 logger.info("profiler: %g host synchronisations per step (%s)", per_step, self.out_dir)
             self._prof = self._syncs = None
 
@@ -354,8 +375,14 @@ def progress_line(state, logs: dict, eta_s: float | None = None) -> str | None:
     """One readable line for a log record: the step, its losses (training, validation, the final evaluation's with
     bits per byte), learning rate, tokens/s, MFU, and the time left; None when the record holds none of them."""
     parts = [f"step {state.global_step}/{state.max_steps}"]
-    for key, label in (("loss", "loss"), ("eval_loss", "val loss"), ("eval_bpb", "val bpb"),
-                       ("final_loss", "final val loss"), ("final_bpb", "final val bpb"), ("grad_norm", "grad norm")):
+    for key, label in (
+        ("loss", "loss"),
+        ("eval_loss", "val loss"),
+        ("eval_bpb", "val bpb"),
+        ("final_loss", "final val loss"),
+        ("final_bpb", "final val bpb"),
+        ("grad_norm", "grad norm"),
+    ):
         if isinstance(logs.get(key), (int, float)):
             parts.append(f"{label} {logs[key]:.4g}")
     if isinstance(logs.get("learning_rate"), (int, float)):
@@ -367,7 +394,9 @@ def progress_line(state, logs: dict, eta_s: float | None = None) -> str | None:
     if eta_s is not None:
         parts.append(f"eta {int(eta_s // 60)}m{int(eta_s % 60):02d}s")
     if "train_runtime" in logs:
-        parts.append(f"done in {logs['train_runtime']:.1f}s, mean train loss {logs.get('train_loss', float('nan')):.4g}")
+        parts.append(
+            f"done in {logs['train_runtime']:.1f}s, mean train loss {logs.get('train_loss', float('nan')):.4g}"
+        )
     return " | ".join(parts) if len(parts) > 1 else None
 
 

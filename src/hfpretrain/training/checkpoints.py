@@ -98,7 +98,8 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     if partial and not done:
         raise NoCompleteCheckpointError(
             f"{output_dir} holds checkpoints but none finished saving ({', '.join(sorted(p.name for p in partial))}): "
-            "refusing to start over at step 0; delete them or set training.resume_from_checkpoint=none")
+            "refusing to start over at step 0; delete them or set training.resume_from_checkpoint=none"
+        )
     damaged = []
     for path in sorted(done, key=_checkpoint_step, reverse=True):
         problem = checkpoint_problem(path)
@@ -111,7 +112,8 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     if damaged:
         raise NoCompleteCheckpointError(
             f"{output_dir}: every complete checkpoint is damaged ({'; '.join(f'{p.name}: {why}' for p, why in damaged)}): "
-            "refusing to start over at step 0; restore or delete them, or set training.resume_from_checkpoint=none")
+            "refusing to start over at step 0; restore or delete them, or set training.resume_from_checkpoint=none"
+        )
     return None
 
 
@@ -150,8 +152,16 @@ class CheckpointWriteError(OSError):
     checkpoints are intact."""
 
 
-_WRITE_FAILED = ("No space left on device", "os error 28", "StorageFull", "Disk quota exceeded", "File too large",
-                 "PytorchStreamWriter failed writing", "file write failed", "inline_container.cc")
+_WRITE_FAILED = (
+    "No space left on device",
+    "os error 28",
+    "StorageFull",
+    "Disk quota exceeded",
+    "File too large",
+    "PytorchStreamWriter failed writing",
+    "file write failed",
+    "inline_container.cc",
+)
 
 
 def write_failure(exc: BaseException) -> str | None:
@@ -177,19 +187,30 @@ def checkpoint_write_error(folder: Path, cause: str) -> CheckpointWriteError:
     only hold the space that is missing."""
     folder, run_dir = Path(folder), Path(folder).parent
     shutil.rmtree(folder, ignore_errors=True)
-    earlier = sorted((p for p in run_dir.glob("checkpoint-*") if _checkpoint_step(p) is not None
-                      and (p / COMPLETE_MARKER).exists()), key=_checkpoint_step)
+    earlier = sorted(
+        (p for p in run_dir.glob("checkpoint-*") if _checkpoint_step(p) is not None and (p / COMPLETE_MARKER).exists()),
+        key=_checkpoint_step,
+    )
     try:
         free = shutil.disk_usage(run_dir).free
     except OSError:
         free = None
     full = free is not None and free < 64 << 20 or "space" in cause.lower() or "quota" in cause.lower()
-    what = (f"the disk is full ({free / 2**20:.0f} MiB free)" if full and free is not None else
-            "the disk is full" if full else "writing failed")
-    kept = (f"the previous checkpoint {earlier[-1]} is intact: free space and resume "
-            "(training.resume_from_checkpoint=auto)" if earlier else "there is no earlier checkpoint")
-    return CheckpointWriteError(f"{what}: saving {folder.name} in {run_dir} failed ({cause}); its partial files were "
-                                f"removed, {kept}")
+    what = (
+        f"the disk is full ({free / 2**20:.0f} MiB free)"
+        if full and free is not None
+        else "the disk is full"
+        if full
+        else "writing failed"
+    )
+    kept = (
+        f"the previous checkpoint {earlier[-1]} is intact: free space and resume (training.resume_from_checkpoint=auto)"
+        if earlier
+        else "there is no earlier checkpoint"
+    )
+    return CheckpointWriteError(
+        f"{what}: saving {folder.name} in {run_dir} failed ({cause}); its partial files were removed, {kept}"
+    )
 
 
 @contextmanager
@@ -257,17 +278,23 @@ def check_loaded_weights(model, load_result):
     # A head tied to the embedding is saved once, as the embedding, so every resume found "missing keys:
     # ['lm_head.weight']": harmless, and it taught users to ignore the warning. Only that case is quiet.
     head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
-    if (getattr(model.config, "tie_word_embeddings", False) and head is not None and embeddings is not None
-            and head.weight is embeddings.weight):
+    if (
+        getattr(model.config, "tie_word_embeddings", False)
+        and head is not None
+        and embeddings is not None
+        and head.weight is embeddings.weight
+    ):
         tied = {name for name, p in model.named_parameters(remove_duplicate=False) if p is head.weight}
         if not tied <= set(load_result.missing_keys):  # the shared tensor was loaded under one of its names
             load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
     if load_result.missing_keys:
-        raise ValueError(f"the checkpoint's weights do not fit the model: {len(load_result.missing_keys)} missing "
-                         f"({', '.join(load_result.missing_keys[:3])}), {len(load_result.unexpected_keys)} "
-                         "unexpected: "
-                         "resume it with the model it was saved from (an MoE checkpoint saved before 2026-11-25 "
-                         "has its experts in the Hub's layout: start from it with model.init_from instead)")
+        raise ValueError(
+            f"the checkpoint's weights do not fit the model: {len(load_result.missing_keys)} missing "
+            f"({', '.join(load_result.missing_keys[:3])}), {len(load_result.unexpected_keys)} "
+            "unexpected: "
+            "resume it with the model it was saved from (an MoE checkpoint saved before 2026-11-25 "
+            "has its experts in the Hub's layout: start from it with model.init_from instead)"
+        )
     return load_result
 
 
@@ -277,6 +304,7 @@ def check_output_dir(output_dir: str) -> None:
     problem = output_problem(output_dir, makes="run")
     if problem:
         raise RecipeError(f"training.output_dir={output_dir}: {problem}")
+
 
 RUN_LOCK = ".run.lock"
 
@@ -310,23 +338,32 @@ def prepare_fresh_output_dir(args: TrainingArguments, resume_value, overwrite: b
             return
         ours = is_run_folder(out)
         if overwrite and not ours:  # overwriting removes a run's files by name: in a user's folder, theirs
-            raise RecipeError(f"training.output_dir={out} holds files that are not a run of this tool "
-                              f"({listing(out, exclude=RUN_LOCK)}): overwrite_output_dir=true replaces an earlier "
-                              "run's files only, and nothing was changed; choose another training.output_dir")
+            raise RecipeError(
+                f"training.output_dir={out} holds files that are not a run of this tool "
+                f"({listing(out, exclude=RUN_LOCK)}): overwrite_output_dir=true replaces an earlier "
+                "run's files only, and nothing was changed; choose another training.output_dir"
+            )
         auto = resume_value in (True, "auto", "true", "True", "last")
         saved = [p for p in held if p.name.startswith("checkpoint-") or p.name == "final"]
         if not overwrite and not (auto and ours and not saved):
             what = "an earlier run" if ours else "files that are not a run of this tool"
             resume = "resume that run (training.resume_from_checkpoint=auto), " if ours and saved else ""
-            raise RecipeError(f"training.output_dir={out} holds {what} ({listing(out, exclude=RUN_LOCK)}): a new run "
-                              f"needs a new or empty folder, nothing was changed; choose another training.output_dir"
-                              + (f", {resume}or set overwrite_output_dir=true to replace the earlier run's files"
-                                 if ours else ""))
+            raise RecipeError(
+                f"training.output_dir={out} holds {what} ({listing(out, exclude=RUN_LOCK)}): a new run "
+                f"needs a new or empty folder, nothing was changed; choose another training.output_dir"
+                + (f", {resume}or set overwrite_output_dir=true to replace the earlier run's files" if ours else "")
+            )
         replaced = [p for p in held if p.name in RUN_FILES or _checkpoint_step(p) is not None]
         if args.process_index == 0 and replaced:
-            logger.warning("%s: %s %s (%s)", out, "overwrite_output_dir=true: removing" if overwrite else
-                           "no checkpoint to resume: starting over, removing", "the earlier run's files",
-                           ", ".join(p.name for p in replaced))
+            logger.warning(
+                "%s: %s %s (%s)",
+                out,
+                "overwrite_output_dir=true: removing"
+                if overwrite
+                else "no checkpoint to resume: starting over, removing",
+                "the earlier run's files",
+                ", ".join(p.name for p in replaced),
+            )
             for p in replaced:
                 if p.is_dir() and not p.is_symlink():
                     shutil.rmtree(p)
@@ -339,8 +376,11 @@ def hold_run_lock(args: TrainingArguments) -> OutputLock:
     first process takes the lock and tells the others, so that a refused launch stops on every rank (the others
     would otherwise wait at their first collective for a rank that is gone)."""
     out = args.output_dir
-    lock = OutputLock(Path(out) / RUN_LOCK, f"training.output_dir={out} is in use by another training run",
-                      "wait for it to finish, or choose another training.output_dir")
+    lock = OutputLock(
+        Path(out) / RUN_LOCK,
+        f"training.output_dir={out} is in use by another training run",
+        "wait for it to finish, or choose another training.output_dir",
+    )
     problem = None
     if args.process_index == 0:
         try:
@@ -370,7 +410,8 @@ def save_in_model_layout(trainer, output_dir: str, state_dict=None) -> None:
     if state_dict is None and not isinstance(trainer.model, PreTrainedModel):
         state_dict = trainer.model.state_dict()
     trainer.accelerator.unwrap_model(trainer.model, keep_torch_compile=False).save_pretrained(
-        output_dir, state_dict=state_dict, is_main_process=args.should_save, save_original_format=False)
+        output_dir, state_dict=state_dict, is_main_process=args.should_save, save_original_format=False
+    )
     if args.should_save:
         if trainer.processing_class is not None:
             trainer.processing_class.save_pretrained(output_dir)

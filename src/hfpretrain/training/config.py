@@ -69,165 +69,269 @@ FastAccum = Literal[tuple(FAST_ACCUM)]  # models/fp8.py
 ResidualDtype = Literal[RESIDUAL_DTYPES]  # models/residual.py
 # optimizer.name: the Trainer's own optimizers (TrainingArguments.optim, which resolve() sets from it) and Muon
 TRAINER_OPTIMIZERS = tuple(o.value for o in OptimizerNames)
-DEFAULT_OPTIMIZER = getattr(TrainingArguments.__dataclass_fields__["optim"].default, "value",
-                            TrainingArguments.__dataclass_fields__["optim"].default)
+DEFAULT_OPTIMIZER = getattr(
+    TrainingArguments.__dataclass_fields__["optim"].default,
+    "value",
+    TrainingArguments.__dataclass_fields__["optim"].default,
+)
 OptimizerName = Literal[("muon", *TRAINER_OPTIMIZERS)]
 
 
 @dataclass
 class ModelSection:
     config: str = field(default="tiny", metadata={"help": "zoo name, JSON file, or folder with config.json"})
-    overrides: dict = field(default_factory=dict, metadata={
-        "help": "config field overrides (an ablation is a diff here)"})
-    attn_implementation: AttnImplementation = field(default="auto", metadata={
-        "help": "the attention backend: auto | flash_attention_2 | sdpa_packed (SDPA, causal without a mask) | sdpa "
-                "| eager | flex_attention | flex_attention_fa4 (models/backend.py)"})
-    precision: Literal["bf16", "fp8", "fp8_rowwise", "auto"] = field(default="bf16", metadata={
-        "help": "bf16 | fp8 (torchao float8 matmuls, tensorwise scales) | fp8_rowwise: the decoder's linears only "
-                "(models/fp8.py) | auto (fp8 from hidden size 2048 on a float8 GPU with torchao, else bf16: "
-                "training/fast_path.py)"})
-    fp8_emulate: bool = field(default=False, metadata={
-        "help": "fp8 casts without a float8 GPU (tests, debugging numerics): slow, no speed-up"})
-    fp8_fast_accum: FastAccum = field(default="all", metadata={
-        "help": "fp8: which matmuls accumulate with Hopper's fast (lower-precision) fp8 accumulation: all (+2.6% "
-                "tokens/s at 1.8B, the loss within 0.44% of bf16's over 300 steps: docs/benchmarks.md) | input_grad "
-                "(the forward's and the input gradients': sums over a model width) | forward (torchao's recipes: the "
-                "conservative choice). models/fp8.py"})
-    residual_dtype: ResidualDtype = field(default="auto", metadata={
-        "help": "the residual stream under bf16 autocast: auto (bfloat16 on a GPU, float32 on a CPU) | float32 (what "
-                "fp32 embeddings give) | bfloat16 (cast where it enters the first layer: half the bytes; "
-                "models/residual.py)"})
-    compile: Literal["auto", "none", "decoder", "layers", "model"] = field(default="auto", metadata={
-        "help": "what torch.compile compiles: auto | none | decoder (base model, loss outside) | layers (each "
-                "decoder layer) | model"})
-    compile_backend: Literal["inductor", "aot_eager", "eager"] = field(default="inductor", metadata={
-        "help": "torch.compile backend: inductor | aot_eager | eager: the last two bisect a compile failure"})
+    overrides: dict = field(
+        default_factory=dict, metadata={"help": "config field overrides (an ablation is a diff here)"}
+    )
+    attn_implementation: AttnImplementation = field(
+        default="auto",
+        metadata={
+            "help": "the attention backend: auto | flash_attention_2 | sdpa_packed (SDPA, causal without a mask) | sdpa "
+            "| eager | flex_attention | flex_attention_fa4 (models/backend.py)"
+        },
+    )
+    precision: Literal["bf16", "fp8", "fp8_rowwise", "auto"] = field(
+        default="bf16",
+        metadata={
+            "help": "bf16 | fp8 (torchao float8 matmuls, tensorwise scales) | fp8_rowwise: the decoder's linears only "
+            "(models/fp8.py) | auto (fp8 from hidden size 2048 on a float8 GPU with torchao, else bf16: "
+            "training/fast_path.py)"
+        },
+    )
+    fp8_emulate: bool = field(
+        default=False,
+        metadata={"help": "fp8 casts without a float8 GPU (tests, debugging numerics): slow, no speed-up"},
+    )
+    fp8_fast_accum: FastAccum = field(
+        default="all",
+        metadata={
+            "help": "fp8: which matmuls accumulate with Hopper's fast (lower-precision) fp8 accumulation: all (+2.6% "
+            "tokens/s at 1.8B, the loss within 0.44% of bf16's over 300 steps: docs/benchmarks.md) | input_grad "
+            "(the forward's and the input gradients': sums over a model width) | forward (torchao's recipes: the "
+            "conservative choice). models/fp8.py"
+        },
+    )
+    residual_dtype: ResidualDtype = field(
+        default="auto",
+        metadata={
+            "help": "the residual stream under bf16 autocast: auto (bfloat16 on a GPU, float32 on a CPU) | float32 (what "
+            "fp32 embeddings give) | bfloat16 (cast where it enters the first layer: half the bytes; "
+            "models/residual.py)"
+        },
+    )
+    compile: Literal["auto", "none", "decoder", "layers", "model"] = field(
+        default="auto",
+        metadata={
+            "help": "what torch.compile compiles: auto | none | decoder (base model, loss outside) | layers (each "
+            "decoder layer) | model"
+        },
+    )
+    compile_backend: Literal["inductor", "aot_eager", "eager"] = field(
+        default="inductor",
+        metadata={"help": "torch.compile backend: inductor | aot_eager | eager: the last two bisect a compile failure"},
+    )
     compile_mode: Literal["default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead"] = field(
-        default="default", metadata={"help": "torch.compile mode"})
-    inductor_options: dict = field(default_factory=dict, metadata={
-        "help": "torch._inductor.config settings for this run's compiles, e.g. {coordinate_descent_tuning: true}"})
-    document_mask: bool = field(default=False, metadata={
-        "help": "attend within each packed document only (position ids restart after every end-of-text; "
-                "transformers builds the block-causal mask from them): sdpa (or flash_attention_2), not sdpa_packed, "
-                "which has no mask"})
-    init_from: Optional[str] = field(default=None, metadata={
-        "help": "start from these weights instead of random init"})
+        default="default", metadata={"help": "torch.compile mode"}
+    )
+    inductor_options: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "torch._inductor.config settings for this run's compiles, e.g. {coordinate_descent_tuning: true}"
+        },
+    )
+    document_mask: bool = field(
+        default=False,
+        metadata={
+            "help": "attend within each packed document only (position ids restart after every end-of-text; "
+            "transformers builds the block-causal mask from them): sdpa (or flash_attention_2), not sdpa_packed, "
+            "which has no mask"
+        },
+    )
+    init_from: Optional[str] = field(default=None, metadata={"help": "start from these weights instead of random init"})
     experts_implementation: Literal["auto", "eager", "batched_mm", "grouped_mm", "sonicmoe"] = field(
-        default="auto", metadata={
+        default="auto",
+        metadata={
             "help": "MoE shapes: transformers' experts backend, auto (grouped_mm on a GPU: one grouped matmul over all "
-                    "experts; eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm | sonicmoe "
-                    "(transformers' CuTe DSL kernels from the Hub's kernels-community/sonic-moe: checked at start). "
-                    "Refused on a dense model."})
-    sdpa_backends: list = field(default_factory=lambda: ["flash", "efficient", "math", "cudnn"], metadata={
-        "help": "PyTorch SDPA kernels allowed (flash, efficient, math, cudnn), in the order they are tried "
-                "(PyTorch's default order)"})
+            "experts; eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm | sonicmoe "
+            "(transformers' CuTe DSL kernels from the Hub's kernels-community/sonic-moe: checked at start). "
+            "Refused on a dense model."
+        },
+    )
+    sdpa_backends: list = field(
+        default_factory=lambda: ["flash", "efficient", "math", "cudnn"],
+        metadata={
+            "help": "PyTorch SDPA kernels allowed (flash, efficient, math, cudnn), in the order they are tried "
+            "(PyTorch's default order)"
+        },
+    )
 
 
 @dataclass
 class LossSection:
     """How the next-token loss is computed (training/loss.py)."""
 
-    implementation: Literal["auto", "compiled", "liger", "chunked", "none"] = field(default="auto", metadata={
-        "help": "auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)"})
+    implementation: Literal["auto", "compiled", "liger", "chunked", "none"] = field(
+        default="auto",
+        metadata={"help": "auto | compiled (head + loss in one graph) | liger | chunked | none (HF's loss)"},
+    )
     chunk_tokens: int = field(default=8192, metadata={"help": "chunk size of the chunked cross-entropy"})
-    liger_min_chunk_tokens: int = field(default=1024, metadata={
-        "help": "liger's chunks at least this long (0: its own sizing, logits ~ hidden)"})
-    z_loss: float = field(default=0.0, metadata={
-        "help": "PaLM's z-loss: + z_loss * logsumexp(logits)^2 per token in training (1e-4 in PaLM); evaluation "
-                "stays CE"})
+    liger_min_chunk_tokens: int = field(
+        default=1024, metadata={"help": "liger's chunks at least this long (0: its own sizing, logits ~ hidden)"}
+    )
+    z_loss: float = field(
+        default=0.0,
+        metadata={
+            "help": "PaLM's z-loss: + z_loss * logsumexp(logits)^2 per token in training (1e-4 in PaLM); evaluation "
+            "stays CE"
+        },
+    )
 
 
 @dataclass
 class BatchSection:
     """How a step's samples (training.per_device_train_batch_size x gradient_accumulation_steps x GPUs) are split."""
 
-    micro_batch: Literal["auto", "recipe"] = field(default="auto", metadata={
-        "help": "auto (a GPU): fewer, larger micro-batches than the recipe's split when memory allows, same samples "
-                "per step (training/fast_path.py choose_micro_batch) | recipe: training.per_device_train_batch_size "
-                "as written"})
+    micro_batch: Literal["auto", "recipe"] = field(
+        default="auto",
+        metadata={
+            "help": "auto (a GPU): fewer, larger micro-batches than the recipe's split when memory allows, same samples "
+            "per step (training/fast_path.py choose_micro_batch) | recipe: training.per_device_train_batch_size "
+            "as written"
+        },
+    )
 
 
 @dataclass
 class DataSection:
-    path: str = field(default="", metadata={
-        "help": "output folder of tokenize_pile.py (train/, validation/, manifest.json, tokenizer/). With `sources`: "
-                "the output whose validation split and tokenizer/ the run uses (default: the first source)"})
+    path: str = field(
+        default="",
+        metadata={
+            "help": "output folder of tokenize_pile.py (train/, validation/, manifest.json, tokenizer/). With `sources`: "
+            "the output whose validation split and tokenizer/ the run uses (default: the first source)"
+        },
+    )
     tokenizer: Optional[str] = field(default=None, metadata={"help": "defaults to <path>/tokenizer"})
-    sources: dict = field(default_factory=dict, metadata={
-        "help": "Weighted mixtures and phases (data/mixture.py, docs/training.md § Mixtures and phases): name -> "
-                "output folder of tokenize_pile.py"})
+    sources: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "Weighted mixtures and phases (data/mixture.py, docs/training.md § Mixtures and phases): name -> "
+            "output folder of tokenize_pile.py"
+        },
+    )
     mixture: dict = field(default_factory=dict, metadata={"help": "name -> weight: one phase, the whole run"})
-    phases: list = field(default_factory=list, metadata={
-        "help": "[{mixture: {name: weight}, share: fraction of max_steps | steps: N, name: label}]; the last may "
-                "omit both"})
-    decay_in_last_phase: bool = field(default=False, metadata={
-        "help": "warmup_stable_decay's num_decay_steps = the last phase's steps"})
+    phases: list = field(
+        default_factory=list,
+        metadata={
+            "help": "[{mixture: {name: weight}, share: fraction of max_steps | steps: N, name: label}]; the last may "
+            "omit both"
+        },
+    )
+    decay_in_last_phase: bool = field(
+        default=False, metadata={"help": "warmup_stable_decay's num_decay_steps = the last phase's steps"}
+    )
 
 
 @dataclass
 class EvaluationSection:
-    eval_tokens: int = field(default=1_000_000, metadata={
-        "help": "fixed validation budget; blocks = eval_tokens // seq_len"})
-    final_eval_tokens: Optional[int] = field(default=None, metadata={
-        "help": "the evaluation after the last step: None = every validation block (tokenize_pile.py's first 10,000 "
-                "documents by default), so final losses and bits per byte compare across runs and tokenizers"})
+    eval_tokens: int = field(
+        default=1_000_000, metadata={"help": "fixed validation budget; blocks = eval_tokens // seq_len"}
+    )
+    final_eval_tokens: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "the evaluation after the last step: None = every validation block (tokenize_pile.py's first 10,000 "
+            "documents by default), so final losses and bits per byte compare across runs and tokenizers"
+        },
+    )
     # not a Literal: the eval package checks the task (its name, lm-eval installed, the task's data) when the run starts
-    lm_eval_task: Optional[str] = field(default=None, metadata={
-        "help": "arc_easy | arc_challenge | openbookqa | hellaswag | piqa: scored on the live model at every "
-                "evaluation"})
+    lm_eval_task: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "arc_easy | arc_challenge | openbookqa | hellaswag | piqa: scored on the live model at every "
+            "evaluation"
+        },
+    )
     lm_eval_limit: int = field(default=200, metadata={"help": "lm_eval_task: the first this many of its documents"})
-    per_set: bool = field(default=False, metadata={
-        "help": "final evaluation: loss per pile_set_name of the validation blocks (one more pass)"})
-    long_context_lengths: list = field(default_factory=list, metadata={
-        "help": "after the last step (eval/long_context.py, through the eval package's callback): passkey retrieval "
-                "at these prompt lengths ([]: none) and the loss by position on the first long_context_blocks "
-                "validation blocks (0: none), into output_dir/long_context.json and the log"})
+    per_set: bool = field(
+        default=False,
+        metadata={"help": "final evaluation: loss per pile_set_name of the validation blocks (one more pass)"},
+    )
+    long_context_lengths: list = field(
+        default_factory=list,
+        metadata={
+            "help": "after the last step (eval/long_context.py, through the eval package's callback): passkey retrieval "
+            "at these prompt lengths ([]: none) and the loss by position on the first long_context_blocks "
+            "validation blocks (0: none), into output_dir/long_context.json and the log"
+        },
+    )
     long_context_samples: int = field(default=20, metadata={"help": "passkey prompts per length"})
-    long_context_blocks: int = field(default=0, metadata={
-        "help": "loss by position on the first this many validation blocks after the last step (0: none)"})
-    long_context_min_document_tokens: int = field(default=0, metadata={
-        "help": "loss by position: only documents at least this long in a block"})
+    long_context_blocks: int = field(
+        default=0,
+        metadata={"help": "loss by position on the first this many validation blocks after the last step (0: none)"},
+    )
+    long_context_min_document_tokens: int = field(
+        default=0, metadata={"help": "loss by position: only documents at least this long in a block"}
+    )
 
 
 @dataclass
 class LoggingSection:
     jsonl: str = field(default="log.jsonl", metadata={"help": "the JSONL log, in the run's output_dir"})
-    grad_stats_interval: int = field(default=0, metadata={
-        "help": "per-layer grad norms + histograms every N steps (0: off)"})
+    grad_stats_interval: int = field(
+        default=0, metadata={"help": "per-layer grad norms + histograms every N steps (0: off)"}
+    )
     profile_steps: list = field(default_factory=list, metadata={"help": "[start, stop]: torch.profiler window"})
     nvtx: bool = field(default=False, metadata={"help": "an NVTX range per training step (a GPU)"})
-    peak_flops: Optional[float] = field(default=None, metadata={
-        "help": "override the detected per-GPU peak (FLOP/s)"})
-    dtype_for_peak: str = field(default="bf16", metadata={
-        "help": "the dtype of the detected per-GPU peak (fp8, bf16, fp16, tf32, fp32: models/hardware.py)"})
+    peak_flops: Optional[float] = field(default=None, metadata={"help": "override the detected per-GPU peak (FLOP/s)"})
+    dtype_for_peak: str = field(
+        default="bf16",
+        metadata={"help": "the dtype of the detected per-GPU peak (fp8, bf16, fp16, tf32, fp32: models/hardware.py)"},
+    )
     assumed_mfu: float = field(default=0.4, metadata={"help": "for the --dry-run time estimate"})
-    wandb_artifacts: Literal["none", "reference", "upload"] = field(default="reference", metadata={
-        "help": "with report_to including wandb: none | reference (the data and final/ as artifacts that point at "
-                "their folders) | upload (final/'s files uploaded; the data is always a reference)"})
-    wandb_checkpoint_artifacts: bool = field(default=False, metadata={
-        "help": "each checkpoint as a model artifact too (a reference)"})
+    wandb_artifacts: Literal["none", "reference", "upload"] = field(
+        default="reference",
+        metadata={
+            "help": "with report_to including wandb: none | reference (the data and final/ as artifacts that point at "
+            "their folders) | upload (final/'s files uploaded; the data is always a reference)"
+        },
+    )
+    wandb_checkpoint_artifacts: bool = field(
+        default=False, metadata={"help": "each checkpoint as a model artifact too (a reference)"}
+    )
 
 
 @dataclass
 class OptimizerSection:
-    name: OptimizerName = field(default=DEFAULT_OPTIMIZER, metadata={
-        "help": "the optimizer, the run's one selector: a TrainingArguments optim name (adamw_torch_fused, "
-                "adamw_torch, adafactor, sgd, ...: the Trainer builds it; resolve() sets training.optim from it) | "
-                "muon: Muon for the 2-D weights inside the decoder blocks, torch's AdamW (fused on a GPU) for "
-                "embeddings, head, norms and biases (training/optim.py). Either way the LR, weight decay, betas, eps "
-                "and the schedule are the training.* fields: one scheduler scales both parts."})
-    muon_momentum: float = field(default=0.95, metadata={
-        "help": "Muon's momentum (Keller Jordan's and torch's default)"})
-    muon_nesterov: bool = field(default=True, metadata={
-        "help": "Nesterov momentum, as in the reference implementation"})
-    muon_ns_steps: int = field(default=5, metadata={
-        "help": "Newton-Schulz iterations: 5 orthogonalise well enough in bf16"})
-    muon_lr_scale: Literal["match_rms_adamw", "original"] = field(default="match_rms_adamw", metadata={
-        "help": "torch.optim.Muon's adjust_lr_fn. match_rms_adamw (Moonshot): Muon's update RMS matches AdamW's, so "
-                "training.learning_rate and weight_decay serve both parts; original (Keller Jordan): "
-                "sqrt(max(1, A/B)), wants its own, larger LR in muon_learning_rate (e.g. 0.02)"})
-    muon_learning_rate: Optional[float] = field(default=None, metadata={
-        "help": "Muon's peak LR; None: training.learning_rate"})
+    name: OptimizerName = field(
+        default=DEFAULT_OPTIMIZER,
+        metadata={
+            "help": "the optimizer, the run's one selector: a TrainingArguments optim name (adamw_torch_fused, "
+            "adamw_torch, adafactor, sgd, ...: the Trainer builds it; resolve() sets training.optim from it) | "
+            "muon: Muon for the 2-D weights inside the decoder blocks, torch's AdamW (fused on a GPU) for "
+            "embeddings, head, norms and biases (training/optim.py). Either way the LR, weight decay, betas, eps "
+            "and the schedule are the training.* fields: one scheduler scales both parts."
+        },
+    )
+    muon_momentum: float = field(
+        default=0.95, metadata={"help": "Muon's momentum (Keller Jordan's and torch's default)"}
+    )
+    muon_nesterov: bool = field(
+        default=True, metadata={"help": "Nesterov momentum, as in the reference implementation"}
+    )
+    muon_ns_steps: int = field(
+        default=5, metadata={"help": "Newton-Schulz iterations: 5 orthogonalise well enough in bf16"}
+    )
+    muon_lr_scale: Literal["match_rms_adamw", "original"] = field(
+        default="match_rms_adamw",
+        metadata={
+            "help": "torch.optim.Muon's adjust_lr_fn. match_rms_adamw (Moonshot): Muon's update RMS matches AdamW's, so "
+            "training.learning_rate and weight_decay serve both parts; original (Keller Jordan): "
+            "sqrt(max(1, A/B)), wants its own, larger LR in muon_learning_rate (e.g. 0.02)"
+        },
+    )
+    muon_learning_rate: Optional[float] = field(
+        default=None, metadata={"help": "Muon's peak LR; None: training.learning_rate"}
+    )
     decay_embeddings: bool = field(default=False, metadata={"help": "weight decay on embedding tables too"})
 
 
@@ -238,45 +342,81 @@ class KernelsSection:
     (docs/benchmarks.md); switching one off brings back the stock path, for A/B runs and for bisecting a
     numeric change."""
 
-    fused_head: bool = field(default=True, metadata={
-        "help": "the compiled loss on a GPU: LM head, loss and gradient with one Triton kernel "
-                "(kernels/cross_entropy.py); false: the head and cross-entropy compiled by inductor"})
-    loss_tile: Optional[list] = field(default=None, metadata={
-        "help": "[columns per iteration, warps] of that kernel; null: 16,384 x 8 up to a 64k vocabulary, 8,192 x 8 "
-                "above"})
-    bias_gelu: bool = field(default=True, metadata={
-        "help": "compiled GPT-2 MLPs: c_fc's bias gradient summed in GELU's backward kernel (kernels/gelu_bias.py)"})
-    gelu_sigmoid: bool = field(default=True, metadata={
-        "help": "compiled models: the tanh GELU computed as x * sigmoid(2u) (models/gelu.py)"})
-    rope_table: bool = field(default=True, metadata={
-        "help": "compiled decoder/model: rotary cos/sin read from a table made once (models/rotary.py)"})
-    experts_autocast: bool = field(default=True, metadata={
-        "help": "MoE with experts_implementation=grouped_mm under bf16 autocast: the experts' grouped matmuls on bf16 "
-                "copies of their weights (transformers falls back to one fp32 matmul per expert when compiled: "
-                "models/speedups.py)"})
-    experts_gather: bool = field(default=True, metadata={
-        "help": "MoE with experts_implementation=grouped_mm: the tokens' rows sent to their experts and back by "
-                "gathers only, without transformers' scatter-add backward and expert-parallel masks, each weighed "
-                "before its down projection (models/speedups.py)"})
+    fused_head: bool = field(
+        default=True,
+        metadata={
+            "help": "the compiled loss on a GPU: LM head, loss and gradient with one Triton kernel "
+            "(kernels/cross_entropy.py); false: the head and cross-entropy compiled by inductor"
+        },
+    )
+    loss_tile: Optional[list] = field(
+        default=None,
+        metadata={
+            "help": "[columns per iteration, warps] of that kernel; null: 16,384 x 8 up to a 64k vocabulary, 8,192 x 8 "
+            "above"
+        },
+    )
+    bias_gelu: bool = field(
+        default=True,
+        metadata={
+            "help": "compiled GPT-2 MLPs: c_fc's bias gradient summed in GELU's backward kernel (kernels/gelu_bias.py)"
+        },
+    )
+    gelu_sigmoid: bool = field(
+        default=True, metadata={"help": "compiled models: the tanh GELU computed as x * sigmoid(2u) (models/gelu.py)"}
+    )
+    rope_table: bool = field(
+        default=True,
+        metadata={"help": "compiled decoder/model: rotary cos/sin read from a table made once (models/rotary.py)"},
+    )
+    experts_autocast: bool = field(
+        default=True,
+        metadata={
+            "help": "MoE with experts_implementation=grouped_mm under bf16 autocast: the experts' grouped matmuls on bf16 "
+            "copies of their weights (transformers falls back to one fp32 matmul per expert when compiled: "
+            "models/speedups.py)"
+        },
+    )
+    experts_gather: bool = field(
+        default=True,
+        metadata={
+            "help": "MoE with experts_implementation=grouped_mm: the tokens' rows sent to their experts and back by "
+            "gathers only, without transformers' scatter-add backward and expert-parallel masks, each weighed "
+            "before its down projection (models/speedups.py)"
+        },
+    )
 
 
 @dataclass
 class MoeSection:
     """Load balancing of an MoE model's experts (training/moe.py); refused on a dense model."""
 
-    aux_loss_coef: Optional[float] = field(default=None, metadata={
-        "help": "transformers' load-balancing loss weight (router_aux_loss_coef: Qwen3-MoE, Mixtral; 0 switches it "
-                "off); null keeps the model config's"})
-    bias_update_rate: float = field(default=0.0, metadata={
-        "help": "aux-loss-free balancing (DeepSeek-V3): each router's correction bias moves this much per optimizer "
-                "step towards equal load (DeepSeek-V3 used 0.001); 0: off. Needs routers with a correction bias "
-                "(glm4_moe)"})
-    dead_expert_windows: int = field(default=3, metadata={
-        "help": "warn when an expert gets no token for this many logging windows in a row"})
-    forced_balance: bool = field(default=False, metadata={
-        "help": "measurement only: each token's k experts are assigned round-robin instead of by its router (every "
-                "expert gets the same rows), so that tokens/s against dropless routing is the cost of imbalance; the "
-                "model it trains ignores its routers' choice"})
+    aux_loss_coef: Optional[float] = field(
+        default=None,
+        metadata={
+            "help": "transformers' load-balancing loss weight (router_aux_loss_coef: Qwen3-MoE, Mixtral; 0 switches it "
+            "off); null keeps the model config's"
+        },
+    )
+    bias_update_rate: float = field(
+        default=0.0,
+        metadata={
+            "help": "aux-loss-free balancing (DeepSeek-V3): each router's correction bias moves this much per optimizer "
+            "step towards equal load (DeepSeek-V3 used 0.001); 0: off. Needs routers with a correction bias "
+            "(glm4_moe)"
+        },
+    )
+    dead_expert_windows: int = field(
+        default=3, metadata={"help": "warn when an expert gets no token for this many logging windows in a row"}
+    )
+    forced_balance: bool = field(
+        default=False,
+        metadata={
+            "help": "measurement only: each token's k experts are assigned round-robin instead of by its router (every "
+            "expert gets the same rows), so that tokens/s against dropless routing is the cost of imbalance; the "
+            "model it trains ignores its routers' choice"
+        },
+    )
 
 
 @dataclass
@@ -284,23 +424,41 @@ class ContextSection:
     """A context-extension phase (training/context.py, docs/training.md § Long context): model.init_from's weights,
     trained at ``from_seq_len``, train on at ``seq_len`` with the RoPE change chosen here."""
 
-    seq_len: Optional[int] = field(default=None, metadata={
-        "help": "the phase's length (null: no extension); data.path must be packed at it"})
-    from_seq_len: Optional[int] = field(default=None, metadata={
-        "help": "the length init_from was trained at; null: read from its lineage.json / data.json (a run's final/, "
-                "checkpoint-N)"})
-    rope: Literal["keep", "theta", "yarn"] = field(default="keep", metadata={
-        "help": "keep (the model's RoPE as it is) | theta (a larger base frequency, rope_theta) | yarn (YaRN through "
-                "the config's rope_parameters: factor yarn_factor, original length from_seq_len)"})
-    rope_theta: Optional[float] = field(default=None, metadata={
-        "help": "rope=theta: the new base frequency (yarn: optional, else the model's)"})
+    seq_len: Optional[int] = field(
+        default=None, metadata={"help": "the phase's length (null: no extension); data.path must be packed at it"}
+    )
+    from_seq_len: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "the length init_from was trained at; null: read from its lineage.json / data.json (a run's final/, "
+            "checkpoint-N)"
+        },
+    )
+    rope: Literal["keep", "theta", "yarn"] = field(
+        default="keep",
+        metadata={
+            "help": "keep (the model's RoPE as it is) | theta (a larger base frequency, rope_theta) | yarn (YaRN through "
+            "the config's rope_parameters: factor yarn_factor, original length from_seq_len)"
+        },
+    )
+    rope_theta: Optional[float] = field(
+        default=None, metadata={"help": "rope=theta: the new base frequency (yarn: optional, else the model's)"}
+    )
     yarn_factor: Optional[float] = field(default=None, metadata={"help": "rope=yarn: null is seq_len / from_seq_len"})
-    tokens: Optional[float] = field(default=None, metadata={
-        "help": "the phase's token budget: training.max_steps = round(tokens / tokens per step); or set "
-                "training.max_steps"})
-    gpu: Optional[str] = field(default=None, metadata={
-        "help": "the GPU the plan must fit (a name of models/hardware.py's table: H200, H100-SXM, ...); null: the GPU "
-                "this process sees (none on a CPU: not checked, the plan says so)"})
+    tokens: Optional[float] = field(
+        default=None,
+        metadata={
+            "help": "the phase's token budget: training.max_steps = round(tokens / tokens per step); or set "
+            "training.max_steps"
+        },
+    )
+    gpu: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "the GPU the plan must fit (a name of models/hardware.py's table: H200, H100-SXM, ...); null: the GPU "
+            "this process sees (none on a CPU: not checked, the plan says so)"
+        },
+    )
 
 
 @dataclass
@@ -309,72 +467,140 @@ class ParallelSection:
     replicas, FSDP2 shards, tensor- and context-parallel groups; ``auto`` lets the planner choose from the shape, the
     sequence length, the GPU's memory and the world size. tp x cp x dp_shard must divide the world size."""
 
-    dp_shard: str = field(default="auto", metadata={
-        "help": "auto | N: ranks each FSDP2 shard group spans (1: no sharding; auto: the launch's engine, FSDP2 over "
-                "every data-parallel rank when the model does not fit one GPU under DDP/ZeRO-1)"})
-    tp: str = field(default="auto", metadata={
-        "help": "auto | N: tensor-parallel degree through transformers' tp_plan (Qwen3, Llama); auto: 1 unless one "
-                "layer's weights and activations do not fit a GPU even sharded; must divide the attention and KV "
-                "heads"})
-    cp: str = field(default="auto", metadata={
-        "help": "auto | N: context-parallel degree (accelerate's cp_size: torch's ring attention, causal SDPA without "
-                "a mask); auto: 1 unless one sequence's activations do not fit a GPU; must divide seq_len"})
-    timeout_s: float = field(default=1800.0, metadata={
-        "help": "seconds every rank waits for the others at start and at each checkpoint (a gloo monitored barrier) "
-                "before the run stops with an error naming the late ranks; also the process group's timeout"})
+    dp_shard: str = field(
+        default="auto",
+        metadata={
+            "help": "auto | N: ranks each FSDP2 shard group spans (1: no sharding; auto: the launch's engine, FSDP2 over "
+            "every data-parallel rank when the model does not fit one GPU under DDP/ZeRO-1)"
+        },
+    )
+    tp: str = field(
+        default="auto",
+        metadata={
+            "help": "auto | N: tensor-parallel degree through transformers' tp_plan (Qwen3, Llama); auto: 1 unless one "
+            "layer's weights and activations do not fit a GPU even sharded; must divide the attention and KV "
+            "heads"
+        },
+    )
+    cp: str = field(
+        default="auto",
+        metadata={
+            "help": "auto | N: context-parallel degree (accelerate's cp_size: torch's ring attention, causal SDPA without "
+            "a mask); auto: 1 unless one sequence's activations do not fit a GPU; must divide seq_len"
+        },
+    )
+    timeout_s: float = field(
+        default=1800.0,
+        metadata={
+            "help": "seconds every rank waits for the others at start and at each checkpoint (a gloo monitored barrier) "
+            "before the run stops with an error naming the late ranks; also the process group's timeout"
+        },
+    )
 
 
 @dataclass
 class Recipe:
-    model: ModelSection = field(default_factory=ModelSection, metadata={
-        "help": "which config JSON to build, field overrides, weights to start from, attention backend, precision, "
-                "compilation"})
-    loss: LossSection = field(default_factory=LossSection, metadata={
-        "help": "the loss: its implementation (fused or not), chunk sizes, z-loss"})
-    batch: BatchSection = field(default_factory=BatchSection, metadata={
-        "help": "how a step's samples are split into micro-batches"})
-    data: DataSection = field(default_factory=DataSection, metadata={
-        "help": "the output folder of scripts/tokenize_pile.py, or several with weights and phases"})
-    training: dict = field(default_factory=dict, metadata={
-        "help": "transformers.TrainingArguments' fields, checked against its dataclass"})
-    evaluation: EvaluationSection = field(default_factory=EvaluationSection, metadata={
-        "help": "validation token budget, optional lm-eval scoring during training"})
-    logging: LoggingSection = field(default_factory=LoggingSection, metadata={
-        "help": "JSONL log, gradient statistics, profiler window, hardware peak override"})
-    optimizer: OptimizerSection = field(default_factory=OptimizerSection, metadata={
-        "help": "the optimizer (name: a TrainingArguments optim, or muon: Muon for hidden matrices, AdamW for the "
-                "rest) and its settings"})
-    kernels: KernelsSection = field(default_factory=KernelsSection, metadata={
-        "help": "the project's own kernels and model rewrites, each on by default (off: A/B runs, bisecting)"})
-    moe: MoeSection = field(default_factory=MoeSection, metadata={
-        "help": "Mixture-of-Experts: auxiliary-loss weight, aux-loss-free balancing, dead-expert warning"})
-    context: ContextSection = field(default_factory=ContextSection, metadata={
-        "help": "a context-extension phase: the longer length, the RoPE change, the token budget"})
-    parallel: ParallelSection = field(default_factory=ParallelSection, metadata={
-        "help": "the parallel layout: dp_shard, tp, cp (auto: chosen by the planner), the collectives' timeout"})
-    training_flops: Optional[float] = field(default=None, metadata={
-        "help": "train for this many FLOPs (the project formula, as --dry-run prints it): training.max_steps is "
-                "derived, round(training_flops / (FLOPs per token x tokens per step)), so a recipe keeps its budget "
-                "when its model, batch or data change. Set this or training.max_steps; both must agree."})
-    nan_policy: Literal["stop", "skip"] = field(default="stop", metadata={
-        "help": "what a non-finite loss does: stop the run, or skip the optimizer step"})
-    max_skipped_steps: int = field(default=10, metadata={
-        "help": "nan_policy=skip: more skipped optimizer steps than this stop the run"})
-    max_skipped_fraction: float = field(default=0.05, metadata={
-        "help": "... and so does a larger share of the run's steps: checked from step 20 on and at the end, after "
-                "the last save"})
-    resume_mismatch: Literal["error", "allow"] = field(default="error", metadata={
-        "help": "resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | "
-                "allow"})
-    overwrite_output_dir: bool = field(default=False, metadata={
-        "help": "a new run (nothing resumed) in a training.output_dir that holds files: refused, unless true, which "
-                "removes the earlier run's checkpoints, final/, summary, log, recipe, resolved.yaml and lineage first "
-                "(other files stay)"})
+    model: ModelSection = field(
+        default_factory=ModelSection,
+        metadata={
+            "help": "which config JSON to build, field overrides, weights to start from, attention backend, precision, "
+            "compilation"
+        },
+    )
+    loss: LossSection = field(
+        default_factory=LossSection,
+        metadata={"help": "the loss: its implementation (fused or not), chunk sizes, z-loss"},
+    )
+    batch: BatchSection = field(
+        default_factory=BatchSection, metadata={"help": "how a step's samples are split into micro-batches"}
+    )
+    data: DataSection = field(
+        default_factory=DataSection,
+        metadata={"help": "the output folder of scripts/tokenize_pile.py, or several with weights and phases"},
+    )
+    training: dict = field(
+        default_factory=dict, metadata={"help": "transformers.TrainingArguments' fields, checked against its dataclass"}
+    )
+    evaluation: EvaluationSection = field(
+        default_factory=EvaluationSection,
+        metadata={"help": "validation token budget, optional lm-eval scoring during training"},
+    )
+    logging: LoggingSection = field(
+        default_factory=LoggingSection,
+        metadata={"help": "JSONL log, gradient statistics, profiler window, hardware peak override"},
+    )
+    optimizer: OptimizerSection = field(
+        default_factory=OptimizerSection,
+        metadata={
+            "help": "the optimizer (name: a TrainingArguments optim, or muon: Muon for hidden matrices, AdamW for the "
+            "rest) and its settings"
+        },
+    )
+    kernels: KernelsSection = field(
+        default_factory=KernelsSection,
+        metadata={
+            "help": "the project's own kernels and model rewrites, each on by default (off: A/B runs, bisecting)"
+        },
+    )
+    moe: MoeSection = field(
+        default_factory=MoeSection,
+        metadata={"help": "Mixture-of-Experts: auxiliary-loss weight, aux-loss-free balancing, dead-expert warning"},
+    )
+    context: ContextSection = field(
+        default_factory=ContextSection,
+        metadata={"help": "a context-extension phase: the longer length, the RoPE change, the token budget"},
+    )
+    parallel: ParallelSection = field(
+        default_factory=ParallelSection,
+        metadata={
+            "help": "the parallel layout: dp_shard, tp, cp (auto: chosen by the planner), the collectives' timeout"
+        },
+    )
+    training_flops: Optional[float] = field(
+        default=None,
+        metadata={
+            "help": "train for this many FLOPs (the project formula, as --dry-run prints it): training.max_steps is "
+            "derived, round(training_flops / (FLOPs per token x tokens per step)), so a recipe keeps its budget "
+            "when its model, batch or data change. Set this or training.max_steps; both must agree."
+        },
+    )
+    nan_policy: Literal["stop", "skip"] = field(
+        default="stop", metadata={"help": "what a non-finite loss does: stop the run, or skip the optimizer step"}
+    )
+    max_skipped_steps: int = field(
+        default=10, metadata={"help": "nan_policy=skip: more skipped optimizer steps than this stop the run"}
+    )
+    max_skipped_fraction: float = field(
+        default=0.05,
+        metadata={
+            "help": "... and so does a larger share of the run's steps: checked from step 20 on and at the end, after "
+            "the last save"
+        },
+    )
+    resume_mismatch: Literal["error", "allow"] = field(
+        default="error",
+        metadata={
+            "help": "resuming a checkpoint of another run (model, data, tokenizer, LR, batch or seed differ): error | "
+            "allow"
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "a new run (nothing resumed) in a training.output_dir that holds files: refused, unless true, which "
+            "removes the earlier run's checkpoints, final/, summary, log, recipe, resolved.yaml and lineage first "
+            "(other files stay)"
+        },
+    )
 
 
 # recipe name -> torch.nn.attention.SDPBackend member
-SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
-                 "math": "MATH"}
+SDPA_BACKENDS = {
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "math": "MATH",
+}
 
 
 def field_choices(hint) -> tuple | None:
@@ -408,8 +634,10 @@ def _check_choices(recipe: Recipe) -> None:
         for part in key.split("."):
             value = getattr(value, part)
         if value not in allowed:
-            raise RecipeError(f"{key}={value!r} is not one of {sorted(allowed, key=str)}"
-                              f"{_nearest(str(value), [str(a) for a in allowed])}")
+            raise RecipeError(
+                f"{key}={value!r} is not one of {sorted(allowed, key=str)}"
+                f"{_nearest(str(value), [str(a) for a in allowed])}"
+            )
 
 
 @functools.cache
@@ -459,8 +687,11 @@ def _to_schema(obj):
 
 def _sections_with(key: str) -> list[str]:
     """``section.key`` for each section that has ``key`` (an override written without its section)."""
-    owners = [f"{name}.{key}" for name, hint in typing.get_type_hints(Recipe).items()
-              if dataclasses.is_dataclass(hint) and key in {f.name for f in dataclasses.fields(hint)}]
+    owners = [
+        f"{name}.{key}"
+        for name, hint in typing.get_type_hints(Recipe).items()
+        if dataclasses.is_dataclass(hint) and key in {f.name for f in dataclasses.fields(hint)}
+    ]
     return owners + ([f"training.{key}"] if key in TrainingArguments.__dataclass_fields__ else [])
 
 
@@ -505,16 +736,23 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
             number = float(value)
         except ValueError:
             number = None
-        advice = ("" if number is None else ": NaN and infinity are refused" if not math.isfinite(number) else
-                  f": write the number without quotes (training.{key}={value})")
+        advice = (
+            ""
+            if number is None
+            else ": NaN and infinity are refused"
+            if not math.isfinite(number)
+            else f": write the number without quotes (training.{key}={value})"
+        )
     raise RecipeError(f"training.{key}: expected {names}, got {type(value).__name__} {value!r}{advice}")
 
 
 # transformers 5.24 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs) and kept the old
 # names as aliases; 5.17 knows only the old ones. A recipe may use either name on either version
 # (arguments.training_arguments passes the installed one).
-CHECKPOINTING_NAMES = {"activation_checkpointing": "gradient_checkpointing",
-                       "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+CHECKPOINTING_NAMES = {
+    "activation_checkpointing": "gradient_checkpointing",
+    "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs",
+}
 
 
 def _takes_none(hint: Any) -> bool:
@@ -528,10 +766,14 @@ def _validate_training(training: dict) -> dict:
     checked = {}
     for key, value in training.items():
         if key not in fields and key in Recipe.__dataclass_fields__:  # overwrite_output_dir was a Trainer flag
-            raise RecipeError(f"unknown key training.{key}: {key} is a top-level recipe key, not in training "
-                              f"({key}={str(value).lower() if isinstance(value, bool) else value} on the command line)")
+            raise RecipeError(
+                f"unknown key training.{key}: {key} is a top-level recipe key, not in training "
+                f"({key}={str(value).lower() if isinstance(value, bool) else value} on the command line)"
+            )
         if key not in fields:
-            raise RecipeError(f"unknown key training.{key}{_nearest(key, fields)}: training takes TrainingArguments fields")
+            raise RecipeError(
+                f"unknown key training.{key}{_nearest(key, fields)}: training takes TrainingArguments fields"
+            )
         if value is None and not _takes_none(fields[key]):
             continue  # null unsets a key (training.max_steps=null: training_flops or context.tokens decide)
         if key == "resume_from_checkpoint" and isinstance(value, bool):
@@ -574,8 +816,10 @@ def _parse_override(cfg: DictConfig, item: str) -> tuple[str, str, DictConfig]:
     try:
         given = OmegaConf.from_dotlist([item])
     except yaml.YAMLError as err:
-        raise RecipeError(f"override '{item}': the value is not valid YAML "
-                          f"({getattr(err, 'problem', None) or str(err).splitlines()[0]})") from None
+        raise RecipeError(
+            f"override '{item}': the value is not valid YAML "
+            f"({getattr(err, 'problem', None) or str(err).splitlines()[0]})"
+        ) from None
     _refuse_colon_keys(f"override '{item}'", OmegaConf.to_container(given))
     _refuse_misshapen(f"override '{item}'", OmegaConf.to_container(given), cfg)
     return key, top, given
@@ -593,8 +837,14 @@ def _merge_each(cfg: DictConfig, parts: list[tuple[str, str, DictConfig]]) -> Di
 
 
 # counts and intervals that mean nothing at 0 or below
-_POSITIVE_TRAINING_KEYS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                           "save_steps", "eval_steps", "logging_steps")
+_POSITIVE_TRAINING_KEYS = (
+    "per_device_train_batch_size",
+    "per_device_eval_batch_size",
+    "gradient_accumulation_steps",
+    "save_steps",
+    "eval_steps",
+    "logging_steps",
+)
 
 
 def _refuse_colon_keys(where: str, value) -> None:
@@ -604,8 +854,10 @@ def _refuse_colon_keys(where: str, value) -> None:
         for key, inner in value.items():
             if isinstance(key, str) and ":" in key and inner is None:
                 name, _, given = key.partition(":")
-                raise RecipeError(f"{where}: '{key}' reads as a key with no value; YAML needs a space "
-                                  f"after the colon ({name}: {given})")
+                raise RecipeError(
+                    f"{where}: '{key}' reads as a key with no value; YAML needs a space "
+                    f"after the colon ({name}: {given})"
+                )
             _refuse_colon_keys(where, inner)
     elif isinstance(value, list):
         for inner in value:
@@ -623,9 +875,11 @@ def _refuse_misshapen(where: str, given, schema: DictConfig, prefix: str = "") -
             continue
         if not isinstance(value, dict):
             kind = {list: "a list", str: "a string", bool: "a bool"}.get(type(value), "a number")
-            raise RecipeError(f"{where}: {prefix}{key} is a section of keys ({prefix}{key}: followed by indented "
-                              f"'key: value' lines, or {prefix}{key}.KEY=VALUE on the command line), got {kind}: "
-                              f"{value!r}")
+            raise RecipeError(
+                f"{where}: {prefix}{key} is a section of keys ({prefix}{key}: followed by indented "
+                f"'key: value' lines, or {prefix}{key}.KEY=VALUE on the command line), got {kind}: "
+                f"{value!r}"
+            )
         _refuse_misshapen(where, value, node, f"{prefix}{key}.")
 
 
@@ -650,8 +904,10 @@ def _read_yaml(path: Path) -> DictConfig:
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise RecipeError(yaml_problem(path, err)) from None
     if not isinstance(cfg, DictConfig):
-        raise RecipeError(f"{path}: a recipe is a mapping of sections (model:, data:, training:, ...), "
-                          f"got a {type(cfg).__name__.replace('Config', '').lower()}")
+        raise RecipeError(
+            f"{path}: a recipe is a mapping of sections (model:, data:, training:, ...), "
+            f"got a {type(cfg).__name__.replace('Config', '').lower()}"
+        )
     _refuse_colon_keys(str(path), OmegaConf.to_container(cfg, resolve=False))
     return cfg
 
@@ -682,9 +938,11 @@ def _inductor_settings(options) -> dict:
         if key in names:
             default = defaults[key]  # a value of another type would fail only at the first compile, in train()
             if isinstance(default, (bool, int, float, str)) and not (
-                    type(value) is type(default) or (type(default) is float and type(value) is int)):
-                raise RecipeError(f"model.inductor_options.{key}={value!r}: expected a {type(default).__name__} "
-                                  f"(default {default!r})")
+                type(value) is type(default) or (type(default) is float and type(value) is int)
+            ):
+                raise RecipeError(
+                    f"model.inductor_options.{key}={value!r}: expected a {type(default).__name__} (default {default!r})"
+                )
             continue
         if any(name.startswith(key + ".") for name in names):
             raise RecipeError(f"model.inductor_options.{key}: a group of settings, not one (name one inside it)")
@@ -697,10 +955,15 @@ def _inductor_settings(options) -> dict:
 # Keys that moved to the section of what they configure (issue 57): old "section.key" -> new "section.key". A recipe
 # file or override with an old key loads as before, with one warning naming the new key; resume reads a checkpoint's
 # recipe.yaml through the same table (migrate_recipe_dict).
-MOVED_KEYS = {"training.optim": "optimizer.name", "model.fused_loss": "loss.implementation",
-              "model.loss_chunk_tokens": "loss.chunk_tokens",
-              "model.liger_min_chunk_tokens": "loss.liger_min_chunk_tokens", "model.z_loss": "loss.z_loss",
-              "model.micro_batch": "batch.micro_batch", "model.decay_embeddings": "optimizer.decay_embeddings"}
+MOVED_KEYS = {
+    "training.optim": "optimizer.name",
+    "model.fused_loss": "loss.implementation",
+    "model.loss_chunk_tokens": "loss.chunk_tokens",
+    "model.liger_min_chunk_tokens": "loss.liger_min_chunk_tokens",
+    "model.z_loss": "loss.z_loss",
+    "model.micro_batch": "batch.micro_batch",
+    "model.decay_embeddings": "optimizer.decay_embeddings",
+}
 # optimizer.name's old value: TrainingArguments' optimizer, which training.optim chose
 _OLD_ADAMW = "adamw"
 
@@ -715,12 +978,19 @@ def migrate_recipe_dict(raw: dict, where: str, warn: bool = True) -> dict:
     if optimizer is not None and optimizer.get("name") == _OLD_ADAMW:
         del optimizer["name"]  # training.optim's value below, else TrainingArguments' default
         if "optim" not in training:
-            say("%s: optimizer.name=adamw is now the optimizer's own name: optimizer.name=%s (TrainingArguments' "
-                "default)", where, DEFAULT_OPTIMIZER)
+            say(
+                "%s: optimizer.name=adamw is now the optimizer's own name: optimizer.name=%s (TrainingArguments' "
+                "default)",
+                where,
+                DEFAULT_OPTIMIZER,
+            )
     if optimizer is not None and optimizer.get("name") == "muon" and "optim" in training:
         # Muon's AdamW part was always torch's AdamW: training.optim chose nothing
-        say("%s: training.optim=%s is ignored under optimizer.name=muon (and is no longer a recipe key)", where,
-            training.pop("optim"))
+        say(
+            "%s: training.optim=%s is ignored under optimizer.name=muon (and is no longer a recipe key)",
+            where,
+            training.pop("optim"),
+        )
     for old, new in MOVED_KEYS.items():
         (old_section, old_key), (new_section, new_key) = old.split("."), new.split(".")
         section = raw.get(old_section)
@@ -748,7 +1018,7 @@ def _migrate_override(item: str) -> str:
     for old, new in MOVED_KEYS.items():
         if key == old or key.startswith(old + "."):
             logger.warning("override %s: %s is now %s", item, old, new)
-            return f"{new}{key[len(old):]}={value}"
+            return f"{new}{key[len(old) :]}={value}"
     return item
 
 
@@ -777,17 +1047,22 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     _check_numbers(recipe)  # first: every range test below is false for NaN
     # Recipes saved before the ninth session wrote fp8_fast_accum as a bool (OmegaConf gives it as a string here):
     # false was torchao's forward-only recipe, true the backward too. They still train again as they did.
-    recipe.model.fp8_fast_accum = {"False": "forward", "True": "all"}.get(recipe.model.fp8_fast_accum,
-                                                                          recipe.model.fp8_fast_accum)
+    recipe.model.fp8_fast_accum = {"False": "forward", "True": "all"}.get(
+        recipe.model.fp8_fast_accum, recipe.model.fp8_fast_accum
+    )
     _check_choices(recipe)
     if recipe.training.get("load_best_model_at_end"):
-        raise RecipeError("training.load_best_model_at_end: final/ is the last step's model (its evaluation, model "
-                          "card and lineage describe that step); metric_for_best_model alone keeps the best "
-                          "checkpoint through rotation: load it from there")
+        raise RecipeError(
+            "training.load_best_model_at_end: final/ is the last step's model (its evaluation, model "
+            "card and lineage describe that step); metric_for_best_model alone keeps the best "
+            "checkpoint through rotation: load it from there"
+        )
     strategy = recipe.training.get("train_sampling_strategy", "random")
     if strategy != "random":  # PretrainTrainer replaces the Trainer's samplers: the setting would do nothing
-        raise RecipeError(f"training.train_sampling_strategy={strategy!r}: the data order is the project's (blocks "
-                          "of one length, shuffled by seed, resumed exactly): leave the key out")
+        raise RecipeError(
+            f"training.train_sampling_strategy={strategy!r}: the data order is the project's (blocks "
+            "of one length, shuffled by seed, resumed exactly): leave the key out"
+        )
     for key in _POSITIVE_TRAINING_KEYS:  # TrainingArguments takes 0 (a traceback, or no saves, much later)
         value = recipe.training.get(key)
         if value is not None and value <= 0:
@@ -799,8 +1074,10 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     if recipe.max_skipped_steps < 0:
         raise RecipeError(f"max_skipped_steps={recipe.max_skipped_steps} must be >= 0")
     if not 0 <= recipe.max_skipped_fraction <= 1:
-        raise RecipeError(f"max_skipped_fraction={recipe.max_skipped_fraction} is outside [0, 1]: the share of the "
-                          "run's optimizer steps nan_policy=skip may skip")
+        raise RecipeError(
+            f"max_skipped_fraction={recipe.max_skipped_fraction} is outside [0, 1]: the share of the "
+            "run's optimizer steps nan_policy=skip may skip"
+        )
     if recipe.loss.z_loss < 0:
         raise RecipeError(f"loss.z_loss={recipe.loss.z_loss} must be >= 0")
     backends = list(recipe.model.sdpa_backends)
@@ -809,8 +1086,9 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     recipe.model.inductor_options = _inductor_settings(recipe.model.inductor_options)
     moe = recipe.moe
     if (moe.aux_loss_coef is not None and moe.aux_loss_coef < 0) or moe.bias_update_rate < 0:
-        raise RecipeError(f"moe.aux_loss_coef={moe.aux_loss_coef} / moe.bias_update_rate={moe.bias_update_rate}: "
-                          "must be >= 0")
+        raise RecipeError(
+            f"moe.aux_loss_coef={moe.aux_loss_coef} / moe.bias_update_rate={moe.bias_update_rate}: must be >= 0"
+        )
     if moe.dead_expert_windows < 1:
         raise RecipeError(f"moe.dead_expert_windows={moe.dead_expert_windows} must be >= 1")
     if recipe.kernels.loss_tile is not None:
@@ -828,8 +1106,10 @@ def load_recipe(path: str | Path | None, overrides: list[str] | None = None) -> 
     if not recipe.data.path and recipe.data.sources:
         recipe.data.path = str(next(iter(recipe.data.sources.values())))  # validation + tokenizer: the first
     if not recipe.data.path:
-        raise RecipeError("data.path is not set: point it at the output folder of scripts/tokenize_pile.py "
-                          "(or name several in data.sources)")
+        raise RecipeError(
+            "data.path is not set: point it at the output folder of scripts/tokenize_pile.py "
+            "(or name several in data.sources)"
+        )
     return recipe
 
 
@@ -869,8 +1149,15 @@ def _check_numbers(value, key: str = "", name: str = "") -> None:
 
 
 # activation_checkpointing_kwargs: transformers' own two, then torch.utils.checkpoint.checkpoint's keywords
-CHECKPOINTING_KEYS = ("every_n_layers", "offload", "use_reentrant", "preserve_rng_state", "determinism_check",
-                      "debug", "early_stop")
+CHECKPOINTING_KEYS = (
+    "every_n_layers",
+    "offload",
+    "use_reentrant",
+    "preserve_rng_state",
+    "determinism_check",
+    "debug",
+    "early_stop",
+)
 
 
 def _check_checkpointing(training: dict) -> None:
@@ -884,12 +1171,16 @@ def _check_checkpointing(training: dict) -> None:
         if not isinstance(kwargs, dict):
             raise RecipeError(f"training.{name}={kwargs!r}: expected a mapping, e.g. {{every_n_layers: 2}}")
         if not on:
-            raise RecipeError(f"training.{name} is set but activation checkpointing is off: set "
-                              "training.activation_checkpointing=true")
+            raise RecipeError(
+                f"training.{name} is set but activation checkpointing is off: set "
+                "training.activation_checkpointing=true"
+            )
         for key, value in kwargs.items():
             if key not in CHECKPOINTING_KEYS:
-                raise RecipeError(f"training.{name}.{key}: not a checkpointing option{_nearest(str(key), CHECKPOINTING_KEYS)}"
-                                  f" ({', '.join(CHECKPOINTING_KEYS)})")
+                raise RecipeError(
+                    f"training.{name}.{key}: not a checkpointing option{_nearest(str(key), CHECKPOINTING_KEYS)}"
+                    f" ({', '.join(CHECKPOINTING_KEYS)})"
+                )
         every = kwargs.get("every_n_layers", 1)
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise RecipeError(f"training.{name}.every_n_layers={every!r}: checkpoint every n-th decoder layer, n >= 1")
@@ -914,22 +1205,29 @@ def check_context_section(recipe: Recipe) -> None:
     """The context section's own keys, without reading the model or the data (those: training/context.py)."""
     ctx = recipe.context
     if ctx.seq_len is None:
-        set_keys = [k for k in ("from_seq_len", "rope_theta", "yarn_factor", "tokens", "gpu")
-                    if getattr(ctx, k) is not None] + (["rope"] if ctx.rope != "keep" else [])
+        set_keys = [
+            k for k in ("from_seq_len", "rope_theta", "yarn_factor", "tokens", "gpu") if getattr(ctx, k) is not None
+        ] + (["rope"] if ctx.rope != "keep" else [])
         if set_keys:
-            raise RecipeError(f"context.{set_keys[0]} is set but context.seq_len is not: a context-extension phase "
-                              "starts with its length")
+            raise RecipeError(
+                f"context.{set_keys[0]} is set but context.seq_len is not: a context-extension phase "
+                "starts with its length"
+            )
         return
     if ctx.seq_len < 2:
         raise RecipeError(f"context.seq_len={ctx.seq_len}: expected a length in tokens (>= 2)")
     if ctx.from_seq_len is not None and ctx.from_seq_len < 2:
         raise RecipeError(f"context.from_seq_len={ctx.from_seq_len}: expected a length in tokens (>= 2)")
     if ctx.from_seq_len is not None and ctx.seq_len < ctx.from_seq_len:
-        raise RecipeError(f"context.seq_len={ctx.seq_len} is below the training length context.from_seq_len="
-                          f"{ctx.from_seq_len}: a context-extension phase trains at a longer length")
+        raise RecipeError(
+            f"context.seq_len={ctx.seq_len} is below the training length context.from_seq_len="
+            f"{ctx.from_seq_len}: a context-extension phase trains at a longer length"
+        )
     if not recipe.model.init_from:
-        raise RecipeError("context.seq_len needs model.init_from: a context-extension phase starts from a trained "
-                          "model (a run's final/ or a checkpoint-N folder)")
+        raise RecipeError(
+            "context.seq_len needs model.init_from: a context-extension phase starts from a trained "
+            "model (a run's final/ or a checkpoint-N folder)"
+        )
     if ctx.rope == "theta" and ctx.rope_theta is None:
         raise RecipeError("context.rope=theta needs context.rope_theta (the new RoPE base frequency)")
     if ctx.rope == "keep" and (ctx.rope_theta is not None or ctx.yarn_factor is not None):
@@ -940,9 +1238,11 @@ def check_context_section(recipe: Recipe) -> None:
     if ctx.rope_theta is not None and not ctx.rope_theta > 0:
         raise RecipeError(f"context.rope_theta={ctx.rope_theta}: a base frequency must be > 0")
     if ctx.yarn_factor is not None and not 1 <= ctx.yarn_factor <= YARN_MAX_FACTOR:
-        raise RecipeError(f"context.yarn_factor={ctx.yarn_factor:g}: YaRN stretches positions by a factor from 1 to "
-                          f"{YARN_MAX_FACTOR} (seq_len / from_seq_len; a larger one sets max_position_embeddings to "
-                          "that many times the trained length)")
+        raise RecipeError(
+            f"context.yarn_factor={ctx.yarn_factor:g}: YaRN stretches positions by a factor from 1 to "
+            f"{YARN_MAX_FACTOR} (seq_len / from_seq_len; a larger one sets max_position_embeddings to "
+            "that many times the trained length)"
+        )
     if ctx.tokens is not None:
         if not ctx.tokens > 0 or ctx.tokens in (float("inf"),):
             raise RecipeError(f"context.tokens={ctx.tokens}: the phase's token budget must be a number > 0")
@@ -993,8 +1293,9 @@ def _check_mixture(where: str, mixture, sources: dict) -> None:
         raise RecipeError(f"{where}: expected a mapping of source name -> weight, got {mixture!r}")
     for name, weight in mixture.items():
         if name not in sources:
-            raise RecipeError(f"{where}: unknown source '{name}'{_nearest(str(name), sources)}: data.sources "
-                              f"names {sorted(sources)}")
+            raise RecipeError(
+                f"{where}: unknown source '{name}'{_nearest(str(name), sources)}: data.sources names {sorted(sources)}"
+            )
         if not _number(weight) or weight != weight:
             raise RecipeError(f"{where}.{name}: weight must be a number, got {weight!r}")
         if weight < 0:
@@ -1015,8 +1316,10 @@ def check_data_section(data: DataSection, training: dict) -> None:
             if not isinstance(path, str) or not path:
                 raise RecipeError(f"data.sources.{name}: expected an output folder of tokenize_pile.py, got {path!r}")
         if data.mixture and phases:
-            raise RecipeError("data.mixture and data.phases are both set: a one-phase run is data.mixture, "
-                              "several phases each have their own mixture")
+            raise RecipeError(
+                "data.mixture and data.phases are both set: a one-phase run is data.mixture, "
+                "several phases each have their own mixture"
+            )
         if not data.mixture and not phases:
             raise RecipeError("data.sources needs data.mixture (name -> weight) or data.phases")
         if data.mixture:
@@ -1027,8 +1330,9 @@ def check_data_section(data: DataSection, training: dict) -> None:
             raise RecipeError(f"{where}: expected a mapping with mixture and share or steps, got {phase!r}")
         for key in phase:
             if key not in PHASE_KEYS:
-                raise RecipeError(f"{where}: unknown key '{key}'{_nearest(str(key), PHASE_KEYS)}: a phase takes "
-                                  f"{list(PHASE_KEYS)}")
+                raise RecipeError(
+                    f"{where}: unknown key '{key}'{_nearest(str(key), PHASE_KEYS)}: a phase takes {list(PHASE_KEYS)}"
+                )
         if "mixture" not in phase:
             raise RecipeError(f"{where}: no mixture (source name -> weight)")
         _check_mixture(f"{where}.mixture", phase["mixture"], sources)
@@ -1044,12 +1348,15 @@ def check_data_section(data: DataSection, training: dict) -> None:
     if data.decay_in_last_phase:
         schedule = training.get("lr_scheduler_type")
         if getattr(schedule, "value", schedule) != "warmup_stable_decay":
-            raise RecipeError(f"data.decay_in_last_phase needs training.lr_scheduler_type=warmup_stable_decay "
-                              f"(got {schedule!r})")
+            raise RecipeError(
+                f"data.decay_in_last_phase needs training.lr_scheduler_type=warmup_stable_decay (got {schedule!r})"
+            )
         for key in ("num_decay_steps", "num_stable_steps"):
             if key in (training.get("lr_scheduler_kwargs") or {}):
-                raise RecipeError(f"training.lr_scheduler_kwargs.{key} is set by data.decay_in_last_phase (the decay "
-                                  "is the last phase's steps, the stable part the rest after warmup): leave it out")
+                raise RecipeError(
+                    f"training.lr_scheduler_kwargs.{key} is set by data.decay_in_last_phase (the decay "
+                    "is the last phase's steps, the stable part the rest after warmup): leave it out"
+                )
         if not sources:
             raise RecipeError("data.decay_in_last_phase needs data.sources and data.phases")
 
@@ -1062,18 +1369,25 @@ def _check_decay_ratio(training: dict, decay_in_last_phase: bool) -> None:
         return
     ratio, schedule = kwargs["decay_ratio"], training.get("lr_scheduler_type")
     if getattr(schedule, "value", schedule) != "warmup_stable_decay":
-        raise RecipeError(f"training.lr_scheduler_kwargs.decay_ratio needs lr_scheduler_type=warmup_stable_decay "
-                          f"(got {schedule!r})")
+        raise RecipeError(
+            f"training.lr_scheduler_kwargs.decay_ratio needs lr_scheduler_type=warmup_stable_decay (got {schedule!r})"
+        )
     if not _number(ratio) or not 0 < ratio < 1:
-        raise RecipeError(f"training.lr_scheduler_kwargs.decay_ratio={ratio!r} is outside (0, 1): the share of "
-                          "training.max_steps spent decaying")
+        raise RecipeError(
+            f"training.lr_scheduler_kwargs.decay_ratio={ratio!r} is outside (0, 1): the share of "
+            "training.max_steps spent decaying"
+        )
     for other in ("num_decay_steps", "num_stable_steps"):
         if other in kwargs:
-            raise RecipeError(f"training.lr_scheduler_kwargs.decay_ratio and {other} both set the schedule's "
-                              "lengths: keep decay_ratio (the stable part is what warmup and decay leave)")
+            raise RecipeError(
+                f"training.lr_scheduler_kwargs.decay_ratio and {other} both set the schedule's "
+                "lengths: keep decay_ratio (the stable part is what warmup and decay leave)"
+            )
     if decay_in_last_phase:
-        raise RecipeError("training.lr_scheduler_kwargs.decay_ratio and data.decay_in_last_phase both set the "
-                          "decay's length: keep one")
+        raise RecipeError(
+            "training.lr_scheduler_kwargs.decay_ratio and data.decay_in_last_phase both set the "
+            "decay's length: keep one"
+        )
 
 
 # lr_scheduler_kwargs the project reads itself (before transformers sees them): name -> the schedules taking it.
@@ -1113,8 +1427,9 @@ def _check_scheduler_kwargs(training: dict) -> None:
         try:
             kwargs = json.loads(kwargs) if kwargs.strip() else {}
         except ValueError:
-            raise RecipeError(f"training.lr_scheduler_kwargs={kwargs!r}: not a mapping (name: value) "
-                              "nor JSON text") from None
+            raise RecipeError(
+                f"training.lr_scheduler_kwargs={kwargs!r}: not a mapping (name: value) nor JSON text"
+            ) from None
     if not kwargs:
         return
     if not isinstance(kwargs, dict):
@@ -1125,18 +1440,21 @@ def _check_scheduler_kwargs(training: dict) -> None:
         taken = scheduler_kwargs_taken(schedule)
     except (ValueError, KeyError):
         names = [s.value for s in SchedulerType]
-        raise RecipeError(f"training.lr_scheduler_type={schedule!r} is not one of {names}"
-                          f"{_nearest(str(schedule), names)}") from None
+        raise RecipeError(
+            f"training.lr_scheduler_type={schedule!r} is not one of {names}{_nearest(str(schedule), names)}"
+        ) from None
     if taken is None:
         return
     unknown = [k for k in kwargs if k not in taken and kwargs[k] is not None]
     if unknown:
         what = ", ".join(f"{k}{_nearest(str(k), taken)}" for k in unknown)
         takes = ", ".join(sorted(taken)) or "none"
-        raise RecipeError(f"training.lr_scheduler_kwargs: lr_scheduler_type={schedule} does not take {what} "
-                          f"(it takes: {takes}): remove {'it' if len(unknown) == 1 else 'them'} "
-                          f"(training.lr_scheduler_kwargs.{unknown[0]}=null), or choose the schedule "
-                          f"{'it belongs' if len(unknown) == 1 else 'they belong'} to")
+        raise RecipeError(
+            f"training.lr_scheduler_kwargs: lr_scheduler_type={schedule} does not take {what} "
+            f"(it takes: {takes}): remove {'it' if len(unknown) == 1 else 'them'} "
+            f"(training.lr_scheduler_kwargs.{unknown[0]}=null), or choose the schedule "
+            f"{'it belongs' if len(unknown) == 1 else 'they belong'} to"
+        )
 
 
 def recipe_to_yaml(recipe: Recipe) -> str:

@@ -59,43 +59,65 @@ def change_rope(config, recipe: Recipe, from_seq_len: int):
     limit = _position_limit(config)
     if not params:
         if ctx.rope != "keep":
-            raise RecipeError(f"context.rope={ctx.rope}: model type {config.model_type} has no rotary position "
-                              f"embedding (it learns absolute positions, up to {limit}): only a RoPE model "
-                              "(Llama, Qwen3) takes a RoPE change")
+            raise RecipeError(
+                f"context.rope={ctx.rope}: model type {config.model_type} has no rotary position "
+                f"embedding (it learns absolute positions, up to {limit}): only a RoPE model "
+                "(Llama, Qwen3) takes a RoPE change"
+            )
         if limit is not None and ctx.seq_len > limit:
-            raise RecipeError(f"context.seq_len={ctx.seq_len}: model type {config.model_type} learns absolute "
-                              f"positions up to {limit}, so it has none for a longer context; extend a RoPE model "
-                              "(Llama, Qwen3) instead")
+            raise RecipeError(
+                f"context.seq_len={ctx.seq_len}: model type {config.model_type} learns absolute "
+                f"positions up to {limit}, so it has none for a longer context; extend a RoPE model "
+                "(Llama, Qwen3) instead"
+            )
         return config
     if "rope_type" not in params:  # per-layer-type parameters (e.g. sliding and full attention layers)
-        raise RecipeError(f"context.rope={ctx.rope}: {config.model_type} has RoPE parameters per layer type "
-                          f"({sorted(params)}), which a context-extension phase does not change")
+        raise RecipeError(
+            f"context.rope={ctx.rope}: {config.model_type} has RoPE parameters per layer type "
+            f"({sorted(params)}), which a context-extension phase does not change"
+        )
     new = dict(params)
     theta = float(params.get("rope_theta") or 0)
     if ctx.rope == "theta":
         if ctx.rope_theta <= theta:
-            raise RecipeError(f"context.rope_theta={ctx.rope_theta:g} is not larger than the model's rope_theta="
-                              f"{theta:g}: a longer context needs lower rotary frequencies, a larger base")
+            raise RecipeError(
+                f"context.rope_theta={ctx.rope_theta:g} is not larger than the model's rope_theta="
+                f"{theta:g}: a longer context needs lower rotary frequencies, a larger base"
+            )
         new["rope_theta"] = float(ctx.rope_theta)
         positions = ctx.seq_len
     elif ctx.rope == "yarn":
         kind = params.get("rope_type", "default")
         if kind not in ("default", "yarn"):
-            raise RecipeError(f"context.rope=yarn: the model's RoPE is already {kind!r}, which YaRN does not extend; "
-                              "use context.rope=theta or keep")
+            raise RecipeError(
+                f"context.rope=yarn: the model's RoPE is already {kind!r}, which YaRN does not extend; "
+                "use context.rope=theta or keep"
+            )
         # a model extended with YaRN before keeps the length its frequencies were learned at: the factor counts
         # from there (a 16k phase's model taken to 32k), not from the phase's starting length
-        original = int(params.get("original_max_position_embeddings") or from_seq_len) if kind == "yarn" \
-            else int(from_seq_len)
+        original = (
+            int(params.get("original_max_position_embeddings") or from_seq_len) if kind == "yarn" else int(from_seq_len)
+        )
         needed = ctx.seq_len / original
         factor = float(ctx.yarn_factor or needed)
         if factor < needed:  # allowed (inference-style YaRN does it), but seldom what a phase means
-            logger.warning("context.yarn_factor=%g stretches %d positions to %d, short of context.seq_len=%d: the "
-                           "phase trains past YaRN's range (a factor of at least %g covers it)", factor, original,
-                           round(original * factor), ctx.seq_len, needed)
+            logger.warning(
+                "context.yarn_factor=%g stretches %d positions to %d, short of context.seq_len=%d: the "
+                "phase trains past YaRN's range (a factor of at least %g covers it)",
+                factor,
+                original,
+                round(original * factor),
+                ctx.seq_len,
+                needed,
+            )
         # the model's other rotary parameters stay (partial_rotary_factor: GLM-4-MoE rotates half of each head)
-        new = {**params, "rope_type": "yarn", "rope_theta": float(ctx.rope_theta or theta), "factor": factor,
-               "original_max_position_embeddings": original}
+        new = {
+            **params,
+            "rope_type": "yarn",
+            "rope_theta": float(ctx.rope_theta or theta),
+            "factor": factor,
+            "original_max_position_embeddings": original,
+        }
         from_seq_len = original
         # transformers reads max_position_embeddings / original as YaRN's implicit factor and warns when the two differ
         positions = max(ctx.seq_len, round(from_seq_len * factor))
@@ -122,9 +144,11 @@ def fit_positions(config, seq_len: int, data_path: str):
         return config
     params = getattr(config, "rope_parameters", None)
     if not params:
-        raise RecipeError(f"data.path={data_path} is packed at seq_len {seq_len}, past the {limit} positions model "
-                          f"type {config.model_type} learns: tokenize with --seq-len {limit} or less, or set "
-                          f"model.overrides.n_positions={seq_len}")
+        raise RecipeError(
+            f"data.path={data_path} is packed at seq_len {seq_len}, past the {limit} positions model "
+            f"type {config.model_type} learns: tokenize with --seq-len {limit} or less, or set "
+            f"model.overrides.n_positions={seq_len}"
+        )
     if params.get("rope_type", "default") == "default":  # YaRN and the others read it: a context phase sets them
         logger.info("max_position_embeddings %d -> %d: the training length of data.path=%s", limit, seq_len, data_path)
         config = copy.deepcopy(config)
@@ -139,26 +163,41 @@ def apply_context(recipe: Recipe, config, data_seq_len: int, data_path: str) -> 
     if ctx.seq_len is None:
         return config, None
     if data_seq_len != ctx.seq_len:
-        raise RecipeError(f"data.path={data_path} is packed at seq_len {data_seq_len}, but context.seq_len="
-                          f"{ctx.seq_len}: tokenize the phase's data with --seq-len {ctx.seq_len} "
-                          "(scripts/tokenize_pile.py)")
+        raise RecipeError(
+            f"data.path={data_path} is packed at seq_len {data_seq_len}, but context.seq_len="
+            f"{ctx.seq_len}: tokenize the phase's data with --seq-len {ctx.seq_len} "
+            "(scripts/tokenize_pile.py)"
+        )
     recorded, where = training_length(recipe.model.init_from)
     from_seq_len = ctx.from_seq_len or recorded
     if from_seq_len is None:
-        raise RecipeError(f"context.from_seq_len is not set and model.init_from={recipe.model.init_from} records no "
-                          "training length (no lineage.json or data.json beside its weights): set it")
+        raise RecipeError(
+            f"context.from_seq_len is not set and model.init_from={recipe.model.init_from} records no "
+            "training length (no lineage.json or data.json beside its weights): set it"
+        )
     if ctx.from_seq_len is not None and recorded is not None and recorded != ctx.from_seq_len:
-        raise RecipeError(f"context.from_seq_len={ctx.from_seq_len}, but {where} says model.init_from was trained at "
-                          f"seq_len {recorded}: correct it (or leave it out)")
+        raise RecipeError(
+            f"context.from_seq_len={ctx.from_seq_len}, but {where} says model.init_from was trained at "
+            f"seq_len {recorded}: correct it (or leave it out)"
+        )
     if ctx.seq_len < from_seq_len:
-        raise RecipeError(f"context.seq_len={ctx.seq_len} is below the training length {from_seq_len}"
-                          f"{f' ({where})' if where and not ctx.from_seq_len else ''}: a context-extension phase "
-                          "trains at a longer length")
+        raise RecipeError(
+            f"context.seq_len={ctx.seq_len} is below the training length {from_seq_len}"
+            f"{f' ({where})' if where and not ctx.from_seq_len else ''}: a context-extension phase "
+            "trains at a longer length"
+        )
     phase = change_rope(config, recipe, from_seq_len)
-    return phase, {"from_seq_len": int(from_seq_len), "from_seq_len_source": where or "context.from_seq_len",
-                   "seq_len": int(ctx.seq_len), "extension": ctx.seq_len / from_seq_len, "rope": ctx.rope,
-                   "rope_before": rope_summary(config), "rope_after": rope_summary(phase),
-                   "max_position_embeddings": _position_limit(phase), "tokens": ctx.tokens}
+    return phase, {
+        "from_seq_len": int(from_seq_len),
+        "from_seq_len_source": where or "context.from_seq_len",
+        "seq_len": int(ctx.seq_len),
+        "extension": ctx.seq_len / from_seq_len,
+        "rope": ctx.rope,
+        "rope_before": rope_summary(config),
+        "rope_after": rope_summary(phase),
+        "max_position_embeddings": _position_limit(phase),
+        "tokens": ctx.tokens,
+    }
 
 
 def check_fits(plan: dict, gpu: str | None, cuda_total_bytes: int | None = None, planning: bool = False) -> dict:
@@ -172,14 +211,24 @@ def check_fits(plan: dict, gpu: str | None, cuda_total_bytes: int | None = None,
         name, capacity = device_name(), cuda_total_bytes / GIB
     else:
         if planning:  # a dry run on a login node: the GPU the run will get is unknown here
-            logger.warning("context.seq_len=%d: the plan needs %.1f GiB per GPU, not checked against a GPU (none in "
-                           "this process): set context.gpu (e.g. H100, H200) to check it", plan["seq_len"], need)
+            logger.warning(
+                "context.seq_len=%d: the plan needs %.1f GiB per GPU, not checked against a GPU (none in "
+                "this process): set context.gpu (e.g. H100, H200) to check it",
+                plan["seq_len"],
+                need,
+            )
         return {"checked": False, "why": "no GPU in this process and context.gpu is not set"}
     if need > FIT_SHARE * capacity:
         raise RecipeError(
             f"context.seq_len={plan['seq_len']}: the plan needs {need:.1f} GiB per GPU (micro-batch "
             f"{plan['micro_batch']} x {plan['seq_len']} tokens), more than {FIT_SHARE:.0%} of the {name}'s "
             f"{capacity:.0f} GiB: set training.activation_checkpointing=true, a smaller "
-            "training.per_device_train_batch_size (more accumulation), or shard over more GPUs")
-    return {"checked": True, "gpu": name, "capacity_gib": round(capacity, 1), "need_gib": round(need, 2),
-            "share": round(need / capacity, 3)}
+            "training.per_device_train_batch_size (more accumulation), or shard over more GPUs"
+        )
+    return {
+        "checked": True,
+        "gpu": name,
+        "capacity_gib": round(capacity, 1),
+        "need_gib": round(need, 2),
+        "share": round(need / capacity, 3),
+    }

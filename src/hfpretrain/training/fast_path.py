@@ -80,8 +80,17 @@ class MicroBatchChoice:
     loss_reason: str | None = None  # set where auto's loss reason changed with the micro-batch
 
 
-def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, cuda: bool, gpu_memory: int | None,
-                     planning: bool = False, bf16: bool = True, loss_section=None) -> FastPath:
+def choose_fast_path(
+    model_section,
+    config,
+    micro_batch: int,
+    seq_len: int,
+    cuda: bool,
+    gpu_memory: int | None,
+    planning: bool = False,
+    bf16: bool = True,
+    loss_section=None,
+) -> FastPath:
     """Resolve ``model.attn_implementation``, ``model.compile``, ``loss.implementation`` (``loss_section``: the
     recipe's ``loss:``, default its defaults) and the other ``auto`` choices for this run (``cuda``: it trains on a
     CUDA GPU of ``gpu_memory`` bytes; ``planning``: a dry run, which may be on a CPU login node planning a GPU run;
@@ -95,52 +104,71 @@ def choose_fast_path(model_section, config, micro_batch: int, seq_len: int, cuda
             raise
         attn, reasons["attn_implementation"] = model_section.attn_implementation, "set in the recipe"
     if attn == "flex_attention" and not cuda and not planning:  # else a NotImplementedError at the first backward
-        raise RecipeError("model.attn_implementation=flex_attention needs a CUDA GPU: flex attention has no backward "
-                          "on a CPU; use sdpa, eager or auto")
+        raise RecipeError(
+            "model.attn_implementation=flex_attention needs a CUDA GPU: flex attention has no backward "
+            "on a CPU; use sdpa, eager or auto"
+        )
     if model_section.document_mask and attn == PACKED_SDPA:
         if model_section.attn_implementation != "auto":
-            raise RecipeError("model.document_mask=true needs a mask, which model.attn_implementation=sdpa_packed does "
-                             "not take: use sdpa, flash_attention_2 or auto")
+            raise RecipeError(
+                "model.document_mask=true needs a mask, which model.attn_implementation=sdpa_packed does "
+                "not take: use sdpa, flash_attention_2 or auto"
+            )
         flex = supports_flex_attention(config)
         if (cuda or planning) and flex:
-            attn, reasons["attn_implementation"] = "flex_attention", (
-                "document_mask: flex attention with a block mask, which skips the blocks across documents "
-                f"({FLEX_SPEEDUP}: docs/benchmarks.md)")
+            attn, reasons["attn_implementation"] = (
+                "flex_attention",
+                (
+                    "document_mask: flex attention with a block mask, which skips the blocks across documents "
+                    f"({FLEX_SPEEDUP}: docs/benchmarks.md)"
+                ),
+            )
         else:  # flex attention has no backward on a CPU
             why = "no GPU" if flex else f"transformers' {config.model_type} has no flex attention"
-            attn, reasons["attn_implementation"] = "sdpa", ("document_mask: SDPA with the block-causal mask "
-                                                            f"transformers builds from the position ids ({why})")
+            attn, reasons["attn_implementation"] = (
+                "sdpa",
+                (f"document_mask: SDPA with the block-causal mask transformers builds from the position ids ({why})"),
+            )
 
     compile_scope = model_section.compile
     if compile_scope == "auto":
         compile_scope = "decoder" if cuda or planning else "none"
-        reasons["compile"] = ("auto: the base model as one graph (LM head and loss outside)" if compile_scope != "none"
-                              else "auto: no CUDA GPU (compiling on a CPU costs more than it saves)")
+        reasons["compile"] = (
+            "auto: the base model as one graph (LM head and loss outside)"
+            if compile_scope != "none"
+            else "auto: no CUDA GPU (compiling on a CPU costs more than it saves)"
+        )
     else:
         reasons["compile"] = "set in the recipe"
         if compile_scope == "layers" and is_moe(config):
-            reasons["compile"] += (": compiled per layer, an MoE shape trained at 64% of the tokens/s it reached "
-                                   "compiled whole (auto's decoder; one H200) and kept 18% more memory "
-                                   "(docs/benchmarks.md § Mixture-of-Experts)")
+            reasons["compile"] += (
+                ": compiled per layer, an MoE shape trained at 64% of the tokens/s it reached "
+                "compiled whole (auto's decoder; one H200) and kept 18% more memory "
+                "(docs/benchmarks.md § Mixture-of-Experts)"
+            )
             logger.warning("model.compile=layers on an MoE model: %s", reasons["compile"])
 
     gpu_memory = planned_gpu_memory(gpu_memory, planning)  # None: no GPU, so no compiled or liger loss for auto
     try:
-        loss, reasons["fused_loss"] = choose_fused_loss(loss_section.implementation,
-                                                        logits_bytes(micro_batch, seq_len, config), gpu_memory)
+        loss, reasons["fused_loss"] = choose_fused_loss(
+            loss_section.implementation, logits_bytes(micro_batch, seq_len, config), gpu_memory
+        )
     except RuntimeError:
         if not planning:
             raise
         loss, reasons["fused_loss"] = loss_section.implementation, "set in the recipe (not available on this machine)"
     if loss_section.z_loss and loss == "none":
-        raise RecipeError("loss.z_loss needs the project's loss (loss.implementation compiled, liger, chunked or "
-                          "auto): HF's own loss (none) has no z-loss term")
+        raise RecipeError(
+            "loss.z_loss needs the project's loss (loss.implementation compiled, liger, chunked or "
+            "auto): HF's own loss (none) has no z-loss term"
+        )
     if planning and not cuda and loss_section.implementation == "auto":
         reasons["fused_loss"] += f" (planned for a GPU of {ASSUMED_GPU_MEMORY / 1e9:.0f} GB)"
     precision, reasons["precision"] = choose_precision(model_section, config, planning)
     residual, reasons["residual_dtype"] = choose_residual_dtype(model_section.residual_dtype, cuda or planning, bf16)
-    experts, reasons["experts_implementation"] = choose_experts(model_section.experts_implementation, config,
-                                                                cuda or planning, load=not planning)
+    experts, reasons["experts_implementation"] = choose_experts(
+        model_section.experts_implementation, config, cuda or planning, load=not planning
+    )
     return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision, residual, experts)
 
 
@@ -153,8 +181,10 @@ def choose_experts(requested: str, config, gpu: bool, load: bool = True) -> tupl
     error before anything is written."""
     if not is_moe(config):
         if requested != "auto":
-            raise RecipeError(f"model.experts_implementation={requested}: {config.model_type} is a dense model (no "
-                              "routed experts); leave it at auto")
+            raise RecipeError(
+                f"model.experts_implementation={requested}: {config.model_type} is a dense model (no "
+                "routed experts); leave it at auto"
+            )
         return None, "dense model: no experts"
     if requested == "sonicmoe" and load:
         if missing := sonicmoe_missing():
@@ -187,11 +217,21 @@ def sonicmoe_missing() -> str | None:
 def speedups_of(fast: FastPath, recipe) -> Speedups:
     """What models/speedups.py does to this run's model: the fast path's choices and the recipe's ``kernels:``."""
     m, k = recipe.model, recipe.kernels
-    return Speedups(precision=fast.precision, fp8_emulate=m.fp8_emulate, fp8_fast_accum=m.fp8_fast_accum,
-                    residual_dtype=fast.residual_dtype, compile=fast.compile, compile_backend=m.compile_backend,
-                    compile_mode=fast.compile_mode, rope_table=k.rope_table, bias_gelu=k.bias_gelu,
-                    gelu_sigmoid=k.gelu_sigmoid, experts_implementation=fast.experts_implementation,
-                    experts_autocast=k.experts_autocast, experts_gather=k.experts_gather)
+    return Speedups(
+        precision=fast.precision,
+        fp8_emulate=m.fp8_emulate,
+        fp8_fast_accum=m.fp8_fast_accum,
+        residual_dtype=fast.residual_dtype,
+        compile=fast.compile,
+        compile_backend=m.compile_backend,
+        compile_mode=fast.compile_mode,
+        rope_table=k.rope_table,
+        bias_gelu=k.bias_gelu,
+        gelu_sigmoid=k.gelu_sigmoid,
+        experts_implementation=fast.experts_implementation,
+        experts_autocast=k.experts_autocast,
+        experts_gather=k.experts_gather,
+    )
 
 
 def choose_residual_dtype(requested: str, gpu: bool, bf16: bool = True) -> tuple[str, str]:
@@ -199,8 +239,11 @@ def choose_residual_dtype(requested: str, gpu: bool, bf16: bool = True) -> tuple
     stream's bytes are a quarter of a small model's step; float32 on a CPU (the reference numerics the
     golden-loss test pins) and without bf16 (fp16 or fp32 training: no bf16 autocast for the hook to act in)."""
     if not bf16:
-        why = "the stream keeps its dtype" if requested == "auto" else \
-            f"model.residual_dtype={requested} has no bf16 autocast to act in"
+        why = (
+            "the stream keeps its dtype"
+            if requested == "auto"
+            else f"model.residual_dtype={requested} has no bf16 autocast to act in"
+        )
         return "float32", f"training.bf16 is off: {why}"
     if requested != "auto":
         return requested, "set in the recipe"
@@ -213,8 +256,9 @@ def choose_precision(model_section, config, planning: bool = False) -> tuple[str
     unsupported = fp8_unsupported(config)
     if model_section.precision != "auto":
         if unsupported and model_section.precision != "bf16":  # refused in the plan too, not only at conversion
-            raise RecipeError(f"model.precision={model_section.precision}: {unsupported}: use a Qwen3/Llama config "
-                              "or bf16")
+            raise RecipeError(
+                f"model.precision={model_section.precision}: {unsupported}: use a Qwen3/Llama config or bf16"
+            )
         return model_section.precision, "set in the recipe"
     if unsupported:
         return "bf16", f"auto: {unsupported}"
@@ -242,9 +286,19 @@ def logits_bytes(micro_batch: int, seq_len: int, config) -> int:
     return micro_batch * seq_len * config.vocab_size * 2  # one micro-batch's bf16 logits
 
 
-def choose_micro_batch(requested: str, requested_loss: str, fast: FastPath, config, micro_batch: int,
-                       accumulation: int, seq_len: int, memory_bytes, gpu_memory: int | None, planning: bool = False,
-                       target_gpu: str | None = None) -> MicroBatchChoice:
+def choose_micro_batch(
+    requested: str,
+    requested_loss: str,
+    fast: FastPath,
+    config,
+    micro_batch: int,
+    accumulation: int,
+    seq_len: int,
+    memory_bytes,
+    gpu_memory: int | None,
+    planning: bool = False,
+    target_gpu: str | None = None,
+) -> MicroBatchChoice:
     """``batch.micro_batch``'s split (``requested``; ``requested_loss``: ``loss.implementation``): with ``auto`` on
     a GPU (of ``gpu_memory`` bytes; None: none), the largest micro-batch that divides the step's ``micro_batch *
     accumulation`` samples (20 x 12 can become 24 x 10), no smaller than the recipe's, whose estimate
@@ -270,8 +324,18 @@ def choose_micro_batch(requested: str, requested_loss: str, fast: FastPath, conf
     planned = f"; planned for a GPU of {planned_for}" if without_gpu else ""
     recipe_need = memory_bytes(micro_batch, accumulation, fast.fused_loss)
     if recipe_need > MICRO_BATCH_MEMORY_SHARE * gpu_memory:
-        choice = _smaller_micro_batch(requested_loss, fast, config, micro_batch, accumulation, seq_len, memory_bytes,
-                                      gpu_memory, recipe_need, on_this_gpu=not without_gpu)
+        choice = _smaller_micro_batch(
+            requested_loss,
+            fast,
+            config,
+            micro_batch,
+            accumulation,
+            seq_len,
+            memory_bytes,
+            gpu_memory,
+            recipe_need,
+            on_this_gpu=not without_gpu,
+        )
         return dataclasses.replace(choice, reason=choice.reason + planned)
     chosen, why_not = (micro_batch, accumulation), "no accumulation to fold"
     loss_reason = None  # auto's reason at the chosen micro-batch
@@ -291,20 +355,37 @@ def choose_micro_batch(requested: str, requested_loss: str, fast: FastPath, conf
     why_not += planned
     if chosen == (micro_batch, accumulation):
         return keep(f"auto: the recipe's {recipe_split} ({why_not})")
-    return MicroBatchChoice(*chosen, (f"auto: {chosen[0]} x {chosen[1]} for the recipe's {recipe_split}, the same "
-                                      f"{micro_batch * accumulation} samples per step in fewer, larger micro-batches "
-                                      f"(larger: {why_not}; batch.micro_batch=recipe keeps the recipe's)"),
-                            fast.fused_loss, loss_reason)
+    return MicroBatchChoice(
+        *chosen,
+        (
+            f"auto: {chosen[0]} x {chosen[1]} for the recipe's {recipe_split}, the same "
+            f"{micro_batch * accumulation} samples per step in fewer, larger micro-batches "
+            f"(larger: {why_not}; batch.micro_batch=recipe keeps the recipe's)"
+        ),
+        fast.fused_loss,
+        loss_reason,
+    )
 
 
 def _over_budget(split: str, need: int, gpu_memory: int) -> str:
-    return (f"{split} would take ~{need / 2**30:.1f} GiB, over {MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU's "
-            f"{gpu_memory / 2**30:.0f} GiB")
+    return (
+        f"{split} would take ~{need / 2**30:.1f} GiB, over {MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU's "
+        f"{gpu_memory / 2**30:.0f} GiB"
+    )
 
 
-def _smaller_micro_batch(requested_loss: str, fast: FastPath, config, micro_batch: int, accumulation: int,
-                         seq_len: int, memory_bytes, gpu_memory: int, recipe_need: int,
-                         on_this_gpu: bool = False) -> MicroBatchChoice:
+def _smaller_micro_batch(
+    requested_loss: str,
+    fast: FastPath,
+    config,
+    micro_batch: int,
+    accumulation: int,
+    seq_len: int,
+    memory_bytes,
+    gpu_memory: int,
+    recipe_need: int,
+    on_this_gpu: bool = False,
+) -> MicroBatchChoice:
     """The recipe's micro-batch would not fit this GPU (a recipe written for a 141 GB H200 on an 80 GB H100):
     the largest smaller split of the step's samples whose estimate fits, the loss re-chosen by ``auto`` at its size
     (so a size that would fit only with another loss than auto's is passed over). None fits: the recipe's, and the
@@ -320,15 +401,24 @@ def _smaller_micro_batch(requested_loss: str, fast: FastPath, config, micro_batc
         if requested_loss == "auto":
             loss, loss_reason = choose_fused_loss("auto", logits_bytes(micro, seq_len, config), gpu_memory)
         if memory_bytes(micro, samples // micro, loss) <= MICRO_BATCH_MEMORY_SHARE * gpu_memory:
-            return MicroBatchChoice(micro, samples // micro,
-                                    f"auto: {micro} x {samples // micro}, the same {samples} samples per step in "
-                                    f"smaller micro-batches ({over}; batch.micro_batch=recipe keeps it)",
-                                    loss, loss_reason)
+            return MicroBatchChoice(
+                micro,
+                samples // micro,
+                f"auto: {micro} x {samples // micro}, the same {samples} samples per step in "
+                f"smaller micro-batches ({over}; batch.micro_batch=recipe keeps it)",
+                loss,
+                loss_reason,
+            )
     smallest = memory_bytes(1, samples, fast.fused_loss)
     if on_this_gpu and smallest > gpu_memory:
-        raise RecipeError(f"this model does not fit the GPU: even micro-batch 1 x {seq_len} tokens would take "
-                          f"~{smallest / 2**30:.1f} GiB per GPU, over its {gpu_memory / 2**30:.0f} GiB: shard it over "
-                          "more GPUs (accelerate_configs/ fsdp2 or zero1), or a smaller model.config or seq_len")
-    return MicroBatchChoice(micro_batch, accumulation,
-                            f"auto: the recipe's {micro_batch} x {accumulation} ({over}, and no smaller split fits)",
-                            fast.fused_loss)
+        raise RecipeError(
+            f"this model does not fit the GPU: even micro-batch 1 x {seq_len} tokens would take "
+            f"~{smallest / 2**30:.1f} GiB per GPU, over its {gpu_memory / 2**30:.0f} GiB: shard it over "
+            "more GPUs (accelerate_configs/ fsdp2 or zero1), or a smaller model.config or seq_len"
+        )
+    return MicroBatchChoice(
+        micro_batch,
+        accumulation,
+        f"auto: the recipe's {micro_batch} x {accumulation} ({over}, and no smaller split fits)",
+        fast.fused_loss,
+    )

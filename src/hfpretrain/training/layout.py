@@ -37,14 +37,23 @@ logger = logging.getLogger("hfpretrain")
 ENGINE_NAMES = {0: "ddp", 1: "zero1", 3: "fsdp2"}
 GPUS_PER_NODE = 8  # tensor and context parallel groups stay within a node (NVLink): auto picks at most this
 # what a DDP launch gets when auto shards the model: accelerate_configs/2gpu_fsdp2.yaml's settings
-AUTO_FSDP = {"fsdp": "full_shard auto_wrap",
-             "fsdp_config": {"version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "reshard_after_forward": True,
-                             "state_dict_type": "SHARDED_STATE_DICT", "cpu_ram_efficient_loading": False}}
+AUTO_FSDP = {
+    "fsdp": "full_shard auto_wrap",
+    "fsdp_config": {
+        "version": 2,
+        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "reshard_after_forward": True,
+        "state_dict_type": "SHARDED_STATE_DICT",
+        "cpu_ram_efficient_loading": False,
+    },
+}
 # accelerate refuses a ParallelismConfig on a CPU launch (accelerate/parallelism_config.py, _validate_accelerator:
 # "ParallelismConfig is only compatible DistributedType.FSDP (version 2) or DistributedType.Multi{Device} or
 # DistributedType.DEEPSPEED, but got MULTI_CPU"; MULTI_CPU is not among Accelerator.multi_device's types)
-CPU_REFUSAL = ("accelerate takes a ParallelismConfig (tp_size, cp_size) only on GPU launches (MULTI_GPU, FSDP2, "
-               "DeepSpeed), not on a CPU launch (MULTI_CPU): run it on GPUs")
+CPU_REFUSAL = (
+    "accelerate takes a ParallelismConfig (tp_size, cp_size) only on GPU launches (MULTI_GPU, FSDP2, "
+    "DeepSpeed), not on a CPU launch (MULTI_CPU): run it on GPUs"
+)
 
 
 @dataclass(frozen=True)
@@ -73,9 +82,16 @@ class Layout:
         return name + (f"+tp{self.tp}" if self.tp > 1 else "") + (f"+cp{self.cp}" if self.cp > 1 else "")
 
     def as_dict(self) -> dict:
-        return {"world_size": self.world_size, "zero_stage": self.zero_stage, "engine": self.engine,
-                "dp_replicate": self.dp_replicate, "dp_shard": self.dp_shard, "tp": self.tp, "cp": self.cp,
-                "reason": self.reason}
+        return {
+            "world_size": self.world_size,
+            "zero_stage": self.zero_stage,
+            "engine": self.engine,
+            "dp_replicate": self.dp_replicate,
+            "dp_shard": self.dp_shard,
+            "tp": self.tp,
+            "cp": self.cp,
+            "reason": self.reason,
+        }
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -87,21 +103,36 @@ def check_cp(cp: int, seq_len: int, attn_implementation: str, document_mask: boo
     if cp == 1:
         return
     if document_mask:
-        raise RecipeError(f"{key}={cp} with model.document_mask=true: accelerate's context parallelism (torch's ring "
-                          "attention) takes causal SDPA without a mask only, and the document mask is a mask: "
-                          "train the long-context phase without the document mask under cp, or with cp 1 "
-                          "(docs/training.md § Parallel layout says what masked CP would take)")
+        raise RecipeError(
+            f"{key}={cp} with model.document_mask=true: accelerate's context parallelism (torch's ring "
+            "attention) takes causal SDPA without a mask only, and the document mask is a mask: "
+            "train the long-context phase without the document mask under cp, or with cp 1 "
+            "(docs/training.md § Parallel layout says what masked CP would take)"
+        )
     if attn_implementation != "sdpa":
-        raise RecipeError(f"{key}={cp} with model.attn_implementation={attn_implementation}: accelerate's context "
-                          "parallelism runs transformers' own SDPA only (the Trainer refuses any other "
-                          "_attn_implementation): set model.attn_implementation=sdpa")
+        raise RecipeError(
+            f"{key}={cp} with model.attn_implementation={attn_implementation}: accelerate's context "
+            "parallelism runs transformers' own SDPA only (the Trainer refuses any other "
+            "_attn_implementation): set model.attn_implementation=sdpa"
+        )
     if seq_len % (2 * cp):
-        raise RecipeError(f"{key}={cp}: the sequence ({seq_len} tokens) must split into 2 x cp equal chunks (torch's "
-                          "ring attention balances the causal work that way)")
+        raise RecipeError(
+            f"{key}={cp}: the sequence ({seq_len} tokens) must split into 2 x cp equal chunks (torch's "
+            "ring attention balances the causal work that way)"
+        )
 
 
-def choose_layout(parallel: ParallelSection, config, seq_len: int, machine: Machine, fields: dict, fast,
-                  memory, document_mask: bool = False, target_gpu_memory: int | None = None) -> tuple[Layout, dict]:
+def choose_layout(
+    parallel: ParallelSection,
+    config,
+    seq_len: int,
+    machine: Machine,
+    fields: dict,
+    fast,
+    memory,
+    document_mask: bool = False,
+    target_gpu_memory: int | None = None,
+) -> tuple[Layout, dict]:
     """``(layout, the TrainingArguments fields it sets)`` for ``machine``'s launch; ``memory(zero, tp, cp)``: the
     modelled peak bytes per GPU at micro-batch 1 (training/plan.py run_memory)."""
     world = machine.world_size
@@ -110,32 +141,42 @@ def choose_layout(parallel: ParallelSection, config, seq_len: int, machine: Mach
     if world == 1:
         for key, value in written.items():
             if value is not None and value > 1:
-                raise RecipeError(f"parallel.{key}={value} needs several processes: this launch has 1 (launch with "
-                                  "accelerate, or set it to auto)")
+                raise RecipeError(
+                    f"parallel.{key}={value} needs several processes: this launch has 1 (launch with "
+                    "accelerate, or set it to auto)"
+                )
         return Layout(1, zero), {}
     for key, value in written.items():
         if value is not None and world % value:
             raise RecipeError(f"parallel.{key}={value} does not divide the world size {world}")
     fixed = [written[k] or 1 for k in written]
     if fixed[0] * fixed[1] * fixed[2] > world or world % (fixed[0] * fixed[1] * fixed[2]):
-        raise RecipeError(f"parallel: tp x cp x dp_shard = {fixed[1]} x {fixed[2]} x {fixed[0]} = "
-                          f"{fixed[0] * fixed[1] * fixed[2]} does not divide the world size {world}")
+        raise RecipeError(
+            f"parallel: tp x cp x dp_shard = {fixed[1]} x {fixed[2]} x {fixed[0]} = "
+            f"{fixed[0] * fixed[1] * fixed[2]} does not divide the world size {world}"
+        )
     if written["tp"] and written["tp"] > 1:
         try:
             check_tp(config, written["tp"])
         except ValueError as err:
             raise RecipeError(str(err)) from None
         if zero == 1:
-            raise RecipeError(f"parallel.tp={written['tp']} with ZeRO-1 (DeepSpeed): DeepSpeed's engine takes no "
-                              "tensor-parallel model here; use FSDP2 (accelerate_configs/*fsdp2.yaml) or DDP")
+            raise RecipeError(
+                f"parallel.tp={written['tp']} with ZeRO-1 (DeepSpeed): DeepSpeed's engine takes no "
+                "tensor-parallel model here; use FSDP2 (accelerate_configs/*fsdp2.yaml) or DDP"
+            )
     if written["cp"] and written["cp"] > 1:
         check_cp(written["cp"], seq_len, fast.attn_implementation, document_mask)
         if zero == 1:
-            raise RecipeError(f"parallel.cp={written['cp']} with ZeRO-1 (DeepSpeed): accelerate's context parallelism "
-                              "needs its FSDP2 plugin (accelerate/state.py); launch with an FSDP2 config or DDP")
+            raise RecipeError(
+                f"parallel.cp={written['cp']} with ZeRO-1 (DeepSpeed): accelerate's context parallelism "
+                "needs its FSDP2 plugin (accelerate/state.py); launch with an FSDP2 config or DDP"
+            )
     if written["dp_shard"] and written["dp_shard"] > 1 and zero == 1:
-        raise RecipeError(f"parallel.dp_shard={written['dp_shard']} shards with FSDP2, but this launch runs DeepSpeed "
-                          "ZeRO-1: launch with an FSDP2 config, or leave parallel.dp_shard=auto")
+        raise RecipeError(
+            f"parallel.dp_shard={written['dp_shard']} shards with FSDP2, but this launch runs DeepSpeed "
+            "ZeRO-1: launch with an FSDP2 config, or leave parallel.dp_shard=auto"
+        )
 
     gpu = target_gpu_memory or planned_gpu_memory(machine.gpu_memory, machine.planning)
     budget = MICRO_BATCH_MEMORY_SHARE * gpu if gpu else None
@@ -151,21 +192,32 @@ def choose_layout(parallel: ParallelSection, config, seq_len: int, machine: Mach
         reasons.append(f"FSDP2 over {written['dp_shard']} ranks (parallel.dp_shard)")
     elif zero == 0 and written["dp_shard"] is None and not fits(0, tp, cp):
         zero, extra = 3, dict(AUTO_FSDP)
-        reasons.append(f"FSDP2: under DDP one GPU would need {memory(0, tp, cp) / 2**30:.1f} GiB at micro-batch 1, "
-                       f"more than {budget / 2**30:.1f} GiB ({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU)")
+        reasons.append(
+            f"FSDP2: under DDP one GPU would need {memory(0, tp, cp) / 2**30:.1f} GiB at micro-batch 1, "
+            f"more than {budget / 2**30:.1f} GiB ({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU)"
+        )
     else:
         extra = {}
-        reasons.append({0: "data parallel: the model trains whole on each GPU",
-                        1: "ZeRO-1 (the launch's DeepSpeed): the model fits, its optimizer states sharded",
-                        3: "FSDP2 (the launch's or training.fsdp)"}.get(zero, f"ZeRO stage {zero}"))
+        reasons.append(
+            {
+                0: "data parallel: the model trains whole on each GPU",
+                1: "ZeRO-1 (the launch's DeepSpeed): the model fits, its optimizer states sharded",
+                3: "FSDP2 (the launch's or training.fsdp)",
+            }.get(zero, f"ZeRO stage {zero}")
+        )
     per_node = min(world, machine.gpu_count or GPUS_PER_NODE, GPUS_PER_NODE)
     if not fits(zero, tp, cp) and (written["tp"] is None or written["cp"] is None):
         # the fewest GPUs per group that make micro-batch 1 fit: tensor parallelism first (a layer's weights and
         # activations), then context parallelism (a sequence's activations), then both; within one node
         tps = [tp] if written["tp"] is not None or zero == 1 or is_moe(config) else [1, *_divisors(per_node, per_node)]
-        cps = [cp] if written["cp"] is not None or document_mask or fast.attn_implementation != "sdpa" else \
-            [1, *_divisors(per_node, per_node)]
-        for t, c in sorted(((t, c) for t in tps for c in cps if t * c <= per_node), key=lambda tc: (tc[0] * tc[1], tc[1])):
+        cps = (
+            [cp]
+            if written["cp"] is not None or document_mask or fast.attn_implementation != "sdpa"
+            else [1, *_divisors(per_node, per_node)]
+        )
+        for t, c in sorted(
+            ((t, c) for t in tps for c in cps if t * c <= per_node), key=lambda tc: (tc[0] * tc[1], tc[1])
+        ):
             if world % (t * c) or seq_len % (2 * c if c > 1 else 1):
                 continue
             try:
@@ -183,8 +235,10 @@ def choose_layout(parallel: ParallelSection, config, seq_len: int, machine: Mach
         reasons.append("no GPU memory to plan against")
     else:
         need = memory(zero, tp, cp)
-        reasons.append(f"{need / 2**30:.1f} GiB per GPU at micro-batch 1 of {budget / 2**30:.1f} GiB "
-                       f"({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU){'' if need <= budget else ': DOES NOT FIT'}")
+        reasons.append(
+            f"{need / 2**30:.1f} GiB per GPU at micro-batch 1 of {budget / 2**30:.1f} GiB "
+            f"({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU){'' if need <= budget else ': DOES NOT FIT'}"
+        )
     if (tp > 1 or cp > 1) and not machine.planning and not machine.cuda:
         raise RecipeError(f"parallel.{'tp' if tp > 1 else 'cp'}={tp if tp > 1 else cp}: {CPU_REFUSAL}")
     dp = world // (tp * cp)
@@ -199,13 +253,24 @@ def choose_layout(parallel: ParallelSection, config, seq_len: int, machine: Mach
             zero, extra = 0, {}
             reasons.append(f"no FSDP2: tp {tp} takes all {world} ranks")
         else:
-            raise RecipeError(f"parallel.tp={tp} takes all {world} ranks, leaving none for the launch's FSDP2 to shard "
-                              "across: launch without the FSDP config, or lower parallel.tp")
+            raise RecipeError(
+                f"parallel.tp={tp} takes all {world} ranks, leaving none for the launch's FSDP2 to shard "
+                "across: launch without the FSDP config, or lower parallel.tp"
+            )
     dp_shard = written["dp_shard"] or (dp if zero == 3 else 1)
     if zero == 3 and dp % dp_shard:
-        raise RecipeError(f"parallel.dp_shard={dp_shard} does not divide the {dp} data-parallel ranks "
-                          f"(world {world} / tp {tp} / cp {cp})")
+        raise RecipeError(
+            f"parallel.dp_shard={dp_shard} does not divide the {dp} data-parallel ranks "
+            f"(world {world} / tp {tp} / cp {cp})"
+        )
     layout = Layout(world, zero, tp, cp, dp_shard, "; ".join(reasons))
-    logger.info("parallel layout: %s (dp_replicate %d x dp_shard %d x tp %d x cp %d): %s", layout.engine,
-                layout.dp_replicate, layout.dp_shard, tp, cp, layout.reason)
+    logger.info(
+        "parallel layout: %s (dp_replicate %d x dp_shard %d x tp %d x cp %d): %s",
+        layout.engine,
+        layout.dp_replicate,
+        layout.dp_shard,
+        tp,
+        cp,
+        layout.reason,
+    )
     return layout, extra

@@ -33,26 +33,60 @@ FORMAT = "hfpretrain.lineage/1"
 LINEAGE_FILE = "lineage.json"
 
 
-def lineage(data_path: str, manifest: dict, tokenizer: str, tokenizer_sha256: str | None, seq_len: int,
-            samples_per_step: int, max_steps: int, seed: int, schedule: MixtureSchedule | None = None) -> dict:
+def lineage(
+    data_path: str,
+    manifest: dict,
+    tokenizer: str,
+    tokenizer_sha256: str | None,
+    seq_len: int,
+    samples_per_step: int,
+    max_steps: int,
+    seed: int,
+    schedule: MixtureSchedule | None = None,
+) -> dict:
     """The run's data: sources and phases (one source and one phase for a plain ``data.path`` run)."""
     if schedule is None:
         name = "data"
         sources = {name: source_record(name, data_path, manifest)}
         samples = max_steps * samples_per_step
-        phases = [{"index": 1, "name": "phase1", "start_step": 0, "end_step": max_steps, "mixture": {name: 1.0},
-                   "samples": {name: samples}, "tokens": {name: samples * seq_len}}]
+        phases = [
+            {
+                "index": 1,
+                "name": "phase1",
+                "start_step": 0,
+                "end_step": max_steps,
+                "mixture": {name: 1.0},
+                "samples": {name: samples},
+                "tokens": {name: samples * seq_len},
+            }
+        ]
     else:
         sources = {n: source_record(n, s.path, s.manifest) for n, s in schedule.sources.items()}
         phases = []
         for k, p in enumerate(schedule.phases):
             samples = schedule.phase_samples(k)
-            phases.append({"index": p.index, "name": p.name, "start_step": p.start_step, "end_step": p.end_step,
-                           "mixture": {n: float(w) for n, w in p.weights.items()}, "samples": samples,
-                           "tokens": {n: c * seq_len for n, c in samples.items()}})
-    return {"format": FORMAT, "seq_len": seq_len, "tokenizer": {"path": tokenizer, "sha256": tokenizer_sha256},
-            "samples_per_step": samples_per_step, "max_steps": max_steps, "data_seed": seed,
-            "validation": source_record("validation", data_path, manifest), "sources": sources, "phases": phases}
+            phases.append(
+                {
+                    "index": p.index,
+                    "name": p.name,
+                    "start_step": p.start_step,
+                    "end_step": p.end_step,
+                    "mixture": {n: float(w) for n, w in p.weights.items()},
+                    "samples": samples,
+                    "tokens": {n: c * seq_len for n, c in samples.items()},
+                }
+            )
+    return {
+        "format": FORMAT,
+        "seq_len": seq_len,
+        "tokenizer": {"path": tokenizer, "sha256": tokenizer_sha256},
+        "samples_per_step": samples_per_step,
+        "max_steps": max_steps,
+        "data_seed": seed,
+        "validation": source_record("validation", data_path, manifest),
+        "sources": sources,
+        "phases": phases,
+    }
 
 
 def write_lineage(folder: str | Path, record: dict) -> Path:
@@ -93,9 +127,12 @@ class WandbLineageCallback(TrainerCallback):
             records.setdefault(src["path"], (name, src))
         for name, src in records.values():
             folder = Path(src["path"])
-            art = wandb.Artifact(_artifact_name(f"data-{folder.name}"), type="dataset",
-                                 description=f"tokenized output {folder} (source '{name}' of this run)",
-                                 metadata={k: v for k, v in src.items() if k != "name"})
+            art = wandb.Artifact(
+                _artifact_name(f"data-{folder.name}"),
+                type="dataset",
+                description=f"tokenized output {folder} (source '{name}' of this run)",
+                metadata={k: v for k, v in src.items() if k != "name"},
+            )
             if (folder / "manifest.json").is_file():
                 art.add_file(str(folder / "manifest.json"), name="manifest.json")
             art.add_reference(folder.as_uri(), name="data", checksum=False)  # paths and sizes, no contents read

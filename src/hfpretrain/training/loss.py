@@ -51,8 +51,9 @@ from hfpretrain.models.memory import GIB
 COMPILED_LOGITS_MEMORY_SHARE = 1 / 5
 
 
-def choose_fused_loss(requested: str, logits_bytes: int | None = None,
-                      gpu_memory_bytes: int | None = None) -> tuple[str, str]:
+def choose_fused_loss(
+    requested: str, logits_bytes: int | None = None, gpu_memory_bytes: int | None = None
+) -> tuple[str, str]:
     """Return (implementation, reason). ``logits_bytes``: one micro-batch's bf16 logits;
     ``gpu_memory_bytes``: the GPU's memory (None: no GPU)."""
     has_liger = importlib.util.find_spec("liger_kernel") is not None
@@ -61,10 +62,12 @@ def choose_fused_loss(requested: str, logits_bytes: int | None = None,
             return "chunked", "no CUDA GPU: chunked PyTorch cross-entropy"
         share = (logits_bytes or 0) / gpu_memory_bytes
         if logits_bytes is not None and share <= COMPILED_LOGITS_MEMORY_SHARE:
-            return "compiled", (f"one micro-batch's logits take {logits_bytes / GIB:.1f} GiB "
-                                f"({share:.1%} of the GPU, at most {COMPILED_LOGITS_MEMORY_SHARE:.1%}): "
-                                "LM head + cross-entropy whole (in training on a GPU: the loss and its gradient "
-                                "in one kernel)")
+            return "compiled", (
+                f"one micro-batch's logits take {logits_bytes / GIB:.1f} GiB "
+                f"({share:.1%} of the GPU, at most {COMPILED_LOGITS_MEMORY_SHARE:.1%}): "
+                "LM head + cross-entropy whole (in training on a GPU: the loss and its gradient "
+                "in one kernel)"
+            )
         if has_liger:
             return "liger", "logits too large to hold whole: liger-kernel's fused chunks"
         return "chunked", "logits too large to hold whole and liger-kernel missing: chunked PyTorch cross-entropy"
@@ -94,8 +97,9 @@ def liger_chunk_mem_const(tokens: int, vocab_size: int, hidden_size: int, min_ch
     return mem_const
 
 
-def loss_chunk_tokens(impl: str, tokens: int, vocab_size: int, hidden_size: int, chunk_tokens: int,
-                      liger_min_chunk_tokens: int = 0) -> int | None:
+def loss_chunk_tokens(
+    impl: str, tokens: int, vocab_size: int, hidden_size: int, chunk_tokens: int, liger_min_chunk_tokens: int = 0
+) -> int | None:
     """Tokens whose logits exist at once (liger: its own chunk sizing, above); ``none``
     materialises all of them (None)."""
     if impl in ("none", "compiled"):
@@ -135,7 +139,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_w = torch.zeros_like(weight, dtype=torch.float32) if needs_grad else None
             total = torch.zeros((), dtype=torch.float32, device=hidden.device)
             for start in range(0, h.shape[0], chunk_tokens):
-                h_c, t_c = h[start:start + chunk_tokens], targets[start:start + chunk_tokens]
+                h_c, t_c = h[start : start + chunk_tokens], targets[start : start + chunk_tokens]
                 logits = (h_c @ w.T).float()
                 keep = t_c != IGNORE_INDEX
                 safe_t = t_c.clamp(min=0)
@@ -150,7 +154,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                         probs.mul_((1.0 + 2.0 * z_loss * lse)[:, None])
                     probs[torch.arange(len(t_c), device=t_c.device), safe_t] -= 1.0
                     grad = probs.masked_fill_(~keep[:, None], 0.0).to(dtype)
-                    grad_h[start:start + chunk_tokens] = grad @ w
+                    grad_h[start : start + chunk_tokens] = grad @ w
                     grad_w += (grad.T @ h_c).float()
         ctx.save_for_backward(grad_h, grad_w)
         ctx.hidden_dtype, ctx.weight_dtype = hidden.dtype, weight.dtype
@@ -167,15 +171,15 @@ def chunked_cross_entropy_sum(hidden, weight, targets, chunk_tokens: int = 8192,
     return _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_tokens, z_loss)
 
 
-
 def liger_cross_entropy_sum(hidden, weight, targets, min_chunk_tokens: int = 0, z_loss: float = 0.0) -> torch.Tensor:
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     mem_const = liger_chunk_mem_const(hidden.shape[0], weight.shape[0], weight.shape[1], min_chunk_tokens)
     extra = {"chunk_mem_const": mem_const} if mem_const > 1 else {}  # liger >= 0.8.5
-    return liger_fused_linear_cross_entropy(hidden, weight, targets, ignore_index=IGNORE_INDEX, reduction="sum",
-                                            lse_square_scale=z_loss, **extra)
+    return liger_fused_linear_cross_entropy(
+        hidden, weight, targets, ignore_index=IGNORE_INDEX, reduction="sum", lse_square_scale=z_loss, **extra
+    )
 
 
 def _head_cross_entropy_sum(hidden, weight, targets, z_loss: float = 0.0):
@@ -241,8 +245,9 @@ class LossSpec:
     compile_mode: str = "default"  # the fast path's compile mode
 
 
-def causal_lm_loss(hidden, weight, labels, num_items_in_batch=None, spec: LossSpec = LossSpec("chunked"),
-                   training: bool = True):
+def causal_lm_loss(
+    hidden, weight, labels, num_items_in_batch=None, spec: LossSpec = LossSpec("chunked"), training: bool = True
+):
     """The summed next-token loss over ``num_items_in_batch`` (else the mean), as ``spec`` says; the z-loss in
     ``training`` only (an evaluation reports cross-entropy)."""
     z_loss = spec.z_loss if training else 0.0

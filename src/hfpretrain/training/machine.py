@@ -45,17 +45,22 @@ class Machine:
         return self.gpu_memory is not None
 
     @classmethod
-    def detect(cls, planning: bool = False, world_size: int | None = None,
-               zero_stage: int | None = None) -> "Machine":
+    def detect(cls, planning: bool = False, world_size: int | None = None, zero_stage: int | None = None) -> "Machine":
         """This process's machine; a dry run (``planning``) may plan ``world_size`` processes at ``zero_stage``."""
         import torch
 
         cuda = torch.cuda.is_available()
         launched = launched_processes()
-        return cls(world_size=world_size or launched, engine=launch_engine(), zero_stage=zero_stage,
-                   device=torch.cuda.get_device_name() if cuda else "cpu",
-                   gpu_memory=torch.cuda.get_device_properties(0).total_memory if cuda else None,
-                   gpu_count=torch.cuda.device_count() if cuda else 0, launched=launched, planning=planning)
+        return cls(
+            world_size=world_size or launched,
+            engine=launch_engine(),
+            zero_stage=zero_stage,
+            device=torch.cuda.get_device_name() if cuda else "cpu",
+            gpu_memory=torch.cuda.get_device_properties(0).total_memory if cuda else None,
+            gpu_count=torch.cuda.device_count() if cuda else 0,
+            launched=launched,
+            planning=planning,
+        )
 
     def sharding(self, training: dict) -> int:
         """The ZeRO stage the run amounts to: the planned one, else the launch's, or the recipe's ``training.fsdp``

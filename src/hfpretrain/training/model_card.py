@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 # the card's YAML header, which the Hub reads (export adds license and datasets: hfpretrain.eval.card)
-METADATA = dict(library_name="transformers", pipeline_tag="text-generation",
-                tags=["hfpretrain", "pretraining", "causal-lm"])
+METADATA = dict(
+    library_name="transformers", pipeline_tag="text-generation", tags=["hfpretrain", "pretraining", "causal-lm"]
+)
 
 CARD = """\
 # {name}
@@ -61,20 +62,25 @@ def _section(name: str, body: str) -> str:
 
 
 def use_section(path) -> str:
-    return _section("use", f'''```python
+    return _section(
+        "use",
+        f'''```python
 from transformers import pipeline
 
 generate = pipeline("text-generation", model="{path}")
 print(generate("The history of the", max_new_tokens=40, do_sample=True, top_p=0.95)[0]["generated_text"])
-```''')
+```''',
+    )
 
 
 def scores_section(path, summary: str | None = None) -> str:
     """``summary``: the ``summary.md`` of ``hfpretrain eval`` (its title, which names the folder scored, left out);
     without it, how to compute the scores."""
     if summary is None:
-        body = (f"Not scored yet: `hfpretrain eval {path}` writes `eval/summary.md` beside the weights and the scores "
-                f"here; or `lm_eval --model hf --model_args pretrained={path} --tasks {TASKS}`.")
+        body = (
+            f"Not scored yet: `hfpretrain eval {path}` writes `eval/summary.md` beside the weights and the scores "
+            f"here; or `lm_eval --model hf --model_args pretrained={path} --tasks {TASKS}`."
+        )
     else:
         body = "\n".join(line for line in summary.strip().splitlines() if not line.startswith("# "))
     return _section("scores", body)
@@ -108,19 +114,34 @@ def write_model_card(folder: str | Path, config, plan: dict, summary: dict, reci
     training = recipe.training
     steps = summary["global_step"]
     card = CARD.format(
-        name=folder.parent.name, model_type=config.model_type, total=plan["parameters"]["total"],
+        name=folder.parent.name,
+        model_type=config.model_type,
+        total=plan["parameters"]["total"],
         non_embedding=plan["parameters"]["non_embedding"],
-        layers=getattr(config, "num_hidden_layers", None), width=getattr(config, "hidden_size", None),
-        heads=getattr(config, "num_attention_heads", None), vocab=config.vocab_size,
-        tokenizer=manifest["tokenizer"].get("name_or_path"), seq_len=plan["seq_len"], data_path=recipe.data.path,
-        fingerprint=manifest.get("fingerprint"), tokens=steps * plan["tokens_per_step"],
+        layers=getattr(config, "num_hidden_layers", None),
+        width=getattr(config, "hidden_size", None),
+        heads=getattr(config, "num_attention_heads", None),
+        vocab=config.vocab_size,
+        tokenizer=manifest["tokenizer"].get("name_or_path"),
+        seq_len=plan["seq_len"],
+        data_path=recipe.data.path,
+        fingerprint=manifest.get("fingerprint"),
+        tokens=steps * plan["tokens_per_step"],
         passes=steps * plan["samples_per_step"] / plan["train_blocks"] if plan.get("train_blocks") else float("nan"),
-        steps=steps, tokens_per_step=plan["tokens_per_step"],
+        steps=steps,
+        tokens_per_step=plan["tokens_per_step"],
         lr=_learning_rate(training.get("learning_rate"), summary.get("peak_learning_rate")),
-        schedule=training.get("lr_scheduler_type"), flops=plan["flops_per_token"] * plan["tokens_per_step"] * steps,
-        world=plan["world_size"], device=plan.get("device"), val_loss=_num(final.get("eval_loss")),
-        val_bpb=_num(final.get("eval_bpb")), val_tokens=_num(final.get("eval_tokens")), use=use_section(folder),
-        scores=scores_section(folder), recipe=recipe_to_yaml(recipe))
+        schedule=training.get("lr_scheduler_type"),
+        flops=plan["flops_per_token"] * plan["tokens_per_step"] * steps,
+        world=plan["world_size"],
+        device=plan.get("device"),
+        val_loss=_num(final.get("eval_loss")),
+        val_bpb=_num(final.get("eval_bpb")),
+        val_tokens=_num(final.get("eval_tokens")),
+        use=use_section(folder),
+        scores=scores_section(folder),
+        recipe=recipe_to_yaml(recipe),
+    )
     from huggingface_hub import ModelCard, ModelCardData
 
     ModelCard(f"---\n{ModelCardData(**METADATA).to_yaml()}\n---\n\n{card}").save(folder / "README.md")

@@ -96,12 +96,16 @@ class ExpertLoad:
         if len(chosen) % len(self.routers) or not chosen:
             import transformers
 
-            why = (f"transformers {transformers.__version__}'s {type(self.routers[0]).__name__} returned "
-                   f"{len(chosen)} expert choices for {len(self.routers)} MoE layers, not (logits, weights, "
-                   "indices) from each")
+            why = (
+                f"transformers {transformers.__version__}'s {type(self.routers[0]).__name__} returned "
+                f"{len(chosen)} expert choices for {len(self.routers)} MoE layers, not (logits, weights, "
+                "indices) from each"
+            )
             if self.required:
-                raise RuntimeError(f"moe.bias_update_rate: {why}, so the experts' load cannot be counted: "
-                                   "moe.bias_update_rate=0, or a transformers whose routers return their indices")
+                raise RuntimeError(
+                    f"moe.bias_update_rate: {why}, so the experts' load cannot be counted: "
+                    "moe.bias_update_rate=0, or a transformers whose routers return their indices"
+                )
             if self.available:
                 logger.warning("%s: the experts' load is not logged", why)
             self.available = False
@@ -122,7 +126,7 @@ class ExpertLoad:
         """The load-balancing loss of the router logits kept since the last call (one training forward), with the
         choices the routers made in that forward (the last ones recorded)."""
         logits, self.logits = self.logits, []
-        return self.aux_loss(logits, self.chosen[-len(logits):]) if logits else None
+        return self.aux_loss(logits, self.chosen[-len(logits) :]) if logits else None
 
 
 def force_balanced_routing(routers: list[nn.Module]) -> None:
@@ -171,8 +175,11 @@ def aux_loss_function(model: nn.Module):
     (``output_router_logits``) and the model's forward can be told not to collect the logits itself; None otherwise
     (transformers' own ``aux_loss`` output is used then)."""
     function = getattr(sys.modules[type(model).__module__], "load_balancing_loss_func", None)
-    if (function is None or not getattr(model.config, "output_router_logits", False)
-            or "output_router_logits" not in inspect.signature(model.forward).parameters):
+    if (
+        function is None
+        or not getattr(model.config, "output_router_logits", False)
+        or "output_router_logits" not in inspect.signature(model.forward).parameters
+    ):
         return None
     return partial(switch_balancing_loss, num_experts=num_routed_experts(model.config))
 
@@ -230,10 +237,15 @@ class ExpertBalanceCallback(TrainerCallback):
         if stuck and not self.warned:
             self.warned = True
             shown = ", ".join(f"layer {layer} expert {expert}" for layer, expert in stuck[:8])
-            logger.warning("%d experts got no token in the last %d logging windows (%s%s): their router rows "
-                           "have collapsed; moe.bias_update_rate (a model with a correction bias) or "
-                           "model.overrides.router_aux_loss_coef can bring them back", len(stuck), self.dead_windows,
-                           shown, ", ..." if len(stuck) > 8 else "")
+            logger.warning(
+                "%d experts got no token in the last %d logging windows (%s%s): their router rows "
+                "have collapsed; moe.bias_update_rate (a model with a correction bias) or "
+                "model.overrides.router_aux_loss_coef can bring them back",
+                len(stuck),
+                self.dead_windows,
+                shown,
+                ", ..." if len(stuck) > 8 else "",
+            )
 
 
 def load_figures(counts: torch.Tensor) -> dict:
@@ -242,8 +254,11 @@ def load_figures(counts: torch.Tensor) -> dict:
     counts = counts.double()
     mean = counts.mean(dim=1).clamp(min=1e-9)
     high, low = counts.max(dim=1).values / mean, counts.min(dim=1).values / mean
-    figures = {"expert_load_max_mean": high.max().item(), "expert_load_min_mean": low.min().item(),
-               "dead_experts": (counts == 0).double().mean().item()}
+    figures = {
+        "expert_load_max_mean": high.max().item(),
+        "expert_load_min_mean": low.min().item(),
+        "dead_experts": (counts == 0).double().mean().item(),
+    }
     figures.update({f"expert_load_max_mean/{layer}": round(v, 4) for layer, v in enumerate(high.tolist())})
     return figures
 
@@ -251,19 +266,30 @@ def load_figures(counts: torch.Tensor) -> dict:
 def with_moe_section(moe, config):
     """``config`` with the recipe's ``moe:`` section (a copy where it sets something), checked against the model:
     one RecipeError naming the key for a setting the model cannot take."""
-    asked = [k for k, on in (("aux_loss_coef", moe.aux_loss_coef is not None),
-                             ("bias_update_rate", moe.bias_update_rate > 0), ("forced_balance", moe.forced_balance)) if on]
+    asked = [
+        k
+        for k, on in (
+            ("aux_loss_coef", moe.aux_loss_coef is not None),
+            ("bias_update_rate", moe.bias_update_rate > 0),
+            ("forced_balance", moe.forced_balance),
+        )
+        if on
+    ]
     if asked and not is_moe(config):
         raise RecipeError(f"moe.{asked[0]}: {config.model_type} is a dense model (no routed experts)")
     if moe.aux_loss_coef is not None:
         if not hasattr(config, "router_aux_loss_coef"):
-            raise RecipeError(f"moe.aux_loss_coef: transformers has no auxiliary loss for {config.model_type} "
-                              "(use moe.bias_update_rate, aux-loss-free balancing)")
+            raise RecipeError(
+                f"moe.aux_loss_coef: transformers has no auxiliary loss for {config.model_type} "
+                "(use moe.bias_update_rate, aux-loss-free balancing)"
+            )
         config = copy.deepcopy(config)
         config.router_aux_loss_coef = float(moe.aux_loss_coef)
         config.output_router_logits = moe.aux_loss_coef > 0
     if moe.bias_update_rate > 0 and not any(correction_bias(r) is not None for r in find_routers(meta_model(config))):
-        raise RecipeError(f"moe.bias_update_rate={moe.bias_update_rate}: {config.model_type}'s routers have no "
-                          "correction bias (e_score_correction_bias) to balance with: use a model that has one "
-                          "(glm4_moe), or moe.aux_loss_coef")
+        raise RecipeError(
+            f"moe.bias_update_rate={moe.bias_update_rate}: {config.model_type}'s routers have no "
+            "correction bias (e_score_correction_bias) to balance with: use a model that has one "
+            "(glm4_moe), or moe.aux_loss_coef"
+        )
     return config

@@ -47,8 +47,9 @@ class NonFiniteWatch:
 
     def __init__(self, policy: NonFinitePolicy, deepspeed: bool = False):
         if policy.skips and deepspeed:
-            raise ValueError("nan_policy=skip is not supported under DeepSpeed (it steps its own optimizer): "
-                             "use nan_policy=stop")
+            raise ValueError(
+                "nan_policy=skip is not supported under DeepSpeed (it steps its own optimizer): use nan_policy=stop"
+            )
         self.policy = policy
         self.optimizer: SkipStepOptimizer | None = None
         self._pending = []  # (what, optimizer step, value)
@@ -73,8 +74,10 @@ class NonFiniteWatch:
         if self.optimizer is None:
             if self.policy.skips:  # no optimizer of ours to skip: DeepSpeed steps its own
                 what += " (nan_policy=skip is not supported under DeepSpeed)"
-            raise NonFiniteLossError(f"{what} at step {step}: stopping (nan_policy=stop); resume from the last "
-                                     "checkpoint with a lower learning rate, or set nan_policy=skip")
+            raise NonFiniteLossError(
+                f"{what} at step {step}: stopping (nan_policy=stop); resume from the last "
+                "checkpoint with a lower learning rate, or set nan_policy=skip"
+            )
         logger.warning("%s at step %d: skipping this optimizer step", what, step)
         self.optimizer.skip_next = True
         return True
@@ -128,7 +131,8 @@ class SkipStepOptimizer(torch.optim.Optimizer):
             raise NonFiniteLossError(
                 f"{skipped} optimizer steps skipped for non-finite values (more than "
                 f"max_skipped_steps={self.policy.max_skipped_steps}): stopping; resume from the last checkpoint "
-                "with a lower learning rate")
+                "with a lower learning rate"
+            )
         if self.steps >= FRACTION_CHECKED_FROM:
             self.check_fraction(self.steps)
         return None
@@ -140,15 +144,18 @@ class SkipStepOptimizer(torch.optim.Optimizer):
             raise NonFiniteLossError(
                 f"{skipped} of {steps} optimizer steps skipped for non-finite values (more than "
                 f"max_skipped_fraction={self.policy.max_skipped_fraction:g}): stopping; resume from an earlier "
-                "checkpoint with a lower learning rate")
+                "checkpoint with a lower learning rate"
+            )
 
     def window_figures(self) -> dict:
         """For a training log, when it skipped a step: its ``loss``, the mean of the steps taken (over all ranks;
         every rank calls this together, as the Trainer gathers its loss), and ``skipped_steps``. Starts a window."""
         figures = {}
         if self._window_skipped:
-            figures = {"loss": self._mean_over_ranks(self._window_loss, self._window_steps),
-                       "skipped_steps": self._window_skipped}
+            figures = {
+                "loss": self._mean_over_ranks(self._window_loss, self._window_steps),
+                "skipped_steps": self._window_skipped,
+            }
         self._window_loss, self._window_steps, self._window_skipped = None, 0, 0
         return figures
 
@@ -207,8 +214,22 @@ class SkipStepOptimizer(torch.optim.Optimizer):
     # class: step, which an LR scheduler re-binds on the object it holds). The fp16 GradScaler sets grad_scale and
     # found_inf on the optimizer it is handed, this wrapper, for the fused AdamW kernel to read: on the wrapper
     # that kernel never saw them and stepped on scaled, non-finite gradients.
-    _OWN = frozenset({"optimizer", "policy", "device", "world_size", "skip_next", "steps", "skipped", "skipped_before",
-                      "_step_loss", "_window_loss", "_window_steps", "_window_skipped"})
+    _OWN = frozenset(
+        {
+            "optimizer",
+            "policy",
+            "device",
+            "world_size",
+            "skip_next",
+            "steps",
+            "skipped",
+            "skipped_before",
+            "_step_loss",
+            "_window_loss",
+            "_window_steps",
+            "_window_skipped",
+        }
+    )
 
     def _owns(self, name: str) -> bool:
         return name in self._OWN or name in self.__dict__ or hasattr(type(self), name)

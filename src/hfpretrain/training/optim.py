@@ -43,10 +43,20 @@ class MuonWithAdamW(torch.optim.Optimizer):
     Muon groups must hold 2-D tensors only. The other keyword arguments are the two optimizers'
     hyper-parameters; ``fused`` / ``foreach`` go to AdamW (Muon has neither)."""
 
-    def __init__(self, params: Iterable[dict], lr: float = 1e-3, weight_decay: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, momentum: float = 0.95,
-                 nesterov: bool = True, ns_steps: int = 5, adjust_lr_fn: str = "match_rms_adamw",
-                 fused: bool | None = None, foreach: bool | None = None):
+    def __init__(
+        self,
+        params: Iterable[dict],
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_steps: int = 5,
+        adjust_lr_fn: str = "match_rms_adamw",
+        fused: bool | None = None,
+        foreach: bool | None = None,
+    ):
         groups = [{**g, "params": list(g["params"])} for g in params]
         groups = [g for g in groups if g["params"]]  # e.g. a model without biases
         if any("use_muon" not in g for g in groups):
@@ -56,11 +66,26 @@ class MuonWithAdamW(torch.optim.Optimizer):
         # defaults into the dict it is given and keeps it), so both read the scheduler's LR.
         muon = [g for g in self.param_groups if g["use_muon"]]
         adamw = [g for g in self.param_groups if not g["use_muon"]]
-        self._muon = torch.optim.Muon(muon, lr=lr, weight_decay=weight_decay, momentum=momentum,
-                                      nesterov=nesterov, ns_steps=ns_steps,
-                                      adjust_lr_fn=adjust_lr_fn) if muon else None
-        self._adamw = torch.optim.AdamW(adamw, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                        fused=fused, foreach=foreach) if adamw else None
+        self._muon = (
+            torch.optim.Muon(
+                muon,
+                lr=lr,
+                weight_decay=weight_decay,
+                momentum=momentum,
+                nesterov=nesterov,
+                ns_steps=ns_steps,
+                adjust_lr_fn=adjust_lr_fn,
+            )
+            if muon
+            else None
+        )
+        self._adamw = (
+            torch.optim.AdamW(
+                adamw, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused, foreach=foreach
+            )
+            if adamw
+            else None
+        )
         self._link()
 
     def _link(self) -> None:
@@ -109,8 +134,10 @@ def hidden_matrices(model: nn.Module) -> set[int]:
 def check_muon_launch(section, sharded: bool) -> None:
     """``optimizer.name=muon`` refused under DeepSpeed or FSDP (``sharded``)."""
     if section is not None and section.name == "muon" and sharded:
-        raise ValueError("optimizer.name=muon is not supported under DeepSpeed or FSDP (Muon needs whole "
-                         "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw_torch_fused")
+        raise ValueError(
+            "optimizer.name=muon is not supported under DeepSpeed or FSDP (Muon needs whole "
+            "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw_torch_fused"
+        )
 
 
 def build_muon_adamw(model: nn.Module, args, decay_names: Iterable[str], section) -> MuonWithAdamW:
@@ -120,8 +147,12 @@ def build_muon_adamw(model: nn.Module, args, decay_names: Iterable[str], section
     hidden = hidden_matrices(model)
     decay = set(decay_names)
     # AdamW groups first: the Trainer logs the first group's LR, which is then training.learning_rate's.
-    buckets: dict[tuple[bool, bool], list] = {(False, True): [], (False, False): [], (True, True): [],
-                                              (True, False): []}  # (use_muon, decays) -> parameters
+    buckets: dict[tuple[bool, bool], list] = {
+        (False, True): [],
+        (False, False): [],
+        (True, True): [],
+        (True, False): [],
+    }  # (use_muon, decays) -> parameters
     names: dict[bool, list[str]] = {True: [], False: []}
     for name, p in model.named_parameters():
         if p.requires_grad:
@@ -129,21 +160,48 @@ def build_muon_adamw(model: nn.Module, args, decay_names: Iterable[str], section
             buckets[(use_muon, name in decay)].append(p)
             names[use_muon].append(name)
     muon_lr = section.muon_learning_rate if section.muon_learning_rate is not None else args.learning_rate
-    groups = [{"params": params, "use_muon": use_muon, "weight_decay": args.weight_decay if decays else 0.0,
-               **({"lr": muon_lr} if use_muon else {})}
-              for (use_muon, decays), params in buckets.items()]
+    groups = [
+        {
+            "params": params,
+            "use_muon": use_muon,
+            "weight_decay": args.weight_decay if decays else 0.0,
+            **({"lr": muon_lr} if use_muon else {}),
+        }
+        for (use_muon, decays), params in buckets.items()
+    ]
     on_cuda = all(p.is_cuda for params in buckets.values() for p in params)
-    optimizer = MuonWithAdamW(groups, lr=args.learning_rate, weight_decay=args.weight_decay,
-                              betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
-                              momentum=section.muon_momentum, nesterov=section.muon_nesterov,
-                              ns_steps=section.muon_ns_steps, adjust_lr_fn=section.muon_lr_scale,
-                              fused=True if on_cuda else None, foreach=None if on_cuda else True)
-    count = {m: (sum(len(ps) for (u, _), ps in buckets.items() if u == m),
-                 sum(p.numel() for (u, _), ps in buckets.items() if u == m for p in ps)) for m in (True, False)}
-    logger.info("optimizer: Muon (lr scale %s, lr %g) on %d hidden matrices (%s parameters); AdamW (lr %g%s) on "
-                "%d other tensors (%s parameters: embeddings, head, norms, biases)", section.muon_lr_scale, muon_lr,
-                count[True][0], f"{count[True][1]:,}", args.learning_rate, ", fused" if on_cuda else "",
-                count[False][0], f"{count[False][1]:,}")
+    optimizer = MuonWithAdamW(
+        groups,
+        lr=args.learning_rate,
+        weight_decay=args.weight_decay,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+        momentum=section.muon_momentum,
+        nesterov=section.muon_nesterov,
+        ns_steps=section.muon_ns_steps,
+        adjust_lr_fn=section.muon_lr_scale,
+        fused=True if on_cuda else None,
+        foreach=None if on_cuda else True,
+    )
+    count = {
+        m: (
+            sum(len(ps) for (u, _), ps in buckets.items() if u == m),
+            sum(p.numel() for (u, _), ps in buckets.items() if u == m for p in ps),
+        )
+        for m in (True, False)
+    }
+    logger.info(
+        "optimizer: Muon (lr scale %s, lr %g) on %d hidden matrices (%s parameters); AdamW (lr %g%s) on "
+        "%d other tensors (%s parameters: embeddings, head, norms, biases)",
+        section.muon_lr_scale,
+        muon_lr,
+        count[True][0],
+        f"{count[True][1]:,}",
+        args.learning_rate,
+        ", fused" if on_cuda else "",
+        count[False][0],
+        f"{count[False][1]:,}",
+    )
     logger.debug("Muon: %s; AdamW: %s", names[True], names[False])
     return optimizer
 

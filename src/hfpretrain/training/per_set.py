@@ -34,7 +34,8 @@ def token_losses(trainer, ids: torch.Tensor, position_ids: torch.Tensor | None =
         if tap is None:
             logits = model(input_ids=ids, position_ids=position_ids, use_cache=False).logits[:, :-1]
             return F.cross_entropy(logits.float().flatten(0, 1), ids[:, 1:].flatten(), reduction="none").view(
-                ids.shape[0], -1)
+                ids.shape[0], -1
+            )
         tap.active = True
         try:
             model(input_ids=ids, position_ids=position_ids, use_cache=False)
@@ -43,13 +44,20 @@ def token_losses(trainer, ids: torch.Tensor, position_ids: torch.Tensor | None =
         hidden, tap.hidden = tap.hidden, None
         weight = unwrapped.get_output_embeddings().weight
         h, targets = hidden[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
-        out = torch.cat([F.cross_entropy((h[a:a + CHUNK_TOKENS] @ weight.T).float(), targets[a:a + CHUNK_TOKENS],
-                                         reduction="none") for a in range(0, len(targets), CHUNK_TOKENS)])
+        out = torch.cat(
+            [
+                F.cross_entropy(
+                    (h[a : a + CHUNK_TOKENS] @ weight.T).float(), targets[a : a + CHUNK_TOKENS], reduction="none"
+                )
+                for a in range(0, len(targets), CHUNK_TOKENS)
+            ]
+        )
     return out.view(ids.shape[0], -1)
 
 
-def per_set_losses(trainer, blocks, n: int, set_names: list, eos_id: int, batch_size: int,
-                   document_mask: bool = False) -> dict:
+def per_set_losses(
+    trainer, blocks, n: int, set_names: list, eos_id: int, batch_size: int, document_mask: bool = False
+) -> dict:
     """{set name: {"loss": mean nats per target token, "tokens": targets}} over the first ``n`` blocks."""
     model = trainer.model
     was_training = model.training
@@ -59,7 +67,7 @@ def per_set_losses(trainer, blocks, n: int, set_names: list, eos_id: int, batch_
     device = trainer.args.device
     try:
         for a in range(0, n, batch_size):
-            rows = blocks[a:min(a + batch_size, n)]
+            rows = blocks[a : min(a + batch_size, n)]
             ids = np.asarray(rows["input_ids"]).astype(np.int64)
             sets = target_sets(ids, rows["set_ids"], eos_id).ravel()
             batch = torch.from_numpy(ids).to(device)
@@ -79,5 +87,8 @@ def per_set_bits_per_byte(losses: dict, validation: dict) -> dict:
     validation ``tokens_per_set`` / ``text_bytes_per_set``); sets without a byte count are left out (an
     output tokenized before the per-set counts were recorded)."""
     tokens, text_bytes = validation.get("tokens_per_set") or {}, validation.get("text_bytes_per_set") or {}
-    return {name: bits_per_byte(loss, tokens[name] / text_bytes[name]) for name, loss in losses.items()
-            if tokens.get(name) and text_bytes.get(name)}
+    return {
+        name: bits_per_byte(loss, tokens[name] / text_bytes[name])
+        for name, loss in losses.items()
+        if tokens.get(name) and text_bytes.get(name)
+    }

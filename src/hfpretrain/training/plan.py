@@ -23,24 +23,55 @@ logger = logging.getLogger("hfpretrain")
 MAX_PASSES_WITHOUT_WARNING = 4  # beyond ~4 passes repeated tokens are worth much less (Muennighoff et al. 2023)
 
 
-def run_memory(recipe: Recipe, config, fields: dict, seq_len: int, fast: FastPath, world: int, zero: int,
-               micro_batch: int, accumulation: int, loss: str | None = None, tp: int = 1, cp: int = 1):
+def run_memory(
+    recipe: Recipe,
+    config,
+    fields: dict,
+    seq_len: int,
+    fast: FastPath,
+    world: int,
+    zero: int,
+    micro_batch: int,
+    accumulation: int,
+    loss: str | None = None,
+    tp: int = 1,
+    cp: int = 1,
+):
     """The memory estimate per GPU (models/memory.py) of this run at ``micro_batch x accumulation`` (with the
     ``loss`` implementation given, else the fast path's), under tensor and context parallelism of degrees ``tp`` and
     ``cp``; ``fields``: the TrainingArguments' keyword arguments."""
     loss = loss or fast.fused_loss
     checkpointed, checkpointing = activation_checkpointing(fields)
-    return estimate_memory(config, TrainingLayout(
-        micro_batch, seq_len, n_gpus=world, zero_stage=zero, grad_checkpointing=checkpointed,
-        checkpoint_every_n_layers=int(checkpointing.get("every_n_layers", 1)),
-        checkpoint_offload=bool(checkpointing.get("offload", False)), document_mask=recipe.model.document_mask,
-        attn_implementation=fast.attn_implementation, grad_accum=accumulation, compile=fast.compile,
-        fused_loss=loss, fused_loss_chunk=loss_chunk_tokens(loss, micro_batch * seq_len, config.vocab_size,
-                                                            config.hidden_size, recipe.loss.chunk_tokens,
-                                                            recipe.loss.liger_min_chunk_tokens),
-        residual_bytes=2 if fast.residual_dtype == "bfloat16" else 4,
-        experts_implementation=fast.experts_implementation or "grouped_mm",
-        float8=fast.precision == "fp8", tp=tp, cp=cp))  # choose_precision gives fp8 only to a model torchao converts
+    return estimate_memory(
+        config,
+        TrainingLayout(
+            micro_batch,
+            seq_len,
+            n_gpus=world,
+            zero_stage=zero,
+            grad_checkpointing=checkpointed,
+            checkpoint_every_n_layers=int(checkpointing.get("every_n_layers", 1)),
+            checkpoint_offload=bool(checkpointing.get("offload", False)),
+            document_mask=recipe.model.document_mask,
+            attn_implementation=fast.attn_implementation,
+            grad_accum=accumulation,
+            compile=fast.compile,
+            fused_loss=loss,
+            fused_loss_chunk=loss_chunk_tokens(
+                loss,
+                micro_batch * seq_len,
+                config.vocab_size,
+                config.hidden_size,
+                recipe.loss.chunk_tokens,
+                recipe.loss.liger_min_chunk_tokens,
+            ),
+            residual_bytes=2 if fast.residual_dtype == "bfloat16" else 4,
+            experts_implementation=fast.experts_implementation or "grouped_mm",
+            float8=fast.precision == "fp8",
+            tp=tp,
+            cp=cp,
+        ),
+    )  # choose_precision gives fp8 only to a model torchao converts
 
 
 def detect_peak(device: str, dtype: str) -> float | None:
@@ -53,9 +84,22 @@ def detect_peak(device: str, dtype: str) -> float | None:
         return None
 
 
-def make_plan(recipe: Recipe, config, args, fields: dict, seq_len: int, fast: FastPath, train_blocks: int,
-              manifest: dict | None, world: int, zero: int, machine: Machine, check_passes: bool = True,
-              tp: int = 1, cp: int = 1) -> dict:
+def make_plan(
+    recipe: Recipe,
+    config,
+    args,
+    fields: dict,
+    seq_len: int,
+    fast: FastPath,
+    train_blocks: int,
+    manifest: dict | None,
+    world: int,
+    zero: int,
+    machine: Machine,
+    check_passes: bool = True,
+    tp: int = 1,
+    cp: int = 1,
+) -> dict:
     """The plan's figures for ``args`` (the run's TrainingArguments, made from ``fields``) on ``world`` processes at
     ZeRO stage ``zero``, ``tp`` x ``cp`` of them sharing each micro-batch; ``manifest``: data.path's (None: not
     tokenized yet). FLOPs per token are the model's whatever the layout; MFU divides the job's by ``world`` GPUs."""
@@ -64,30 +108,70 @@ def make_plan(recipe: Recipe, config, args, fields: dict, seq_len: int, fast: Fa
     params = count_params(config)
     flops = flops_per_token(config, seq_len)
     peak = recipe.logging.peak_flops or detect_peak(machine.device, recipe.logging.dtype_for_peak)
-    memory = run_memory(recipe, config, fields, seq_len, fast, world, zero, args.per_device_train_batch_size,
-                        args.gradient_accumulation_steps, tp=tp, cp=cp)
+    memory = run_memory(
+        recipe,
+        config,
+        fields,
+        seq_len,
+        fast,
+        world,
+        zero,
+        args.per_device_train_batch_size,
+        args.gradient_accumulation_steps,
+        tp=tp,
+        cp=cp,
+    )
     total_tokens = tokens_per_step * args.max_steps
     passes = args.max_steps * samples_per_step / train_blocks
     if check_passes and passes > MAX_PASSES_WITHOUT_WARNING:  # a mixture checks each of its sources instead
-        logger.warning("this run reads its training data %.1f times (%d blocks, %d samples): repeated tokens "
-                       "teach less; more data or a smaller budget is the usual fix", passes, train_blocks,
-                       args.max_steps * samples_per_step)
+        logger.warning(
+            "this run reads its training data %.1f times (%d blocks, %d samples): repeated tokens "
+            "teach less; more data or a smaller budget is the usual fix",
+            passes,
+            train_blocks,
+            args.max_steps * samples_per_step,
+        )
     elif check_passes and passes > 1:
-        logger.info("this run reads its training data %.2f times (%d blocks, %d samples)", passes, train_blocks,
-                    args.max_steps * samples_per_step)
+        logger.info(
+            "this run reads its training data %.2f times (%d blocks, %d samples)",
+            passes,
+            train_blocks,
+            args.max_steps * samples_per_step,
+        )
     plan = {
-        "parameters": asdict(params), "seq_len": seq_len, "world_size": world,
-        "zero_stage": zero, "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step,
-        "micro_batch": args.per_device_train_batch_size, "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "parameters": asdict(params),
+        "seq_len": seq_len,
+        "world_size": world,
+        "zero_stage": zero,
+        "samples_per_step": samples_per_step,
+        "tokens_per_step": tokens_per_step,
+        "micro_batch": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
         "max_steps": args.max_steps,
-        "total_tokens": total_tokens, "flops_per_token": flops.total, "flops_per_token_causal": flops.causal,
+        "total_tokens": total_tokens,
+        "flops_per_token": flops.total,
+        "flops_per_token_causal": flops.causal,
         "flops_per_token_head": flops.head,
-        "flops_formula": flops.formula, "total_flops": flops.total * total_tokens,
+        "flops_formula": flops.formula,
+        "total_flops": flops.total * total_tokens,
         "memory_per_gpu_gib": {k: v / GIB for k, v in asdict(memory).items()},
-        "peak_flops_per_gpu": peak, "assumed_mfu": recipe.logging.assumed_mfu, "fast_path": asdict(fast),
-        "device": machine.device, "train_blocks": train_blocks, "passes_over_data": passes,
-        "shape": {k: getattr(config, k, None) for k in ("model_type", "hidden_size", "num_hidden_layers",
-                                                        "num_attention_heads", "vocab_size", "tie_word_embeddings")},
+        "peak_flops_per_gpu": peak,
+        "assumed_mfu": recipe.logging.assumed_mfu,
+        "fast_path": asdict(fast),
+        "device": machine.device,
+        "train_blocks": train_blocks,
+        "passes_over_data": passes,
+        "shape": {
+            k: getattr(config, k, None)
+            for k in (
+                "model_type",
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "vocab_size",
+                "tie_word_embeddings",
+            )
+        },
         "validation_tokens_per_byte": tokens_per_byte(manifest) if manifest else None,  # None: no bits per byte
         "validation_text_bytes": ((manifest or {}).get("validation") or {}).get("text_bytes"),
         "precision": fast.precision,

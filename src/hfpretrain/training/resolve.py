@@ -38,8 +38,7 @@ from hfpretrain.data.order import attended_length, load_input_ids
 from hfpretrain.data.tokenizer import tokenizer_sha256
 from hfpretrain.models import load_config
 
-from .arguments import (_training_value, max_steps, training_arguments, training_fields, warn_long_warmup,
-                        wsd_decay)
+from .arguments import _training_value, max_steps, training_arguments, training_fields, warn_long_warmup, wsd_decay
 from .config import Recipe, RecipeError, recipe_to_dict
 from .context import apply_context, check_fits, fit_positions
 from .fast_path import FastPath, card_memory_bytes, choose_fast_path, choose_micro_batch
@@ -56,6 +55,7 @@ ASSUMED_SEQ_LEN = 2048  # what the recipes' data is tokenized with (recipes/*.ya
 
 
 # ---- the data's facts -----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DataFacts:
@@ -84,12 +84,18 @@ def read_data_facts(recipe: Recipe, planning: bool = False) -> DataFacts:
     """The data's facts for ``recipe``; a dry run (``planning``) whose data is not tokenized yet gets assumed ones,
     a run gets one line naming the missing folder."""
     folders = {"data.path": recipe.data.path, **{f"data.sources.{n}": p for n, p in recipe.data.sources.items()}}
-    missing = next((f"{key} {path}" for key, path in folders.items() if not (Path(path) / "manifest.json").is_file()),
-                   None)
+    missing = next(
+        (f"{key} {path}" for key, path in folders.items() if not (Path(path) / "manifest.json").is_file()), None
+    )
     if missing and planning:
         vocab, note = _tokenizer_vocab(recipe.data.tokenizer)
-        return DataFacts(recipe.data.path, None, vocab_size=vocab, vocab_note=note,
-                         missing=f"{missing} has no manifest.json (not tokenized yet)")
+        return DataFacts(
+            recipe.data.path,
+            None,
+            vocab_size=vocab,
+            vocab_note=note,
+            missing=f"{missing} has no manifest.json (not tokenized yet)",
+        )
     manifest = require_manifest(recipe.data.path)
     name = recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer")
     tokenizer = load_tokenizer(name)
@@ -99,8 +105,9 @@ def read_data_facts(recipe: Recipe, planning: bool = False) -> DataFacts:
     tokenizer.eos_token = eos  # the end-of-text token the data was packed with, not a chat token
     if tokenizer.pad_token is None:
         tokenizer.pad_token = eos
-    sources = load_sources(recipe.data.sources, manifest, recipe.data.path, require_manifest) \
-        if recipe.data.sources else {}
+    sources = (
+        load_sources(recipe.data.sources, manifest, recipe.data.path, require_manifest) if recipe.data.sources else {}
+    )
     lengths = {}
     if recipe.model.document_mask:  # MFU counts the attention FLOPs within documents (plan.attended_flops)
         eos_id = int(manifest["tokenizer"]["eos_token_id"])
@@ -115,8 +122,11 @@ def load_tokenizer(path: str):
         raise FileNotFoundError(f"tokenizer {path} does not exist (data.path's tokenizer/ folder, or data.tokenizer)")
     from hfpretrain.integrity import tokenizer_problem
 
-    problem = tokenizer_problem(path, "tokenize the data again, or name a whole tokenizer with data.tokenizer") \
-        if Path(path).is_dir() else None
+    problem = (
+        tokenizer_problem(path, "tokenize the data again, or name a whole tokenizer with data.tokenizer")
+        if Path(path).is_dir()
+        else None
+    )
     if problem:  # the file and what to do, not the library's text (a KeyError was a traceback)
         raise FileNotFoundError(f"tokenizer {path}: {problem}")
     try:
@@ -140,17 +150,27 @@ def check_tokenizer(tokenizer, name: str, manifest: dict, data_path: str | Path)
         return
     copy_dir = Path(data_path) / "tokenizer"
     try:
-        same_vocab = copy_dir.is_dir() and AutoTokenizer.from_pretrained(str(copy_dir)).get_vocab() == tokenizer.get_vocab()
+        same_vocab = (
+            copy_dir.is_dir() and AutoTokenizer.from_pretrained(str(copy_dir)).get_vocab() == tokenizer.get_vocab()
+        )
     except Exception:  # noqa: BLE001 - an unreadable copy proves nothing: treat as different
         same_vocab = False
     if same_vocab:
-        logger.warning("data.tokenizer=%s is not the file %s was tokenized with (sha256 %s vs %s) but has the same "
-                       "vocabulary: going on", name, data_path, (have or "?")[:12], want[:12])
+        logger.warning(
+            "data.tokenizer=%s is not the file %s was tokenized with (sha256 %s vs %s) but has the same "
+            "vocabulary: going on",
+            name,
+            data_path,
+            (have or "?")[:12],
+            want[:12],
+        )
         return
-    raise ValueError(f"data.tokenizer={name} (sha256 {(have or '?')[:12]}, {len(tokenizer)} tokens) is not the tokenizer "
-                     f"data.path={data_path} was tokenized with ({recorded.get('name_or_path')}, sha256 {want[:12]}, "
-                     f"{recorded.get('vocab_size')} tokens): leave data.tokenizer unset to use the data's own "
-                     "tokenizer/ copy, or tokenize the data with this tokenizer")
+    raise ValueError(
+        f"data.tokenizer={name} (sha256 {(have or '?')[:12]}, {len(tokenizer)} tokens) is not the tokenizer "
+        f"data.path={data_path} was tokenized with ({recorded.get('name_or_path')}, sha256 {want[:12]}, "
+        f"{recorded.get('vocab_size')} tokens): leave data.tokenizer unset to use the data's own "
+        "tokenizer/ copy, or tokenize the data with this tokenizer"
+    )
 
 
 def _tokenizer_vocab(name: str | None) -> tuple[int | None, str]:
@@ -165,6 +185,7 @@ def _tokenizer_vocab(name: str | None) -> tuple[int | None, str]:
 
 
 # ---- the resolved run ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ResolvedRun:
@@ -187,13 +208,17 @@ class ResolvedRun:
     def resolved(self) -> dict:
         """What resolution decided beyond the plan's figures: the layout, where max_steps came from, the loss,
         the TrainingArguments and the model config that differ from their defaults, and the data's record."""
-        return {"layout": self.layout.as_dict(),
-                "max_steps": self.args.max_steps, "max_steps_from": self.max_steps_from,
-                "micro_batch": self.args.per_device_train_batch_size,
-                "gradient_accumulation_steps": self.args.gradient_accumulation_steps,
-                "loss": dataclasses.asdict(self.loss),
-                "training_arguments": changed_arguments(self.args),
-                "model_config": self.config.to_diff_dict(), "data": self.data_info}
+        return {
+            "layout": self.layout.as_dict(),
+            "max_steps": self.args.max_steps,
+            "max_steps_from": self.max_steps_from,
+            "micro_batch": self.args.per_device_train_batch_size,
+            "gradient_accumulation_steps": self.args.gradient_accumulation_steps,
+            "loss": dataclasses.asdict(self.loss),
+            "training_arguments": changed_arguments(self.args),
+            "model_config": self.config.to_diff_dict(),
+            "data": self.data_info,
+        }
 
     def to_dict(self) -> dict:
         """``--dry-run``'s document and ``resolved.yaml``: the recipe as written, what was resolved, the plan."""
@@ -230,30 +255,56 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         config = fit_positions(config, seq_len, recipe.data.path)
     world = machine.world_size
     fields = training_fields(recipe, machine)
-    fast = choose_fast_path(recipe.model, config, int(_training_value(fields, "per_device_train_batch_size")),
-                            seq_len, machine.cuda, machine.gpu_memory, planning=machine.planning,
-                            bf16=bool(recipe.training.get("bf16")), loss_section=recipe.loss)
+    fast = choose_fast_path(
+        recipe.model,
+        config,
+        int(_training_value(fields, "per_device_train_batch_size")),
+        seq_len,
+        machine.cuda,
+        machine.gpu_memory,
+        planning=machine.planning,
+        bf16=bool(recipe.training.get("bf16")),
+        loss_section=recipe.loss,
+    )
     # the parallel layout (training/layout.py): the launch's engine, and the parallel section's degrees
     layout, layout_fields = choose_layout(
-        recipe.parallel, config, seq_len, machine, fields, fast,
+        recipe.parallel,
+        config,
+        seq_len,
+        machine,
+        fields,
+        fast,
         lambda z, tp, cp: run_memory(recipe, config, fields, seq_len, fast, world, z, 1, 1, tp=tp, cp=cp).total,
         document_mask=recipe.model.document_mask,
-        target_gpu_memory=card_memory_bytes(recipe.context.gpu) if recipe.context.gpu and not machine.cuda else None)
+        target_gpu_memory=card_memory_bytes(recipe.context.gpu) if recipe.context.gpu and not machine.cuda else None,
+    )
     fields.update(layout_fields)
     if layout_fields.get("fsdp") and recipe.optimizer.name == "muon":  # check_launch's rule, for the planner's FSDP2
-        raise RecipeError(f"optimizer.name=muon is not supported under FSDP, which the layout needs here "
-                          f"({layout.reason}): set parallel.dp_shard=1 and parallel.tp/cp=1 on GPUs that fit the "
-                          "model, or optimizer.name=adamw_torch_fused")
+        raise RecipeError(
+            f"optimizer.name=muon is not supported under FSDP, which the layout needs here "
+            f"({layout.reason}): set parallel.dp_shard=1 and parallel.tp/cp=1 on GPUs that fit the "
+            "model, or optimizer.name=adamw_torch_fused"
+        )
     zero, dp = layout.zero_stage, layout.dp
     steps, steps_from = max_steps(recipe, config, seq_len, dp)
     fields["max_steps"] = steps
     split = choose_micro_batch(
-        recipe.batch.micro_batch, recipe.loss.implementation, fast, config,
+        recipe.batch.micro_batch,
+        recipe.loss.implementation,
+        fast,
+        config,
         int(_training_value(fields, "per_device_train_batch_size")),
-        int(_training_value(fields, "gradient_accumulation_steps")), seq_len,
-        lambda micro, accum, loss: run_memory(recipe, config, fields, seq_len, fast, world, zero, micro, accum,
-                                              loss, tp=layout.tp, cp=layout.cp).total,
-        machine.gpu_memory, planning=machine.planning, target_gpu=recipe.context.gpu)
+        int(_training_value(fields, "gradient_accumulation_steps")),
+        seq_len,
+        lambda micro, accum, loss: (
+            run_memory(
+                recipe, config, fields, seq_len, fast, world, zero, micro, accum, loss, tp=layout.tp, cp=layout.cp
+            ).total
+        ),
+        machine.gpu_memory,
+        planning=machine.planning,
+        target_gpu=recipe.context.gpu,
+    )
     reasons = {**fast.reasons, "micro_batch": split.reason}
     if split.loss_reason:  # auto's same choice, its reason at the micro-batch that runs
         reasons["fused_loss"] = split.loss_reason
@@ -263,31 +314,52 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
     if layout.tp > 1 or layout.cp > 1:
         fields["parallelism_config"] = parallelism_config(layout, machine)
 
-    sources = facts.sources or (assumed_sources(recipe, seq_len, steps, samples_per_step) if recipe.data.sources
-                                else {})
+    sources = facts.sources or (
+        assumed_sources(recipe, seq_len, steps, samples_per_step) if recipe.data.sources else {}
+    )
     schedule = MixtureSchedule(sources, resolve_phases(recipe.data, steps), samples_per_step) if sources else None
     fields["lr_scheduler_kwargs"], lr_schedule = scheduler_lengths(recipe, fields, steps, schedule)
     args = training_arguments(fields, machine)
     if not machine.planning and args.world_size != world:
-        raise RecipeError(f"max_steps and the batch were resolved for WORLD_SIZE={world} processes but the Trainer "
-                          f"runs {args.world_size}: launch with accelerate or torchrun")
+        raise RecipeError(
+            f"max_steps and the batch were resolved for WORLD_SIZE={world} processes but the Trainer "
+            f"runs {args.world_size}: launch with accelerate or torchrun"
+        )
     warn_long_warmup(args)
 
     train_blocks = int(facts.manifest["train"]["blocks"]) if facts.manifest else steps * samples_per_step
-    plan = make_plan(recipe, config, args, fields, seq_len, fast, train_blocks, facts.manifest, world, zero, machine,
-                     check_passes=not recipe.data.sources, tp=layout.tp, cp=layout.cp)
+    plan = make_plan(
+        recipe,
+        config,
+        args,
+        fields,
+        seq_len,
+        fast,
+        train_blocks,
+        facts.manifest,
+        world,
+        zero,
+        machine,
+        check_passes=not recipe.data.sources,
+        tp=layout.tp,
+        cp=layout.cp,
+    )
     plan["parallel"] = layout.as_dict()
     if context is not None:
-        plan["context"] = {**context, "fits": check_fits(plan, recipe.context.gpu, machine.gpu_memory,
-                                                         planning=machine.planning)}
+        plan["context"] = {
+            **context,
+            "fits": check_fits(plan, recipe.context.gpu, machine.gpu_memory, planning=machine.planning),
+        }
     data_info = {} if facts.assumed else data_record(recipe, facts)
     if schedule is not None:  # a weighted mixture, in phases (data/mixture.py)
         plan["data"] = mixture_plan(schedule, seq_len, MAX_PASSES_WITHOUT_WARNING)
         plan["train_blocks"] = sum(s.train_blocks for s in sources.values())
         plan["passes_over_data"] = max(s["passes"] for s in plan["data"]["sources"].values())
         if not facts.assumed:
-            data_info.update(fingerprint=combined_fingerprint(schedule, facts.manifest.get("fingerprint")),
-                             mixture=describe_mixture(schedule))
+            data_info.update(
+                fingerprint=combined_fingerprint(schedule, facts.manifest.get("fingerprint")),
+                mixture=describe_mixture(schedule),
+            )
     if lr_schedule:
         plan["lr_schedule"] = lr_schedule
     if facts.attended_lengths:
@@ -296,12 +368,31 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         plan["assumed"] = assumptions(recipe, facts, config, seq_len, train_blocks)
     data_info["samples_per_step"] = plan["samples_per_step"]
     written, k = recipe.loss, recipe.kernels
-    loss = LossSpec(impl=fast.fused_loss, chunk_tokens=written.chunk_tokens,
-                    liger_min_chunk_tokens=written.liger_min_chunk_tokens, z_loss=written.z_loss,
-                    fused_head=k.fused_head, tile=tuple(k.loss_tile) if k.loss_tile else None,
-                    compile_backend=recipe.model.compile_backend, compile_mode=fast.compile_mode)
-    return ResolvedRun(recipe, config, facts.tokenizer, args, fast, loss, layout, seq_len, steps_from,
-                       facts.manifest, schedule, data_info, plan)
+    loss = LossSpec(
+        impl=fast.fused_loss,
+        chunk_tokens=written.chunk_tokens,
+        liger_min_chunk_tokens=written.liger_min_chunk_tokens,
+        z_loss=written.z_loss,
+        fused_head=k.fused_head,
+        tile=tuple(k.loss_tile) if k.loss_tile else None,
+        compile_backend=recipe.model.compile_backend,
+        compile_mode=fast.compile_mode,
+    )
+    return ResolvedRun(
+        recipe,
+        config,
+        facts.tokenizer,
+        args,
+        fast,
+        loss,
+        layout,
+        seq_len,
+        steps_from,
+        facts.manifest,
+        schedule,
+        data_info,
+        plan,
+    )
 
 
 def parallelism_config(layout: Layout, machine: Machine):
@@ -311,28 +402,36 @@ def parallelism_config(layout: Layout, machine: Machine):
         return None
     from accelerate import ParallelismConfig
 
-    return ParallelismConfig(dp_replicate_size=layout.dp_replicate, dp_shard_size=layout.dp_shard, tp_size=layout.tp,
-                             cp_size=layout.cp)
+    return ParallelismConfig(
+        dp_replicate_size=layout.dp_replicate, dp_shard_size=layout.dp_shard, tp_size=layout.tp, cp_size=layout.cp
+    )
 
 
 def check_launch(recipe: Recipe, machine: Machine) -> None:
     """What the recipe cannot do on this launch, said before anything is built (each was found only once the
     Trainer existed)."""
     if recipe.model.init_from and recipe.model.overrides:
-        raise RecipeError(f"model.overrides {dict(recipe.model.overrides)} do not apply to model.init_from="
-                          f"{recipe.model.init_from} (its weights define the model): remove them")
+        raise RecipeError(
+            f"model.overrides {dict(recipe.model.overrides)} do not apply to model.init_from="
+            f"{recipe.model.init_from} (its weights define the model): remove them"
+        )
     stage = machine.sharding(recipe.training)
     deepspeed = stage == ENGINE_STAGE["deepspeed"]
     if recipe.optimizer.name == "muon" and stage != ENGINE_STAGE["ddp"]:
-        raise RecipeError("optimizer.name=muon is not supported under DeepSpeed or FSDP (Muon needs whole "
-                          "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw_torch_fused")
+        raise RecipeError(
+            "optimizer.name=muon is not supported under DeepSpeed or FSDP (Muon needs whole "
+            "matrices and its own optimizer object): use DDP or one GPU, or optimizer.name=adamw_torch_fused"
+        )
     if recipe.nan_policy == "skip" and deepspeed:  # DeepSpeed steps its own optimizer: no skipping
-        raise RecipeError("nan_policy=skip is not supported under DeepSpeed (it steps its own optimizer): "
-                          "use nan_policy=stop")
+        raise RecipeError(
+            "nan_policy=skip is not supported under DeepSpeed (it steps its own optimizer): use nan_policy=stop"
+        )
     if recipe.logging.grad_stats_interval and deepspeed:
         # DeepSpeed reduces and clips the gradients inside its engine: per-layer statistics would log nothing
-        raise RecipeError("logging.grad_stats_interval is not supported under DeepSpeed (it owns the gradients): "
-                          "set it to 0, or use DDP/FSDP2 for per-layer gradient statistics")
+        raise RecipeError(
+            "logging.grad_stats_interval is not supported under DeepSpeed (it owns the gradients): "
+            "set it to 0, or use DDP/FSDP2 for per-layer gradient statistics"
+        )
 
 
 def model_config(recipe: Recipe, facts: DataFacts, machine: Machine):
@@ -345,10 +444,17 @@ def model_config(recipe: Recipe, facts: DataFacts, machine: Machine):
         source = _shape_before_init_from(recipe)
     elif recipe.model.init_from and not (Path(source) / "config.json").is_file():  # it was "model config ... does
         # not exist", as if model.config were wrong
-        what = "does not exist" if not Path(source).exists() else "is not a folder" if not Path(source).is_dir() \
+        what = (
+            "does not exist"
+            if not Path(source).exists()
+            else "is not a folder"
+            if not Path(source).is_dir()
             else "holds no config.json"
-        raise RecipeError(f"model.init_from={source} {what}: name the saved model to start from (a run's final/ or "
-                          "a checkpoint-N folder)")
+        )
+        raise RecipeError(
+            f"model.init_from={source} {what}: name the saved model to start from (a run's final/ or "
+            "a checkpoint-N folder)"
+        )
     vocab = len(facts.tokenizer) if facts.tokenizer is not None else facts.vocab_size
     config = with_moe_section(recipe.moe, load_config(source, dict(recipe.model.overrides), vocab_size=vocab))
     if facts.tokenizer is None:
@@ -366,11 +472,16 @@ def _shape_before_init_from(recipe: Recipe) -> str:
     be set (its default, tiny, would plan another model without a word)."""
     default_config = next(f.default for f in dataclasses.fields(type(recipe.model)) if f.name == "config")
     if recipe.model.config == default_config:
-        raise RecipeError(f"model.init_from={recipe.model.init_from} does not exist yet and model.config is not set: "
-                          "a dry run plans the run with model.config, the shape of the model init_from will hold "
-                          "(e.g. model.config=qwen3_103m)")
-    logger.warning("dry run: model.init_from=%s does not exist yet; planning with model.config=%s",
-                   recipe.model.init_from, recipe.model.config)
+        raise RecipeError(
+            f"model.init_from={recipe.model.init_from} does not exist yet and model.config is not set: "
+            "a dry run plans the run with model.config, the shape of the model init_from will hold "
+            "(e.g. model.config=qwen3_103m)"
+        )
+    logger.warning(
+        "dry run: model.init_from=%s does not exist yet; planning with model.config=%s",
+        recipe.model.init_from,
+        recipe.model.config,
+    )
     return recipe.model.config
 
 
@@ -384,9 +495,12 @@ def assumed_seq_len(recipe: Recipe, config) -> int:
 
 def assumed_sources(recipe: Recipe, seq_len: int, steps: int, samples_per_step: int) -> dict:
     """A mixture's sources before they are tokenized: each holding exactly the blocks the run reads from it."""
+
     def sources(blocks: dict) -> dict:
-        return {name: Source(str(name), str(path), {"seq_len": seq_len, "train": {"blocks": blocks.get(name, 1)}})
-                for name, path in recipe.data.sources.items()}
+        return {
+            name: Source(str(name), str(path), {"seq_len": seq_len, "train": {"blocks": blocks.get(name, 1)}})
+            for name, path in recipe.data.sources.items()
+        }
 
     # the schedule depends on the weights and phases only: what it draws from each source sizes the stand-ins
     drawn = MixtureSchedule(sources({}), resolve_phases(recipe.data, steps), samples_per_step)
@@ -404,26 +518,47 @@ def scheduler_lengths(recipe: Recipe, fields: dict, steps: int, schedule) -> tup
     if isinstance(kwargs, dict) and "decay_ratio" in kwargs:
         ratio = kwargs["decay_ratio"]
         kwargs = {k: v for k, v in kwargs.items() if k != "decay_ratio"}
-        kwargs, lr_schedule = wsd_decay({**fields, "lr_scheduler_kwargs": kwargs}, steps,
-                                        max(1, round(ratio * steps)), "training.lr_scheduler_kwargs.decay_ratio")
+        kwargs, lr_schedule = wsd_decay(
+            {**fields, "lr_scheduler_kwargs": kwargs},
+            steps,
+            max(1, round(ratio * steps)),
+            "training.lr_scheduler_kwargs.decay_ratio",
+        )
     return kwargs, lr_schedule
 
 
 def data_record(recipe: Recipe, facts: DataFacts) -> dict:
     """What each checkpoint's data.json records of the data (a resume compares it)."""
-    return {"data_path": str(recipe.data.path), "fingerprint": facts.manifest.get("fingerprint"),
-            "seq_len": int(facts.manifest["seq_len"]), "tokenizer": recipe.data.tokenizer or "<data.path>/tokenizer",
-            "tokenizer_sha256": tokenizer_hash(facts.tokenizer)}
+    return {
+        "data_path": str(recipe.data.path),
+        "fingerprint": facts.manifest.get("fingerprint"),
+        "seq_len": int(facts.manifest["seq_len"]),
+        "tokenizer": recipe.data.tokenizer or "<data.path>/tokenizer",
+        "tokenizer_sha256": tokenizer_hash(facts.tokenizer),
+    }
 
 
 def assumptions(recipe: Recipe, facts: DataFacts, config, seq_len: int, train_blocks: int) -> dict:
     """The plan's ``assumed`` entry of a dry run without data, also said in a warning."""
-    vocab_note = (f"vocabulary {config.vocab_size:,} from {facts.vocab_note.removeprefix('data.tokenizer ')}"
-                  if facts.vocab_size else
-                  f"vocabulary {config.vocab_size:,} of the model config {recipe.model.config} ({facts.vocab_note})")
-    logger.warning("dry run without data: %s; assumed seq_len %d, %s, one pass over the training data "
-                   "(%d blocks); tokenize the data (scripts/tokenize_pile.py --out %s) for the real figures",
-                   facts.missing, seq_len, vocab_note, train_blocks, recipe.data.path)
-    return {"why": facts.missing, "seq_len": seq_len, "vocab_size": config.vocab_size, "vocabulary": vocab_note,
-            "train_blocks": f"{train_blocks:,}: exactly one pass over the training data",
-            "validation_tokens_per_byte": None}
+    vocab_note = (
+        f"vocabulary {config.vocab_size:,} from {facts.vocab_note.removeprefix('data.tokenizer ')}"
+        if facts.vocab_size
+        else f"vocabulary {config.vocab_size:,} of the model config {recipe.model.config} ({facts.vocab_note})"
+    )
+    logger.warning(
+        "dry run without data: %s; assumed seq_len %d, %s, one pass over the training data "
+        "(%d blocks); tokenize the data (scripts/tokenize_pile.py --out %s) for the real figures",
+        facts.missing,
+        seq_len,
+        vocab_note,
+        train_blocks,
+        recipe.data.path,
+    )
+    return {
+        "why": facts.missing,
+        "seq_len": seq_len,
+        "vocab_size": config.vocab_size,
+        "vocabulary": vocab_note,
+        "train_blocks": f"{train_blocks:,}: exactly one pass over the training data",
+        "validation_tokens_per_byte": None,
+    }

@@ -21,6 +21,7 @@ from .zero import deepspeed_tag
 
 logger = logging.getLogger("hfpretrain")
 
+
 def resolve_resume(value, output_dir: str) -> str | None:
     if value in (None, False, "", "none", "no", "false", "False"):
         return None
@@ -33,6 +34,7 @@ def resolve_resume(value, output_dir: str) -> str | None:
         raise NoCompleteCheckpointError(f"training.resume_from_checkpoint={value}: {problem}")
     return str(value)
 
+
 # What makes a checkpoint another run's (resume refuses it unless resume_mismatch=allow): the model, the data
 # (manifest fingerprint, seq_len), the tokenizer, the global batch (samples per step), and these training
 # fields: every optimisation setting the result depends on (the schedule and its warmup, the optimizer and its
@@ -41,9 +43,23 @@ def resolve_resume(value, output_dir: str) -> str | None:
 # cadence and output paths may differ, and so may the GPU count at the same global batch (a ZeRO-1 universal
 # resume).
 # (The optimizer itself is optimizer.name, compared with the rest of the optimizer section.)
-RESUME_TRAINING_KEYS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
-                        "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "optim_args",
-                        "optim_target_modules", "label_smoothing_factor", "seed", "data_seed")
+RESUME_TRAINING_KEYS = (
+    "learning_rate",
+    "lr_scheduler_type",
+    "lr_scheduler_kwargs",
+    "warmup_steps",
+    "warmup_ratio",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_grad_norm",
+    "optim_args",
+    "optim_target_modules",
+    "label_smoothing_factor",
+    "seed",
+    "data_seed",
+)
 
 BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps")  # for checkpoints without data.json
 
@@ -66,25 +82,37 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
         section, name = key.split(".")
         compare(key, (old.get(section) or {}).get(name, default), (new.get(section) or {}).get(name, default))
     # a context phase's positions: its RoPE is in the config made at start, not in the checkpoint's weights
-    for key, default in (("seq_len", None), ("from_seq_len", None), ("rope", "keep"), ("rope_theta", None),
-                         ("yarn_factor", None)):
-        compare(f"context.{key}", (old.get("context") or {}).get(key, default),
-                (new.get("context") or {}).get(key, default))
+    for key, default in (
+        ("seq_len", None),
+        ("from_seq_len", None),
+        ("rope", "keep"),
+        ("rope_theta", None),
+        ("yarn_factor", None),
+    ):
+        compare(
+            f"context.{key}", (old.get("context") or {}).get(key, default), (new.get("context") or {}).get(key, default)
+        )
     if old_data is None:  # saved before data.json existed: the recipe is all there is
         for key in ("path", "tokenizer"):
             compare(f"data.{key}", (old.get("data") or {}).get(key), new["data"][key])
     else:
         if old_data.get("fingerprint") != new_data["fingerprint"] and ("mixture" in old_data or "mixture" in new_data):
-            diffs.append(f"data mixture ({old_data.get('mixture') or old_data.get('data_path')}) → "
-                         f"({new_data.get('mixture') or new_data.get('data_path')})")
+            diffs.append(
+                f"data mixture ({old_data.get('mixture') or old_data.get('data_path')}) → "
+                f"({new_data.get('mixture') or new_data.get('data_path')})"
+            )
         elif old_data.get("fingerprint") != new_data["fingerprint"]:
-            diffs.append(f"data (manifest fingerprint) {old_data.get('data_path')} {str(old_data.get('fingerprint'))[:8]} "
-                         f"→ {new_data['data_path']} {str(new_data['fingerprint'])[:8]}")
+            diffs.append(
+                f"data (manifest fingerprint) {old_data.get('data_path')} {str(old_data.get('fingerprint'))[:8]} "
+                f"→ {new_data['data_path']} {str(new_data['fingerprint'])[:8]}"
+            )
         compare("data seq_len", old_data.get("seq_len"), new_data["seq_len"])
         compare("samples per step (global batch)", old_data.get("samples_per_step"), new_data["samples_per_step"])
         if old_data.get("tokenizer_sha256") != new_data["tokenizer_sha256"]:
-            diffs.append(f"tokenizer {old_data.get('tokenizer')} {str(old_data.get('tokenizer_sha256'))[:8]} "
-                         f"→ {new_data['tokenizer']} {str(new_data['tokenizer_sha256'])[:8]}")
+            diffs.append(
+                f"tokenizer {old_data.get('tokenizer')} {str(old_data.get('tokenizer_sha256'))[:8]} "
+                f"→ {new_data['tokenizer']} {str(new_data['tokenizer_sha256'])[:8]}"
+            )
     old_training, new_training = old.get("training") or {}, new["training"] or {}
     for key in RESUME_TRAINING_KEYS + (BATCH_KEYS if old_data is None else ()):
         if key in TrainingArguments.__dataclass_fields__:  # warmup_ratio: transformers < 5 only
@@ -98,17 +126,20 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
     defaults = {f.name: f.default for f in dataclasses.fields(OptimizerSection)}
     old_optimizer, new_optimizer = old.get("optimizer") or {}, new.get("optimizer") or {}
     for key in sorted(set(old_optimizer) | set(new_optimizer)):
-        compare(f"optimizer.{key}", old_optimizer.get(key, defaults.get(key)),
-                new_optimizer.get(key, defaults.get(key)))
+        compare(
+            f"optimizer.{key}", old_optimizer.get(key, defaults.get(key)), new_optimizer.get(key, defaults.get(key))
+        )
     return diffs
 
 
 def refuse_deepspeed_checkpoint(resume: str | None, deepspeed: bool) -> None:
     if resume and deepspeed_tag(resume) and not deepspeed:
         # Without DeepSpeed the Trainer finds no optimizer.pt there and would go on with a fresh optimizer.
-        raise ValueError(f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
-                         "resume it with a DeepSpeed accelerate config (on another GPU count: "
-                         "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)")
+        raise ValueError(
+            f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
+            "resume it with a DeepSpeed accelerate config (on another GPU count: "
+            "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)"
+        )
 
 
 # what a model config records that does not make it another model
@@ -122,8 +153,11 @@ def config_differences(old_resolved: dict | None, new_config: dict) -> list[str]
     if not isinstance(old_config, dict):  # saved before resolved.yaml existed: the recipe is all there is
         return []
     keys = sorted((set(old_config) | set(new_config)) - set(CONFIG_KEYS_IGNORED))
-    return [f"model config {k} {old_config.get(k)!r} → {new_config.get(k)!r}" for k in keys
-            if _plain(old_config.get(k)) != _plain(new_config.get(k))]
+    return [
+        f"model config {k} {old_config.get(k)!r} → {new_config.get(k)!r}"
+        for k in keys
+        if _plain(old_config.get(k)) != _plain(new_config.get(k))
+    ]
 
 
 def _plain(value):
@@ -156,13 +190,22 @@ def elastic_batch(checkpoint: str, run: ResolvedRun) -> list[str]:
     dp = run.layout.dp  # a tp or cp group reads one micro-batch: the batch splits over the data-parallel ranks
     ranks = f"{world} processes" + (f" ({dp} data-parallel ranks)" if dp != world else "")
     if samples % dp:
-        raise RecipeError(f"{checkpoint} was trained at {samples} samples per step on {processes} processes: "
-                          f"{ranks} cannot split that global batch evenly; resume on a number of processes "
-                          f"that divides {samples}, or start a new run (another training.output_dir)")
+        raise RecipeError(
+            f"{checkpoint} was trained at {samples} samples per step on {processes} processes: "
+            f"{ranks} cannot split that global batch evenly; resume on a number of processes "
+            f"that divides {samples}, or start a new run (another training.output_dir)"
+        )
     share, recipe_micro = samples // dp, int(run.recipe.training.get("per_device_train_batch_size", 8))
     micro = max(d for d in range(1, min(share, recipe_micro) + 1) if share % d == 0)
-    logger.info("resuming %s (%d processes) on %d: %d samples per step kept as %d x %d accumulation per process",
-                checkpoint, processes, world, samples, micro, share // micro)
+    logger.info(
+        "resuming %s (%d processes) on %d: %d samples per step kept as %d x %d accumulation per process",
+        checkpoint,
+        processes,
+        world,
+        samples,
+        micro,
+        share // micro,
+    )
     return [f"training.per_device_train_batch_size={micro}", f"training.gradient_accumulation_steps={share // micro}"]
 
 
@@ -179,24 +222,35 @@ def check_resume(checkpoint: str, run: ResolvedRun) -> None:
             old = OmegaConf.to_container(OmegaConf.load(folder / "recipe.yaml"), resolve=True)
             if isinstance(old, dict):  # saved before keys moved (config.MOVED_KEYS): compared at their new place
                 old = migrate_recipe_dict(old, str(folder / "recipe.yaml"), warn=False)
-            old_data = (json.loads((folder / CHECKPOINT_DATA).read_text())
-                        if (folder / CHECKPOINT_DATA).is_file() else None)
-            old_resolved = (OmegaConf.to_container(OmegaConf.load(folder / RESOLVED_FILE), resolve=True)
-                            if (folder / RESOLVED_FILE).is_file() else None)
-            if not isinstance(old, dict) or not all(isinstance(x, (dict, type(None))) for x in (old_data, old_resolved)):
+            old_data = (
+                json.loads((folder / CHECKPOINT_DATA).read_text()) if (folder / CHECKPOINT_DATA).is_file() else None
+            )
+            old_resolved = (
+                OmegaConf.to_container(OmegaConf.load(folder / RESOLVED_FILE), resolve=True)
+                if (folder / RESOLVED_FILE).is_file()
+                else None
+            )
+            if not isinstance(old, dict) or not all(
+                isinstance(x, (dict, type(None))) for x in (old_data, old_resolved)
+            ):
                 raise ValueError("not a mapping")
         except Exception as e:  # noqa: BLE001 - one line naming the files
-            diffs = [f"its recipe.yaml/{CHECKPOINT_DATA}/{RESOLVED_FILE} cannot be read ({type(e).__name__}: "
-                     f"{(str(e).splitlines() or [''])[0]})"]
+            diffs = [
+                f"its recipe.yaml/{CHECKPOINT_DATA}/{RESOLVED_FILE} cannot be read ({type(e).__name__}: "
+                f"{(str(e).splitlines() or [''])[0]})"
+            ]
         else:
             diffs = resume_differences(old, recipe_to_dict(recipe), old_data, data_info)
             diffs += config_differences(old_resolved, run.config.to_diff_dict())
         if diffs and recipe.resume_mismatch == "error":
-            raise ValueError(f"{folder} is from a different run: {'; '.join(diffs)}. Use another training.output_dir "
-                             "for a new run, or set resume_mismatch=allow to resume this checkpoint anyway")
+            raise ValueError(
+                f"{folder} is from a different run: {'; '.join(diffs)}. Use another training.output_dir "
+                "for a new run, or set resume_mismatch=allow to resume this checkpoint anyway"
+            )
         if diffs:
-            logger.warning("resuming %s although it is from a different run (resume_mismatch=allow): %s",
-                           folder, "; ".join(diffs))
+            logger.warning(
+                "resuming %s although it is from a different run (resume_mismatch=allow): %s", folder, "; ".join(diffs)
+            )
     state = folder / "trainer_state.json"
     try:
         step = int(json.loads(state.read_text()).get("global_step", 0)) if state.is_file() else None
@@ -204,16 +258,22 @@ def check_resume(checkpoint: str, run: ResolvedRun) -> None:
         step = None
     _warn_stretched_schedule(folder, old, old_resolved, recipe, step, max_steps)
     if step is not None and step >= max_steps:
-        logger.warning("%s is at step %d and training.max_steps=%d: NOTHING WILL BE TRAINED (0 steps); final/ and "
-                       "the summary are that checkpoint's. Raise training.max_steps to train on", folder, step, max_steps)
+        logger.warning(
+            "%s is at step %d and training.max_steps=%d: NOTHING WILL BE TRAINED (0 steps); final/ and "
+            "the summary are that checkpoint's. Raise training.max_steps to train on",
+            folder,
+            step,
+            max_steps,
+        )
 
 
 # schedules whose learning rate after the warmup does not depend on max_steps
 _FLAT_SCHEDULES = ("constant", "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau")
 
 
-def _warn_stretched_schedule(folder: Path, old, old_resolved: dict | None, recipe: Recipe, step: int | None,
-                             max_steps: int) -> None:
+def _warn_stretched_schedule(
+    folder: Path, old, old_resolved: dict | None, recipe: Recipe, step: int | None, max_steps: int
+) -> None:
     """Extending a run (a larger max_steps) is a resume of the same run, but a schedule that decays over max_steps
     is stretched: from the resumed step on the learning rate is not the one the run was heading for (a cosine jumps
     back up). Said, not refused: for a constant or warmup-stable-decay schedule it is how a run is extended."""
@@ -221,11 +281,18 @@ def _warn_stretched_schedule(folder: Path, old, old_resolved: dict | None, recip
         return
     # the resolved run's max_steps (training_flops or context.tokens may have set it), else the recipe's
     before = ((old_resolved or {}).get("resolved") or {}).get("max_steps", old["training"].get("max_steps"))
-    schedule = str(getattr(recipe.training.get("lr_scheduler_type"), "value",
-                           recipe.training.get("lr_scheduler_type", "linear")))
+    schedule = str(
+        getattr(recipe.training.get("lr_scheduler_type"), "value", recipe.training.get("lr_scheduler_type", "linear"))
+    )
     if not isinstance(before, int) or before == max_steps or schedule in _FLAT_SCHEDULES:
         return
-    logger.warning("%s: training.max_steps %d → %d on resume stretches the %s schedule over the new length: from "
-                   "step %s on the learning rate follows the new schedule, not the one the run was following%s",
-                   folder, before, max_steps, schedule, step if step is not None else "?",
-                   "" if schedule == "warmup_stable_decay" else " (a decaying rate jumps there)")
+    logger.warning(
+        "%s: training.max_steps %d → %d on resume stretches the %s schedule over the new length: from "
+        "step %s on the learning rate follows the new schedule, not the one the run was following%s",
+        folder,
+        before,
+        max_steps,
+        schedule,
+        step if step is not None else "?",
+        "" if schedule == "warmup_stable_decay" else " (a decaying rate jumps there)",
+    )

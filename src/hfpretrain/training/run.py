@@ -83,9 +83,14 @@ logger = logging.getLogger("hfpretrain")
 CallbackFactory = Callable[[Recipe], "list[TrainerCallback]"]
 
 
-def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None, dry_run: bool = False,
-             world_size: int | None = None, zero_stage: int | None = None,
-             callbacks: CallbackFactory | None = None) -> dict:
+def pretrain(
+    recipe_path: str | Path | None,
+    overrides: list[str] | None = None,
+    dry_run: bool = False,
+    world_size: int | None = None,
+    zero_stage: int | None = None,
+    callbacks: CallbackFactory | None = None,
+) -> dict:
     """Train (or with ``dry_run`` only resolve: the ResolvedRun's document; ``world_size``/``zero_stage`` then
     describe the launch being planned, e.g. 8 GPUs with ZeRO-1, instead of the current process).
     ``callbacks(recipe)``: the caller's Trainer callbacks (one with an ``attach(trainer)`` method is attached once
@@ -93,15 +98,23 @@ def pretrain(recipe_path: str | Path | None, overrides: list[str] | None = None,
     recipe = load_recipe(recipe_path, overrides)
     extra = list(callbacks(recipe)) if callbacks else []
     ev = recipe.evaluation
-    scored = (f"evaluation.lm_eval_task={ev.lm_eval_task}" if ev.lm_eval_task else
-              "evaluation.long_context_lengths/_blocks" if ev.long_context_lengths or ev.long_context_blocks else None)
+    scored = (
+        f"evaluation.lm_eval_task={ev.lm_eval_task}"
+        if ev.lm_eval_task
+        else "evaluation.long_context_lengths/_blocks"
+        if ev.long_context_lengths or ev.long_context_blocks
+        else None
+    )
     if scored and not extra and not dry_run:
-        raise RecipeError(f"{scored} is scored by the eval package's callback: train through `hfpretrain train`, or "
-                          "pass callbacks=hfpretrain.eval.callback.recipe_callbacks to pretrain()")
+        raise RecipeError(
+            f"{scored} is scored by the eval package's callback: train through `hfpretrain train`, or "
+            "pass callbacks=hfpretrain.eval.callback.recipe_callbacks to pretrain()"
+        )
     if not dry_run:
         check_fp8_available(recipe.model.precision, recipe.model.fp8_emulate)  # before any work
-    machine = Machine.detect(planning=dry_run, world_size=world_size if dry_run else None,
-                             zero_stage=zero_stage if dry_run else None)
+    machine = Machine.detect(
+        planning=dry_run, world_size=world_size if dry_run else None, zero_stage=zero_stage if dry_run else None
+    )
     facts = read_data_facts(recipe, planning=dry_run)
     run = resolve(recipe, facts, machine)
     if dry_run:
@@ -124,9 +137,17 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
     """Build the model, the data and the trainer; train; evaluate on the final set; export final/; summarise."""
     recipe, args, plan, seq_len = run.recipe, run.args, run.plan, run.seq_len
     data_seed = args.data_seed or args.seed
-    record = lineage(recipe.data.path, run.manifest, recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"),
-                     run.data_info["tokenizer_sha256"], seq_len, plan["samples_per_step"], args.max_steps, data_seed,
-                     run.schedule)
+    record = lineage(
+        recipe.data.path,
+        run.manifest,
+        recipe.data.tokenizer or str(Path(recipe.data.path) / "tokenizer"),
+        run.data_info["tokenizer_sha256"],
+        seq_len,
+        plan["samples_per_step"],
+        args.max_steps,
+        data_seed,
+        run.schedule,
+    )
     # each checkpoint's data.json records the lineage too (a resume compares the keys above it)
     run = dataclasses.replace(run, data_info={**run.data_info, "lineage": record})
     # Before anything is written to output_dir: is its checkpoint this run's?
@@ -144,8 +165,9 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
     if run.schedule is None:
         train_blocks = ShuffledBlocks(load_input_ids(recipe.data.path, "train"), train_length, data_seed)
     else:
-        train_blocks = MixtureBlocks([load_input_ids(s.path, "train") for s in run.schedule.sources.values()],
-                                     run.schedule, data_seed)
+        train_blocks = MixtureBlocks(
+            [load_input_ids(s.path, "train") for s in run.schedule.sources.values()], run.schedule, data_seed
+        )
     val_blocks = load_input_ids(recipe.data.path, "validation")
     eval_blocks = EvalBlocks(val_blocks, recipe.evaluation.eval_tokens // seq_len)
     final_tokens = recipe.evaluation.final_eval_tokens
@@ -157,8 +179,9 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
         (out / "recipe.yaml").write_text(recipe_to_yaml(recipe))
         (out / RESOLVED_FILE).write_text(resolved_yaml(run))
         write_lineage(out, record)
-    trainer, logs = build_trainer(run, model, train_blocks, eval_blocks, train_length, record, applied,
-                                  extra_callbacks or [])
+    trainer, logs = build_trainer(
+        run, model, train_blocks, eval_blocks, train_length, record, applied, extra_callbacks or []
+    )
     refuse_deepspeed_checkpoint(resume, trainer.is_deepspeed_enabled)
     if resume:
         logger.info("resuming from %s", resume)
@@ -171,22 +194,36 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
             result = trainer.train(resume_from_checkpoint=resume)  # its train_loss: the whole run's (trainer.log)
             trainer.check_finite()  # the last step's loss and gradient norm
             final_eval = final_evaluation(trainer, run, final_blocks, len(eval_blocks))
-        summary = {"train": result.metrics, "final_eval": final_eval, "global_step": trainer.state.global_step,
-                   "end_to_end": getattr(logs.throughput, "end_to_end", {}),
-                   "skipped_steps": trainer.skipped_before + trainer.skipped_steps,  # earlier sessions' included
-                   "loss_impl": run.fast.fused_loss, "compiled_modules": applied.compiled_modules,
-                   "fp8_modules": applied.fp8_modules, "speedups": dataclasses.asdict(applied), "plan": plan,
-                   "peak_learning_rate": peak_learning_rate(trainer.lr_scheduler, trainer.state.global_step,
-                                                            args.learning_rate)}
+        summary = {
+            "train": result.metrics,
+            "final_eval": final_eval,
+            "global_step": trainer.state.global_step,
+            "end_to_end": getattr(logs.throughput, "end_to_end", {}),
+            "skipped_steps": trainer.skipped_before + trainer.skipped_steps,  # earlier sessions' included
+            "loss_impl": run.fast.fused_loss,
+            "compiled_modules": applied.compiled_modules,
+            "fp8_modules": applied.fp8_modules,
+            "speedups": dataclasses.asdict(applied),
+            "plan": plan,
+            "peak_learning_rate": peak_learning_rate(
+                trainer.lr_scheduler, trainer.state.global_step, args.learning_rate
+            ),
+        }
         if logs.mixture:
             summary["data"] = logs.mixture.figures(trainer.state.global_step)
         finished = trainer.state.global_step >= args.max_steps
         # a stop by signal is not a finished run: said here, in summary.json, and by the command's exit status
         summary["stopped"] = None if finished else stopped_by()
         if summary["stopped"] and args.process_index == 0:
-            logger.warning("stopped by %s at step %d of %d: %s/checkpoint-%d saved; to go on, run the same command "
-                           "with training.resume_from_checkpoint=auto", summary["stopped"], trainer.state.global_step,
-                           args.max_steps, out, trainer.state.global_step)
+            logger.warning(
+                "stopped by %s at step %d of %d: %s/checkpoint-%d saved; to go on, run the same command "
+                "with training.resume_from_checkpoint=auto",
+                summary["stopped"],
+                trainer.state.global_step,
+                args.max_steps,
+                out,
+                trainer.state.global_step,
+            )
         if finished:
             try:
                 trainer.save_model(str(out / "final"))
@@ -203,8 +240,12 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
                     logs.wandb_lineage.log_model(out / "final", aliases=["final", f"step-{trainer.state.global_step}"])
                 final_loss = f"validation loss {final_eval['eval_loss']:.4g}, " if "eval_loss" in final_eval else ""
                 bpb = f"{final_eval['eval_bpb']:.4g} bits per byte; " if "eval_bpb" in final_eval else ""
-                logger.info("done: %s%sthe model is in %s (from_pretrained, pipeline, lm_eval's "
-                            "pretrained=)", final_loss, bpb, out / "final")
+                logger.info(
+                    "done: %s%sthe model is in %s (from_pretrained, pipeline, lm_eval's pretrained=)",
+                    final_loss,
+                    bpb,
+                    out / "final",
+                )
         if args.process_index == 0:
             tmp = out / "summary.json.tmp"  # whole or absent: a study's other workers read it while it is written
             tmp.write_text(json.dumps(summary, indent=2, default=str))
@@ -234,15 +275,23 @@ def build_run_model(run: ResolvedRun) -> tuple[torch.nn.Module, Applied]:
     for what in ("compile", "fused_loss", "precision", "residual_dtype", "experts_implementation"):
         if getattr(fast, what) is not None:
             logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
-    logger.info("micro-batch: %d x %d accumulation (%s)", run.args.per_device_train_batch_size,
-                run.args.gradient_accumulation_steps, fast.reasons["micro_batch"])
+    logger.info(
+        "micro-batch: %d x %d accumulation (%s)",
+        run.args.per_device_train_batch_size,
+        run.args.gradient_accumulation_steps,
+        fast.reasons["micro_batch"],
+    )
     # init_from's weights under the plan's config: the checkpoint's own, with the recipe's balancing (moe:) and a
     # context phase's RoPE change (training/context.py), and the attention and experts backends the plan chose
     if run.layout.tp > 1:
         model = tensor_parallel_model(run)
     else:
-        model = build_model(run.config, attn_implementation=fast.attn_implementation,
-                            experts_implementation=fast.experts_implementation, weights=run.recipe.model.init_from)
+        model = build_model(
+            run.config,
+            attn_implementation=fast.attn_implementation,
+            experts_implementation=fast.experts_implementation,
+            weights=run.recipe.model.init_from,
+        )
     # Trainer.train() aligns config.pad_token_id with the tokenizer (for generation), so a checkpoint
     # reloaded with from_pretrained gets padding_idx = end-of-text; never train with that frozen row.
     model.get_input_embeddings().padding_idx = None
@@ -279,64 +328,110 @@ def tensor_parallel_model(run: ResolvedRun) -> torch.nn.Module:
             build_model(run.config, attn_implementation=run.fast.attn_implementation).save_pretrained(init)
         state.wait_for_everyone()
         weights = str(init)
-    model = load_tensor_parallel(weights, run.config, run.layout.tp, run.layout.world_size,
-                                 device=state.device.type, attn_implementation=run.fast.attn_implementation)
+    model = load_tensor_parallel(
+        weights,
+        run.config,
+        run.layout.tp,
+        run.layout.world_size,
+        device=state.device.type,
+        attn_implementation=run.fast.attn_implementation,
+    )
     state.wait_for_everyone()
     if init is not None and state.is_main_process:
         shutil.rmtree(init, ignore_errors=True)
     return model
 
 
-def build_trainer(run: ResolvedRun, model, train_blocks, eval_blocks, train_length: int, record: dict,
-                  applied: Applied, extra_callbacks: list) -> tuple[PretrainTrainer, RunLogs]:
+def build_trainer(
+    run: ResolvedRun,
+    model,
+    train_blocks,
+    eval_blocks,
+    train_length: int,
+    record: dict,
+    applied: Applied,
+    extra_callbacks: list,
+) -> tuple[PretrainTrainer, RunLogs]:
     """PretrainTrainer with the run's callbacks, which run in the order each declares (training/callbacks.py: the
     telemetry, then the log, ...), and the caller's ``extra_callbacks`` after ours."""
     recipe, args, plan = run.recipe, run.args, run.plan
     out = Path(args.output_dir)
-    jsonl = JsonlLogCallback(out / recipe.logging.jsonl, {"recipe": recipe_to_dict(recipe), "plan": plan,
-                                                           "resolved": run.resolved(),
-                                                           "loss_impl": run.fast.fused_loss,
-                                                           "compiled_modules": applied.compiled_modules,
-                                                           "speedups": dataclasses.asdict(applied),
-                                                           "lineage": record})
+    jsonl = JsonlLogCallback(
+        out / recipe.logging.jsonl,
+        {
+            "recipe": recipe_to_dict(recipe),
+            "plan": plan,
+            "resolved": run.resolved(),
+            "loss_impl": run.fast.fused_loss,
+            "compiled_modules": applied.compiled_modules,
+            "speedups": dataclasses.asdict(applied),
+            "lineage": record,
+        },
+    )
     # with the document mask, FLOPs within documents (plan.attended_flops)
     flops = plan.get("flops_per_token_attended", plan["flops_per_token"])
-    throughput = ThroughputCallback(plan["tokens_per_step"], flops, plan["peak_flops_per_gpu"], args.world_size,
-                                    plan.get("peak_flops_fp8_per_gpu"))
+    throughput = ThroughputCallback(
+        plan["tokens_per_step"], flops, plan["peak_flops_per_gpu"], args.world_size, plan.get("peak_flops_fp8_per_gpu")
+    )
     grad_stats = GradStatsCallback(jsonl, recipe.logging.grad_stats_interval)
     preemption = PreemptionCallback()
     routers = find_routers(model)
     if routers and recipe.moe.forced_balance:  # before ExpertLoad's hooks, which then count the forced choice
         force_balanced_routing(routers)
-        logger.warning("moe.forced_balance=true: the experts get tokens round-robin, not by their routers (a speed "
-                       "measurement; the model trained ignores its routers)")
+        logger.warning(
+            "moe.forced_balance=true: the experts get tokens round-robin, not by their routers (a speed "
+            "measurement; the model trained ignores its routers)"
+        )
     # MoE: the experts' load in the log, and aux-loss-free balancing with moe.bias_update_rate
     expert_load = ExpertLoad(routers, aux_loss_function(model)) if routers else None
     mixture_log = MixtureLogCallback(run.schedule, run.seq_len) if run.schedule is not None else None
     wandb = "wandb" in args.report_to and args.process_index == 0
-    wandb_lineage = (WandbLineageCallback(record, out, recipe.logging.wandb_artifacts,
-                                          recipe.logging.wandb_checkpoint_artifacts)
-                     if wandb and recipe.logging.wandb_artifacts != "none" else None)
+    wandb_lineage = (
+        WandbLineageCallback(record, out, recipe.logging.wandb_artifacts, recipe.logging.wandb_checkpoint_artifacts)
+        if wandb and recipe.logging.wandb_artifacts != "none"
+        else None
+    )
     # a progress bar on a terminal; one line per logging step in a log file or with disable_tqdm (in a notebook,
     # transformers' own bar)
-    console = (None if not args.disable_tqdm and DEFAULT_PROGRESS_CALLBACK is not ProgressCallback else
-               TelemetryProgressCallback() if not args.disable_tqdm and sys.stderr.isatty() else LineProgressCallback())
-    callbacks = [mixture_log,
-                 ExpertBalanceCallback(expert_load, recipe.moe.bias_update_rate, recipe.moe.dead_expert_windows)
-                 if expert_load is not None else None,
-                 throughput, MemoryCallback(), grad_stats, jsonl, preemption,
-                 ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx),
-                 RankCheckCallback(recipe.parallel.timeout_s) if args.world_size > 1 else None,
-                 *extra_callbacks, console, CompileCheckCallback(applied.compiled_modules),
-                 WandbConfigCallback(run.to_dict()) if wandb else None,
-                 wandb_lineage]
+    console = (
+        None
+        if not args.disable_tqdm and DEFAULT_PROGRESS_CALLBACK is not ProgressCallback
+        else TelemetryProgressCallback()
+        if not args.disable_tqdm and sys.stderr.isatty()
+        else LineProgressCallback()
+    )
+    callbacks = [
+        mixture_log,
+        ExpertBalanceCallback(expert_load, recipe.moe.bias_update_rate, recipe.moe.dead_expert_windows)
+        if expert_load is not None
+        else None,
+        throughput,
+        MemoryCallback(),
+        grad_stats,
+        jsonl,
+        preemption,
+        ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx),
+        RankCheckCallback(recipe.parallel.timeout_s) if args.world_size > 1 else None,
+        *extra_callbacks,
+        console,
+        CompileCheckCallback(applied.compiled_modules),
+        WandbConfigCallback(run.to_dict()) if wandb else None,
+        wandb_lineage,
+    ]
 
     eos_id = run.config.eos_token_id
     collator = partial(collate_blocks, eos_id=eos_id) if recipe.model.document_mask else collate_blocks
     trainer = PretrainTrainer(
-        model=model, args=args, train_dataset=train_blocks, eval_dataset=eval_blocks, data_collator=collator,
-        processing_class=run.tokenizer, callbacks=[cb for cb in callbacks if cb is not None],  # run by `order`
-        train_sampler=ResumableSampler(train_length), samples_per_step=plan["samples_per_step"], loss=run.loss,
+        model=model,
+        args=args,
+        train_dataset=train_blocks,
+        eval_dataset=eval_blocks,
+        data_collator=collator,
+        processing_class=run.tokenizer,
+        callbacks=[cb for cb in callbacks if cb is not None],  # run by `order`
+        train_sampler=ResumableSampler(train_length),
+        samples_per_step=plan["samples_per_step"],
+        loss=run.loss,
         nonfinite=NonFinitePolicy(recipe.nan_policy, recipe.max_skipped_steps, recipe.max_skipped_fraction),
         decay_embeddings=recipe.optimizer.decay_embeddings,
         run_files={"recipe.yaml": recipe_to_yaml(recipe), RESOLVED_FILE: resolved_yaml(run)},
@@ -368,16 +463,26 @@ def final_evaluation(trainer: PretrainTrainer, run: ResolvedRun, final_blocks: E
         final_eval = {k.replace("final_", "eval_", 1): v for k, v in final_eval.items()}
     final_eval["eval_tokens"] = len(final_blocks) * run.seq_len
     if recipe.evaluation.per_set:
-        per_set = per_set_losses(trainer, load_blocks(recipe.data.path, "validation"), len(final_blocks),
-                                 run.manifest.get("sets") or [], run.config.eos_token_id,
-                                 args.per_device_eval_batch_size, recipe.model.document_mask)
+        per_set = per_set_losses(
+            trainer,
+            load_blocks(recipe.data.path, "validation"),
+            len(final_blocks),
+            run.manifest.get("sets") or [],
+            run.config.eos_token_id,
+            args.per_device_eval_batch_size,
+            recipe.model.document_mask,
+        )
         final_eval["eval_loss_per_set"] = {k: v["loss"] for k, v in per_set.items()}
         final_eval["eval_tokens_per_set"] = {k: v["tokens"] for k, v in per_set.items()}
-        final_eval["eval_bpb_per_set"] = per_set_bits_per_byte(final_eval["eval_loss_per_set"],
-                                                               run.manifest.get("validation") or {})
+        final_eval["eval_bpb_per_set"] = per_set_bits_per_byte(
+            final_eval["eval_loss_per_set"], run.manifest.get("validation") or {}
+        )
         if not final_eval["eval_bpb_per_set"]:
-            logger.warning("%s was tokenized before the manifest counted each set's text bytes: the loss "
-                           "per set is in nats only (tokenize again for bits per byte per set)", recipe.data.path)
+            logger.warning(
+                "%s was tokenized before the manifest counted each set's text bytes: the loss "
+                "per set is in nats only (tokenize again for bits per byte per set)",
+                recipe.data.path,
+            )
     return final_eval
 
 

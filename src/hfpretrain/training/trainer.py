@@ -33,11 +33,21 @@ from transformers import Trainer, TrainerCallback
 from hfpretrain.data.manifest import bits_per_byte
 
 from .callbacks import TRAINER, in_run_order
-from .checkpoints import (COMPLETE_MARKER, check_loaded_weights, no_progress_bars, rotate_checkpoints,
-                          save_in_model_layout, saved_as_from_the_hub, sharded_state_dicts, write_complete_marker,
-                          write_recipe_and_data, writing_checkpoint)
+from .checkpoints import (
+    COMPLETE_MARKER,
+    check_loaded_weights,
+    no_progress_bars,
+    rotate_checkpoints,
+    save_in_model_layout,
+    saved_as_from_the_hub,
+    sharded_state_dicts,
+    write_complete_marker,
+    write_recipe_and_data,
+    writing_checkpoint,
+)
 from .loss import CausalLMLoss, HiddenStateTap, LossSpec
 from .moe import balancing_term
+
 # NonFiniteLossError: also imported from here (cli/pretrain.py, tests)
 from .nonfinite import NonFiniteLossError, NonFinitePolicy, NonFiniteWatch, SkipStepOptimizer  # noqa: F401
 from .optim import build_muon_adamw, check_muon_launch, optimizer_state_problem, steps_beside_params
@@ -55,9 +65,11 @@ def check_trainer_hooks(trainer_class=Trainer) -> None:
     if missing:
         import transformers
 
-        raise RuntimeError(f"transformers {transformers.__version__}: Trainer has no {', '.join(missing)}, which "
-                           "PretrainTrainer overrides or calls; install a tested version (setup.cfg: "
-                           "transformers>=5.17)")
+        raise RuntimeError(
+            f"transformers {transformers.__version__}: Trainer has no {', '.join(missing)}, which "
+            "PretrainTrainer overrides or calls; install a tested version (setup.cfg: "
+            "transformers>=5.17)"
+        )
 
 
 class _Resume(TrainerCallback):
@@ -76,10 +88,12 @@ class _Resume(TrainerCallback):
         if optimizer is not None and getattr(self.trainer, "resumed_from", None):
             problem = optimizer_state_problem(optimizer)
             if problem:  # it failed at the first step, deep in the optimizer (adafactor: KeyError: 'beta1')
-                raise ValueError(f"{Path(self.trainer.resumed_from) / 'optimizer.pt'} holds another optimizer's "
-                                 f"state than optimizer.name={getattr(args.optim, 'value', args.optim)} ({problem}): "
-                                 "resume with the optimizer the checkpoint was saved with (optimizer.name in its "
-                                 "recipe.yaml), or start a new run in another training.output_dir")
+                raise ValueError(
+                    f"{Path(self.trainer.resumed_from) / 'optimizer.pt'} holds another optimizer's "
+                    f"state than optimizer.name={getattr(args.optim, 'value', args.optim)} ({problem}): "
+                    "resume with the optimizer the checkpoint was saved with (optimizer.name in its "
+                    "recipe.yaml), or start a new run in another training.output_dir"
+                )
         if optimizer is not None:
             steps_beside_params(optimizer)
         self.trainer.skipped_before = sum(h.get("skipped_steps", 0) for h in state.log_history)
@@ -88,9 +102,21 @@ class _Resume(TrainerCallback):
 
 
 class PretrainTrainer(Trainer):
-    def __init__(self, *args, train_sampler, samples_per_step, loss: LossSpec = LossSpec("chunked"),
-                 nonfinite: NonFinitePolicy = NonFinitePolicy(), decay_embeddings=False, run_files=None,
-                 train_blocks=None, tokens_per_byte=None, optimizer_section=None, callbacks=None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        train_sampler,
+        samples_per_step,
+        loss: LossSpec = LossSpec("chunked"),
+        nonfinite: NonFinitePolicy = NonFinitePolicy(),
+        decay_embeddings=False,
+        run_files=None,
+        train_blocks=None,
+        tokens_per_byte=None,
+        optimizer_section=None,
+        callbacks=None,
+        **kwargs,
+    ):
         check_trainer_hooks()
         ours = [*(callbacks or []), _Resume(self)]  # the resume's bookkeeping is the trainer's own business
         super().__init__(*args, callbacks=ours, **kwargs)
@@ -132,19 +158,24 @@ class PretrainTrainer(Trainer):
         # Matrices only: norms and biases are 1-D; embedding tables (and a head tied to one) are
         # excluded unless the recipe asks for them (optimizer.decay_embeddings).
         embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-        return [name for name, p in model.named_parameters()
-                if p.ndim >= 2 and (self.decay_embeddings or id(p) not in embeddings)]
+        return [
+            name
+            for name, p in model.named_parameters()
+            if p.ndim >= 2 and (self.decay_embeddings or id(p) not in embeddings)
+        ]
 
     def create_optimizer(self, model=None):
         fresh = self.optimizer is None
         if fresh and self.optimizer_section is not None and self.optimizer_section.name == "muon":
             opt_model = self.model if model is None else model
-            self.optimizer = build_muon_adamw(opt_model, self.args, self.get_decay_parameter_names(opt_model),
-                                              self.optimizer_section)  # Trainer's create_optimizer then keeps it
+            self.optimizer = build_muon_adamw(
+                opt_model, self.args, self.get_decay_parameter_names(opt_model), self.optimizer_section
+            )  # Trainer's create_optimizer then keeps it
         optimizer = super().create_optimizer(model)
         if fresh and self.nonfinite.policy.skips:  # wrapped once, when made (a later call gets it back)
             optimizer = self.optimizer = self.nonfinite.optimizer = SkipStepOptimizer(
-                optimizer, self.nonfinite.policy, self.args.device, self.args.world_size)
+                optimizer, self.nonfinite.policy, self.args.device, self.args.world_size
+            )
         return optimizer
 
     def train(self, *args, **kwargs):
@@ -172,8 +203,12 @@ class PretrainTrainer(Trainer):
             self.expert_load.logits.clear()  # a checkpointed backward's recomputed forward kept some again
         self._tap.active = True
         try:
-            outputs = model(input_ids=inputs["input_ids"], position_ids=inputs.get("position_ids"), use_cache=False,
-                            **({"output_router_logits": False} if own_aux else {}))
+            outputs = model(
+                input_ids=inputs["input_ids"],
+                position_ids=inputs.get("position_ids"),
+                use_cache=False,
+                **({"output_router_logits": False} if own_aux else {}),
+            )
         finally:
             self._tap.active = False
         hidden, self._tap.hidden = self._tap.hidden, None
@@ -269,8 +304,7 @@ class PretrainTrainer(Trainer):
     # ---- checkpoints -------------------------------------------------------------------------
     def _issue_warnings_after_load(self, load_result):
         # Not in PRIVATE_HOOKS: a transformers without this method brings the tied head's warning back, nothing worse.
-        super()._issue_warnings_after_load(check_loaded_weights(self.accelerator.unwrap_model(self.model),
-                                                                load_result))
+        super()._issue_warnings_after_load(check_loaded_weights(self.accelerator.unwrap_model(self.model), load_result))
 
     def save_model(self, output_dir=None, _internal_call=False):
         self.check_finite()  # never save weights that a bad step has touched

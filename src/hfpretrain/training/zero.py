@@ -31,11 +31,24 @@ def convert_to_universal(checkpoint: str | Path, workers: int | None = None) -> 
     import importlib.util
 
     if importlib.util.find_spec("deepspeed") is None:
-        raise RuntimeError("converting a ZeRO checkpoint needs the deepspeed package: pip install 'hfpretrain[deepspeed]'")
+        raise RuntimeError(
+            "converting a ZeRO checkpoint needs the deepspeed package: pip install 'hfpretrain[deepspeed]'"
+        )
     universal = f"{tag}_universal"
-    cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(ckpt / tag),
-           "--output_folder", str(ckpt / universal), "--num_extract_workers", workers, "--num_merge_workers", workers,
-           "--inject_missing_state"]  # HF Trainer checkpoints lack Megatron's universal_checkpoint_info
+    cmd = [
+        sys.executable,
+        "-m",
+        "deepspeed.checkpoint.ds_to_universal",
+        "--input_folder",
+        str(ckpt / tag),
+        "--output_folder",
+        str(ckpt / universal),
+        "--num_extract_workers",
+        workers,
+        "--num_merge_workers",
+        workers,
+        "--inject_missing_state",
+    ]  # HF Trainer checkpoints lack Megatron's universal_checkpoint_info
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]

@@ -38,8 +38,12 @@ def _hellaswag_text(text: str) -> str:
 def process_hellaswag(dataset):
     def doc(d):
         ctx = d["ctx_a"] + " " + d["ctx_b"].capitalize()
-        return {"query": _hellaswag_text(d["activity_label"] + ": " + ctx),
-                "choices": [_hellaswag_text(e) for e in d["endings"]], "gold": int(d["label"])}
+        return {
+            "query": _hellaswag_text(d["activity_label"] + ": " + ctx),
+            "choices": [_hellaswag_text(e) for e in d["endings"]],
+            "gold": int(d["label"]),
+        }
+
     return dataset.map(doc)
 
 
@@ -48,7 +52,7 @@ def winogrande_doc_to_text(doc):  # the index of the right option: the "context"
 
 
 def winogrande_doc_to_target(doc):  # the sentence after the blank
-    return doc["sentence"][doc["sentence"].index("_") + 1:].strip()
+    return doc["sentence"][doc["sentence"].index("_") + 1 :].strip()
 
 
 def winogrande_doc_to_choice(doc):  # the sentence up to the blank, filled with each option
