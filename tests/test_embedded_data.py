@@ -174,7 +174,7 @@ def test_demo_runs_without_data_root(tmp_path):
 def test_the_demo_budget_in_steps_and_tokens():
     """`make demo`'s training budget, held in steps, tokens and FLOPs rather than seconds, so that it cannot creep
     back: the GPT-2-vocabulary demo it replaced spent 300 steps x 2,048 tokens at 20 MFLOPs per token (12 TFLOPs,
-    most of an hour on 2 shared cores); this one is 1/7 of that (docs/benchmarks.md § On a CPU)."""
+    most of an hour on 2 shared cores); this one is 2/7 of that (docs/benchmarks.md § On a CPU)."""
     from hfpretrain.demo import DEMO_RECIPE, DEMO_SEQ_LEN, DEMO_VOCAB
     from hfpretrain.models.flops import flops_per_token
     from hfpretrain.models.zoo import load_config
@@ -184,10 +184,10 @@ def test_the_demo_budget_in_steps_and_tokens():
     recipe = load_recipe(recipe_path(DEMO_RECIPE), ["data.path=unused"])
     t = recipe.training
     tokens = t["max_steps"] * t["per_device_train_batch_size"] * t["gradient_accumulation_steps"] * DEMO_SEQ_LEN
-    assert t["max_steps"] <= 200 and tokens <= 410_000
+    assert t["max_steps"] <= 400 and tokens <= 820_000
     assert recipe.model.overrides["vocab_size"] == DEMO_VOCAB  # the tokenizer the demo trains
     config = load_config(recipe.model.config, recipe.model.overrides, vocab_size=DEMO_VOCAB)
-    assert tokens * flops_per_token(config, DEMO_SEQ_LEN).total <= 1.8e12
+    assert tokens * flops_per_token(config, DEMO_SEQ_LEN).total <= 3.5e12
     # the validation it runs is a small part of it
     assert (
         t["max_steps"] // t["eval_steps"]

@@ -139,7 +139,7 @@ def test_a_wheel_runs_the_demo_outside_the_repository(tmp_path):
     assert Path(report["recipe"]) == package / "recipes" / "demo_cpu.yaml"
     assert Path(report["data_root"]) == package / "assets" / "default_data"
     assert all(Path(p).exists() for p in report["inputs"])
-    assert report["plan"]["max_steps"] == 200 and report["plan"]["samples_per_step"] == 16
+    assert report["plan"]["max_steps"] == 400 and report["plan"]["samples_per_step"] == 16
     assert report["plan"]["parameters"]
     assert not (elsewhere / "out").exists()  # a dry run writes nothing
 

@@ -86,7 +86,7 @@ def run_demo(
     )
     print("[5/6] generate")
     samples = generate(
-        checkpoint, ["The history of", "def main():"], max_new_tokens=40, temperature=0.8, top_p=0.95, seed=0
+        checkpoint, ["The history of", "def main():"], max_new_tokens=40, temperature=0.6, top_p=0.95, seed=0
     )
     for s in samples:
         print(f"  prompt: {s['prompt']!r}\n  completion: {s['completion']!r}")
