@@ -37,6 +37,7 @@ from collections import defaultdict
 import numpy as np
 
 from hfpretrain.study.fit import NDFit, fit_nd, fit_power_law, fit_shared_floor
+from hfpretrain.study.grid import is_check
 
 BOOTSTRAP_FIT = dict(grid=40, zooms=10)  # a coarser E search inside the bootstrap loop (hundreds of fits)
 OUTLIER_K = 4.0  # robust σ: a seed replicate further from its siblings is named (and kept: the rule is written first)
@@ -54,7 +55,7 @@ def cells(rows: list[dict], y: str = "val_loss") -> dict:
     must not depend on the order the run folders were read in."""
     out: dict = defaultdict(dict)
     for r in sorted(rows, key=lambda r: (str(r.get("seed")), str(r.get("run")))):
-        if r.get(y) is None or not math.isfinite(r[y]) or r.get("lr_factor") is not None:  # LR checks: no cell
+        if r.get(y) is None or not math.isfinite(r[y]) or is_check(r):  # LR and setting checks: no cell
             continue
         cell = out[r["arm"], r["budget"]].setdefault(r["size"], {"n": _n(r), "flops": [], "losses": []})
         cell["flops"].append(r["flops"])
@@ -66,7 +67,7 @@ def _replicates(rows: list[dict], y: str, exclude=()) -> list[tuple[list[str], n
     """(run names, losses) of every cell run with several seeds, without the ``exclude``d runs."""
     out: dict = defaultdict(lambda: ([], []))
     for r in rows:
-        if r.get(y) is None or not math.isfinite(r[y]) or r.get("run") in exclude or r.get("lr_factor") is not None:
+        if r.get(y) is None or not math.isfinite(r[y]) or r.get("run") in exclude or is_check(r):
             continue
         names, losses = out[r["arm"], r["budget"], r["size"]]
         names.append(r.get("run") or f"{r['arm']}/{r['size']}@{r['budget']:.3g}/seed{r.get('seed')}")
@@ -426,7 +427,7 @@ def analyse_isoflop(
     per_model = {model: _summaries(opt, arms, budgets, target, model, {}) for model in MODELS}
     for model, d in per_model.items():
         d["backtest"] = backtest(opt, arms, budgets, model)
-    grid_rows = [r for r in rows if r.get("lr_factor") is None]  # LR checks are no cell's replicates
+    grid_rows = [r for r in rows if not is_check(r)]  # LR and setting checks are no cell's replicates
     noise = noise_floor(grid_rows, y)
     by_budget = budget_noise([r for r in grid_rows if r["budget"] in budgets], y, noise_rule)
     point = per_model[PRIMARY]
@@ -478,7 +479,7 @@ def _nd_rows(rows: list[dict], y: str) -> list[dict]:
         for r in rows
         if r.get(y) is not None
         and math.isfinite(r[y])
-        and r.get("lr_factor") is None
+        and not is_check(r)
         and r.get("tokens")
         and r.get("flops_per_token")
     ]

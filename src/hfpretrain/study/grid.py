@@ -98,6 +98,10 @@ class StudySpec:
     # {budget, factors}: per arm, the budget's central size (D/N nearest the target) again at the rule's LR times
     # each factor, first seed: is the LR rule near each arm's optimum? Not part of the IsoFLOP cells.
     lr_checks: dict = field(default_factory=dict)
+    # {budget, settings: {name: {arms, overrides}}}: each named setting (recipe overrides, after the arm's and the
+    # rules') on each of its arms' central size at that budget (the size lr_checks picks), first seed: does the
+    # grid's setting of that arm matter? Not part of the IsoFLOP cells either.
+    setting_checks: dict = field(default_factory=dict)
 
     def seeds_for(self, budget: float) -> list[int | None]:
         if not self.seeds:
@@ -129,6 +133,7 @@ class Run:
     overrides: tuple[str, ...]  # everything but max_steps, which needs the plan (seq_len, batch)
     seed: int | None = None
     lr_factor: float | None = None  # a learning-rate check: the rule's LR times this (not part of the grid)
+    setting: str | None = None  # a setting check: the name of its setting_checks setting (not part of the grid)
 
     @property
     def done(self) -> bool:
@@ -273,6 +278,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         "reproduce",
         "decision",
         "lr_checks",
+        "setting_checks",
         *BUDGET_KINDS,
     }
     if set(d) - known:
@@ -340,6 +346,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         reproduce=[str(c) for c in d.get("reproduce") or []],
         decision=_decision(d.get("decision"), arms),
         lr_checks=_lr_checks(d.get("lr_checks"), budgets),
+        setting_checks=_setting_checks(d.get("setting_checks"), budgets, {str(a) for a in arms}),
     )
 
 
@@ -354,6 +361,57 @@ def _lr_checks(d, budgets: list[float]) -> dict:
     ):
         raise ValueError(f"lr_checks: {{budget: one of {budgets}, factors: [positive, not 1]}}, got {d}")
     return {"budget": float(d["budget"]), "factors": [float(f) for f in d["factors"]]}
+
+
+# A setting's name is a folder token (<size>__<budget>__<name>__seed<seed>): letters, digits, '.', '+', '-' and
+# single underscores, not the LR checks' lr<factor> nor a seed<n> (CELL would read those back as such)
+SETTING_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.+-]|_(?=[A-Za-z0-9.+-]))*")
+_RESERVED_NAME = re.compile(r"lr[0-9.e+-]+|seed-?\d+")
+_OVERRIDE = re.compile(r"[A-Za-z_][\w-]*(?:\.[\w-]+)+=.*")  # section.key=value (section.a.b=value)
+
+
+def _setting_checks(d, budgets: list[float], arms: set[str]) -> dict:
+    """``setting_checks: {budget, settings: {NAME: {arms: [...], overrides: [section.key=value, ...]}}}``, checked:
+    one line naming the key at fault."""
+    if not d:
+        return {}
+    form = "setting_checks: {budget: B, settings: {NAME: {arms: [ARM, ...], overrides: [section.key=value, ...]}}}"
+    if not isinstance(d, dict) or set(d) != {"budget", "settings"}:
+        raise ValueError(f"{form}, got {d!r}")
+    try:
+        budget = float(d["budget"])
+    except (TypeError, ValueError):
+        budget = math.nan
+    if isinstance(d["budget"], bool) or not any(math.isclose(budget, b, rel_tol=1e-9) for b in budgets):
+        raise ValueError(f"setting_checks.budget: one of the spec's budgets {budgets}, got {d['budget']!r}")
+    if not isinstance(d["settings"], dict) or not d["settings"]:
+        raise ValueError(f"setting_checks.settings: a mapping NAME -> {{arms, overrides}}, got {d['settings']!r}")
+    settings = {}
+    for name, setting in d["settings"].items():
+        key = f"setting_checks.settings.{name}"
+        if not isinstance(name, str) or not SETTING_NAME.fullmatch(name) or _RESERVED_NAME.fullmatch(name):
+            raise ValueError(
+                f"{key}: a setting's name is a folder token (letters, digits, '.', '+', '-', single '_'), not "
+                "lr<factor> (the LR checks' folders) nor seed<n>"
+            )
+        if name.lower() in {n.lower() for n in settings}:  # one folder on a case-insensitive file system
+            raise ValueError(f"{key}: names must be unique (letter case aside)")
+        if not isinstance(setting, dict) or set(setting) != {"arms", "overrides"}:
+            raise ValueError(
+                f"{key}: a mapping {{arms: [ARM, ...], overrides: [section.key=value, ...]}}, got {setting!r}"
+            )
+        own = setting["arms"]
+        if not isinstance(own, list) or not own or any(a not in arms for a in own) or len(set(own)) != len(own):
+            raise ValueError(f"{key}.arms: a list of distinct arms among {sorted(arms)}, got {own!r}")
+        overrides = setting["overrides"]
+        if (
+            not isinstance(overrides, list)
+            or not overrides
+            or not all(isinstance(o, str) and _OVERRIDE.fullmatch(o) for o in overrides)
+        ):
+            raise ValueError(f"{key}.overrides: a list of recipe overrides section.key=value, got {overrides!r}")
+        settings[name] = {"arms": list(own), "overrides": list(overrides)}
+    return {"budget": budget, "settings": settings}
 
 
 def _decision(d, arms: dict) -> dict:
@@ -435,15 +493,19 @@ def expand(spec: StudySpec, out: str | Path | None = None, sizes_for=None) -> li
     return runs
 
 
-def lr_check_runs(spec: StudySpec, grid: list[Run], plan_of) -> list[Run]:
-    """The learning-rate checks: per arm, at ``lr_checks.budget``, the grid's size whose D/N is nearest the
-    IsoFLOP target, once per factor with the first seed; folders ``<size>__<budget>__lr<factor>__seed<seed>``."""
-    from dataclasses import replace
-
-    budget, out = spec.lr_checks["budget"], []
+def central_runs(spec: StudySpec, grid: list[Run], plan_of, budget: float) -> dict[str, Run]:
+    """Per arm, its grid run at ``budget`` with the first seed whose size's D/N is nearest the IsoFLOP target (in
+    log; 20 without ``isoflop``): the size the learning-rate and setting checks train again. ``plan_of(arm, size)``:
+    the size's dry-run plan (FLOPs per token, parameters). An arm without a run at ``budget`` has none."""
     target = spec.isoflop.tokens_per_param if spec.isoflop else 20.0
+    out = {}
     for arm in spec.arms:
-        cell = [r for r in grid if r.arm == arm and math.isclose(r.budget, budget, rel_tol=1e-9)]
+        cell = [
+            r
+            for r in grid
+            if r.arm == arm and math.isclose(r.budget, budget, rel_tol=1e-9) and r.lr_factor is None and not r.setting
+        ]
+        cell = [r for r in cell if r.seed == spec.seeds_for(budget)[0]]  # the spec's first seed
         if not cell:
             continue
 
@@ -451,17 +513,50 @@ def lr_check_runs(spec: StudySpec, grid: list[Run], plan_of) -> list[Run]:
             plan = plan_of(arm, run.size)
             return abs(math.log(budget / plan["flops_per_token"] / ratio_params(plan) / target))
 
-        centre = min(cell, key=distance)
-        for factor in spec.lr_checks["factors"]:
-            name = f"{centre.size}__{budget_label(spec.budget_kind, budget)}__lr{factor:g}"
-            name += f"__seed{centre.seed}" if centre.seed is not None else ""
-            out_dir = centre.out_dir.parent / name
-            overrides = tuple(
-                o if not o.startswith("training.output_dir=") else f"training.output_dir={out_dir}"
-                for o in centre.overrides
-            )
-            out.append(replace(centre, name=f"{arm}/{name}", out_dir=out_dir, overrides=overrides, lr_factor=factor))
+        out[arm] = min(cell, key=distance)
     return out
+
+
+def _check_run(centre: Run, token: str, **fields) -> Run:
+    """``centre`` again in its own folder ``<size>__<budget>__<token>__seed<seed>`` beside it."""
+    from dataclasses import replace
+
+    name = f"{centre.size}__{budget_label(centre.budget_kind, centre.budget)}__{token}"
+    name += f"__seed{centre.seed}" if centre.seed is not None else ""
+    out_dir = centre.out_dir.parent / name
+    overrides = tuple(
+        o if not o.startswith("training.output_dir=") else f"training.output_dir={out_dir}" for o in centre.overrides
+    )
+    return replace(centre, name=f"{centre.arm}/{name}", out_dir=out_dir, overrides=overrides, **fields)
+
+
+def lr_check_runs(spec: StudySpec, grid: list[Run], plan_of) -> list[Run]:
+    """The learning-rate checks: per arm, at ``lr_checks.budget``, the central size (:func:`central_runs`), once
+    per factor with the first seed; folders ``<size>__<budget>__lr<factor>__seed<seed>``."""
+    centres = central_runs(spec, grid, plan_of, spec.lr_checks["budget"])
+    return [
+        _check_run(centre, f"lr{factor:g}", lr_factor=factor)
+        for centre in centres.values()
+        for factor in spec.lr_checks["factors"]
+    ]
+
+
+def setting_check_runs(spec: StudySpec, grid: list[Run], plan_of) -> list[Run]:
+    """The setting checks: per arm, at ``setting_checks.budget``, the central size (the one the LR checks take),
+    once per setting that names the arm, with the first seed; folders ``<size>__<budget>__<setting>__seed<seed>``.
+    The setting's overrides are added by :func:`plan_study` (after the rules')."""
+    centres = central_runs(spec, grid, plan_of, spec.setting_checks["budget"])
+    return [
+        _check_run(centre, name, setting=name)
+        for arm, centre in centres.items()
+        for name, setting in spec.setting_checks["settings"].items()
+        if arm in setting["arms"]
+    ]
+
+
+def setting_overrides(spec: StudySpec, run: Run) -> list[str]:
+    """The recipe overrides of ``run``'s setting check ([] for any other run)."""
+    return list(spec.setting_checks["settings"][run.setting]["overrides"]) if run.setting is not None else []
 
 
 def steps_for(run: Run, plan: dict) -> int:
@@ -480,18 +575,20 @@ def _last(overrides: list[str], key: str, default):
 def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run, PlannedRun]]:
     """Every run with its full override list (max_steps and the rules resolved) and its planned figures.
 
-    One dry run per (arm, size) (no model is built): FLOPs per token, parameters, batch, data size."""
+    One dry run per (arm, size), and one per setting check (no model is built): FLOPs per token, parameters,
+    batch, data size."""
     from hfpretrain.models import peak_flops
     from hfpretrain.training import pretrain
 
-    probes: dict[tuple[str, str], dict] = {}
+    probes: dict[tuple[str, str, tuple[str, ...]], dict] = {}
     by_name = {s.name: s for s in spec.sizes}
 
-    def probe(arm: str, size: str) -> dict:
-        if (arm, size) not in probes:
-            overrides = [*spec.overrides, *by_name[size].recipe_overrides(arm), *spec.arms[arm]]
-            probes[arm, size] = pretrain(spec.recipe, overrides, dry_run=True)
-        return probes[arm, size]
+    def probe(arm: str, size: str, extra: tuple[str, ...] = ()) -> dict:
+        # extra: a setting check's overrides (its FLOPs, batch and recipe checked as its own)
+        if (arm, size, extra) not in probes:
+            overrides = [*spec.overrides, *by_name[size].recipe_overrides(arm), *spec.arms[arm], *extra]
+            probes[arm, size, extra] = pretrain(spec.recipe, overrides, dry_run=True)
+        return probes[arm, size, extra]
 
     sizes_for = None
     if spec.isoflop:
@@ -515,9 +612,11 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
     grid = expand(spec, out, sizes_for)
     if spec.lr_checks:
         grid += lr_check_runs(spec, grid, lambda arm, size: probe(arm, size)["plan"])
+    if spec.setting_checks:
+        grid += setting_check_runs(spec, grid, lambda arm, size: probe(arm, size)["plan"])
     planned = []
     for run in grid:
-        dry = probe(run.arm, run.size)
+        dry = probe(run.arm, run.size, tuple(setting_overrides(spec, run)))
         plan, training = dry["plan"], dry["recipe"]["training"]
         steps, extra = rule_overrides(spec.rules, plan, steps_for(run, plan), run.budget_kind, training)
         # a run stopped by SIGTERM left a checkpoint: the next pass continues from it
@@ -531,6 +630,7 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
         if run.lr_factor is not None:  # after the rule's learning rate: the last value of a key wins
             lr = _last(overrides, "training.learning_rate", float(training.get("learning_rate", 5e-5)))
             overrides.append(f"training.learning_rate={lr * run.lr_factor:.6g}")
+        overrides += setting_overrides(spec, run)  # last, as the LR factor: the setting's values win over the rules'
         micro = _last(
             overrides, "training.per_device_train_batch_size", int(training.get("per_device_train_batch_size", 8))
         )
@@ -799,6 +899,8 @@ def result_row(run: Run) -> dict:
         "val_loss": _final_loss(run.out_dir, summary),
         "val_bpb": _bits_per_byte(final, recipe, plan),
         "lr_factor": run.lr_factor,
+        # a setting check's name (only in its rows: the studies without setting checks keep their files' columns)
+        **({"setting": run.setting} if run.setting is not None else {}),
         "out_dir": str(run.out_dir),
         # per validation set (runs made since the manifest has text_bytes_per_set): only in results.json
         **({"val_bpb_per_set": final["eval_bpb_per_set"]} if final.get("eval_bpb_per_set") else {}),
@@ -881,8 +983,14 @@ COLUMNS = [
     "val_loss",
     "val_bpb",
     "lr_factor",
+    "setting",  # only where a row has one (setting checks)
     "out_dir",
 ]
+
+
+def is_check(row: dict) -> bool:
+    """A learning-rate or setting check's row (spec lr_checks, setting_checks): in no cell, fit or decision."""
+    return row.get("lr_factor") is not None or row.get("setting") is not None
 
 
 def collect(runs: list[Run]) -> list[dict]:
@@ -890,7 +998,8 @@ def collect(runs: list[Run]) -> list[dict]:
 
 
 CELL = re.compile(
-    r"^(?P<size>.+?)__(?P<label>tok[^_]+|s\d+|c[^_]+)(?:__lr(?P<lr>[0-9.e+-]+))?(?:__seed(?P<seed>-?\d+))?$"
+    r"^(?P<size>.+?)__(?P<label>tok[^_]+|s\d+|c[^_]+)(?:__lr(?P<lr>[0-9.e+-]+))?"
+    rf"(?:__(?!seed-?\d+$)(?P<setting>{SETTING_NAME.pattern}))?(?:__seed(?P<seed>-?\d+))?$"
 )
 
 
@@ -907,6 +1016,8 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
             m = CELL.match(folder.name)
             if not m or m["size"] not in sizes or m["label"] not in labels:
                 continue
+            if m["setting"] is not None and m["setting"] not in spec.setting_checks.get("settings", {}):
+                continue
             seed = int(m["seed"]) if m["seed"] is not None else None
             run = Run(
                 name=f"{arm}/{folder.name}",
@@ -918,20 +1029,21 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
                 overrides=(),
                 seed=seed,
                 lr_factor=float(m["lr"]) if m["lr"] else None,
+                setting=m["setting"],
             )
             if run.done:
-                runs.append(
-                    (a, sizes[run.size], run.budget, run.lr_factor or 1.0, seed if seed is not None else -1, run)
-                )
-    return [r for *_, r in sorted(runs, key=lambda t: t[:5])]
+                order = (run.lr_factor or 1.0, run.setting or "", seed if seed is not None else -1)
+                runs.append((a, sizes[run.size], run.budget, *order, run))
+    return [r for *_, r in sorted(runs, key=lambda t: t[:6])]
 
 
 def write_results(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
     """results.csv and results.json in ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    columns = [c for c in COLUMNS if c != "setting" or any("setting" in r for r in rows)]
     with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     (out / "results.json").write_text(json.dumps(rows, indent=2))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from hfpretrain.study.grid import StudySpec
+from hfpretrain.study.grid import StudySpec, is_check
 
 
 def _num(x, digits: int = 4) -> str:
@@ -846,7 +846,7 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
             (
                 r
                 for r in rows
-                if r.get("lr_factor") is None
+                if not is_check(r)
                 and r["arm"] == arm
                 and r["size"] == mine[0]["size"]
                 and r["budget"] == mine[0]["budget"]
@@ -875,6 +875,154 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
         "off its optimum and its gap carries that.",
         "",
         _table(header, [t + [""] * (width - len(t)) for t in table]),
+        "",
+    ]
+
+
+def expert_load(out_dir) -> dict | None:
+    """The experts' load in a run's last logging window, as training/moe.py logs it in an MoE run's log.jsonl:
+    ``{"max_mean"}`` (the worst layer's most loaded expert against the mean) and ``{"dead"}`` (the share of
+    (layer, expert) pairs that got no token); None for a run whose log has none (a dense run, no log)."""
+    from hfpretrain.study.plots import read_log, run_log
+
+    log = run_log(out_dir) if out_dir else None
+    last = None
+    for event in read_log(log) if log is not None else []:
+        if event.get("expert_load_max_mean") is not None:
+            last = event
+    return {"max_mean": last["expert_load_max_mean"], "dead": last.get("dead_experts")} if last else None
+
+
+def _grid_value(spec: StudySpec, arm: str, override: str) -> str:
+    """The value the grid's runs of ``arm`` gave the override's key: the arm's (or the common) override, else the
+    recipe's."""
+    key = override.split("=", 1)[0]
+    values = [o.split("=", 1)[1].strip() for o in [*spec.overrides, *spec.arms.get(arm, [])] if o.startswith(key + "=")]
+    return values[-1] if values else "the recipe's"
+
+
+def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | None = None) -> list[str]:
+    """The setting checks beside the grid's run of the same arm, size, budget and seed: the difference against
+    the budget's noise floor σ, the experts' load of both runs where they logged it, and what that says."""
+    from hfpretrain.study.analysis import budget_noise
+
+    checks = [r for r in rows if r.get("setting") is not None and r.get(y) is not None]
+    named = (spec.setting_checks or {}).get("settings", {})
+    if not checks:
+        if not named:
+            return []
+        planned = "; ".join(f"{name} on {', '.join(s['arms'])}" for name, s in named.items())
+        return [
+            "## Setting checks",
+            "",
+            f"None finished yet (spec setting_checks at {spec.setting_checks['budget']:.3g}: {planned}).",
+            "",
+        ]
+    unit = "bits/byte" if y == "val_bpb" else "nats"
+    grid_rows = [r for r in rows if not is_check(r)]
+    noise = (isoflop or {}).get("budget_noise") or budget_noise(grid_rows, y, (spec.decision or {}).get("noise"))
+    arms, order = list(spec.arms), list(named)
+    checks.sort(
+        key=lambda r: (
+            arms.index(r["arm"]) if r["arm"] in arms else len(arms),
+            order.index(r["setting"]) if r["setting"] in order else len(order),
+            str(r["setting"]),
+        )
+    )
+    table, sentences, loads = [], [], False
+    for r in checks:
+        ref = next(
+            (
+                g
+                for g in grid_rows
+                if g["arm"] == r["arm"]
+                and g["size"] == r["size"]
+                and math.isclose(g["budget"], r["budget"], rel_tol=1e-9)
+                and g.get("seed") == r.get("seed")
+                and g.get(y) is not None
+            ),
+            None,
+        )
+        sigma = next(
+            (v.get("sigma") for b, v in noise["budgets"].items() if math.isclose(float(b), r["budget"], rel_tol=1e-9)),
+            None,
+        )
+        setting = named.get(r["setting"])
+        overrides = (
+            ", ".join(f"`{o}` (grid: {_grid_value(spec, r['arm'], o)})" for o in setting["overrides"])
+            if setting
+            else "– (not in the spec)"
+        )
+        load = [expert_load(r.get("out_dir")), expert_load(ref.get("out_dir")) if ref else None]
+        loads = loads or any(load)
+        diff = r[y] - ref[y] if ref else None
+        table.append(
+            [
+                r["arm"],
+                r["size"],
+                f"{r['budget']:.3g}",
+                r["setting"],
+                overrides,
+                f"{r[y]:.4f}",
+                f"{ref[y]:.4f}" if ref else "–",
+                f"{diff:+.4f}" if diff is not None else "–",
+                f"{sigma:.4f}" if sigma is not None else "–",
+                " / ".join(f"{x['max_mean']:.2f}" if x else "–" for x in load),
+                " / ".join(f"{100 * x['dead']:.1f}%" if x and x.get("dead") is not None else "–" for x in load),
+            ]
+        )
+        what = f"**{r['setting']}** ({r['arm']} {r['size']} at {r['budget']:.3g})"
+        if diff is None:
+            sentences.append(f"- {what}: its grid run (same arm, size, budget and seed) has no result: no comparison.")
+        elif sigma is None:
+            sentences.append(f"- {what}: {diff:+.4f} {unit}, and no σ at this budget (no seed pairs): not judged.")
+        elif abs(diff) <= sigma:
+            sentences.append(
+                f"- {what}: {diff:+.4f} {unit}, within σ = {sigma:.4f}: the setting does not matter at this size."
+            )
+        elif diff < 0:
+            sentences.append(
+                f"- {what}: better by {-diff:.4f} {unit} > σ = {sigma:.4f}: the grid ran at a worse setting."
+            )
+        else:
+            sentences.append(
+                f"- {what}: worse by {diff:.4f} {unit} > σ = {sigma:.4f}: the grid's setting is the better of the two."
+            )
+    note = (
+        "Experts' load: the last logging window of each run's log (max/mean: the worst layer's most loaded expert "
+        "against the mean; dead: the share of the layers' experts that got no token); – where a run logged none."
+        if loads
+        else "Experts' load: not available: none of these runs (nor their grid runs) logged it (a dense arm, or "
+        "logs not kept)."
+    )
+    return [
+        "## Setting checks",
+        "",
+        "Each named setting (spec setting_checks: recipe overrides after the arm's and the rules') on its arms' "
+        f"central size at one budget, first seed, against the grid's run of the same arm, size, budget and seed; "
+        f"{y}. Not part of the cells, the fits or the decision. σ: the budget's noise floor of one run (the "
+        "decision's); a difference of two runs carries about √2·σ.",
+        "",
+        _table(
+            [
+                "arm",
+                "size",
+                "budget",
+                "setting",
+                "overrides",
+                f"check ({unit})",
+                f"grid run ({unit})",
+                "check − grid",
+                "σ of the budget",
+                "experts max/mean: check / grid",
+                "dead experts: check / grid",
+            ],
+            table,
+        ),
+        "",
+        note,
+        "",
+        *sentences,
         "",
     ]
 
@@ -1074,10 +1222,11 @@ def write_report(
 
     lines += run_table_lines(rows, spec.rules.max_passes)
     lines += lr_check_lines(spec, rows, y or measure(rows))
+    lines += setting_check_lines(spec, rows, y or measure(rows), isoflop)
     if isoflop and isoflop.get("optima"):
         lines += isoflop_lines(isoflop, isoflop_png, verdicts)
     else:
-        lines += frontier_lines(spec, rows, fits, y or measure(rows))
+        lines += frontier_lines(spec, [r for r in rows if not is_check(r)], fits, y or measure(rows))
     if plot_png:
         lines += ["## Plot", "", f"![validation loss vs training FLOPs]({_link(plot_png, out_md.parent)})", ""]
 
@@ -1159,7 +1308,8 @@ def analyse(
     (out / "spec.yaml").write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
     csv_path, json_path = write_results(rows, out)
     y = measure(rows)
-    fits = fit_arms(rows, y=y)
+    grid_rows = [r for r in rows if not is_check(r)]  # the LR and setting checks: their own tables only
+    fits = fit_arms(grid_rows, y=y)
     isoflop, isoflop_png, extra = None, None, None
     if spec.budget_kind == "flops" and rows:
         isoflop = analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=(spec.decision or {}).get("noise"))
@@ -1186,7 +1336,6 @@ def analyse(
             "sensitivity": {"separate": {arm: f.as_dict() if f else None for arm, f in extra.items()}},
         }
     (out / "fits.json").write_text(json.dumps(fits_json, indent=2) + "\n")
-    grid_rows = [r for r in rows if r.get("lr_factor") is None]
     plot = plot_study(grid_rows, fits, out / "loss_vs_flops.png", title=spec.name, y=y, dashed=extra) if rows else None
     report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report, y)
     return {
