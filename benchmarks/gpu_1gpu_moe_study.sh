@@ -12,6 +12,9 @@
 # or beside the vocabulary study on a machine where its call stashed the ten shards (one GPU of several):
 #   CUDA_VISIBLE_DEVICES=3 MIX=/root/vocab2_data/pretrain/mix bash benchmarks/gpu_1gpu_moe_study.sh
 # Without .carry/gpu_moe_runs.tgz the finished runs come from results/study_gpu_moe/runs (the committed ones).
+# With those 32 restored, what is left are the spec's checks (added 2026-11-29; `study.py SPEC --list` on the
+# tokenized data): each arm's L3 at 1e15 at the rule's LR x0.5 and x2, and the MoE arm's at aux weights 0.01 and
+# 0.0001 (runs/<arm>/L3__c1.00e+15__{lr0.5,lr2,aux0.01,aux0.0001}__seed0), six short runs.
 DATA=out/mix6_bpe8k_1024 CORPUS_TOK=out/tok_bpe8k CORPUS_SEQ_LEN=1024
 CORPUS_SHARDS="${MIX:-.carry/data/pretrain/mix}/train-0000[0-5].jsonl.zst"
 source benchmarks/gpu_common.sh
