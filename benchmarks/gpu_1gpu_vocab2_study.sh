@@ -20,7 +20,7 @@
 #   ... && STASH=1 bash benchmarks/gpu_1gpu_vocab2_study.sh && bash benchmarks/gpu_chain.sh start \
 #     'BEST=0 bash benchmarks/gpu_1gpu_vocab2_study.sh' && PACK=studies/gpu_vocab2 bash benchmarks/gpu_chain.sh wait 560
 #   PACK=studies/gpu_vocab2 bash benchmarks/gpu_chain.sh wait 560    # $OUT/study_runs.tgz: the runs so far
-# With the committed runs of results/study_gpu_vocab2 in the tree (40 MB in all since the 108 runs) the kit and a
+# With the committed runs of results/study_gpu_vocab2 in the tree (40 MB in all since the 112 runs) the kit and a
 # shard no longer fit beside it: two calls carry five shards each and nothing else (after pack.sh 28, which takes
 # shards 0-3, plus train-00004.jsonl.zst copied into .carry/data/pretrain/mix; then FIRST_SHARD=5 pack.sh 28 for 5-9;
 # each time: rm -rf .carry/wheels .carry/data/tokenizers .carry/data/eval .carry/data/pretrain/mix/[mv]*)

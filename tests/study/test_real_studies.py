@@ -1,6 +1,7 @@
-"""The IsoFLOP analysis on the committed studies' real per-run results (tests/assets/study_rows: one row per run of
-results/study_gpu_vocab2 and results/study_gpu_moe, the columns the analysis reads). What a strict review found
-wrong with the estimator is pinned here on the runs it was found on."""
+"""The IsoFLOP analysis on the committed studies' real per-run results (tests/assets/study_rows: a snapshot of 2026-11-28,
+one row per run of results/study_gpu_vocab2's 108 and results/study_gpu_moe's 32 runs then, the columns the analysis
+reads; the runs added since are not in it). What a strict review found wrong with the estimator is pinned here on
+the runs it was found on."""
 
 from __future__ import annotations
 

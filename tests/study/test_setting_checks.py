@@ -77,6 +77,17 @@ def _spec(**extra) -> dict:
         ({"budget": 1e14, "settings": {"x": {**AUX["aux0.01"], "overrides": ["aux=0.1"]}}}, "settings.x.overrides"),
         ({"budget": 1e14, "settings": {"x": {**AUX["aux0.01"], "overrides": ["moe.aux"]}}}, "settings.x.overrides"),
         ({"budget": 1e14, "settings": {"x": {**AUX["aux0.01"], "overrides": [0.01]}}}, "settings.x.overrides"),
+        # keys the study sets for every run: another budget, folder or seed pairing
+        ({"budget": 1e14, "settings": {"x": {**AUX["aux0.01"], "overrides": ["training.max_steps=9"]}}}, "every run"),
+        ({"budget": 1e14, "settings": {"x": {**AUX["aux0.01"], "overrides": ["training.seed=7"]}}}, "every run"),
+        ({"budget": 1e14, "settings": {"x": {"arms": ["moe"], "overrides": ["training.output_dir=/x"]}}}, "every run"),
+        (
+            {
+                "budget": 1e14,
+                "settings": {"x": {"arms": ["moe"], "overrides": ["training.gradient_accumulation_steps=2"]}},
+            },
+            "every run",
+        ),
     ],
 )
 def test_a_bad_setting_check_is_one_line_naming_its_key(checks, key):
@@ -302,7 +313,10 @@ def test_the_report_puts_each_check_beside_its_grid_run_with_the_budgets_sigma(t
     def load(high, dead):
         return [{"event": "log", "step": s, "expert_load_max_mean": high + s, "dead_experts": dead} for s in (0, 1)]
 
-    _finished(tmp_path / "grid", moe["val_loss"], load(5.0, 0.05))  # the grid run's last window: 6.00, 5.0%
+    # the grid run's config event (the recipe it trained with: where the table reads the grid's value), then its
+    # last logging window: 6.00, 5.0%
+    config = {"event": "config", "step": 0, "recipe": {"moe": {"aux_loss_coef": 0.002}}}
+    _finished(tmp_path / "grid", moe["val_loss"], [config, *load(5.0, 0.05)])
     moe["out_dir"] = str(tmp_path / "grid")
     _finished(tmp_path / "aux0.01", 0, load(0.2, 0.0))
     checks = [
@@ -316,8 +330,8 @@ def test_the_report_puts_each_check_beside_its_grid_run_with_the_budgets_sigma(t
     # the spec's order: arms, then settings
     assert [(t[0], t[3]) for t in table[1:]] == [("| dense", "wd0.3"), ("| moe", "aux0.01"), ("| moe", "aux0.0001")]
     dense_row, better, within = table[1:]
-    assert dense_row[4] == "`training.weight_decay=0.3` (grid: the recipe's)"
-    assert better[4] == "`moe.aux_loss_coef=0.01` (grid: 0.001)"
+    assert dense_row[4] == "`training.weight_decay=0.3` (grid: –)"  # its grid run has no log here
+    assert better[4] == "`moe.aux_loss_coef=0.01` (grid: 0.002)"  # the grid run's recipe, not the spec's 0.001
     assert better[5:9] == [
         f"{moe['val_loss'] - 3 * sigma:.4f}",
         f"{moe['val_loss']:.4f}",
@@ -328,10 +342,13 @@ def test_the_report_puts_each_check_beside_its_grid_run_with_the_budgets_sigma(t
     assert within[9:] == ["– / 6.00", "– / 5.0% |"]
     assert dense_row[9:] == ["– / –", "– / – |"]
     assert "the last logging window of each run's log" in text
-    assert f"**aux0.01** (moe x0.8 at 1e+15): better by {3 * sigma:.4f} nats > σ = {sigma:.4f}: the grid ran" in text
-    within_sigma = f"{0.5 * sigma:+.4f} nats, within σ = {sigma:.4f}: the setting does not matter at this size."
-    assert f"**aux0.0001** (moe x0.8 at 1e+15): {within_sigma}" in text
-    assert f"**wd0.3** (dense x0.8 at 1e+15): worse by {3 * sigma:.4f} nats > σ" in text
+    band = 2 * 2**0.5 * sigma  # a difference of two runs' 95% band
+    assert f"**aux0.01** (moe x0.8 at 1e+15): better by {3 * sigma:.4f} nats, beyond 2√2·σ = {band:.4f}: " in text
+    within_band = (
+        f"{0.5 * sigma:+.4f} nats, within 2√2·σ = {band:.4f}: no effect this one-seed check can tell from noise."
+    )
+    assert f"**aux0.0001** (moe x0.8 at 1e+15): {within_band}" in text
+    assert f"**wd0.3** (dense x0.8 at 1e+15): worse by {3 * sigma:.4f} nats, beyond 2√2·σ" in text
 
     # no run logged the experts' load: the note says so
     moe["out_dir"] = "-"

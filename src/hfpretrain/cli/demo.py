@@ -10,7 +10,7 @@ from hfpretrain.cli import error
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="out/demo")
-    parser.add_argument("--max-steps", type=int, default=None, help="default: recipes/demo_cpu.yaml's (200)")
+    parser.add_argument("--max-steps", type=int, default=None, help="default: recipes/demo_cpu.yaml's (400)")
     parser.add_argument("--eval-limit", type=int, default=200)
     parser.add_argument(
         "--override",

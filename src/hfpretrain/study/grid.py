@@ -368,6 +368,18 @@ def _lr_checks(d, budgets: list[float]) -> dict:
 SETTING_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.+-]|_(?=[A-Za-z0-9.+-]))*")
 _RESERVED_NAME = re.compile(r"lr[0-9.e+-]+|seed-?\d+")
 _OVERRIDE = re.compile(r"[A-Za-z_][\w-]*(?:\.[\w-]+)+=.*")  # section.key=value (section.a.b=value)
+# Keys the study sets for every run (its budget, batch, folder, seed and resume): a check that changed one would
+# spend another budget, land in another folder or break its pairing with the grid run
+STUDY_KEYS = (
+    "training_flops",
+    "training.max_steps",
+    "training.per_device_train_batch_size",
+    "training.gradient_accumulation_steps",
+    "training.output_dir",
+    "training.seed",
+    "training.data_seed",
+    "training.resume_from_checkpoint",
+)
 
 
 def _setting_checks(d, budgets: list[float], arms: set[str]) -> dict:
@@ -410,6 +422,12 @@ def _setting_checks(d, budgets: list[float], arms: set[str]) -> dict:
             or not all(isinstance(o, str) and _OVERRIDE.fullmatch(o) for o in overrides)
         ):
             raise ValueError(f"{key}.overrides: a list of recipe overrides section.key=value, got {overrides!r}")
+        owned = [o for o in overrides if o.split("=", 1)[0].strip() in STUDY_KEYS]
+        if owned:
+            raise ValueError(
+                f"{key}.overrides: {owned[0]} sets a key the study sets for every run (budget, batch, folder, seed, "
+                f"resume: {', '.join(STUDY_KEYS)}); a check changes a setting, not the run's budget or pairing"
+            )
         settings[name] = {"arms": list(own), "overrides": list(overrides)}
     return {"budget": budget, "settings": settings}
 
@@ -505,7 +523,8 @@ def central_runs(spec: StudySpec, grid: list[Run], plan_of, budget: float) -> di
             for r in grid
             if r.arm == arm and math.isclose(r.budget, budget, rel_tol=1e-9) and r.lr_factor is None and not r.setting
         ]
-        cell = [r for r in cell if r.seed == spec.seeds_for(budget)[0]]  # the spec's first seed
+        # the first seed by the spec, not by the grid's order: a check pairs with that seed's grid run
+        cell = [r for r in cell if r.seed == spec.seeds_for(budget)[0]]
         if not cell:
             continue
 

@@ -893,12 +893,16 @@ def expert_load(out_dir) -> dict | None:
     return {"max_mean": last["expert_load_max_mean"], "dead": last.get("dead_experts")} if last else None
 
 
-def _grid_value(spec: StudySpec, arm: str, override: str) -> str:
-    """The value the grid's runs of ``arm`` gave the override's key: the arm's (or the common) override, else the
-    recipe's."""
-    key = override.split("=", 1)[0]
-    values = [o.split("=", 1)[1].strip() for o in [*spec.overrides, *spec.arms.get(arm, [])] if o.startswith(key + "=")]
-    return values[-1] if values else "the recipe's"
+def _grid_value(ref: dict | None, override: str) -> str:
+    """The value the grid run ``ref`` trained with for the override's key, from the recipe its log's config event
+    holds (a rule, a size or the recipe may have set it, not only the spec's overrides); "–" when not readable."""
+    from hfpretrain.study.plots import first_record, run_log
+
+    log = run_log(ref["out_dir"]) if ref and ref.get("out_dir") else None
+    value = first_record(log).get("recipe", {}) if log else None
+    for part in override.split("=", 1)[0].split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "–" if value is None else str(value)
 
 
 def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | None = None) -> list[str]:
@@ -949,7 +953,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
         )
         setting = named.get(r["setting"])
         overrides = (
-            ", ".join(f"`{o}` (grid: {_grid_value(spec, r['arm'], o)})" for o in setting["overrides"])
+            ", ".join(f"`{o}` (grid: {_grid_value(ref, o)})" for o in setting["overrides"])
             if setting
             else "– (not in the spec)"
         )
@@ -976,17 +980,20 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
             sentences.append(f"- {what}: its grid run (same arm, size, budget and seed) has no result: no comparison.")
         elif sigma is None:
             sentences.append(f"- {what}: {diff:+.4f} {unit}, and no σ at this budget (no seed pairs): not judged.")
-        elif abs(diff) <= sigma:
+        elif abs(diff) <= 2 * math.sqrt(2) * sigma:  # a difference of two runs: σ·√2; two of those: ~95%
             sentences.append(
-                f"- {what}: {diff:+.4f} {unit}, within σ = {sigma:.4f}: the setting does not matter at this size."
+                f"- {what}: {diff:+.4f} {unit}, within 2√2·σ = {2 * math.sqrt(2) * sigma:.4f}: no effect this "
+                "one-seed check can tell from noise."
             )
         elif diff < 0:
             sentences.append(
-                f"- {what}: better by {-diff:.4f} {unit} > σ = {sigma:.4f}: the grid ran at a worse setting."
+                f"- {what}: better by {-diff:.4f} {unit}, beyond 2√2·σ = {2 * math.sqrt(2) * sigma:.4f}: the grid "
+                "ran at a worse setting."
             )
         else:
             sentences.append(
-                f"- {what}: worse by {diff:.4f} {unit} > σ = {sigma:.4f}: the grid's setting is the better of the two."
+                f"- {what}: worse by {diff:.4f} {unit}, beyond 2√2·σ = {2 * math.sqrt(2) * sigma:.4f}: the grid's "
+                "setting is the better of the two."
             )
     note = (
         "Experts' load: the last logging window of each run's log (max/mean: the worst layer's most loaded expert "
@@ -1001,7 +1008,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
         "Each named setting (spec setting_checks: recipe overrides after the arm's and the rules') on its arms' "
         f"central size at one budget, first seed, against the grid's run of the same arm, size, budget and seed; "
         f"{y}. Not part of the cells, the fits or the decision. σ: the budget's noise floor of one run (the "
-        "decision's); a difference of two runs carries about √2·σ.",
+        "decision's); a difference of two runs carries √2·σ, so a check is judged against 2√2·σ (about 95%).",
         "",
         _table(
             [
