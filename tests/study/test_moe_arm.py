@@ -53,8 +53,8 @@ def test_an_arm_gets_its_own_version_of_a_size(tmp_path):
         load_spec({**MICRO, "arms": {"moe": []}, "sizes": [{"name": "h64", "arms": {"moe": {"cfg": "x"}}}]})
 
 
-def test_moe_and_dense_arms_train_and_compare_by_active_parameters(mini_blocks, tmp_path):
-    rows = {r["run"]: r for r in run_study(_spec(mini_blocks), tmp_path / "study")}
+def test_moe_and_dense_arms_train_and_compare_by_active_parameters(mini_blocks_bpe1k, tmp_path):
+    rows = {r["run"]: r for r in run_study(_spec(mini_blocks_bpe1k), tmp_path / "study")}
     dense, moe = rows["dense/h64__s2"], rows["moe/h64__s2"]
     assert dense["tokens"] == moe["tokens"] == 2 * 4 * 128
     assert moe["params"] > dense["params"]  # every expert counts in the total
