@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from forked import script
+
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = [sys.executable, str(REPO / "scripts" / "report.py")]
-
-
-def _env():
-    import os
-
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled"}
 
 
 def test_run_report_has_every_section(mini_blocks, tmp_path):
@@ -58,20 +51,18 @@ def test_run_report_has_every_section(mini_blocks, tmp_path):
     assert (run / "curves.png").stat().st_size > 5_000
     assert (run / "final" / "eval" / "results.json").is_file()  # scored once, read back next time
 
-    # the script: a second report reuses the saved scores; a folder that is neither is one error line
-    proc = subprocess.run([*SCRIPT, str(run), "--no-generate"], capture_output=True, text=True, env=_env(), cwd=REPO)
+    # the script: a second report reuses the saved scores; a folder that is neither is one error line (each command
+    # forked from this process: tests/forked.py)
+    proc = script("report.py", run, "--no-generate", cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "arc_easy" in (run / "report.md").read_text()
-    proc = subprocess.run([*SCRIPT, str(tmp_path)], capture_output=True, text=True, env=_env(), cwd=REPO)
+    proc = script("report.py", tmp_path, cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1
 
     # scripts/plot.py: the four panels of any run folder
-    plot = [sys.executable, str(REPO / "scripts" / "plot.py")]
-    proc = subprocess.run(
-        [*plot, str(run), "--out", str(tmp_path / "p.png")], capture_output=True, text=True, env=_env(), cwd=REPO
-    )
+    proc = script("plot.py", run, "--out", tmp_path / "p.png", cwd=REPO)
     assert proc.returncode == 0 and (tmp_path / "p.png").stat().st_size > 20_000, proc.stderr[-1000:]
-    proc = subprocess.run([*plot, str(tmp_path / "nothing")], capture_output=True, text=True, env=_env(), cwd=REPO)
+    proc = script("plot.py", tmp_path / "nothing", cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ")
 
 
