@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from hfpretrain.study.analysis import analyse_isoflop, cells, to_json
+from hfpretrain.study.analysis import analyse_isoflop, cells, is_check, to_json
 from hfpretrain.study.grid import (
     CELL,
     collect,
     expand,
     folder_runs,
-    is_check,
     load_spec,
     lr_check_runs,
     plan_study,

@@ -37,12 +37,16 @@ from collections import defaultdict
 import numpy as np
 
 from hfpretrain.study.fit import NDFit, fit_nd, fit_power_law, fit_shared_floor
-from hfpretrain.study.grid import is_check
 
 BOOTSTRAP_FIT = dict(grid=40, zooms=10)  # a coarser E search inside the bootstrap loop (hundreds of fits)
 OUTLIER_K = 4.0  # robust σ: a seed replicate further from its siblings is named (and kept: the rule is written first)
 NOISE_RULES = ("per_budget", "pooled")
 DEFAULT_NOISE = "per_budget"
+
+
+def is_check(row: dict) -> bool:
+    """A learning-rate or setting check's row (spec lr_checks, setting_checks): in no cell, fit or decision."""
+    return row.get("lr_factor") is not None or row.get("setting") is not None
 
 
 def _n(row: dict) -> float:

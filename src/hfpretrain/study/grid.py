@@ -1007,11 +1007,6 @@ COLUMNS = [
 ]
 
 
-def is_check(row: dict) -> bool:
-    """A learning-rate or setting check's row (spec lr_checks, setting_checks): in no cell, fit or decision."""
-    return row.get("lr_factor") is not None or row.get("setting") is not None
-
-
 def collect(runs: list[Run]) -> list[dict]:
     return [result_row(r) for r in runs if r.done]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from hfpretrain.study.grid import StudySpec, is_check
+from hfpretrain.study.analysis import is_check
+from hfpretrain.study.grid import StudySpec
 
 
 def _num(x, digits: int = 4) -> str:
