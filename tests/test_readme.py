@@ -48,6 +48,7 @@ def test_readme_leads_with_demo_and_test_and_ci_runs_the_test_command():
     makefile = (REPO / "Makefile").read_text()
     assert "\ndemo:" in makefile and "\ntest:" in makefile and "torch==2.13.0" in makefile
     assert "\t$(BIN)/ruff check src tests scripts benchmarks\n" in makefile  # the linter before the suite
+    assert "\t$(BIN)/ruff format --check src tests scripts benchmarks\n" in makefile  # and the formatter
 
 
 def _make(*args, data_root=None):
