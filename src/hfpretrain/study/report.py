@@ -843,18 +843,7 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
     table = []
     for arm in dict.fromkeys(r["arm"] for r in checks):
         mine = [r for r in checks if r["arm"] == arm]
-        ref = next(
-            (
-                r
-                for r in rows
-                if not is_check(r)
-                and r["arm"] == arm
-                and r["size"] == mine[0]["size"]
-                and r["budget"] == mine[0]["budget"]
-                and r.get("seed") == mine[0].get("seed")
-            ),
-            None,
-        )
+        ref = grid_run_of(mine[0], rows, y)
         by_factor = {r["lr_factor"]: r for r in mine} | ({1.0: ref} if ref else {})
         best = min(by_factor, key=lambda f: by_factor[f][y])
         table.append(
@@ -892,6 +881,21 @@ def expert_load(out_dir) -> dict | None:
         if event.get("expert_load_max_mean") is not None:
             last = event
     return {"max_mean": last["expert_load_max_mean"], "dead": last.get("dead_experts")} if last else None
+
+
+def grid_run_of(check: dict, rows: list[dict], y: str) -> dict | None:
+    """The grid run a learning-rate or setting check is set beside: same arm, size, budget and seed, with a result."""
+    return next(
+        (
+            g
+            for g in rows
+            if not is_check(g)
+            and (g["arm"], g["size"], g.get("seed")) == (check["arm"], check["size"], check.get("seed"))
+            and math.isclose(g["budget"], check["budget"], rel_tol=1e-9)
+            and g.get(y) is not None
+        ),
+        None,
+    )
 
 
 def _grid_value(ref: dict | None, override: str) -> str:
@@ -936,18 +940,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
     )
     table, sentences, loads = [], [], False
     for r in checks:
-        ref = next(
-            (
-                g
-                for g in grid_rows
-                if g["arm"] == r["arm"]
-                and g["size"] == r["size"]
-                and math.isclose(g["budget"], r["budget"], rel_tol=1e-9)
-                and g.get("seed") == r.get("seed")
-                and g.get(y) is not None
-            ),
-            None,
-        )
+        ref = grid_run_of(r, grid_rows, y)
         sigma = next(
             (v.get("sigma") for b, v in noise["budgets"].items() if math.isclose(float(b), r["budget"], rel_tol=1e-9)),
             None,
