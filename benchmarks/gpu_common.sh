@@ -29,10 +29,10 @@ timed() {  # name, command...: skipped with under 90 s left; rc and errors to no
   { echo "#### $name"; grep -v -i warn /tmp/$name.log | tail -30; } >> "$OUT/runs.log"
   return $rc
 }
-study_call() {  # SPEC STUDY NAME: train the study's runs until BUDGET_S (SIGTERM: runs in progress checkpoint), pack their
-  # files as $OUT/NAME_runs.tgz (copy it to .carry/ for the next call), set $todo to the runs left.
+study_call() {  # SPEC STUDY NAME [study.py options]: train the study's runs until BUDGET_S (SIGTERM: runs in progress
+  # checkpoint), pack their files as $OUT/NAME_runs.tgz (copy it to .carry/ for the next call), set $todo to the runs left.
   # --foreground: the signal goes to study.py alone, which passes it to its workers; -k: a hung study cannot eat the call
-  timeout --foreground -k 30 -s TERM $(( $(left) - 90 )) python3 scripts/study.py $1 > "$OUT/study.log" 2>&1
+  timeout --foreground -k 30 -s TERM $(( $(left) - 90 )) python3 scripts/study.py $1 "${@:4}" > "$OUT/study.log" 2>&1
   echo "== study rc $? (${SECONDS}s)" | tee -a "$N"
   grep -hE ": (training|done)|Error|error" "$2"/logs/worker*.log | cut -c1-200 | tail -60 >> "$OUT/runs.log"
   bash benchmarks/pack_study_runs.sh "$2" "$OUT/$3_runs.tgz" > /dev/null

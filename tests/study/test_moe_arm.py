@@ -62,3 +62,30 @@ def test_moe_and_dense_arms_train_and_compare_by_active_parameters(mini_blocks_b
     plan = {"parameters": {"non_embedding": 10_000, "active_non_embedding": 4_000}, "flops_per_token_head": 600}
     assert ratio_params(plan) == 4_100
     assert ratio_params({"parameters": {"non_embedding": 10_000}, "flops_per_token_head": 600}) == 10_100
+
+
+def test_second_moe_study_dense_arm_is_the_vocabulary_studys_8k_arm():
+    """gpu_moe2's dense runs are results/study_gpu_vocab2/runs/bpe_8k, copied, not rerun: that holds only while
+    every dense run of the one spec has exactly the overrides of its namesake in the other (output folder aside),
+    and the MoE arm differs from it in the model's config and aux weight alone."""
+    from test_study import SPECS
+
+    moe2, vocab2 = load_spec(SPECS / "gpu_moe2.yaml"), load_spec(SPECS / "gpu_vocab2.yaml")
+    same = ("budgets", "seeds", "rules", "recipe", "overrides")
+    assert [getattr(moe2, k) for k in same] == [getattr(vocab2, k) for k in same]
+    iso = ("tokens_per_param", "sizes_per_budget")
+    assert [getattr(moe2.isoflop, k) for k in iso] == [getattr(vocab2.isoflop, k) for k in iso]
+    assert "bpe_8k" not in vocab2.isoflop.extra and not moe2.isoflop.extra  # the same windows, no extra sizes
+
+    def runs(spec, arm):
+        return {
+            r.name.split("/", 1)[1]: [o for o in r.overrides if not o.startswith("training.output_dir=")]
+            for r in expand(spec)
+            if r.arm == arm
+        }
+
+    dense, bpe_8k, moe = runs(moe2, "dense"), runs(vocab2, "bpe_8k"), runs(moe2, "moe")
+    assert dense == bpe_8k and len(dense) == 88
+    for name, overrides in moe.items():
+        differ = {o.split("=")[0] for o in set(overrides) ^ set(dense[name])}
+        assert differ == {"model.config", "model.overrides.moe_intermediate_size", "moe.aux_loss_coef"}, name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -353,6 +354,36 @@ def test_workers_share_the_runs_and_train_each_once(mini_blocks_bpe1k, tmp_path)
     assert after == before and after["learning_rate"] is not None
     val = json.loads((mini_blocks / "manifest.json").read_text())["validation"]
     assert after["val_bpb"] == pytest.approx(after["val_loss"] * val["tokens"] / val["text_bytes"] / np.log(2))
+
+
+def test_runs_pattern_trains_only_the_runs_it_names(mini_blocks_bpe1k, tmp_path):
+    """--runs: a costly budget first, the rest in a later call; the report reads every finished run."""
+    import yaml
+
+    spec = {
+        **MICRO,
+        "sizes": MICRO["sizes"][:1],
+        "steps": [2, 3],
+        "overrides": [f"data.path={mini_blocks_bpe1k}", *MICRO["overrides"]],
+    }
+    spec_path, out = tmp_path / "spec.yaml", tmp_path / "study"
+    spec_path.write_text(yaml.safe_dump(spec))
+    listed = script("study.py", spec_path, "--out", out, "--list", "--runs", "*__s3")
+    assert listed.returncode == 0 and listed.stdout.split() == ["todo", "baseline/h32__s3"], listed.stdout
+    # a fresh interpreter: training in a fork of this process (torch's threads already started) can hang
+    cli = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "study.py"), str(spec_path), "--out", str(out), "--runs", "*__s3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert "1/2 runs finished" in cli.stdout
+    assert [r.done for r in expand(load_spec(spec), out)] == [False, True]
+    none = script("study.py", spec_path, "--out", out, "--runs", "*__s9")
+    assert none.returncode == 2 and none.stderr.strip().splitlines()[-1] == (
+        "error: --runs *__s9: no run of the study matches (--list prints their names)"
+    ), none.stderr
 
 
 def test_done_needs_the_final_evaluation_only_when_the_run_evaluates(tmp_path):

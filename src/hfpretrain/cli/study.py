@@ -5,12 +5,14 @@
     python scripts/study.py SPEC.yaml --list                      # the runs it would do, and which are done
     python scripts/study.py SPEC.yaml --plan                      # sizes, tokens, LR, warmup, passes, GPU time; checks
     python scripts/study.py SPEC.yaml --workers 3                 # 3 runs at a time on each GPU (small models)
+    python scripts/study.py SPEC.yaml --runs 'moe/*__c2.50e+16__*'  # only these runs now (the rest later)
 
 Outputs in DIR (default: the spec's ``out``): runs/<arm>/<size>__<budget>/ (ordinary run folders),
 results.csv, results.json, fits.json, loss_vs_flops.png, report.md. See docs/study.md.
 """
 
 import argparse
+import fnmatch
 import logging
 import sys
 from pathlib import Path
@@ -35,10 +37,26 @@ def main() -> int:
         help="runs trained at a time on each visible GPU (on a CPU "
         "machine: in all; default: the spec's workers, else 1); logs in DIR/logs/worker<i>.log",
     )
+    parser.add_argument(
+        "--runs",
+        metavar="PATTERN",
+        action="append",
+        help="train only the runs whose names (as --list prints them) match this shell pattern; repeatable. "
+        "The order is the plan's (budgets ascending): this puts a costly budget first, or splits a study over "
+        "machines. The report still reads every finished run",
+    )
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
     args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides
     # after parsing, so --help is instant; the spec is checked before the report's and the Trainer's imports
-    from hfpretrain.study.grid import load_spec, plan_study, run_study, run_study_workers, visible_gpus
+    from hfpretrain.study.grid import (
+        checked_plan,
+        collect,
+        load_spec,
+        plan_study,
+        run_study,
+        run_study_workers,
+        visible_gpus,
+    )
 
     try:
         spec = load_spec(args.spec)
@@ -56,13 +74,20 @@ def main() -> int:
         out = Path(args.out or spec.out)
         planned = plan_study(spec, out)
         runs = [run for run, _ in planned]
+        chosen = planned
+        if args.runs:
+            chosen = [(r, p) for r, p in planned if any(fnmatch.fnmatchcase(r.name, pat) for pat in args.runs)]
+            if not chosen:
+                raise ValueError(
+                    f"--runs {' '.join(args.runs)}: no run of the study matches (--list prints their names)"
+                )
         if args.list:
-            for run in runs:
+            for run, _ in chosen:
                 print(f"{'done' if run.done else 'todo'}  {run.name}")
             return 0
         if args.plan:
-            errors, warnings = check_plan([p for _, p in planned], spec.rules)
-            print(format_plan([p for _, p in planned], errors, warnings))
+            errors, warnings = check_plan([p for _, p in chosen], spec.rules)
+            print(format_plan([p for _, p in chosen], errors, warnings))
             return 2 if errors else 0
         problem = None if args.report_only else output_problem(out, makes="study")
         if problem:  # before the first run, not after it
@@ -74,10 +99,13 @@ def main() -> int:
         # a process per run at a time on every GPU; not under a multi-process launch (its ranks train each run
         # together)
         several = spec.workers > 1 or (len(visible_gpus()) > 1 and launched_processes() == 1)
-        if several and not args.report_only:
-            rows = run_study_workers(spec, out, spec.workers)
-        else:
-            rows = run_study(spec, out, only_existing=args.report_only)
+        if not args.report_only:
+            chosen = checked_plan(spec, out, planned=chosen)  # the plan's errors stop it before any training
+            if several:
+                run_study_workers(spec, out, spec.workers, planned=chosen)
+            else:
+                run_study(spec, out, planned=chosen)
+        rows = collect(runs)  # every finished run, chosen or not
     except (RecipeError, FileNotFoundError, ValueError, RuntimeError) as err:
         return error(err)
     result = analyse(spec, rows, out, n_planned=len(runs))

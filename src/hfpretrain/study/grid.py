@@ -688,9 +688,10 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
     return planned
 
 
-def checked_plan(spec: StudySpec, out: str | Path | None = None, only_existing: bool = False):
-    """``plan_study`` with its warnings logged; its errors raised unless only finished runs are wanted."""
-    planned = plan_study(spec, out)
+def checked_plan(spec: StudySpec, out: str | Path | None = None, only_existing: bool = False, planned=None):
+    """``plan_study`` (or the caller's part of it) with its warnings logged; its errors raised unless only
+    finished runs are wanted."""
+    planned = planned if planned is not None else plan_study(spec, out)
     errors, warnings = check_plan([p for _, p in planned], spec.rules)
     for w in warnings:
         logger.warning("plan: %s", w)
@@ -752,17 +753,17 @@ def run_study(
     return collect(runs)
 
 
-def run_study_workers(spec: StudySpec, out: str | Path, workers: int) -> list[dict]:
+def run_study_workers(spec: StudySpec, out: str | Path, workers: int, planned: list | None = None) -> list[dict]:
     """``run_study`` in ``workers`` processes per visible GPU (or ``workers`` on a CPU machine), each taking
     the next unclaimed run (see :func:`claim`) on the GPU it was given; logs in OUT/logs/worker<i>.log.
     Small models leave a GPU mostly idle and spend tens of seconds per run compiling on one CPU core, so a
     few runs side by side finish a grid of them sooner; the runs' own tokens/s and wall times are then those
     of a shared GPU. SIGTERM (a time limit, a preemption) reaches every worker: each saves its run in
-    progress, as one process would."""
+    progress, as one process would. ``planned``: the runs to train (default: the whole plan)."""
     out = Path(out)
     # planned once, here: a bad plan fails before any worker starts, and the workers do not each repeat its
     # dry runs (24 workers x 33 of them took 3 minutes of a 4-GPU machine)
-    planned = checked_plan(spec, out)
+    planned = checked_plan(spec, out, planned=planned)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
     gpus = worker_gpus(workers, visible_gpus())

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The second MoE study (src/hfpretrain/study/specs/gpu_moe2.yaml, issue 61) on one GPU: the MoE arm's runs on the
+# vocabulary study v2's data, beside that study's 8k arm as the dense arm (its finished runs, copied). Each call:
+# stashes the carried shards (STASH=1: only that, for the first of two calls; the ten shards do not fit one carry
+# beside the kit), tokenizes the ten with out/tok10_bpe8k as benchmarks/prepare_vocab_study.sh does (reused while
+# the machine stays warm), restores the dense arm from results/study_gpu_vocab2/runs/bpe_8k and the MoE arm's
+# finished runs (.carry/gpu_moe2_runs.tgz, else results/study_gpu_moe2/runs), and trains RUNS (a --runs pattern;
+# default all) until BUDGET_S. The MoE arm's ~34 GPU-minutes do not fit one session: the decision budget first.
+#   TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval    # shards 0-4 (+ out/tok10_bpe8k in carry)
+#   call 1: source .carry/setup.sh && STASH=1 bash benchmarks/gpu_1gpu_moe2_study.sh
+#   FIRST_SHARD=5 ... pack.sh 28 --no-eval                                   # shards 5-9
+#   call 2 (within 30 s): source .carry/setup.sh && bash benchmarks/gpu_chain.sh start \
+#     "RUNS='moe/*__c2.50e+16__seed0' bash benchmarks/gpu_1gpu_moe2_study.sh" 'bash benchmarks/gpu_1gpu_moe2_study.sh' \
+#     && PACK=studies/gpu_moe2 bash benchmarks/gpu_chain.sh wait 540
+#   later calls (within 30 s): PACK=studies/gpu_moe2 bash benchmarks/gpu_chain.sh wait 560   # $OUT/study_runs.tgz
+DATA=out/mix10_bpe8k_1024 CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024
+source benchmarks/gpu_common.sh
+SPEC=src/hfpretrain/study/specs/gpu_moe2.yaml
+STUDY=studies/gpu_moe2
+[ -f "$CORPUS_TOK/tokenizer.json" ] || { echo "== $CORPUS_TOK missing: carry the trained tokenizer" | tee -a "$N"; exit 2; }
+STASH_DIR=${STASH_DIR:-/root/vocab2_data}
+mkdir -p "$STASH_DIR/pretrain/mix"
+cp -n "$DATA_ROOT"/pretrain/mix/train-*.jsonl.zst "$DATA_ROOT"/pretrain/mix/val.jsonl.zst "$STASH_DIR/pretrain/mix/"
+shards=$(ls "$STASH_DIR"/pretrain/mix/train-*.jsonl.zst | wc -l)
+echo "== $shards shards in $STASH_DIR" | tee -a "$N"
+[ "${STASH:-0}" = 1 ] && exit 0
+[ "$shards" -ge 10 ] || { echo "== $shards of 10 shards: carry the others with STASH=1 first" | tee -a "$N"; exit 2; }
+MIX="$STASH_DIR/pretrain/mix"
+[ -f $DATA/manifest.json ] || tokenize_corpus
+echo "== data ready (${SECONDS}s)" | tee -a "$N"
+mkdir -p "$STUDY/runs/dense"
+cp -r -n results/study_gpu_vocab2/runs/bpe_8k/. "$STUDY/runs/dense/"
+if [ -f .carry/gpu_moe2_runs.tgz ]; then tar -xzf .carry/gpu_moe2_runs.tgz -C "$STUDY"
+elif [ -d results/study_gpu_moe2/runs/moe ]; then cp -r -n results/study_gpu_moe2/runs/moe "$STUDY/runs/"; fi
+python3 scripts/study.py $SPEC --list > "$OUT/list.txt" 2>&1
+echo "== dense runs left: $(grep -c '^todo  dense/' "$OUT/list.txt") (0: the copied arm is the plan's)" | tee -a "$N"
+study_call $SPEC "$STUDY" gpu_moe2 ${RUNS:+--runs "$RUNS"}
