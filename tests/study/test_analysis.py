@@ -287,6 +287,18 @@ def test_the_decision_rule_gives_its_verdicts():
     assert verdicts["m"]["verdict"] == "recommended" and verdicts["m"]["multiplier"] == pytest.approx(2, rel=0.1)
     assert verdicts["n"]["verdict"] in ("no gain", "undecided")
     assert verdicts["m"]["sigma"] == r["budget_noise"]["budgets"][BUDGETS[-1]]["sigma"]
+    # a verdict waits for every seed the spec planned at its budget: seed 1 of one arm missing there
+    rows = [
+        x
+        for x in study(arms, seeds=2, sigma=0.005)
+        if not (x["arm"] == "better" and x["seed"] == 1 and x["budget"] == BUDGETS[-1])
+    ]
+    short = analyse_isoflop(rows, n_boot=60)
+    assert short["optima"]["better", BUDGETS[-1]]["seeds"] == [0]
+    assert decide(short, by_multiplier)[0]["verdict"] == "recommended"  # the caller did not say which seeds
+    m = decide(short, by_multiplier, seeds=[0, 1])[0]
+    assert m["verdict"] == "incomplete" and m["why"] == f"a planned seed not run: better @ {BUDGETS[-1]:.3g} (seed 1)"
+    assert decide(r, by_multiplier, seeds=[0, 1])[0]["verdict"] == "recommended"
 
 
 def test_losses_of_other_vocabularies_without_bits_per_byte_are_not_one_unit():

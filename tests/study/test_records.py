@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 VOCAB = REPO / "results" / "study_gpu_vocab"
 VOCAB2 = REPO / "results" / "study_gpu_vocab2"
 MOE = REPO / "results" / "study_gpu_moe"
+MOE2 = REPO / "results" / "study_gpu_moe2"
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
 
@@ -193,8 +194,8 @@ def _md_table(text: str, header_start: str) -> list[list[str]]:
 
 @pytest.mark.parametrize(
     "study, n_runs, first_arm",
-    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 112, "bpe_32k"), (MOE, 38, "moe")],
-    ids=["vocab", "vocab2", "moe"],
+    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 112, "bpe_32k"), (MOE, 38, "moe"), (MOE2, 58, "moe")],
+    ids=["vocab", "vocab2", "moe", "moe2"],
 )
 def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, first_arm):
     """report.md against results.json and analysis.json: every run's bits per byte and minutes, every optimum,

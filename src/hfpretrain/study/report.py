@@ -585,8 +585,8 @@ def _pair_lines(result: dict, iv: dict, sep: dict | None) -> list[str]:
 
 
 VERDICT_MEANING = {
-    "incomplete": "no verdict at this budget: a cell is not run or not bracketed, so its optimum is a bound; nothing "
-    "is recommended at or beyond it (move the sizes and run again)",
+    "incomplete": "no verdict at this budget: a cell is not run, not bracketed (its optimum is a bound) or short of "
+    "a planned seed; nothing is recommended at or beyond it (move the sizes, or run what is missing, and run again)",
     "better, also at 10×": "adopt, also for larger models (the extrapolation's interval is below 0 and the separate "
     "fits agree)",
     "better at the measured budgets": "adopt at this scale; no recommendation beyond the largest budget",
@@ -623,7 +623,8 @@ def study_verdicts(spec: StudySpec | None, result: dict | None) -> tuple[dict, l
     if not result or not result.get("optima"):
         return (spec.decision if spec else {}) or {}, []
     rule = (spec.decision if spec else None) or default_decision(result)
-    return rule, decide(result, rule)
+    at = float(rule.get("at") or max(result["budgets"]))
+    return rule, decide(result, rule, spec.seeds_for(at) if spec else None)
 
 
 def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[str]:
