@@ -8,8 +8,10 @@
 # default all) until BUDGET_S. The MoE arm's ~34 GPU-minutes do not fit one session: the decision budget first.
 #   TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval    # shards 0-4 (+ out/tok10_bpe8k in carry)
 #   call 1: source .carry/setup.sh && STASH=1 bash benchmarks/gpu_1gpu_moe2_study.sh
-#   FIRST_SHARD=5 ... pack.sh 28 --no-eval                                   # shards 5-9
-#   call 2 (within 30 s): source .carry/setup.sh && bash benchmarks/gpu_chain.sh start \
+#   mkdir -p .carry2/data/pretrain/mix && cp $DATA_ROOT/pretrain/mix/train-0000[5-9].jsonl.zst .carry2/data/pretrain/mix/
+#   call 2 (within 30 s; carry .carry2, not .carry: the kit stays installed on the warm machine):
+#     source .carry/setup.sh && DATA_ROOT=$PWD/.carry2/data STASH=1 bash benchmarks/gpu_1gpu_moe2_study.sh \
+#     && bash benchmarks/gpu_chain.sh start \
 #     "RUNS='moe/*__c2.50e+16__seed0' bash benchmarks/gpu_1gpu_moe2_study.sh" 'bash benchmarks/gpu_1gpu_moe2_study.sh' \
 #     && PACK=studies/gpu_moe2 bash benchmarks/gpu_chain.sh wait 540
 #   later calls (within 30 s): PACK=studies/gpu_moe2 bash benchmarks/gpu_chain.sh wait 560   # $OUT/study_runs.tgz
@@ -21,11 +23,12 @@ STUDY=studies/gpu_moe2
 STASH_DIR=${STASH_DIR:-/root/vocab2_data}
 mkdir -p "$STASH_DIR/pretrain/mix"
 cp -n "$DATA_ROOT"/pretrain/mix/train-*.jsonl.zst "$DATA_ROOT"/pretrain/mix/val.jsonl.zst "$STASH_DIR/pretrain/mix/"
-shards=$(ls "$STASH_DIR"/pretrain/mix/train-*.jsonl.zst | wc -l)
+shards=$(ls "$STASH_DIR"/pretrain/mix/train-0000[0-9].jsonl.zst | wc -l)
 echo "== $shards shards in $STASH_DIR" | tee -a "$N"
 [ "${STASH:-0}" = 1 ] && exit 0
-[ "$shards" -ge 10 ] || { echo "== $shards of 10 shards: carry the others with STASH=1 first" | tee -a "$N"; exit 2; }
-MIX="$STASH_DIR/pretrain/mix"
+[ "$shards" -eq 10 ] || { echo "== $shards of 10 shards: carry the others with STASH=1 first" | tee -a "$N"; exit 2; }
+# the ten shards prepare_vocab_study.sh tokenized for the dense arm, whatever else the stash holds
+MIX="$STASH_DIR/pretrain/mix" CORPUS_SHARDS="$STASH_DIR/pretrain/mix/train-0000[0-9].jsonl.zst"
 [ -f $DATA/manifest.json ] || tokenize_corpus
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
 mkdir -p "$STUDY/runs/dense"

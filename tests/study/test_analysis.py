@@ -296,9 +296,19 @@ def test_the_decision_rule_gives_its_verdicts():
     short = analyse_isoflop(rows, n_boot=60)
     assert short["optima"]["better", BUDGETS[-1]]["seeds"] == [0]
     assert decide(short, by_multiplier)[0]["verdict"] == "recommended"  # the caller did not say which seeds
-    m = decide(short, by_multiplier, seeds=[0, 1])[0]
+    m = decide(short, by_multiplier, lambda budget: [0, 1])[0]
     assert m["verdict"] == "incomplete" and m["why"] == f"a planned seed not run: better @ {BUDGETS[-1]:.3g} (seed 1)"
-    assert decide(r, by_multiplier, seeds=[0, 1])[0]["verdict"] == "recommended"
+    assert decide(r, by_multiplier, lambda budget: [0, 1])[0]["verdict"] == "recommended"
+    # seed 1 finished at one size of the cell only (a chain cut part-way): still short of a planned seed
+    sizes = sorted({x["size"] for x in rows if x["arm"] == "better" and x["budget"] == BUDGETS[-1]})
+    partial = rows + [
+        x
+        for x in study(arms, seeds=2, sigma=0.005)
+        if x["arm"] == "better" and x["seed"] == 1 and x["budget"] == BUDGETS[-1] and x["size"] == sizes[0]
+    ]
+    assert (
+        decide(analyse_isoflop(partial, n_boot=60), by_multiplier, lambda budget: [0, 1])[0]["verdict"] == "incomplete"
+    )
 
 
 def test_losses_of_other_vocabularies_without_bits_per_byte_are_not_one_unit():

@@ -41,9 +41,9 @@ def main() -> int:
         "--runs",
         metavar="PATTERN",
         action="append",
-        help="train only the runs whose names (as --list prints them) match this shell pattern; repeatable. "
-        "The order is the plan's (budgets ascending): this puts a costly budget first, or splits a study over "
-        "machines. The report still reads every finished run",
+        help="train (and --list, --plan) only the runs whose names, as --list prints them, match this shell "
+        "pattern; repeatable. The order is the plan's (budgets ascending): this puts a costly budget first, or "
+        "splits a study over machines. The report still reads every finished run",
     )
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for every run, e.g. data.path=...")
     args = parser.parse_intermixed_args()  # options may come after the spec and before the overrides

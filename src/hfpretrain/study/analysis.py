@@ -432,10 +432,13 @@ def analyse_isoflop(
     for model, d in per_model.items():
         d["backtest"] = backtest(opt, arms, budgets, model)
     grid_rows = [r for r in rows if not is_check(r)]  # LR and setting checks are no cell's replicates
-    for (arm, b), o in opt.items():  # the seeds behind each optimum: the decision needs every seed of its spec
-        o["seeds"] = sorted(
-            {r["seed"] for r in grid_rows if r["arm"] == arm and r["budget"] == b and r.get("seed") is not None}
-        )
+    for (arm, b), o in opt.items():  # the seeds finished at every size of the cell: a decision needs all it planned
+        by_size: dict = defaultdict(set)
+        for r in grid_rows:
+            finished = r.get(y) is not None and math.isfinite(r[y])
+            if r["arm"] == arm and r["budget"] == b and r.get("seed") is not None and finished:
+                by_size[r["size"]].add(r["seed"])
+        o["seeds"] = sorted(set.intersection(*by_size.values())) if by_size else []
     noise = noise_floor(grid_rows, y)
     by_budget = budget_noise([r for r in grid_rows if r["budget"] in budgets], y, noise_rule)
     point = per_model[PRIMARY]
@@ -722,14 +725,15 @@ def default_decision(result: dict) -> dict:
     }
 
 
-def decide(result: dict, decision: dict, seeds: list | None = None) -> list[dict]:
+def decide(result: dict, decision: dict, seeds_for=None) -> list[dict]:
     """The spec's ``decision`` rule (written before the runs) applied to the analysis: one verdict per comparison.
 
     Per comparison (``arm`` against ``baseline``) at the budget ``at`` (default: the largest): the measured gap of
     the best losses with its 95% interval, and the gap at 10× the largest budget on the primary (shared-E)
     model with its interval and on the separate fits. Verdicts, in this order:
       - ``incomplete``: a cell of the comparison at ``at`` was not run, is not bracketed (its optimum is a bound)
-        or lacks one of ``seeds`` (the spec's seeds at ``at``: a verdict waits for every replicate it planned);
+        or lacks, at one of its sizes, a seed of ``seeds_for(at)`` (the spec's: a verdict waits for every replicate
+        it planned; a rule of every study, added 2026-11-29);
       - ``better, also at 10×``: the measured interval lies below −margin, the shared-E extrapolation's interval
         below 0, and the separate fits agree on the sign;
       - ``better at the measured budgets``: the measured interval below −margin, the extrapolation unresolved
@@ -765,7 +769,7 @@ def decide(result: dict, decision: dict, seeds: list | None = None) -> list[dict
             missing = [f"{a} @ {at:.3g}" for a, ok in zip((arm, base), cells_ok) if not ok]
             out.append({**entry, "verdict": "incomplete", "why": "not run or not bracketed: " + ", ".join(missing)})
             continue
-        want = {s for s in seeds or [] if s is not None}
+        want = {s for s in (seeds_for(at) if seeds_for else []) if s is not None}
         unseeded = [
             f"{a} @ {at:.3g} (seed {', '.join(map(str, sorted(want - set(result['optima'][a, at].get('seeds', [])))))})"
             for a in (arm, base)

@@ -759,11 +759,12 @@ def run_study_workers(spec: StudySpec, out: str | Path, workers: int, planned: l
     Small models leave a GPU mostly idle and spend tens of seconds per run compiling on one CPU core, so a
     few runs side by side finish a grid of them sooner; the runs' own tokens/s and wall times are then those
     of a shared GPU. SIGTERM (a time limit, a preemption) reaches every worker: each saves its run in
-    progress, as one process would. ``planned``: the runs to train (default: the whole plan)."""
+    progress, as one process would. ``planned``: the runs to train, already checked (default: the whole plan,
+    checked here)."""
     out = Path(out)
-    # planned once, here: a bad plan fails before any worker starts, and the workers do not each repeat its
-    # dry runs (24 workers x 33 of them took 3 minutes of a 4-GPU machine)
-    planned = checked_plan(spec, out, planned=planned)
+    # planned once, here or by the caller: a bad plan fails before any worker starts, and the workers do not each
+    # repeat its dry runs (24 workers x 33 of them took 3 minutes of a 4-GPU machine)
+    planned = planned if planned is not None else checked_plan(spec, out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot be used in a forked child
     gpus = worker_gpus(workers, visible_gpus())

@@ -623,8 +623,7 @@ def study_verdicts(spec: StudySpec | None, result: dict | None) -> tuple[dict, l
     if not result or not result.get("optima"):
         return (spec.decision if spec else {}) or {}, []
     rule = (spec.decision if spec else None) or default_decision(result)
-    at = float(rule.get("at") or max(result["budgets"]))
-    return rule, decide(result, rule, spec.seeds_for(at) if spec else None)
+    return rule, decide(result, rule, spec.seeds_for if spec else None)
 
 
 def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[str]:
