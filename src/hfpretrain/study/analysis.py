@@ -770,11 +770,8 @@ def decide(result: dict, decision: dict, seeds_for=None) -> list[dict]:
             out.append({**entry, "verdict": "incomplete", "why": "not run or not bracketed: " + ", ".join(missing)})
             continue
         want = {s for s in (seeds_for(at) if seeds_for else []) if s is not None}
-        unseeded = [
-            f"{a} @ {at:.3g} (seed {', '.join(map(str, sorted(want - set(result['optima'][a, at].get('seeds', [])))))})"
-            for a in (arm, base)
-            if want - set(result["optima"][a, at].get("seeds", []))
-        ]
+        short = {a: sorted(want - set(result["optima"][a, at].get("seeds", []))) for a in (arm, base)}
+        unseeded = [f"{a} @ {at:.3g} (seed {', '.join(map(str, s))})" for a, s in short.items() if s]
         if unseeded:
             out.append({**entry, "verdict": "incomplete", "why": "a planned seed not run: " + ", ".join(unseeded)})
             continue
