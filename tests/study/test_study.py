@@ -48,6 +48,21 @@ MICRO = {
 }
 
 
+def _one_size_study(tmp_path: Path, data: Path, steps: list[int]) -> tuple[dict, Path, Path]:
+    """MICRO at its smallest size on ``data``: (spec, its YAML file, the study folder)."""
+    import yaml
+
+    spec = {
+        **MICRO,
+        "sizes": MICRO["sizes"][:1],
+        "steps": steps,
+        "overrides": [f"data.path={data}", *MICRO["overrides"]],
+    }
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    return spec, spec_path, tmp_path / "study"
+
+
 @pytest.mark.parametrize("path", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_example_specs_load_and_expand(path):
     spec = load_spec(path)
@@ -246,16 +261,7 @@ def test_sigterm_stops_the_study_and_the_next_pass_resumes(mini_blocks_bpe1k, tm
     stopped run is not counted as finished, and the next pass continues it from its checkpoint."""
     import signal
 
-    import yaml
-
-    spec = {
-        **MICRO,
-        "sizes": MICRO["sizes"][:1],
-        "steps": [2, 30],
-        "overrides": [f"data.path={mini_blocks_bpe1k}", *MICRO["overrides"]],
-    }
-    spec_path, out = tmp_path / "spec.yaml", tmp_path / "study"
-    spec_path.write_text(yaml.safe_dump(spec))
+    spec, spec_path, out = _one_size_study(tmp_path, mini_blocks_bpe1k, [2, 30])
     long_run = out / "runs" / "baseline" / "h32__s30"
     sys.path.insert(0, str(REPO / "tests" / "training"))
     from train_utils import sigterm_after_first_log
@@ -315,17 +321,8 @@ def test_workers_are_spread_over_every_visible_gpu():
 
 
 def test_workers_share_the_runs_and_train_each_once(mini_blocks_bpe1k, tmp_path):
-    import yaml
-
     mini_blocks = mini_blocks_bpe1k
-    spec = {
-        **MICRO,
-        "sizes": MICRO["sizes"][:1],
-        "steps": [2, 3, 4],
-        "overrides": [f"data.path={mini_blocks}", *MICRO["overrides"]],
-    }
-    spec_path, out = tmp_path / "spec.yaml", tmp_path / "study"
-    spec_path.write_text(yaml.safe_dump(spec))
+    spec, spec_path, out = _one_size_study(tmp_path, mini_blocks, [2, 3, 4])
     cli = script("study.py", spec_path, "--out", out, "--workers", "2")
     assert cli.returncode == 0, cli.stderr[-3000:]
     assert "3/3 runs finished" in cli.stdout
@@ -358,16 +355,7 @@ def test_workers_share_the_runs_and_train_each_once(mini_blocks_bpe1k, tmp_path)
 
 def test_runs_pattern_trains_only_the_runs_it_names(mini_blocks_bpe1k, tmp_path):
     """--runs: a costly budget first, the rest in a later call; the report reads every finished run."""
-    import yaml
-
-    spec = {
-        **MICRO,
-        "sizes": MICRO["sizes"][:1],
-        "steps": [2, 3],
-        "overrides": [f"data.path={mini_blocks_bpe1k}", *MICRO["overrides"]],
-    }
-    spec_path, out = tmp_path / "spec.yaml", tmp_path / "study"
-    spec_path.write_text(yaml.safe_dump(spec))
+    spec, spec_path, out = _one_size_study(tmp_path, mini_blocks_bpe1k, [2, 3])
     listed = script("study.py", spec_path, "--out", out, "--list", "--runs", "*__s3")
     assert listed.returncode == 0 and listed.stdout.split() == ["todo", "baseline/h32__s3"], listed.stdout
     # a fresh interpreter: training in a fork of this process (torch's threads already started) can hang
