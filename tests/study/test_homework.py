@@ -78,10 +78,10 @@ def test_the_key_figures_match_the_json(doc):
     assert f"{final['eval_bpb']:.3f} bits per byte, {final['eval_loss']:.3f} nats per token" in doc
     experiments = doc.split("## 3. ")[1].split("## 4. ")[0]
     seen = 0
-    for study in ("study_gpu_vocab2", "study_gpu_vocab", "study_gpu_moe"):
+    for study in ("study_gpu_vocab2", "study_gpu_vocab", "study_gpu_moe", "study_gpu_moe2"):
         table = experiments.split(f"### {study}\n")[1].split("### ")[0]  # run names repeat across studies
         for r in json.loads((REPO / "results" / study / "results.json").read_text()):
             row = next(line for line in table.splitlines() if line.startswith(f"| {r['run']} |"))
             assert row.rstrip(" |").endswith(f"{r['val_bpb']:.4g}"), row
             seen += 1
-    assert seen == 112 + 48 + 38
+    assert seen == 112 + 48 + 38 + 72

@@ -194,7 +194,7 @@ def _md_table(text: str, header_start: str) -> list[list[str]]:
 
 @pytest.mark.parametrize(
     "study, n_runs, first_arm",
-    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 112, "bpe_32k"), (MOE, 38, "moe"), (MOE2, 58, "moe")],
+    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 112, "bpe_32k"), (MOE, 38, "moe"), (MOE2, 72, "moe")],
     ids=["vocab", "vocab2", "moe", "moe2"],
 )
 def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, first_arm):

@@ -16,7 +16,8 @@ from pathlib import Path
 
 BEST = "results/best_small"  # the best model: its run report (curves, lm-eval, generations, reproduce)
 ABLATION = "results/study_gpu_vocab2"  # the ablation: the vocabulary IsoFLOP study with its decision rule
-OTHER_STUDIES = ("results/study_gpu_vocab", "results/study_gpu_moe")
+MOE = "results/study_gpu_moe2"  # the MoE ablation: ten shards, four budgets, its decision rule (supersedes study_gpu_moe)
+OTHER_STUDIES = ("results/study_gpu_vocab", "results/study_gpu_moe", MOE)
 PLACEHOLDER = "<TO FILL IN>"
 
 # sources whose numbers the document may carry (relative to the repository root)
@@ -250,7 +251,17 @@ def write_homework(
         "",
         "### The MoE ablation (dense against 32 experts at equal active FLOPs)",
         "",
-        cut(text["results/study_gpu_moe/report.md"], "Discussion", "results/study_gpu_moe"),
+        f"From [{MOE}/report.md]({_relpath(root / MOE / 'report.md', out_dir)}) and its "
+        f"[README]({_relpath(root / MOE / 'README.md', out_dir)}) (the first MoE study, on six shards, could not "
+        "bracket its larger budget; this one replaces it).",
+        "",
+        "#### The decision, by the rule written before the runs",
+        "",
+        cut(text[f"{MOE}/report.md"], "Decision", MOE, level=2),
+        "",
+        "#### Discussion",
+        "",
+        cut(text[f"{MOE}/report.md"], "Discussion", MOE),
         "",
         "## 8. Reproduce: training, evaluation, generation",
         "",
