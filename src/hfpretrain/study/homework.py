@@ -16,7 +16,7 @@ from pathlib import Path
 
 BEST = "results/best_small"  # the best model: its run report (curves, lm-eval, generations, reproduce)
 ABLATION = "results/study_gpu_vocab2"  # the ablation: the vocabulary IsoFLOP study with its decision rule
-MOE = "results/study_gpu_moe2"  # the MoE ablation: ten shards, four budgets, its decision rule (supersedes study_gpu_moe)
+MOE = "results/study_gpu_moe2"  # the MoE ablation: ten shards, four budgets (it supersedes study_gpu_moe)
 OTHER_STUDIES = ("results/study_gpu_vocab", "results/study_gpu_moe", MOE)
 PLACEHOLDER = "<TO FILL IN>"
 
