@@ -20,15 +20,7 @@ source benchmarks/gpu_common.sh
 SPEC=src/hfpretrain/study/specs/gpu_moe2.yaml
 STUDY=studies/gpu_moe2
 [ -f "$CORPUS_TOK/tokenizer.json" ] || { echo "== $CORPUS_TOK missing: carry the trained tokenizer" | tee -a "$N"; exit 2; }
-STASH_DIR=${STASH_DIR:-/root/vocab2_data}
-mkdir -p "$STASH_DIR/pretrain/mix"
-cp -n "$DATA_ROOT"/pretrain/mix/train-*.jsonl.zst "$DATA_ROOT"/pretrain/mix/val.jsonl.zst "$STASH_DIR/pretrain/mix/"
-shards=$(ls "$STASH_DIR"/pretrain/mix/train-0000[0-9].jsonl.zst | wc -l)
-echo "== $shards shards in $STASH_DIR" | tee -a "$N"
-[ "${STASH:-0}" = 1 ] && exit 0
-[ "$shards" -eq 10 ] || { echo "== $shards of 10 shards: carry the others with STASH=1 first" | tee -a "$N"; exit 2; }
-# the ten shards prepare_vocab_study.sh tokenized for the dense arm, whatever else the stash holds
-MIX="$STASH_DIR/pretrain/mix" CORPUS_SHARDS="$STASH_DIR/pretrain/mix/train-0000[0-9].jsonl.zst"
+stash_ten_shards  # the ten shards prepare_vocab_study.sh tokenized for the dense arm, whatever else the stash holds
 [ -f $DATA/manifest.json ] || tokenize_corpus
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
 mkdir -p "$STUDY/runs/dense"

@@ -17,6 +17,19 @@ tokenize_corpus() {  # all train shards of $MIX (or CORPUS_SHARDS) at CORPUS_SEQ
   python3 -c "import json;m=json.load(open('$DATA/manifest.json'));print('tokens train',m['train']['tokens'],'blocks',m['train']['blocks'],'val blocks',m['validation']['blocks'],'tok/s',m['tokens_per_s'])" | tee -a "$OUT/notes.txt"
 }
 N="$OUT/notes.txt"
+# All ten train shards do not fit one carry beside the kit: each of two calls stashes the shards it carried in
+# STASH_DIR on the warm machine (STASH=1: only that, then exit 0); then MIX and CORPUS_SHARDS name the ten.
+STASH_DIR=${STASH_DIR:-/root/vocab2_data}
+stash_ten_shards() {
+  mkdir -p "$STASH_DIR/pretrain/mix"
+  cp --update=none "$DATA_ROOT"/pretrain/mix/train-*.jsonl.zst "$STASH_DIR/pretrain/mix/"
+  [ -f "$DATA_ROOT/pretrain/mix/val.jsonl.zst" ] && cp --update=none "$DATA_ROOT/pretrain/mix/val.jsonl.zst" "$STASH_DIR/pretrain/mix/"
+  local shards; shards=$(ls "$STASH_DIR"/pretrain/mix/train-0000[0-9].jsonl.zst | wc -l)
+  echo "== $shards shards in $STASH_DIR" | tee -a "$N"
+  [ "${STASH:-0}" = 1 ] && exit 0
+  [ "$shards" -eq 10 ] || { echo "== $shards of 10 shards: carry the others with STASH=1 first" | tee -a "$N"; exit 2; }
+  MIX="$STASH_DIR/pretrain/mix" CORPUS_SHARDS="$STASH_DIR/pretrain/mix/train-0000[0-9].jsonl.zst"
+}
 # Time-boxed runs: a device call ends hard at 600 s, so every run gets the time left (BUDGET_S in all)
 # as its limit and writes its log tail under $OUT, where it survives a kill.
 BUDGET_S=${BUDGET_S:-570}

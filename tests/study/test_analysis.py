@@ -384,4 +384,4 @@ def test_the_primary_frontier_recovers_a_planted_law_of_n_and_d(tmp_path):
     assert abs(nd["backtest"]["gap"]["better vs base"]["error"]) < 0.005
     assert nd["pairs"]["better vs base"]["target"] < 0 and nd["multiplier"]["better"]["target"] > 1
     text = "\n".join(isoflop_lines(r, None))
-    assert "### Primary frontier: L(N, D)" in text and f"{10 * BUDGETS[-1]:.3g} (extrapolation)" in text
+    assert "### The frontier: L(N, D)" in text and f"{10 * BUDGETS[-1]:.3g} (extrapolation)" in text

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hfpretrain.study.grid import folder_runs, load_spec, run_wall_time
+from hfpretrain.study.grid import folder_runs, load_spec, run_wall_time, trained_by
 
 REPO = Path(__file__).resolve().parents[2]
 VOCAB = REPO / "results" / "study_gpu_vocab"
@@ -346,3 +346,14 @@ def test_the_new_vocabulary_spec_states_its_decision_rule_and_checks():
     }
     assert all("mix10_" in o for arm in spec.arms.values() for o in arm)
     assert not any("/work/" in c or "/tmp/" in c for c in spec.reproduce)
+
+
+def test_runs_copied_from_another_study_are_named_in_the_hardware_line():
+    """The MoE study's dense arm ran six at a time under the vocabulary study's spec, not four under this one's:
+    the report says which runs another study trained (their recipe's output_dir), so its "4 at a time" does not
+    claim them."""
+    assert trained_by(MOE2 / "runs" / "dense" / "L6__c2.50e+16__seed0") == "studies/gpu_vocab2"
+    assert trained_by(MOE2 / "runs" / "moe" / "L6__c2.50e+16__seed0") == "studies/gpu_moe2"
+    hardware = (MOE2 / "report.md").read_text().split("## Hardware and time")[1].split("\n## ")[0]
+    assert "4 run(s) at a time" in hardware and "34 run(s) trained by another study (studies/gpu_vocab2)" in hardware
+    assert "trained by another study" not in (VOCAB2 / "report.md").read_text()

@@ -9,8 +9,8 @@
    default: σ of each budget pooled from that budget's seed replicates; seed noise differed sevenfold between the
    budgets of one study), ``pooled`` (one σ from every replicate) or fixed values per budget. Every replicate
    counts: runs far from their seed siblings (k robust σ) are named, never dropped from the floor afterwards.
-3. **Fits on the per-budget optima** L*_arm(C) = E + A_arm·C^(−α_arm). Primary model: **one E shared by the
-   arms** (both are scored in bits per byte of the same text: the irreducible part belongs to the text).
+3. **Fits on the per-budget optima** L*_arm(C) = E + A_arm·C^(−α_arm). Main model (the decision's compute multiplier reads it):
+   **one E shared by the arms** (both are scored in bits per byte of the same text: the irreducible part belongs to the text).
    Sensitivity check: each arm with its own E (``sensitivity.separate``).
 4. **The arms compared**: per budget the gap L*(arm) − L*(baseline); the *effective compute multiplier*
    of the arm (the compute the baseline needs, on its fit, to reach the arm's loss, divided by C: > 1
@@ -22,7 +22,7 @@
    seeds there is no noise estimate and no interval (reported as such, never invented).
 6. **Back-test**: each model refitted without the largest budget predicts that budget: each arm's optimum,
    and the gap between the arms (what the verdict rests on).
-7. **The primary frontier: L(N, D) per arm on every run** (``nd``; Hoffmann et al.'s approach 3, scipy least
+7. **The frontier: L(N, D) per arm on every run** (``nd``; Hoffmann et al.'s approach 3, scipy least
    squares): L(N, D) = E + A·N^(−α) + B·D^(−β), its compute-optimal frontier L*(C) = min over N of
    L(N, C / flops_per_token(N)), flops per token as a power of N fitted on the arm's runs. Per budget the frontier
    is set beside the parabola optimum (the check); beyond the largest budget it is an *extrapolation*, given with
@@ -416,7 +416,7 @@ def analyse_isoflop(
 ) -> dict:
     """Everything the report needs (see the module docstring). The first arm is the baseline.
 
-    The primary model (``model``: one E shared by the arms) fills the top-level keys; ``sensitivity`` holds the
+    The main model (``model``: one E shared by the arms) fills the top-level keys; ``sensitivity`` holds the
     same figures from separate per-arm fits. ``intervals`` come from the noise floor of each budget by
     ``noise_rule`` (the spec's ``decision.noise``; None: per budget, and ``budget_noise["default"]`` says so);
     ``noise`` is the pooled floor of every replicate, for reference."""
@@ -729,7 +729,7 @@ def decide(result: dict, decision: dict, seeds_for=None) -> list[dict]:
     """The spec's ``decision`` rule (written before the runs) applied to the analysis: one verdict per comparison.
 
     Per comparison (``arm`` against ``baseline``) at the budget ``at`` (default: the largest): the measured gap of
-    the best losses with its 95% interval, and the gap at 10× the largest budget on the primary (shared-E)
+    the best losses with its 95% interval, and the gap at 10× the largest budget on the main (shared-E)
     model with its interval and on the separate fits. Verdicts, in this order:
       - ``incomplete``: a cell of the comparison at ``at`` was not run, is not bracketed (its optimum is a bound)
         or lacks, at one of its sizes, a seed of ``seeds_for(at)`` (the spec's: a verdict waits for every replicate

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import yaml
 
 from hfpretrain.study.analysis import is_check
-from hfpretrain.study.grid import StudySpec
+from hfpretrain.study.grid import StudySpec, trained_by
 
 
 def _num(x, digits: int = 4) -> str:
@@ -327,14 +328,14 @@ def isoflop_lines(result: dict, plot_png: str | None, verdicts: list[dict] | Non
         "with the validation text's bytes give bits per byte)"
     ).format(unit=unit)
     lines += [
-        "### Check: power laws on the per-budget optima",
+        "### Power laws on the per-budget optima (where the compute multipliers are read)",
         "",
-        f"L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima (a bound where a cell is not bracketed). **Primary model: one E shared by the arms** "
+        f"L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima (a bound where a cell is not bracketed). **Main model, on which every compute multiplier below (and a decision rule's) is read: one E shared by the arms** "
         f"({why}). Sensitivity check: a separate E per arm. Extrapolated to "
         f"C = {result['extrapolate_to']:.3g} (10× the largest budget); back-test error = the model fitted "
         "without the largest budget, minus that budget's optimum.",
         "",
-        "Shared E (primary):",
+        "Shared E (main):",
         "",
         _table(["arm", "α", "E", "A", "L* at 10×", "back-test error"], _fit_rows(result["fits"], result, result, iv)),
         "",
@@ -374,7 +375,7 @@ def isoflop_lines(result: dict, plot_png: str | None, verdicts: list[dict] | Non
         ]
         brow = []
         for label, fig, ivm in (
-            ("shared E (primary)", result, iv),
+            ("shared E (main)", result, iv),
             ("separate E", sep, (sep or {}).get("intervals") or {}),
         ):
             if not fig:
@@ -421,7 +422,7 @@ def _ivs(ci) -> str:
 
 
 def nd_lines(result: dict, unit: str) -> list[str]:
-    """The primary frontier: L(N, D) per arm on every run, its frontier beside the parabola optima (the check), the
+    """The frontier: L(N, D) per arm on every run, its frontier beside the parabola optima (the check), the
     gaps and multipliers on it, and its extrapolation, labelled as such, beside its back-test."""
     nd = result.get("nd") or {}
     if not nd or not nd.get("fits"):
@@ -430,7 +431,7 @@ def nd_lines(result: dict, unit: str) -> list[str]:
     bt = nd.get("backtest") or {}
     sig = {f"{b:.6g}": v.get("sigma") for b, v in ((result.get("budget_noise") or {}).get("budgets") or {}).items()}
     lines = [
-        "### Primary frontier: L(N, D) per arm on every run",
+        "### The frontier: L(N, D) per arm on every run",
         "",
         "L(N, D) = E + A·N^(−α) + B·D^(−β) (N: non-embedding parameters + LM head, D: training tokens), fitted "
         "per arm on every run of the grid (least squares of log L, scipy); its compute-optimal frontier L*(C) "
@@ -730,7 +731,7 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
         ci = (((nd.get("intervals") or {}).get("pairs") or {}).get(key) or {}).get("target")
         bt = ((nd.get("backtest") or {}).get("gap") or {}).get(key)
         out.append(
-            f"- Extrapolation, L(N, D) frontier (the primary frontier): {key} at {nd['flops']['target']:.2g}: "
+            f"- Extrapolation, L(N, D) frontier (fitted on every run): {key} at {nd['flops']['target']:.2g}: "
             f"{gaps['target']:+.4f}{_ci(ci)} {unit}"
             + (f"; back-test error of the gap {bt['error']:+.4f}" if bt else "; no back-test")
             + "."
@@ -1095,6 +1096,9 @@ def data_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
 
 def hardware_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
     devices = sorted({r.get("device") or "?" for r in rows})
+    elsewhere = Counter(
+        study for r in rows if r.get("out_dir") and (study := trained_by(r["out_dir"])) not in (None, spec.out)
+    )
     total = sum(r.get("wall_time_s") or 0 for r in rows)
     every = sum(r.get("wall_time_all_s") or 0 for r in rows)
     resumed = sum(1 for r in rows if (r.get("processes") or 1) > 1)
@@ -1102,7 +1106,12 @@ def hardware_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
         "## Hardware and time",
         "",
         f"- Devices: {', '.join(devices)}; {spec.workers} run(s) at a time on each GPU"
-        + (" (per-run times are of a shared GPU)." if spec.workers > 1 else "."),
+        + (" (per-run times are of a shared GPU)" if spec.workers > 1 else "")
+        + "".join(
+            f"; {n} run(s) trained by another study ({study}), as many at a time as its spec says"
+            for study, n in sorted(elsewhere.items())
+        )
+        + ".",
         f"- Training wall time summed over the runs: {total / 60:.1f} minutes ({every / 60:.1f} with the attempts "
         f"restarted from scratch); {resumed} run(s) ran in more than one process (preempted and resumed, or "
         "restarted): their times are summed over the processes (the run table's minutes).",
@@ -1207,7 +1216,8 @@ def write_report(
     lines += [
         f"{done} finished runs"
         + (f" of {n_planned} planned" if n_planned else "")
-        + f": {len(spec.arms)} arm(s) × {len(spec.sizes)} size(s) × {len(spec.budgets)} {spec.budget_kind} budget(s).",
+        + f": {len(spec.arms)} arm(s), {len({r.get('size') for r in rows if r.get('val_loss') is not None})} of the spec's {len(spec.sizes)} size(s), "
+        f"{len(spec.budgets)} {spec.budget_kind} budget(s).",
         "",
         "Generated from the run folders by `python scripts/report.py STUDY_DIR`: every number, table and "
         "figure below comes from the committed runs (results.csv, analysis.json, fits.json are written by the "
@@ -1233,7 +1243,7 @@ def write_report(
 
     n_points = min((f["fit"].n for f in fits.values() if f["fit"] is not None), default=0)
     caveats = [
-        f"- Few points: each fit has 3 free parameters per arm (2 per arm and a shared E in the primary "
+        f"- Few points: each fit has 3 free parameters per arm (2 per arm and a shared E in the main "
         f"IsoFLOP model) and as few as {n_points} points per arm; α and E trade off against each other, and an "
         "extrapolation beyond the measured compute is a guess."
     ]
@@ -1278,7 +1288,7 @@ def write_report(
 
 
 def fits_for_plot(isoflop: dict) -> dict[str, dict]:
-    """The IsoFLOP analysis' primary fits in ``fit_arms``' shape, so that fits.json and loss_vs_flops.png show the
+    """The IsoFLOP analysis' main fits in ``fit_arms``' shape, so that fits.json and loss_vs_flops.png show the
     fits the report discusses (a frontier fit of its own gave other exponents: α 0.631 against 0.541)."""
     return {
         arm: {"fit": f, "frontier": [], "on": f"per-budget optima, {isoflop['model']} model"}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 61's best model: recipes/best_small.yaml unchanged (shape, schedule, 1.3443e17 training FLOPs) on all ten
+# train shards with the ten-shard 8k BPE (out/tok10_bpe8k, the v2 studies' tokenizer), one run per seed in SEEDS,
+# each followed by its run report (lm-eval on ARC-Easy, ARC-Challenge, OpenBookQA, HellaSwag, PIQA and LAMBADA
+# beside chance; generations; curves). The ten shards hold 56.6M tokens: the recipe's 175M read them 3.1 times
+# (best_small's six shards 4.7 times). Each run comes back as $OUT/best_small10_seedS.tgz (no weights: over the
+# 16 MiB a returned file may hold).
+# Two carries, as for benchmarks/gpu_1gpu_moe2_study.sh, the second with the evaluation kit:
+#   TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval && bash benchmarks/pack_extra.sh
+#   cp "$DATA_ROOT"/pretrain/mix/train-00004.jsonl.zst .carry/data/pretrain/mix/      # pack.sh stops at four
+#   mkdir -p .carry2/data/pretrain/mix && cp "$DATA_ROOT"/pretrain/mix/train-0000[5-9].jsonl.zst .carry2/data/pretrain/mix/
+#   bash benchmarks/pack_eval.sh                                                        # .carry_eval/
+#   call 1 (carry .carry, out/tok10_bpe8k): source .carry/setup.sh && STASH=1 bash benchmarks/gpu_1gpu_best_small10.sh
+#   call 2 (within 30 s; carry .carry2, .carry_eval, out/tok10_bpe8k):
+#     source .carry/setup.sh && DATA_ROOT=$PWD/.carry2/data STASH=1 bash benchmarks/gpu_1gpu_best_small10.sh \
+#     && bash benchmarks/gpu_chain.sh start 'SEEDS=1234 bash benchmarks/gpu_1gpu_best_small10.sh' \
+#        'SEEDS=1235 bash benchmarks/gpu_1gpu_best_small10.sh' && bash benchmarks/gpu_chain.sh wait 540
+#   later calls (within 30 s): bash benchmarks/gpu_chain.sh wait 560    # $OUT/chain.tgz holds each step's $OUT
+DATA=out/mix10_bpe8k_1024 CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024
+source benchmarks/gpu_common.sh
+[ -f "$CORPUS_TOK/tokenizer.json" ] || { echo "== $CORPUS_TOK missing: carry the trained tokenizer" | tee -a "$N"; exit 2; }
+if [ -d .carry_eval ]; then  # lm-eval (without its bundled tasks) and the six tasks' files, into the stash's data root
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry_eval/*.whl \
+    && tar -xJf .carry_eval/lm_eval_slim.tar.xz -C /tmp/site && mkdir -p "$STASH_DIR" \
+    && cp -r --update=none .carry_eval/data/eval "$STASH_DIR"/ || exit 2
+fi
+stash_ten_shards
+[ -f $DATA/manifest.json ] || tokenize_corpus
+echo "== data ready (${SECONDS}s)" | tee -a "$N"
+python3 -c "import lm_eval" || { echo "== no lm-eval: carry .carry_eval (benchmarks/pack_eval.sh)" | tee -a "$N"; exit 2; }
+rc=0
+for seed in ${SEEDS:-1234 1235}; do
+  run=runs/best_small10_seed$seed
+  python3 scripts/pretrain.py recipes/best_small.yaml data.path=$DATA training.seed=$seed \
+    training.output_dir=$run > "$OUT/train_$seed.log" 2>&1
+  train_rc=$?; echo "== train seed $seed rc $train_rc (${SECONDS}s)" | tee -a "$N"
+  if (( train_rc )); then grep -E "Error|error:" "$OUT/train_$seed.log" | tail -1 | tee -a "$N"; rc=1; continue; fi
+  DATA_ROOT=$STASH_DIR python3 scripts/report.py $run > "$OUT/report_$seed.log" 2>&1
+  echo "== report seed $seed rc $? (${SECONDS}s)" | tee -a "$N"
+  tar -czf "$OUT/best_small10_seed$seed.tgz" --exclude='checkpoint-*' --exclude='*.safetensors' --exclude='*.bin' \
+    --exclude='*.pt' $run
+done
+exit $rc
