@@ -25,9 +25,9 @@ if [ -d .carry_eval ]; then  # lm-eval (without its bundled tasks) and the six t
     && cp -r --update=none .carry_eval/data/eval "$STASH_DIR"/ || exit 2
 fi
 stash_ten_shards
+python3 -c "import lm_eval" || { echo "== no lm-eval: carry .carry_eval (benchmarks/pack_eval.sh)" | tee -a "$N"; exit 2; }
 [ -f $DATA/manifest.json ] || tokenize_corpus
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
-python3 -c "import lm_eval" || { echo "== no lm-eval: carry .carry_eval (benchmarks/pack_eval.sh)" | tee -a "$N"; exit 2; }
 rc=0
 for seed in ${SEEDS:-1234 1235}; do
   run=runs/best_small10_seed$seed
@@ -36,7 +36,8 @@ for seed in ${SEEDS:-1234 1235}; do
   train_rc=$?; echo "== train seed $seed rc $train_rc (${SECONDS}s)" | tee -a "$N"
   if (( train_rc )); then grep -E "Error|error:" "$OUT/train_$seed.log" | tail -1 | tee -a "$N"; rc=1; continue; fi
   DATA_ROOT=$STASH_DIR python3 scripts/report.py $run > "$OUT/report_$seed.log" 2>&1
-  echo "== report seed $seed rc $? (${SECONDS}s)" | tee -a "$N"
+  report_rc=$?; (( report_rc )) && rc=1
+  echo "== report seed $seed rc $report_rc (${SECONDS}s)" | tee -a "$N"
   tar -czf "$OUT/best_small10_seed$seed.tgz" --exclude='checkpoint-*' --exclude='*.safetensors' --exclude='*.bin' \
     --exclude='*.pt' $run
 done

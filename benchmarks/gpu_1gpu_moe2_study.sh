@@ -6,7 +6,8 @@
 # the machine stays warm), restores the dense arm from results/study_gpu_vocab2/runs/bpe_8k and the MoE arm's
 # finished runs (.carry/gpu_moe2_runs.tgz, else results/study_gpu_moe2/runs), and trains RUNS (a --runs pattern;
 # default all) until BUDGET_S. The MoE arm's ~34 GPU-minutes do not fit one session: the decision budget first.
-#   TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval    # shards 0-4 (+ out/tok10_bpe8k in carry)
+#   TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval    # shards 0-3 (+ out/tok10_bpe8k in carry)
+#   cp $DATA_ROOT/pretrain/mix/train-00004.jsonl.zst .carry/data/pretrain/mix/   # pack.sh rounds shards up: 4 fit
 #   call 1: source .carry/setup.sh && STASH=1 bash benchmarks/gpu_1gpu_moe2_study.sh
 #   mkdir -p .carry2/data/pretrain/mix && cp $DATA_ROOT/pretrain/mix/train-0000[5-9].jsonl.zst .carry2/data/pretrain/mix/
 #   call 2 (within 30 s; carry .carry2, not .carry: the kit stays installed on the warm machine):

@@ -19,6 +19,7 @@ tokenize_corpus() {  # all train shards of $MIX (or CORPUS_SHARDS) at CORPUS_SEQ
 N="$OUT/notes.txt"
 # All ten train shards do not fit one carry beside the kit: each of two calls stashes the shards it carried in
 # STASH_DIR on the warm machine (STASH=1: only that, then exit 0); then MIX and CORPUS_SHARDS name the ten.
+# cp --update=none needs coreutils >= 9.3 (the GPU image has 9.4, whose cp -n warns that its meaning will change).
 STASH_DIR=${STASH_DIR:-/root/vocab2_data}
 stash_ten_shards() {
   mkdir -p "$STASH_DIR/pretrain/mix"

@@ -344,7 +344,7 @@ def test_the_report_compares_two_arms_that_are_not_the_baseline():
     assert f"shared E {r['pairs']['best vs mid']['gap_extrapolated']:+.4f}" in section
 
 
-def test_the_primary_frontier_recovers_a_planted_law_of_n_and_d(tmp_path):
+def test_the_frontier_recovers_a_planted_law_of_n_and_d(tmp_path):
     """Runs drawn from a planted L(N, D) = E + A·N^−α + B·D^−β (6 FLOPs per parameter and token, 5 sizes per budget,
     4 budgets): the per-arm fit gives E, α and β back; its frontier agrees with the parabola optima (the check);
     the back-test predicts the held budget; the report labels the 10× figure an extrapolation."""

@@ -230,7 +230,7 @@ def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, fir
     ):
         for arm, alpha, e, *_ in table:
             assert alpha.split()[0] == f"{source[arm]['alpha']:.4f}" and e.split()[0] == f"{source[arm]['E']:.4f}"
-    for arm, f in analysis["fits"].items():  # fits.json is the analysis' primary model, not a fit of its own
+    for arm, f in analysis["fits"].items():  # fits.json is the analysis' main model, not a fit of its own
         assert fits["arms"][arm]["fit"]["alpha"] == f["alpha"] and fits["model"] == analysis["model"] == "shared_E"
     for budget, gap, *_ in _md_table(report, "| budget (FLOPs) | gap |"):
         assert gap.split()[0] == f"{analysis['gap'][first_arm][f'{float(budget):.6g}']:+.4f}"

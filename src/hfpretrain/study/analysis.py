@@ -9,8 +9,9 @@
    default: σ of each budget pooled from that budget's seed replicates; seed noise differed sevenfold between the
    budgets of one study), ``pooled`` (one σ from every replicate) or fixed values per budget. Every replicate
    counts: runs far from their seed siblings (k robust σ) are named, never dropped from the floor afterwards.
-3. **Fits on the per-budget optima** L*_arm(C) = E + A_arm·C^(−α_arm). Main model (the decision's compute multiplier reads it):
-   **one E shared by the arms** (both are scored in bits per byte of the same text: the irreducible part belongs to the text).
+3. **Fits on the per-budget optima** L*_arm(C) = E + A_arm·C^(−α_arm). Main model (the compute multipliers of
+   the comparisons and of a decision are read on it): **one E shared by the arms** (both are scored in bits per
+   byte of the same text: the irreducible part belongs to the text).
    Sensitivity check: each arm with its own E (``sensitivity.separate``).
 4. **The arms compared**: per budget the gap L*(arm) − L*(baseline); the *effective compute multiplier*
    of the arm (the compute the baseline needs, on its fit, to reach the arm's loss, divided by C: > 1
@@ -244,7 +245,7 @@ def fit_shared(opt: dict, arms: list[str], budgets: list[float], **kw) -> dict:
 
 
 MODELS = {"shared_E": fit_shared, "separate": fit_separate}
-PRIMARY = "shared_E"
+MAIN = "shared_E"
 
 
 def compute_multiplier(baseline_fit, loss: float, flops: float) -> float:
@@ -441,7 +442,7 @@ def analyse_isoflop(
         o["seeds"] = sorted(set.intersection(*by_size.values())) if by_size else []
     noise = noise_floor(grid_rows, y)
     by_budget = budget_noise([r for r in grid_rows if r["budget"] in budgets], y, noise_rule)
-    point = per_model[PRIMARY]
+    point = per_model[MAIN]
     result = {
         "y": y,
         "arms": arms,
@@ -454,7 +455,7 @@ def analyse_isoflop(
         # tokenizers are not comparable, and neither is a shared irreducible term between them)
         "shared_unit": y == "val_bpb" or len({r.get("vocab_size") for r in rows if r.get("vocab_size")}) <= 1,
         "outliers": seed_outliers(rows, y),
-        "model": PRIMARY,
+        "model": MAIN,
         "fits": point["fits"],
         "gap": point["gap"],
         "multiplier": point["multiplier"],
@@ -467,14 +468,14 @@ def analyse_isoflop(
         "pairs": point["pairs"],
         "edge": sorted(f"{arm} @ {b:.3g}" for (arm, b), o in opt.items() if not o["bracketed"]),
         "flagged": fit_flags(opt, by_budget["budgets"]),
-        "sensitivity": {model: d for model, d in per_model.items() if model != PRIMARY},
+        "sensitivity": {model: d for model, d in per_model.items() if model != MAIN},
     }
     result["intervals"] = None
     sigma = {b: v["sigma"] for b, v in by_budget["budgets"].items()}
     result["nd"] = analyse_nd(rows, arms, budgets, opt, sigma, target, y, min(n_boot, ND_BOOT), seed)
     if all(v is not None for v in sigma.values()) and n_boot > 0:
         boot = _bootstrap(cell_map, arms, budgets, target, sigma, n_boot, seed)
-        result["intervals"] = boot[PRIMARY]
+        result["intervals"] = boot[MAIN]
         for model, d in result["sensitivity"].items():
             d["intervals"] = boot[model]
         result["n_boot"] = n_boot

@@ -116,7 +116,7 @@ def fit_shared_floor(points: dict, grid: int = 200, zooms: int = 30) -> dict[str
     """One E for every curve, A and α per curve: L_k(C) = E + A_k·C^(−α_k), ``points`` = {key: (C, L)}.
 
     For losses of the same text in the same unit (bits per byte of one validation set, whatever the tokenizer)
-    the irreducible part is a property of the text, not of the model family: sharing it is the primary model of
+    the irreducible part is a property of the text, not of the model family: sharing it is the main model of
     an ablation, and it lets curves with few points each pin E together. E minimises the summed squared error of
     log L over all curves; with fewer than 3 points in all, E is fixed at 0."""
     data = {k: _points(c, y) for k, (c, y) in points.items()}

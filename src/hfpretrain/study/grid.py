@@ -853,7 +853,7 @@ def trained_by(out_dir: str | Path) -> str | None:
     """The study folder a run was trained in (its recipe's ``output_dir`` up to ``/runs/``): a run copied from
     another study (the MoE study's dense arm) says where it ran, and so under which spec's ``workers``."""
     output_dir = str((_run_recipe(Path(out_dir)).get("training") or {}).get("output_dir") or "")
-    return output_dir.split("/runs/")[0] if "/runs/" in output_dir else None
+    return os.path.normpath(output_dir.rsplit("/runs/", 1)[0]) if "/runs/" in output_dir else None
 
 
 def _run_recipe(out_dir: Path) -> dict:

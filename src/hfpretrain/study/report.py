@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -328,10 +329,11 @@ def isoflop_lines(result: dict, plot_png: str | None, verdicts: list[dict] | Non
         "with the validation text's bytes give bits per byte)"
     ).format(unit=unit)
     lines += [
-        "### Power laws on the per-budget optima (where the compute multipliers are read)",
+        "### Power laws on the per-budget optima (the model of the comparisons' multipliers)",
         "",
-        f"L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima (a bound where a cell is not bracketed). **Main model, on which every compute multiplier below (and a decision rule's) is read: one E shared by the arms** "
-        f"({why}). Sensitivity check: a separate E per arm. Extrapolated to "
+        "L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima (a bound where a cell is not bracketed). "
+        "**Main model, on which the comparisons below and a decision rule read their compute multipliers: one E "
+        f"shared by the arms** ({why}). Sensitivity check: a separate E per arm. Extrapolated to "
         f"C = {result['extrapolate_to']:.3g} (10× the largest budget); back-test error = the model fitted "
         "without the largest budget, minus that budget's optimum.",
         "",
@@ -1094,11 +1096,21 @@ def data_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
     ]
 
 
+def trained_elsewhere(spec: StudySpec, rows: list[dict]) -> Counter:
+    """Runs another study trained (copied in), counted by that study's folder: they ran under its ``workers``.
+    A run trained under this spec sits in spec.out, or in the folder it is read from (a study run with --out)."""
+    return Counter(
+        study
+        for r in rows
+        if r.get("out_dir")
+        and (study := trained_by(r["out_dir"]))
+        not in (None, os.path.normpath(spec.out), os.path.normpath(r["out_dir"].rsplit("/runs/", 1)[0]))
+    )
+
+
 def hardware_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
     devices = sorted({r.get("device") or "?" for r in rows})
-    elsewhere = Counter(
-        study for r in rows if r.get("out_dir") and (study := trained_by(r["out_dir"])) not in (None, spec.out)
-    )
+    elsewhere = trained_elsewhere(spec, rows)
     total = sum(r.get("wall_time_s") or 0 for r in rows)
     every = sum(r.get("wall_time_all_s") or 0 for r in rows)
     resumed = sum(1 for r in rows if (r.get("processes") or 1) > 1)
@@ -1213,10 +1225,11 @@ def write_report(
     if spec.description:
         lines += [spec.description.strip(), ""]
     done = len([r for r in rows if r.get("val_loss") is not None])
+    sizes_run = len({r.get("size") for r in rows if r.get("val_loss") is not None})
     lines += [
         f"{done} finished runs"
         + (f" of {n_planned} planned" if n_planned else "")
-        + f": {len(spec.arms)} arm(s), {len({r.get('size') for r in rows if r.get('val_loss') is not None})} of the spec's {len(spec.sizes)} size(s), "
+        + f": {len(spec.arms)} arm(s), {sizes_run} of the spec's {len(spec.sizes)} size(s), "
         f"{len(spec.budgets)} {spec.budget_kind} budget(s).",
         "",
         "Generated from the run folders by `python scripts/report.py STUDY_DIR`: every number, table and "
@@ -1259,8 +1272,9 @@ def write_report(
         )
     if spec.workers > 1:
         caveats.append(
-            f"- Runs were trained {spec.workers} at a time on each GPU (`workers`): the tokens/s and "
-            "wall times in the run table are those of a shared GPU, not of a run alone."
+            f"- Runs were trained {spec.workers} at a time on each GPU (`workers`"
+            + ("; those another study trained, as many as its spec says" if trained_elsewhere(spec, rows) else "")
+            + "): the tokens/s and wall times in the run table are those of a shared GPU, not of a run alone."
         )
     caveats += [
         "- Compute counts training FLOPs only (6·N_matmul + attention), not evaluation; arms that change "
