@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hfpretrain.study.grid import folder_runs, load_spec, run_wall_time, trained_by
+from hfpretrain.study.report import trained_elsewhere
 
 REPO = Path(__file__).resolve().parents[2]
 VOCAB = REPO / "results" / "study_gpu_vocab"
@@ -357,3 +358,19 @@ def test_runs_copied_from_another_study_are_named_in_the_hardware_line():
     hardware = (MOE2 / "report.md").read_text().split("## Hardware and time")[1].split("\n## ")[0]
     assert "4 run(s) at a time" in hardware and "34 run(s) trained by another study (studies/gpu_vocab2)" in hardware
     assert "trained by another study" not in (VOCAB2 / "report.md").read_text()
+
+
+def test_a_study_run_with_its_own_out_folder_trained_its_runs_itself(tmp_path):
+    """`study.py --out DIR` trains under DIR, not spec.out: those runs are this study's, not another's; a folder
+    named runs higher up the path does not cut the study's name short."""
+    study = tmp_path / "runs" / "mine"
+    cell = study / "runs" / "moe" / "L6__c2.50e+16__seed0"
+    cell.mkdir(parents=True)
+    (cell / "recipe.yaml").write_text(f"training:\n  output_dir: {cell}\n")
+    spec = load_spec(MOE2 / "spec.yaml")
+    assert trained_by(cell) == str(study)
+    assert not trained_elsewhere(spec, [{"out_dir": str(cell)}])
+    copied = tmp_path / "copy" / "runs" / "moe" / "L6__c2.50e+16__seed0"
+    copied.mkdir(parents=True)
+    (copied / "recipe.yaml").write_text(f"training:\n  output_dir: {cell}\n")
+    assert trained_elsewhere(spec, [{"out_dir": str(copied)}]) == {str(study): 1}
