@@ -309,6 +309,10 @@ def test_the_decision_rule_gives_its_verdicts():
     assert (
         decide(analyse_isoflop(partial, n_boot=60), by_multiplier, lambda budget: [0, 1])[0]["verdict"] == "incomplete"
     )
+    # a size the spec added to a decision cell (isoflop.extra) and not yet run: it may move the best, so no verdict
+    late = decide(r, by_multiplier, lambda budget: [0, 1], lambda arm, budget: [f"{arm}/L9 seed 0"] * (arm == "base"))
+    assert late[0]["verdict"] == "incomplete" and late[0]["why"] == "a planned run not finished: base/L9 seed 0"
+    assert decide(r, by_multiplier, lambda budget: [0, 1], lambda arm, budget: [])[0]["verdict"] == "recommended"
 
 
 def test_losses_of_other_vocabularies_without_bits_per_byte_are_not_one_unit():

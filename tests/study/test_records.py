@@ -374,3 +374,11 @@ def test_a_study_run_with_its_own_out_folder_trained_its_runs_itself(tmp_path):
     copied.mkdir(parents=True)
     (copied / "recipe.yaml").write_text(f"training:\n  output_dir: {cell}\n")
     assert trained_elsewhere(spec, [{"out_dir": str(copied)}]) == {str(study): 1}
+
+
+def test_a_size_added_to_the_decision_cell_and_not_run_holds_the_verdict():
+    """The MoE study's rule read "recommended" on its 72 runs; L8 at 2.5e16, added to the spec's extra when the
+    MoE cell's bracket proved narrow (L6 and L7 within 0.001), has not run: the report waits for it."""
+    report = (MOE2 / "report.md").read_text()
+    decision = report.split("## Decision")[1].split("\n## ")[0]
+    assert "**incomplete** (a planned run not finished: moe/L8 @ 2.5e+16 seed 0, moe/L8 @ 2.5e+16 seed 1)" in decision

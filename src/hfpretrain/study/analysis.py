@@ -726,7 +726,7 @@ def default_decision(result: dict) -> dict:
     }
 
 
-def decide(result: dict, decision: dict, seeds_for=None) -> list[dict]:
+def decide(result: dict, decision: dict, seeds_for=None, unrun=None) -> list[dict]:
     """The spec's ``decision`` rule (written before the runs) applied to the analysis: one verdict per comparison.
 
     Per comparison (``arm`` against ``baseline``) at the budget ``at`` (default: the largest): the measured gap of
@@ -734,7 +734,8 @@ def decide(result: dict, decision: dict, seeds_for=None) -> list[dict]:
     model with its interval and on the separate fits. Verdicts, in this order:
       - ``incomplete``: a cell of the comparison at ``at`` was not run, is not bracketed (its optimum is a bound)
         or lacks, at one of its sizes, a seed of ``seeds_for(at)`` (the spec's: a verdict waits for every replicate
-        it planned; a rule of every study, added 2026-11-29);
+        it planned; a rule of every study, added 2026-11-29), or ``unrun(arm, at)`` names runs the spec planned
+        for the cell that have not finished (a size added to the cell, ``isoflop.extra``: it may move the best);
       - ``better, also at 10×``: the measured interval lies below −margin, the shared-E extrapolation's interval
         below 0, and the separate fits agree on the sign;
       - ``better at the measured budgets``: the measured interval below −margin, the extrapolation unresolved
@@ -775,6 +776,10 @@ def decide(result: dict, decision: dict, seeds_for=None) -> list[dict]:
         unseeded = [f"{a} @ {at:.3g} (seed {', '.join(map(str, s))})" for a, s in short.items() if s]
         if unseeded:
             out.append({**entry, "verdict": "incomplete", "why": "a planned seed not run: " + ", ".join(unseeded)})
+            continue
+        planned = [name for a in (arm, base) for name in (unrun(a, at) if unrun else [])]
+        if planned:
+            out.append({**entry, "verdict": "incomplete", "why": "a planned run not finished: " + ", ".join(planned)})
             continue
 
         def signed(x):

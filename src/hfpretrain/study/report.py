@@ -589,7 +589,7 @@ def _pair_lines(result: dict, iv: dict, sep: dict | None) -> list[str]:
 
 VERDICT_MEANING = {
     "incomplete": "no verdict at this budget: a cell is not run, not bracketed (its optimum is a bound) or short of "
-    "a planned seed; nothing is recommended at or beyond it (move the sizes, or run what is missing, and run again)",
+    "a planned seed or size; nothing is recommended at or beyond it (move the sizes, or run what is missing, and run again)",
     "better, also at 10×": "adopt, also for larger models (the extrapolation's interval is below 0 and the separate "
     "fits agree)",
     "better at the measured budgets": "adopt at this scale; no recommendation beyond the largest budget",
@@ -618,15 +618,37 @@ def verdict_sentence(v: dict, unit: str) -> str:
     )
 
 
-def study_verdicts(spec: StudySpec | None, result: dict | None) -> tuple[dict, list[dict]]:
+def study_verdicts(
+    spec: StudySpec | None, result: dict | None, rows: list[dict] | None = None
+) -> tuple[dict, list[dict]]:
     """(rule, verdicts): the spec's decision rule, or the default one, applied once; the report's Decision and
-    Discussion are both written from these verdicts."""
+    Discussion are both written from these verdicts. With ``rows``, a size the spec adds to a decision cell
+    (``isoflop.extra``) must have finished in every planned seed before the cell gives a verdict."""
     from hfpretrain.study.analysis import decide, default_decision
+    from hfpretrain.study.design import extra_sizes
 
     if not result or not result.get("optima"):
         return (spec.decision if spec else {}) or {}, []
     rule = (spec.decision if spec else None) or default_decision(result)
-    return rule, decide(result, rule, spec.seeds_for if spec else None)
+
+    def unrun(arm: str, budget: float) -> list[str]:
+        done = {
+            (r.get("size"), r.get("seed"))
+            for r in rows or []
+            if r.get("arm") == arm
+            and r.get("val_loss") is not None
+            and r.get("budget") is not None
+            and math.isclose(r["budget"], budget, rel_tol=1e-9)
+        }
+        return [
+            f"{arm}/{size} @ {budget:.3g} seed {seed}"
+            for size in extra_sizes(spec.isoflop, arm, budget)
+            for seed in spec.seeds_for(budget)
+            if (size, seed) not in done
+        ]
+
+    planned = unrun if spec is not None and spec.isoflop is not None and rows is not None else None
+    return rule, decide(result, rule, spec.seeds_for if spec else None, planned)
 
 
 def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[str]:
@@ -1240,7 +1262,7 @@ def write_report(
 
     lines += data_lines(spec, rows)
     lines += hardware_lines(spec, rows)
-    rule, verdicts = study_verdicts(spec, isoflop)
+    rule, verdicts = study_verdicts(spec, isoflop, rows)
     lines += decision_lines(spec, isoflop, rule, verdicts)
     lines += ["## Spec", "", "```yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False).strip(), "```", ""]
 
