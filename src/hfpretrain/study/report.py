@@ -483,16 +483,14 @@ def nd_lines(result: dict, unit: str) -> list[str]:
                     f"{sig[b]:.4f}" if sig.get(b) is not None else "–",
                 ]
             )
-    # a bound (cell not bracketed) is only contradicted by a frontier above it: its true optimum lies lower
-    worst = max(
-        (
-            abs(c["difference"])
-            for per in nd.get("check", {}).values()
-            for c in per.values()
-            if c["bracketed"] or c["difference"] < 0
-        ),
-        default=0,
-    )
+    # each cell against its own budget's noise floor; a bound (cell not bracketed) is only contradicted by a
+    # frontier above it: its true optimum lies lower
+    misses = [
+        f"{arm} @ {float(b):.3g} ({c['difference']:+.4f}, σ {sig[b]:.4f})"
+        for arm, per in nd.get("check", {}).items()
+        for b, c in per.items()
+        if (c["bracketed"] or c["difference"] < 0) and sig.get(b) is not None and abs(c["difference"]) > sig[b]
+    ]
     lines += [
         "Check, per budget: the frontier against the parabola optimum of the cell (difference = parabola − frontier).",
         "",
@@ -502,12 +500,11 @@ def nd_lines(result: dict, unit: str) -> list[str]:
         ),
         "",
     ]
-    noise_max = max((v for v in sig.values() if v is not None), default=None)
-    if noise_max is not None and worst > noise_max:
+    if misses:
         lines += [
-            f"The frontier and the parabola optima differ by up to {worst:.3f} {unit}, more than the largest "
-            f"budget noise floor ({noise_max:.3f}): the L(N, D) form does not describe these runs to within their "
-            "noise, and every figure drawn from it below (above all beyond the measured budgets) carries that.",
+            f"The frontier misses the parabola optimum by more than that budget's noise floor ({unit}) at "
+            f"{', '.join(misses)}: the L(N, D) form does not describe these runs to within their noise there, and "
+            "every figure drawn from it below (above all beyond the measured budgets) carries that.",
             "",
         ]
     iv = nd.get("intervals") or {}
