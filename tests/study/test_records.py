@@ -391,3 +391,11 @@ def test_the_frontier_check_holds_each_budget_to_its_own_noise():
     line = next(x for x in report.splitlines() if x.startswith("The frontier misses the parabola optimum"))
     assert "dense @ 8e+15 (+0.0073, σ 0.0050)" in line and "moe @ 8e+15 (+0.0069, σ 0.0050)" in line
     assert "2.5e+16" not in line  # within its σ there
+
+
+def test_the_discussion_describes_every_decided_pair():
+    """The vocabulary study decides 8k against 32k, neither of them its baseline: its Discussion gives that pair's
+    gaps and the one shared-floor crossing of the study (beyond the largest budget), not only the baseline's."""
+    discussion = (VOCAB2 / "report.md").read_text().split("## Discussion")[1].split("\n## ")[0]
+    line = next(x for x in discussion.splitlines() if x.startswith("- bpe_8k − bpe_32k, best loss per budget:"))
+    assert "cross at C ≈ 9.2e+16 FLOPs (beyond the largest budget: an extrapolation)" in line

@@ -744,6 +744,37 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
                     else ": the opposite sign: beyond the measured budgets the sign depends on the fit's form."
                 )
             )
+    # the comparisons between two arms, neither the baseline (a decision may name them: the vocabulary
+    # study's 8k against 32k): their gaps, crossing and extrapolation on the shared-E fits
+    for key, p in (result.get("pairs") or {}).items():
+        arm, other = key.split(" vs ")
+        if other == base:
+            continue
+        cis = ((iv.get("pairs") or {}).get(key) or {}).get("gap") or {}
+        said = [f"{word(g, cis.get(b))} at {float(b):.2g}" for b, g in p["gap"].items()]
+        cross = p.get("crossover") or []
+        out.append(
+            f"- {arm} − {other}, best loss per budget: "
+            + "; ".join(said)
+            + ". Shared-E fits: "
+            + (
+                f"the curves cross at C ≈ {', '.join(f'{c:.2g}' for c in cross)} FLOPs"
+                + (
+                    " (beyond the largest budget: an extrapolation)"
+                    if any(c > max(result["budgets"]) for c in cross)
+                    else ""
+                )
+                if cross
+                else "the curves do not cross in the searched range"
+            )
+            + (
+                f"; extrapolation to {result['extrapolate_to']:.2g}: gap {p['gap_extrapolated']:+.4f}"
+                f"{_ci(((iv.get('pairs') or {}).get(key) or {}).get('gap_extrapolated'))} {unit}"
+                if p.get("gap_extrapolated") is not None and math.isfinite(p["gap_extrapolated"])
+                else ""
+            )
+            + "."
+        )
     nd = result.get("nd") or {}
     for key, gaps in (nd.get("pairs") or {}).items():
         arm, other = key.split(" vs ")
