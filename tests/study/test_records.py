@@ -399,3 +399,25 @@ def test_the_discussion_describes_every_decided_pair():
     discussion = (VOCAB2 / "report.md").read_text().split("## Discussion")[1].split("\n## ")[0]
     line = next(x for x in discussion.splitlines() if x.startswith("- bpe_8k − bpe_32k, best loss per budget:"))
     assert "cross at C ≈ 9.2e+16 FLOPs (beyond the largest budget: an extrapolation)" in line
+
+
+def test_a_planned_size_counts_once_per_seed_and_once_in_a_study_without_seeds():
+    """study_verdicts' planned-run check on the MoE study's own analysis: L8 is missing in both seeds; with L8
+    finished in seed 0 only, seed 1 is still missing; without seeds in the spec one finished L8 run is enough."""
+    import dataclasses
+
+    from hfpretrain.study.report import study_verdicts
+
+    from hfpretrain.study.analysis import analyse_isoflop
+
+    spec = load_spec(MOE2 / "spec.yaml")
+    rows = json.loads((MOE2 / "results.json").read_text())
+    result = analyse_isoflop(rows, y="val_bpb", n_boot=0, noise_rule="per_budget")
+
+    def why(spec, rows):
+        return study_verdicts(spec, result, rows)[1][0].get("why", "")
+
+    assert why(spec, rows).endswith("moe/L8 @ 2.5e+16 seed 0, moe/L8 @ 2.5e+16 seed 1")
+    l8 = {"arm": "moe", "size": "L8", "budget": 2.5e16, "seed": 0, "val_loss": 2.3}
+    assert why(spec, rows + [l8]).endswith(": moe/L8 @ 2.5e+16 seed 1")
+    assert "planned run" not in why(dataclasses.replace(spec, seeds=[]), rows + [l8])

@@ -586,7 +586,8 @@ def _pair_lines(result: dict, iv: dict, sep: dict | None) -> list[str]:
 
 VERDICT_MEANING = {
     "incomplete": "no verdict at this budget: a cell is not run, not bracketed (its optimum is a bound) or short of "
-    "a planned seed or size; nothing is recommended at or beyond it (move the sizes, or run what is missing, and run again)",
+    "a planned seed or size; nothing is recommended at or beyond it (move the sizes, or run what is missing, and "
+    "run again)",
     "better, also at 10×": "adopt, also for larger models (the extrapolation's interval is below 0 and the separate "
     "fits agree)",
     "better at the measured budgets": "adopt at this scale; no recommendation beyond the largest budget",
@@ -637,11 +638,11 @@ def study_verdicts(
             and r.get("budget") is not None
             and math.isclose(r["budget"], budget, rel_tol=1e-9)
         }
-        return [
-            f"{arm}/{size} @ {budget:.3g} seed {seed}"
+        return [  # a study without seeds (seed None) plans one run per size, whatever seed its recipe has
+            f"{arm}/{size} @ {budget:.3g}" + (f" seed {seed}" if seed is not None else "")
             for size in extra_sizes(spec.isoflop, arm, budget)
             for seed in spec.seeds_for(budget)
-            if (size, seed) not in done
+            if not any(s == size and seed in (None, sd) for s, sd in done)
         ]
 
     planned = unrun if spec is not None and spec.isoflop is not None and rows is not None else None
