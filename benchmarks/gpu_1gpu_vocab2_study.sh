@@ -36,14 +36,10 @@ STUDY=studies/gpu_vocab2
 for t in out/tok10_bpe8k out/tok10_bpe32k; do
   [ -f "$t/tokenizer.json" ] || { echo "== $t missing: carry the trained tokenizers" | tee -a "$N"; exit 2; }
 done
-STASH_DIR=${STASH_DIR:-/root/vocab2_data}  # a data root of its own: the ten shards, val, GPT-2's tokenizer
-mkdir -p "$STASH_DIR/pretrain/mix" "$STASH_DIR/tokenizers"
-cp -n "$DATA_ROOT"/pretrain/mix/train-*.jsonl.zst "$DATA_ROOT"/pretrain/mix/val.jsonl.zst "$STASH_DIR/pretrain/mix/"
+# the stash is a data root of its own (prepare_vocab_study.sh reads it): the ten shards, val, GPT-2's tokenizer
+mkdir -p "$STASH_DIR/tokenizers"
 [ -e "$STASH_DIR/tokenizers/gpt2" ] || cp -r "$DATA_ROOT/tokenizers/gpt2" "$STASH_DIR/tokenizers/"
-shards=$(ls "$STASH_DIR"/pretrain/mix/train-*.jsonl.zst | wc -l)
-echo "== $shards shards in $STASH_DIR" | tee -a "$N"
-[ "${STASH:-0}" = 1 ] && exit 0
-[ "$shards" -ge 10 ] || { echo "== $shards of 10 shards: carry the others with STASH=1 first" | tee -a "$N"; exit 2; }
+stash_ten_shards
 DATA_ROOT="$STASH_DIR" SHARDS=10 VOCABS="8192 32768" NUM_PROC=16 OUT=out bash benchmarks/prepare_vocab_study.sh 2>&1 | tail -2
 echo "== data ready (${SECONDS}s)" | tee -a "$N"
 mkdir -p "$STUDY"

@@ -849,11 +849,16 @@ def claim(run: Run):
         lock.release()
 
 
+def study_folder(run_dir: str | Path) -> str | None:
+    """The study folder a run folder sits in (``STUDY/runs/ARM/CELL``: the part before the last ``/runs/``)."""
+    run_dir = str(run_dir)
+    return os.path.normpath(run_dir.rsplit("/runs/", 1)[0]) if "/runs/" in run_dir else None
+
+
 def trained_by(out_dir: str | Path) -> str | None:
-    """The study folder a run was trained in (its recipe's ``output_dir`` up to ``/runs/``): a run copied from
-    another study (the MoE study's dense arm) says where it ran, and so under which spec's ``workers``."""
-    output_dir = str((_run_recipe(Path(out_dir)).get("training") or {}).get("output_dir") or "")
-    return os.path.normpath(output_dir.rsplit("/runs/", 1)[0]) if "/runs/" in output_dir else None
+    """The study folder a run was trained in (from its recipe's ``output_dir``): a run copied from another study
+    (the MoE study's dense arm) says where it ran, and so under which spec's ``workers``."""
+    return study_folder((_run_recipe(Path(out_dir)).get("training") or {}).get("output_dir") or "")
 
 
 def _run_recipe(out_dir: Path) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from hfpretrain.study.analysis import is_check
-from hfpretrain.study.grid import StudySpec, trained_by
+from hfpretrain.study.grid import StudySpec, study_folder, trained_by
 
 
 def _num(x, digits: int = 4) -> str:
@@ -1154,14 +1154,12 @@ def trained_elsewhere(spec: StudySpec, rows: list[dict]) -> Counter:
         study
         for r in rows
         if r.get("out_dir")
-        and (study := trained_by(r["out_dir"]))
-        not in (None, os.path.normpath(spec.out), os.path.normpath(r["out_dir"].rsplit("/runs/", 1)[0]))
+        and (study := trained_by(r["out_dir"])) not in (None, os.path.normpath(spec.out), study_folder(r["out_dir"]))
     )
 
 
-def hardware_lines(spec: StudySpec, rows: list[dict]) -> list[str]:
+def hardware_lines(spec: StudySpec, rows: list[dict], elsewhere: Counter) -> list[str]:
     devices = sorted({r.get("device") or "?" for r in rows})
-    elsewhere = trained_elsewhere(spec, rows)
     total = sum(r.get("wall_time_s") or 0 for r in rows)
     every = sum(r.get("wall_time_all_s") or 0 for r in rows)
     resumed = sum(1 for r in rows if (r.get("processes") or 1) > 1)
@@ -1290,7 +1288,8 @@ def write_report(
     ]
 
     lines += data_lines(spec, rows)
-    lines += hardware_lines(spec, rows)
+    elsewhere = trained_elsewhere(spec, rows)  # reads each run's recipe: once
+    lines += hardware_lines(spec, rows, elsewhere)
     rule, verdicts = study_verdicts(spec, isoflop, rows)
     lines += decision_lines(spec, isoflop, rule, verdicts)
     lines += ["## Spec", "", "```yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False).strip(), "```", ""]
@@ -1324,7 +1323,7 @@ def write_report(
     if spec.workers > 1:
         caveats.append(
             f"- Runs were trained {spec.workers} at a time on each GPU (`workers`"
-            + ("; those another study trained, as many as its spec says" if trained_elsewhere(spec, rows) else "")
+            + ("; those another study trained, as many as its spec says" if elsewhere else "")
             + "): the tokens/s and wall times in the run table are those of a shared GPU, not of a run alone."
         )
     caveats += [
