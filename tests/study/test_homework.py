@@ -74,7 +74,7 @@ def test_every_number_is_in_the_files_it_was_cut_from(doc):
 def test_the_key_figures_match_the_json(doc):
     """The best model's final score against its summary.json, and every run row of § 3 against its study's
     results.json (the report tables the rows are cut from are themselves tested against it)."""
-    final = json.loads((REPO / "results/best_small/summary.json").read_text())["final_eval"]
+    final = json.loads((REPO / "results/best_small10/seed1234/summary.json").read_text())["final_eval"]
     assert f"{final['eval_bpb']:.3f} bits per byte, {final['eval_loss']:.3f} nats per token" in doc
     experiments = doc.split("## 3. ")[1].split("## 4. ")[0]
     seen = 0
@@ -84,4 +84,13 @@ def test_the_key_figures_match_the_json(doc):
             row = next(line for line in table.splitlines() if line.startswith(f"| {r['run']} |"))
             assert row.rstrip(" |").endswith(f"{r['val_bpb']:.4g}"), row
             seen += 1
-    assert seen == 112 + 48 + 38 + 72
+    assert seen == 112 + 48 + 38 + 74
+
+
+def test_every_link_points_to_a_committed_file(doc):
+    """Links and images resolve from results/ (where the committed document lives), the best model's tokenizer
+    folder included."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", doc)
+    assert any(t.endswith("seed1234/final") for t in targets)
+    missing = [t for t in targets if not re.match(r"^[a-z]+://|^#", t) and not (REPO / "results" / t).exists()]
+    assert not missing, missing[:5]

@@ -14,7 +14,9 @@ import json
 import re
 from pathlib import Path
 
-BEST = "results/best_small"  # the best model: its run report (curves, lm-eval, generations, reproduce)
+BEST = "results/best_small10/seed1234"  # the best model: its run report (curves, lm-eval, generations, reproduce)
+BEST_SEEDS = "results/best_small10"  # its README: both seeds, the benchmarks beside chance, the checkpoint
+LADDER = "results/best_small"  # the changes that made the best recipe, one row each (six shards)
 ABLATION = "results/study_gpu_vocab2"  # the ablation: the vocabulary IsoFLOP study with its decision rule
 MOE = "results/study_gpu_moe2"  # the MoE ablation: ten shards, four budgets (it supersedes study_gpu_moe)
 OTHER_STUDIES = ("results/study_gpu_vocab", "results/study_gpu_moe", MOE)
@@ -23,19 +25,20 @@ PLACEHOLDER = "<TO FILL IN>"
 # sources whose numbers the document may carry (relative to the repository root)
 SOURCES = (
     f"{BEST}/report.md",
-    f"{BEST}/README.md",
     f"{BEST}/summary.json",
     f"{BEST}/recipe.yaml",
-    "recipes/best_small.yaml",
+    f"{BEST_SEEDS}/README.md",
+    f"{LADDER}/README.md",
     f"{ABLATION}/report.md",
     f"{ABLATION}/README.md",
-    f"{ABLATION}/best/report.md",
     *[f"{s}/report.md" for s in OTHER_STUDIES],
     *[f"{s}/README.md" for s in OTHER_STUDIES],
 )
 
 # an absolute path of the machine that ran: /anything/.../pretrain/mix/FILE -> $DATA_ROOT/pretrain/mix/FILE
-_DATA_PATH = re.compile(r"(?<![\w$.])/(?:[\w.+-]+/)*?(?:data/)?(pretrain/mix/|tokenizers/|eval/)")
+_DATA_PATH = re.compile(
+    r'(?<![\w$.])(?<!\$DATA_ROOT")(?<!\{DATA_ROOT\})/(?:[\w.+-]+/)*?(?:data/)?(pretrain/mix/|tokenizers/|eval/)'
+)
 ABSOLUTE = re.compile(r"(?:(?<=[\s`'\"(=])|^)/(?:work|home|root|tmp|mnt|usr|opt|data|scratch|var)\b[^\s`'\")]*")
 
 
@@ -142,7 +145,11 @@ def write_homework(
         out = root / out
     out_dir = Path(link_base) if link_base is not None else out.parent
     text = {s: (root / s).read_text() for s in SOURCES if s.endswith(".md")}
-    best_md, best_readme = text[f"{BEST}/report.md"], text[f"{BEST}/README.md"]
+    best_md, seeds_md, ladder_md = (
+        text[f"{BEST}/report.md"],
+        text[f"{BEST_SEEDS}/README.md"],
+        text[f"{LADDER}/README.md"],
+    )
     abl_md = text[f"{ABLATION}/report.md"]
     summary = json.loads((root / BEST / "summary.json").read_text())
     final = summary["final_eval"]
@@ -150,13 +157,10 @@ def write_homework(
     def cut(md, heading, folder, level=2):
         return relink(scrub(demote(section(md, heading, level), 3 - level)), folder, out_dir, root)
 
-    recipe = (root / "recipes" / "best_small.yaml").read_text()
     tokenizer_cmd = [
-        line.lstrip("# ").strip()
-        for line in recipe.splitlines()
-        if line.lstrip("# ").startswith("python scripts/train_tokenizer.py")
+        line.strip() for line in seeds_md.splitlines() if line.startswith("python scripts/train_tokenizer.py")
     ]
-    ladder = "\n".join(line for line in best_readme.splitlines() if line.startswith("|"))
+    ladder = _table(_table_rows(ladder_md, "| run | bits per byte"))
     lines = [
         "# Pretraining a small language model: the homework report",
         "",
@@ -174,8 +178,9 @@ def write_homework(
         "",
         cut(best_md, "What the training code does", BEST),
         "",
-        "Each change measured at the fixed budget, one row per change added to the row above "
-        f"([{BEST}/README.md]({_relpath(root / BEST / 'README.md', out_dir)})):",
+        "Each change measured at the fixed budget, one row per change added to the row above, on the first six "
+        f"shards with a six-shard tokenizer ([{LADDER}/README.md]({_relpath(root / LADDER / 'README.md', out_dir)})); "
+        "the best model below is the last row's recipe, unchanged, on all ten shards:",
         "",
         ladder,
         "",
@@ -219,14 +224,16 @@ def write_homework(
         "",
         cut(best_md, "Training and validation curves", BEST),
         "",
-        "Zero-shot benchmarks of the best model:",
+        "Zero-shot benchmarks of the best model (seed 1234):",
         "",
         cut(best_md, "lm-eval", BEST),
         "",
-        "HellaSwag, PIQA and LAMBADA (beside chance) were scored on the ablation's best run "
-        f"([{ABLATION}/best/report.md]({_relpath(root / ABLATION / 'best' / 'report.md', out_dir)})):",
+        "Both seeds, and what the scores say "
+        f"([{BEST_SEEDS}/README.md]({_relpath(root / BEST_SEEDS / 'README.md', out_dir)})):",
         "",
-        cut(text[f"{ABLATION}/best/report.md"], "lm-eval", f"{ABLATION}/best"),
+        cut(seeds_md, "The two runs", BEST_SEEDS),
+        "",
+        cut(seeds_md, "Zero-shot benchmarks beside chance", BEST_SEEDS),
         "",
         "## 6. Generations, unconditional and conditional",
         "",
@@ -265,7 +272,7 @@ def write_homework(
         "",
         "## 8. Reproduce: training, evaluation, generation",
         "",
-        "The tokenizer (from recipes/best_small.yaml's header):",
+        f"The tokenizer (from {BEST_SEEDS}/README.md):",
         "",
         "```bash",
         *tokenizer_cmd,
@@ -287,7 +294,14 @@ def write_homework(
         f"- Checkpoint (`final/` of the best run: model, config and tokenizer, `save_pretrained`): {PLACEHOLDER} "
         "(a path or a Hugging Face Hub id; the weights are not committed to this repository).",
         f"- Tokenizer (the 8,192-token byte-level BPE, `scripts/train_tokenizer.py`; also inside the checkpoint): "
-        f"{PLACEHOLDER} (a path or a Hub id).",
+        f"[{BEST}/final/]({_relpath(root / BEST / 'final', out_dir)}) in this repository "
+        "(`AutoTokenizer.from_pretrained` loads it), or where the team publishes it: " + PLACEHOLDER + ".",
+        "",
+        f"Everything of the best run's `final/` but the weights is in [{BEST}/final/]"
+        f"({_relpath(root / BEST / 'final', out_dir)}) (model card, config, tokenizer, generation config); the weights "
+        f"did not come back from the GPU machine ([{BEST_SEEDS}/README.md]"
+        f"({_relpath(root / BEST_SEEDS / 'README.md', out_dir)}), § The checkpoint): the commands of § 8 train them "
+        "again.",
         "",
         "## 10. Team contributions",
         "",
