@@ -220,25 +220,28 @@ def test_a_two_seed_pair_that_disagrees_is_named():
     assert sorted(r["outliers"]["runs"]) == pair
 
 
-def test_the_noise_floor_is_per_budget_by_default_and_by_the_rule_otherwise():
+def test_the_noise_floor_is_pooled_by_default_and_by_the_rule_otherwise():
     """Seed noise 0.002 at the small budgets and 0.03 at the largest (the vocabulary study's spread was sevenfold):
-    by default each budget gets its own σ, so the largest budget's gap interval is wide and the small ones narrow;
-    ``pooled`` gives every budget one σ; fixed values written in the spec are used as written."""
+    ``per_budget`` gives each budget its own σ, so the largest budget's gap interval is wide and the small ones
+    narrow; by default (a spec that names no rule was written when there was one) every budget gets one pooled σ;
+    fixed values written in the spec are used as written."""
     rows, lo, hi = [], 0.002, 0.03
     for rng_seed, sigma, keep in ((1, lo, BUDGETS[:-1]), (2, hi, BUDGETS[-1:])):
         part = study(
             {"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}, seeds=3, sigma=sigma, rng_seed=rng_seed
         )
         rows += [r for r in part if r["budget"] in keep]
-    r = analyse_isoflop(rows, n_boot=60)
+    r = analyse_isoflop(rows, n_boot=60, noise_rule="per_budget")
     bn = r["budget_noise"]
-    assert bn["rule"] == "per_budget" and bn["default"] is True
+    assert bn["rule"] == "per_budget" and bn["default"] is False
     assert bn["budgets"][BUDGETS[0]]["sigma"] == pytest.approx(0.002, rel=0.5)
     assert bn["budgets"][BUDGETS[-1]]["sigma"] == pytest.approx(0.03, rel=0.5)
     width = {b: np.diff(r["intervals"]["gap"]["better"][b])[0] for b in (BUDGETS[0], BUDGETS[-1])}
     assert width[BUDGETS[-1]] > 5 * width[BUDGETS[0]]
     pooled = analyse_isoflop(rows, n_boot=0, noise_rule="pooled")["budget_noise"]
     assert not pooled["default"] and len({v["sigma"] for v in pooled["budgets"].values()}) == 1
+    default = analyse_isoflop(rows, n_boot=0)["budget_noise"]
+    assert default["default"] and default["rule"] == "pooled" and default["budgets"] == pooled["budgets"]
     fixed = analyse_isoflop(rows, n_boot=0, noise_rule={b: 0.05 for b in BUDGETS})["budget_noise"]
     assert {v["sigma"] for v in fixed["budgets"].values()} == {0.05} and fixed["rule"] == "fixed"
 

@@ -430,3 +430,18 @@ def test_a_planned_size_counts_once_per_seed_and_once_in_a_study_without_seeds()
     l8 = {"arm": "moe", "size": "L8", "budget": 2.5e16, "seed": 0, "val_loss": 2.3}
     assert why(spec, rows + [l8]).endswith(": moe/L8 @ 2.5e+16 seed 1")
     assert "planned run" not in why(dataclasses.replace(spec, seeds=[]), rows + [l8])
+
+
+def test_a_spec_without_a_noise_rule_is_read_with_the_pooled_noise_it_was_written_for():
+    """The vocabulary study's rule (2026-11-26) says "the pooled seed noise": one σ from every budget's pairs, the
+    only floor then. σ per budget, chosen after its runs, would turn the size comparison from undecided to better:
+    the report decides by the written rule and gives the other as a labelled sensitivity."""
+    spec = load_spec(VOCAB2 / "spec.yaml")
+    assert "pooled seed noise" in spec.decision["rule"] and "noise" not in spec.decision
+    decision = (VOCAB2 / "report.md").read_text().split("## Decision")[1].split("\n## ")[0]
+    main, sensitivity = decision.split("Sensitivity, not the rule:")
+    assert "| size | bpe_8k vs bpe_32k | 2.5e+16 | 0.0202 |" in main and "**undecided** |" in main
+    assert "the spec names no noise rule (`decision.noise`): the default" in main
+    assert "`per_budget`" in sensitivity.splitlines()[0]
+    assert "- (sensitivity) **size** (bpe_8k vs bpe_32k) at 2.5e+16" in sensitivity
+    assert "**better at the measured budgets**" in sensitivity.split("**size**")[1].splitlines()[0]

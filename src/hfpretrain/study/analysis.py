@@ -5,9 +5,11 @@
    neighbours. A best size at the edge of the grid (``bracketed: false``) gives only a bound: the report says so
    and the decision rule answers "incomplete". The parabola through all of a cell's sizes is the fit check: a cell
    it misses by more than its budget's noise floor is ``flagged`` and named in the report.
-2. **Noise floor, by the rule written before the runs** (the spec's ``decision.noise``): ``per_budget`` (the
-   default: σ of each budget pooled from that budget's seed replicates; seed noise differed sevenfold between the
-   budgets of one study), ``pooled`` (one σ from every replicate) or fixed values per budget. Every replicate
+2. **Noise floor, by the rule written before the runs** (the spec's ``decision.noise``): ``pooled`` (the
+   default: one σ from every replicate of every budget, the only rule before ``decision.noise`` existed, so what a
+   spec without one was written under), ``per_budget`` (σ of each budget pooled from that budget's seed
+   replicates; seed noise differed sevenfold between the budgets of one study) or fixed values per budget. The
+   report also gives the verdicts under the other of the first two rules, labelled a sensitivity. Every replicate
    counts: runs far from their seed siblings (k robust σ) are named, never dropped from the floor afterwards.
 3. **Fits on the per-budget optima** L*_arm(C) = E + A_arm·C^(−α_arm). Main model (the compute multipliers of
    the comparisons and of a decision are read on it): **one E shared by the arms** (both are scored in bits per
@@ -42,7 +44,7 @@ from hfpretrain.study.fit import NDFit, fit_nd, fit_power_law, fit_shared_floor
 BOOTSTRAP_FIT = dict(grid=40, zooms=10)  # a coarser E search inside the bootstrap loop (hundreds of fits)
 OUTLIER_K = 4.0  # robust σ: a seed replicate further from its siblings is named (and kept: the rule is written first)
 NOISE_RULES = ("per_budget", "pooled")
-DEFAULT_NOISE = "per_budget"
+DEFAULT_NOISE = "pooled"  # what "the pooled seed noise" of the specs written before decision.noise meant
 
 
 def is_check(row: dict) -> bool:
@@ -167,7 +169,7 @@ def isoflop_optimum(n: np.ndarray, loss: np.ndarray) -> dict:
 
 
 def budget_noise(rows: list[dict], y: str = "val_loss", rule=None) -> dict:
-    """The noise floor of each budget by the spec's rule (``decision.noise``; None: the default, per budget).
+    """The noise floor of each budget by the spec's rule (``decision.noise``; None: the default, ``pooled``).
 
     {"rule": "per_budget" | "pooled" | "fixed", "default": bool, "budgets": {budget: {"sigma", "cells", "runs",
     "source"}}}; source: "seeds of this budget", "seeds of every budget" (``pooled``, or a budget without
@@ -419,7 +421,7 @@ def analyse_isoflop(
 
     The main model (``model``: one E shared by the arms) fills the top-level keys; ``sensitivity`` holds the
     same figures from separate per-arm fits. ``intervals`` come from the noise floor of each budget by
-    ``noise_rule`` (the spec's ``decision.noise``; None: per budget, and ``budget_noise["default"]`` says so);
+    ``noise_rule`` (the spec's ``decision.noise``; None: ``DEFAULT_NOISE``, and ``budget_noise["default"]`` says so);
     ``noise`` is the pooled floor of every replicate, for reference."""
     cell_map = cells(rows, y)
     arms = list(dict.fromkeys(r["arm"] for r in rows if (r["arm"], r["budget"]) in cell_map))

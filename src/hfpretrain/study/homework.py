@@ -180,7 +180,8 @@ def write_homework(
         "",
         "Each change measured at the fixed budget, one row per change added to the row above, on the first six "
         f"shards with a six-shard tokenizer ([{LADDER}/README.md]({_relpath(root / LADDER / 'README.md', out_dir)})); "
-        "the best model below is the last row's recipe, unchanged, on all ten shards:",
+        "the best model below is the last row's recipe, unchanged, on all ten shards. One seed per row: the README "
+        "says which steps are beyond the seed noise and which are not:",
         "",
         ladder,
         "",
@@ -269,6 +270,13 @@ def write_homework(
         "#### Discussion",
         "",
         cut(text[f"{MOE}/report.md"], "Discussion", MOE),
+        "",
+        "What the verdict does not say (the README's Result has the figures): the multiplier at the decision budget "
+        "reads the dense arm's fit beyond its data, and other fits of the same optima give values on both sides of "
+        "it; the data are read more times at the larger budgets, so whether the gain grows with compute or with "
+        "repetition these runs cannot tell apart; the gain is per FLOP, and the MoE shapes train at fewer tokens "
+        "per second than their dense twins; the arm's learning rate and balancing weight were checked at one small "
+        "budget only, and nothing is scored per validation set.",
         "",
         "## 8. Reproduce: training, evaluation, generation",
         "",

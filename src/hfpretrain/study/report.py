@@ -195,8 +195,8 @@ def noise_lines(result: dict, unit: str) -> list[str]:
     lines = [
         f"- Noise rule: {rule}; every replicate counts (none dropped after the runs)."
         + (
-            " **The spec's decision rule names no noise floor (`decision.noise`): this is the default**, chosen "
-            "after these runs (issue 61), not written before them."
+            " The spec's decision rule names no noise floor (`decision.noise`): this is the default, the only rule "
+            "there was when a spec without one was written."
             if bn.get("default")
             else " Named in the spec's decision rule (`decision.noise`)."
         )
@@ -799,9 +799,14 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
 
 
 def decision_lines(
-    spec: StudySpec, result: dict | None, rule: dict | None = None, verdicts: list[dict] | None = None
+    spec: StudySpec,
+    result: dict | None,
+    rule: dict | None = None,
+    verdicts: list[dict] | None = None,
+    other_noise: tuple[str, list[dict]] | None = None,
 ) -> list[str]:
-    """The spec's decision rule, as written before the runs (or the default, said so), and its verdicts."""
+    """The spec's decision rule, as written before the runs (or the default, said so), and its verdicts; with
+    ``other_noise`` = (rule, verdicts), the verdicts under the other noise rule, labelled a sensitivity."""
     if rule is None:
         rule, verdicts = study_verdicts(spec, result)
     if not rule:
@@ -855,7 +860,8 @@ def decision_lines(
         "Noise floor σ of the budget: "
         + NOISE_RULE_TEXT.get(bn.get("rule"), "–")
         + (
-            "; **the spec names no noise rule (`decision.noise`): this is the default, chosen after the runs**."
+            "; the spec names no noise rule (`decision.noise`): the default, the only rule there was when it was "
+            "written."
             if bn.get("default")
             else "; the spec's rule (`decision.noise`)."
         )
@@ -884,6 +890,22 @@ def decision_lines(
         f"{margin} {noise}",
         "",
         *[verdict_sentence(v, unit) for v in verdicts],
+        "",
+        *_other_noise_lines(other_noise, verdicts, unit),
+    ]
+
+
+def _other_noise_lines(other_noise: tuple[str, list[dict]] | None, verdicts: list[dict], unit: str) -> list[str]:
+    """The verdicts the other noise rule would give: a sensitivity, not the rule (the spec names its rule)."""
+    if not other_noise:
+        return []
+    name, alt = other_noise
+    same = [a["verdict"] == v["verdict"] for a, v in zip(alt, verdicts)]
+    return [
+        f"Sensitivity, not the rule: the noise floor by `{name}` instead, {NOISE_RULE_TEXT[name]}. The verdicts "
+        + ("would be the same:" if all(same) else "would read:"),
+        "",
+        *[verdict_sentence(a, unit).replace("- **", "- (sensitivity) **", 1) for a in alt],
         "",
     ]
 
@@ -1268,7 +1290,10 @@ def write_report(
     isoflop_png: str | None = None,
     best_report: str | Path | None = None,
     y: str | None = None,
+    isoflop_other_noise: tuple[str, dict] | None = None,
 ) -> Path:
+    """``isoflop_other_noise`` = (rule, analysis): the same analysis under the noise rule the spec did not name,
+    whose verdicts the Decision gives as a sensitivity."""
     out_md = Path(out_md)
     lines = [f"# Study: {spec.name}", ""]
     if spec.description:
@@ -1291,7 +1316,10 @@ def write_report(
     elsewhere = trained_elsewhere(spec, rows)  # reads each run's recipe: once
     lines += hardware_lines(spec, rows, elsewhere)
     rule, verdicts = study_verdicts(spec, isoflop, rows)
-    lines += decision_lines(spec, isoflop, rule, verdicts)
+    other = None
+    if isoflop_other_noise and verdicts:
+        other = (isoflop_other_noise[0], study_verdicts(spec, isoflop_other_noise[1], rows)[1])
+    lines += decision_lines(spec, isoflop, rule, verdicts, other)
     lines += ["## Spec", "", "```yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False).strip(), "```", ""]
 
     lines += run_table_lines(rows, spec.rules.max_passes)
@@ -1372,7 +1400,7 @@ def analyse(
     report.md in ``out``. ``best_report``: the best model's run report, linked from the study's."""
     import json
 
-    from hfpretrain.study.analysis import analyse_isoflop, to_json
+    from hfpretrain.study.analysis import NOISE_RULES, analyse_isoflop, to_json
     from hfpretrain.study.fit import fit_arms
     from hfpretrain.study.grid import write_results
     from hfpretrain.study.plots import plot_isoflop, plot_study
@@ -1385,10 +1413,14 @@ def analyse(
     y = measure(rows)
     grid_rows = [r for r in rows if not is_check(r)]  # the LR and setting checks: their own tables only
     fits = fit_arms(grid_rows, y=y)
-    isoflop, isoflop_png, extra = None, None, None
+    isoflop, isoflop_png, extra, other_noise = None, None, None, None
     if spec.budget_kind == "flops" and rows:
         isoflop = analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=(spec.decision or {}).get("noise"))
         (out / "analysis.json").write_text(json.dumps(to_json(isoflop), indent=2, default=str) + "\n")
+        applied = (isoflop.get("budget_noise") or {}).get("rule")
+        if isoflop.get("optima") and applied in NOISE_RULES and spec.decision:
+            name = next(r for r in NOISE_RULES if r != applied)
+            other_noise = (name, analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=name))
         if isoflop.get("optima"):
             isoflop_png = plot_isoflop(rows, isoflop, out / "isoflop.png").name
             fits = fits_for_plot(isoflop)
@@ -1412,7 +1444,9 @@ def analyse(
         }
     (out / "fits.json").write_text(json.dumps(fits_json, indent=2) + "\n")
     plot = plot_study(grid_rows, fits, out / "loss_vs_flops.png", title=spec.name, y=y, dashed=extra) if rows else None
-    report = write_report(spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report, y)
+    report = write_report(
+        spec, rows, fits, out / "report.md", plot, n_planned, isoflop, isoflop_png, best_report, y, other_noise
+    )
     return {
         "results_csv": csv_path,
         "results_json": json_path,
