@@ -24,6 +24,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_sessionstart(session):
+    """torch, transformers, datasets and accelerate, which nearly every test file imports, frozen out of the garbage
+    collector: every full collection (accelerate's after each Trainer run, a study's after each of its runs, in the
+    tests' processes and the children forked from them) otherwise walks their objects, 0.5 s a call."""
+    import gc
+
+    import accelerate  # noqa: F401
+    import datasets  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    gc.freeze()
+
+
 # The tests run on $DATA_ROOT when it is set (the full data mount), else on the embedded sample that
 # ships with the package (src/hfpretrain/assets/default_data: GPT-2 tokenizer, mini_train/mini_val,
 # a few dozen ARC test questions). Tests marked `full_data` need files only the full mount has and are

@@ -416,13 +416,15 @@ def analyse_isoflop(
     seed: int = 0,
     extrapolate_factor: float = 10.0,
     noise_rule=None,
+    frontier: bool = True,
 ) -> dict:
     """Everything the report needs (see the module docstring). The first arm is the baseline.
 
     The main model (``model``: one E shared by the arms) fills the top-level keys; ``sensitivity`` holds the
     same figures from separate per-arm fits. ``intervals`` come from the noise floor of each budget by
     ``noise_rule`` (the spec's ``decision.noise``; None: ``DEFAULT_NOISE``, and ``budget_noise["default"]`` says so);
-    ``noise`` is the pooled floor of every replicate, for reference."""
+    ``noise`` is the pooled floor of every replicate, for reference. ``frontier=False`` leaves out the L(N, D) fits
+    (``nd``), which no verdict reads: a second analysis under another noise rule needs only the verdicts."""
     cell_map = cells(rows, y)
     arms = list(dict.fromkeys(r["arm"] for r in rows if (r["arm"], r["budget"]) in cell_map))
     budgets = sorted({b for _, b in cell_map})
@@ -474,7 +476,9 @@ def analyse_isoflop(
     }
     result["intervals"] = None
     sigma = {b: v["sigma"] for b, v in by_budget["budgets"].items()}
-    result["nd"] = analyse_nd(rows, arms, budgets, opt, sigma, target, y, min(n_boot, ND_BOOT), seed)
+    result["nd"] = (
+        analyse_nd(rows, arms, budgets, opt, sigma, target, y, min(n_boot, ND_BOOT), seed) if frontier else None
+    )
     if all(v is not None for v in sigma.values()) and n_boot > 0:
         boot = _bootstrap(cell_map, arms, budgets, target, sigma, n_boot, seed)
         result["intervals"] = boot[MAIN]

@@ -196,7 +196,7 @@ def noise_lines(result: dict, unit: str) -> list[str]:
         f"- Noise rule: {rule}; every replicate counts (none dropped after the runs)."
         + (
             " The spec's decision rule names no noise floor (`decision.noise`): this is the default, the only rule "
-            "there was when a spec without one was written."
+            "before `decision.noise` existed (2026-11-28)."
             if bn.get("default")
             else " Named in the spec's decision rule (`decision.noise`)."
         )
@@ -860,8 +860,8 @@ def decision_lines(
         "Noise floor σ of the budget: "
         + NOISE_RULE_TEXT.get(bn.get("rule"), "–")
         + (
-            "; the spec names no noise rule (`decision.noise`): the default, the only rule there was when it was "
-            "written."
+            "; the spec names no noise rule (`decision.noise`): the default, the only rule before `decision.noise` "
+            "existed (2026-11-28)."
             if bn.get("default")
             else "; the spec's rule (`decision.noise`)."
         )
@@ -1420,7 +1420,7 @@ def analyse(
         applied = (isoflop.get("budget_noise") or {}).get("rule")
         if isoflop.get("optima") and applied in NOISE_RULES and spec.decision:
             name = next(r for r in NOISE_RULES if r != applied)
-            other_noise = (name, analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=name))
+            other_noise = (name, analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=name, frontier=False))
         if isoflop.get("optima"):
             isoflop_png = plot_isoflop(rows, isoflop, out / "isoflop.png").name
             fits = fits_for_plot(isoflop)
