@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 def pytest_sessionstart(session):
     """torch, transformers, datasets and accelerate, which nearly every test file imports, frozen out of the garbage
     collector: every full collection (accelerate's after each Trainer run, a study's after each of its runs, in the
-    tests' processes and the children forked from them) otherwise walks their objects, 0.5 s a call."""
+    tests' processes and the children forked from them) otherwise walks their objects (the IsoFLOP micro study
+    alone: 62.8 s -> 56.9 s)."""
     import gc
 
     import accelerate  # noqa: F401

@@ -722,7 +722,8 @@ def run_study(
     planned = planned if planned is not None else checked_plan(spec, out, only_existing)
     runs = [run for run, _ in planned]
     # What exists now (the libraries' modules, the plan) outlives every run: frozen, it leaves the full collection
-    # after each run (and accelerate's at the end of each Trainer), which otherwise walks it: 0.5 s a call on a CPU.
+    # after each run (and accelerate's at the end of each Trainer), which otherwise walks it (the CPU micro study of
+    # tests/study: 62.8 s -> 56.9 s).
     gc.freeze()
     for i, (run, p) in enumerate(planned, 1):
         if run.done:
