@@ -14,6 +14,8 @@ module with a ``num_experts`` attribute; the router is a 2-D ``weight`` [E, d] o
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import asdict, dataclass
 
 import torch
@@ -47,7 +49,15 @@ class ParamCounts:
 
 
 def meta_model(config: PretrainedConfig) -> PreTrainedModel:
-    """The model for ``config`` built on the meta device (shapes only, no memory)."""
+    """The model for ``config`` built on the meta device (shapes only, no memory). Callers only read it: one
+    resolution asks for the same shape several times (parameters, FLOPs, memory, the tensor-parallel plan), so the
+    last few are kept, keyed by the config's full JSON."""
+    return _meta_model(type(config), config.to_json_string(use_diff=False))
+
+
+@functools.lru_cache(maxsize=8)
+def _meta_model(config_class: type, config_json: str) -> PreTrainedModel:
+    config = config_class.from_dict(json.loads(config_json))
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config)
 
