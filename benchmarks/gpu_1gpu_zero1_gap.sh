@@ -6,6 +6,8 @@
 # Data: best_small's (out/mix6_bpe8k_1024, as benchmarks/gpu_1gpu_moe_study.sh tokenizes it); carry deepspeed's
 # wheels (pack.sh without NO_DEEPSPEED).
 #   source .carry/setup.sh && bash benchmarks/gpu_1gpu_zero1_gap.sh      ($OUT: plain, zero1, plain.2 logs; gap.txt)
+# The 1.8B shape as the several-GPU runs ran it: RECIPE=recipes/qwen3_1p8b_1gpu.yaml DATA=out/mix_qwen3_2048
+#   EXTRA="training.gradient_accumulation_steps=1" (EXTRA: overrides for every run, split at spaces)
 DATA=${DATA:-out/mix6_bpe8k_1024}  # before gpu_common.sh, which defaults DATA to the Qwen3 corpus
 source benchmarks/gpu_common.sh
 RECIPE=${RECIPE:-recipes/best_small.yaml}
@@ -15,7 +17,7 @@ gap_run() {  # name, accelerate config, extra launch options
     training_flops=null training.max_steps=${STEPS:-30} training.warmup_steps=10 training.logging_steps=1 \
     training.eval_strategy=no \
     training.save_strategy=no training.report_to=none training.disable_tqdm=true training.output_dir=/tmp/gap_$1 \
-    --out "$OUT/gap_$1.json"
+    ${EXTRA:-} --out "$OUT/gap_$1.json"
   cp /tmp/gap_$1/log.jsonl "$OUT/$1_log.jsonl"
 }
 for v in ${VARIANTS:-plain plain.2 zero1}; do  # plain.2 (the spread of the same run) before zero1: a time box cuts zero1

@@ -6,19 +6,32 @@
 # Each run is time-boxed (a 1.8B run takes 80-120 s: start, per-layer compile, STEPS steps);
 # $OUT gets notes.txt, runs.log (log tails) and one JSON per run. RUNS picks the runs (zero1: DeepSpeed ZeRO-1
 # without checkpoints; tp, fsdp2_tp2, cp2: the parallel section); EXTRA adds overrides to every run (the fp8
-# scaling: EXTRA=model.precision=fp8).
+# scaling: EXTRA=model.precision=fp8). Long sequences, context parallelism against one GPU: one_gpu_32k, cp2_32k,
+# one_gpu_64k, cp2_64k (micro-batch 1, causal SDPA without the document mask, which cp refuses; one shard's
+# documents packed whole at that length). tp and one_gpu_64k are run again without compile / with activation
+# checkpointing when they fail (tp_eager, one_gpu_64k_ckpt), so that a first failure still leaves a figure.
 #   source .carry/setup.sh && bash benchmarks/gpu_2gpu_scaling.sh
 source benchmarks/gpu_common.sh
-tokenize_corpus
 STEPS=${STEPS:-20}
+long_data() {  # seq_len: the first shard's documents packed whole into blocks of that length
+  [ -f out/mix1_qwen3_$1/manifest.json ] || python3 scripts/tokenize_pile.py --input "$MIX"/train-00000.jsonl.zst \
+    --val-input "$MIX"/val.jsonl.zst --val-docs 200 --tokenizer "$CORPUS_TOK" --seq-len $1 \
+    --out out/mix1_qwen3_$1 --num-proc 16 -q --pack whole 2>&1 | tail -1
+}
+long() {  # name, accelerate config, seq_len, overrides
+  long_data $3
+  DATA=out/mix1_qwen3_$3 bench $1 $2 training.per_device_train_batch_size=1 batch.micro_batch=recipe \
+    model.attn_implementation=sdpa model.document_mask=false "${@:4}"
+}
 NPROC=${NPROC:-2}
 bench() {  # name, accelerate config, extra overrides
-  local procs=$NPROC; [ $1 = one_gpu ] && procs=1
+  local procs=$NPROC; case $1 in one_gpu*) procs=1 ;; esac
   timed $1 accelerate launch --config_file "$2" --num_processes $procs benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml \
     data.path=$DATA training.report_to=none training.disable_tqdm=true training.gradient_accumulation_steps=1 \
     training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
     training.max_steps=$STEPS training.output_dir=/tmp/$1 $EXTRA "${@:3}" --out "$OUT/$1.json"
 }
+case " ${RUNS:-one_gpu ddp fsdp2} " in *" one_gpu "*|*" ddp "*|*" fsdp2 "*|*" zero1 "*|*" tp"*|*" cp2 "*) tokenize_corpus ;; esac
 for run in ${RUNS:-one_gpu ddp fsdp2}; do
   case $run in
     one_gpu) CUDA_VISIBLE_DEVICES=0 bench one_gpu accelerate_configs/1gpu.yaml ;;
@@ -28,9 +41,15 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
     # tensor and context parallelism (parallel:, training/layout.py; never run yet): tp over all NPROC ranks under
     # DDP's launch, FSDP2 x tp 2 (NPROC=4: 2 shards x tp 2), cp 2 beside FSDP2 (torch SDPA). If the compiled layers
     # or liger's loss fail on the sharded model, bisect with EXTRA="model.compile=none loss.implementation=chunked"
-    tp) bench tp accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ;;
+    tp) bench tp accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ||
+          bench tp_eager accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC model.compile=none ;;
     fsdp2_tp2) bench fsdp2_tp2 accelerate_configs/2gpu_fsdp2.yaml parallel.tp=2 ;;
     cp2) bench cp2 accelerate_configs/2gpu_fsdp2.yaml parallel.cp=2 model.attn_implementation=sdpa ;;
+    one_gpu_32k) CUDA_VISIBLE_DEVICES=0 long one_gpu_32k accelerate_configs/1gpu.yaml 32768 ;;
+    cp2_32k) long cp2_32k accelerate_configs/2gpu_fsdp2.yaml 32768 parallel.cp=2 ;;
+    one_gpu_64k) CUDA_VISIBLE_DEVICES=0 long one_gpu_64k accelerate_configs/1gpu.yaml 65536 ||
+          CUDA_VISIBLE_DEVICES=0 long one_gpu_64k_ckpt accelerate_configs/1gpu.yaml 65536 training.activation_checkpointing=true ;;
+    cp2_64k) long cp2_64k accelerate_configs/2gpu_fsdp2.yaml 65536 parallel.cp=2 ;;
   esac
 done
 python3 benchmarks/scaling_table.py "$OUT" | tee -a "$N"

@@ -396,26 +396,37 @@ def hold_run_lock(args: TrainingArguments) -> OutputLock:
     return lock
 
 
-def save_in_model_layout(trainer, output_dir: str, state_dict=None) -> None:
+def save_in_model_layout(trainer, output_dir: str, state_dict=None, hub_layout: bool = False) -> None:
     """A checkpoint's weights in the model's own parameter layout. By default transformers writes MoE experts one by
     one (the Hub's layout), which the Trainer's resume, a plain load_state_dict, cannot read (a resumed MoE run went
-    on with freshly initialised experts); from_pretrained reads both, and final/ keeps the Hub's layout. The
-    Trainer's _save cannot ask for it: these are its steps for a PreTrainedModel, with that argument."""
+    on with freshly initialised experts); from_pretrained reads both, and final/ keeps the Hub's layout
+    (``hub_layout``). The Trainer's _save cannot ask for it: these are its steps for a PreTrainedModel, with that
+    argument. A model sharded at load (tensor parallelism) is saved by every rank: save_pretrained gathers its
+    DTensor shards, a collective, and only the main process writes."""
     from transformers import PreTrainedModel
     from transformers.trainer import TRAINING_ARGS_NAME
 
     args = trainer.args
-    if not args.should_save and not getattr(trainer, "is_distributed_loading_by_transformers", False):
+    if not args.should_save and not sharded_at_load(trainer):
         return
     if state_dict is None and not isinstance(trainer.model, PreTrainedModel):
         state_dict = trainer.model.state_dict()
     trainer.accelerator.unwrap_model(trainer.model, keep_torch_compile=False).save_pretrained(
-        output_dir, state_dict=state_dict, is_main_process=args.should_save, save_original_format=False
+        output_dir, state_dict=state_dict, is_main_process=args.should_save, save_original_format=hub_layout
     )
     if args.should_save:
         if trainer.processing_class is not None:
             trainer.processing_class.save_pretrained(output_dir)
         torch.save(args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+
+def sharded_at_load(trainer) -> bool:
+    """The model was sharded by transformers at load (``tp_plan``; 5.2x marks it
+    ``is_distributed_loading_by_transformers``, 5.17 leaves ``tp_size`` on it): saving it is a collective."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return bool(getattr(trainer, "is_distributed_loading_by_transformers", False)) or (
+        getattr(model, "tp_size", None) or 1
+    ) > 1
 
 
 def sharded_state_dicts(trainer) -> bool:

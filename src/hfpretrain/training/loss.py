@@ -246,12 +246,19 @@ class LossSpec:
 
 
 def causal_lm_loss(
-    hidden, weight, labels, num_items_in_batch=None, spec: LossSpec = LossSpec("chunked"), training: bool = True
+    hidden,
+    weight,
+    labels,
+    num_items_in_batch=None,
+    spec: LossSpec = LossSpec("chunked"),
+    training: bool = True,
+    shifted: bool = False,
 ):
     """The summed next-token loss over ``num_items_in_batch`` (else the mean), as ``spec`` says; the z-loss in
-    ``training`` only (an evaluation reports cross-entropy)."""
+    ``training`` only (an evaluation reports cross-entropy). ``shifted``: ``labels`` are already each position's
+    next token (context parallelism hands each rank its chunks of the shifted labels)."""
     z_loss = spec.z_loss if training else 0.0
-    targets = shift_labels(labels)
+    targets = labels if shifted else shift_labels(labels)
     if spec.impl == "compiled":
         hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
         if spec.fused_head and uses_triton(hidden):
@@ -279,22 +286,24 @@ class CausalLMLoss:
             raise ValueError("LossSpec(impl='none') is HF's own loss, computed by the model: no CausalLMLoss")
         self.spec = spec
 
-    def __call__(self, hidden, weight, labels, num_items_in_batch=None, training: bool = True):
-        return causal_lm_loss(hidden, weight, labels, num_items_in_batch, self.spec, training)
+    def __call__(self, hidden, weight, labels, num_items_in_batch=None, training: bool = True, shifted: bool = False):
+        return causal_lm_loss(hidden, weight, labels, num_items_in_batch, self.spec, training, shifted)
 
 
 class HiddenStateTap:
     """Forward pre-hook on the LM head: keeps its input (final hidden states) and hands the head an
     empty sequence, so the model's forward computes no logits while the trainer computes the loss itself.
-    Going through the model's own forward keeps DDP/DeepSpeed/compile wrappers in the loop."""
+    Going through the model's own forward keeps DDP/DeepSpeed/compile wrappers in the loop. A tensor-parallel
+    head (a DTensor weight, whose sharding propagation divides by the sequence length) gets one position."""
 
     def __init__(self, head: torch.nn.Module):
         self.hidden = None
         self.active = False
+        self.keep = 1 if hasattr(head.weight, "device_mesh") else 0
         head.register_forward_pre_hook(self)
 
     def __call__(self, module, args):
         if not self.active:
             return None
         self.hidden = args[0]
-        return (args[0][:, :0],)
+        return (args[0][:, : self.keep],)

@@ -279,6 +279,22 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         target_gpu_memory=card_memory_bytes(recipe.context.gpu) if recipe.context.gpu and not machine.cuda else None,
     )
     fields.update(layout_fields)
+    if layout.tp > 1 and str(_training_value(fields, "save_strategy")) != "no":
+        # transformers 5.17 writes the optimizer's states of rank 0's shards only (torch.save on the main
+        # process), 5.2x refuses a model sharded at load; a resume would train on the wrong states
+        raise RecipeError(
+            f"parallel.tp={layout.tp}: a tensor-parallel run's checkpoints cannot be resumed yet (transformers "
+            "saves the optimizer states of one rank's shards): set training.save_strategy=no (final/ is saved whole)"
+        )
+    if layout.tp > 1 and fast.precision.startswith("fp8"):
+        # torchao's Float8Linear takes plain weights; transformers' tp_plan makes them DTensors at load
+        if recipe.model.precision != "auto":
+            raise RecipeError(
+                f"model.precision={recipe.model.precision} with parallel.tp={layout.tp}: torchao's float8 "
+                "linears take no tensor-parallel (DTensor) weights here; use model.precision=bf16 or tp 1"
+            )
+        reasons = {**fast.reasons, "precision": f"bf16: tensor parallelism (tp {layout.tp}) takes no float8 linears"}
+        fast = dataclasses.replace(fast, precision="bf16", reasons=reasons)
     if layout_fields.get("fsdp") and recipe.optimizer.name == "muon":  # check_launch's rule, for the planner's FSDP2
         raise RecipeError(
             f"optimizer.name=muon is not supported under FSDP, which the layout needs here "

@@ -40,6 +40,7 @@ from .checkpoints import (
     rotate_checkpoints,
     save_in_model_layout,
     saved_as_from_the_hub,
+    sharded_at_load,
     sharded_state_dicts,
     write_complete_marker,
     write_recipe_and_data,
@@ -197,7 +198,9 @@ class PretrainTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self._tap is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        labels = inputs["labels"]
+        # context parallelism: each rank holds chunks of the sequence, and the Trainer's shifted labels with them
+        shifted = inputs.get("shift_labels") is not None
+        labels = inputs["shift_labels"] if shifted else inputs["labels"]
         own_aux = self.expert_load is not None and self.expert_load.aux_loss is not None  # training/moe.py
         if own_aux:
             self.expert_load.logits.clear()  # a checkpointed backward's recomputed forward kept some again
@@ -213,18 +216,23 @@ class PretrainTrainer(Trainer):
             self._tap.active = False
         hidden, self._tap.hidden = self._tap.hidden, None
         weight = self.accelerator.unwrap_model(model).get_output_embeddings().weight
+        if hasattr(weight, "full_tensor"):
+            # tensor parallelism: the head's vocabulary shards gathered (its backward slices the gradient back);
+            # every rank of the group then computes the same loss, as transformers' gathered logits would
+            weight = weight.full_tensor()
         # The loss runs outside the model's forward, so outside the autocast accelerate wraps it in:
         # without this the LM-head matmuls (a fifth of all FLOPs at a 151k vocabulary) run in fp32.
         with self.accelerator.autocast():
-            loss = self.lm_loss(hidden, weight, labels, num_items_in_batch, training=model.training)
+            loss = self.lm_loss(hidden, weight, labels, num_items_in_batch, training=model.training, shifted=shifted)
         # MoE: transformers' load-balancing loss, from the logits the routers' hooks kept, else the model's output
         aux = self.expert_load.take_aux_loss() if own_aux else getattr(outputs, "aux_loss", None)
         if aux is not None and model.training:  # evaluation: cross-entropy only
             loss = loss + balancing_term(aux, self.accelerator.unwrap_model(model).config, labels, num_items_in_batch)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
-            # gradients over ranks, so scale back up.
-            loss = loss * self.accelerator.num_processes
+            # gradients over ranks, so scale back up; a tensor-parallel group's ranks share one batch.
+            parallel = getattr(self.accelerator, "parallelism_config", None)
+            loss = loss * (self.accelerator.num_processes // (parallel.tp_size if parallel is not None else 1))
         return (loss, {"loss": loss}) if return_outputs else loss
 
     # ---- non-finite values (training/nonfinite.py) ---------------------------------------------------
@@ -294,12 +302,29 @@ class PretrainTrainer(Trainer):
         return sum(windows) / len(windows) if windows else session_loss
 
     def evaluation_loop(self, *args, **kwargs):
+        parallel = getattr(self.accelerator, "parallelism_config", None)
+        if parallel is not None and parallel.tp_size * parallel.cp_size > 1:
+            self.gather_function = self._gather_once_per_group  # the Trainer puts its own back at the loop's end
         output = super().evaluation_loop(*args, **kwargs)
         for key in [k for k in output.metrics if k.endswith("_loss")]:
             output.metrics[key.replace("_loss", "_perplexity")] = math.exp(min(output.metrics[key], 50.0))
             if self.tokens_per_byte:  # tokenizer-independent: comparable across vocabularies
                 output.metrics[key.replace("_loss", "_bpb")] = bits_per_byte(output.metrics[key], self.tokens_per_byte)
         return output
+
+    def _gather_once_per_group(self, tensors, **_):
+        """gather_for_metrics with one copy per tensor- or context-parallel group: its ranks evaluate the same
+        batch, and a gather over every rank counted each batch tp x cp times but kept the last, shorter one's
+        remainder once, which weighted it less (the evaluation loss under tp 2 was 4e-5 off the one-process one).
+        accelerate's mesh puts tp and cp innermost, so each group's ranks are consecutive."""
+        parallel = self.accelerator.parallelism_config
+        data = self.accelerator.gather(tensors)
+        data = data.reshape(self.accelerator.num_processes, -1, *data.shape[1:])
+        data = data[:: parallel.tp_size * parallel.cp_size].flatten(0, 1)
+        state = self.accelerator.gradient_state
+        if state.end_of_dataloader and state.remainder > 0:
+            data = data[: state.remainder]
+        return data
 
     # ---- checkpoints -------------------------------------------------------------------------
     def _issue_warnings_after_load(self, load_result):
@@ -311,7 +336,9 @@ class PretrainTrainer(Trainer):
         self._checkpoint_layout = _internal_call
         try:
             with saved_as_from_the_hub(self.accelerator.unwrap_model(self.model).config), no_progress_bars():
-                if self.is_fsdp_enabled and not _internal_call and sharded_state_dicts(self):
+                if sharded_at_load(self):  # tensor parallelism: every rank joins save_pretrained's gather
+                    self._save(output_dir or self.args.output_dir)
+                elif self.is_fsdp_enabled and not _internal_call and sharded_state_dicts(self):
                     # the Trainer's save_model writes nothing there (a final export came out empty): every rank
                     # gathers, the main one saves. Checkpoints keep the Trainer's shards, which resume reads.
                     state_dict = self.accelerator.get_state_dict(self.model)
@@ -323,9 +350,12 @@ class PretrainTrainer(Trainer):
             self._checkpoint_layout = False
 
     def _save(self, output_dir=None, state_dict=None):
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if sharded_at_load(self):  # on every rank (save_model), the Hub's layout outside checkpoints
+            return save_in_model_layout(self, output_dir, state_dict, hub_layout=not self._checkpoint_layout)
         if not self._checkpoint_layout:  # final/ and exports: the Hub's layout
             return super()._save(output_dir, state_dict=state_dict)
-        save_in_model_layout(self, output_dir if output_dir is not None else self.args.output_dir, state_dict)
+        save_in_model_layout(self, output_dir, state_dict)
 
     def _save_checkpoint(self, model, trial):
         # The Trainer's rotation is off (train()): with save_total_limit=1 it deleted the last complete
