@@ -11,6 +11,7 @@
 DATA=${DATA:-out/mix6_bpe8k_1024}  # before gpu_common.sh, which defaults DATA to the Qwen3 corpus
 source benchmarks/gpu_common.sh
 RECIPE=${RECIPE:-recipes/best_small.yaml}
+[ "$DATA" = out/mix_qwen3_2048 ] && [ ! -f "$DATA/manifest.json" ] && tokenize_corpus  # the 1.8B shape's data
 gap_run() {  # name, accelerate config, extra launch options
   rm -rf /tmp/gap_$1
   timed gap_$1 accelerate launch --config_file "$2" ${3:-} benchmarks/benchmark.py ours $RECIPE data.path=$DATA \
