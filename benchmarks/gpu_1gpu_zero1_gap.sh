@@ -25,11 +25,8 @@ for v in ${VARIANTS:-plain plain.2 zero1}; do  # plain.2 (the spread of the same
   case ${v%.[0-9]} in
     plain) gap_run $v accelerate_configs/1gpu.yaml ;;
     zero1) gap_run $v accelerate_configs/2gpu_zero1.yaml "--num_processes 1" ;;
-    zero1_autocast)  # fp32 weights under torch's autocast, as DDP and FSDP2 train (ds_configs/zero1_autocast.json)
-      sed 's#ds_configs/zero1.json#ds_configs/zero1_autocast.json#' accelerate_configs/2gpu_zero1.yaml > /tmp/zero1_autocast.yaml
-      gap_run $v /tmp/zero1_autocast.yaml "--num_processes 1" ;;
   esac
 done
-for b in zero1 zero1_autocast plain.2; do
+for b in zero1 plain.2; do
   [ -f "$OUT/${b}_log.jsonl" ] && { echo "plain vs $b:"; python3 benchmarks/compare_losses.py "$OUT/plain_log.jsonl" "$OUT/${b}_log.jsonl"; }
 done | tee "$OUT/gap.txt" | tee -a "$N"
