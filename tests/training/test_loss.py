@@ -104,6 +104,26 @@ def test_shift_labels():
     assert shift_labels(labels).tolist() == [[2, 3, 4, IGNORE_INDEX]]
 
 
+def test_shifted_labels_in_two_halves_sum_to_the_whole_sequence_loss(tiny):
+    """Context parallelism hands each rank a part of the sequence with the Trainer's shifted labels (``shifted``):
+    the two halves' sums over the whole sequence's token count add up to the one-process loss, where shifting each
+    half again would drop the token at the cut and misalign the rest."""
+    model, ids = tiny
+    hidden, weight = _hidden(model, ids), model.get_output_embeddings().weight
+    whole = causal_lm_loss(hidden, weight, ids)
+    targets, count = shift_labels(ids), (shift_labels(ids) != IGNORE_INDEX).sum()
+    halves = sum(
+        causal_lm_loss(hidden[:, part], weight, targets[:, part], num_items_in_batch=count, shifted=True)
+        for part in (slice(0, 17), slice(17, None))
+    )
+    torch.testing.assert_close(halves, whole, rtol=1e-6, atol=1e-6)
+    unshifted = sum(
+        causal_lm_loss(hidden[:, part], weight, ids[:, part], num_items_in_batch=count)
+        for part in (slice(0, 17), slice(17, None))
+    )
+    assert not torch.allclose(unshifted, whole, atol=1e-3)
+
+
 def test_hidden_state_tap_gives_the_final_hidden_states(tiny):
     """The trainer's pre-hook on the LM head hands over the final (normed) hidden states and
     computes no logits; the loss from them equals HF's."""

@@ -1,10 +1,10 @@
 """Tensor parallelism through transformers' tp_plan on two CPU processes (gloo), and a late rank named by the
-check-in timeout (training/barrier.py), both launched by torchrun as a user launches them.
+check-in timeout (training/barrier.py), both launched as a user launches them.
 
-The Trainer path under tensor parallelism cannot run on a CPU: accelerate refuses a ParallelismConfig on a MULTI_CPU
-launch, and the Trainer makes one for any model loaded with tp_size > 1 (training/layout.py CPU_REFUSAL,
-test_layout.py checks that refusal). What runs here is the part that is ours, the sharded model's loading
-(``models.parallel.load_tensor_parallel``), trained for a few steps by hand, against the same steps on one process."""
+A user's CPU launch refuses tensor parallelism: accelerate refuses a ParallelismConfig on a MULTI_CPU launch, and the
+Trainer makes one for any model loaded with tp_size > 1 (training/layout.py CPU_REFUSAL, test_layout.py checks that
+refusal). The sharded model's loading (``models.parallel.load_tensor_parallel``) is trained here by hand, and the
+whole Trainer path with those two checks relaxed (tests/training/tp_trainer.py), each against one process."""
 
 from __future__ import annotations
 
@@ -14,7 +14,18 @@ import subprocess
 import pytest
 import torch
 
-from train_utils import free_port, REPO, load_weights, python, subprocess_env
+from train_utils import (
+    REPO,
+    TINY_RECIPE,
+    free_port,
+    load_weights,
+    make_overrides,
+    python,
+    read_log,
+    run_pretrain,
+    step_losses,
+    subprocess_env,
+)
 
 STEPS = 5
 # The two ranks sum each row-wise projection's halves in another order than one process: measured equal to the last
@@ -72,6 +83,54 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     assert getattr(model, "tp_size", None) in (None, 1)
     ids = torch.arange(16).unsqueeze(0)
     assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
+
+
+def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, tmp_path):
+    """The Trainer with parallel.tp=2 on two gloo processes (accelerate's CPU refusal relaxed): one micro-batch per
+    tensor-parallel group, the chunked loss over the gathered head, the same losses step by step as one process,
+    the same evaluation loss over 20 blocks (a batch of 16 and one of 4: a gather over both ranks weighted the
+    shorter one half), and final/ gathered whole, loading as a plain model."""
+    from transformers import AutoModelForCausalLM
+
+    extra = {
+        "training.max_steps": str(STEPS),
+        "training.eval_strategy": "steps",
+        "training.eval_steps": str(STEPS),
+        "evaluation.eval_tokens": "2560",
+        "evaluation.final_eval_tokens": "2560",
+    }
+    one, two = tmp_path / "one", tmp_path / "tp2"
+    run_pretrain(mini_blocks, one, extra)
+    cmd = [
+        "accelerate",
+        "launch",
+        "--config_file",
+        str(REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml"),
+        "--main_process_port",
+        str(free_port()),
+        str(REPO / "tests" / "training" / "tp_trainer.py"),
+        str(TINY_RECIPE),
+        *make_overrides(mini_blocks, two, {**extra, "parallel.tp": "2"}),
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    plan = read_log(two)[0]["plan"]
+    assert plan["parallel"]["tp"] == 2 and plan["world_size"] == 2 and plan["samples_per_step"] == 4, plan
+    ref, tp = step_losses(one), step_losses(two)
+    assert sorted(tp) == list(range(1, STEPS + 1))
+    for step in ref:
+        assert tp[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, tp[step], ref[step])
+    evals = [[e["eval_loss"] for e in read_log(d) if e["event"] == "eval"] for d in (one, two)]
+    assert len(evals[1]) == len(evals[0]) >= 1 and evals[1] == pytest.approx(evals[0], abs=LOSS_TOL), evals
+
+    a, b = load_weights(two / "final"), load_weights(one / "final")
+    if "lm_head.weight" in a and "lm_head.weight" not in b:  # the tied head, gathered on its own: the embedding
+        assert torch.equal(a.pop("lm_head.weight"), a["model.embed_tokens.weight"])
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=WEIGHT_TOL, msg=name)
+    model = AutoModelForCausalLM.from_pretrained(two / "final")
+    assert getattr(model, "tp_size", None) in (None, 1)
 
 
 def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp_path):

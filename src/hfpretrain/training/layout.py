@@ -56,6 +56,13 @@ CPU_REFUSAL = (
 )
 
 
+def check_accelerator(tp: int, cp: int, machine: Machine) -> None:
+    """RecipeError where accelerate would refuse the layout's ParallelismConfig (a CPU launch). The CPU tests of the
+    Trainer under tensor parallelism replace this and accelerate's own check (tests/training/tp_trainer.py)."""
+    if (tp > 1 or cp > 1) and not machine.planning and not machine.cuda:
+        raise RecipeError(f"parallel.{'tp' if tp > 1 else 'cp'}={tp if tp > 1 else cp}: {CPU_REFUSAL}")
+
+
 @dataclass(frozen=True)
 class Layout:
     """How the run's processes share the work: world = dp_replicate x dp_shard x tp x cp."""
@@ -239,8 +246,7 @@ def choose_layout(
             f"{need / 2**30:.1f} GiB per GPU at micro-batch 1 of {budget / 2**30:.1f} GiB "
             f"({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU){'' if need <= budget else ': DOES NOT FIT'}"
         )
-    if (tp > 1 or cp > 1) and not machine.planning and not machine.cuda:
-        raise RecipeError(f"parallel.{'tp' if tp > 1 else 'cp'}={tp if tp > 1 else cp}: {CPU_REFUSAL}")
+    check_accelerator(tp, cp, machine)
     dp = world // (tp * cp)
     if (tp > 1 or cp > 1) and zero != 3 and (dp > 1 or cp > 1):
         # accelerate composes tp and cp with FSDP2 only: pure data parallelism beside them is refused
