@@ -195,7 +195,8 @@ def test_elastic_resume_splits_the_global_batch_over_data_parallel_ranks(referen
     from train_utils import REFERENCE, make_overrides
 
     recipe = load_recipe(
-        TINY_RECIPE, make_overrides(mini_blocks, tmp_path / "x", REFERENCE) + ["parallel.tp=2", "training.save_strategy=no"]
+        TINY_RECIPE,
+        make_overrides(mini_blocks, tmp_path / "x", REFERENCE) + ["parallel.tp=2", "training.save_strategy=no"],
     )
     facts, ckpt = read_data_facts(recipe, planning=True), str(reference_run / "checkpoint-5")
     assert elastic_batch(ckpt, resolve(recipe, facts, _machine(4))) == [

@@ -424,9 +424,10 @@ def sharded_at_load(trainer) -> bool:
     """The model was sharded by transformers at load (``tp_plan``; 5.2x marks it
     ``is_distributed_loading_by_transformers``, 5.17 leaves ``tp_size`` on it): saving it is a collective."""
     model = trainer.accelerator.unwrap_model(trainer.model)
-    return bool(getattr(trainer, "is_distributed_loading_by_transformers", False)) or (
-        getattr(model, "tp_size", None) or 1
-    ) > 1
+    return (
+        bool(getattr(trainer, "is_distributed_loading_by_transformers", False))
+        or (getattr(model, "tp_size", None) or 1) > 1
+    )
 
 
 def sharded_state_dicts(trainer) -> bool:
