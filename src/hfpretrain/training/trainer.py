@@ -313,14 +313,17 @@ class PretrainTrainer(Trainer):
         return output
 
     def _gather_once_per_group(self, tensors, **_):
-        """gather_for_metrics with one copy per tensor- or context-parallel group: its ranks evaluate the same
-        batch, and a gather over every rank counted each batch tp x cp times but kept the last, shorter one's
-        remainder once, which weighted it less (under tp 2, 0.024 off the one-process loss on a batch of 16 and
-        one of 4). accelerate's mesh puts tp and cp innermost, so each group's ranks are consecutive."""
+        """gather_for_metrics with one value per tensor- or context-parallel group: the mean over its ranks, which
+        hold the same loss (tp) or the parts of one sequence's (cp, each scaled as in training, so that their mean
+        is the group's). A gather over every rank counted each batch tp x cp times but kept the last, shorter
+        one's remainder once, from the first rank: under tp 2 that weighted it half (0.024 off the one-process loss
+        on a batch of 16 and one of 4), under cp it kept a part. accelerate's mesh puts tp and cp innermost, so
+        each group's ranks are consecutive."""
         parallel = self.accelerator.parallelism_config
+        group = parallel.tp_size * parallel.cp_size
         data = self.accelerator.gather(tensors)
-        data = data.reshape(self.accelerator.num_processes, -1, *data.shape[1:])
-        data = data[:: parallel.tp_size * parallel.cp_size].flatten(0, 1)
+        data = data.reshape(self.accelerator.num_processes // group, group, -1, *data.shape[1:]).mean(1)
+        data = data.flatten(0, 1)
         state = self.accelerator.gradient_state
         if state.end_of_dataloader and state.remainder > 0:
             data = data[: state.remainder]
