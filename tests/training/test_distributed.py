@@ -403,3 +403,70 @@ def test_moe_with_balancing_composes_with_sharding(moe_reference, mini_blocks, t
         assert torch.equal(a[k], b[k]), k
     loads = [e for e in read_log(out) if e.get("event") == "log" and "loss" in e]
     assert all("expert_load_max_mean" in e for e in loads)
+
+
+def _positions_per_step(world: int, micro: int, accum: int, first_step: int, last_step: int, samples: int):
+    """The positions of the shuffled sequence that each optimizer step first_step..last_step reads on a launch of
+    ``world`` processes, wired as the Trainer wires it: our sampler from ``first_step - 1`` steps in (its
+    ``position_data`` on resume), batched by the micro-batch, each rank's batches chosen by accelerate's
+    BatchSamplerShard (what ``accelerator.prepare`` wraps the loader's batch sampler in)."""
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler
+
+    from hfpretrain.data.order import ResumableSampler
+
+    sampler = ResumableSampler(10_000)
+    sampler.start = (first_step - 1) * samples
+    shards = [
+        iter(BatchSamplerShard(BatchSampler(sampler, micro, drop_last=False), num_processes=world, process_index=rank))
+        for rank in range(world)
+    ]
+    return {
+        step: sorted(p for shard in shards for _ in range(accum) for p in next(shard))
+        for step in range(first_step, last_step + 1)
+    }
+
+
+def test_an_elastic_resume_reads_each_sample_once_as_the_uninterrupted_run(reference_run, mini_blocks, tmp_path):
+    """A run of 4 samples per step on 1 process, resumed on 4, then 2, then 1 process (and on 2 with a
+    micro-batch of 1, which splits it as 1 x 2 accumulation): each launch's micro-batch and accumulation as
+    elastic_batch sets them for a checkpoint of this run, the positions every step reads as the loader gives them.
+    Every step reads the uninterrupted run's samples, so the whole run's multiset is the same: none repeated, none
+    skipped."""
+    from collections import Counter
+
+    from hfpretrain.training.config import load_recipe
+    from hfpretrain.training.machine import Machine
+    from hfpretrain.training.resolve import read_data_facts, resolve
+    from hfpretrain.training.resume import elastic_batch
+
+    ckpt = str(reference_run / "checkpoint-5")
+
+    def split(world: int, *extra: str) -> tuple[int, int]:
+        recipe = load_recipe(TINY_RECIPE, [*make_overrides(mini_blocks, tmp_path / "x", REFERENCE), *extra])
+        machine = Machine(
+            world_size=world,
+            engine="ddp",
+            zero_stage=0,
+            device="cpu",
+            gpu_memory=None,
+            gpu_count=0,
+            launched=world,
+            planning=True,
+        )
+        keys = dict(
+            o.split("=") for o in elastic_batch(ckpt, resolve(recipe, read_data_facts(recipe, planning=True), machine))
+        )
+        return int(keys["training.per_device_train_batch_size"]), int(keys["training.gradient_accumulation_steps"])
+
+    assert split(4) == (1, 1) and split(2) == (2, 1) and split(2, "training.per_device_train_batch_size=1") == (1, 2)
+    samples, last = 4, 40
+    uninterrupted = _positions_per_step(1, 4, 1, 1, last, samples)
+    hops = [(1, (4, 1), 1, 10), (4, split(4), 11, 20), (2, split(2), 21, 28), (1, (4, 1), 29, 34)]
+    hops.append((2, split(2, "training.per_device_train_batch_size=1"), 35, last))
+    resumed = {}
+    for world, (micro, accum), first, end in hops:
+        resumed.update(_positions_per_step(world, micro, accum, first, end, samples))
+    assert resumed == uninterrupted
+    seen = Counter(p for step in resumed.values() for p in step)
+    assert seen == Counter(range(last * samples)) and max(seen.values()) == 1
