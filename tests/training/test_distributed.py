@@ -470,3 +470,47 @@ def test_an_elastic_resume_reads_each_sample_once_as_the_uninterrupted_run(refer
     assert resumed == uninterrupted
     seen = Counter(p for step in resumed.values() for p in step)
     assert seen == Counter(range(last * samples)) and max(seen.values()) == 1
+
+
+def test_two_launchers_as_two_nodes_match_one(reference_run, mini_blocks, tmp_path):
+    """Several nodes, on one host: two `accelerate launch --num_machines 2 --machine_rank {0,1}` of one process
+    each, as scripts/slurm_pretrain.sbatch starts one per node, train as the one launcher of two processes does
+    (the reference's losses), and one writer keeps the run's log (each step logged once)."""
+    out, port = tmp_path / "nodes", str(free_port())
+    launches = [
+        subprocess.Popen(
+            [
+                "accelerate",
+                "launch",
+                "--config_file",
+                str(_ddp_config(tmp_path)),
+                "--num_machines",
+                "2",
+                "--num_processes",
+                "2",
+                "--machine_rank",
+                str(rank),
+                "--main_process_ip",
+                "127.0.0.1",
+                "--main_process_port",
+                port,
+                "--rdzv_backend",
+                "static",
+                str(PRETRAIN_SCRIPT),
+                str(TINY_RECIPE),
+                *make_overrides(mini_blocks, out, DIST),
+            ],
+            cwd=REPO,
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    results = [launch.communicate(timeout=540) for launch in launches]
+    for launch, (_, stderr) in zip(launches, results):
+        assert launch.returncode == 0, stderr[-6000:]
+    _check_against_reference(out, reference_run)
+    steps = [e["step"] for e in read_log(out) if e["event"] == "log" and "loss" in e]
+    assert steps == list(range(1, STEPS + 1)), steps
