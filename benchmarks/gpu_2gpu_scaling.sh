@@ -31,11 +31,14 @@ bench() {  # name, accelerate config, extra overrides
     training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
     training.max_steps=$STEPS training.output_dir=/tmp/$1 $EXTRA "${@:3}" --out "$OUT/$1.json"
 }
-case " ${RUNS:-one_gpu ddp fsdp2} " in *" one_gpu "*|*" ddp "*|*" fsdp2 "*|*" zero1 "*|*" tp"*|*" cp2 "*) tokenize_corpus ;; esac
+case " ${RUNS:-one_gpu ddp fsdp2} " in *" one_gpu "*|*" ddp"*|*" fsdp2 "*|*" zero1 "*|*" tp"*|*" cp2 "*) tokenize_corpus ;; esac
 for run in ${RUNS:-one_gpu ddp fsdp2}; do
   case $run in
     one_gpu) CUDA_VISIBLE_DEVICES=0 bench one_gpu accelerate_configs/1gpu.yaml ;;
     ddp) bench ddp accelerate_configs/2gpu_ddp.yaml ;;
+    # the Trainer hands DDP find_unused_parameters=True for a model without activation checkpointing (an extra
+    # pass over the autograd graph each step): DDP without it, against ddp in the same call
+    ddp_static) bench ddp_static accelerate_configs/2gpu_ddp.yaml training.ddp_find_unused_parameters=false ;;
     fsdp2) bench fsdp2 accelerate_configs/2gpu_fsdp2.yaml ;;
     zero1) bench zero1 accelerate_configs/2gpu_zero1.yaml ;;
     # tensor and context parallelism (parallel:, training/layout.py; never run yet): tp over all NPROC ranks under
