@@ -19,6 +19,7 @@ import torch
 from forked import script
 
 from train_utils import (
+    launch_of,
     PRETRAIN_SCRIPT,
     REFERENCE,
     REPO,
@@ -204,7 +205,6 @@ def test_a_resume_that_cannot_keep_the_global_batch_is_one_line(reference_run, m
     """4 samples a step do not split over 3 processes: refused before any work, naming the checkpoint; on 2 they
     split as 2 x 1 (planned in this process: resolve() for a launch of 2 or 3)."""
     from hfpretrain.training.config import RecipeError, load_recipe
-    from hfpretrain.training.machine import Machine
     from hfpretrain.training.resolve import read_data_facts, resolve
     from hfpretrain.training.resume import elastic_batch
 
@@ -212,20 +212,7 @@ def test_a_resume_that_cannot_keep_the_global_batch_is_one_line(reference_run, m
     facts, ckpt = read_data_facts(recipe, planning=True), str(reference_run / "checkpoint-5")
 
     def planned(world):
-        return resolve(
-            recipe,
-            facts,
-            Machine(
-                world_size=world,
-                engine="ddp",
-                zero_stage=0,
-                device="cpu",
-                gpu_memory=None,
-                gpu_count=0,
-                launched=world,
-                planning=True,
-            ),
-        )
+        return resolve(recipe, facts, launch_of(world, zero=0))
 
     assert elastic_batch(ckpt, planned(1)) == []
     assert elastic_batch(ckpt, planned(2)) == [
@@ -436,7 +423,6 @@ def test_an_elastic_resume_reads_each_sample_once_as_the_uninterrupted_run(refer
     from collections import Counter
 
     from hfpretrain.training.config import load_recipe
-    from hfpretrain.training.machine import Machine
     from hfpretrain.training.resolve import read_data_facts, resolve
     from hfpretrain.training.resume import elastic_batch
 
@@ -444,16 +430,7 @@ def test_an_elastic_resume_reads_each_sample_once_as_the_uninterrupted_run(refer
 
     def split(world: int, *extra: str) -> tuple[int, int]:
         recipe = load_recipe(TINY_RECIPE, [*make_overrides(mini_blocks, tmp_path / "x", REFERENCE), *extra])
-        machine = Machine(
-            world_size=world,
-            engine="ddp",
-            zero_stage=0,
-            device="cpu",
-            gpu_memory=None,
-            gpu_count=0,
-            launched=world,
-            planning=True,
-        )
+        machine = launch_of(world, zero=0)
         keys = dict(
             o.split("=") for o in elastic_batch(ckpt, resolve(recipe, read_data_facts(recipe, planning=True), machine))
         )

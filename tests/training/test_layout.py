@@ -8,27 +8,11 @@ import subprocess
 
 import pytest
 
-from train_utils import PRETRAIN_SCRIPT, REPO, TINY_RECIPE, python, subprocess_env
+from train_utils import PRETRAIN_SCRIPT, REPO, TINY_RECIPE, launch_of, python, subprocess_env
 
-GIB = 2**30
 RECIPE_1P8B = REPO / "recipes" / "qwen3_1p8b.yaml"
 # a GPU recipe planned on this CPU as if on a GPU of a given memory: fp32 (no bf16 here), HF's loss chunked
 ON_CPU = ["training.bf16=false", "training.use_cpu=true", "loss.implementation=chunked"]
-
-
-def _machine(world: int, gib: float | None = None, zero: int | None = None, planning: bool = True):
-    from hfpretrain.training.machine import Machine
-
-    return Machine(
-        world_size=world,
-        engine="ddp",
-        zero_stage=zero,
-        device="cpu",
-        gpu_memory=int(gib * GIB) if gib else None,
-        gpu_count=8 if gib else 0,
-        launched=world,
-        planning=planning,
-    )
 
 
 def _resolve(recipe_path, overrides, machine):
@@ -53,7 +37,7 @@ def _resolve(recipe_path, overrides, machine):
 def test_auto_layout_follows_the_memory_model(tmp_path, gib, extra, engine, why):
     """The 1.8B recipe on 8 GPUs of decreasing memory: DDP while it fits, then FSDP2 (set in the TrainingArguments
     of a DDP launch), then tensor parallelism, or context parallelism where the attention is torch SDPA."""
-    run = _resolve(RECIPE_1P8B, [*ON_CPU, *extra, f"data.path={tmp_path}/none"], _machine(8, gib))
+    run = _resolve(RECIPE_1P8B, [*ON_CPU, *extra, f"data.path={tmp_path}/none"], launch_of(8, gib))
     layout = run.resolved()["layout"]
     assert layout["engine"] == engine and why in layout["reason"], layout
     assert layout["dp_replicate"] * layout["dp_shard"] * layout["tp"] * layout["cp"] == 8
@@ -87,7 +71,7 @@ def test_written_degrees_are_checked_in_one_line_naming_the_key(mini_blocks, tmp
     ]
     for world, zero, overrides, message in cases:
         with pytest.raises(RecipeError, match=None) as err:
-            _resolve(TINY_RECIPE, [*data, *overrides], _machine(world, zero=zero))
+            _resolve(TINY_RECIPE, [*data, *overrides], launch_of(world, zero=zero))
         assert message in str(err.value) and "\n" not in str(err.value), (overrides, str(err.value))
 
 
@@ -98,7 +82,7 @@ def test_a_cpu_launch_refuses_tensor_and_context_parallelism(mini_blocks, tmp_pa
 
     for key in ("tp", "cp"):
         with pytest.raises(RecipeError, match=f"parallel.{key}=2: accelerate takes a ParallelismConfig .* only on GPU"):
-            _resolve(TINY_RECIPE, [f"data.path={mini_blocks}", f"parallel.{key}=2"], _machine(2, planning=False))
+            _resolve(TINY_RECIPE, [f"data.path={mini_blocks}", f"parallel.{key}=2"], launch_of(2, planning=False))
 
 
 def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, tmp_path):
@@ -144,7 +128,7 @@ def test_tensor_and_context_parallelism_come_with_fsdp2(mini_blocks):
         (2, ["parallel.tp=2"], "ddp+tp2", 1),
         (2, ["parallel.cp=2"], "fsdp2+cp2", 1),
     ):
-        layout = _resolve(TINY_RECIPE, [*data, *overrides], _machine(world)).layout
+        layout = _resolve(TINY_RECIPE, [*data, *overrides], launch_of(world)).layout
         assert (layout.engine, layout.dp_shard, layout.dp_replicate) == (engine, shard, 1), layout
 
 
@@ -183,7 +167,7 @@ def test_muon_is_refused_where_the_planner_needs_fsdp2(tmp_path):
     from hfpretrain.training.config import RecipeError
 
     with pytest.raises(RecipeError, match="optimizer.name=muon is not supported under FSDP, which the layout needs"):
-        _resolve(RECIPE_1P8B, [*ON_CPU, "optimizer.name=muon", f"data.path={tmp_path}/none"], _machine(8, 30))
+        _resolve(RECIPE_1P8B, [*ON_CPU, "optimizer.name=muon", f"data.path={tmp_path}/none"], launch_of(8, 30))
 
 
 def test_elastic_resume_splits_the_global_batch_over_data_parallel_ranks(reference_run, mini_blocks, tmp_path):
@@ -199,9 +183,9 @@ def test_elastic_resume_splits_the_global_batch_over_data_parallel_ranks(referen
         make_overrides(mini_blocks, tmp_path / "x", REFERENCE) + ["parallel.tp=2", "training.save_strategy=no"],
     )
     facts, ckpt = read_data_facts(recipe, planning=True), str(reference_run / "checkpoint-5")
-    assert elastic_batch(ckpt, resolve(recipe, facts, _machine(4))) == [
+    assert elastic_batch(ckpt, resolve(recipe, facts, launch_of(4))) == [
         "training.per_device_train_batch_size=2",
         "training.gradient_accumulation_steps=1",
     ]
     with pytest.raises(RecipeError, match=r"6 processes \(3 data-parallel ranks\) cannot split that global batch"):
-        elastic_batch(ckpt, resolve(recipe, facts, _machine(6)))
+        elastic_batch(ckpt, resolve(recipe, facts, launch_of(6)))

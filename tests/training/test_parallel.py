@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,11 +50,40 @@ def _torchrun(script: str, *args, nproc: int = 2, timeout: int = 400) -> subproc
     return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def _accelerate_two(script: Path, *args, timeout: int = 400) -> subprocess.CompletedProcess:
+    """``script`` launched as a user launches it: accelerate, 2 CPU processes over gloo."""
+    cmd = [
+        "accelerate",
+        "launch",
+        "--config_file",
+        str(REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml"),
+        "--main_process_port",
+        str(free_port()),
+        str(script),
+        *map(str, args),
+    ]
+    return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _check_final_gathered(tp_final: Path, one_final: Path):
+    """A tensor-parallel run's final/ holds the one-process run's weights, gathered whole (the tied head written
+    beside the embedding and equal to it), and loads with from_pretrained as a plain model: (weights, model)."""
+    from transformers import AutoModelForCausalLM
+
+    a, b = load_weights(tp_final), load_weights(one_final)
+    if "lm_head.weight" in a and "lm_head.weight" not in b:  # the tied head, gathered on its own: the embedding
+        assert torch.equal(a.pop("lm_head.weight"), a["model.embed_tokens.weight"])
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=WEIGHT_TOL, msg=name)
+    model = AutoModelForCausalLM.from_pretrained(tp_final)  # one process, no tp_plan
+    assert getattr(model, "tp_size", None) in (None, 1)
+    return a, model
+
+
 def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     """tiny Qwen3 (4 heads, 2 KV heads) split 2 ways: the same losses step by step as one process, and the
     checkpoint it saves (gathered whole by save_pretrained) loads with from_pretrained as a plain model."""
-    from transformers import AutoModelForCausalLM
-
     one, two = tmp_path / "one", tmp_path / "tp2"
     proc = subprocess.run(
         [python(), str(REPO / "tests" / "training" / "tp_steps.py"), str(mini_blocks), str(one), str(STEPS)],
@@ -72,15 +102,9 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
         assert tp[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, tp[step], ref[step])
     assert ref[str(STEPS)] < ref["1"]  # it trained
 
-    a, b = load_weights(two / "final"), load_weights(one / "final")
-    if "lm_head.weight" in a and "lm_head.weight" not in b:  # the tied head, gathered on its own: the embedding
-        assert torch.equal(a.pop("lm_head.weight"), a["model.embed_tokens.weight"])
-    assert a.keys() == b.keys()
-    for name in a:
-        assert not hasattr(a[name], "device_mesh"), name  # plain tensors, no DTensor
-        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=WEIGHT_TOL, msg=name)
-    model = AutoModelForCausalLM.from_pretrained(two / "final")  # one process, no tp_plan
-    assert getattr(model, "tp_size", None) in (None, 1)
+    weights, model = _check_final_gathered(two / "final", one / "final")
+    for name, tensor in weights.items():
+        assert not hasattr(tensor, "device_mesh"), name  # plain tensors, no DTensor
     ids = torch.arange(16).unsqueeze(0)
     assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
 
@@ -90,8 +114,6 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
     tensor-parallel group, the chunked loss over the gathered head, the same losses step by step as one process,
     the same evaluation loss over 20 blocks (a batch of 16 and one of 4: a gather over both ranks weighted the
     shorter one half), and final/ gathered whole, loading as a plain model."""
-    from transformers import AutoModelForCausalLM
-
     extra = {
         "training.max_steps": str(STEPS),
         "training.eval_strategy": "steps",
@@ -101,18 +123,11 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
     }
     one, two = tmp_path / "one", tmp_path / "tp2"
     run_pretrain(mini_blocks, one, extra)
-    cmd = [
-        "accelerate",
-        "launch",
-        "--config_file",
-        str(REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml"),
-        "--main_process_port",
-        str(free_port()),
-        str(REPO / "tests" / "training" / "tp_trainer.py"),
-        str(TINY_RECIPE),
+    proc = _accelerate_two(
+        REPO / "tests" / "training" / "tp_trainer.py",
+        TINY_RECIPE,
         *make_overrides(mini_blocks, two, {**extra, "parallel.tp": "2"}),
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=400)
+    )
     assert proc.returncode == 0, proc.stderr[-6000:]
     plan = read_log(two)[0]["plan"]
     assert plan["parallel"]["tp"] == 2 and plan["world_size"] == 2 and plan["samples_per_step"] == 4, plan
@@ -123,34 +138,21 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
     evals = [[e["eval_loss"] for e in read_log(d) if e["event"] == "eval"] for d in (one, two)]
     assert len(evals[1]) == len(evals[0]) >= 1 and evals[1] == pytest.approx(evals[0], abs=LOSS_TOL), evals
 
-    a, b = load_weights(two / "final"), load_weights(one / "final")
-    if "lm_head.weight" in a and "lm_head.weight" not in b:  # the tied head, gathered on its own: the embedding
-        assert torch.equal(a.pop("lm_head.weight"), a["model.embed_tokens.weight"])
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=WEIGHT_TOL, msg=name)
-    model = AutoModelForCausalLM.from_pretrained(two / "final")
-    assert getattr(model, "tp_size", None) in (None, 1)
+    _check_final_gathered(two / "final", one / "final")
 
 
 def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp_path):
     """Launched as a user launches it (accelerate, 2 CPU processes): refused at start naming the key and what
     blocks it (accelerate's ParallelismConfig on MULTI_CPU), exit 2, nothing written."""
     out = tmp_path / "run"
-    cmd = [
-        "accelerate",
-        "launch",
-        "--config_file",
-        str(REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml"),
-        "--main_process_port",
-        str(free_port()),
-        str(REPO / "scripts" / "pretrain.py"),
-        str(REPO / "recipes" / "tiny_cpu.yaml"),
+    proc = _accelerate_two(
+        REPO / "scripts" / "pretrain.py",
+        REPO / "recipes" / "tiny_cpu.yaml",
         f"data.path={mini_blocks}",
         f"training.output_dir={out}",
         "parallel.tp=2",
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+        timeout=300,
+    )
     errors = {line for line in proc.stderr.splitlines() if line.startswith("error: ")}
     assert errors == {
         "error: parallel.tp=2: accelerate takes a ParallelismConfig (tp_size, cp_size) only on GPU "

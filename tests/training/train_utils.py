@@ -101,6 +101,23 @@ def load_weights(folder: str | Path) -> dict:
     return load_file(str(Path(folder) / "model.safetensors"))
 
 
+def launch_of(world: int, gib: float | None = None, zero: int | None = None, planning: bool = True):
+    """A DDP launch of ``world`` CPU processes for resolve(); ``gib``: planned as if on GPUs of that memory, 8 a
+    node."""
+    from hfpretrain.training.machine import Machine
+
+    return Machine(
+        world_size=world,
+        engine="ddp",
+        zero_stage=zero,
+        device="cpu",
+        gpu_memory=int(gib * 2**30) if gib else None,
+        gpu_count=8 if gib else 0,
+        launched=world,
+        planning=planning,
+    )
+
+
 def subprocess_env(**extra) -> dict:
     env = dict(os.environ)
     env.update(

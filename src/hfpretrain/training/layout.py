@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from hfpretrain.models.parallel import check_tp
 from hfpretrain.models.zoo import is_moe
 
+from .arguments import _training_value
 from .config import ParallelSection, RecipeError, parallel_degree
 from .fast_path import MICRO_BATCH_MEMORY_SHARE, planned_gpu_memory
 from .machine import Machine
@@ -247,6 +248,15 @@ def choose_layout(
             f"({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU){'' if need <= budget else ': DOES NOT FIT'}"
         )
     check_accelerator(tp, cp, machine)
+    if tp > 1 and str(_training_value(fields, "save_strategy")) != "no":
+        # transformers 5.17 writes the optimizer's states of rank 0's shards only (torch.save on the main
+        # process), 5.2x refuses a model sharded at load; a resume would train on the wrong states
+        chosen = "" if written["tp"] else " (the planner's choice)"
+        raise RecipeError(
+            f"parallel.tp={tp}{chosen}: a tensor-parallel run's checkpoints cannot be resumed yet "
+            "(transformers saves the optimizer states of one rank's shards): set training.save_strategy=no "
+            "(final/ is saved whole)"
+        )
     dp = world // (tp * cp)
     if (tp > 1 or cp > 1) and zero != 3 and (dp > 1 or cp > 1):
         # accelerate composes tp and cp with FSDP2 only: pure data parallelism beside them is refused

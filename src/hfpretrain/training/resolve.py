@@ -39,7 +39,7 @@ from hfpretrain.data.tokenizer import tokenizer_sha256
 from hfpretrain.models import load_config
 
 from .arguments import _training_value, max_steps, training_arguments, training_fields, warn_long_warmup, wsd_decay
-from .config import Recipe, RecipeError, parallel_degree, recipe_to_dict
+from .config import Recipe, RecipeError, recipe_to_dict
 from .context import apply_context, check_fits, fit_positions
 from .fast_path import FastPath, card_memory_bytes, choose_fast_path, choose_micro_batch
 from .layout import ENGINE_NAMES, Layout, choose_layout  # noqa: F401 - Layout, ENGINE_NAMES: where they were
@@ -279,15 +279,6 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         target_gpu_memory=card_memory_bytes(recipe.context.gpu) if recipe.context.gpu and not machine.cuda else None,
     )
     fields.update(layout_fields)
-    if layout.tp > 1 and str(_training_value(fields, "save_strategy")) != "no":
-        # transformers 5.17 writes the optimizer's states of rank 0's shards only (torch.save on the main
-        # process), 5.2x refuses a model sharded at load; a resume would train on the wrong states
-        chosen = " (the planner's choice)" if parallel_degree(recipe.parallel.tp) is None else ""
-        raise RecipeError(
-            f"parallel.tp={layout.tp}{chosen}: a tensor-parallel run's checkpoints cannot be resumed yet "
-            "(transformers saves the optimizer states of one rank's shards): set training.save_strategy=no "
-            "(final/ is saved whole)"
-        )
     if layout.tp > 1 and fast.precision.startswith("fp8"):
         # torchao's Float8Linear takes plain weights; transformers' tp_plan makes them DTensors at load
         if recipe.model.precision != "auto":
