@@ -10,6 +10,7 @@
 # one_gpu_64k, cp2_64k (micro-batch 1, causal SDPA without the document mask, which cp refuses; one shard's
 # documents packed whole at that length). tp and one_gpu_64k are run again without compile / with activation
 # checkpointing when they fail (tp_eager, one_gpu_64k_ckpt), so that a first failure still leaves a figure.
+# two_nodes: two launchers of one GPU each, --num_machines 2 --machine_rank {0,1} on one host, against ddp.
 #   source .carry/setup.sh && bash benchmarks/gpu_2gpu_scaling.sh
 source benchmarks/gpu_common.sh
 STEPS=${STEPS:-20}
@@ -31,7 +32,19 @@ bench() {  # name, accelerate config, extra overrides
     training.logging_steps=5 training.eval_strategy=no training.save_strategy=no \
     training.max_steps=$STEPS training.output_dir=/tmp/$1 $EXTRA "${@:3}" --out "$OUT/$1.json"
 }
-case " ${RUNS:-one_gpu ddp fsdp2} " in *" one_gpu "*|*" ddp"*|*" fsdp2 "*|*" zero1 "*|*" tp"*|*" cp2 "*) tokenize_corpus ;; esac
+two_nodes() {  # two launchers of one GPU each as two nodes (what slurm_pretrain.sbatch starts), DDP: against ddp
+  local launch="accelerate launch --config_file accelerate_configs/2gpu_ddp.yaml --num_machines 2 --num_processes 2
+    --main_process_ip 127.0.0.1 --main_process_port 29561 --rdzv_backend static"
+  local args="benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml data.path=$DATA training.report_to=none
+    training.disable_tqdm=true training.gradient_accumulation_steps=1 training.logging_steps=5 training.eval_strategy=no
+    training.save_strategy=no training.max_steps=$STEPS training.output_dir=/tmp/two_nodes $EXTRA"
+  CUDA_VISIBLE_DEVICES=1 timeout -s KILL $(( $(left) - 5 )) $launch --machine_rank 1 $args --out /tmp/two_nodes_rank1.json \
+    > /tmp/two_nodes_rank1.log 2>&1 &
+  CUDA_VISIBLE_DEVICES=0 timed two_nodes $launch --machine_rank 0 $args --out "$OUT/two_nodes.json"; local rc=$?
+  wait; { echo "#### two_nodes rank 1"; grep -v -i warn /tmp/two_nodes_rank1.log | tail -8; } >> "$OUT/runs.log"
+  return $rc
+}
+case " ${RUNS:-one_gpu ddp fsdp2} " in *" one_gpu "*|*" ddp"*|*" fsdp2 "*|*" zero1 "*|*" tp"*|*" cp2 "*|*" two_nodes "*) tokenize_corpus ;; esac
 for run in ${RUNS:-one_gpu ddp fsdp2}; do
   case $run in
     one_gpu) CUDA_VISIBLE_DEVICES=0 bench one_gpu accelerate_configs/1gpu.yaml ;;
@@ -39,6 +52,7 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
     # the Trainer hands DDP find_unused_parameters=True for a model without activation checkpointing (an extra
     # pass over the autograd graph each step): DDP without it, against ddp in the same call
     ddp_static) bench ddp_static accelerate_configs/2gpu_ddp.yaml training.ddp_find_unused_parameters=false ;;
+    two_nodes) two_nodes ;;
     fsdp2) bench fsdp2 accelerate_configs/2gpu_fsdp2.yaml ;;
     zero1) bench zero1 accelerate_configs/2gpu_zero1.yaml ;;
     # tensor and context parallelism (parallel:, training/layout.py; never run yet): tp over all NPROC ranks under

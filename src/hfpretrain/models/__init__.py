@@ -22,6 +22,7 @@ _EXPORTS = {
     "ParamCounts": "params",
     "Plan": "planner",
     "PlanRequest": "planner",
+    "attention_backend": "zoo",
     "build_model": "zoo",
     "canonical_gpu": "hardware",
     "chinchilla_optimal": "planner",

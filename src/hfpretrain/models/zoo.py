@@ -297,6 +297,18 @@ def supports_flex_attention(config: PretrainedConfig) -> bool:
         return False
 
 
+def attention_backend(config: PretrainedConfig, attn_implementation: str = "auto") -> str:
+    """The attention backend ``build_model`` gives ``config`` (one line logged), registered with transformers in
+    this process: every process that loads a model under our own backends' names must register them itself."""
+    impl, reason = resolve_attn_implementation(config, attn_implementation)
+    logger.info("attention backend: %s (%s)", impl, reason)
+    if impl == PACKED_SDPA:
+        register_packed_sdpa()
+    elif impl == FLEX_FA4:
+        register_flex_fa4()
+    return impl
+
+
 def build_model(
     config: PretrainedConfig,
     attn_implementation: str = "auto",
@@ -311,15 +323,10 @@ def build_model(
     ``experts_implementation`` (MoE only: ``eager``, ``batched_mm``, ``grouped_mm``) is passed to
     transformers as it is; ``None`` leaves transformers' default.
     """
-    impl, reason = resolve_attn_implementation(config, attn_implementation)
-    logger.info("attention backend: %s (%s)", impl, reason)
+    impl = attention_backend(config, attn_implementation)
     # transformers sets the backend on the config it is given and the model keeps that object: two models built
     # from one config would both run the last one's backend
     config = copy.deepcopy(config)
-    if impl == PACKED_SDPA:
-        register_packed_sdpa()
-    elif impl == FLEX_FA4:
-        register_flex_fa4()
     kwargs = {"attn_implementation": impl}
     if experts_implementation is not None:
         if not is_moe(config):

@@ -36,7 +36,7 @@ from hfpretrain.data.order import (
     install_worker_cleanup,
     load_input_ids,
 )
-from hfpretrain.models import build_model
+from hfpretrain.models import attention_backend, build_model
 from hfpretrain.models.fp8 import check_fp8_available
 from hfpretrain.models.speedups import Applied, apply_speedups
 
@@ -334,7 +334,7 @@ def tensor_parallel_model(run: ResolvedRun) -> torch.nn.Module:
         run.layout.tp,
         run.layout.world_size,
         device=state.device.type,
-        attn_implementation=run.fast.attn_implementation,
+        attn_implementation=attention_backend(run.config, run.fast.attn_implementation),
     )
     state.wait_for_everyone()
     if init is not None and state.is_main_process:
