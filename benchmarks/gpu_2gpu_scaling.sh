@@ -44,7 +44,14 @@ two_nodes() {  # two launchers of one GPU each as two nodes (what slurm_pretrain
   wait; { echo "#### two_nodes rank 1"; grep -v -i warn /tmp/two_nodes_rank1.log | tail -8; } >> "$OUT/runs.log"
   return $rc
 }
-case " ${RUNS:-one_gpu ddp fsdp2} " in *" one_gpu "*|*" ddp"*|*" fsdp2 "*|*" zero1 "*|*" tp"*|*" cp2 "*|*" two_nodes "*) tokenize_corpus ;; esac
+profiled() {  # name, accelerate config, overrides: bench with steps 14-16 profiled; kernels and gaps to $OUT
+  bench "$@" 'logging.profile_steps=[14,16]'; local rc=$?
+  cp /tmp/$1/profile/kernels-*.txt "$OUT/" 2>/dev/null
+  for t in /tmp/$1/profile/trace-*.json; do [ -f "$t" ] &&
+    python3 benchmarks/trace_gaps.py "$t" --top 25 > "$OUT/gaps_$1_$(basename "$t" .json).txt"; done
+  return $rc
+}
+case " ${RUNS:-one_gpu ddp fsdp2} " in *" one_gpu "*|*" ddp"*|*" fsdp2 "*|*" zero1 "*|*" tp"*|*" cp2 "*|*" two_nodes "*|*_profile*) tokenize_corpus ;; esac
 for run in ${RUNS:-one_gpu ddp fsdp2}; do
   case $run in
     one_gpu) CUDA_VISIBLE_DEVICES=0 bench one_gpu accelerate_configs/1gpu.yaml ;;
@@ -55,11 +62,18 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
     two_nodes) two_nodes ;;
     fsdp2) bench fsdp2 accelerate_configs/2gpu_fsdp2.yaml ;;
     zero1) bench zero1 accelerate_configs/2gpu_zero1.yaml ;;
-    # tensor and context parallelism (parallel:, training/layout.py; never run yet): tp over all NPROC ranks under
+    # tensor and context parallelism (parallel:, training/layout.py; results/gpu_2gpu_2026-11-29): tp over all NPROC ranks under
     # DDP's launch, FSDP2 x tp 2 (NPROC=4: 2 shards x tp 2), cp 2 beside FSDP2 (torch SDPA). If the compiled layers
     # or liger's loss fail on the sharded model, bisect with EXTRA="model.compile=none loss.implementation=chunked"
     tp) bench tp accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ||
           bench tp_eager accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC model.compile=none ;;
+    # where tp and cp lose against one GPU (2026-11-29: tp 2 at 52%, cp 2 at 32k at 87%): steps 14-16 profiled on
+    # every rank (kernels by GPU time, the idle gaps), beside one GPU's; their tokens/s include the profiled steps
+    tp_profile) profiled tp_profile accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ;;
+    one_gpu_profile) CUDA_VISIBLE_DEVICES=0 profiled one_gpu_profile accelerate_configs/1gpu.yaml ;;
+    cp2_32k_profile) long_data 32768 && DATA=out/mix1_qwen3_32768 profiled cp2_32k_profile \
+          accelerate_configs/2gpu_fsdp2.yaml training.per_device_train_batch_size=1 batch.micro_batch=recipe \
+          model.attn_implementation=sdpa model.document_mask=false parallel.cp=2 ;;
     fsdp2_tp2) bench fsdp2_tp2 accelerate_configs/2gpu_fsdp2.yaml parallel.tp=2 ;;
     cp2) bench cp2 accelerate_configs/2gpu_fsdp2.yaml parallel.cp=2 model.attn_implementation=sdpa ;;
     one_gpu_32k) CUDA_VISIBLE_DEVICES=0 long one_gpu_32k accelerate_configs/1gpu.yaml 32768 ;;

@@ -23,6 +23,9 @@ def _predict(point: dict):
             point["nodes"],
             point["layout"],
             dtype=point["dtype"],
+            tp=point.get("tp", 1),
+            cp=point.get("cp", 1),
+            seq_len=point.get("seq_len", 2048),
             micro_batch=point["micro_batch"],
             one_gpu_tokens_per_s=point["one_gpu_tokens_per_s"],
             inter_node_gbit_s=point.get("inter_node_gbit_s"),
@@ -35,9 +38,10 @@ def _predict(point: dict):
 def test_every_measured_point_within_ten_percent(point):
     predicted = _predict(point).tokens_per_s
     error = predicted / point["tokens_per_s"] - 1
-    if "outside" in point:  # not explained, and said so: the model is the upper bound the reason implies
-        assert error > TOLERANCE, (point["name"], error, "now within: drop its 'outside'")
-        assert error < 0.15, (point["name"], error)
+    if "outside" in point:  # not explained, and said so: the model over-predicts it by the range its reason gives
+        low, high = point.get("error_range", (TOLERANCE, 0.15))
+        assert error > max(low, TOLERANCE), (point["name"], error, "now within: drop its 'outside'")
+        assert error < high, (point["name"], error)
         return
     assert abs(error) <= TOLERANCE, (point["name"], predicted, point["tokens_per_s"], f"{error:+.1%}")
 
@@ -171,6 +175,9 @@ def test_table_marks_predictions():
         ]
     )
     assert text.splitlines()[0].startswith("PREDICTIONS") and "not measurements" in text.splitlines()[0]
+    assert "tp/cp" not in text  # measured within 10%: no caveat
+    tp = table([predict(StepTimeRequest(SHAPE, "H200", 2, layout="fsdp2", tp=2, micro_batch=20))])
+    assert tp.splitlines()[-1].startswith("tp/cp: an upper bound, not yet a prediction")
 
 
 def test_documented_predictions_are_what_the_commands_print(capsys):

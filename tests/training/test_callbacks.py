@@ -142,3 +142,24 @@ def test_callbacks_run_in_their_declared_order(tmp_path):
         "ProgressCallback",
         "_Resume",
     ]
+
+
+def test_each_rank_profiles_into_its_own_files(tmp_path):
+    """Two ranks profiling into one folder (every rank profiles its own work: under tensor or context parallelism
+    they differ) write two sets of files, not one overwritten by the other; one process keeps the plain names."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hfpretrain.training.callbacks import ProfilerCallback
+
+    for rank in (0, 1, None):
+        cb, state = ProfilerCallback(tmp_path, [0, 1], rank=rank), SimpleNamespace(global_step=0)
+        cb.on_step_begin(None, state, None)
+        torch.ones(64, 64) @ torch.ones(64, 64)
+        state.global_step = 1
+        cb.on_step_end(None, state, None)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    for suffix in ("-rank0", "-rank1", ""):
+        assert f"trace-steps0-1{suffix}.json" in names and f"kernels-steps0-1{suffix}.txt" in names, names
+    assert "aten::mm" in (tmp_path / "kernels-steps0-1-rank1.txt").read_text()

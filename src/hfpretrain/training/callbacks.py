@@ -324,12 +324,14 @@ class PreemptionCallback(TrainerCallback):
 class ProfilerCallback(TrainerCallback):
     """NVTX ranges per step (``nvtx``) and a torch.profiler window over steps [start, stop): a Chrome
     trace, the kernels ranked by GPU time, and the host synchronisations per step (each one stalls
-    the CPU until the GPU catches up; counted with ``torch.cuda.set_sync_debug_mode``)."""
+    the CPU until the GPU catches up; counted with ``torch.cuda.set_sync_debug_mode``). Every rank profiles its own
+    work (under tensor or context parallelism the ranks differ), so with ``rank`` given its files carry it."""
 
     order = CONTROL + 10
 
-    def __init__(self, out_dir: str | Path, window: list | None = None, nvtx: bool = False):
+    def __init__(self, out_dir: str | Path, window: list | None = None, nvtx: bool = False, rank: int | None = None):
         self.out_dir, self.nvtx = Path(out_dir), nvtx and torch.cuda.is_available()
+        self.suffix = "" if rank is None else f"-rank{rank}"
         self.start, self.stop = (int(window[0]), int(window[1])) if window else (None, None)
         self._prof = self._syncs = None
 
@@ -353,7 +355,7 @@ class ProfilerCallback(TrainerCallback):
         if self._prof is not None and state.global_step >= self.stop:
             self._prof.__exit__(None, None, None)
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            name = f"steps{self.start}-{self.stop}"
+            name = f"steps{self.start}-{self.stop}{self.suffix}"
             self._prof.export_chrome_trace(str(self.out_dir / f"trace-{name}.json"))
             sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
             table = self._prof.key_averages().table(sort_by=sort, row_limit=150, max_name_column_width=90)

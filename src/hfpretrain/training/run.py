@@ -410,7 +410,12 @@ def build_trainer(
         grad_stats,
         jsonl,
         preemption,
-        ProfilerCallback(out / "profile", recipe.logging.profile_steps, recipe.logging.nvtx),
+        ProfilerCallback(
+            out / "profile",
+            recipe.logging.profile_steps,
+            recipe.logging.nvtx,
+            rank=args.process_index if args.world_size > 1 else None,
+        ),
         RankCheckCallback(recipe.parallel.timeout_s) if args.world_size > 1 else None,
         *extra_callbacks,
         console,
