@@ -111,7 +111,8 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
 
 def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, tmp_path):
     """The Trainer with parallel.tp=2 on two gloo processes (accelerate's CPU refusal relaxed): one micro-batch per
-    tensor-parallel group, the chunked loss over the gathered head, the same losses step by step as one process,
+    tensor-parallel group, each rank's half of its rows through the gathered head (left unsummed, either the hidden
+    states' or the head's gradient moves step 3's loss by 6e-4 or more), the same losses step by step as one process,
     the same evaluation loss over 20 blocks (a batch of 16 and one of 4: a gather over both ranks weighted the
     shorter one half), and final/ gathered whole, loading as a plain model. Under our own attention backend's
     name, which every rank loading the sharded model must have registered (rank 1 did not, on the first GPU run)."""

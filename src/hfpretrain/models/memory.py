@@ -74,11 +74,12 @@ derived from what the per-layer graphs keep (3% low at micro-batch 8).
 Tensor parallelism (``tp``, transformers' plan: models/parallel.py): weights, gradients and optimizer states are one
 GPU's slice (the plan's sharded weights / tp, the norms whole), ZeRO/FSDP shard that slice over the n_gpus / tp
 ranks that hold it; a layer's activations are those of a layer with heads, KV heads and MLP width / tp (the residual
-stream, the norms and the projections' inputs stay whole: the plan has no sequence parallelism); the logits are
-gathered whole (the head's ``colwise_gather_output``). Context parallelism (``cp``): every per-token term counts
+stream, the norms and the projections' inputs stay whole: the plan has no sequence parallelism); in training the
+head and loss run over each rank's share of the micro-batch's rows, where tp divides them (training/loss.py), else
+over all of them. Context parallelism (``cp``): every per-token term counts
 micro_batch · seq_len / cp tokens (the K/V blocks passed around the ring, 2·d_kv per token, are left out). Both
 run 12–13% low on their first GPU runs (2026-11-29, the 1.8B shape on 2 H200s, compiled layers): tp 2 at 20 × 2,048,
-66.0 GiB against 75.9; cp 2 at 32k and 64k, 42.7 and 73.9 against 48.4 and 84.1 (one GPU at 32k: 84.2 against 87.7).
+66.0 GiB against 75.9 (the loss then ran the head over all rows on each rank, and was counted so); cp 2 at 32k and 64k, 42.7 and 73.9 against 48.4 and 84.1 (one GPU at 32k: 84.2 against 87.7).
 What the ranks keep beyond this count is not yet traced.
 """
 
@@ -366,10 +367,13 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
         layers_bytes = tokens * (checkpointed * kept_input + (x["L"] - checkpointed) * all_layers // x["L"] + per_layer)
     else:
         layers_bytes = tokens * all_layers
+    # under tp each rank of the group runs the head and loss over its share of the rows (training/loss.py
+    # tensor_parallel_loss), where the group divides them; else over all of them
+    loss_tokens = tokens // tp if layout.micro_batch % tp == 0 else tokens
     if layout.fused_loss == "compiled":
         # Head + loss in one graph: the bf16 logits, saved for backward; inductor's fused backward
         # writes their gradient over them (measured: one copy, within 2% at GPT-2 124M and scale_12m..146m).
-        logits = tokens * x["V"] * a + a * tokens * x["d"]
+        logits = loss_tokens * x["V"] * a + a * loss_tokens * x["d"]
     elif layout.fused_loss_chunk:
         # One chunk of logits: liger turns its bf16 logits into their gradient in place (a bytes each);
         # the chunked loss holds the bf16 matmul output, fp32 logits and logsumexp's two fp32
@@ -377,10 +381,12 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
         # Beside them: fp32 dW, the bf16 W copy, bf16 dX.
         per_logit = a if layout.fused_loss == "liger" else a + 12
         logits = (
-            min(tokens, layout.fused_loss_chunk) * x["V"] * per_logit + (4 + a) * x["V"] * x["d"] + a * tokens * x["d"]
+            min(loss_tokens, layout.fused_loss_chunk) * x["V"] * per_logit
+            + (4 + a) * x["V"] * x["d"]
+            + a * loss_tokens * x["d"]
         )
     else:
-        logits = tokens * 12 * x["V"]
+        logits = loss_tokens * 12 * x["V"]
     weight_cache = 2 * matmul_params(config, active=False) // tp if mixed and not layout.compiled else 0  # all experts
     activations = layers_bytes + tokens * outside + logits + weight_cache
 

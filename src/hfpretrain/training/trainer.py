@@ -46,7 +46,7 @@ from .checkpoints import (
     write_recipe_and_data,
     writing_checkpoint,
 )
-from .loss import CausalLMLoss, HiddenStateTap, LossSpec
+from .loss import CausalLMLoss, HiddenStateTap, LossSpec, tensor_parallel_loss
 from .moe import balancing_term
 
 # NonFiniteLossError: also imported from here (cli/pretrain.py, tests)
@@ -216,14 +216,17 @@ class PretrainTrainer(Trainer):
             self._tap.active = False
         hidden, self._tap.hidden = self._tap.hidden, None
         weight = self.accelerator.unwrap_model(model).get_output_embeddings().weight
-        if hasattr(weight, "full_tensor"):
-            # tensor parallelism: the head's vocabulary shards gathered (its backward slices the gradient back);
-            # every rank of the group then computes the same loss, as transformers' gathered logits would
-            weight = weight.full_tensor()
         # The loss runs outside the model's forward, so outside the autocast accelerate wraps it in:
         # without this the LM-head matmuls (a fifth of all FLOPs at a 151k vocabulary) run in fp32.
         with self.accelerator.autocast():
-            loss = self.lm_loss(hidden, weight, labels, num_items_in_batch, training=model.training, shifted=shifted)
+            loss = None
+            if hasattr(weight, "full_tensor") and model.training:  # tensor parallelism: each rank its rows' share
+                loss = tensor_parallel_loss(self.lm_loss, hidden, weight, labels, num_items_in_batch, shifted)
+            if loss is None:
+                # the head's vocabulary shards gathered (its backward slices the gradient back) under tp: every
+                # rank of the group computes the same loss, as transformers' gathered logits would
+                whole = weight.full_tensor() if hasattr(weight, "full_tensor") else weight
+                loss = self.lm_loss(hidden, whole, labels, num_items_in_batch, training=model.training, shifted=shifted)
         # MoE: transformers' load-balancing loss, from the logits the routers' hooks kept, else the model's output
         aux = self.expert_load.take_aux_loss() if own_aux else getattr(outputs, "aux_loss", None)
         if aux is not None and model.training:  # evaluation: cross-entropy only
