@@ -216,11 +216,13 @@ class PretrainTrainer(Trainer):
             self._tap.active = False
         hidden, self._tap.hidden = self._tap.hidden, None
         weight = self.accelerator.unwrap_model(model).get_output_embeddings().weight
+        parallel = getattr(self.accelerator, "parallelism_config", None)
+        tp = parallel.tp_size if parallel is not None else 1
         # The loss runs outside the model's forward, so outside the autocast accelerate wraps it in:
         # without this the LM-head matmuls (a fifth of all FLOPs at a 151k vocabulary) run in fp32.
         with self.accelerator.autocast():
             loss = None
-            if hasattr(weight, "full_tensor") and model.training:  # tensor parallelism: each rank its rows' share
+            if tp > 1 and hasattr(weight, "full_tensor") and model.training:  # each rank its rows' share
                 loss = tensor_parallel_loss(self.lm_loss, hidden, weight, labels, num_items_in_batch, shifted)
             if loss is None:
                 # the head's vocabulary shards gathered (its backward slices the gradient back) under tp: every
@@ -234,8 +236,7 @@ class PretrainTrainer(Trainer):
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             # As Trainer.compute_loss: num_items_in_batch counts all ranks' tokens and DDP averages
             # gradients over ranks, so scale back up; a tensor-parallel group's ranks share one batch.
-            parallel = getattr(self.accelerator, "parallelism_config", None)
-            loss = loss * (self.accelerator.num_processes // (parallel.tp_size if parallel is not None else 1))
+            loss = loss * (self.accelerator.num_processes // tp)
         return (loss, {"loss": loss}) if return_outputs else loss
 
     # ---- non-finite values (training/nonfinite.py) ---------------------------------------------------
