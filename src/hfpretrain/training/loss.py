@@ -309,38 +309,25 @@ class HiddenStateTap:
         return (args[0][:, : self.keep],)
 
 
-class _SumGradOverGroup(torch.autograd.Function):
-    """Identity forward; backward sums the gradient over ``group`` (Megatron's copy to the tensor-parallel region)."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous()
-        torch.distributed.all_reduce(grad, group=ctx.group)
-        return grad, None
-
-
 def tensor_parallel_loss(loss: CausalLMLoss, hidden, weight, labels, num_items_in_batch, shifted: bool = False):
     """The training loss of a tensor-parallel group's shared batch, each rank running the LM head and loss over its
     share of the rows instead of all of them (the head is 18% of the 1.8B shape's FLOPs; computed whole on every
     rank it ran tp times over). ``weight`` is the head's vocabulary-sharded DTensor, gathered with a partial
     gradient (each rank's rows' part, reduce-scattered back into the shards); the hidden states, whole on every
     rank, get the gradient summed over the group; the value is the group's sum, the same on every rank, while each
-    rank's backward runs through its own part. None where the group does not divide the batch's rows or
-    ``weight`` is not on a one-dimensional mesh: the caller then computes it whole."""
-    from torch.distributed.tensor import Partial
+    rank's backward runs through its own part. None where ``weight`` is not a DTensor on a one-dimensional mesh or
+    the group does not divide the batch's rows: the caller then computes it whole."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate
 
-    mesh = weight.device_mesh
-    if mesh.ndim != 1 or num_items_in_batch is None or hidden.shape[0] % mesh.size():
+    mesh = getattr(weight, "device_mesh", None)
+    if mesh is None or mesh.ndim != 1 or num_items_in_batch is None or hidden.shape[0] % mesh.size():
         return None
     group = mesh.get_group()
     rows = hidden.shape[0] // mesh.size()
     start = mesh.get_local_rank() * rows
-    hidden = _SumGradOverGroup.apply(hidden, group)[start : start + rows]
+    # replicated forward, partial gradient: DTensor's backward all-reduces the ranks' parts of it
+    hidden = DTensor.from_local(hidden, mesh, [Replicate()], run_check=False).to_local(grad_placements=[Partial()])
+    hidden = hidden[start : start + rows]
     own = loss(
         hidden,
         weight.full_tensor(grad_placements=[Partial()]),

@@ -222,7 +222,7 @@ class PretrainTrainer(Trainer):
         # without this the LM-head matmuls (a fifth of all FLOPs at a 151k vocabulary) run in fp32.
         with self.accelerator.autocast():
             loss = None
-            if tp > 1 and hasattr(weight, "full_tensor") and model.training:  # each rank its rows' share
+            if tp > 1 and model.training:  # each rank its rows' share
                 loss = tensor_parallel_loss(self.lm_loss, hidden, weight, labels, num_items_in_batch, shifted)
             if loss is None:
                 # the head's vocabulary shards gathered (its backward slices the gradient back) under tp: every
