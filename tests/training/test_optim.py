@@ -224,3 +224,60 @@ def test_recipe_section():
         assert key in str(info.value)
     with pytest.raises(RecipeError, match="muon_momentum"):
         load_recipe(None, ["data.path=x", "optimizer.muon_momentum=fast"])
+
+
+def test_adamw_by_mesh_steps_a_half_sharded_model_as_one_adamw():
+    """Under tensor parallelism the sharded projections are DTensors and the norms plain tensors, which one fused or
+    foreach AdamW call cannot span (transformers 5.17 then steps every parameter alone): ``build_adamw_by_mesh`` gives
+    each mesh its own group, per weight decay, and its steps equal one AdamW over the same model undistributed."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    from hfpretrain.training.optim import build_adamw_by_mesh, param_meshes
+
+    started = not torch.distributed.is_initialized()
+    if started:  # a one-process group, enough for DTensors on a one-rank mesh
+        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
+    try:
+
+        class Net(torch.nn.Sequential):
+            def forward(self, x):  # a sharded weight is used whole (a one-rank mesh: its gradient is the DTensor's)
+                for layer in self:
+                    if isinstance(layer, torch.nn.Linear) and isinstance(layer.weight, DTensor):
+                        x = torch.nn.functional.linear(x, layer.weight.full_tensor(), layer.bias)
+                    else:
+                        x = layer(x)
+                return x
+
+        torch.manual_seed(0)
+        plain = Net(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+        sharded = copy.deepcopy(plain)
+        mesh = init_device_mesh("cpu", (1,))
+        for linear in (sharded[0], sharded[2]):
+            linear.weight = torch.nn.Parameter(distribute_tensor(linear.weight.detach(), mesh, [Shard(0)]))
+        assert len(param_meshes(sharded)) == 2
+        decay = ["0.weight", "2.weight"]
+        ours = build_adamw_by_mesh(sharded, ARGS, decay)
+        groups = [(g["weight_decay"], {isinstance(p, DTensor) for p in g["params"]}) for g in ours.param_groups]
+        assert groups == [(0.1, {True}), (0.0, {False})], groups  # the two matrices; biases and norm
+        reference = torch.optim.AdamW(
+            [
+                {"params": [p for n, p in plain.named_parameters() if n in decay], "weight_decay": 0.1},
+                {"params": [p for n, p in plain.named_parameters() if n not in decay], "weight_decay": 0.0},
+            ],
+            lr=ARGS.learning_rate,
+            betas=(ARGS.adam_beta1, ARGS.adam_beta2),
+            eps=ARGS.adam_epsilon,
+        )
+        x = torch.randn(32, 8)
+        for _ in range(3):
+            for model, optimizer in ((plain, reference), (sharded, ours)):
+                model(x).square().mean().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        for (name, a), b in zip(plain.named_parameters(), sharded.parameters()):
+            b = b.full_tensor() if isinstance(b, DTensor) else b
+            torch.testing.assert_close(a, b, msg=name)
+    finally:
+        if started:
+            torch.distributed.destroy_process_group()

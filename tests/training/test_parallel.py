@@ -102,6 +102,13 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
         assert tp[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, tp[step], ref[step])
     assert ref[str(STEPS)] < ref["1"]  # it trained
 
+    # 2 forward (o, down) and 2 backward (the attention's and the MLP's inputs, models.parallel.BLOCK_INPUT) a layer,
+    # the embedding's forward and the head's backward (16 with an all-reduce after each column-wise projection)
+    layers = json.loads((REPO / "src" / "hfpretrain" / "models" / "configs" / "tiny.json").read_text())[
+        "num_hidden_layers"
+    ]
+    assert json.loads((two / "all_reduces.json").read_text())["activation_all_reduces"] == 4 * layers + 2
+
     weights, model = _check_final_gathered(two / "final", one / "final")
     for name, tensor in weights.items():
         assert not hasattr(tensor, "device_mesh"), name  # plain tensors, no DTensor

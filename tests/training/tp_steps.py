@@ -5,7 +5,8 @@ by tensor parallelism through ``hfpretrain.models.parallel.load_tensor_parallel`
     python tests/training/tp_steps.py DATA OUT [STEPS]
     torchrun --nproc_per_node 2 tests/training/tp_steps.py DATA OUT [STEPS]
 
-Writes OUT/losses.json (step -> loss, rank 0) and OUT/final (save_pretrained: gathered whole under tp)."""
+Writes OUT/losses.json (step -> loss, rank 0), OUT/final (save_pretrained: gathered whole under tp) and, under tp,
+OUT/all_reduces.json: the all-reduces of activation-sized tensors (micro-batch × seq × hidden) in the first step."""
 
 from __future__ import annotations
 
@@ -46,8 +47,13 @@ def main() -> None:
     losses = {}
     for step in range(steps):
         ids = blocks[4 * step : 4 * step + 4]
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+        if step == 0 and world > 1 and rank == 0:
+            activation = [*ids.shape, config.hidden_size]
+            count = sum(e.name == "gloo:all_reduce" and e.input_shapes == [activation] for e in prof.events())
+            (out / "all_reduces.json").write_text(json.dumps({"activation_all_reduces": count}))
         optimizer.step()
         optimizer.zero_grad()
         losses[step + 1] = loss.item()

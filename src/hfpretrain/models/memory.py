@@ -77,10 +77,10 @@ ranks that hold it; a layer's activations are those of a layer with heads, KV he
 stream, the norms and the projections' inputs stay whole: the plan has no sequence parallelism); in training the
 head and loss run over each rank's share of the micro-batch's rows, where tp divides them (training/loss.py), else
 over all of them. Context parallelism (``cp``): every per-token term counts micro_batch · seq_len / cp tokens (the
-K/V blocks passed around the ring, 2·d_kv per token, are left out). Both run 12–13% low on their first GPU runs
-(2026-11-29, the 1.8B shape on 2 H200s, compiled layers): tp 2 at 20 × 2,048, 66.0 GiB against 75.9 (the loss then
-ran the head over all rows on each rank, and was counted so); cp 2 at 32k and 64k, 42.7 and 73.9 against 48.4 and
-84.1 (one GPU at 32k: 84.2 against 87.7). What the ranks keep beyond this count is not yet traced.
+K/V blocks passed around the ring, 2·d_kv per token, are left out). Against the 1.8B shape on 2 H200s (2026-11-29,
+compiled layers): tp 2 at 20 × 2,048, 60.1 GiB against 62.4 (4% low; transformers 5.17, whose plan leaves the
+embedding whole: 58.4 under 5.24's); cp 2 at 32k and 64k, 42.7 and 73.9 against 48.4 and 84.1 (12–13% low; one GPU
+at 32k: 84.2 against 87.7). What the cp ranks keep beyond this count is not yet traced.
 """
 
 from __future__ import annotations

@@ -7,13 +7,21 @@ and backward), the LM head column-wise with its logits gathered, the embedding a
 ``embedding_rowwise``, split over the vocabulary), norms replicated. Per GPU, then: the sharded weights / tp, the
 replicated ones whole; per token of a layer, the heads and the MLP's width /
 tp while the residual stream, the norms and the projections' inputs stay whole (no sequence parallelism in the
-plan). GPT-2 and the MoE shapes have no plan usable here (MoE: expert parallelism is out of scope)."""
+plan). GPT-2 and the MoE shapes have no plan usable here (MoE: expert parallelism is out of scope).
+
+For training, the loaded plan adds one rule of ours per block (``BLOCK_INPUT``, on ``self_attn`` and ``mlp``): the
+block's input becomes one replicated DTensor, in the autocast dtype, before its column-wise projections see it. In
+transformers' plan each of them wraps the input itself, so the backward all-reduces the input's gradient once per
+projection (q, k, v; gate, up) and in float32 (the residual stream's dtype, before autocast's cast); with one wrap
+the projections' partial gradients are summed locally and all-reduced once per block, in bfloat16: 2 backward
+all-reduces a layer in place of 5, a quarter of the bytes each time (2×H200, results/gpu_2gpu_2026-11-29)."""
 
 from __future__ import annotations
 
 import copy
 import fnmatch
 
+import torch
 from transformers import PretrainedConfig
 
 SHARDED_STYLES = (
@@ -39,6 +47,47 @@ def tp_plan(config: PretrainedConfig) -> dict[str, str]:
     plan = {f"model.{k}": v for k, v in (config.base_model_tp_plan or {}).items()}
     plan.update(getattr(model, "_tp_plan", None) or {})
     return plan
+
+
+BLOCK_INPUT = "hfpretrain_block_input"
+BLOCKS = ("self_attn", "mlp")
+
+
+def _register_block_input() -> None:
+    """``BLOCK_INPUT`` in transformers' registry of parallel styles (once per process, every rank)."""
+    from torch.distributed.tensor import DTensor, Replicate
+    from transformers.integrations.tensor_parallel import ALL_PARALLEL_STYLES, TensorParallelLayer
+
+    if BLOCK_INPUT in ALL_PARALLEL_STYLES:
+        return
+
+    class BlockInput(TensorParallelLayer):
+        """The hidden states entering a block as one replicated DTensor, so that the gradients of the block's
+        column-wise projections meet there and are all-reduced once (see the module's docstring)."""
+
+        def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
+            if not torch.is_grad_enabled():  # evaluation: transformers' local path, no gradient to sum
+                return args, kwargs
+            x = args[0] if args else kwargs["hidden_states"]
+            if isinstance(x, DTensor):
+                return args, kwargs
+            if torch.is_autocast_enabled(x.device.type):  # the projections would cast it each; once here
+                x = x.to(torch.get_autocast_dtype(x.device.type))
+            x = DTensor.from_local(x, mesh, [Replicate()], run_check=False)
+            if args:
+                return (x, *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": x}
+
+    ALL_PARALLEL_STYLES.register(BLOCK_INPUT, BlockInput())
+
+
+def training_tp_plan(config: PretrainedConfig) -> dict[str, str]:
+    """``tp_plan(config)`` with ``BLOCK_INPUT`` on every block whose input feeds column-wise projections."""
+    plan = tp_plan(config)
+    blocks = {
+        key.rsplit(".", 1)[0] for key, style in plan.items() if style == "colwise" and key.rsplit(".", 2)[-2] in BLOCKS
+    }
+    return {**plan, **dict.fromkeys(sorted(blocks), BLOCK_INPUT)}
 
 
 def check_tp(config: PretrainedConfig, tp: int, key: str = "parallel.tp") -> None:
@@ -100,23 +149,25 @@ def load_tensor_parallel(weights: str, config: PretrainedConfig, tp: int, world:
     are the inner dimension of a (world / tp, tp) mesh: 5.24 builds it from ``DistributedConfig(fsdp_size=...)``,
     5.17 takes the mesh's ``tp`` dimension as ``device_mesh``."""
     from transformers import AutoModelForCausalLM
+    from transformers.distributed.configuration_utils import DistributedConfig
 
     check_tp(config, tp)
+    _register_block_input()
+    plan = training_tp_plan(config)  # whole: 5.17 replaces the installed plan by it, 5.24 merges it in
     if world == tp:  # tp over every rank: transformers' default tp_size (the world size) in both versions
-        return AutoModelForCausalLM.from_pretrained(weights, config=config, tp_plan="auto", **kwargs)
-    try:
-        from transformers.distributed.configuration_utils import DistributedConfig
-
-        takes_fsdp = "fsdp_size" in getattr(DistributedConfig, "__dataclass_fields__", {})
-    except ImportError:
-        takes_fsdp = False
-    if takes_fsdp:  # transformers >= 5.2x
         return AutoModelForCausalLM.from_pretrained(
-            weights, config=config, distributed_config=DistributedConfig(tp_size=tp, fsdp_size=world // tp), **kwargs
+            weights, config=config, distributed_config=DistributedConfig(tp_plan=plan, tp_size=tp), **kwargs
+        )
+    if "fsdp_size" in getattr(DistributedConfig, "__dataclass_fields__", {}):  # transformers >= 5.2x
+        return AutoModelForCausalLM.from_pretrained(
+            weights,
+            config=config,
+            distributed_config=DistributedConfig(tp_plan=plan, tp_size=tp, fsdp_size=world // tp),
+            **kwargs,
         )
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(device, (world // tp, tp), mesh_dim_names=("dp_shard", "tp"))
     return AutoModelForCausalLM.from_pretrained(
-        weights, config=config, tp_plan="auto", device_mesh=mesh["tp"], **kwargs
+        weights, config=config, distributed_config=DistributedConfig(tp_plan=plan), device_mesh=mesh["tp"], **kwargs
     )

@@ -62,9 +62,9 @@ Gradient accumulation amortises the once-per-step collectives (ddp, zero1, fsdp2
 micro-batches; fsdp2's all-gathers, tp and cp are paid every micro-batch.
 
 Not modelled (each stated so that a miss can be traced): what tp and cp cost beyond their collectives (measured
-once on 2 H200s, 2026-11-29: tp 2 ran 70% and cp 2 at 32k 14.5% below this model; our loss then took the LM head
-whole on every tp rank, 18% of the 1.8B shape's FLOPs run twice, and torch's ring attention splits and merges each
-rank's attention: docs/models.md § Step-time model), memory pressure (an allocator working near the card's
+on 2 H200s, 2026-11-29: tp 2 runs 15% and cp 2 at 32k 14.5% below this model; the tp all-reduces ran at about a
+third of the bus rate taken here, and cp's ring and FSDP2's gathers at micro-batch 1 are not hidden as assumed:
+docs/models.md § Step-time model), memory pressure (an allocator working near the card's
 limit; the 2-GPU DDP point, 125.5 GiB of the card's 131.3, ran 10.2% below this model), compute slowed by collectives
 running beside it (NCCL's SMs and HBM traffic), the smaller matmuls of tp and cp (their mfu_1 is one GPU's), the
 optimizer step that ZeRO-1 and FSDP2 shrink by sharding it, NCCL's tree and NVLink SHARP algorithms (faster than a
@@ -307,7 +307,7 @@ def predict(r: StepTimeRequest) -> StepTime:
 
 # Printed under every tp or cp prediction until the model explains the measured points (tests/models/assets).
 TP_CP_CAVEAT = (
-    "tp/cp: an upper bound, not yet a prediction: measured on 2 H200s (2026-11-29), tp 2 ran 70% and cp 2 at 32k "
+    "tp/cp: an upper bound, not yet a prediction: measured on 2 H200s (2026-11-29), tp 2 ran 15% and cp 2 at 32k "
     "14.5% below it (docs/models.md § Step-time model)"
 )
 

@@ -21,6 +21,11 @@ Training") Muon's update is scaled to AdamW's RMS (0.2·sqrt(max(A, B))), so bot
 sqrt(max(1, A/B))) Muon wants its own, much larger, peak LR (``optimizer.muon_learning_rate``, e.g.
 0.02); the schedule still scales every group by the same factor.
 
+Under tensor parallelism some parameters are DTensors (the sharded projections) and the rest plain tensors (norms,
+and the embedding where the plan leaves it whole): :func:`build_adamw_by_mesh` gives each its own group, so that
+torch's fused and foreach AdamW, which cannot span both, still run (transformers 5.17 steps every parameter alone
+there: 103 ms of a 615 ms step for the 1.8B shape on 2×H200).
+
 A resumed optimizer's state, checked and placed once the Trainer has loaded it: :func:`optimizer_state_problem`
 (another optimizer's state) and :func:`steps_beside_params` (step counters on the wrong device).
 """
@@ -36,6 +41,7 @@ from torch import nn
 logger = logging.getLogger("hfpretrain")
 
 MUON_LR_SCALES = ("match_rms_adamw", "original")  # torch.optim.Muon's adjust_lr_fn values
+ADAMW_TORCH = ("adamw_torch", "adamw_torch_fused")  # TrainingArguments optim names that are torch's AdamW
 
 
 class MuonWithAdamW(torch.optim.Optimizer):
@@ -204,6 +210,37 @@ def build_muon_adamw(model: nn.Module, args, decay_names: Iterable[str], section
     )
     logger.debug("Muon: %s; AdamW: %s", names[True], names[False])
     return optimizer
+
+
+def param_meshes(model: nn.Module) -> set:
+    """The device meshes of ``model``'s trainable parameters, None for a plain tensor."""
+    from torch.distributed.tensor import DTensor
+
+    return {p.device_mesh if isinstance(p, DTensor) else None for p in model.parameters() if p.requires_grad}
+
+
+def build_adamw_by_mesh(model: nn.Module, args, decay_names: Iterable[str]) -> torch.optim.AdamW:
+    """torch's AdamW (``args.optim``: adamw_torch or adamw_torch_fused) with one param group per (weight decay,
+    device mesh): the Trainer's two groups, each split by mesh, so that every group is one fused kernel call."""
+    from torch.distributed.tensor import DTensor
+
+    decay = set(decay_names)
+    groups: dict[tuple, list] = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            key = (name in decay, p.device_mesh if isinstance(p, DTensor) else None)
+            groups.setdefault(key, []).append(p)
+    fused = getattr(args.optim, "value", args.optim) == "adamw_torch_fused"
+    return torch.optim.AdamW(
+        [
+            {"params": params, "weight_decay": args.weight_decay if decays else 0.0}
+            for (decays, _), params in groups.items()
+        ],
+        lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+        fused=True if fused else None,
+    )
 
 
 def _torch_optimizer(optimizer):

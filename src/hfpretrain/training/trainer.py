@@ -51,7 +51,15 @@ from .moe import balancing_term
 
 # NonFiniteLossError: also imported from here (cli/pretrain.py, tests)
 from .nonfinite import NonFiniteLossError, NonFinitePolicy, NonFiniteWatch, SkipStepOptimizer  # noqa: F401
-from .optim import build_muon_adamw, check_muon_launch, optimizer_state_problem, steps_beside_params
+from .optim import (
+    ADAMW_TORCH,
+    build_adamw_by_mesh,
+    build_muon_adamw,
+    check_muon_launch,
+    optimizer_state_problem,
+    param_meshes,
+    steps_beside_params,
+)
 
 # The Trainer's private methods PretrainTrainer overrides, and those it calls without overriding. A transformers
 # version without one it overrides would silently skip what the override does (the data order, the gradient check,
@@ -167,11 +175,13 @@ class PretrainTrainer(Trainer):
 
     def create_optimizer(self, model=None):
         fresh = self.optimizer is None
+        opt_model = self.model if model is None else model
         if fresh and self.optimizer_section is not None and self.optimizer_section.name == "muon":
-            opt_model = self.model if model is None else model
             self.optimizer = build_muon_adamw(
                 opt_model, self.args, self.get_decay_parameter_names(opt_model), self.optimizer_section
             )  # Trainer's create_optimizer then keeps it
+        elif fresh and self.args.optim in ADAMW_TORCH and len(param_meshes(opt_model)) > 1:  # tensor parallelism
+            self.optimizer = build_adamw_by_mesh(opt_model, self.args, self.get_decay_parameter_names(opt_model))
         optimizer = super().create_optimizer(model)
         if fresh and self.nonfinite.policy.skips:  # wrapped once, when made (a later call gets it back)
             optimizer = self.optimizer = self.nonfinite.optimizer = SkipStepOptimizer(
