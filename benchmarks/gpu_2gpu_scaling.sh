@@ -46,7 +46,7 @@ two_nodes() {  # two launchers of one GPU each as two nodes (what slurm_pretrain
 }
 profiled() {  # name, accelerate config, overrides: bench with steps 14-16 profiled; kernels and gaps to $OUT
   bench "$@" 'logging.profile_steps=[14,16]'; local rc=$?
-  cp /tmp/$1/profile/kernels-*.txt "$OUT/" 2>/dev/null
+  for k in /tmp/$1/profile/kernels-*.txt; do [ -f "$k" ] && cp "$k" "$OUT/$1_$(basename "$k")"; done
   for t in /tmp/$1/profile/trace-*.json; do [ -f "$t" ] &&
     python3 benchmarks/trace_gaps.py "$t" --top 25 > "$OUT/gaps_$1_$(basename "$t" .json).txt"; done
   return $rc
