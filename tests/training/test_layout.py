@@ -28,9 +28,8 @@ def _resolve(recipe_path, overrides, machine):
     [
         (80, [], "ddp", "data parallel"),
         (30, [], "fsdp2", "FSDP2: under DDP one GPU would need 34.1 GiB"),
-        # tp 8 takes every rank: nothing left for FSDP2 to shard across, so plain tensor parallelism (whose
-        # checkpoints cannot be resumed yet: the run saves none)
-        (14, ["training.save_strategy=no"], "ddp+tp8", "tp 8: one layer's weights and activations do not fit"),
+        # tp 8 takes every rank: nothing left for FSDP2 to shard across, so plain tensor parallelism
+        (14, [], "ddp+tp8", "tp 8: one layer's weights and activations do not fit"),
         (12, ["model.attn_implementation=sdpa"], "fsdp2+cp2", "cp 2: one sequence's activations (2048 tokens)"),
     ],
 )
@@ -66,7 +65,12 @@ def test_written_degrees_are_checked_in_one_line_naming_the_key(mini_blocks, tmp
         (2, None, ["parallel.tp=2", "model.config=gpt2_124m"], "no tensor-parallel plan for gpt2"),
         (2, 1, ["parallel.dp_shard=2"], "parallel.dp_shard=2 shards with FSDP2, but this launch runs DeepSpeed"),
         (2, 1, ["parallel.cp=2", "model.attn_implementation=sdpa"], "parallel.cp=2 with ZeRO-1 (DeepSpeed)"),
-        (2, None, ["parallel.tp=2", "training.save_strategy=steps"], "checkpoints cannot be resumed yet"),
+        (
+            4,
+            None,
+            ["parallel.tp=2", "parallel.dp_shard=2", "training.save_strategy=steps"],
+            "beside FSDP2: its checkpoints",
+        ),
         (2, None, ["parallel.tp=2", "model.precision=fp8"], "model.precision=fp8 with parallel.tp=2"),
     ]
     for world, zero, overrides, message in cases:

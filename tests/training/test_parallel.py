@@ -122,7 +122,9 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
     states' or the head's gradient moves step 3's loss by 6e-4 or more), the same losses step by step as one process,
     the same evaluation loss over 20 blocks (a batch of 16 and one of 4: a gather over both ranks weighted the
     shorter one half), and final/ gathered whole, loading as a plain model. Under our own attention backend's
-    name, which every rank loading the sharded model must have registered (rank 1 did not, on the first GPU run)."""
+    name, which every rank loading the sharded model must have registered (rank 1 did not, on the first GPU run).
+    Its checkpoint at step 3 (whole weights, each rank's optimizer states: training/checkpoints.py) resumes into the
+    same steps 4 and 5."""
     extra = {
         "model.attn_implementation": "sdpa_packed",
         "training.max_steps": str(STEPS),
@@ -133,10 +135,11 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
     }
     one, two = tmp_path / "one", tmp_path / "tp2"
     run_pretrain(mini_blocks, one, extra)
+    tp2 = {**extra, "parallel.tp": "2"}
     proc = _accelerate_two(
         REPO / "tests" / "training" / "tp_trainer.py",
         TINY_RECIPE,
-        *make_overrides(mini_blocks, two, {**extra, "parallel.tp": "2"}),
+        *make_overrides(mini_blocks, two, {**tp2, "training.save_strategy": "steps", "training.save_steps": "3"}),
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
     plan = read_log(two)[0]["plan"]
@@ -149,6 +152,19 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
     assert len(evals[1]) == len(evals[0]) >= 1 and evals[1] == pytest.approx(evals[0], abs=LOSS_TOL), evals
 
     _check_final_gathered(two / "final", one / "final")
+
+    resumed = tmp_path / "resumed"
+    proc = _accelerate_two(
+        REPO / "tests" / "training" / "tp_trainer.py",
+        TINY_RECIPE,
+        *make_overrides(mini_blocks, resumed, {**tp2, "training.resume_from_checkpoint": str(two / "checkpoint-3")}),
+    )
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    again = step_losses(resumed)
+    assert sorted(again) == [4, 5]
+    for step in again:
+        assert again[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, again[step], ref[step])
+    _check_final_gathered(resumed / "final", one / "final")
 
 
 def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp_path):

@@ -430,6 +430,51 @@ def sharded_at_load(trainer) -> bool:
     )
 
 
+# A tensor-parallel run's optimizer states, written by every rank (torch.distributed.checkpoint): the folder name is
+# one of checkpoint_problem's ``optimizer_*``.
+SHARDED_OPTIMIZER_DIR = "optimizer_sharded"
+
+
+def save_sharded_optimizer(model, optimizer, output_dir: str | Path) -> None:
+    """Every rank's optimizer states of its shards (DTensor parameters: each rank writes its slices; torch's
+    ``get_optimizer_state_dict`` names them by parameter), so that a resume reads them back in place. A collective."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    dcp.save(
+        {"optimizer": get_optimizer_state_dict(model, optimizer)},
+        checkpoint_id=Path(output_dir) / SHARDED_OPTIMIZER_DIR,
+    )
+
+
+def load_sharded_optimizer(model, optimizer, checkpoint: str | Path) -> None:
+    """The states :func:`save_sharded_optimizer` wrote, into ``optimizer`` (a collective)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    state = {"optimizer": get_optimizer_state_dict(model, optimizer)}  # the layout to read into
+    dcp.load(state, checkpoint_id=Path(checkpoint) / SHARDED_OPTIMIZER_DIR)
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])
+
+
+def load_whole_weights_into_shards(model, checkpoint: str | Path) -> None:
+    """A checkpoint's whole weights (save_pretrained gathered them) into a model sharded at load: each rank keeps its
+    slices (``set_model_state_dict(full_state_dict=True)``). The Trainer's plain ``load_state_dict`` cannot copy a
+    whole tensor into a DTensor. A tied head is the embedding, absent from the file."""
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    folder = Path(checkpoint)
+    index = folder / "model.safetensors.index.json"
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    )
+    state = {}
+    for name in files:
+        state.update(load_file(folder / name))
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
+
+
 def sharded_state_dicts(trainer) -> bool:
     """FSDP saving sharded state dicts (``fsdp_state_dict_type: SHARDED_STATE_DICT``): an export must gather the
     whole model itself (gathering it at every checkpoint would cost time and disk)."""

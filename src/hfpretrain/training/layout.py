@@ -248,14 +248,13 @@ def choose_layout(
             f"({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU){'' if need <= budget else ': DOES NOT FIT'}"
         )
     check_accelerator(tp, cp, machine)
-    if tp > 1 and str(_training_value(fields, "save_strategy")) != "no":
-        # transformers 5.17 writes the optimizer's states of rank 0's shards only (torch.save on the main
-        # process), 5.2x refuses a model sharded at load; a resume would train on the wrong states
+    if tp > 1 and world > tp * cp and str(_training_value(fields, "save_strategy")) != "no":
+        # tp alone saves and resumes through our Trainer (training/checkpoints.py, tested on CPU); beside FSDP2
+        # accelerate's sharded save takes the weights and its path has not run yet
         chosen = "" if written["tp"] else " (the planner's choice)"
         raise RecipeError(
-            f"parallel.tp={tp}{chosen}: a tensor-parallel run's checkpoints cannot be resumed yet "
-            "(transformers saves the optimizer states of one rank's shards): set training.save_strategy=no "
-            "(final/ is saved whole)"
+            f"parallel.tp={tp}{chosen} beside FSDP2: its checkpoints are not resumable yet (tp over every rank "
+            "is): set training.save_strategy=no (final/ is saved whole)"
         )
     dp = world // (tp * cp)
     if (tp > 1 or cp > 1) and zero != 3 and (dp > 1 or cp > 1):

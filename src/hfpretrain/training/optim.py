@@ -243,7 +243,7 @@ def build_adamw_by_mesh(model: nn.Module, args, decay_names: Iterable[str]) -> t
     )
 
 
-def _torch_optimizer(optimizer):
+def torch_optimizer(optimizer):
     """The torch optimizer inside accelerate's, DeepSpeed's and our own (nonfinite.py) wrappers."""
     while hasattr(optimizer, "optimizer"):
         optimizer = optimizer.optimizer
@@ -254,7 +254,7 @@ def steps_beside_params(optimizer) -> None:
     """Put Adam's step counters on their parameters' device. DeepSpeed's universal-checkpoint
     loader sets them as CPU tensors, bypassing torch's load_state_dict, and fused AdamW refuses
     them there ("state_steps is on cpu") at the first step."""
-    optimizer = _torch_optimizer(optimizer)
+    optimizer = torch_optimizer(optimizer)
     for group in getattr(optimizer, "param_groups", []):
         if not (group.get("fused") or group.get("capturable")):  # the others keep steps on the CPU
             continue
@@ -269,7 +269,7 @@ def optimizer_state_problem(optimizer) -> str | None:
     """Why a loaded optimizer state is not this optimizer's (None: it is): torch's load_state_dict replaces each
     parameter group's settings with the saved ones, so a state saved by another optimizer (optimizer.name changed
     on resume) lacks the settings this one reads at its first step."""
-    optimizer = _torch_optimizer(optimizer)
+    optimizer = torch_optimizer(optimizer)
     defaults = getattr(optimizer, "defaults", None) or {}
     for group in getattr(optimizer, "param_groups", []):
         # hyperparameters the step reads (betas, eps, beta1, ...); the bool flags (differentiable, foreach) default

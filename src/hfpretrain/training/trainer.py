@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import Trainer, TrainerCallback
+from transformers.trainer import SCHEDULER_NAME
 
 from hfpretrain.data.manifest import bits_per_byte
 
@@ -40,6 +41,9 @@ from .checkpoints import (
     rotate_checkpoints,
     save_in_model_layout,
     saved_as_from_the_hub,
+    load_sharded_optimizer,
+    load_whole_weights_into_shards,
+    save_sharded_optimizer,
     sharded_at_load,
     sharded_state_dicts,
     write_complete_marker,
@@ -59,6 +63,7 @@ from .optim import (
     optimizer_state_problem,
     param_meshes,
     steps_beside_params,
+    torch_optimizer,
 )
 
 # The Trainer's private methods PretrainTrainer overrides, and those it calls without overriding. A transformers
@@ -128,7 +133,21 @@ class PretrainTrainer(Trainer):
     ):
         check_trainer_hooks()
         ours = [*(callbacks or []), _Resume(self)]  # the resume's bookkeeping is the trainer's own business
-        super().__init__(*args, callbacks=ours, **kwargs)
+        # transformers 5.2x refuses, at construction, checkpoints of a model sharded at load unless they hold the
+        # model only: ours hold every rank's optimizer states too (_save_optimizer_and_scheduler), and resume
+        training_args = kwargs.get("args")
+        lifted = (
+            getattr(kwargs.get("model"), "is_distributed_loading_by_transformers", False)
+            and training_args.save_strategy != "no"
+            and not training_args.save_only_model
+        )
+        if lifted:
+            training_args.save_only_model = True
+        try:
+            super().__init__(*args, callbacks=ours, **kwargs)
+        finally:
+            if lifted:
+                training_args.save_only_model = False
         self.callback_handler.callbacks = in_run_order(self.callback_handler.callbacks, ours)
         self.train_sampler, self.samples_per_step = train_sampler, samples_per_step
         self.train_blocks = train_blocks  # blocks in the training split: epochs are passes over them
@@ -373,6 +392,27 @@ class PretrainTrainer(Trainer):
         if not self._checkpoint_layout:  # final/ and exports: the Hub's layout
             return super()._save(output_dir, state_dict=state_dict)
         save_in_model_layout(self, output_dir, state_dict)
+
+    # Tensor parallelism (a model sharded at load): the weights are saved whole (save_model), the optimizer states
+    # by every rank (the Trainer's torch.save on the main process would keep rank 0's shards only), and a resume loads
+    # both into the shards.
+    def _save_optimizer_and_scheduler(self, output_dir):
+        if not sharded_at_load(self):
+            return super()._save_optimizer_and_scheduler(output_dir)
+        save_sharded_optimizer(self.accelerator.unwrap_model(self.model), torch_optimizer(self.optimizer), output_dir)
+        if self.args.should_save:
+            torch.save(self.lr_scheduler.state_dict(), Path(output_dir) / SCHEDULER_NAME)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        if not sharded_at_load(self):
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        load_whole_weights_into_shards(model if model is not None else self.model, resume_from_checkpoint)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        if checkpoint is None or not sharded_at_load(self):
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        load_sharded_optimizer(self.accelerator.unwrap_model(self.model), torch_optimizer(self.optimizer), checkpoint)
+        self.lr_scheduler.load_state_dict(torch.load(Path(checkpoint) / SCHEDULER_NAME, weights_only=True))
 
     def _save_checkpoint(self, model, trial):
         # The Trainer's rotation is off (train()): with save_total_limit=1 it deleted the last complete
