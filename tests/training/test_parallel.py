@@ -166,6 +166,36 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
         assert again[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, again[step], ref[step])
     _check_final_gathered(resumed / "final", one / "final")
 
+    # without tensor parallelism, on one process: the states read back whole (torch.distributed.checkpoint reshards)
+    alone = tmp_path / "alone"
+    run_pretrain(mini_blocks, alone, {**extra, "training.resume_from_checkpoint": str(two / "checkpoint-3")})
+    again = step_losses(alone)
+    assert sorted(again) == [4, 5]
+    for step in again:
+        assert again[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, again[step], ref[step])
+
+
+def test_optimizer_states_of_another_layout_are_refused_in_one_line(tmp_path):
+    """A tensor-parallel checkpoint's states (optimizer_sharded/) under DeepSpeed or FSDP, and a checkpoint saved
+    without tp (optimizer.pt) under tp: refused at start, naming the checkpoint and the key."""
+    from hfpretrain.training.checkpoints import SHARDED_OPTIMIZER_DIR
+    from hfpretrain.training.resume import refuse_other_optimizer_layout
+
+    tp_ckpt, plain_ckpt = tmp_path / "tp" / "checkpoint-3", tmp_path / "plain" / "checkpoint-3"
+    (tp_ckpt / SHARDED_OPTIMIZER_DIR).mkdir(parents=True)
+    plain_ckpt.mkdir(parents=True)
+    (plain_ckpt / "optimizer.pt").write_bytes(b"")
+    refuse_other_optimizer_layout(str(tp_ckpt), tp=2, sharded_engine=False)  # the same layout
+    refuse_other_optimizer_layout(str(tp_ckpt), tp=1, sharded_engine=False)  # one process or DDP: read whole
+    refuse_other_optimizer_layout(str(plain_ckpt), tp=1, sharded_engine=True)
+    for ckpt, tp, sharded, words in [
+        (tp_ckpt, 1, True, "was saved under tensor parallelism"),
+        (plain_ckpt, 2, False, "resume it with parallel.tp=1 (this run has parallel.tp=2)"),
+    ]:
+        with pytest.raises(ValueError) as err:
+            refuse_other_optimizer_layout(str(ckpt), tp=tp, sharded_engine=sharded)
+        assert words in str(err.value) and str(ckpt) in str(err.value) and "\n" not in str(err.value)
+
 
 def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp_path):
     """Launched as a user launches it (accelerate, 2 CPU processes): refused at start naming the key and what

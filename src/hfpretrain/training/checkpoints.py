@@ -457,6 +457,25 @@ def load_sharded_optimizer(model, optimizer, checkpoint: str | Path) -> None:
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
 
 
+def load_scheduler_state(scheduler, path: str | Path) -> None:
+    """An LR scheduler's state saved with another number of param groups (a tensor-parallel run groups its
+    parameters by device mesh: training/optim.py, one more group than without tp). Its per-group lists are resized
+    when they hold one value for every group, which the Trainer's schedules do; otherwise one line."""
+    state = torch.load(path, weights_only=True)
+    groups = len(scheduler.optimizer.param_groups)
+    saved = len(state.get("base_lrs", [])) or groups
+    if saved != groups:
+        for key, value in state.items():
+            if isinstance(value, list) and len(value) == saved:
+                if any(v != value[0] for v in value):
+                    raise ValueError(
+                        f"{path}: the schedule's {key} differs between its {saved} parameter groups, and this run "
+                        f"has {groups}: resume it at the checkpoint's tensor-parallel degree"
+                    )
+                state[key] = value[:1] * groups
+    scheduler.load_state_dict(state)
+
+
 def load_whole_weights_into_shards(model, checkpoint: str | Path) -> None:
     """A checkpoint's whole weights (save_pretrained gathered them) into a model sharded at load: each rank keeps its
     slices (``set_model_state_dict(full_state_dict=True)``). The Trainer's plain ``load_state_dict`` cannot copy a

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from transformers import TrainingArguments
 
 from .arguments import _training_value
-from .checkpoints import NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
+from .checkpoints import SHARDED_OPTIMIZER_DIR, NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
 from .config import MoeSection, OptimizerSection, Recipe, RecipeError, migrate_recipe_dict, recipe_to_dict
 from .resolve import RESOLVED_FILE, ResolvedRun
 from .zero import deepspeed_tag
@@ -139,6 +139,26 @@ def refuse_deepspeed_checkpoint(resume: str | None, deepspeed: bool) -> None:
             f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
             "resume it with a DeepSpeed accelerate config (on another GPU count: "
             "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)"
+        )
+
+
+def refuse_other_optimizer_layout(resume: str | None, tp: int, sharded_engine: bool) -> None:
+    """A checkpoint's optimizer states in a form this run cannot read, in one line: a tensor-parallel run's
+    (``optimizer_sharded/``, read back at any tp degree or none) under DeepSpeed or FSDP, and any other checkpoint's
+    under tensor parallelism (``optimizer.pt`` is keyed by parameter order, whole tensors: the Trainer would load
+    it into the shards)."""
+    if not resume:
+        return
+    saved_sharded = (Path(resume) / SHARDED_OPTIMIZER_DIR).is_dir()
+    if saved_sharded and sharded_engine:
+        raise ValueError(
+            f"{resume} was saved under tensor parallelism (optimizer states in {SHARDED_OPTIMIZER_DIR}/): resume it "
+            "with parallel.tp, or without DeepSpeed and FSDP"
+        )
+    if tp > 1 and not saved_sharded:
+        raise ValueError(
+            f"{resume} was saved without tensor parallelism: resume it with parallel.tp=1 (this run has "
+            f"parallel.tp={tp})"
         )
 
 

@@ -73,7 +73,13 @@ from .moe import ExpertBalanceCallback, ExpertLoad, aux_loss_function, find_rout
 from .nonfinite import NonFinitePolicy
 from .per_set import per_set_bits_per_byte, per_set_losses
 from .resolve import RESOLVED_FILE, ResolvedRun, read_data_facts, resolve, resolved_yaml
-from .resume import check_resume, elastic_batch, refuse_deepspeed_checkpoint, resolve_resume
+from .resume import (
+    check_resume,
+    elastic_batch,
+    refuse_deepspeed_checkpoint,
+    refuse_other_optimizer_layout,
+    resolve_resume,
+)
 from .trainer import PretrainTrainer
 
 logger = logging.getLogger("hfpretrain")
@@ -153,6 +159,7 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
     # Before anything is written to output_dir: is its checkpoint this run's?
     resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
     refuse_deepspeed_checkpoint(resume, run.layout.zero_stage == 1)
+    refuse_other_optimizer_layout(resume, run.layout.tp, run.layout.zero_stage in (1, 3))
     if resume:
         check_resume(resume, run)
     else:

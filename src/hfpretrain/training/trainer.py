@@ -36,11 +36,13 @@ from hfpretrain.data.manifest import bits_per_byte
 from .callbacks import TRAINER, in_run_order
 from .checkpoints import (
     COMPLETE_MARKER,
+    SHARDED_OPTIMIZER_DIR,
     check_loaded_weights,
     no_progress_bars,
     rotate_checkpoints,
     save_in_model_layout,
     saved_as_from_the_hub,
+    load_scheduler_state,
     load_sharded_optimizer,
     load_whole_weights_into_shards,
     save_sharded_optimizer,
@@ -409,10 +411,12 @@ class PretrainTrainer(Trainer):
         load_whole_weights_into_shards(model if model is not None else self.model, resume_from_checkpoint)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        if checkpoint is None or not sharded_at_load(self):
+        # a tensor-parallel checkpoint's states, read back at this run's tp degree or without tp (run.py refused the
+        # other layouts at start)
+        if checkpoint is None or not (Path(checkpoint) / SHARDED_OPTIMIZER_DIR).is_dir():
             return super()._load_optimizer_and_scheduler(checkpoint)
         load_sharded_optimizer(self.accelerator.unwrap_model(self.model), torch_optimizer(self.optimizer), checkpoint)
-        self.lr_scheduler.load_state_dict(torch.load(Path(checkpoint) / SCHEDULER_NAME, weights_only=True))
+        load_scheduler_state(self.lr_scheduler, Path(checkpoint) / SCHEDULER_NAME)
 
     def _save_checkpoint(self, model, trial):
         # The Trainer's rotation is off (train()): with save_total_limit=1 it deleted the last complete
