@@ -157,7 +157,7 @@ CP_PEAKS = [(32768, 48.4), (65536, 84.1)]
 
 
 def test_tensor_parallel_estimate_within_10_percent_of_2_h200():
-    """tp 2 over 2 x H200 (results/gpu_2gpu_2026-11-29b/tp.json): the 1.8B shape at 20 x 2,048 per tp group, compiled
+    """tp 2 over 2 x H200 (results/gpu_2gpu_2026-11-29b/call3/tp.json): the 1.8B shape at 20 x 2,048 per tp group, compiled
     layers, each rank's share of the head's rows: 62.4 GiB. The estimate follows the installed transformers' plan:
     60.1 on the GPU machine's 5.17 (the embedding whole), 58.4 under 5.24's (split over the vocabulary)."""
     cfg = load_config("qwen3_1p8b", {}, vocab_size=151680)
