@@ -14,7 +14,7 @@ block's input becomes one replicated DTensor, in the autocast dtype, before its 
 transformers' plan each of them wraps the input itself, so the backward all-reduces the input's gradient once per
 projection (q, k, v; gate, up) and in float32 (the residual stream's dtype, before autocast's cast); with one wrap
 the projections' partial gradients are summed locally and all-reduced once per block, in bfloat16: 2 backward
-all-reduces a layer in place of 5, a quarter of the bytes each time (2×H200, results/gpu_2gpu_2026-11-29)."""
+all-reduces a layer in place of 5, half the bytes each (2×H200: results/gpu_2gpu_2026-11-29b)."""
 
 from __future__ import annotations
 

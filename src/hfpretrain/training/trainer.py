@@ -38,14 +38,14 @@ from .checkpoints import (
     COMPLETE_MARKER,
     SHARDED_OPTIMIZER_DIR,
     check_loaded_weights,
-    no_progress_bars,
-    rotate_checkpoints,
-    save_in_model_layout,
-    saved_as_from_the_hub,
     load_scheduler_state,
     load_sharded_optimizer,
     load_whole_weights_into_shards,
+    no_progress_bars,
+    rotate_checkpoints,
+    save_in_model_layout,
     save_sharded_optimizer,
+    saved_as_from_the_hub,
     sharded_at_load,
     sharded_state_dicts,
     write_complete_marker,
@@ -70,9 +70,18 @@ from .optim import (
 
 # The Trainer's private methods PretrainTrainer overrides, and those it calls without overriding. A transformers
 # version without one it overrides would silently skip what the override does (the data order, the gradient check,
-# the checkpoint marker and layout), one without one it calls would fail mid-run (at the first save), so a missing
-# one stops the run at start instead.
-PRIVATE_HOOKS = ("_get_train_sampler", "_clip_grad_norm", "_get_grad_norm", "_save_checkpoint", "_save")
+# the checkpoint marker and layout, a tensor-parallel checkpoint's states), one without one it calls would fail
+# mid-run (at the first save), so a missing one stops the run at start instead.
+PRIVATE_HOOKS = (
+    "_get_train_sampler",
+    "_clip_grad_norm",
+    "_get_grad_norm",
+    "_save_checkpoint",
+    "_save",
+    "_save_optimizer_and_scheduler",
+    "_load_from_checkpoint",
+    "_load_optimizer_and_scheduler",
+)
 PRIVATE_CALLS = ("_get_output_dir",)
 
 
