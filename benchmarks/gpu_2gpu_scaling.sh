@@ -67,8 +67,9 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
     # or liger's loss fail on the sharded model, bisect with EXTRA="model.compile=none loss.implementation=chunked"
     tp) bench tp accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ||
           bench tp_eager accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC model.compile=none ;;
-    # where tp and cp lose against one GPU (2026-11-29: tp 2 at 52%, cp 2 at 32k at 87%): steps 14-16 profiled on
-    # every rank (kernels by GPU time, the idle gaps), beside one GPU's; their tokens/s include the profiled steps
+    # where tp and cp lose against one GPU (2026-11-29: tp 2 at 78% after the fixes, cp 2 at 32k at 87%): steps
+    # 14-16 profiled on every rank (kernels by GPU time, the idle gaps), beside one GPU's; their tokens/s include the
+    # profiled steps
     tp_profile) profiled tp_profile accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ;;
     one_gpu_profile) CUDA_VISIBLE_DEVICES=0 profiled one_gpu_profile accelerate_configs/1gpu.yaml ;;
     cp2_32k_profile) long_data 32768 && DATA=out/mix1_qwen3_32768 profiled cp2_32k_profile \
