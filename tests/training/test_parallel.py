@@ -115,6 +115,16 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     ids = torch.arange(16).unsqueeze(0)
     assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
 
+    # tp 2 inside a (2, 2) mesh, four processes reading the same batch: transformers 5.2x shards the other
+    # dimension with FSDP2 at load; 5.17 applies tp alone over the mesh's tp dimension (FSDP2 is accelerate's there)
+    four = tmp_path / "tp2x2"
+    proc = _torchrun("tp_steps.py", mini_blocks, four, STEPS, 2, nproc=4)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    grid = json.loads((four / "losses.json").read_text())
+    for step in ref:
+        assert grid[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, grid[step], ref[step])
+    _check_final_gathered(four / "final", one / "final")
+
 
 def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, tmp_path):
     """The Trainer with parallel.tp=2 on two gloo processes (accelerate's CPU refusal relaxed): one micro-batch per

@@ -4,6 +4,7 @@ by tensor parallelism through ``hfpretrain.models.parallel.load_tensor_parallel`
 
     python tests/training/tp_steps.py DATA OUT [STEPS]
     torchrun --nproc_per_node 2 tests/training/tp_steps.py DATA OUT [STEPS]
+    torchrun --nproc_per_node 4 tests/training/tp_steps.py DATA OUT STEPS 2   # tp 2 inside a (2, 2) mesh: FSDP2
 
 Writes OUT/losses.json (step -> loss, rank 0), OUT/final (save_pretrained: gathered whole under tp) and, under tp,
 OUT/all_reduces.json: the all-reduces of activation-sized tensors (micro-batch × seq × hidden) in the first step."""
@@ -28,6 +29,7 @@ def main() -> None:
     data, out = Path(sys.argv[1]), Path(sys.argv[2])
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    tp = int(sys.argv[4]) if len(sys.argv) > 4 else world  # under torchrun: every rank unless given
     config = load_config("tiny", vocab_size=len(AutoTokenizer.from_pretrained(data / "tokenizer")))
     init = out / "init"
     if world > 1:
@@ -38,7 +40,7 @@ def main() -> None:
     if world > 1:
         torch.distributed.barrier()
         model = load_tensor_parallel(
-            str(init), config, tp=world, world=world, device="cpu", attn_implementation="sdpa", dtype=torch.float32
+            str(init), config, tp=tp, world=world, device="cpu", attn_implementation="sdpa", dtype=torch.float32
         )
     else:
         model = AutoModelForCausalLM.from_pretrained(init, attn_implementation="sdpa", dtype=torch.float32)

@@ -141,14 +141,18 @@ def tp_layer_config(config: PretrainedConfig, tp: int) -> PretrainedConfig:
     return local
 
 
-def load_tensor_parallel(weights: str, config: PretrainedConfig, tp: int, world: int, device: str = "cuda", **kwargs):
+def load_tensor_parallel(
+    weights: str, config: PretrainedConfig, tp: int, world: int, device: str = "cuda", mesh=None, **kwargs
+):
     """``weights`` loaded sharded ``tp`` ways by transformers' plan over this launch's ``world`` processes
-    (torch.distributed set up by the launcher; transformers starts the process group if nobody has).
-    ``from_pretrained(tp_plan="auto")`` is what transformers 5.17 and 5.24 both take (their lower-level
-    ``apply_tensor_parallelism`` differ). With ranks left over for FSDP2 (world > tp), the tensor-parallel groups
-    are the inner dimension of a (world / tp, tp) mesh: 5.24 builds it from ``DistributedConfig(fsdp_size=...)``,
-    5.17 takes the mesh's ``tp`` dimension as ``device_mesh``."""
-    from transformers import AutoModelForCausalLM
+    (torch.distributed set up by the launcher; transformers starts the process group if nobody has), with our
+    ``BLOCK_INPUT`` rule added (``training_tp_plan``). With ranks left over for FSDP2 (world > tp), the tensor-parallel
+    groups are the inner dimension of a (world / tp, tp) mesh: transformers 5.2x (whose models have
+    ``is_distributed_loading_by_transformers``) builds it and applies FSDP2 itself from ``DistributedConfig
+    (fsdp_size=...)``; 5.17 applies tp only, over the ``tp`` dimension of ``mesh`` (accelerate's, so that its FSDP2
+    shards over the same root mesh; ours when none is given), and leaves FSDP2 to accelerate. Checked on CPU at 2×2
+    (tests/training/test_parallel.py)."""
+    from transformers import AutoModelForCausalLM, PreTrainedModel
     from transformers.distributed.configuration_utils import DistributedConfig
 
     check_tp(config, tp)
@@ -158,16 +162,13 @@ def load_tensor_parallel(weights: str, config: PretrainedConfig, tp: int, world:
         return AutoModelForCausalLM.from_pretrained(
             weights, config=config, distributed_config=DistributedConfig(tp_plan=plan, tp_size=tp), **kwargs
         )
-    if "fsdp_size" in getattr(DistributedConfig, "__dataclass_fields__", {}):  # transformers >= 5.2x
-        return AutoModelForCausalLM.from_pretrained(
-            weights,
-            config=config,
-            distributed_config=DistributedConfig(tp_plan=plan, tp_size=tp, fsdp_size=world // tp),
-            **kwargs,
-        )
-    from torch.distributed.device_mesh import init_device_mesh
+    distributed = DistributedConfig(tp_plan=plan, tp_size=tp, fsdp_size=world // tp)
+    if hasattr(PreTrainedModel, "is_distributed_loading_by_transformers"):  # 5.2x: tp and FSDP2 at load
+        return AutoModelForCausalLM.from_pretrained(weights, config=config, distributed_config=distributed, **kwargs)
+    if mesh is None:
+        from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh(device, (world // tp, tp), mesh_dim_names=("dp_shard", "tp"))
+        mesh = init_device_mesh(device, (world // tp, tp), mesh_dim_names=("dp_shard", "tp"))
     return AutoModelForCausalLM.from_pretrained(
-        weights, config=config, distributed_config=DistributedConfig(tp_plan=plan), device_mesh=mesh["tp"], **kwargs
+        weights, config=config, distributed_config=distributed, device_mesh=mesh, **kwargs
     )

@@ -335,12 +335,16 @@ def tensor_parallel_model(run: ResolvedRun) -> torch.nn.Module:
             build_model(run.config, attn_implementation=run.fast.attn_implementation).save_pretrained(init)
         state.wait_for_everyone()
         weights = str(init)
+    # beside FSDP2, accelerate's mesh (cached on the ParallelismConfig the Trainer hands it): one root for both
+    parallel = run.args.parallelism_config
+    mesh = parallel.get_device_mesh(state.device.type) if run.layout.world_size > run.layout.tp else None
     model = load_tensor_parallel(
         weights,
         run.config,
         run.layout.tp,
         run.layout.world_size,
         device=state.device.type,
+        mesh=mesh,
         attn_implementation=attention_backend(run.config, run.fast.attn_implementation),
     )
     state.wait_for_everyone()
