@@ -132,23 +132,22 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
     return diffs
 
 
-def refuse_deepspeed_checkpoint(resume: str | None, deepspeed: bool) -> None:
-    if resume and deepspeed_tag(resume) and not deepspeed:
-        # Without DeepSpeed the Trainer finds no optimizer.pt there and would go on with a fresh optimizer.
+def refuse_other_optimizer_layout(
+    resume: str | None, tp: int = 1, sharded_engine: bool = False, deepspeed: bool = False
+) -> None:
+    """A checkpoint's optimizer states in a form this run cannot read, in one line: DeepSpeed's (its ``global_step*/``
+    folder) without DeepSpeed, where the Trainer finds no optimizer.pt and would go on with a fresh optimizer; a
+    tensor-parallel run's (``optimizer_sharded/``, read back at any tp degree or none) under DeepSpeed or FSDP; and
+    any other checkpoint's under tensor parallelism (``optimizer.pt`` is keyed by parameter order, whole tensors:
+    the Trainer would load it into the shards)."""
+    if not resume:
+        return
+    if deepspeed_tag(resume) and not deepspeed:
         raise ValueError(
             f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
             "resume it with a DeepSpeed accelerate config (on another GPU count: "
             "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)"
         )
-
-
-def refuse_other_optimizer_layout(resume: str | None, tp: int, sharded_engine: bool) -> None:
-    """A checkpoint's optimizer states in a form this run cannot read, in one line: a tensor-parallel run's
-    (``optimizer_sharded/``, read back at any tp degree or none) under DeepSpeed or FSDP, and any other checkpoint's
-    under tensor parallelism (``optimizer.pt`` is keyed by parameter order, whole tensors: the Trainer would load
-    it into the shards)."""
-    if not resume:
-        return
     saved_sharded = (Path(resume) / SHARDED_OPTIMIZER_DIR).is_dir()
     if saved_sharded and sharded_engine:
         raise ValueError(

@@ -73,13 +73,7 @@ from .moe import ExpertBalanceCallback, ExpertLoad, aux_loss_function, find_rout
 from .nonfinite import NonFinitePolicy
 from .per_set import per_set_bits_per_byte, per_set_losses
 from .resolve import RESOLVED_FILE, ResolvedRun, read_data_facts, resolve, resolved_yaml
-from .resume import (
-    check_resume,
-    elastic_batch,
-    refuse_deepspeed_checkpoint,
-    refuse_other_optimizer_layout,
-    resolve_resume,
-)
+from .resume import check_resume, elastic_batch, refuse_other_optimizer_layout, resolve_resume
 from .trainer import PretrainTrainer
 
 logger = logging.getLogger("hfpretrain")
@@ -158,8 +152,8 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
     run = dataclasses.replace(run, data_info={**run.data_info, "lineage": record})
     # Before anything is written to output_dir: is its checkpoint this run's?
     resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
-    refuse_deepspeed_checkpoint(resume, run.layout.zero_stage == 1)
-    refuse_other_optimizer_layout(resume, run.layout.tp, run.layout.zero_stage in (1, 3))
+    sharded_engine = run.layout.zero_stage in (1, 3)
+    refuse_other_optimizer_layout(resume, run.layout.tp, sharded_engine, deepspeed=run.layout.zero_stage == 1)
     if resume:
         check_resume(resume, run)
     else:
@@ -189,7 +183,8 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
     trainer, logs = build_trainer(
         run, model, train_blocks, eval_blocks, train_length, record, applied, extra_callbacks or []
     )
-    refuse_deepspeed_checkpoint(resume, trainer.is_deepspeed_enabled)
+    # again against the engine the Trainer runs
+    refuse_other_optimizer_layout(resume, run.layout.tp, sharded_engine, deepspeed=trainer.is_deepspeed_enabled)
     if resume:
         logger.info("resuming from %s", resume)
     if args.dataloader_num_workers > 0:
