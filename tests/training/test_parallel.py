@@ -65,6 +65,14 @@ def _accelerate_two(script: Path, *args, timeout: int = 400) -> subprocess.Compl
     return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def _check_norm_grads(run: Path, one: Path) -> None:
+    """The norms' gradients of step 1 (two micro-batches) equal the one-process run's."""
+    a, b = (json.loads((d / "norm_grads.json").read_text()) for d in (run, one))
+    assert a.keys() == b.keys() and any("q_norm" in name for name in a)
+    for name in a:
+        torch.testing.assert_close(torch.tensor(a[name]), torch.tensor(b[name]), rtol=0, atol=1e-7, msg=name)
+
+
 def _check_final_gathered(tp_final: Path, one_final: Path):
     """A tensor-parallel run's final/ holds the one-process run's weights, gathered whole (the tied head written
     beside the embedding and equal to it), and loads with from_pretrained as a plain model: (weights, model)."""
@@ -101,6 +109,10 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     for step in ref:
         assert tp[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, tp[step], ref[step])
     assert ref[str(STEPS)] < ref["1"]  # it trained
+    # Qwen3's q_norm and k_norm see this rank's heads only, their gradients summed over the group once per
+    # micro-batch (models.parallel.HEAD_NORM; transformers' own style summed the accumulated gradient at every
+    # micro-batch: off by 5e-4 here)
+    _check_norm_grads(two, one)
 
     # 2 forward (o, down) and 2 backward (the attention's and the MLP's inputs, models.parallel.BLOCK_INPUT) a layer,
     # the embedding's forward and the head's backward (16 with an all-reduce after each column-wise projection)
@@ -123,6 +135,7 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     grid = json.loads((four / "losses.json").read_text())
     for step in ref:
         assert grid[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, grid[step], ref[step])
+    _check_norm_grads(four, one)
     _check_final_gathered(four / "final", one / "final")
 
 

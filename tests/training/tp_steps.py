@@ -6,8 +6,10 @@ by tensor parallelism through ``hfpretrain.models.parallel.load_tensor_parallel`
     torchrun --nproc_per_node 2 tests/training/tp_steps.py DATA OUT [STEPS]
     torchrun --nproc_per_node 4 tests/training/tp_steps.py DATA OUT STEPS 2   # tp 2 inside a (2, 2) mesh: FSDP2
 
-Writes OUT/losses.json (step -> loss, rank 0), OUT/final (save_pretrained: gathered whole under tp) and, under tp,
-OUT/all_reduces.json: the all-reduces of activation-sized tensors (micro-batch × seq × hidden) in the first step."""
+Each step accumulates the gradients of two micro-batches of 2 rows. Writes OUT/losses.json (step -> loss, rank 0),
+OUT/norm_grads.json (every norm weight's gradient after step 1's two micro-batches, whole), OUT/final (save_pretrained:
+gathered whole under tp) and, under tp, OUT/all_reduces.json: the all-reduces of activation-sized tensors
+(micro-batch × seq × hidden) in the first micro-batch."""
 
 from __future__ import annotations
 
@@ -50,18 +52,29 @@ def main() -> None:
     losses = {}
     for step in range(steps):
         ids = blocks[4 * step : 4 * step + 4]
-        counted = step == 0 and world > 1 and rank == 0
-        profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
-        with profiler if counted else contextlib.nullcontext() as prof:
-            loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-        if counted:
-            activation = [*ids.shape, config.hidden_size]
-            count = sum(e.name == "gloo:all_reduce" and e.input_shapes == [activation] for e in prof.events())
-            (out / "all_reduces.json").write_text(json.dumps({"activation_all_reduces": count}))
+        loss = 0.0
+        for micro, rows in enumerate((ids[:2], ids[2:])):  # two micro-batches a step: gradients accumulated
+            counted = step == 0 and micro == 0 and world > 1 and rank == 0
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
+            with profiler if counted else contextlib.nullcontext() as prof:
+                part = model(input_ids=rows, labels=rows).loss / 2
+                part.backward()
+            if counted:
+                activation = [*rows.shape, config.hidden_size]
+                count = sum(e.name == "gloo:all_reduce" and e.input_shapes == [activation] for e in prof.events())
+                (out / "all_reduces.json").write_text(json.dumps({"activation_all_reduces": count}))
+            loss += part.item()
+        if step == 0:  # the norms' accumulated gradients, whole (full_tensor: a collective, on every rank)
+            grads = {
+                name: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).tolist()
+                for name, p in model.named_parameters()
+                if name.endswith("norm.weight")
+            }
+            if rank == 0:
+                (out / "norm_grads.json").write_text(json.dumps(grads))
         optimizer.step()
         optimizer.zero_grad()
-        losses[step + 1] = loss.item()
+        losses[step + 1] = loss
     model.save_pretrained(out / "final")  # rank 0 writes the gathered weights
     if rank == 0:
         (out / "losses.json").write_text(json.dumps(losses))

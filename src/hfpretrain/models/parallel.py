@@ -14,7 +14,9 @@ block's input becomes one replicated DTensor, in the autocast dtype, before its 
 transformers' plan each of them wraps the input itself, so the backward all-reduces the input's gradient once per
 projection (q, k, v; gate, up) and in float32 (the residual stream's dtype, before autocast's cast); with one wrap
 the projections' partial gradients are summed locally and all-reduced once per block, in bfloat16: 2 backward
-all-reduces a layer in place of 5, half the bytes each (2×H200: results/gpu_2gpu_2026-11-29b)."""
+all-reduces a layer in place of 5, half the bytes each (2×H200: results/gpu_2gpu_2026-11-29b). The per-head norms
+(Qwen3's q_norm, k_norm) take ``HEAD_NORM`` in place of transformers' style: their gradients summed per micro-batch,
+inside the compiled graph (results/gpu_2gpu_2026-11-29c)."""
 
 from __future__ import annotations
 
@@ -51,14 +53,32 @@ def tp_plan(config: PretrainedConfig) -> dict[str, str]:
 
 BLOCK_INPUT = "hfpretrain_block_input"
 BLOCKS = ("self_attn", "mlp")
+# transformers' style for a replicated weight that sees only this rank's heads (Qwen3's q_norm, k_norm), and ours
+HEAD_NORM_STYLE, HEAD_NORM = "replicated_with_grad_allreduce", "hfpretrain_head_norm"
 
 
-def _register_block_input() -> None:
-    """``BLOCK_INPUT`` in transformers' registry of parallel styles (once per process, every rank)."""
+class _SumOverTP(torch.autograd.Function):
+    """The identity forward; the backward sums the gradient over the tensor-parallel group, so each micro-batch's
+    share is summed before it is accumulated (functional collectives: traced by torch.compile, no graph break)."""
+
+    @staticmethod
+    def forward(ctx, weight, group: str):
+        ctx.group = group
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        functional = torch.ops._c10d_functional
+        return functional.wait_tensor(functional.all_reduce(grad.contiguous(), "sum", ctx.group)), None
+
+
+def _register_styles() -> None:
+    """``BLOCK_INPUT`` and ``HEAD_NORM`` in transformers' registry of parallel styles (once per process, every
+    rank)."""
     from torch.distributed.tensor import DTensor, Replicate
     from transformers.integrations.tensor_parallel import ALL_PARALLEL_STYLES, TensorParallelLayer
 
-    if BLOCK_INPUT in ALL_PARALLEL_STYLES:
+    if HEAD_NORM in ALL_PARALLEL_STYLES:
         return
 
     class BlockInput(TensorParallelLayer):
@@ -78,12 +98,36 @@ def _register_block_input() -> None:
                 return (x, *args[1:]), kwargs
             return args, {**kwargs, "hidden_states": x}
 
+    class HeadNorm(TensorParallelLayer):
+        """An RMSNorm over each head (Qwen3's q_norm, k_norm) whose replicated weight sees this rank's heads only:
+        its gradient summed over the group inside the forward's graph. transformers' own style all-reduces
+        ``weight.grad`` in a hook after it is accumulated (5.17: a module backward hook, 5.24: a post-accumulate
+        hook), which counts every earlier micro-batch of a step again (wrong under gradient accumulation; measured
+        on CPU) and, in 5.17, breaks the compiled layer into graphs around the module."""
+
+        def install_forward(self, module, mesh):
+            eps = getattr(module, "variance_epsilon", None)
+            if eps is None or getattr(module, "weight", None) is None:
+                raise ValueError(f"parallel.tp: {type(module).__name__} is no RMSNorm with a weight: no {HEAD_NORM}")
+            group = (mesh if mesh.ndim == 1 else mesh["tp"]).get_group().group_name
+
+            def forward(hidden_states):  # the model's RMSNorm (float32 statistics), its weight through _SumOverTP
+                dtype = hidden_states.dtype
+                x = hidden_states.to(torch.float32)
+                x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+                return _SumOverTP.apply(module.weight, group) * x.to(dtype)
+
+            module.forward = forward
+            return module
+
     ALL_PARALLEL_STYLES.register(BLOCK_INPUT, BlockInput())
+    ALL_PARALLEL_STYLES.register(HEAD_NORM, HeadNorm())
 
 
 def training_tp_plan(config: PretrainedConfig) -> dict[str, str]:
-    """``tp_plan(config)`` with ``BLOCK_INPUT`` on every block whose input feeds column-wise projections."""
-    plan = tp_plan(config)
+    """``tp_plan(config)`` with ``BLOCK_INPUT`` on every block whose input feeds column-wise projections and
+    ``HEAD_NORM`` in place of transformers' style for per-head norms."""
+    plan = {key: HEAD_NORM if style == HEAD_NORM_STYLE else style for key, style in tp_plan(config).items()}
     blocks = {
         key.rsplit(".", 1)[0] for key, style in plan.items() if style == "colwise" and key.rsplit(".", 2)[-2] in BLOCKS
     }
@@ -156,7 +200,7 @@ def load_tensor_parallel(
     from transformers.distributed.configuration_utils import DistributedConfig
 
     check_tp(config, tp)
-    _register_block_input()
+    _register_styles()
     plan = training_tp_plan(config)  # whole: 5.17 replaces the installed plan by it, 5.24 merges it in
     if world == tp:  # tp over every rank: transformers' default tp_size (the world size) in both versions
         return AutoModelForCausalLM.from_pretrained(

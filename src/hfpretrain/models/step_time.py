@@ -307,7 +307,7 @@ def predict(r: StepTimeRequest) -> StepTime:
 
 # Printed under every tp or cp prediction until the model explains the measured points (tests/models/assets).
 TP_CP_CAVEAT = (
-    "tp/cp: an upper bound, not yet a prediction: measured on 2 H200s (2026-11-29), tp 2 ran 15% and cp 2 at 32k "
+    "tp/cp: an upper bound, not yet a prediction: measured on 2 H200s (2026-11-29), tp 2 ran 11% and cp 2 at 32k "
     "14.5% below it (docs/models.md § Step-time model)"
 )
 
