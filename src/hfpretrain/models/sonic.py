@@ -48,17 +48,39 @@ from .speedups import _ExpertsInDtype
 # transformers' config.hidden_act -> sonic-moe's gated epilogue (its kernels have gated activations only)
 ACT_MAP = {"silu": "swiglu", "gelu": "geglu"}
 # The torch.library namespace sonic-moe's custom ops are registered under here. kernel-builder generates a
-# ``sonic_moe/_ops.py`` with a build-unique one; the source directory lacks it, and the shim below stands in.
+# ``sonic_moe/_ops.py`` with a build-unique one; the source directory lacks it: :func:`_provide_ops`.
 OPS_NAMESPACE = "_sonic_moe_hfpretrain"
 
 _SONICMOE = None
 
 
-def _ops_shim() -> types.ModuleType:
-    module = types.ModuleType("sonic_moe._ops")
-    module.ops = getattr(torch.ops, OPS_NAMESPACE)
-    module.add_op_namespace_prefix = lambda name: f"{OPS_NAMESPACE}::{name}"
-    return module
+OPS_SOURCE = f'''"""Written by hfpretrain (models/sonic.py): the module kernel-builder generates for a built kernel."""
+import torch
+
+ops = torch.ops.{OPS_NAMESPACE}
+
+
+def add_op_namespace_prefix(op_name: str) -> str:
+    return f"{OPS_NAMESPACE}::{{op_name}}"
+'''
+
+
+def _provide_ops(folder: str) -> None:
+    """``sonic_moe/_ops.py``, written into the package where it can be (QuACK's compile workers, forked from a
+    server process, import the package again and need the file), else a module in sys.modules (this process only:
+    those workers then fail, and QuACK compiles in-process instead)."""
+    path = os.path.join(folder, "_ops.py")
+    if os.path.exists(path) or "sonic_moe._ops" in sys.modules:
+        return
+    try:
+        with open(path + ".tmp", "w") as f:
+            f.write(OPS_SOURCE)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        module = types.ModuleType("sonic_moe._ops")
+        module.ops = getattr(torch.ops, OPS_NAMESPACE)
+        module.add_op_namespace_prefix = lambda name: f"{OPS_NAMESPACE}::{name}"
+        sys.modules["sonic_moe._ops"] = module
 
 
 def _cutlass_on_path() -> None:
@@ -72,6 +94,8 @@ def _cutlass_on_path() -> None:
     packages = os.path.join(list(spec.submodule_search_locations)[0], "dsl_packages")
     if os.path.isdir(packages) and packages not in sys.path:
         sys.path.insert(0, packages)
+        # and for subprocesses (QuACK's compile workers get sys.path from multiprocessing; others may not)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (packages, os.environ.get("PYTHONPATH")) if p)
 
 
 def load_sonicmoe(hand_to_transformers: bool = True):
@@ -91,9 +115,7 @@ def load_sonicmoe(hand_to_transformers: bool = True):
         if importlib.util.find_spec(name) is None:
             dist = {"cutlass": "nvidia-cutlass-dsl", "tvm_ffi": "apache-tvm-ffi"}.get(name, name)
             raise ImportError(f"sonic-moe needs {dist} ({name} is not importable)")
-    folder = list(spec.submodule_search_locations)[0]
-    if not os.path.exists(os.path.join(folder, "_ops.py")) and "sonic_moe._ops" not in sys.modules:
-        sys.modules["sonic_moe._ops"] = _ops_shim()
+    _provide_ops(list(spec.submodule_search_locations)[0])
     try:
         import sonic_moe
         from sonic_moe.enums import ActivationType
