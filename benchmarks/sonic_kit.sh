@@ -84,6 +84,8 @@ mkdir -p "$STAGE" "$SITE"
 cp "$here"/* "$STAGE"/
 if [ ! -f "$STAGE/cu13.tar.xz.part1" ] || [ ! -f "$STAGE/cu13.tar.xz.part2" ]; then
     echo "sonic kit: staged $(ls "$STAGE" | tr '\n' ' ')in $STAGE; run the other part's install.sh next (within 30 s)"
+    # part2 is the last step: without part1 staged (a machine started afresh) nothing after it can run
+    [ ! -f "$here/SHA256SUMS" ] || { echo "sonic kit: part1 is not staged: run call 1 again, then call 2" >&2; exit 3; }
     exit 0
 fi
 cd "$STAGE"
