@@ -9,6 +9,8 @@
 # corpus-trained 8k BPE: out/tok10_bpe8k carried; the first shard is enough for these short runs) against its dense
 # twin recipes/best_small.yaml: VARIANTS="small_moe small_dense small_balanced profile_small profile_small_dense".
 # *balanced: moe.forced_balance (every expert the same rows): the speed of perfect balance beside dropless routing.
+# *sonic: model.experts_implementation=sonicmoe, sonic-moe's kernels from the local kit (models/sonic.py; install it
+# first: bash .carry_sonic/part2/install.sh after source .carry/setup.sh, benchmarks/sonic_kit.sh says how).
 # A same-call A/B against an earlier commit's code: its src/hfpretrain copied to ab_base/hfpretrain (untracked, so
 # it travels), then PYTHONPATH=$PWD/ab_base:$PYTHONPATH VARIANTS=grouped.0 ... before the current code's variants.
 CORPUS_TOK=${CORPUS_TOK:-out/tok10_bpe32k} DATA=${DATA:-out/mix3_bpe32k_2048}
@@ -74,6 +76,8 @@ for v in ${VARIANTS:-grouped eager dense}; do
     small_moe) small_variant $v recipes/best_small_moe.yaml ;;
     small_balanced) small_variant $v recipes/best_small_moe.yaml moe.forced_balance=true ;;
     small_dense) small_variant $v recipes/best_small.yaml ;;
+    small_sonic) small_variant $v recipes/best_small_moe.yaml model.experts_implementation=sonicmoe ;;
+    sonic) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=sonicmoe ;;
     profile_small|profile_small_dense)
       recipe=recipes/best_small_moe.yaml; [ $v = profile_small_dense ] && recipe=recipes/best_small.yaml
       TORCH_LOGS=graph_breaks,recompiles STEPS=14 small_variant $v $recipe 'logging.profile_steps=[10,12]'

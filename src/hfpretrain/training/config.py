@@ -153,7 +153,8 @@ class ModelSection:
         metadata={
             "help": "MoE shapes: transformers' experts backend, auto (grouped_mm on a GPU: one grouped matmul over all "
             "experts; eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm | sonicmoe "
-            "(transformers' CuTe DSL kernels from the Hub's kernels-community/sonic-moe: checked at start). "
+            "(sonic-moe's CuTe DSL kernels: a local sonic_moe package (benchmarks/sonic_kit.sh, models/sonic.py), else "
+            "transformers' loader from the Hub's kernels-community/sonic-moe; checked at start). "
             "Refused on a dense model."
         },
     )
@@ -372,9 +373,9 @@ class KernelsSection:
     experts_autocast: bool = field(
         default=True,
         metadata={
-            "help": "MoE with experts_implementation=grouped_mm under bf16 autocast: the experts' grouped matmuls on bf16 "
-            "copies of their weights (transformers falls back to one fp32 matmul per expert when compiled: "
-            "models/speedups.py)"
+            "help": "MoE with experts_implementation=grouped_mm or sonicmoe under bf16 autocast: the experts' grouped "
+            "matmuls on bf16 copies of their weights (transformers falls back to one fp32 matmul per expert when "
+            "compiled, and its sonicmoe backend takes bf16 weights only: models/speedups.py, models/sonic.py)"
         },
     )
     experts_gather: bool = field(

@@ -197,10 +197,22 @@ def choose_experts(requested: str, config, gpu: bool, load: bool = True) -> tupl
 
 
 def sonicmoe_missing() -> str | None:
-    """What stops transformers' sonicmoe experts backend from loading here (None: it loaded). It needs transformers'
-    integration, the ``kernels`` package, a Hopper or newer GPU, nvidia-cutlass-dsl and apache-tvm-ffi, and the
-    kernel itself from the Hub (kernels-community/sonic-moe)."""
+    """What stops the sonicmoe experts backend from loading here (None: it loaded). A local ``sonic_moe`` package
+    (benchmarks/sonic_kit.sh) is loaded by models/sonic.py, which also hands it to transformers' backend; without one,
+    transformers' loader needs the ``kernels`` package, a Hopper or newer GPU, nvidia-cutlass-dsl and apache-tvm-ffi,
+    and the kernel itself from the Hub (kernels-community/sonic-moe)."""
+    import importlib.util
+
     import transformers
+
+    if importlib.util.find_spec("sonic_moe") is not None:
+        from ..models.sonic import load_sonicmoe
+
+        try:
+            load_sonicmoe()
+        except ImportError as error:
+            return str(error)
+        return None
 
     try:
         from transformers.integrations.sonicmoe import load_sonicmoe_kernel
