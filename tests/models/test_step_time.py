@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 
 from hfpretrain.models import count_params, load_config
-from hfpretrain.models.step_time import ASSUMED_MFU, BUS_EFFICIENCY, LINKS, StepTimeRequest, exposed, predict, table
+from hfpretrain.models.step_time import (
+    ASSUMED_MFU,
+    BUS_EFFICIENCY,
+    LINKS,
+    RESIDUAL_BYTES,
+    StepTimeRequest,
+    exposed,
+    predict,
+    table,
+)
 
 POINTS = json.loads((Path(__file__).parent / "assets" / "step_time_points.json").read_text())["points"]
 TOLERANCE = 0.10
@@ -97,6 +106,10 @@ def test_tensor_and_context_parallel_bytes():
     per_allreduce = 2 * (1 / 2) * 20 * 2048 * config.hidden_size * 2 / nvlink
     assert tp.exposed_s["tp all-reduce activations"] == pytest.approx(4 * config.num_hidden_layers * per_allreduce)
     assert tp.dp == 2 and tp.tokens_per_step == 2 * 20 * 2048
+    # the residual stream's work stays whole on each tp rank; the rest of one GPU's micro-batch is halved
+    t_1 = predict(StepTimeRequest(SHAPE, "H200", 1, micro_batch=20, one_gpu_mfu=0.5)).compute_per_micro_batch_s
+    t_res = 20 * 2048 * config.num_hidden_layers * config.hidden_size * RESIDUAL_BYTES / (0.8 * 4.8e12)
+    assert tp.compute_per_micro_batch_s == pytest.approx((t_1 - t_res) / 2 + t_res)
     cp = predict(StepTimeRequest(SHAPE, "H200", 2, layout="fsdp2", cp=2, seq_len=32768, micro_batch=1))
     block = 32768 / 2 * 2 * config.num_key_value_heads * config.head_dim * 2
     assert cp.comm_s["cp ring K,V"] == pytest.approx(config.num_hidden_layers * 3 * block / nvlink)
@@ -175,9 +188,10 @@ def test_table_marks_predictions():
         ]
     )
     assert text.splitlines()[0].startswith("PREDICTIONS") and "not measurements" in text.splitlines()[0]
-    assert "tp/cp" not in text  # measured within 10%: no caveat
-    tp = table([predict(StepTimeRequest(SHAPE, "H200", 2, layout="fsdp2", tp=2, micro_batch=20))])
-    assert tp.splitlines()[-1].startswith("tp/cp: an upper bound, not yet a prediction")
+    tp = table([predict(StepTimeRequest(SHAPE, "H200", 2, layout="ddp", tp=2, micro_batch=20))])
+    assert "cp:" not in text and "cp:" not in tp  # measured within 10%: no caveat
+    cp = table([predict(StepTimeRequest(SHAPE, "H200", 2, layout="fsdp2", cp=2, seq_len=32768, micro_batch=1))])
+    assert cp.splitlines()[-1].startswith("cp: an upper bound, not yet a prediction")
 
 
 def test_documented_predictions_are_what_the_commands_print(capsys):

@@ -2,8 +2,10 @@
 
 A step is ``accum`` micro-batches of compute plus the communication that does not hide under it:
 
-    t_mb    = micro_batch · S · F / (tp · cp) / (peak_bf16 · mfu_1)      compute of one micro-batch, one GPU
-              (or micro_batch · S / (tp · cp) / tokens_per_s_1 when the one-GPU tokens/s is given)
+    t_1     = micro_batch · S · F / (peak_bf16 · mfu_1)                  one micro-batch on one GPU
+              (or micro_batch · S / tokens_per_s_1 when the one-GPU tokens/s is given)
+    t_mb    = ((t_1 − t_res) / tp + t_res) / cp                          compute of one micro-batch, one GPU
+    t_res   = micro_batch · S · L · d · RESIDUAL_BYTES / (HBM_EFFICIENCY · HBM)  (tp > 1 only)
     t_fwd   = t_mb / 3,  t_bwd = 2 · t_mb / 3                            (the 2 : 4 of F's factor 6)
     T_step  = accum · t_mb + exposed communication (below)
     tokens/s = dp · accum · micro_batch · S / T_step;  per GPU = tokens/s / N
@@ -14,6 +16,14 @@ against the bf16 dense peak (``models/hardware.py``) for fp8 runs too, as docs/b
 one GPU's measured MFU for that shape, GPU and precision (``MEASURED_ONE_GPU_MFU``) where one exists, else the
 planner's assumed MFU (0.40); ``one_gpu_mfu`` or ``one_gpu_tokens_per_s`` replace it. Everything one GPU does in its
 step (optimizer included) is in t_mb: the model adds only what more GPUs add.
+
+tp splits each layer's heads and MLP width but not its residual stream: the norms, the residual adds and the sums of
+the block inputs' gradients run whole on every tp rank (cp splits the sequence, so it divides them too). t_res is
+that memory-bound work, counted in bf16 reads and writes of the stream per token, layer and hidden unit: 10 forward
+(two norms, two residual adds) and about 22 backward (the same passes, the sums of the projections' input
+gradients, the norms' weight gradients), RESIDUAL_BYTES = 64, at HBM_EFFICIENCY = 0.8 of the card's HBM bandwidth.
+The profile of tp 2 on two H200s (results/gpu_2gpu_2026-11-29c) had the fused elementwise kernels at 57 ms a step
+against one GPU's 64 ms, not half: this term puts 34 ms of them whole.
 
 Groups: dp = N / (tp · cp) replicas see distinct micro-batches. Parameters are split over the tp ranks (P/tp per
 GPU) and their gradients and shards are exchanged over the g = N / tp ranks that hold the same slice (cp ranks
@@ -61,10 +71,10 @@ whatever exceeds the window.
 Gradient accumulation amortises the once-per-step collectives (ddp, zero1, fsdp2's reduce-scatter) over ``accum``
 micro-batches; fsdp2's all-gathers, tp and cp are paid every micro-batch.
 
-Not modelled (each stated so that a miss can be traced): what tp and cp cost beyond their collectives (measured
-on 2 H200s, 2026-11-29: tp 2 runs 15% and cp 2 at 32k 14.5% below this model; the tp all-reduces ran at about a
-third of the bus rate taken here, and cp's ring and FSDP2's gathers at micro-batch 1 are not hidden as assumed:
-docs/models.md § Step-time model), memory pressure (an allocator working near the card's
+Not modelled (each stated so that a miss can be traced): what tp and cp cost beyond their collectives and the
+residual stream (measured on 2 H200s, 2026-11-29: tp 2 runs 7% and cp 2 at 32k 14.5% below this model; tp's
+all-reduces ran at 0.58 ms where 0.47 is taken here, rank 0's host left its GPU idle 54 ms a step, and cp's ring
+and FSDP2's gathers at micro-batch 1 are not hidden as assumed: docs/models.md § Step-time model), memory pressure (an allocator working near the card's
 limit; the 2-GPU DDP point, 125.5 GiB of the card's 131.3, ran 10.2% below this model), compute slowed by collectives
 running beside it (NCCL's SMs and HBM traffic), the smaller matmuls of tp and cp (their mfu_1 is one GPU's), the
 optimizer step that ZeRO-1 and FSDP2 shrink by sharding it, NCCL's tree and NVLink SHARP algorithms (faster than a
@@ -94,6 +104,12 @@ ZERO1_BUCKET = 5e8  # elements: ds_configs/zero1.json's reduce_bucket_size
 # H200 datasheets); B200 NVLink 5, 1.8 TB/s total = 900 each way (NVIDIA DGX B200 datasheet). InfiniBand, Gbit/s:
 # one ConnectX-7 NDR 400 Gb/s adapter per GPU in DGX H100, DGX H200 and DGX B200 (NVIDIA DGX user guides).
 LINKS: dict[str, tuple[float, float]] = {"H100-SXM": (450.0, 400.0), "H200": (450.0, 400.0), "B200": (900.0, 400.0)}
+
+# HBM bandwidth, TB/s: H100 SXM 3.35, NVL 3.9, PCIe 2.0, H200 4.8, B200 8 (NVIDIA datasheets). Memory-bound fused kernels reach about
+# 80% of it (the same fraction as the links: an assumption, not fitted).
+HBM_TB_S: dict[str, float] = {"H100-SXM": 3.35, "H100-NVL": 3.9, "H100-PCIe": 2.0, "H200": 4.8, "B200": 8.0}
+HBM_EFFICIENCY = 0.8
+RESIDUAL_BYTES = 64  # bf16 reads and writes of the residual stream per token, layer and hidden unit (the docstring)
 
 # One GPU's measured MFU (against the bf16 peak) at seq 2048: (shape, GPU, dtype) -> (MFU, where it was measured).
 MEASURED_ONE_GPU_MFU: dict[tuple[str, str, str], tuple[float, str]] = {
@@ -235,7 +251,13 @@ def predict(r: StepTimeRequest) -> StepTime:
     peak = peak_flops(gpu, "bf16")
     tokens_1, mfu_1, source = _one_gpu(r, gpu, fpt.total, peak)
 
-    t_mb = r.micro_batch * r.seq_len / (r.tp * r.cp) / tokens_1
+    layers = config.num_hidden_layers
+    t_1 = r.micro_batch * r.seq_len / tokens_1
+    t_res = 0.0
+    if r.tp > 1:  # the residual stream's work, whole on every tp rank
+        t_res = r.micro_batch * r.seq_len * layers * config.hidden_size * RESIDUAL_BYTES
+        t_res /= HBM_EFFICIENCY * HBM_TB_S[gpu] * 1e12
+    t_mb = ((t_1 - t_res) / r.tp + t_res) / r.cp
     t_fwd, t_bwd = t_mb / 3, 2 * t_mb / 3
     nvlink, ib = LINKS.get(gpu, (None, None))
     intra = BUS_EFFICIENCY * (r.intra_node_gb_s or nvlink) * 1e9
@@ -269,7 +291,6 @@ def predict(r: StepTimeRequest) -> StepTime:
         hidden["all-gather layers backward + reduce-scatter grads"] = (accum - 1) * exposed(
             ag_layers, t_bwd, 0.0
         ) + exposed(ag_layers + ag, t_bwd, ag_root)
-    layers = config.num_hidden_layers
     if r.tp > 1:
         activations = r.micro_batch * r.seq_len / r.cp * config.hidden_size * 2
         tp = accum * layers * 4 * 2 * (r.tp - 1) / r.tp * activations / intra
@@ -305,10 +326,10 @@ def predict(r: StepTimeRequest) -> StepTime:
     )
 
 
-# Printed under every tp or cp prediction until the model explains the measured points (tests/models/assets).
-TP_CP_CAVEAT = (
-    "tp/cp: an upper bound, not yet a prediction: measured on 2 H200s (2026-11-29), tp 2 ran 11% and cp 2 at 32k "
-    "14.5% below it (docs/models.md § Step-time model)"
+# Printed under every cp prediction until the model explains the measured point (tests/models/assets).
+CP_CAVEAT = (
+    "cp: an upper bound, not yet a prediction: measured on 2 H200s (2026-11-29), cp 2 at 32k ran 14.5% below it "
+    "(docs/models.md § Step-time model)"
 )
 
 
@@ -337,6 +358,6 @@ def table(results: list[StepTime]) -> str:
         f"links: NVLink and InfiniBand at {BUS_EFFICIENCY:g} of line rate; across nodes the slower sets the "
         "ring; eff = tokens/s per GPU against one GPU; MFU against the bf16 peak"
     )
-    if any(s.request.tp > 1 or s.request.cp > 1 for s in results):
-        lines.append(TP_CP_CAVEAT)
+    if any(s.request.cp > 1 for s in results):
+        lines.append(CP_CAVEAT)
     return "\n".join(lines)
