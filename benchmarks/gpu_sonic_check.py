@@ -87,7 +87,7 @@ def main() -> int:
         return 2
     try:
         t0 = time.perf_counter()
-        kernel = sonic.load_sonicmoe()
+        sonic.load_sonicmoe()
         RESULT["import_s"] = round(time.perf_counter() - t0, 2)
         import importlib.metadata as md
 
@@ -96,7 +96,7 @@ def main() -> int:
                 RESULT["versions"][dist] = md.version(dist)
             except md.PackageNotFoundError:
                 RESULT["versions"][dist] = None
-        RESULT["versions"]["sonic_moe"] = getattr(kernel, "__version__", "?")
+        RESULT["versions"]["sonic_moe"] = getattr(sys.modules.get("sonic_moe"), "__version__", "?")
     except Exception as error:
         RESULT["error"] = fail_line("import sonic-moe", error)
         print(f"SONIC IMPORT FAILED: {RESULT['error']}", file=sys.stderr)
@@ -207,7 +207,7 @@ def main() -> int:
     try:
         from transformers.integrations.sonicmoe import sonicmoe_experts_forward
 
-        view = speedups._ExpertsInDtype(experts, torch.bfloat16)
+        view = speedups.ExpertsInDtype(experts, torch.bfloat16)
         out_hf = sonicmoe_experts_forward(view, x0.bfloat16(), top_i, top_w0)
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
             out_ours = sonic_fn(x0, top_i, top_w0)

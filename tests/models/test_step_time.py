@@ -125,6 +125,7 @@ def test_tensor_and_context_parallel_bytes():
         (dict(num_gpus=16, tp=16), "tp: 16 does not divide qwen3_1p8b's 16 attention heads and 8 KV heads"),
         (dict(num_gpus=8, tp=3), "tp: tp x cp = 3 must divide the 8 GPUs of a node"),
         (dict(num_gpus=4, layout="zero1", tp=2), "tp: ZeRO-1"),
+        (dict(gpu="A100", num_gpus=2, layout="ddp", tp=2, intra_node_gb_s=300), "gpu: no HBM bandwidth for A100"),
         (dict(num_gpus=4, layout="ddp", tp=2), "layout: ddp with tp > 1: accelerate composes"),
         (dict(num_gpus=2, layout="ddp", cp=2), "layout: ddp with cp > 1"),
         (dict(gpu="A100"), "gpu: no default link bandwidths for A100"),

@@ -70,7 +70,8 @@ def _check_norm_grads(run: Path, one: Path) -> None:
     a, b = (json.loads((d / "norm_grads.json").read_text()) for d in (run, one))
     assert a.keys() == b.keys() and any("q_norm" in name for name in a)
     for name in a:
-        torch.testing.assert_close(torch.tensor(a[name]), torch.tensor(b[name]), rtol=0, atol=1e-7, msg=name)
+        # measured within 8e-10 (the ranks sum in another order); transformers' style was 5e-4 off
+        torch.testing.assert_close(torch.tensor(a[name]), torch.tensor(b[name]), rtol=1e-5, atol=1e-8, msg=name)
 
 
 def _check_final_gathered(tp_final: Path, one_final: Path):

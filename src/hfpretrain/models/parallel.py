@@ -53,8 +53,10 @@ def tp_plan(config: PretrainedConfig) -> dict[str, str]:
 
 BLOCK_INPUT = "hfpretrain_block_input"
 BLOCKS = ("self_attn", "mlp")
-# transformers' style for a replicated weight that sees only this rank's heads (Qwen3's q_norm, k_norm), and ours
-HEAD_NORM_STYLE, HEAD_NORM = "replicated_with_grad_allreduce", "hfpretrain_head_norm"
+# transformers' style for a replicated weight that sees only this rank's heads (Qwen3's q_norm, k_norm), and ours,
+# which re-states the norm's forward: only for the classes whose forward it is
+HF_HEAD_NORM_STYLE, HEAD_NORM = "replicated_with_grad_allreduce", "hfpretrain_head_norm"
+HEAD_NORM_CLASSES = ("Qwen3RMSNorm", "LlamaRMSNorm")
 
 
 class _SumOverTP(torch.autograd.Function):
@@ -106,10 +108,15 @@ def _register_styles() -> None:
         on CPU) and, in 5.17, breaks the compiled layer into graphs around the module."""
 
         def install_forward(self, module, mesh):
-            eps = getattr(module, "variance_epsilon", None)
-            if eps is None or getattr(module, "weight", None) is None:
-                raise ValueError(f"parallel.tp: {type(module).__name__} is no RMSNorm with a weight: no {HEAD_NORM}")
-            group = (mesh if mesh.ndim == 1 else mesh["tp"]).get_group().group_name
+            if type(module).__name__ not in HEAD_NORM_CLASSES:
+                raise ValueError(
+                    f"parallel.tp: a per-head norm of class {type(module).__name__}, whose forward {HEAD_NORM} does "
+                    f"not re-state (it knows {', '.join(HEAD_NORM_CLASSES)})"
+                )
+            eps = module.variance_epsilon
+            if mesh.ndim != 1:  # transformers hands each style its tp sub-mesh
+                raise ValueError(f"parallel.tp: {HEAD_NORM} expects the tensor-parallel mesh, got {mesh.ndim} dims")
+            group = mesh.get_group().group_name
 
             def forward(hidden_states):  # the model's RMSNorm (float32 statistics), its weight through _SumOverTP
                 dtype = hidden_states.dtype
@@ -127,7 +134,7 @@ def _register_styles() -> None:
 def training_tp_plan(config: PretrainedConfig) -> dict[str, str]:
     """``tp_plan(config)`` with ``BLOCK_INPUT`` on every block whose input feeds column-wise projections and
     ``HEAD_NORM`` in place of transformers' style for per-head norms."""
-    plan = {key: HEAD_NORM if style == HEAD_NORM_STYLE else style for key, style in tp_plan(config).items()}
+    plan = {key: HEAD_NORM if style == HF_HEAD_NORM_STYLE else style for key, style in tp_plan(config).items()}
     blocks = {
         key.rsplit(".", 1)[0] for key, style in plan.items() if style == "colwise" and key.rsplit(".", 2)[-2] in BLOCKS
     }
@@ -190,7 +197,7 @@ def load_tensor_parallel(
 ):
     """``weights`` loaded sharded ``tp`` ways by transformers' plan over this launch's ``world`` processes
     (torch.distributed set up by the launcher; transformers starts the process group if nobody has), with our
-    ``BLOCK_INPUT`` rule added (``training_tp_plan``). With ranks left over for FSDP2 (world > tp), the tensor-parallel
+    ``BLOCK_INPUT`` rule added and ``HEAD_NORM`` for the per-head norms (``training_tp_plan``). With ranks left over for FSDP2 (world > tp), the tensor-parallel
     groups are the inner dimension of a (world / tp, tp) mesh: transformers 5.2x (whose models have
     ``is_distributed_loading_by_transformers``) builds it and applies FSDP2 itself from ``DistributedConfig
     (fsdp_size=...)``; 5.17 applies tp only, over the ``tp`` dimension of ``mesh`` (accelerate's, so that its FSDP2

@@ -1,10 +1,11 @@
-"""MoE experts on sonic-moe's fused kernels (CuTe DSL, Hopper and newer), loaded from a local copy.
+"""MoE experts on sonic-moe's fused kernels (CuTe DSL, Hopper and newer), from a local copy or the Hub.
 
 transformers 5.17 has a ``sonicmoe`` experts backend (integrations/sonicmoe.py) that takes the kernel from the Hub
 (kernels-community/sonic-moe, revision ``ep-support``) through the ``kernels`` package; neither reaches the GPU
 machine. The kernel is pure Python on top of nvidia-cutlass-dsl, apache-tvm-ffi and Triton (kernel-builder's
 ``torch-noarch``: no compiled op of its own), so its source directory ``sonic_moe/`` can be put on the path as it is
-(benchmarks/sonic_kit.sh carries it with the wheels). :func:`load_sonicmoe` imports it from there.
+(benchmarks/sonic_kit.sh carries it with the wheels). :func:`load_sonicmoe` imports it from there where it is on
+the path, else takes transformers' loader (the ``kernels`` package and the Hub), after checking for a Hopper GPU.
 
 Its grouped GEMMs gather the tokens' rows as they load them (no permuted copy of the hidden states), apply SwiGLU in
 the up projection's epilogue, and in the backward compute the activation's gradient and the routing weights'
@@ -21,9 +22,9 @@ same way):
   fake implementations): no graph break on an H200 (benchmarks/gpu_sonic_check.py), 3.8 ms for one layer's forward
   and backward compiled against 6.3 ms opaque; what ``model.experts_implementation: sonicmoe`` runs.
 
-:func:`load_sonicmoe` also hands the module to transformers' own ``sonicmoe`` backend (its ``_SONICMOE`` global, which
-its loader returns before looking for the ``kernels`` package or the Hub), so ``experts_implementation: sonicmoe``
-runs the same kernels, on weights that must already be in bf16.
+:func:`load_sonicmoe` also hands a local copy to transformers' own ``sonicmoe`` backend (its ``_SONICMOE`` global,
+which its loader returns before looking for the ``kernels`` package or the Hub), so that backend runs the same
+kernels, on weights that must already be in bf16.
 
 Layouts (checked on a CPU against transformers' eager loop with a pure-torch model of the kernel's contract,
 tests/models/test_sonic.py; on the GPU against ``grouped_mm_gather_autocast``, benchmarks/gpu_sonic_check.py):
@@ -40,11 +41,13 @@ import importlib.util
 import os
 import sys
 import types
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 
-from .speedups import _ExpertsInDtype
+from .speedups import ExpertsInDtype
 
 # transformers' config.hidden_act -> sonic-moe's gated epilogue (its kernels have gated activations only)
 ACT_MAP = {"silu": "swiglu", "gelu": "geglu"}
@@ -52,7 +55,7 @@ ACT_MAP = {"silu": "swiglu", "gelu": "geglu"}
 # ``sonic_moe/_ops.py`` with a build-unique one; the source directory lacks it: :func:`_provide_ops`.
 OPS_NAMESPACE = "_sonic_moe_hfpretrain"
 
-_SONICMOE = None
+_SONICMOE = None  # the loaded SonicKernel
 
 
 OPS_SOURCE = f'''"""Written by hfpretrain (models/sonic.py): the module kernel-builder generates for a built kernel."""
@@ -73,10 +76,11 @@ def _provide_ops(folder: str) -> None:
     path = os.path.join(folder, "_ops.py")
     if os.path.exists(path) or "sonic_moe._ops" in sys.modules:
         return
+    tmp = f"{path}.{os.getpid()}.tmp"  # one per process: ranks of one launch write it at once
     try:
-        with open(path + ".tmp", "w") as f:
+        with open(tmp, "w") as f:
             f.write(OPS_SOURCE)
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
     except OSError:
         module = types.ModuleType("sonic_moe._ops")
         module.ops = getattr(torch.ops, OPS_NAMESPACE)
@@ -94,23 +98,32 @@ def _cutlass_on_path() -> None:
         return
     packages = os.path.join(list(spec.submodule_search_locations)[0], "dsl_packages")
     if os.path.isdir(packages) and packages not in sys.path:
-        sys.path.insert(0, packages)
-        # and for subprocesses (QuACK's compile workers get sys.path from multiprocessing; others may not)
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (packages, os.environ.get("PYTHONPATH")) if p)
+        sys.path.append(packages)  # where the .pth would put it: after everything else
+        # QuACK's compile workers are started processes that do not inherit sys.path: only PYTHONPATH reaches them
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), packages) if p)
 
 
-def load_sonicmoe(hand_to_transformers: bool = True):
-    """Import the local sonic-moe (``sonic_moe`` on the path) once and return it. ImportError with one line naming
-    the missing part (the package, nvidia-cutlass-dsl, apache-tvm-ffi, ...)."""
-    global _SONICMOE
-    if _SONICMOE is not None:
-        return _SONICMOE
+@dataclass(frozen=True)
+class SonicKernel:
+    """sonic-moe's entry point and its activation enum, from the local copy or from transformers' Hub loader."""
+
+    moe_general_routing_inputs: Callable
+    activation_type: type
+
+
+def _check_gpu() -> None:
+    """ImportError (one line) unless a CUDA GPU of compute capability 9 or newer is here: the kernels are Hopper's
+    (transformers' loader checks the same; the local copy would otherwise fail inside its first JIT compile)."""
+    if not torch.cuda.is_available():
+        raise ImportError("sonic-moe needs a CUDA GPU (Hopper or newer); none is available")
+    major, minor = torch.cuda.get_device_capability()
+    if major < 9:
+        raise ImportError(f"sonic-moe needs a Hopper (SM90) or newer GPU; this one is SM{major}{minor}")
+
+
+def _load_local() -> SonicKernel:
+    """The ``sonic_moe`` package on the path (the kit of benchmarks/sonic_kit.sh), handed to transformers' backend."""
     spec = importlib.util.find_spec("sonic_moe")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError(
-            "sonic-moe: no sonic_moe package on the path (benchmarks/sonic_kit.sh builds the kit, "
-            ".carry_sonic/install.sh installs it)"
-        )
     _cutlass_on_path()
     for name in ("cutlass", "tvm_ffi", "triton"):
         if importlib.util.find_spec(name) is None:
@@ -123,17 +136,42 @@ def load_sonicmoe(hand_to_transformers: bool = True):
     except Exception as error:  # the first line of whatever stopped the import
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ImportError(f"sonic-moe failed to import: {type(error).__name__}: {first}") from error
-    _SONICMOE = sonic_moe
-    if hand_to_transformers:
-        try:
-            from transformers.integrations import sonicmoe as hf_sonicmoe
-        except ImportError:  # a transformers without the backend: ours still works
-            pass
-        else:
-            hf_sonicmoe._SONICMOE = hf_sonicmoe.SonicMoE(
-                activation_type_enum=ActivationType, moe_general_routing_inputs=sonic_moe.moe_general_routing_inputs
-            )
-    return sonic_moe
+    try:
+        from transformers.integrations import sonicmoe as hf_sonicmoe
+
+        hf_sonicmoe._SONICMOE = hf_sonicmoe.SonicMoE(
+            activation_type_enum=ActivationType, moe_general_routing_inputs=sonic_moe.moe_general_routing_inputs
+        )
+    except (ImportError, AttributeError, TypeError):  # a transformers without (this form of) the backend
+        pass
+    return SonicKernel(sonic_moe.moe_general_routing_inputs, ActivationType)
+
+
+def _load_from_hub() -> SonicKernel:
+    """transformers' own loader: the ``kernels`` package and kernels-community/sonic-moe from the Hub."""
+    import transformers
+
+    try:
+        from transformers.integrations.sonicmoe import load_sonicmoe_kernel
+    except ImportError:
+        raise ImportError(f"transformers {transformers.__version__} has no sonicmoe experts backend") from None
+    try:
+        kernel = load_sonicmoe_kernel()
+    except Exception as error:  # ImportError for a missing part; the Hub's errors when it cannot be reached
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ImportError(first.split(" Use a different")[0].rstrip(".")) from error
+    return SonicKernel(kernel.moe_general_routing_inputs, kernel.activation_type_enum)
+
+
+def load_sonicmoe() -> SonicKernel:
+    """sonic-moe's kernel, once: the local copy where ``sonic_moe`` is on the path, else transformers' Hub loader.
+    ImportError with one line naming the missing part (a Hopper GPU, the package, nvidia-cutlass-dsl, ...)."""
+    global _SONICMOE
+    if _SONICMOE is None:
+        _check_gpu()
+        local = importlib.util.find_spec("sonic_moe") is not None
+        _SONICMOE = _load_local() if local else _load_from_hub()
+    return _SONICMOE
 
 
 def sonic_weights(experts) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,6 +196,8 @@ def sonic_experts(experts, hidden_states, top_k_index, top_k_weights, kernel=Non
     weight * down(act(gate) * up) of its expert. ``kernel``: the module (tests pass a pure-torch model of it)."""
     if not experts.has_gate:
         raise ValueError("sonicmoe needs gated experts (gate_up_proj)")
+    if getattr(experts, "has_post_expert_norm", False):  # transformers 5.24 refuses it in its backend too
+        raise ValueError("sonicmoe: no kernel for experts with a post-expert norm")
     act = getattr(experts.config, "hidden_act", "silu")
     if act not in ACT_MAP:
         raise ValueError(f"sonicmoe: no fused epilogue for hidden_act={act!r} (one of {sorted(ACT_MAP)})")
@@ -183,7 +223,7 @@ def sonic_experts(experts, hidden_states, top_k_index, top_k_weights, kernel=Non
         bias[1],
         E=experts.num_experts,
         stream_id=None,  # unused by the kernel (its signature keeps it); transformers passes None too
-        activation_type=getattr(kernel.enums.ActivationType, ACT_MAP[act].upper()),
+        activation_type=getattr(kernel.activation_type, ACT_MAP[act].upper()),
         is_inference_mode_enabled=not torch.is_grad_enabled(),
         concat_layout=experts.is_concatenated,
     )
@@ -201,7 +241,7 @@ def sonic_experts_forward(self, hidden_states, top_k_index, top_k_weights, trace
     device = hidden_states.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
-        experts = _ExpertsInDtype(self, dtype) if self.down_proj.dtype != dtype else self
+        experts = ExpertsInDtype(self, dtype) if self.down_proj.dtype != dtype else self
         out = run(experts, hidden_states.to(dtype), top_k_index, top_k_weights, kernel=kernel)
         return out.to(hidden_states.dtype)
     return run(self, hidden_states, top_k_index, top_k_weights, kernel=kernel)

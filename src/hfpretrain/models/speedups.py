@@ -99,7 +99,7 @@ def apply_speedups(model: nn.Module, speedups: Speedups, seq_len: int) -> Applie
             " on the autocast dtype's copy of their weights" if s.experts_autocast else "",
             ", rows moved by gathers only" if s.experts_gather else "",
         )
-    if s.experts_autocast and s.experts_implementation == "sonicmoe":
+    if s.experts_autocast and s.experts_implementation == "sonicmoe":  # from the local copy or the Hub
         from .sonic import load_sonicmoe
 
         load_sonicmoe()
@@ -161,7 +161,7 @@ def experts_function_name(gather: bool, autocast: bool) -> str:
     return "grouped_mm" + ("_gather" if gather else "") + ("_autocast" if autocast else "")
 
 
-class _ExpertsInDtype:
+class ExpertsInDtype:
     """An experts module as transformers' experts functions read it, its 3-D weights in ``dtype``."""
 
     def __init__(self, module: nn.Module, dtype: torch.dtype):
@@ -256,7 +256,7 @@ def grouped_experts_forward(
     if autocast and torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
         if self.down_proj.dtype != dtype:  # every experts module has it (gate_up_proj: gated ones only)
-            out = forward(_ExpertsInDtype(self, dtype), hidden_states.to(dtype), top_k_index, top_k_weights)
+            out = forward(ExpertsInDtype(self, dtype), hidden_states.to(dtype), top_k_index, top_k_weights)
             return out.to(hidden_states.dtype)
     return forward(self, hidden_states, top_k_index, top_k_weights)
 

@@ -23,7 +23,8 @@ that memory-bound work, counted in bf16 reads and writes of the stream per token
 (two norms, two residual adds) and about 22 backward (the same passes, the sums of the projections' input
 gradients, the norms' weight gradients), RESIDUAL_BYTES = 64, at HBM_EFFICIENCY = 0.8 of the card's HBM bandwidth.
 The profile of tp 2 on two H200s (results/gpu_2gpu_2026-11-29c) had the fused elementwise kernels at 57 ms a step
-against one GPU's 64 ms, not half: this term puts 34 ms of them whole.
+against one GPU's 64 ms, not half, which would make about 50 ms of them whole: this term counts 34 ms, so it is on
+the low side by its own evidence (the bytes are counted, not fitted).
 
 Groups: dp = N / (tp · cp) replicas see distinct micro-batches. Parameters are split over the tp ranks (P/tp per
 GPU) and their gradients and shards are exchanged over the g = N / tp ranks that hold the same slice (cp ranks
@@ -73,8 +74,8 @@ micro-batches; fsdp2's all-gathers, tp and cp are paid every micro-batch.
 
 Not modelled (each stated so that a miss can be traced): what tp and cp cost beyond their collectives and the
 residual stream (measured on 2 H200s, 2026-11-29: tp 2 runs 7% and cp 2 at 32k 14.5% below this model; tp's
-all-reduces ran at 0.58 ms where 0.47 is taken here, rank 0's host left its GPU idle 54 ms a step, and cp's ring
-and FSDP2's gathers at micro-batch 1 are not hidden as assumed: docs/models.md § Step-time model), memory pressure (an allocator working near the card's
+all-reduces ran at 0.58 ms where 0.47 is taken here, about 11 ms of the 30 ms a step it misses, and cp's ring and
+FSDP2's gathers at micro-batch 1 are not hidden as assumed: docs/models.md § Step-time model), memory pressure (an allocator working near the card's
 limit; the 2-GPU DDP point, 125.5 GiB of the card's 131.3, ran 10.2% below this model), compute slowed by collectives
 running beside it (NCCL's SMs and HBM traffic), the smaller matmuls of tp and cp (their mfu_1 is one GPU's), the
 optimizer step that ZeRO-1 and FSDP2 shrink by sharding it, NCCL's tree and NVLink SHARP algorithms (faster than a
@@ -175,6 +176,10 @@ class StepTimeRequest:
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
         gpu = canonical_gpu(self.gpu)  # ValueError for an unknown GPU
+        if self.tp > 1 and gpu not in HBM_TB_S:
+            raise ValueError(
+                f"gpu: no HBM bandwidth for {gpu} (known: {', '.join(HBM_TB_S)}), which tp's residual-stream term needs"
+            )
         if gpu not in LINKS and (self.intra_node_gb_s is None or (self.nodes > 1 and self.inter_node_gbit_s is None)):
             raise ValueError(
                 f"gpu: no default link bandwidths for {gpu} (known: {', '.join(LINKS)}); "
@@ -256,7 +261,7 @@ def predict(r: StepTimeRequest) -> StepTime:
     t_res = 0.0
     if r.tp > 1:  # the residual stream's work, whole on every tp rank
         t_res = r.micro_batch * r.seq_len * layers * config.hidden_size * RESIDUAL_BYTES
-        t_res /= HBM_EFFICIENCY * HBM_TB_S[gpu] * 1e12
+        t_res = min(t_1, t_res / (HBM_EFFICIENCY * HBM_TB_S[gpu] * 1e12))
     t_mb = ((t_1 - t_res) / r.tp + t_res) / r.cp
     t_fwd, t_bwd = t_mb / 3, 2 * t_mb / 3
     nvlink, ib = LINKS.get(gpu, (None, None))

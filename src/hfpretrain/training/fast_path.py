@@ -176,7 +176,8 @@ def choose_experts(requested: str, config, gpu: bool, load: bool = True) -> tupl
     """``model.experts_implementation`` for an MoE shape (None for a dense one; a setting there is refused).
     auto: grouped_mm on a GPU, where one grouped matmul over all experts replaced transformers' loop over them
     (6.3x its tokens/s on an H100, the ~1B MoE shape, docs/benchmarks.md); eager on a CPU. auto never takes
-    sonicmoe: its kernels come from the Hub and have not been measured here (docs/models.md § Mixture-of-Experts).
+    sonicmoe: measured on one layer only, not yet in a whole model against its dense twin (docs/models.md §
+    Mixture-of-Experts).
     sonicmoe is loaded here when ``load`` (not for a plan made for another machine), so that a missing part is one
     error before anything is written."""
     if not is_moe(config):
@@ -197,32 +198,15 @@ def choose_experts(requested: str, config, gpu: bool, load: bool = True) -> tupl
 
 
 def sonicmoe_missing() -> str | None:
-    """What stops the sonicmoe experts backend from loading here (None: it loaded). A local ``sonic_moe`` package
-    (benchmarks/sonic_kit.sh) is loaded by models/sonic.py, which also hands it to transformers' backend; without one,
-    transformers' loader needs the ``kernels`` package, a Hopper or newer GPU, nvidia-cutlass-dsl and apache-tvm-ffi,
-    and the kernel itself from the Hub (kernels-community/sonic-moe)."""
-    import importlib.util
-
-    import transformers
-
-    if importlib.util.find_spec("sonic_moe") is not None:
-        from ..models.sonic import load_sonicmoe
-
-        try:
-            load_sonicmoe()
-        except ImportError as error:
-            return str(error)
-        return None
+    """What stops the sonicmoe experts backend from loading here (None: it loaded): models/sonic.py's loader, which
+    takes a local ``sonic_moe`` package (benchmarks/sonic_kit.sh) where there is one, else transformers' (the
+    ``kernels`` package and kernels-community/sonic-moe from the Hub), on a Hopper or newer GPU."""
+    from ..models.sonic import load_sonicmoe
 
     try:
-        from transformers.integrations.sonicmoe import load_sonicmoe_kernel
-    except ImportError:
-        return f"transformers {transformers.__version__} has no sonicmoe experts backend"
-    try:
-        load_sonicmoe_kernel()
-    except Exception as error:  # ImportError for a missing part; the Hub's errors when it cannot be reached
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return first.split(" Use a different")[0].rstrip(".")
+        load_sonicmoe()
+    except ImportError as error:
+        return str(error)
     return None
 
 
