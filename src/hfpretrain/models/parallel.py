@@ -197,12 +197,12 @@ def load_tensor_parallel(
 ):
     """``weights`` loaded sharded ``tp`` ways by transformers' plan over this launch's ``world`` processes
     (torch.distributed set up by the launcher; transformers starts the process group if nobody has), with our
-    ``BLOCK_INPUT`` rule added and ``HEAD_NORM`` for the per-head norms (``training_tp_plan``). With ranks left over for FSDP2 (world > tp), the tensor-parallel
-    groups are the inner dimension of a (world / tp, tp) mesh: transformers 5.2x (whose models have
-    ``is_distributed_loading_by_transformers``) builds it and applies FSDP2 itself from ``DistributedConfig
-    (fsdp_size=...)``; 5.17 applies tp only, over the ``tp`` dimension of ``mesh`` (accelerate's, so that its FSDP2
-    shards over the same root mesh; ours when none is given), and leaves FSDP2 to accelerate. Checked on CPU at 2×2
-    (tests/training/test_parallel.py)."""
+    ``BLOCK_INPUT`` rule added and ``HEAD_NORM`` for the per-head norms (``training_tp_plan``). With ranks left over
+    for FSDP2 (world > tp), the tensor-parallel groups are the inner dimension of a (world / tp, tp) mesh:
+    transformers 5.2x (whose models have ``is_distributed_loading_by_transformers``) builds it and applies FSDP2
+    itself from ``DistributedConfig(fsdp_size=...)``; 5.17 applies tp only, over the ``tp`` dimension of ``mesh``
+    (accelerate's, so that its FSDP2 shards over the same root mesh; ours when none is given), and leaves FSDP2 to
+    accelerate. Checked on CPU at 2×2 (tests/training/test_parallel.py)."""
     from transformers import AutoModelForCausalLM, PreTrainedModel
     from transformers.distributed.configuration_utils import DistributedConfig
 

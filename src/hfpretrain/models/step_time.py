@@ -75,11 +75,11 @@ micro-batches; fsdp2's all-gathers, tp and cp are paid every micro-batch.
 Not modelled (each stated so that a miss can be traced): what tp and cp cost beyond their collectives and the
 residual stream (measured on 2 H200s, 2026-11-29: tp 2 runs 7% and cp 2 at 32k 14.5% below this model; tp's
 all-reduces ran at 0.58 ms where 0.47 is taken here, about 11 ms of the 30 ms a step it misses, and cp's ring and
-FSDP2's gathers at micro-batch 1 are not hidden as assumed: docs/models.md § Step-time model), memory pressure (an allocator working near the card's
-limit; the 2-GPU DDP point, 125.5 GiB of the card's 131.3, ran 10.2% below this model), compute slowed by collectives
-running beside it (NCCL's SMs and HBM traffic), the smaller matmuls of tp and cp (their mfu_1 is one GPU's), the
-optimizer step that ZeRO-1 and FSDP2 shrink by sharding it, NCCL's tree and NVLink SHARP algorithms (faster than a
-ring), latency of small messages, and stragglers between nodes.
+FSDP2's gathers at micro-batch 1 are not hidden as assumed: docs/models.md § Step-time model), memory pressure (an
+allocator working near the card's limit; the 2-GPU DDP point, 125.5 GiB of the card's 131.3, ran 10.2% below this
+model), compute slowed by collectives running beside it (NCCL's SMs and HBM traffic), the smaller matmuls of tp and
+cp (their mfu_1 is one GPU's), the optimizer step that ZeRO-1 and FSDP2 shrink by sharding it, NCCL's tree and NVLink
+SHARP algorithms (faster than a ring), latency of small messages, and stragglers between nodes.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ ZERO1_BUCKET = 5e8  # elements: ds_configs/zero1.json's reduce_bucket_size
 # one ConnectX-7 NDR 400 Gb/s adapter per GPU in DGX H100, DGX H200 and DGX B200 (NVIDIA DGX user guides).
 LINKS: dict[str, tuple[float, float]] = {"H100-SXM": (450.0, 400.0), "H200": (450.0, 400.0), "B200": (900.0, 400.0)}
 
-# HBM bandwidth, TB/s: H100 SXM 3.35, NVL 3.9, PCIe 2.0, H200 4.8, B200 8 (NVIDIA datasheets). Memory-bound fused kernels reach about
-# 80% of it (the same fraction as the links: an assumption, not fitted).
+# HBM bandwidth, TB/s: H100 SXM 3.35, NVL 3.9, PCIe 2.0, H200 4.8, B200 8 (NVIDIA datasheets). Memory-bound fused
+# kernels reach about 80% of it (the same fraction as the links: an assumption, not fitted).
 HBM_TB_S: dict[str, float] = {"H100-SXM": 3.35, "H100-NVL": 3.9, "H100-PCIe": 2.0, "H200": 4.8, "B200": 8.0}
 HBM_EFFICIENCY = 0.8
 RESIDUAL_BYTES = 64  # bf16 reads and writes of the residual stream per token, layer and hidden unit (the docstring)
