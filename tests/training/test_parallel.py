@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,20 @@ def _torchrun(script: str, *args, nproc: int = 2, timeout: int = 400) -> subproc
     return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def _one_process(script: str, *args, timeout: int = 400) -> subprocess.CompletedProcess:
+    """``python tests/training/SCRIPT ARGS`` on one process, forked from this one (tests/forked.py: the script's
+    own code in a process of its own, without a fresh interpreter's imports)."""
+    import runpy
+
+    from forked import run_forked
+
+    def main():
+        sys.argv = [script, *map(str, args)]
+        runpy.run_path(str(REPO / "tests" / "training" / script), run_name="__main__")
+
+    return run_forked(main, cwd=REPO, timeout=timeout)
+
+
 def _accelerate_two(script: Path, *args, timeout: int = 400) -> subprocess.CompletedProcess:
     """``script`` launched as a user launches it: accelerate, 2 CPU processes over gloo."""
     cmd = [
@@ -85,14 +100,7 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     """tiny Qwen3 (4 heads, 2 KV heads) split 2 ways: the same losses step by step as one process, and the
     checkpoint it saves (gathered whole by save_pretrained) loads with from_pretrained as a plain model."""
     one, two = tmp_path / "one", tmp_path / "tp2"
-    proc = subprocess.run(
-        [python(), str(REPO / "tests" / "training" / "tp_steps.py"), str(mini_blocks), str(one), str(STEPS)],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    proc = _one_process("tp_steps.py", mini_blocks, one, STEPS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = _torchrun("tp_steps.py", mini_blocks, two, STEPS)
     assert proc.returncode == 0, proc.stderr[-6000:]
