@@ -157,7 +157,7 @@ def test_documented_plan_reproduces_the_reference_case():
     from forked import script
 
     cmd = next(c for c in _commands(PIPELINE) if c.startswith("python scripts/plan.py"))
-    argv = shlex.split(cmd)[1:]  # forked (tests/forked.py): a fresh interpreter's start is test_cli.py's part
+    argv = shlex.split(cmd)[1:]  # forked: test_planner.py runs scripts/plan.py in a fresh interpreter
     out = script(Path(argv[0]).name, *argv[1:], cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
     row = next(line for line in out.stdout.splitlines() if line.startswith("qwen3_1p8b"))
