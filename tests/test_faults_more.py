@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import forked
 from test_faults import REPO, _in_small_filesystem, assert_kept, checkpoint, cli, docs, one_error, snapshot  # noqa: F401 (checkpoint: a fixture)
 
 
@@ -42,19 +41,20 @@ def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_
     """It was a SafetensorError traceback, exit 1, with config.json and the marker left behind (a partial export
     that a second export took for a whole one). The export is now written beside --out and moved in when whole.
     A bf16 export (3.2 MB of weights) fits under the limit, a float32 one (6.4 MB) does not."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     if limit == "file_size":
         out = tmp_path / "exports" / "model"
 
-        def export(*extra, to=out):
-            """``hfpretrain export`` forked (tests/forked.py: no fresh interpreter's imports) under the limit."""
-
-            def main():
-                _limited(5 << 20)()  # in the child only, before the command starts
-                from hfpretrain.cli import main as hfpretrain
-
-                return hfpretrain(["export", str(ckpt), "--out", str(to), *extra])
-
-            return forked.run_forked(main, cwd=REPO, env={"TOKENIZERS_PARALLELISM": "false"}, timeout=300)
+        def export(*extra):
+            return subprocess.run(
+                [sys.executable, "-m", "hfpretrain", "export", str(ckpt), "--out", str(out), *extra],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                preexec_fn=_limited(5 << 20),
+            )
 
         first = export()
         assert first.returncode == 0, first.stderr[-3000:]
@@ -66,7 +66,25 @@ def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_
         assert f"exporting to {out} failed" in line and "File too large" in line and "is as it was" in line, line
         assert_kept(before, tmp_path)
         assert snapshot(tmp_path).keys() == before.keys() and _sums(out) == kept  # no staging folder left either
-        fresh = export("--dtype", "float32", to=tmp_path / "new" / "model")
+        fresh = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hfpretrain",
+                "export",
+                str(ckpt),
+                "--out",
+                str(tmp_path / "new" / "model"),
+                "--dtype",
+                "float32",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=_limited(5 << 20),
+        )
         assert fresh.returncode == 1 and "nothing was created" in one_error(fresh.stderr)
         assert not (tmp_path / "new").exists()  # nor the folders made for it
         return
