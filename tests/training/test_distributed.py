@@ -110,35 +110,43 @@ def _zero1_config(tmp_path: Path) -> Path:
     return REPO / "accelerate_configs" / "cpu_2proc_zero1.yaml"
 
 
-def test_zero1_two_processes_match_single_process(reference_run, mini_blocks, tmp_path):
-    """The schedule is given here as the GPU recipes give it, cosine with an absolute ``min_lr``
-    (transformers reads that against ``optimizer.defaults``, which DeepSpeed's ZeRO optimizer lacks);
-    min_lr = learning_rate makes it the reference's constant_with_warmup."""
+# ZeRO-1's schedule is given as the GPU recipes give it, cosine with an absolute ``min_lr`` (transformers reads that
+# against ``optimizer.defaults``, which DeepSpeed's ZeRO optimizer lacks); min_lr = learning_rate makes it the
+# reference's constant_with_warmup. Fused AdamW, as on GPUs (see the resume below).
+ZERO1 = {
+    "training.lr_scheduler_type": "cosine_with_min_lr",
+    "training.lr_scheduler_kwargs": "{min_lr: 3e-3}",
+    "optimizer.name": "adamw_torch_fused",
+}
+
+
+@pytest.fixture(scope="module")
+def zero1_run(mini_blocks, tmp_path_factory):
+    """One two-process ZeRO-1 launch, checkpoint at step 3, that the match and the resume tests below both read
+    (each launched its own before: the same run twice): (its recipe, its output folder, the launch's process)."""
     pytest.importorskip("deepspeed")
-    recipe = tmp_path / "tiny_min_lr.yaml"
+    base = tmp_path_factory.mktemp("zero1")
+    recipe = base / "tiny_min_lr.yaml"
     recipe.write_text(TINY_RECIPE.read_text().replace("{min_lr_rate: 0.1}", "{min_lr: 3.0e-4}"))
-    out = tmp_path / "zero1"
-    schedule = {"training.lr_scheduler_type": "cosine_with_min_lr", "training.lr_scheduler_kwargs": "{min_lr: 3e-3}"}
-    proc = _launch(_zero1_config(tmp_path), mini_blocks, out, schedule, recipe)
+    out = base / "zero1"
+    saved = {**ZERO1, "training.save_strategy": "steps", "training.save_steps": "3"}
+    return recipe, out, _launch(_zero1_config(base), mini_blocks, out, saved, recipe)
+
+
+def test_zero1_two_processes_match_single_process(reference_run, zero1_run):
+    """ZeRO-1 on two processes, with the schedule of ZERO1's comment, follows the reference run."""
+    _, out, proc = zero1_run
     assert "deepspeed" in (proc.stdout + proc.stderr).lower()  # DeepSpeed really ran
     assert read_log(out)[0]["plan"]["zero_stage"] == 1
     _check_against_reference(out, reference_run)
 
 
-def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run, mini_blocks, tmp_path):
+def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run, zero1_run, mini_blocks, tmp_path):
     """DeepSpeed refuses ZeRO optimizer shards saved at another data-parallel size; its universal
     checkpoint format converts them (scripts/zero_to_universal.py), and the run goes on, exactly, through
     the shipped accelerate_configs/zero1_universal.yaml. Fused AdamW, as on GPUs: there DeepSpeed's
     universal loader left its step counters on the wrong device (optim.steps_beside_params)."""
-    pytest.importorskip("deepspeed")
-    out = tmp_path / "zero1"
-    fused = {"optimizer.name": "adamw_torch_fused"}
-    _launch(
-        _zero1_config(tmp_path),
-        mini_blocks,
-        out,
-        {**fused, "training.save_strategy": "steps", "training.save_steps": "3"},
-    )
+    recipe, out, _ = zero1_run
     ckpt = out / "checkpoint-3"
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "zero_to_universal.py"), str(ckpt)],
@@ -158,7 +166,8 @@ def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run
         universal,
         mini_blocks,
         resumed,
-        {**fused, "training.per_device_train_batch_size": "4", "training.resume_from_checkpoint": str(ckpt)},
+        {**ZERO1, "training.per_device_train_batch_size": "4", "training.resume_from_checkpoint": str(ckpt)},
+        recipe,
         launch_args=("--num_processes", "1"),
     )
     losses, ref = step_losses(resumed), step_losses(reference_run)
