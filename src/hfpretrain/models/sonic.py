@@ -47,7 +47,7 @@ from functools import partial
 
 import torch
 
-from .speedups import ExpertsInDtype
+from .experts import ExpertsInDtype
 
 # transformers' config.hidden_act -> sonic-moe's gated epilogue (its kernels have gated activations only)
 ACT_MAP = {"silu": "swiglu", "gelu": "geglu"}

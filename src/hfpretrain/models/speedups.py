@@ -28,6 +28,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from .experts import ExpertsInDtype
 from .fp8 import convert_to_fp8
 from .gelu import fuse_bias_gelu, use_sigmoid_gelu
 from .residual import cast_residual_stream, decoder_layers
@@ -153,25 +154,10 @@ def compile_model(model, scope: str, backend: str = "inductor", mode: str = "def
 # between the grouped and the dense matmuls. :func:`gathered_grouped_mm` moves the rows by gathers only, in both
 # directions (a permutation's inverse is known), and masks nothing (``kernels.experts_gather``).
 
-EXPERT_WEIGHTS = ("gate_up_proj", "down_proj", "gate_proj", "up_proj")
-
 
 def experts_function_name(gather: bool, autocast: bool) -> str:
     """The name registered with transformers' experts interface for these two kernels' choices."""
     return "grouped_mm" + ("_gather" if gather else "") + ("_autocast" if autocast else "")
-
-
-class ExpertsInDtype:
-    """An experts module as transformers' experts functions read it, its 3-D weights in ``dtype``."""
-
-    def __init__(self, module: nn.Module, dtype: torch.dtype):
-        self._module, self._dtype = module, dtype
-
-    def __getattr__(self, name: str):
-        value = getattr(self._module, name)
-        if name in EXPERT_WEIGHTS and isinstance(value, torch.Tensor) and value.is_floating_point():
-            return value.to(self._dtype)
-        return value
 
 
 class _PermuteRows(torch.autograd.Function):
