@@ -281,27 +281,51 @@ def test_memory_states_count_every_expert_and_activations_the_routed_tokens():
     assert est_deep.activations > est.activations + 4 * 512 * 3 * 2 * (2 * 2 * 128 + 3 * 2 * 64)
 
 
-# Peaks measured on one H200 (docs/benchmarks.md § Mixture-of-Experts, 2026-11-27; results/moe_2026-11-27b):
-# the ~1B shapes with the 32k BPE, seq 2048, grouped_mm, the bf16 stream, head + loss compiled, fused AdamW.
-# (shape, micro-batch, compiled per layer, measured GiB); the per-layer term was fitted to qwen3's 16 x 2048 one.
+# Peaks measured on one H200 (docs/benchmarks.md § Mixture-of-Experts; results/moe_2026-11-27b, and for sonicmoe
+# results/moe_sonic_2026-11-30): seq 2048 with a 32k BPE, or best_small_moe's 128 x 1024 with an 8k one, the bf16
+# stream, head + loss compiled, fused AdamW. (shape, vocabulary, micro-batch, seq, compiled per layer, experts,
+# measured GiB); the per-layer term was fitted to qwen3's 16 x 2048 one, the sonicmoe term derived (memory.py).
 MOE_PEAKS = [
-    ("qwen3_moe_856m_a152m", 16, False, 35.09),
-    ("qwen3_moe_856m_a152m", 64, False, 103.90),
-    ("qwen3_moe_856m_a152m", 16, True, 41.29),
-    ("qwen3_moe_856m_a152m", 8, True, 26.76),
-    ("glm4_moe_837m_a177m", 16, False, 37.86),
+    ("qwen3_moe_856m_a152m", 32768, 16, 2048, False, "grouped_mm", 35.09),
+    ("qwen3_moe_856m_a152m", 32768, 64, 2048, False, "grouped_mm", 103.90),
+    ("qwen3_moe_856m_a152m", 32768, 16, 2048, True, "grouped_mm", 41.29),
+    ("qwen3_moe_856m_a152m", 32768, 8, 2048, True, "grouped_mm", 26.76),
+    ("glm4_moe_837m_a177m", 32768, 16, 2048, False, "grouped_mm", 37.86),
+    ("qwen3_moe_856m_a152m", 32768, 16, 2048, False, "sonicmoe", 29.09),
+    ("qwen3_moe_587m_a103m", 8192, 128, 1024, False, "grouped_mm", 59.72),
+    ("qwen3_moe_587m_a103m", 8192, 128, 1024, False, "sonicmoe", 46.28),
 ]
 
 
-@pytest.mark.parametrize("name,micro,per_layer,measured", MOE_PEAKS)
-def test_moe_estimate_within_10_percent_of_measured(name, micro, per_layer, measured):
+@pytest.mark.parametrize("name,vocab,micro,seq,per_layer,experts,measured", MOE_PEAKS)
+def test_moe_estimate_within_10_percent_of_measured(name, vocab, micro, seq, per_layer, experts, measured):
     from hfpretrain.models.memory import GIB
 
-    cfg = load_config(name, {}, vocab_size=32768)
+    cfg = load_config(name, {}, vocab_size=vocab)
     layout = TrainingLayout(
-        micro, 2048, compile="layers" if per_layer else "decoder", fused_loss="compiled", residual_bytes=2
+        micro,
+        seq,
+        compile="layers" if per_layer else "decoder",
+        fused_loss="compiled",
+        residual_bytes=2,
+        experts_implementation=experts,
     )
     assert abs(estimate_memory(cfg, layout).total / GIB / measured - 1) <= 0.10
+
+
+@pytest.mark.parametrize("family", MOE_FAMILIES)
+def test_sonicmoe_keeps_one_copy_of_the_rows_and_activation_less(family):
+    """sonic-moe gathers the rows as its grouped matmul loads them and recomputes the activation in the down
+    projection's backward: k·a·(d + I) fewer bytes per token of each expert layer than grouped_mm."""
+    from hfpretrain.models.memory import moe_shape
+
+    cfg, layout = tiny(family), TrainingLayout(4, 512, compile="decoder")
+    moe = moe_shape(cfg)
+    saved = (
+        estimate_memory(cfg, layout).activations
+        - estimate_memory(cfg, replace(layout, experts_implementation="sonicmoe")).activations
+    )
+    assert saved == 4 * 512 * moe.moe_layers * moe.top_k * 2 * (cfg.hidden_size + moe.expert_ff)
 
 
 @pytest.mark.parametrize("family", MOE_FAMILIES)

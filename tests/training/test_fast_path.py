@@ -268,3 +268,23 @@ def test_per_layer_compile_of_an_moe_says_what_it_costs():
         ModelSection(compile="layers"), load_config("tiny"), 4, 256, cuda=False, gpu_memory=None, planning=True
     )
     assert dense.reasons["compile"] == "set in the recipe"
+
+
+def test_auto_experts_take_sonicmoe_only_where_it_loads():
+    """auto on a GPU takes sonicmoe where its kernels load (measured 1.07-1.15x grouped_mm on an H200), else
+    grouped_mm with the reason sonicmoe was passed over; a plan for another machine assumes grouped_mm. On this CPU
+    machine sonic-moe's real loader refuses (no CUDA GPU), so a run flagged as on a GPU falls back, saying why."""
+    from hfpretrain.models.zoo import load_config
+    from hfpretrain.training.fast_path import choose_experts
+
+    moe = load_config("qwen3_moe_109m_a21m")
+    assert choose_experts("auto", moe, gpu=False)[0] == "eager"
+    experts, why = choose_experts("auto", moe, gpu=True, load=True)
+    assert experts == "grouped_mm" and "not sonicmoe: sonic-moe needs a CUDA GPU" in why
+    experts, why = choose_experts("auto", moe, gpu=True, load=False)
+    assert experts == "grouped_mm" and "sonicmoe where it loads on the machine that runs the plan" in why
+    experts, why = choose_experts("auto", moe, gpu=True, experts_autocast=False)
+    assert experts == "grouped_mm" and "kernels.experts_autocast is off" in why
+    moe.hidden_act = "relu"
+    assert "no gated relu" in choose_experts("auto", moe, gpu=True)[1]
+    assert choose_experts("grouped_mm", moe, gpu=True) == ("grouped_mm", "set in the recipe")

@@ -63,7 +63,10 @@ token its gathered cast input, gate_up output, silu(gate), the down input, the d
 the routing weight and that weight (a·(2·d + 4·I) + 4, I = ``moe_intermediate_size``); shared
 experts are a dense MLP of width n_shared·I. Compiled: k·(2·a·d + 3·a·I + 4) + 4·E, shared experts
 as compiled dense MLPs. ``experts_implementation="batched_mm"`` also keeps each routed copy's
-gathered expert weights in bf16 (a·3·d·I per copy). Layers that stay dense
+gathered expert weights in bf16 (a·3·d·I per copy); ``sonicmoe`` keeps a·(d + I) less per copy: its grouped
+matmuls gather the rows as they load them and its down projection's backward recomputes the activation in its
+epilogue (measured on an H200, results/moe_sonic_2026-11-30: 6.0 GiB less than grouped_mm at the 856M shape,
+micro-batch 16, and 13.4 at best_small_moe's 128 x 1024, where this term gives 6.0 and 13.5). Layers that stay dense
 (``first_k_dense_replace``, ``mlp_only_layers``) count as dense layers. Measured on an H200
 (grouped_mm, seq 2048, docs/benchmarks.md), decoder compiled: qwen3_moe_856m_a152m 35.1 GiB at
 micro-batch 16 (estimate +1%) and 103.9 at 64 (+6%), glm4_moe_837m_a177m 37.9 at 16 (−4.5%).
@@ -200,6 +203,8 @@ def _moe_mlp_bytes(d: int, moe: MoeShape, a: int, compiled: bool, cast: int, exp
         total = a * d + 4 * moe.experts + 12 * k + k * (a * (2 * d + 4 * ff) + 4)
     if experts_implementation == "batched_mm":
         total += k * a * 3 * d * ff  # each routed copy's gathered expert weights, cast, saved for the bmm backward
+    elif experts_implementation.startswith("sonicmoe"):
+        total -= k * a * (d + ff)  # no gathered copy of the rows, no activation output kept (see the docstring)
     if moe.shared_ff:
         total += _dense_mlp_bytes(d, moe.shared_ff, a, compiled, cast)
     return total

@@ -265,6 +265,7 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         planning=machine.planning,
         bf16=bool(recipe.training.get("bf16")),
         loss_section=recipe.loss,
+        experts_autocast=recipe.kernels.experts_autocast,
     )
     # the parallel layout (training/layout.py): the launch's engine, and the parallel section's degrees
     layout, layout_fields = choose_layout(
