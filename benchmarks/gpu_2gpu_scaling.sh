@@ -65,8 +65,10 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
     # tensor and context parallelism (parallel:, training/layout.py; results/gpu_2gpu_2026-11-29): tp over all NPROC ranks under
     # DDP's launch, FSDP2 x tp 2 (NPROC=4: 2 shards x tp 2), cp 2 beside FSDP2 (torch SDPA). If the compiled layers
     # or liger's loss fail on the sharded model, bisect with EXTRA="model.compile=none loss.implementation=chunked"
-    tp) bench tp accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ||
+    tp|tp.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ||
           bench tp_eager accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC model.compile=none ;;
+    # tp without sequence parallelism (auto takes it with tp since 2026-11-30): the same-call A/B
+    tp_nosp|tp_nosp.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC parallel.sequence_parallel=false ;;
     # where tp and cp lose against one GPU (2026-11-29: tp 2 at 78% after the fixes, cp 2 at 32k at 87%): steps
     # 14-16 profiled on every rank (kernels by GPU time, the idle gaps), beside one GPU's; their tokens/s include the
     # profiled steps

@@ -28,9 +28,17 @@ def _resolve(recipe_path, overrides, machine):
     [
         (80, [], "ddp", "data parallel"),
         (30, [], "fsdp2", "FSDP2: under DDP one GPU would need 34.1 GiB"),
+        # tp with sequence parallelism (auto): tp 2 beside FSDP2 (whose checkpoints are refused under tp: no saves)
+        (14, ["training.save_strategy=no"], "fsdp2+tp2", "tp 2: one layer's weights and activations do not fit"),
         # tp 8 takes every rank: nothing left for FSDP2 to shard across, so plain tensor parallelism
-        (14, [], "ddp+tp8", "tp 8: one layer's weights and activations do not fit"),
-        (12, ["model.attn_implementation=sdpa"], "fsdp2+cp2", "cp 2: one sequence's activations (2048 tokens)"),
+        (9, [], "ddp+tp8", "tp 8: one layer's weights and activations do not fit"),
+        # tp held at 1 (with sequence parallelism tp 2 fits first)
+        (
+            12,
+            ["model.attn_implementation=sdpa", "parallel.tp=1"],
+            "fsdp2+cp2",
+            "cp 2: one sequence's activations (2048 tokens)",
+        ),
     ],
 )
 def test_auto_layout_follows_the_memory_model(tmp_path, gib, extra, engine, why):
@@ -72,6 +80,14 @@ def test_written_degrees_are_checked_in_one_line_naming_the_key(mini_blocks, tmp
             "beside FSDP2: its checkpoints",
         ),
         (2, None, ["parallel.tp=2", "model.precision=fp8"], "model.precision=fp8 with parallel.tp=2"),
+        (1, None, ["parallel.sequence_parallel=true"], "parallel.sequence_parallel=true splits a tensor-parallel"),
+        (2, None, ["parallel.sequence_parallel=true"], "it needs parallel.tp > 1 (tp 1 here)"),
+        (
+            4,
+            None,
+            ["parallel.tp=2", "parallel.cp=2", "model.attn_implementation=sdpa", "parallel.sequence_parallel=true"],
+            "parallel.sequence_parallel=true beside parallel.cp=2 has not run",
+        ),
     ]
     for world, zero, overrides, message in cases:
         with pytest.raises(RecipeError, match=None) as err:
@@ -109,7 +125,13 @@ def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, t
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
-    assert doc["recipe"]["parallel"] == {"dp_shard": "2", "tp": "auto", "cp": "auto", "timeout_s": 1800.0}
+    assert doc["recipe"]["parallel"] == {
+        "dp_shard": "2",
+        "tp": "auto",
+        "cp": "auto",
+        "sequence_parallel": None,
+        "timeout_s": 1800.0,
+    }
     layout = doc["resolved"]["layout"]
     assert (layout["engine"], layout["dp_replicate"], layout["dp_shard"]) == ("fsdp2", 2, 2)
     assert "FSDP2 over 2 ranks (parallel.dp_shard)" in layout["reason"] and "parallel layout: fsdp2" in proc.stderr
@@ -134,6 +156,35 @@ def test_tensor_and_context_parallelism_come_with_fsdp2(mini_blocks):
     ):
         layout = _resolve(TINY_RECIPE, [*data, *overrides], launch_of(world)).layout
         assert (layout.engine, layout.dp_shard, layout.dp_replicate) == (engine, shard, 1), layout
+        assert not layout.sequence_parallel, layout  # auto: only where tp does not fit without it
+
+
+def test_sequence_parallel_needs_positions_that_split():
+    from hfpretrain.training.config import RecipeError
+    from hfpretrain.training.layout import check_sequence_parallel, wants_sequence_parallel
+
+    with pytest.raises(RecipeError, match=r"^parallel.sequence_parallel: the sequence \(4097 tokens\) does not split"):
+        check_sequence_parallel(None, 2, 1, 4097)
+    check_sequence_parallel(False, 2, 1, 4097)  # off: nothing to split
+    assert not wants_sequence_parallel(None, 1, 1) and not wants_sequence_parallel(None, 2, 2)
+    assert wants_sequence_parallel(None, 2, 1) and not wants_sequence_parallel(False, 2, 1)
+
+
+def test_auto_takes_sequence_parallelism_only_where_tp_needs_it(tmp_path):
+    """Measured on two H200s, sequence parallelism saved 4-8 GiB and cost 1-2% of the tokens/s: auto takes it where
+    tp does not fit a GPU without it (the 1.8B recipe on 8 GPUs of 14 GiB), not where it fits (80 GiB, tp 2)."""
+    base = [*ON_CPU, "training.save_strategy=no", f"data.path={tmp_path}/none"]
+    tight = _resolve(RECIPE_1P8B, base, launch_of(8, 14)).layout
+    assert tight.tp == 2 and tight.sequence_parallel and "tp does not fit without it" in tight.reason, tight
+    roomy = _resolve(RECIPE_1P8B, [*base, "parallel.tp=2"], launch_of(8, 80)).layout
+    assert roomy.tp == 2 and not roomy.sequence_parallel, roomy
+    asked = _resolve(RECIPE_1P8B, [*base, "parallel.tp=2", "parallel.sequence_parallel=true"], launch_of(8, 80))
+    assert asked.layout.sequence_parallel and "(parallel.sequence_parallel)" in asked.layout.reason
+    # the memory estimate the plan reports is the layout's
+    assert (
+        asked.plan["memory_per_gpu_gib"]["total"]
+        < _resolve(RECIPE_1P8B, [*base, "parallel.tp=2"], launch_of(8, 80)).plan["memory_per_gpu_gib"]["total"]
+    )
 
 
 def test_memory_per_gpu_under_tensor_and_context_parallelism():
@@ -161,6 +212,14 @@ def test_memory_per_gpu_under_tensor_and_context_parallelism():
     assert tp2.weights == 4 * half and cp2.weights == one.weights
     assert 0.5 * one.activations_per_layer < tp2.activations_per_layer < 0.8 * one.activations_per_layer
     assert cp2.activations_per_layer == one.activations_per_layer // 2 and cp2.logits < one.logits
+    # sequence parallelism: the residual stream's own part of each layer, the final norm and the head's input /tp
+    from hfpretrain.models.memory import stream_bytes_per_token_per_layer
+
+    sp = estimate_memory(config, TrainingLayout(1, 4096, tp=2, sequence_parallel=True))
+    stream = stream_bytes_per_token_per_layer(config, compiled=False)
+    assert sp.activations_per_layer == tp2.activations_per_layer - stream // 2 * 4096
+    # one row: plain tp runs the head over all its positions on every rank, sequence parallelism over half
+    assert sp.activations < tp2.activations and sp.logits < tp2.logits
     # ZeRO/FSDP shard a tp slice over the n_gpus / tp ranks that hold it
     z3 = estimate_memory(config, TrainingLayout(1, 4096, n_gpus=8, zero_stage=3, tp=2))
     assert z3.weights == 4 * half // 4

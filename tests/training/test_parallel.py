@@ -111,7 +111,7 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
         assert tp[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, tp[step], ref[step])
     assert ref[str(STEPS)] < ref["1"]  # it trained
     # Qwen3's q_norm and k_norm see this rank's heads only, their gradients summed over the group once per
-    # micro-batch (models.parallel.HEAD_NORM; transformers' own style summed the accumulated gradient at every
+    # micro-batch (models.parallel.PARTIAL_NORM; transformers' own style summed the accumulated gradient at every
     # micro-batch: off by 5e-4 here)
     _check_norm_grads(two, one)
 
@@ -129,14 +129,20 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
 
     # tp 2 inside a (2, 2) mesh, four processes reading the same batch: transformers 5.2x shards the other
-    # dimension with FSDP2 at load; 5.17 applies tp alone over the mesh's tp dimension (FSDP2 is accelerate's there)
+    # dimension with FSDP2 at load; 5.17 applies tp alone over the mesh's tp dimension (FSDP2 is accelerate's there).
+    # With sequence parallelism (models.parallel: each tp rank holds half of the positions between the blocks, the
+    # loss over its own; every norm's weight gradient summed over the group, which the norm check covers) and the
+    # trainer's loss (training.loss.sequence_parallel_loss): the one activation-sized all-reduce left is the
+    # embedding's, the blocks' all-reduces now all-gathers and reduce-scatters
     four = tmp_path / "tp2x2"
-    proc = _torchrun("tp_steps.py", mini_blocks, four, STEPS, 2, nproc=4)
+    proc = _torchrun("tp_steps.py", mini_blocks, four, STEPS, 2, "sp", nproc=4)
     assert proc.returncode == 0, proc.stderr[-6000:]
     grid = json.loads((four / "losses.json").read_text())
     for step in ref:
         assert grid[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, grid[step], ref[step])
     _check_norm_grads(four, one)
+    counted = json.loads((four / "all_reduces.json").read_text())
+    assert counted["activation_all_reduces"] == 1 and "gloo:all_gather" in counted["gloo"], counted
     _check_final_gathered(four / "final", one / "final")
 
 
@@ -147,8 +153,9 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
     the same evaluation loss over 20 blocks (a batch of 16 and one of 4: a gather over both ranks weighted the
     shorter one half), and final/ gathered whole, loading as a plain model. Under our own attention backend's
     name, which every rank loading the sharded model must have registered (rank 1 did not, on the first GPU run).
-    Its checkpoint at step 3 (whole weights, each rank's optimizer states: training/checkpoints.py) resumes into the
-    same steps 4 and 5."""
+    The run takes sequence parallelism (asked for: each rank the loss over its half of the positions); its
+    checkpoint at step 3 (whole weights, each rank's optimizer states: training/checkpoints.py) resumes without it
+    (auto: the model fits; each rank the loss over its half of the rows) into the same steps 4 and 5."""
     extra = {
         "model.attn_implementation": "sdpa_packed",
         "training.max_steps": str(STEPS),
@@ -163,11 +170,21 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
     proc = _accelerate_two(
         REPO / "tests" / "training" / "tp_trainer.py",
         TINY_RECIPE,
-        *make_overrides(mini_blocks, two, {**tp2, "training.save_strategy": "steps", "training.save_steps": "3"}),
+        *make_overrides(
+            mini_blocks,
+            two,
+            {
+                **tp2,
+                "parallel.sequence_parallel": "true",
+                "training.save_strategy": "steps",
+                "training.save_steps": "3",
+            },
+        ),
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
     plan = read_log(two)[0]["plan"]
     assert plan["parallel"]["tp"] == 2 and plan["world_size"] == 2 and plan["samples_per_step"] == 4, plan
+    assert plan["parallel"]["sequence_parallel"], plan["parallel"]
     ref, tp = step_losses(one), step_losses(two)
     assert sorted(tp) == list(range(1, STEPS + 1))
     for step in ref:
@@ -184,6 +201,7 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
         *make_overrides(mini_blocks, resumed, {**tp2, "training.resume_from_checkpoint": str(two / "checkpoint-3")}),
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
+    assert not read_log(resumed)[0]["plan"]["parallel"]["sequence_parallel"]
     again = step_losses(resumed)
     assert sorted(again) == [4, 5]
     for step in again:

@@ -5,6 +5,10 @@ by tensor parallelism through ``hfpretrain.models.parallel.load_tensor_parallel`
     python tests/training/tp_steps.py DATA OUT [STEPS]
     torchrun --nproc_per_node 2 tests/training/tp_steps.py DATA OUT [STEPS]
     torchrun --nproc_per_node 4 tests/training/tp_steps.py DATA OUT STEPS 2   # tp 2 inside a (2, 2) mesh: FSDP2
+    torchrun --nproc_per_node 2 tests/training/tp_steps.py DATA OUT STEPS 2 sp   # sequence parallelism
+
+With ``sp`` the loss is the trainer's (training/loss.py ``sequence_parallel_loss``: the head and loss over each
+rank's positions, from the base model's split output); else the model's own (transformers' gathered logits).
 
 Each step accumulates the gradients of two micro-batches of 2 rows. Writes OUT/losses.json (step -> loss, rank 0),
 OUT/norm_grads.json (every norm weight's gradient after step 1's two micro-batches, whole), OUT/final (save_pretrained:
@@ -28,11 +32,13 @@ def main() -> None:
     from hfpretrain.data.order import load_input_ids
     from hfpretrain.models import load_config
     from hfpretrain.models.parallel import load_tensor_parallel
+    from hfpretrain.training.loss import CausalLMLoss, HiddenStateTap, LossSpec, sequence_parallel_loss, shift_labels
 
     data, out = Path(sys.argv[1]), Path(sys.argv[2])
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     tp = int(sys.argv[4]) if len(sys.argv) > 4 else world  # under torchrun: every rank unless given
+    sequence_parallel = sys.argv[5:] == ["sp"]
     config = load_config("tiny", vocab_size=len(AutoTokenizer.from_pretrained(data / "tokenizer")))
     init = out / "init"
     if world > 1:
@@ -43,11 +49,19 @@ def main() -> None:
     if world > 1:
         torch.distributed.barrier()
         model = load_tensor_parallel(
-            str(init), config, tp=tp, world=world, device="cpu", attn_implementation="sdpa", dtype=torch.float32
+            str(init),
+            config,
+            tp=tp,
+            world=world,
+            device="cpu",
+            sequence_parallel=sequence_parallel,
+            attn_implementation="sdpa",
+            dtype=torch.float32,
         )
     else:
         model = AutoModelForCausalLM.from_pretrained(init, attn_implementation="sdpa", dtype=torch.float32)
     blocks = torch.as_tensor(load_input_ids(data, "train")[: 4 * steps]["input_ids"].astype("int64"))
+    tap = HiddenStateTap(model.lm_head) if sequence_parallel else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
     losses = {}
     for step in range(steps):
@@ -57,12 +71,21 @@ def main() -> None:
             counted = step == 0 and micro == 0 and world > 1 and rank == 0
             profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
             with profiler if counted else contextlib.nullcontext() as prof:
-                part = model(input_ids=rows, labels=rows).loss / 2
+                if sequence_parallel:  # as the trainer: the head's input tapped (FSDP2's root is the whole model)
+                    tap.active = True
+                    model(input_ids=rows)
+                    tap.active, hidden = False, tap.hidden  # this rank's positions
+                    count = (shift_labels(rows) != -100).sum()
+                    loss_fn = CausalLMLoss(LossSpec("chunked"))
+                    part = sequence_parallel_loss(loss_fn, hidden, model.lm_head.weight, rows, count) / 2
+                else:
+                    part = model(input_ids=rows, labels=rows).loss / 2
                 part.backward()
             if counted:
                 activation = [*rows.shape, config.hidden_size]
                 count = sum(e.name == "gloo:all_reduce" and e.input_shapes == [activation] for e in prof.events())
-                (out / "all_reduces.json").write_text(json.dumps({"activation_all_reduces": count}))
+                names = sorted({e.name for e in prof.events() if e.name.startswith("gloo:")})
+                (out / "all_reduces.json").write_text(json.dumps({"activation_all_reduces": count, "gloo": names}))
             loss += part.item()
         if step == 0:  # the norms' accumulated gradients, whole (full_tensor: a collective, on every rank)
             grads = {

@@ -77,9 +77,12 @@ derived from what the per-layer graphs keep (3% low at micro-batch 8).
 Tensor parallelism (``tp``, transformers' plan: models/parallel.py): weights, gradients and optimizer states are one
 GPU's slice (the plan's sharded weights / tp, the norms whole), ZeRO/FSDP shard that slice over the n_gpus / tp
 ranks that hold it; a layer's activations are those of a layer with heads, KV heads and MLP width / tp (the residual
-stream, the norms and the projections' inputs stay whole: the plan has no sequence parallelism); in training the
-head and loss run over each rank's share of the micro-batch's rows, where tp divides them (training/loss.py), else
-over all of them. Context parallelism (``cp``): every per-token term counts micro_batch · seq_len / cp tokens (the
+stream, the norms and the projections' inputs stay whole in transformers' plan); in training the head and loss run
+over each rank's share of the micro-batch's rows, where tp divides them (training/loss.py), else over all of them.
+With ``sequence_parallel`` the residual stream's own part of each layer (the norms' inputs:
+``stream_bytes_per_token_per_layer``), the final norm and the head's input count 1/tp of the positions, and the head
+and loss each rank's positions; the blocks' gathered inputs stay whole (the projections keep them for their weight
+gradients). Context parallelism (``cp``): every per-token term counts micro_batch · seq_len / cp tokens (the
 K/V blocks passed around the ring, 2·d_kv per token, are left out). Against the 1.8B shape on 2 H200s (2026-11-29,
 compiled layers): tp 2 at 20 × 2,048, 60.1 GiB against 62.4 (4% low; transformers 5.17, whose plan leaves the
 embedding whole: 58.4 under 5.24's); cp 2 at 32k and 64k, 42.7 and 73.9 against 48.4 and 84.1 (12–13% low; one GPU
@@ -260,6 +263,14 @@ def activation_bytes_per_token_per_layer(
     return int(total)
 
 
+def stream_bytes_per_token_per_layer(config: PretrainedConfig, compiled: bool, residual_bytes: int = 4) -> int:
+    """What a layer keeps per token of the residual stream itself (the norms' inputs; eager, their fp32 upcasts
+    and outputs too): the part sequence parallelism splits over a tensor-parallel group, whose blocks keep their
+    gathered inputs whole."""
+    d = config.hidden_size
+    return 2 * residual_bytes * d if compiled else 2 * (4 + residual_bytes) * d
+
+
 @dataclass(frozen=True)
 class TrainingLayout:
     """How one GPU trains a model: everything besides the model's config that its memory depends on (the
@@ -292,6 +303,7 @@ class TrainingLayout:
     # ranks hold the same slice of the weights and shard it further under ZeRO/FSDP
     tp: int = 1
     cp: int = 1
+    sequence_parallel: bool = False  # with tp: the residual stream and the norms hold 1/tp of the positions
 
     @property
     def compiled(self) -> bool:
@@ -342,6 +354,8 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
     # the document mask as SDPA's additive bias: one for all layers (measured on an H100, compiled decoder, 16k:
     # +2.0 GiB over no mask at micro-batch 4, i.e. a bytes per mask element, not one bias per layer)
     mask_bias = a * layout.seq_len if layout.document_mask and layout.attn_implementation in MASKED_SDPA else 0
+    if layout.sequence_parallel and tp > 1:  # the residual stream's part of a layer, split over the tp ranks
+        per_layer -= stream_bytes_per_token_per_layer(config, layout.compiled, layout.residual_bytes) * (tp - 1) // tp
     moe = moe_shape(config)
     all_layers = x["L"] * per_layer
     if moe is not None:  # the expert layers keep the routed tokens' activations instead of a dense MLP's
@@ -361,6 +375,8 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
         all_layers = (x["L"] - moe.moe_layers) * per_layer + moe.moe_layers * moe_per_layer
         per_layer = max(per_layer, moe_per_layer) if moe.moe_layers < x["L"] else moe_per_layer
     outside = 8 + 8 * x["d"] + a * x["d"]  # input ids, final norm (in + out), LM-head cast input
+    if layout.sequence_parallel and tp > 1:  # the final norm and the head's input: this rank's positions
+        outside = 8 + (8 * x["d"] + a * x["d"]) // tp
     if layout.attn_implementation == "eager":
         outside += 4 * layout.seq_len  # the materialised causal mask (shared by all layers)
     outside += mask_bias
@@ -374,7 +390,9 @@ def estimate_memory(config: PretrainedConfig, layout: TrainingLayout) -> MemoryE
         layers_bytes = tokens * all_layers
     # under tp each rank of the group runs the head and loss over its share of the rows (training/loss.py
     # tensor_parallel_loss), where the group divides them; else over all of them
-    loss_tokens = tokens // tp if layout.micro_batch % tp == 0 else tokens
+    # (sequence parallelism: its positions, whatever the rows)
+    splits = layout.micro_batch % tp == 0 or (layout.sequence_parallel and layout.seq_len % tp == 0)
+    loss_tokens = tokens // tp if splits else tokens
     if layout.fused_loss == "compiled":
         # Head + loss in one graph: the bf16 logits, saved for backward; inductor's fused backward
         # writes their gradient over them (measured: one copy, within 2% at GPT-2 124M and scale_12m..146m).

@@ -15,8 +15,21 @@ transformers' plan each of them wraps the input itself, so the backward all-redu
 projection (q, k, v; gate, up) and in float32 (the residual stream's dtype, before autocast's cast); with one wrap
 the projections' partial gradients are summed locally and all-reduced once per block, in bfloat16: 2 backward
 all-reduces a layer in place of 5, half the bytes each (2×H200: results/gpu_2gpu_2026-11-29b). The per-head norms
-(Qwen3's q_norm, k_norm) take ``HEAD_NORM`` in place of transformers' style: their gradients summed per micro-batch,
-inside the compiled graph (results/gpu_2gpu_2026-11-29c)."""
+(Qwen3's q_norm, k_norm) take ``PARTIAL_NORM`` in place of transformers' style: their gradients summed per
+micro-batch, inside the compiled graph (results/gpu_2gpu_2026-11-29c).
+
+Sequence parallelism (``sequence_parallel``, training only; Megatron's, as torchtitan applies it): between the blocks
+each rank holds its 1/tp of the sequence's positions instead of all of them, so the norms, the residual adds and
+their saved activations are not repeated on every rank. Four rules of ours do it: ``SEQUENCE_SPLIT`` on the
+decoder layers (the first, which gets every position, keeps each rank's; the backward gathers their gradients),
+``SEQUENCE_BLOCK_INPUT`` (the block's positions all-gathered in the autocast dtype; the backward reduce-scatters the
+projections' gradients), ``SEQUENCE_ROWWISE`` for o and down (their partial outputs reduce-scattered over positions
+in place of all-reduced: the same bytes as the all-reduce's two halves) and ``PARTIAL_NORM`` on every norm (each
+rank's weight gradient covers its positions). The final norm's output stays split: the trainer's loss takes each
+rank's positions (training/loss.py ``sequence_parallel_loss``). Evaluation (no gradient) runs transformers' plan
+unchanged. On two H200s it saved 4-8 GiB and cost 1-2% of the tokens/s (results/gpu_2gpu_2026-11-30): the
+gathers and scatters along the sequence copy the stream about as much as the split saves, so the planner takes it
+only where tp does not fit without it (training/layout.py)."""
 
 from __future__ import annotations
 
@@ -55,8 +68,13 @@ BLOCK_INPUT = "hfpretrain_block_input"
 BLOCKS = ("self_attn", "mlp")
 # transformers' style for a replicated weight that sees only this rank's heads (Qwen3's q_norm, k_norm), and ours,
 # which re-states the norm's forward: only for the classes whose forward it is
-HF_HEAD_NORM_STYLE, HEAD_NORM = "replicated_with_grad_allreduce", "hfpretrain_head_norm"
-HEAD_NORM_CLASSES = ("Qwen3RMSNorm", "LlamaRMSNorm")
+HF_HEAD_NORM_STYLE, PARTIAL_NORM = "replicated_with_grad_allreduce", "hfpretrain_partial_norm"
+NORM_CLASSES = ("Qwen3RMSNorm", "LlamaRMSNorm")
+# sequence parallelism (the module's docstring)
+SEQUENCE_SPLIT = "hfpretrain_sequence_split"
+SEQUENCE_BLOCK_INPUT = "hfpretrain_sequence_block_input"
+SEQUENCE_ROWWISE = "hfpretrain_sequence_rowwise"
+LAYER_NORMS = ("input_layernorm", "post_attention_layernorm")
 
 
 class _SumOverTP(torch.autograd.Function):
@@ -75,47 +93,115 @@ class _SumOverTP(torch.autograd.Function):
 
 
 def _register_styles() -> None:
-    """``BLOCK_INPUT`` and ``HEAD_NORM`` in transformers' registry of parallel styles (once per process, every
-    rank)."""
-    from torch.distributed.tensor import DTensor, Replicate
+    """Our styles (``BLOCK_INPUT``, ``PARTIAL_NORM`` and sequence parallelism's) in transformers' registry of
+    parallel styles (once per process, every rank)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
     from transformers.integrations.tensor_parallel import ALL_PARALLEL_STYLES, TensorParallelLayer
 
-    if HEAD_NORM in ALL_PARALLEL_STYLES:
+    if SEQUENCE_ROWWISE in ALL_PARALLEL_STYLES:
         return
+    from transformers.distributed.tensor_parallel import RowwiseParallel
+
+    def _block_input(args, kwargs):
+        return args[0] if args else kwargs["hidden_states"]
+
+    def _with_block_input(args, kwargs, x):
+        return ((x, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": x})
 
     class BlockInput(TensorParallelLayer):
         """The hidden states entering a block as one replicated DTensor, so that the gradients of the block's
-        column-wise projections meet there and are all-reduced once (see the module's docstring)."""
+        column-wise projections meet there and are all-reduced once (see the module's docstring); with
+        ``positions_split`` (sequence parallelism) each rank's positions, all-gathered here, their gradients
+        reduce-scattered back."""
+
+        def __init__(self, positions_split: bool):
+            self.placement = Shard(1) if positions_split else Replicate()
 
         def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
             if not torch.is_grad_enabled():  # evaluation: transformers' local path, no gradient to sum
                 return args, kwargs
-            x = args[0] if args else kwargs["hidden_states"]
+            x = _block_input(args, kwargs)
             if isinstance(x, DTensor):
                 return args, kwargs
             if torch.is_autocast_enabled(x.device.type):  # the projections would cast it each; once here
                 x = x.to(torch.get_autocast_dtype(x.device.type))
-            x = DTensor.from_local(x, mesh, [Replicate()], run_check=False)
-            if args:
-                return (x, *args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": x}
+            x = DTensor.from_local(x, mesh, [self.placement], run_check=False)
+            if self.placement != Replicate():
+                x = x.redistribute(placements=[Replicate()])
+            return _with_block_input(args, kwargs, x)
 
-    class HeadNorm(TensorParallelLayer):
-        """An RMSNorm over each head (Qwen3's q_norm, k_norm) whose replicated weight sees this rank's heads only:
-        its gradient summed over the group inside the forward's graph. transformers' own style all-reduces
-        ``weight.grad`` in a hook after it is accumulated (5.17: a module backward hook, 5.24: a post-accumulate
-        hook), which counts every earlier micro-batch of a step again (wrong under gradient accumulation; measured
-        on CPU) and, in 5.17, breaks the compiled layer into graphs around the module."""
+    class SequenceSplit(TensorParallelLayer):
+        """On every decoder layer, in training: where the hidden states still hold every position (the first
+        layer's, which the rotary embedding's cos and sin cover whole), each rank keeps its 1/tp of them (a slice;
+        the backward all-gathers the slices' gradients, which the embedding's ranks then all hold whole). A rule on
+        every layer: transformers 5.17 matches a plan's module names with their layer numbers as wildcards."""
+
+        def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
+            if not torch.is_grad_enabled():
+                return args, kwargs
+            x, rotary = _block_input(args, kwargs), kwargs.get("position_embeddings")
+            if rotary is None:
+                raise ValueError(
+                    f"parallel.sequence_parallel: {type(module).__name__} is called without position_embeddings "
+                    "(the positions it would split are those the rotary embedding covers)"
+                )
+            if x.shape[1] != rotary[0].shape[-2]:  # already split
+                return args, kwargs
+            if x.shape[1] % mesh.size():
+                raise ValueError(
+                    f"parallel.sequence_parallel: {x.shape[1]} positions do not split {mesh.size()} ways (tp)"
+                )
+            x = DTensor.from_local(x, mesh, [Replicate()], run_check=False)
+            return _with_block_input(args, kwargs, x.redistribute(placements=[Shard(1)]).to_local())
+
+    class SequenceRowwise(TensorParallelLayer):
+        """transformers' row-wise style whose partial output is reduce-scattered over positions in training (each
+        rank keeps its own), all-reduced in evaluation."""
+
+        def __init__(self):
+            self.training = RowwiseParallel(output_layouts=Shard(1))
+            self.evaluation = RowwiseParallel()
+
+        def _style(self):
+            return self.training if torch.is_grad_enabled() else self.evaluation
+
+        def should_use_local_tensors(self, module):
+            return self._style().should_use_local_tensors(module)
+
+        def shard_param(self, module, param, mesh):
+            return self.training.shard_param(module, param, mesh)
 
         def install_forward(self, module, mesh):
-            if type(module).__name__ not in HEAD_NORM_CLASSES:
+            if not hasattr(module, "in_features"):
+                raise ValueError(f"{type(module).__name__} has no `in_features`: rowwise shards linear layers.")
+            return super().install_forward(module, mesh)
+
+        def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
+            return self._style().transform_inputs_pre_forward(module, args, kwargs, mesh)
+
+        def context_around_forward(self, module, mesh):
+            return self._style().context_around_forward(module, mesh)
+
+        def transform_output_post_forward(self, module, output, mesh):
+            return self._style().transform_output_post_forward(module, output, mesh)
+
+    class PartialNorm(TensorParallelLayer):
+        """An RMSNorm whose replicated weight sees part of the data: this rank's heads (Qwen3's q_norm, k_norm) or,
+        under sequence parallelism, this rank's positions. Its gradient is summed over the group inside the
+        forward's graph. transformers' own style for the heads all-reduces ``weight.grad`` in a hook after it is
+        accumulated (5.17: a module backward hook, 5.24: a post-accumulate hook), which counts every earlier
+        micro-batch of a step again (wrong under gradient accumulation; measured on CPU) and, in 5.17, breaks the
+        compiled layer into graphs around the module."""
+
+        def install_forward(self, module, mesh):
+            if type(module).__name__ not in NORM_CLASSES:
                 raise ValueError(
-                    f"parallel.tp: a per-head norm of class {type(module).__name__}, whose forward {HEAD_NORM} does "
-                    f"not re-state (it knows {', '.join(HEAD_NORM_CLASSES)})"
+                    f"parallel.tp: a norm of class {type(module).__name__}, whose forward {PARTIAL_NORM} does "
+                    f"not re-state (it knows {', '.join(NORM_CLASSES)})"
                 )
             eps = module.variance_epsilon
             if mesh.ndim != 1:  # transformers hands each style its tp sub-mesh
-                raise ValueError(f"parallel.tp: {HEAD_NORM} expects the tensor-parallel mesh, got {mesh.ndim} dims")
+                raise ValueError(f"parallel.tp: {PARTIAL_NORM} expects the tensor-parallel mesh, got {mesh.ndim} dims")
             group = mesh.get_group().group_name
 
             def forward(hidden_states):  # the model's RMSNorm (float32 statistics), its weight through _SumOverTP
@@ -127,18 +213,36 @@ def _register_styles() -> None:
             module.forward = forward
             return module
 
-    ALL_PARALLEL_STYLES.register(BLOCK_INPUT, BlockInput())
-    ALL_PARALLEL_STYLES.register(HEAD_NORM, HeadNorm())
+    ALL_PARALLEL_STYLES.register(BLOCK_INPUT, BlockInput(positions_split=False))
+    ALL_PARALLEL_STYLES.register(PARTIAL_NORM, PartialNorm())
+    ALL_PARALLEL_STYLES.register(SEQUENCE_SPLIT, SequenceSplit())
+    ALL_PARALLEL_STYLES.register(SEQUENCE_BLOCK_INPUT, BlockInput(positions_split=True))
+    ALL_PARALLEL_STYLES.register(SEQUENCE_ROWWISE, SequenceRowwise())
 
 
-def training_tp_plan(config: PretrainedConfig) -> dict[str, str]:
+def training_tp_plan(config: PretrainedConfig, sequence_parallel: bool = False) -> dict[str, str]:
     """``tp_plan(config)`` with ``BLOCK_INPUT`` on every block whose input feeds column-wise projections and
-    ``HEAD_NORM`` in place of transformers' style for per-head norms."""
-    plan = {key: HEAD_NORM if style == HF_HEAD_NORM_STYLE else style for key, style in tp_plan(config).items()}
+    ``PARTIAL_NORM`` in place of transformers' style for per-head norms; with ``sequence_parallel``, the positions
+    split between the blocks (the module's docstring): the blocks' inputs gathered, their row-wise outputs
+    reduce-scattered, every norm's gradient summed."""
+    plan = {key: PARTIAL_NORM if style == HF_HEAD_NORM_STYLE else style for key, style in tp_plan(config).items()}
     blocks = {
         key.rsplit(".", 1)[0] for key, style in plan.items() if style == "colwise" and key.rsplit(".", 2)[-2] in BLOCKS
     }
-    return {**plan, **dict.fromkeys(sorted(blocks), BLOCK_INPUT)}
+    if not sequence_parallel:
+        return {**plan, **dict.fromkeys(sorted(blocks), BLOCK_INPUT)}
+    rowwise = {
+        key: SEQUENCE_ROWWISE for key, style in plan.items() if style == "rowwise" and key.startswith("model.layers.")
+    }
+    norms = {f"model.layers.*.{name}": PARTIAL_NORM for name in LAYER_NORMS}
+    return {
+        **plan,
+        **rowwise,
+        **dict.fromkeys(sorted(blocks), SEQUENCE_BLOCK_INPUT),
+        **norms,
+        "model.norm": PARTIAL_NORM,
+        "model.layers.*": SEQUENCE_SPLIT,
+    }
 
 
 def check_tp(config: PretrainedConfig, tp: int, key: str = "parallel.tp") -> None:
@@ -193,11 +297,19 @@ def tp_layer_config(config: PretrainedConfig, tp: int) -> PretrainedConfig:
 
 
 def load_tensor_parallel(
-    weights: str, config: PretrainedConfig, tp: int, world: int, device: str = "cuda", mesh=None, **kwargs
+    weights: str,
+    config: PretrainedConfig,
+    tp: int,
+    world: int,
+    device: str = "cuda",
+    mesh=None,
+    sequence_parallel: bool = False,
+    **kwargs,
 ):
     """``weights`` loaded sharded ``tp`` ways by transformers' plan over this launch's ``world`` processes
     (torch.distributed set up by the launcher; transformers starts the process group if nobody has), with our
-    ``BLOCK_INPUT`` rule added and ``HEAD_NORM`` for the per-head norms (``training_tp_plan``). With ranks left over
+    ``BLOCK_INPUT`` rule added and ``PARTIAL_NORM`` for the per-head norms, and with ``sequence_parallel`` the
+    positions split between the blocks (``training_tp_plan``). With ranks left over
     for FSDP2 (world > tp), the tensor-parallel groups are the inner dimension of a (world / tp, tp) mesh:
     transformers 5.2x (whose models have ``is_distributed_loading_by_transformers``) builds it and applies FSDP2
     itself from ``DistributedConfig(fsdp_size=...)``; 5.17 applies tp only, over the ``tp`` dimension of ``mesh``
@@ -208,7 +320,7 @@ def load_tensor_parallel(
 
     check_tp(config, tp)
     _register_styles()
-    plan = training_tp_plan(config)  # whole: 5.17 replaces the installed plan by it, 5.24 merges it in
+    plan = training_tp_plan(config, sequence_parallel)  # whole: 5.17 replaces the installed plan, 5.24 merges it in
     if world == tp:  # tp over every rank: transformers' default tp_size (the world size) in both versions
         return AutoModelForCausalLM.from_pretrained(
             weights, config=config, distributed_config=DistributedConfig(tp_plan=plan, tp_size=tp), **kwargs

@@ -490,6 +490,16 @@ class ParallelSection:
             "a mask); auto: 1 unless one sequence's activations do not fit a GPU; must divide seq_len"
         },
     )
+    sequence_parallel: Optional[bool] = field(
+        default=None,
+        metadata={
+            "help": "null (auto) | true | false: with tp > 1, each rank of a tensor-parallel group holds 1/tp of the "
+            "positions between the blocks in training (Megatron's sequence parallelism: the norms and residual adds "
+            "split instead of repeated, the blocks' inputs all-gathered and their outputs reduce-scattered; "
+            "models/parallel.py); auto: only where tp does not fit without it (on two H200s it saved 4-8 GiB and "
+            "cost 1-2% of the tokens/s); not beside cp; needs seq_len divisible by tp"
+        },
+    )
     timeout_s: float = field(
         default=1800.0,
         metadata={

@@ -74,6 +74,7 @@ class Layout:
     cp: int = 1
     dp_shard: int = 1  # ranks each FSDP2 shard group spans (1 unless zero_stage 3)
     reason: str = "one process"
+    sequence_parallel: bool = False  # tp's groups split the positions between the blocks (models/parallel.py)
 
     @property
     def dp(self) -> int:
@@ -98,8 +99,32 @@ class Layout:
             "dp_shard": self.dp_shard,
             "tp": self.tp,
             "cp": self.cp,
+            "sequence_parallel": self.sequence_parallel,
             "reason": self.reason,
         }
+
+
+def wants_sequence_parallel(setting: bool | None, tp: int, cp: int) -> bool:
+    """Whether ``parallel.sequence_parallel`` may split a tensor-parallel group's positions at degrees ``tp`` and
+    ``cp``: where there is a group and no context parallelism (their combination has not run), unless set false
+    (``choose_layout`` takes it under auto only where it is needed to fit)."""
+    return setting is not False and tp > 1 and cp == 1
+
+
+def check_sequence_parallel(setting: bool | None, tp: int, cp: int, seq_len: int) -> None:
+    """One ``RecipeError`` line where ``parallel.sequence_parallel`` cannot apply."""
+    key = "parallel.sequence_parallel"
+    if setting and tp == 1:
+        raise RecipeError(
+            f"{key}=true splits a tensor-parallel group's positions: it needs parallel.tp > 1 (tp 1 here)"
+        )
+    if setting and cp > 1:
+        raise RecipeError(f"{key}=true beside parallel.cp={cp} has not run: set it false or cp 1")
+    if wants_sequence_parallel(setting, tp, cp) and seq_len % tp:
+        raise RecipeError(
+            f"{key}: the sequence ({seq_len} tokens) does not split into tp={tp} equal parts: "
+            f"set {key}=false or a seq_len divisible by {tp}"
+        )
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -141,8 +166,8 @@ def choose_layout(
     document_mask: bool = False,
     target_gpu_memory: int | None = None,
 ) -> tuple[Layout, dict]:
-    """``(layout, the TrainingArguments fields it sets)`` for ``machine``'s launch; ``memory(zero, tp, cp)``: the
-    modelled peak bytes per GPU at micro-batch 1 (training/plan.py run_memory)."""
+    """``(layout, the TrainingArguments fields it sets)`` for ``machine``'s launch; ``memory(zero, tp, cp, sp)``: the
+    modelled peak bytes per GPU at micro-batch 1, ``sp`` with sequence parallelism (training/plan.py run_memory)."""
     world = machine.world_size
     written = {key: parallel_degree(getattr(parallel, key)) for key in ("dp_shard", "tp", "cp")}
     zero = machine.sharding(fields)
@@ -153,6 +178,8 @@ def choose_layout(
                     f"parallel.{key}={value} needs several processes: this launch has 1 (launch with "
                     "accelerate, or set it to auto)"
                 )
+        if parallel.sequence_parallel:
+            check_sequence_parallel(parallel.sequence_parallel, 1, 1, seq_len)
         return Layout(1, zero), {}
     for key, value in written.items():
         if value is not None and world % value:
@@ -189,8 +216,20 @@ def choose_layout(
     gpu = target_gpu_memory or planned_gpu_memory(machine.gpu_memory, machine.planning)
     budget = MICRO_BATCH_MEMORY_SHARE * gpu if gpu else None
 
+    setting = parallel.sequence_parallel
+
+    def split(z: int, tp: int, cp: int) -> bool:
+        """Sequence parallelism at these degrees: as written, else (auto) only where tp does not fit without it:
+        on two H200s it saved 4-8 GiB and cost 1-2% of the tokens/s (results/gpu_2gpu_2026-11-30)."""
+        if not wants_sequence_parallel(setting, tp, cp) or setting:
+            return wants_sequence_parallel(setting, tp, cp)
+        return seq_len % tp == 0 and budget is not None and memory(z, tp, cp, False) > budget
+
+    def need(z: int, tp: int, cp: int) -> int:
+        return memory(z, tp, cp, split(z, tp, cp))
+
     def fits(z: int, tp: int, cp: int) -> bool:
-        return budget is None or memory(z, tp, cp) <= budget
+        return budget is None or need(z, tp, cp) <= budget
 
     reasons = []
     tp, cp = written["tp"] or 1, written["cp"] or 1
@@ -201,7 +240,7 @@ def choose_layout(
     elif zero == 0 and written["dp_shard"] is None and not fits(0, tp, cp):
         zero, extra = 3, dict(AUTO_FSDP)
         reasons.append(
-            f"FSDP2: under DDP one GPU would need {memory(0, tp, cp) / 2**30:.1f} GiB at micro-batch 1, "
+            f"FSDP2: under DDP one GPU would need {need(0, tp, cp) / 2**30:.1f} GiB at micro-batch 1, "
             f"more than {budget / 2**30:.1f} GiB ({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU)"
         )
     else:
@@ -242,10 +281,10 @@ def choose_layout(
     if budget is None:
         reasons.append("no GPU memory to plan against")
     else:
-        need = memory(zero, tp, cp)
+        needed = need(zero, tp, cp)
         reasons.append(
-            f"{need / 2**30:.1f} GiB per GPU at micro-batch 1 of {budget / 2**30:.1f} GiB "
-            f"({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU){'' if need <= budget else ': DOES NOT FIT'}"
+            f"{needed / 2**30:.1f} GiB per GPU at micro-batch 1 of {budget / 2**30:.1f} GiB "
+            f"({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU){'' if needed <= budget else ': DOES NOT FIT'}"
         )
     check_accelerator(tp, cp, machine)
     if tp > 1 and world > tp * cp and str(_training_value(fields, "save_strategy")) != "no":
@@ -278,7 +317,12 @@ def choose_layout(
             f"parallel.dp_shard={dp_shard} does not divide the {dp} data-parallel ranks "
             f"(world {world} / tp {tp} / cp {cp})"
         )
-    layout = Layout(world, zero, tp, cp, dp_shard, "; ".join(reasons))
+    check_sequence_parallel(setting, tp, cp, seq_len)
+    sequence_parallel = split(zero, tp, cp)
+    if sequence_parallel:
+        why = "parallel.sequence_parallel" if setting else "tp does not fit without it"
+        reasons.append(f"sequence parallel ({why}): each tp rank holds 1/{tp} of the positions between the blocks")
+    layout = Layout(world, zero, tp, cp, dp_shard, "; ".join(reasons), sequence_parallel)
     logger.info(
         "parallel layout: %s (dp_replicate %d x dp_shard %d x tp %d x cp %d): %s",
         layout.engine,

@@ -339,3 +339,31 @@ def tensor_parallel_loss(loss: CausalLMLoss, hidden, weight, labels, num_items_i
     total = own.detach().clone()
     torch.distributed.all_reduce(total, group=group)
     return own + (total - own.detach())
+
+
+def sequence_parallel_loss(loss: CausalLMLoss, hidden, weight, labels, num_items_in_batch, shifted: bool = False):
+    """The training loss under sequence parallelism (models/parallel.py): ``hidden`` is this rank's 1/tp of the
+    positions (the final norm's output, split), so each rank runs the LM head and loss over its own positions, its
+    share of the next-token labels (shifted whole first: a slice's last position predicts the next slice's first
+    token). ``weight``, the head's vocabulary-sharded DTensor, is gathered with a partial gradient, as in
+    :func:`tensor_parallel_loss`; the hidden states' gradient is this rank's alone. The value is the group's sum,
+    the same on every rank."""
+    from torch.distributed.tensor import Partial
+
+    mesh = weight.device_mesh
+    if num_items_in_batch is None:
+        raise ValueError("sequence_parallel_loss needs the step's label count (num_items_in_batch)")
+    targets = labels if shifted else shift_labels(labels)
+    span = hidden.shape[1]
+    start = mesh.get_local_rank() * span
+    own = loss(
+        hidden,
+        weight.full_tensor(grad_placements=[Partial()]),
+        targets[:, start : start + span],
+        num_items_in_batch,
+        training=True,
+        shifted=True,
+    )
+    total = own.detach().clone()
+    torch.distributed.all_reduce(total, group=mesh.get_group())
+    return own + (total - own.detach())

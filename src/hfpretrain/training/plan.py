@@ -36,6 +36,7 @@ def run_memory(
     loss: str | None = None,
     tp: int = 1,
     cp: int = 1,
+    sequence_parallel: bool = False,
 ):
     """The memory estimate per GPU (models/memory.py) of this run at ``micro_batch x accumulation`` (with the
     ``loss`` implementation given, else the fast path's), under tensor and context parallelism of degrees ``tp`` and
@@ -70,6 +71,7 @@ def run_memory(
             float8=fast.precision == "fp8",
             tp=tp,
             cp=cp,
+            sequence_parallel=sequence_parallel,
         ),
     )  # choose_precision gives fp8 only to a model torchao converts
 
@@ -99,6 +101,7 @@ def make_plan(
     check_passes: bool = True,
     tp: int = 1,
     cp: int = 1,
+    sequence_parallel: bool = False,
 ) -> dict:
     """The plan's figures for ``args`` (the run's TrainingArguments, made from ``fields``) on ``world`` processes at
     ZeRO stage ``zero``, ``tp`` x ``cp`` of them sharing each micro-batch; ``manifest``: data.path's (None: not
@@ -120,6 +123,7 @@ def make_plan(
         args.gradient_accumulation_steps,
         tp=tp,
         cp=cp,
+        sequence_parallel=sequence_parallel,
     )
     total_tokens = tokens_per_step * args.max_steps
     passes = args.max_steps * samples_per_step / train_blocks

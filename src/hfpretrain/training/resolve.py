@@ -275,7 +275,9 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         machine,
         fields,
         fast,
-        lambda z, tp, cp: run_memory(recipe, config, fields, seq_len, fast, world, z, 1, 1, tp=tp, cp=cp).total,
+        lambda z, tp, cp, sp: (
+            run_memory(recipe, config, fields, seq_len, fast, world, z, 1, 1, tp=tp, cp=cp, sequence_parallel=sp).total
+        ),
         document_mask=recipe.model.document_mask,
         target_gpu_memory=card_memory_bytes(recipe.context.gpu) if recipe.context.gpu and not machine.cuda else None,
     )
@@ -308,7 +310,19 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         seq_len,
         lambda micro, accum, loss: (
             run_memory(
-                recipe, config, fields, seq_len, fast, world, zero, micro, accum, loss, tp=layout.tp, cp=layout.cp
+                recipe,
+                config,
+                fields,
+                seq_len,
+                fast,
+                world,
+                zero,
+                micro,
+                accum,
+                loss,
+                tp=layout.tp,
+                cp=layout.cp,
+                sequence_parallel=layout.sequence_parallel,
             ).total
         ),
         machine.gpu_memory,
@@ -353,6 +367,7 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         check_passes=not recipe.data.sources,
         tp=layout.tp,
         cp=layout.cp,
+        sequence_parallel=layout.sequence_parallel,
     )
     plan["parallel"] = layout.as_dict()
     if context is not None:

@@ -340,6 +340,7 @@ def tensor_parallel_model(run: ResolvedRun) -> torch.nn.Module:
         run.layout.world_size,
         device=state.device.type,
         mesh=mesh,
+        sequence_parallel=run.layout.sequence_parallel,
         attn_implementation=attention_backend(run.config, run.fast.attn_implementation),
     )
     state.wait_for_everyone()
@@ -449,6 +450,7 @@ def build_trainer(
         train_blocks=len(train_blocks.blocks) if run.schedule is None else None,
         tokens_per_byte=plan["validation_tokens_per_byte"],
         optimizer_section=recipe.optimizer,
+        sequence_parallel=run.layout.sequence_parallel,
     )
     trainer.grad_stats = grad_stats
     trainer.expert_load = expert_load

@@ -52,7 +52,7 @@ from .checkpoints import (
     write_recipe_and_data,
     writing_checkpoint,
 )
-from .loss import CausalLMLoss, HiddenStateTap, LossSpec, tensor_parallel_loss
+from .loss import CausalLMLoss, HiddenStateTap, LossSpec, sequence_parallel_loss, tensor_parallel_loss
 from .moe import balancing_term
 
 # NonFiniteLossError: also imported from here (cli/pretrain.py, tests)
@@ -139,6 +139,7 @@ class PretrainTrainer(Trainer):
         train_blocks=None,
         tokens_per_byte=None,
         optimizer_section=None,
+        sequence_parallel=False,
         callbacks=None,
         **kwargs,
     ):
@@ -167,6 +168,7 @@ class PretrainTrainer(Trainer):
         self.run_files = run_files or {}  # name -> text, written into every checkpoint (recipe.yaml, resolved.yaml)
         self.data_info = None  # data fingerprint, seq_len, tokenizer hash: each checkpoint's data.json (run.py)
         self.optimizer_section = optimizer_section  # the recipe's `optimizer:` (None: TrainingArguments' optim)
+        self.sequence_parallel = sequence_parallel  # the model's tp groups split the positions (models/parallel.py)
         check_muon_launch(optimizer_section, self.is_deepspeed_enabled or self.is_fsdp_enabled)
         self.nonfinite = NonFiniteWatch(nonfinite, self.is_deepspeed_enabled)
         self.skipped_before = 0  # optimizer steps the sessions before a resume skipped
@@ -262,7 +264,15 @@ class PretrainTrainer(Trainer):
         # without this the LM-head matmuls (a fifth of all FLOPs at a 151k vocabulary) run in fp32.
         with self.accelerator.autocast():
             loss = None
-            if tp > 1 and model.training:  # each rank its rows' share
+            if self.sequence_parallel and model.training:
+                # models/parallel.py: the final norm's output holds this rank's positions only
+                if hidden.shape[1] * tp != labels.shape[1]:
+                    raise RuntimeError(
+                        f"sequence parallelism: the head got {hidden.shape[1]} positions of {labels.shape[1]} "
+                        f"(expected 1/{tp}): the model was not loaded with it"
+                    )
+                loss = sequence_parallel_loss(self.lm_loss, hidden, weight, labels, num_items_in_batch, shifted)
+            elif tp > 1 and model.training:  # each rank its rows' share
                 loss = tensor_parallel_loss(self.lm_loss, hidden, weight, labels, num_items_in_batch, shifted)
             if loss is None:
                 # the head's vocabulary shards gathered (its backward slices the gradient back) under tp: every
