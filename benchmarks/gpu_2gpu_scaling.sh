@@ -67,7 +67,9 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
     # or liger's loss fail on the sharded model, bisect with EXTRA="model.compile=none loss.implementation=chunked"
     tp|tp.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ||
           bench tp_eager accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC model.compile=none ;;
-    # tp without sequence parallelism (auto takes it with tp since 2026-11-30): the same-call A/B
+    # tp with and without sequence parallelism (auto takes it only where tp does not fit without it): the A/B of
+    # results/gpu_2gpu_2026-11-30, whose `tp` runs had it on (today's tp_sp)
+    tp_sp|tp_sp.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC parallel.sequence_parallel=true ;;
     tp_nosp|tp_nosp.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC parallel.sequence_parallel=false ;;
     # where tp and cp lose against one GPU (2026-11-29: tp 2 at 78% after the fixes, cp 2 at 32k at 87%): steps
     # 14-16 profiled on every rank (kernels by GPU time, the idle gaps), beside one GPU's; their tokens/s include the

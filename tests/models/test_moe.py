@@ -313,6 +313,20 @@ def test_moe_estimate_within_10_percent_of_measured(name, vocab, micro, seq, per
     assert abs(estimate_memory(cfg, layout).total / GIB / measured - 1) <= 0.10
 
 
+def test_sonicmoe_first_run_stays_inside_the_planners_headroom():
+    """The first sonic-moe run of a shape on a machine autotunes its kernels, with workspaces the steady state does not
+    keep: best_small_moe peaked at 56.8 GiB there (46.3 after). The estimate (49.4) is 13% under it, inside the 20%
+    the micro-batch planner leaves free (MICRO_BATCH_MEMORY_SHARE)."""
+    from hfpretrain.models.memory import GIB
+    from hfpretrain.training.fast_path import MICRO_BATCH_MEMORY_SHARE
+
+    cfg = load_config("qwen3_moe_587m_a103m", {}, vocab_size=8192)
+    layout = TrainingLayout(
+        128, 1024, compile="decoder", fused_loss="compiled", residual_bytes=2, experts_implementation="sonicmoe"
+    )
+    assert estimate_memory(cfg, layout).total / GIB / MICRO_BATCH_MEMORY_SHARE >= 56.78
+
+
 @pytest.mark.parametrize("family", MOE_FAMILIES)
 def test_sonicmoe_keeps_one_copy_of_the_rows_and_activation_less(family):
     """sonic-moe gathers the rows as its grouped matmul loads them and recomputes the activation in the down

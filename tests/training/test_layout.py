@@ -164,8 +164,9 @@ def test_sequence_parallel_needs_positions_that_split():
     from hfpretrain.training.layout import check_sequence_parallel, wants_sequence_parallel
 
     with pytest.raises(RecipeError, match=r"^parallel.sequence_parallel: the sequence \(4097 tokens\) does not split"):
-        check_sequence_parallel(None, 2, 1, 4097)
-    check_sequence_parallel(False, 2, 1, 4097)  # off: nothing to split
+        check_sequence_parallel(True, 2, 1, 4097)
+    check_sequence_parallel(None, 2, 1, 4097)  # auto does not take it there: plain tp has no such constraint
+    check_sequence_parallel(False, 2, 1, 4097)
     assert not wants_sequence_parallel(None, 1, 1) and not wants_sequence_parallel(None, 2, 2)
     assert wants_sequence_parallel(None, 2, 1) and not wants_sequence_parallel(False, 2, 1)
 

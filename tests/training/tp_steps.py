@@ -8,7 +8,8 @@ by tensor parallelism through ``hfpretrain.models.parallel.load_tensor_parallel`
     torchrun --nproc_per_node 2 tests/training/tp_steps.py DATA OUT STEPS 2 sp   # sequence parallelism
 
 With ``sp`` the loss is the trainer's (training/loss.py ``sequence_parallel_loss``: the head and loss over each
-rank's positions, from the base model's split output); else the model's own (transformers' gathered logits).
+rank's positions, from the base model's split output) and the layers are checkpointed (reentrant: their first
+forward runs without gradients); else the loss is the model's own (transformers' gathered logits).
 
 Each step accumulates the gradients of two micro-batches of 2 rows. Writes OUT/losses.json (step -> loss, rank 0),
 OUT/norm_grads.json (every norm weight's gradient after step 1's two micro-batches, whole), OUT/final (save_pretrained:
@@ -61,7 +62,10 @@ def main() -> None:
     else:
         model = AutoModelForCausalLM.from_pretrained(init, attn_implementation="sdpa", dtype=torch.float32)
     blocks = torch.as_tensor(load_input_ids(data, "train")[: 4 * steps]["input_ids"].astype("int64"))
+    model.train()  # from_pretrained leaves it in eval mode, where sequence parallelism's rules stand aside
     tap = HiddenStateTap(model.lm_head) if sequence_parallel else None
+    if sequence_parallel:  # a reentrant checkpoint runs the training forward without gradients: the split holds
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
     losses = {}
     for step in range(steps):

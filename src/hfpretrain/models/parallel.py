@@ -26,10 +26,10 @@ decoder layers (the first, which gets every position, keeps each rank's; the bac
 projections' gradients), ``SEQUENCE_ROWWISE`` for o and down (their partial outputs reduce-scattered over positions
 in place of all-reduced: the same bytes as the all-reduce's two halves) and ``PARTIAL_NORM`` on every norm (each
 rank's weight gradient covers its positions). The final norm's output stays split: the trainer's loss takes each
-rank's positions (training/loss.py ``sequence_parallel_loss``). Evaluation (no gradient) runs transformers' plan
-unchanged. On two H200s it saved 4-8 GiB and cost 1-2% of the tokens/s (results/gpu_2gpu_2026-11-30): the
-gathers and scatters along the sequence copy the stream about as much as the split saves, so the planner takes it
-only where tp does not fit without it (training/layout.py)."""
+rank's positions (training/loss.py ``sequence_parallel_loss``). The rules follow the modules' training mode: in eval
+mode transformers' plan runs unchanged. On two H200s it saved 4-8 GiB and cost 1-2% of the tokens/s
+(results/gpu_2gpu_2026-11-30): the gathers and scatters along the sequence copy the stream about as much as the
+split saves, so the planner takes it only where tp does not fit without it (training/layout.py)."""
 
 from __future__ import annotations
 
@@ -115,10 +115,13 @@ def _register_styles() -> None:
         reduce-scattered back."""
 
         def __init__(self, positions_split: bool):
+            self.positions_split = positions_split
             self.placement = Shard(1) if positions_split else Replicate()
 
         def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
-            if not torch.is_grad_enabled():  # evaluation: transformers' local path, no gradient to sum
+            # evaluation: transformers' local path, no gradient to sum; split positions follow the module's mode,
+            # as a reentrant checkpoint runs the training forward without gradients
+            if not (module.training if self.positions_split else torch.is_grad_enabled()):
                 return args, kwargs
             x = _block_input(args, kwargs)
             if isinstance(x, DTensor):
@@ -137,7 +140,7 @@ def _register_styles() -> None:
         every layer: transformers 5.17 matches a plan's module names with their layer numbers as wildcards."""
 
         def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
-            if not torch.is_grad_enabled():
+            if not module.training:  # the module's mode, not grad mode: see BlockInput
                 return args, kwargs
             x, rotary = _block_input(args, kwargs), kwargs.get("position_embeddings")
             if rotary is None:
@@ -156,17 +159,17 @@ def _register_styles() -> None:
 
     class SequenceRowwise(TensorParallelLayer):
         """transformers' row-wise style whose partial output is reduce-scattered over positions in training (each
-        rank keeps its own), all-reduced in evaluation."""
+        rank keeps its own), all-reduced in evaluation (the module's mode: see BlockInput)."""
 
         def __init__(self):
             self.training = RowwiseParallel(output_layouts=Shard(1))
             self.evaluation = RowwiseParallel()
 
-        def _style(self):
-            return self.training if torch.is_grad_enabled() else self.evaluation
+        def _style(self, module):
+            return self.training if module.training else self.evaluation
 
         def should_use_local_tensors(self, module):
-            return self._style().should_use_local_tensors(module)
+            return self._style(module).should_use_local_tensors(module)
 
         def shard_param(self, module, param, mesh):
             return self.training.shard_param(module, param, mesh)
@@ -177,13 +180,13 @@ def _register_styles() -> None:
             return super().install_forward(module, mesh)
 
         def transform_inputs_pre_forward(self, module, args, kwargs, mesh):
-            return self._style().transform_inputs_pre_forward(module, args, kwargs, mesh)
+            return self._style(module).transform_inputs_pre_forward(module, args, kwargs, mesh)
 
         def context_around_forward(self, module, mesh):
-            return self._style().context_around_forward(module, mesh)
+            return self._style(module).context_around_forward(module, mesh)
 
         def transform_output_post_forward(self, module, output, mesh):
-            return self._style().transform_output_post_forward(module, output, mesh)
+            return self._style(module).transform_output_post_forward(module, output, mesh)
 
     class PartialNorm(TensorParallelLayer):
         """An RMSNorm whose replicated weight sees part of the data: this rank's heads (Qwen3's q_norm, k_norm) or,

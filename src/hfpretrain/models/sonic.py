@@ -56,6 +56,9 @@ ACT_MAP = {"silu": "swiglu", "gelu": "geglu"}
 OPS_NAMESPACE = "_sonic_moe_hfpretrain"
 
 _SONICMOE = None  # the loaded SonicKernel
+# the families whose experts it was checked on (tests/models/test_sonic.py, the GPU runs): others may gate their
+# experts otherwise (GPT-OSS's clamped gate), which its fused SwiGLU epilogue would silently replace
+SONIC_MODEL_TYPES = ("qwen3_moe",)
 
 
 OPS_SOURCE = f'''"""Written by hfpretrain (models/sonic.py): the module kernel-builder generates for a built kernel."""
@@ -163,14 +166,18 @@ def _load_from_hub() -> SonicKernel:
     return SonicKernel(kernel.moe_general_routing_inputs, kernel.activation_type_enum)
 
 
+def local_copy() -> bool:
+    """Whether a local ``sonic_moe`` package is on the path (benchmarks/sonic_kit.sh's kit)."""
+    return importlib.util.find_spec("sonic_moe") is not None
+
+
 def load_sonicmoe() -> SonicKernel:
     """sonic-moe's kernel, once: the local copy where ``sonic_moe`` is on the path, else transformers' Hub loader.
     ImportError with one line naming the missing part (a Hopper GPU, the package, nvidia-cutlass-dsl, ...)."""
     global _SONICMOE
     if _SONICMOE is None:
         _check_gpu()
-        local = importlib.util.find_spec("sonic_moe") is not None
-        _SONICMOE = _load_local() if local else _load_from_hub()
+        _SONICMOE = _load_local() if local_copy() else _load_from_hub()
     return _SONICMOE
 
 

@@ -151,8 +151,9 @@ class ModelSection:
     experts_implementation: Literal["auto", "eager", "batched_mm", "grouped_mm", "sonicmoe"] = field(
         default="auto",
         metadata={
-            "help": "MoE shapes: transformers' experts backend, auto (sonicmoe where it loads on a Hopper GPU, else "
-            "grouped_mm on a GPU: one grouped matmul over all experts; eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm | sonicmoe "
+            "help": "MoE shapes: transformers' experts backend, auto (sonicmoe where it loads and was measured: one "
+            "process on a Hopper GPU, bf16, Qwen3-MoE, the local kit; else grouped_mm on a GPU: one grouped matmul "
+            "over all experts; eager on a CPU) | eager (a loop over the experts) | batched_mm | grouped_mm | sonicmoe "
             "(sonic-moe's CuTe DSL kernels: a local sonic_moe package (benchmarks/sonic_kit.sh, models/sonic.py), else "
             "transformers' loader from the Hub's kernels-community/sonic-moe; checked at start). "
             "Refused on a dense model."

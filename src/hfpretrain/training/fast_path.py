@@ -9,7 +9,7 @@ and each choice comes with its reason (logged at start, and in ``--dry-run``'s p
 * loss: the LM head and cross-entropy whole when one micro-batch's logits are small (in training on a GPU the
   loss and its gradient in one kernel: loss.py), liger's fused chunks when they are not;
 * precision (``auto``): fp8 from a hidden size of FP8_MIN_HIDDEN up, on a float8 GPU with torchao, else bf16;
-* experts (``auto``, MoE): sonic-moe's fused kernels where they load on a Hopper GPU, else one grouped matmul;
+* experts (``auto``, MoE): sonic-moe's fused kernels where they were measured and load, else one grouped matmul;
 * residual stream (``auto``): bf16 between the decoder layers on a GPU (models/residual.py), fp32 on a CPU;
 * micro-batch (``auto``): the recipe's micro-batch x accumulation is one split of a step's samples; any split
   with a larger micro-batch and fewer accumulation steps is the same step (same samples, same gradient up to
@@ -29,7 +29,8 @@ from hfpretrain.models.backend import PACKED_SDPA
 from hfpretrain.models.fp8 import check_fp8_available, fp8_unsupported
 from hfpretrain.models.hardware import canonical_gpu
 from hfpretrain.models.hardware import gpu_memory_bytes as card_memory_bytes
-from hfpretrain.models.sonic import ACT_MAP as SONIC_ACTIVATIONS
+from hfpretrain.models.sonic import SONIC_MODEL_TYPES
+from hfpretrain.models.sonic import local_copy as sonic_local_copy
 from hfpretrain.models.speedups import Speedups
 from hfpretrain.models.zoo import is_moe, resolve_attn_implementation, supports_flex_attention
 
@@ -93,11 +94,12 @@ def choose_fast_path(
     bf16: bool = True,
     loss_section=None,
     experts_autocast: bool = True,
+    world_size: int = 1,
 ) -> FastPath:
     """Resolve ``model.attn_implementation``, ``model.compile``, ``loss.implementation`` (``loss_section``: the
     recipe's ``loss:``, default its defaults) and the other ``auto`` choices for this run (``cuda``: it trains on a
     CUDA GPU of ``gpu_memory`` bytes; ``planning``: a dry run, which may be on a CPU login node planning a GPU run;
-    ``bf16``: the run trains in bf16, ``training.bf16``; ``experts_autocast``: ``kernels.experts_autocast``)."""
+    ``bf16``: the run trains in bf16, ``training.bf16``; ``experts_autocast``: ``kernels.experts_autocast``; ``world_size``: the launch's processes)."""
     loss_section = loss_section if loss_section is not None else LossSection()
     reasons = {}
     try:
@@ -175,16 +177,25 @@ def choose_fast_path(
         cuda or planning,
         load=not planning,
         experts_autocast=experts_autocast,
+        bf16=bf16,
+        world_size=world_size,
     )
     return FastPath(attn, compile_scope, model_section.compile_mode, loss, reasons, precision, residual, experts)
 
 
 def choose_experts(
-    requested: str, config, gpu: bool, load: bool = True, experts_autocast: bool = True
+    requested: str,
+    config,
+    gpu: bool,
+    load: bool = True,
+    experts_autocast: bool = True,
+    bf16: bool = True,
+    world_size: int = 1,
 ) -> tuple[str | None, str]:
     """``model.experts_implementation`` for an MoE shape (None for a dense one; a setting there is refused).
-    auto, on a GPU: sonicmoe where its kernels load and ``kernels.experts_autocast`` is on (what it runs on: our
-    experts function on the weights' bf16 copy), else grouped_mm, one grouped matmul over all experts in place of
+    auto, on a GPU: sonicmoe where what was measured holds (one process training in bf16 with
+    ``kernels.experts_autocast``: our experts function on the weights' bf16 copy; Qwen3-MoE's experts; the local
+    copy of the kernel, never the Hub's) and its kernels load, else grouped_mm, one grouped matmul over all experts in place of
     transformers' loop (6.3x its tokens/s on an H100, the ~1B MoE shape); eager on a CPU. Measured on one H200
     (results/moe_sonic_2026-11-30, same call): sonicmoe 1.15x grouped_mm's tokens/s at best_small_moe's shape and
     1.07x at the 856M one. A plan for another machine (not ``load``) assumes grouped_mm: whether sonic-moe loads
@@ -207,13 +218,32 @@ def choose_experts(
     grouped = "auto: one grouped matmul over all experts (6.3x transformers' loop on an H100)"
     if not load:
         return "grouped_mm", f"{grouped}; sonicmoe where it loads on the machine that runs the plan"
-    if not experts_autocast:
-        return "grouped_mm", f"{grouped}; not sonicmoe: kernels.experts_autocast is off"
-    if config.hidden_act not in SONIC_ACTIVATIONS:
-        return "grouped_mm", f"{grouped}; not sonicmoe: its kernels have no gated {config.hidden_act}"
-    if missing := sonicmoe_missing():
-        return "grouped_mm", f"{grouped}; not sonicmoe: {missing}"
-    return "sonicmoe", "auto: sonic-moe's fused kernels load here (1.07-1.15x grouped_mm's tokens/s on an H200)"
+    passed_over = (
+        next(
+            (
+                why
+                for failed, why in (
+                    (not bf16, "it runs under bf16 autocast, and training.bf16 is off"),
+                    (not experts_autocast, "kernels.experts_autocast is off"),
+                    (world_size > 1, "measured on one GPU only"),
+                    (
+                        config.model_type not in SONIC_MODEL_TYPES,
+                        f"checked on {', '.join(SONIC_MODEL_TYPES)} experts only",
+                    ),
+                    (
+                        not sonic_local_copy(),
+                        "no local sonic_moe package (benchmarks/sonic_kit.sh; auto takes no Hub kernel)",
+                    ),
+                )
+                if failed
+            ),
+            None,
+        )
+        or sonicmoe_missing()
+    )
+    if passed_over:
+        return "grouped_mm", f"{grouped}; not sonicmoe: {passed_over}"
+    return "sonicmoe", "auto: sonic-moe's fused kernels load here (1.07-1.15x grouped_mm's tokens/s on one H200)"
 
 
 def sonicmoe_missing() -> str | None:

@@ -120,7 +120,7 @@ def check_sequence_parallel(setting: bool | None, tp: int, cp: int, seq_len: int
         )
     if setting and cp > 1:
         raise RecipeError(f"{key}=true beside parallel.cp={cp} has not run: set it false or cp 1")
-    if wants_sequence_parallel(setting, tp, cp) and seq_len % tp:
+    if setting and seq_len % tp:  # auto does not take it there (choose_layout)
         raise RecipeError(
             f"{key}: the sequence ({seq_len} tokens) does not split into tp={tp} equal parts: "
             f"set {key}=false or a seq_len divisible by {tp}"
@@ -221,8 +221,10 @@ def choose_layout(
     def split(z: int, tp: int, cp: int) -> bool:
         """Sequence parallelism at these degrees: as written, else (auto) only where tp does not fit without it:
         on two H200s it saved 4-8 GiB and cost 1-2% of the tokens/s (results/gpu_2gpu_2026-11-30)."""
-        if not wants_sequence_parallel(setting, tp, cp) or setting:
-            return wants_sequence_parallel(setting, tp, cp)
+        if not wants_sequence_parallel(setting, tp, cp):  # no tp group, beside cp, or set false
+            return False
+        if setting:
+            return True
         return seq_len % tp == 0 and budget is not None and memory(z, tp, cp, False) > budget
 
     def need(z: int, tp: int, cp: int) -> int:

@@ -350,7 +350,12 @@ def sequence_parallel_loss(loss: CausalLMLoss, hidden, weight, labels, num_items
     the same on every rank."""
     from torch.distributed.tensor import Partial
 
-    mesh = weight.device_mesh
+    mesh = getattr(weight, "device_mesh", None)
+    if mesh is None or mesh.ndim != 1:
+        raise RuntimeError(
+            "sequence parallelism: the LM head's weight is not split over the tensor-parallel mesh alone "
+            f"({'a plain tensor' if mesh is None else f'a {mesh.ndim}-D mesh'}); set parallel.sequence_parallel=false"
+        )
     if num_items_in_batch is None:
         raise ValueError("sequence_parallel_loss needs the step's label count (num_items_in_batch)")
     targets = labels if shifted else shift_labels(labels)

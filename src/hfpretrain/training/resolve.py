@@ -266,6 +266,7 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         bf16=bool(recipe.training.get("bf16")),
         loss_section=recipe.loss,
         experts_autocast=recipe.kernels.experts_autocast,
+        world_size=machine.world_size,
     )
     # the parallel layout (training/layout.py): the launch's engine, and the parallel section's degrees
     layout, layout_fields = choose_layout(

@@ -269,7 +269,7 @@ class PretrainTrainer(Trainer):
                 if hidden.shape[1] * tp != labels.shape[1]:
                     raise RuntimeError(
                         f"sequence parallelism: the head got {hidden.shape[1]} positions of {labels.shape[1]} "
-                        f"(expected 1/{tp}): the model was not loaded with it"
+                        f"(expected 1/{tp}): the model was not loaded with it (models/parallel.py)"
                     )
                 loss = sequence_parallel_loss(self.lm_loss, hidden, weight, labels, num_items_in_batch, shifted)
             elif tp > 1 and model.training:  # each rank its rows' share
