@@ -14,6 +14,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from forked import script
+
 from hfpretrain.cli import main as cli
 from hfpretrain.data.read import expand_inputs, generate_records
 from hfpretrain.data.retrieval import asked_facts, retrieval_documents
@@ -224,12 +226,7 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
     assert "| positions | loss (nats) | tokens |" in proc.stdout
     lines = long_context_lines(ckpt, tmp_path / "report")
     assert lines[0] == "## Long context" and (tmp_path / "report" / "long_context.png").stat().st_size > 1000
-    bad = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "long_context.py"), str(ckpt), "--lengths", "32"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = script("long_context.py", str(ckpt), "--lengths", "32", timeout=300)
     assert (
         bad.returncode == 2 and bad.stderr.strip() == "error: --lengths [32]: a passkey prompt needs at least 64 tokens"
     )
@@ -240,19 +237,7 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
         (mini_train, "not a retrieval document"),
         (empty, "no documents in it"),
     ):
-        bad = subprocess.run(
-            [
-                sys.executable,
-                str(REPO / "scripts" / "long_context.py"),
-                str(ckpt),
-                "--lengths",
-                "--retrieval-docs",
-                str(given),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        bad = script("long_context.py", str(ckpt), "--lengths", "--retrieval-docs", str(given), timeout=300)
         line = bad.stderr.strip()
         assert bad.returncode == 2 and line.startswith(f"error: --retrieval-docs {given}: ") and message in line, line
 
@@ -265,21 +250,7 @@ def test_cli_refuses_lengths_past_learned_positions(gpt2_tokenizer, mini_blocks,
     ckpt = tmp_path / "gpt2"
     GPT2LMHeadModel(GPT2Config(n_positions=64, n_layer=1, n_embd=32, n_head=2)).save_pretrained(ckpt)
     AutoTokenizer.from_pretrained(str(gpt2_tokenizer)).save_pretrained(ckpt)
-    bad = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "long_context.py"),
-            str(ckpt),
-            "--lengths",
-            "64",
-            "128",
-            "--data",
-            str(mini_blocks),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = script("long_context.py", str(ckpt), "--lengths", "64", "128", "--data", str(mini_blocks), timeout=300)
     assert bad.returncode == 2, bad.stderr[-2000:]
     line = bad.stderr.strip()
     assert line.startswith(f"error: {ckpt}: gpt2 learns absolute positions up to 64, so it has none for "), line
@@ -305,19 +276,7 @@ def test_cli_refuses_lengths_past_learned_positions(gpt2_tokenizer, mini_blocks,
         )
         == 0
     )
-    bad = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "long_context.py"),
-            str(ckpt),
-            "--lengths",
-            "--retrieval-docs",
-            str(docs),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = script("long_context.py", str(ckpt), "--lengths", "--retrieval-docs", str(docs), timeout=300)
     line = bad.stderr.strip()
     assert (
         bad.returncode == 2

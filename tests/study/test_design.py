@@ -44,6 +44,31 @@ ISO = {
 }
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_dry_run_per_shape():
+    """plan_study's dry runs (``pretrain(..., dry_run=True)``: a pure resolution, nothing written) done once per
+    recipe and override list in this file: the plan tests below plan the same 8 (arm, size) shapes four times (32 dry
+    runs of ~1.5 s, each loading and checking the tokenizer). Each caller gets its own copy of the real document;
+    training runs (no dry_run) pass through."""
+    import copy
+
+    import hfpretrain.training as training
+
+    real, done = training.pretrain, {}
+
+    def pretrain(recipe_path, overrides=None, dry_run=False, **kwargs):
+        if not dry_run or kwargs:
+            return real(recipe_path, overrides, dry_run=dry_run, **kwargs)
+        key = (str(recipe_path), tuple(overrides or ()))
+        if key not in done:
+            done[key] = real(recipe_path, overrides, dry_run=True)
+        return copy.deepcopy(done[key])
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(training, "pretrain", pretrain)
+        yield
+
+
 def _spec(mini_blocks, **changes):
     return load_spec({**ISO, **changes, "overrides": [f"data.path={mini_blocks}", *ISO["overrides"]]})
 

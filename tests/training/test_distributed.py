@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -293,29 +294,44 @@ def test_ranks_read_disjoint_halves_of_each_step(mini_blocks, start_step):
 def test_zero1_refuses_what_it_would_silently_skip(mini_blocks, tmp_path):
     """Under DeepSpeed, per-layer gradient statistics would log nothing and nan_policy=skip cannot skip a step
     (the engine steps its own optimizer): each is one error line at start, exit 2, nothing written. The check
-    needs DeepSpeed's engine, not two ranks: the ZeRO-1 config launched as one process."""
+    needs DeepSpeed's engine, not two ranks: the ZeRO-1 config launched as one process. One launch shows the
+    launcher's DeepSpeed reaching the check (the gradient statistics); both refusals are that check
+    (resolve.check_launch) on the machine such a launch detects, asked in this process (each was a launch)."""
     pytest.importorskip("deepspeed")
-    for extra, expected in (
+    from hfpretrain.training.config import RecipeError, load_recipe
+    from hfpretrain.training.machine import Machine
+    from hfpretrain.training.resolve import read_data_facts, resolve
+
+    cases = (
         ({"logging.grad_stats_interval": "5"}, "grad_stats_interval is not supported under DeepSpeed"),
         ({"nan_policy": "skip"}, "nan_policy=skip is not supported under DeepSpeed"),
-    ):
-        out = tmp_path / next(iter(extra)).replace(".", "_")
-        cmd = [
-            "accelerate",
-            "launch",
-            "--config_file",
-            str(_zero1_config(tmp_path)),
-            "--main_process_port",
-            str(free_port()),
-            "--num_processes",
-            "1",
-            str(PRETRAIN_SCRIPT),
-            str(TINY_RECIPE),
-            *make_overrides(mini_blocks, out, {**DIST, **extra}),
-        ]
-        proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
-        assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-3000:]
-        assert not (out / "final").exists()
+    )
+    (extra, expected), out = cases[0], tmp_path / "grad_stats"
+    cmd = [
+        "accelerate",
+        "launch",
+        "--config_file",
+        str(_zero1_config(tmp_path)),
+        "--main_process_port",
+        str(free_port()),
+        "--num_processes",
+        "1",
+        str(PRETRAIN_SCRIPT),
+        str(TINY_RECIPE),
+        *make_overrides(mini_blocks, out, {**DIST, **extra}),
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-3000:]
+    assert not (out / "final").exists()
+    # the machine a one-process launch of the ZeRO-1 config detects (Machine.detect: ACCELERATE_USE_DEEPSPEED)
+    launched = Machine(
+        world_size=1, engine="deepspeed", zero_stage=None, device="cpu", gpu_memory=None, gpu_count=0, launched=1
+    )
+    for extra, expected in cases:
+        recipe = load_recipe(TINY_RECIPE, make_overrides(mini_blocks, tmp_path / "x", {**DIST, **extra}))
+        with pytest.raises(RecipeError, match=expected):
+            resolve(recipe, read_data_facts(recipe), launched)
+        resolve(recipe, read_data_facts(recipe), replace(launched, engine="ddp"))  # DeepSpeed's alone
 
 
 FP8 = {"model.precision": "fp8", "model.fp8_emulate": "true"}

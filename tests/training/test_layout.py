@@ -4,11 +4,10 @@ per-GPU figures under tensor and context parallelism (models/memory.py, models/p
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
+from forked import script
 
-from train_utils import PRETRAIN_SCRIPT, REPO, TINY_RECIPE, launch_of, python, subprocess_env
+from train_utils import PRETRAIN_SCRIPT, REPO, TINY_RECIPE, launch_of
 
 RECIPE_1P8B = REPO / "recipes" / "qwen3_1p8b.yaml"
 # a GPU recipe planned on this CPU as if on a GPU of a given memory: fp32 (no bf16 here), HF's loss chunked
@@ -111,10 +110,8 @@ def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, t
     import json
 
     out = tmp_path / "run"
-    cmd = [
-        python(),
-        str(PRETRAIN_SCRIPT),
-        str(TINY_RECIPE),
+    args = [
+        TINY_RECIPE,
         f"data.path={mini_blocks}",
         f"training.output_dir={out}",
         "--dry-run",
@@ -122,7 +119,8 @@ def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, t
         "4",
         "parallel.dp_shard=2",
     ]
-    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    # scripts/pretrain.py in a forked child (tests/forked.py): the script's own start is test_cli.py's
+    proc = script(PRETRAIN_SCRIPT.name, *args, cwd=REPO, env={"DS_ACCELERATOR": "cpu"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     assert doc["recipe"]["parallel"] == {
@@ -135,9 +133,7 @@ def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, t
     layout = doc["resolved"]["layout"]
     assert (layout["engine"], layout["dp_replicate"], layout["dp_shard"]) == ("fsdp2", 2, 2)
     assert "FSDP2 over 2 ranks (parallel.dp_shard)" in layout["reason"] and "parallel layout: fsdp2" in proc.stderr
-    proc = subprocess.run(
-        cmd[:-1] + ["parallel.tp=3"], cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300
-    )
+    proc = script(PRETRAIN_SCRIPT.name, *args[:-1], "parallel.tp=3", cwd=REPO, env={"DS_ACCELERATOR": "cpu"})
     assert (
         proc.returncode == 2
         and proc.stderr.strip().splitlines()[-1] == "error: parallel.tp=3 does not divide the world size 4"
