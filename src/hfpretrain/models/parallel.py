@@ -28,8 +28,8 @@ in place of all-reduced: the same bytes as the all-reduce's two halves) and ``PA
 rank's weight gradient covers its positions). The final norm's output stays split: the trainer's loss takes each
 rank's positions (training/loss.py ``sequence_parallel_loss``). The rules follow the modules' training mode: in eval
 mode transformers' plan runs unchanged. On two H200s it saved 4-8 GiB and cost 1-2% of the tokens/s
-(results/gpu_2gpu_2026-11-30): the gathers and scatters along the sequence copy the stream about as much as the
-split saves, so the planner takes it only where tp does not fit without it (training/layout.py)."""
+(results/gpu_2gpu_2026-11-30; not profiled: probably the gathers and scatters along the sequence copy the stream
+as much as the split saves), so the planner takes it only where tp does not fit without it (training/layout.py)."""
 
 from __future__ import annotations
 

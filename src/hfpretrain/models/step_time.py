@@ -26,8 +26,8 @@ The profile of tp 2 on two H200s (results/gpu_2gpu_2026-11-29c) had the fused el
 against one GPU's 64 ms, not half, which would make about 50 ms of them whole: this term counts 34 ms, so it is on
 the low side by its own evidence (the bytes are counted, not fitted). Sequence parallelism (``parallel.
 sequence_parallel``), which splits that work over the tp ranks, did not make the step shorter on two H200s (1-2%
-slower, results/gpu_2gpu_2026-11-30): its gathers and scatters along the sequence copy the stream as much as the
-split saves. The model counts it as tp without it.
+slower, results/gpu_2gpu_2026-11-30; not profiled: probably its gathers and scatters along the sequence copy the
+stream as much as the split saves). The model counts it as tp without it.
 
 Groups: dp = N / (tp · cp) replicas see distinct micro-batches. Parameters are split over the tp ranks (P/tp per
 GPU) and their gradients and shards are exchanged over the g = N / tp ranks that hold the same slice (cp ranks
