@@ -45,9 +45,9 @@ def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_
     if limit == "file_size":
         out = tmp_path / "exports" / "model"
 
-        def export(*extra):
+        def export(*extra, to=out):
             return subprocess.run(
-                [sys.executable, "-m", "hfpretrain", "export", str(ckpt), "--out", str(out), *extra],
+                [sys.executable, "-m", "hfpretrain", "export", str(ckpt), "--out", str(to), *extra],
                 cwd=REPO,
                 env=env,
                 capture_output=True,
@@ -66,25 +66,7 @@ def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_
         assert f"exporting to {out} failed" in line and "File too large" in line and "is as it was" in line, line
         assert_kept(before, tmp_path)
         assert snapshot(tmp_path).keys() == before.keys() and _sums(out) == kept  # no staging folder left either
-        fresh = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "hfpretrain",
-                "export",
-                str(ckpt),
-                "--out",
-                str(tmp_path / "new" / "model"),
-                "--dtype",
-                "float32",
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            preexec_fn=_limited(5 << 20),
-        )
+        fresh = export("--dtype", "float32", to=tmp_path / "new" / "model")
         assert fresh.returncode == 1 and "nothing was created" in one_error(fresh.stderr)
         assert not (tmp_path / "new").exists()  # nor the folders made for it
         return

@@ -268,6 +268,13 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         experts_autocast=recipe.kernels.experts_autocast,
         world_size=machine.world_size,
     )
+
+    def memory_at(zero, micro, accum, loss=None, tp=1, cp=1, sequence_parallel=False) -> int:
+        """The modelled peak bytes per GPU (run_memory) with the fast path as it stands when called."""
+        return run_memory(
+            recipe, config, fields, seq_len, fast, world, zero, micro, accum, loss, tp, cp, sequence_parallel
+        ).total
+
     # the parallel layout (training/layout.py): the launch's engine, and the parallel section's degrees
     layout, layout_fields = choose_layout(
         recipe.parallel,
@@ -276,9 +283,7 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         machine,
         fields,
         fast,
-        lambda z, tp, cp, sp: (
-            run_memory(recipe, config, fields, seq_len, fast, world, z, 1, 1, tp=tp, cp=cp, sequence_parallel=sp).total
-        ),
+        lambda z, tp, cp, sp: memory_at(z, 1, 1, tp=tp, cp=cp, sequence_parallel=sp),
         document_mask=recipe.model.document_mask,
         target_gpu_memory=card_memory_bytes(recipe.context.gpu) if recipe.context.gpu and not machine.cuda else None,
     )
@@ -309,23 +314,7 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         int(_training_value(fields, "per_device_train_batch_size")),
         int(_training_value(fields, "gradient_accumulation_steps")),
         seq_len,
-        lambda micro, accum, loss: (
-            run_memory(
-                recipe,
-                config,
-                fields,
-                seq_len,
-                fast,
-                world,
-                zero,
-                micro,
-                accum,
-                loss,
-                tp=layout.tp,
-                cp=layout.cp,
-                sequence_parallel=layout.sequence_parallel,
-            ).total
-        ),
+        lambda micro, accum, loss: memory_at(zero, micro, accum, loss, layout.tp, layout.cp, layout.sequence_parallel),
         machine.gpu_memory,
         planning=machine.planning,
         target_gpu=recipe.context.gpu,
