@@ -25,6 +25,7 @@ long() {  # name, accelerate config, seq_len, overrides
     model.attn_implementation=sdpa model.document_mask=false "${@:4}"
 }
 NPROC=${NPROC:-2}
+TP_ROWS_KEY=${TP_ROWS:+training.per_device_train_batch_size=$TP_ROWS}
 bench() {  # name, accelerate config, extra overrides
   local procs=$NPROC; case $1 in one_gpu*) procs=1 ;; esac
   timed $1 accelerate launch --config_file "$2" --num_processes $procs benchmarks/benchmark.py ours recipes/qwen3_1p8b_1gpu.yaml \
@@ -69,8 +70,12 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
           bench tp_eager accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC model.compile=none ;;
     # tp with and without sequence parallelism (auto takes it only where tp does not fit without it): the A/B of
     # results/gpu_2gpu_2026-11-30, whose `tp` runs had it on (today's tp_sp)
-    tp_sp|tp_sp.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC parallel.sequence_parallel=true ;;
-    tp_nosp|tp_nosp.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC parallel.sequence_parallel=false ;;
+    # TP_ROWS: a tp group's micro-batch (default the recipe's 20; 40 = FSDP2's rows per step on two GPUs)
+    tp_sp|tp_sp.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC parallel.sequence_parallel=true $TP_ROWS_KEY ;;
+    tp_nosp|tp_nosp.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC parallel.sequence_parallel=false $TP_ROWS_KEY ;;
+    # and with inductor's micro-pipelined collectives (parallel.async_tp; models/parallel.py enable_async_tp)
+    tp_async|tp_async.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC parallel.sequence_parallel=true \
+          parallel.async_tp=true $TP_ROWS_KEY ;;
     # where tp and cp lose against one GPU (2026-11-29: tp 2 at 78% after the fixes, cp 2 at 32k at 87%): steps
     # 14-16 profiled on every rank (kernels by GPU time, the idle gaps), beside one GPU's; their tokens/s include the
     # profiled steps

@@ -102,6 +102,19 @@ def test_written_degrees_are_checked_in_one_line_naming_the_key(mini_blocks, tmp
             ["parallel.tp=2", "parallel.cp=2", "model.attn_implementation=sdpa", "parallel.sequence_parallel=true"],
             "parallel.sequence_parallel=true beside parallel.cp=2 has not run",
         ),
+        (1, None, ["parallel.async_tp=true"], "parallel.async_tp=true overlaps sequence parallelism's"),
+        (
+            2,
+            None,
+            ["parallel.tp=2", "parallel.sequence_parallel=false", "parallel.async_tp=true"],
+            "it needs parallel.sequence_parallel (off in this layout",
+        ),
+        (
+            2,
+            None,
+            ["parallel.tp=2", "parallel.sequence_parallel=true", "parallel.async_tp=true", "model.compile=none"],
+            "parallel.async_tp=true is an inductor pass over compiled code",
+        ),
     ]
     for world, zero, overrides, message in cases:
         with pytest.raises(RecipeError, match=None) as err:
@@ -143,6 +156,7 @@ def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, t
         "tp": "auto",
         "cp": "auto",
         "sequence_parallel": None,
+        "async_tp": None,
         "timeout_s": 1800.0,
     }
     layout = doc["resolved"]["layout"]
@@ -192,6 +206,9 @@ def test_auto_takes_sequence_parallelism_only_where_tp_needs_it(tmp_path):
     assert roomy.tp == 2 and not roomy.sequence_parallel, roomy
     asked = _resolve(RECIPE_1P8B, [*base, "parallel.tp=2", "parallel.sequence_parallel=true"], launch_of(8, 80))
     assert asked.layout.sequence_parallel and "(parallel.sequence_parallel)" in asked.layout.reason
+    assert not asked.layout.async_tp and asked.resolved()["layout"]["async_tp"] is False  # auto: off, not measured
+    overlapped = [*base, "parallel.tp=2", "parallel.sequence_parallel=true", "parallel.async_tp=true"]
+    assert _resolve(RECIPE_1P8B, overlapped, launch_of(8, 80)).layout.async_tp
     # the memory estimate the plan reports is the layout's
     assert (
         asked.plan["memory_per_gpu_gib"]["total"]

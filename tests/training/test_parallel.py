@@ -120,7 +120,8 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     layers = json.loads((REPO / "src" / "hfpretrain" / "models" / "configs" / "tiny.json").read_text())[
         "num_hidden_layers"
     ]
-    assert json.loads((two / "all_reduces.json").read_text())["activation_all_reduces"] == 4 * layers + 2
+    counted = json.loads((two / "all_reduces.json").read_text())
+    assert counted["activation_all_reduces"] == 4 * layers + 2 and counted["tp_group_ranks"] == [0, 1], counted
 
     weights, model = _check_final_gathered(two / "final", one / "final")
     for name, tensor in weights.items():
@@ -143,6 +144,7 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     _check_norm_grads(four, one)
     counted = json.loads((four / "all_reduces.json").read_text())
     assert counted["activation_all_reduces"] == 1 and "gloo:all_gather" in counted["gloo"], counted
+    assert counted["tp_group_ranks"] == [0, 1], counted  # the mesh's inner dimension, not the world
     _check_final_gathered(four / "final", one / "final")
 
 

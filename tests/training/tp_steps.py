@@ -14,7 +14,8 @@ forward runs without gradients); else the loss is the model's own (transformers'
 Each step accumulates the gradients of two micro-batches of 2 rows. Writes OUT/losses.json (step -> loss, rank 0),
 OUT/norm_grads.json (every norm weight's gradient after step 1's two micro-batches, whole), OUT/final (save_pretrained:
 gathered whole under tp) and, under tp, OUT/all_reduces.json: the all-reduces of activation-sized tensors
-(micro-batch × seq × hidden) in the first micro-batch."""
+(micro-batch × seq × hidden) in the first micro-batch, and rank 0's tensor-parallel group as ``tp_group_name``
+finds it."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def main() -> None:
 
     from hfpretrain.data.order import load_input_ids
     from hfpretrain.models import load_config
-    from hfpretrain.models.parallel import load_tensor_parallel
+    from hfpretrain.models.parallel import load_tensor_parallel, tp_group_name
     from hfpretrain.training.loss import CausalLMLoss, HiddenStateTap, LossSpec, sequence_parallel_loss, shift_labels
 
     data, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -89,7 +90,12 @@ def main() -> None:
                 activation = [*rows.shape, config.hidden_size]
                 count = sum(e.name == "gloo:all_reduce" and e.input_shapes == [activation] for e in prof.events())
                 names = sorted({e.name for e in prof.events() if e.name.startswith("gloo:")})
-                (out / "all_reduces.json").write_text(json.dumps({"activation_all_reduces": count, "gloo": names}))
+                # the group async tp would enable symmetric memory for (models.parallel.enable_async_tp)
+                group = torch.distributed.distributed_c10d._resolve_process_group(tp_group_name(model))
+                ranks = torch.distributed.get_process_group_ranks(group)
+                (out / "all_reduces.json").write_text(
+                    json.dumps({"activation_all_reduces": count, "gloo": names, "tp_group_ranks": ranks})
+                )
             loss += part.item()
         if step == 0:  # the norms' accumulated gradients, whole (full_tensor: a collective, on every rank)
             grads = {

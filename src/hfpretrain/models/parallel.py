@@ -248,6 +248,35 @@ def training_tp_plan(config: PretrainedConfig, sequence_parallel: bool = False) 
     }
 
 
+def tp_group_name(model) -> str:
+    """The process group of ``model``'s tensor-parallel dimension: that of its first sharded (DTensor) weight's
+    ``tp`` mesh dimension, or its whole mesh where that has one unnamed dimension (transformers 5.17 with tp over
+    every rank; 5.24's meshes are ``(tp,)`` and ``(pp, fsdp, tp)``; 5.17's beside FSDP2 ours, ``(dp_shard, tp)``)."""
+    from torch.distributed.tensor import DTensor
+
+    for param in model.parameters():
+        mesh = param.device_mesh if isinstance(param, DTensor) else None
+        if mesh is not None and "tp" in (mesh.mesh_dim_names or ()):
+            return mesh["tp"].get_group().group_name
+        if mesh is not None and mesh.ndim == 1 and not mesh.mesh_dim_names:
+            return mesh.get_group().group_name
+    raise ValueError("parallel.tp: the model has no weight sharded over a 'tp' mesh dimension")
+
+
+def enable_async_tp(model) -> str:
+    """Inductor's micro-pipelined tensor parallelism for ``model``'s tp group (torchtitan's async TP): its
+    post-grad pass replaces an all-gather followed by the matmuls that read it (a block's input, gathered over
+    positions) with one fused op that multiplies each rank's chunk while the next arrives, and a matmul followed by
+    a reduce-scatter (o and down) likewise; both over symmetric memory, which the group must have before the first
+    compile. Sequence parallelism's collectives only (a plain all-reduce is not cut). Returns the group's name."""
+    from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+
+    group = tp_group_name(model)
+    torch._inductor.config._micro_pipeline_tp = True
+    enable_symm_mem_for_group(group)
+    return group
+
+
 def check_tp(config: PretrainedConfig, tp: int, key: str = "parallel.tp") -> None:
     """ValueError (one line naming ``key``) when ``config`` cannot be split ``tp`` ways by its plan."""
     if tp == 1:

@@ -54,6 +54,9 @@ class Speedups:
     experts_implementation: str | None = None  # MoE: transformers' experts backend (None: a dense model)
     experts_autocast: bool = True
     experts_gather: bool = True
+    # sequence parallelism: the first decoder layer sees every position, the others 1/tp; dynamo's automatic dynamic
+    # shapes would turn that second shape into one graph with a symbolic sequence length for every later layer
+    static_shapes: bool = False
 
 
 @dataclass
@@ -108,16 +111,19 @@ def apply_speedups(model: nn.Module, speedups: Speedups, seq_len: int) -> Applie
         model.set_experts_implementation("sonicmoe_autocast_traced")
         done.experts_autocast = True
         logger.info("experts: sonic-moe's kernels on the autocast dtype's copy of their weights (models/sonic.py)")
-    done.compiled_modules = compile_model(model, s.compile, s.compile_backend, s.compile_mode)
+    done.compiled_modules = compile_model(model, s.compile, s.compile_backend, s.compile_mode, s.static_shapes)
     return done
 
 
-def compile_model(model, scope: str, backend: str = "inductor", mode: str = "default") -> int:
+def compile_model(
+    model, scope: str, backend: str = "inductor", mode: str = "default", static_shapes: bool = False
+) -> int:
     """Compile in place (state-dict names unchanged) and return how many modules were compiled.
 
     ``decoder``: the base model (embeddings, layers, final norm), leaving the LM head and the
     fused loss outside, where liger's kernel must stay; ``layers``: each decoder layer (regional,
-    one graph reused by all layers: the fastest compile); ``model``: everything.
+    one graph reused by all layers: the fastest compile); ``model``: everything. ``static_shapes``: one graph
+    per input shape (``dynamic=False``) in place of dynamo's automatic dynamic shapes.
     """
     if scope == "none":
         return 0
@@ -126,6 +132,8 @@ def compile_model(model, scope: str, backend: str = "inductor", mode: str = "def
     # eager. Each run starts from a clean slate, as a fresh process would.
     torch._dynamo.reset()
     options = {"backend": backend, "mode": None if mode == "default" else mode}
+    if static_shapes:
+        options["dynamic"] = False
     if scope in ("model", "decoder"):
         (model if scope == "model" else model.base_model).compile(**options)
         return 1

@@ -501,6 +501,15 @@ class ParallelSection:
             "cost 1-2% of the tokens/s); not beside cp; needs seq_len divisible by tp"
         },
     )
+    async_tp: Optional[bool] = field(
+        default=None,
+        metadata={
+            "help": "null (auto) | true | false: with sequence parallelism, inductor's micro-pipelined tensor "
+            "parallelism (torchtitan's async TP): each block input's all-gather and each row-wise output's "
+            "reduce-scatter cut into steps that overlap the projections' matmuls (symmetric memory, NCCL); needs "
+            "model.compile and a CUDA launch; auto: off (not measured to win yet)"
+        },
+    )
     timeout_s: float = field(
         default=1800.0,
         metadata={

@@ -259,8 +259,9 @@ def sonicmoe_missing() -> str | None:
     return None
 
 
-def speedups_of(fast: FastPath, recipe) -> Speedups:
-    """What models/speedups.py does to this run's model: the fast path's choices and the recipe's ``kernels:``."""
+def speedups_of(fast: FastPath, recipe, sequence_parallel: bool = False) -> Speedups:
+    """What models/speedups.py does to this run's model: the fast path's choices and the recipe's ``kernels:``
+    (``sequence_parallel``: the layout's, whose first layer sees more positions than the others: static shapes)."""
     m, k = recipe.model, recipe.kernels
     return Speedups(
         precision=fast.precision,
@@ -276,6 +277,7 @@ def speedups_of(fast: FastPath, recipe) -> Speedups:
         experts_implementation=fast.experts_implementation,
         experts_autocast=k.experts_autocast,
         experts_gather=k.experts_gather,
+        static_shapes=sequence_parallel,
     )
 
 

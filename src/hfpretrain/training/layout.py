@@ -75,6 +75,7 @@ class Layout:
     dp_shard: int = 1  # ranks each FSDP2 shard group spans (1 unless zero_stage 3)
     reason: str = "one process"
     sequence_parallel: bool = False  # tp's groups split the positions between the blocks (models/parallel.py)
+    async_tp: bool = False  # their collectives micro-pipelined with the matmuls (models/parallel.py enable_async_tp)
 
     @property
     def dp(self) -> int:
@@ -100,6 +101,7 @@ class Layout:
             "tp": self.tp,
             "cp": self.cp,
             "sequence_parallel": self.sequence_parallel,
+            "async_tp": self.async_tp,
             "reason": self.reason,
         }
 
@@ -125,6 +127,26 @@ def check_sequence_parallel(setting: bool | None, tp: int, cp: int, seq_len: int
             f"{key}: the sequence ({seq_len} tokens) does not split into tp={tp} equal parts: "
             f"set {key}=false or a seq_len divisible by {tp}"
         )
+
+
+def check_async_tp(setting: bool | None, sequence_parallel: bool, compile_scope: str, machine: Machine) -> bool:
+    """Whether the run micro-pipelines its tensor-parallel collectives (``parallel.async_tp``); one ``RecipeError``
+    line where true cannot apply. Inductor fuses an all-gather with the matmuls that read it and a matmul with the
+    reduce-scatter of its output: sequence parallelism's collectives (plain tp all-reduces, which it cannot cut),
+    in compiled code, over NCCL's symmetric memory."""
+    key = "parallel.async_tp"
+    if not setting:
+        return False
+    if not sequence_parallel:
+        raise RecipeError(
+            f"{key}=true overlaps sequence parallelism's all-gathers and reduce-scatters with the matmuls: it needs "
+            "parallel.sequence_parallel (off in this layout; tp > 1 and cp 1 take it)"
+        )
+    if compile_scope == "none":
+        raise RecipeError(f"{key}=true is an inductor pass over compiled code: set model.compile (layers) or false")
+    if not machine.planning and not machine.cuda:
+        raise RecipeError(f"{key}=true needs CUDA GPUs (NCCL's symmetric memory): set it false on this machine")
+    return True
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -180,6 +202,7 @@ def choose_layout(
                 )
         if parallel.sequence_parallel:
             check_sequence_parallel(parallel.sequence_parallel, 1, 1, seq_len)
+        check_async_tp(parallel.async_tp, False, fast.compile, machine)
         return Layout(1, zero), {}
     for key, value in written.items():
         if value is not None and world % value:
@@ -324,7 +347,10 @@ def choose_layout(
     if sequence_parallel:
         why = "parallel.sequence_parallel" if setting else "tp does not fit without it"
         reasons.append(f"sequence parallel ({why}): each tp rank holds 1/{tp} of the positions between the blocks")
-    layout = Layout(world, zero, tp, cp, dp_shard, "; ".join(reasons), sequence_parallel)
+    async_tp = check_async_tp(parallel.async_tp, sequence_parallel, fast.compile, machine)
+    if async_tp:
+        reasons.append("async tp (parallel.async_tp): the sequence collectives overlap the projections' matmuls")
+    layout = Layout(world, zero, tp, cp, dp_shard, "; ".join(reasons), sequence_parallel, async_tp)
     logger.info(
         "parallel layout: %s (dp_replicate %d x dp_shard %d x tp %d x cp %d): %s",
         layout.engine,

@@ -310,7 +310,7 @@ def build_run_model(run: ResolvedRun) -> tuple[torch.nn.Module, Applied]:
         # made from a config with use_cache off (training never uses the cache; it passes use_cache=False anyway),
         # the generation config would have every checkpoint's generate() and pipeline() run without the KV cache
         generation.use_cache = True
-    return model, apply_speedups(model, speedups_of(fast, run.recipe), run.seq_len)
+    return model, apply_speedups(model, speedups_of(fast, run.recipe, run.layout.sequence_parallel), run.seq_len)
 
 
 def tensor_parallel_model(run: ResolvedRun) -> torch.nn.Module:
@@ -321,7 +321,7 @@ def tensor_parallel_model(run: ResolvedRun) -> torch.nn.Module:
 
     from accelerate import PartialState
 
-    from hfpretrain.models.parallel import load_tensor_parallel
+    from hfpretrain.models.parallel import enable_async_tp, load_tensor_parallel
 
     state, weights, init = PartialState(), run.recipe.model.init_from, None
     if weights is None:
@@ -343,6 +343,8 @@ def tensor_parallel_model(run: ResolvedRun) -> torch.nn.Module:
         sequence_parallel=run.layout.sequence_parallel,
         attn_implementation=attention_backend(run.config, run.fast.attn_implementation),
     )
+    if run.layout.async_tp:  # before the first compile, which runs the pass
+        logger.info("async tp over group %s (models/parallel.py enable_async_tp)", enable_async_tp(model))
     state.wait_for_everyone()
     if init is not None and state.is_main_process:
         shutil.rmtree(init, ignore_errors=True)
