@@ -79,7 +79,9 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
     # where tp and cp lose against one GPU (2026-11-29: tp 2 at 78% after the fixes, cp 2 at 32k at 87%): steps
     # 14-16 profiled on every rank (kernels by GPU time, the idle gaps), beside one GPU's; their tokens/s include the
     # profiled steps
-    tp_profile) profiled tp_profile accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC ;;
+    tp_profile) profiled tp_profile accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC $TP_ROWS_KEY ;;
+    tp_async_profile) profiled tp_async_profile accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC \
+          parallel.sequence_parallel=true parallel.async_tp=true $TP_ROWS_KEY ;;
     one_gpu_profile) CUDA_VISIBLE_DEVICES=0 profiled one_gpu_profile accelerate_configs/1gpu.yaml ;;
     cp2_32k_profile) long_data 32768 && DATA=out/mix1_qwen3_32768 profiled cp2_32k_profile \
           accelerate_configs/2gpu_fsdp2.yaml training.per_device_train_batch_size=1 batch.micro_batch=recipe \
