@@ -137,3 +137,22 @@ def test_the_report_does_not_claim_per_set_scores_the_runs_do_not_have(tmp_path)
     assert "**off in all 108 runs**" in text and "overall and per set" not in text
     rows[0]["val_bpb_per_set"] = {"Books": 1.0}
     assert "in 1 of 108 runs" in "\n".join(data_lines(spec, rows))
+
+
+REPORTS = sorted((Path(__file__).parents[2] / "results").glob("study_gpu_*/report.md"))
+
+
+@pytest.mark.parametrize("report", REPORTS, ids=[p.parent.name for p in REPORTS])
+def test_no_committed_trend_without_its_interval_and_floors(report):
+    """Every trend of a multiplier in a committed study report (and so in the homework report cut from them) says
+    what it rests on: its bootstrap interval and the slope at other floors, or why there is none. The MoE study's
+    "×1.38 per decade" held at its fitted floor only (×1.02 on the vocabulary study's floor of the same runs)."""
+    lines = [x for x in report.read_text().splitlines() if "per decade" in x and "multiplier" in x]
+    assert lines
+    homework = (report.parents[1] / "homework.md").read_text()
+    for line in lines:
+        assert "[×" in line and ("at E = " in line or "E is held at" in line), line
+        assert "direction is not established" in line or "at every floor above" in line, line
+    for line in homework.splitlines():
+        if "per decade" in line and "compute multiplier (shared-E fit" in line:
+            assert "[×" in line and "at E = " in line, line

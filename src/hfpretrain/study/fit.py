@@ -28,7 +28,7 @@ class PowerLawFit:
     n: int  # points fitted
     r2: float  # R² of log L (1 = perfect)
     rmse: float  # root-mean-square error of log L (≈ relative error of L)
-    fixed_E: bool = False  # E held at 0 (too few points)
+    fixed_E: bool = False  # E not fitted: held at 0 (too few points) or given (``fit_power_law_at``)
 
     def predict(self, compute):
         return self.E + self.A * np.asarray(compute, dtype=float) ** (-self.alpha)
@@ -110,6 +110,15 @@ def fit_power_law(compute, loss, grid: int = 200, zooms: int = 30) -> PowerLawFi
     logc = np.log(c / float(np.exp(np.mean(np.log(c)))))
     E = _search_E(lambda es: _fit_given_Es(logc, y, es)[2], float(y.min()), grid, zooms)
     return _result(c, y, E, False)
+
+
+def fit_power_law_at(compute, loss, E: float) -> PowerLawFit:
+    """A and α of E + A·C^(−α) for a given floor E (below every loss): the line through log(L − E) against
+    log C. The floor's sensitivity: a figure read off a fit changes with E, which few budgets do not pin down."""
+    c, y = _points(compute, loss)
+    if not 0 <= E < float(y.min()):
+        raise ValueError(f"the floor E = {E:.4g} must lie in [0, {float(y.min()):.4g}) (the lowest loss)")
+    return _result(c, y, float(E), True)
 
 
 def fit_shared_floor(points: dict, grid: int = 200, zooms: int = 30) -> dict[str, PowerLawFit]:
