@@ -3,10 +3,13 @@ shared E (``fit_shared_floor``).
 
 For a fixed irreducible loss E the law is a straight line in log space,
     log(L − E) = log A − α · log C,
-so A and α come from linear least squares. E is found by a 1-D search over [0, min L): a grid,
-then repeated zooms around the best point, minimising the squared error of log L (the predicted
-log loss against the observed log loss, so every point weighs the same whatever its scale).
-With fewer than 3 points E cannot be identified: it is fixed at 0 (a pure power law).
+so A and α come from linear least squares *of log(L − E)*. E is found by a 1-D search over [0, min L) (a grid,
+then repeated zooms around the best point): the E whose curve, with that E's A and α as the line gives them, has
+the smallest squared error of log L (the predicted log loss against the observed one, so every point weighs the
+same whatever its scale). A and α are not refitted on log L: the result is a profile over E of this two-step
+fit, not the least-squares minimum of log L over E, A and α together, which can lie elsewhere (lower sum of
+squares, another E; results/study_gpu_moe2/sensitivity.txt sets the joint fit's multiplier beside the reported
+one). With fewer than 3 points E cannot be identified: it is fixed at 0 (a pure power law).
 
 The compute-efficient frontier: in each compute bucket (``bucket_decades`` wide in log10 C) the
 lowest loss; the classic scaling-law fit is on those points, not on every (size, budget) cell.
@@ -126,8 +129,10 @@ def fit_shared_floor(points: dict, grid: int = 200, zooms: int = 30) -> dict[str
 
     For losses of the same text in the same unit (bits per byte of one validation set, whatever the tokenizer)
     the irreducible part is a property of the text, not of the model family: sharing it is the main model of
-    an ablation, and it lets curves with few points each pin E together. E minimises the summed squared error of
-    log L over all curves; with fewer than 3 points in all, E is fixed at 0."""
+    an ablation, and it lets curves with few points each pin E together. E is searched as in ``fit_power_law``:
+    each curve's A and α from the line through its log(L − E), E the value whose curves have the smallest summed
+    squared error of log L (not a joint least-squares fit of every parameter); with fewer than 3 points in all, E
+    is fixed at 0."""
     data = {k: _points(c, y) for k, (c, y) in points.items()}
     total = sum(len(c) for c, _ in data.values())
     fixed = total < 3 or total <= len(data) * 2  # 2 parameters per curve + E: identifiable only with more points
