@@ -94,3 +94,13 @@ def test_every_link_points_to_a_committed_file(doc):
     assert any(t.endswith("seed1234/final") for t in targets)
     missing = [t for t in targets if not re.match(r"^[a-z]+://|^#", t) and not (REPO / "results" / t).exists()]
     assert not missing, missing[:5]
+
+
+def test_the_committed_eval_summaries_name_no_absolute_path():
+    """lm-eval's summary.md beside a committed run (linked from the run READMEs the homework cites) names its
+    checkpoint relative to the repository, as the harness now writes it (the GPU machine's /work/main/... before)."""
+    summaries = [*(REPO / "results").rglob("lm_eval/summary.md"), *(REPO / "results").rglob("eval_summary.md")]
+    assert summaries
+    for path in summaries:
+        text = path.read_text()
+        assert not ABSOLUTE.findall(text), (path, ABSOLUTE.findall(text)[:3])
