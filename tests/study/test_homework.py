@@ -145,3 +145,23 @@ def test_the_committed_eval_summaries_name_no_absolute_path():
     for path in summaries:
         text = path.read_text()
         assert not ABSOLUTE.findall(text), (path, ABSOLUTE.findall(text)[:3])
+
+
+def test_the_training_changes_name_their_files_and_ladder_rows(doc):
+    """§ 2 lists each change with the files that make it and the ladder row that measured it: every file exists,
+    every row named is a row of the ladder's table, and every row of the ladder but the classic recipe's (the
+    starting point) has its change in the list."""
+    from hfpretrain.study.homework import CODE_CHANGES, LADDER, _table_rows
+
+    section = doc.split("## 2. ")[1].split("## 3. ")[0]
+    ladder = [r[0] for r in _table_rows((REPO / LADDER / "README.md").read_text(), "| run | bits per byte")[1:]]
+    named = set()
+    for change, files, row in CODE_CHANGES:
+        assert change in section
+        for f in files:
+            assert (REPO / f).is_file(), f
+            assert f"[`{f}`](../{f})" in section, f
+        if row is not None:
+            (match,) = [r for r in ladder if r.startswith(row)]
+            named.add(match)
+    assert named == {r for r in ladder if not r.startswith("classic")}

@@ -22,6 +22,92 @@ MOE = "results/study_gpu_moe2"  # the MoE ablation: ten shards, four budgets (it
 OTHER_STUDIES = ("results/study_gpu_vocab", "results/study_gpu_moe", MOE)
 PLACEHOLDER = "<TO FILL IN>"
 
+# § 2: the changes to the training code, each with the files that make it and the ladder row that measured it (a
+# row of LADDER's table, by the start of its first cell; None: in every row, the classic recipe's included). No
+# figure here: § 2's numbers are its sources' (tests/study/test_homework.py).
+CODE_CHANGES = (
+    (
+        "Loss from the final hidden states without materialising every logit (a fused or chunked cross-entropy)",
+        ("src/hfpretrain/training/loss.py", "src/hfpretrain/training/trainer.py"),
+        None,
+    ),
+    (
+        "Packing: documents tokenized with end-of-text and packed into fixed blocks, stored as Arrow, token "
+        "conservation checked, a manifest with the counts",
+        ("src/hfpretrain/data/pipeline.py", "src/hfpretrain/data/pack.py", "scripts/tokenize_pile.py"),
+        None,
+    ),
+    (
+        "Data order a pure function of (seed, step) and exact resume: the sampler starts at the step, no replay; a "
+        "resumed run refuses another run's checkpoint",
+        ("src/hfpretrain/data/order.py", "src/hfpretrain/training/resume.py", "src/hfpretrain/training/trainer.py"),
+        None,
+    ),
+    (
+        "Atomic checkpoints: a completion marker written last, integrity checks, rotation that keeps the last "
+        "complete one",
+        ("src/hfpretrain/training/checkpoints.py",),
+        None,
+    ),
+    (
+        "A non-finite loss or gradient norm stops the run, naming the step",
+        ("src/hfpretrain/training/nonfinite.py",),
+        None,
+    ),
+    (
+        "Weight decay on matrices only (not norms, biases or embedding tables)",
+        ("src/hfpretrain/training/trainer.py",),
+        None,
+    ),
+    (
+        "The budget in FLOPs (`training_flops`) sets the steps; tokens/s, MFU, memory and gradient norms logged to "
+        "`log.jsonl`",
+        (
+            "src/hfpretrain/models/flops.py",
+            "src/hfpretrain/training/resolve.py",
+            "src/hfpretrain/training/callbacks.py",
+        ),
+        None,
+    ),
+    (
+        "An in-domain byte-level BPE trained on the training shards",
+        ("src/hfpretrain/data/train_tokenizer.py", "scripts/train_tokenizer.py"),
+        "+ 8k in-domain BPE",
+    ),
+    (
+        "The modern block as a zoo config (Qwen3: RMSNorm, RoPE, SwiGLU, QK-norm), vocabulary sized from the tokenizer",
+        ("src/hfpretrain/models/configs/qwen3_124m.json", "src/hfpretrain/models/zoo.py"),
+        "+ modern block",
+    ),
+    ("The peak learning rate (a recipe value, no code change)", ("recipes/best_small.yaml",), "+ peak LR"),
+    (
+        "The wider, shallower shape (a zoo config) and its micro-batch",
+        ("src/hfpretrain/models/configs/qwen3_103m.json", "recipes/best_small.yaml"),
+        "+ wider, shallower shape",
+    ),
+    (
+        "Warmup-stable-decay: the decay as a share of the steps (`lr_scheduler_kwargs.decay_ratio`), so it keeps "
+        "its shape when the budget moves the steps",
+        ("src/hfpretrain/training/arguments.py", "src/hfpretrain/training/config.py"),
+        "+ warmup-stable-decay",
+    ),
+    (
+        "Muon for the decoder's matrices, AdamW for the rest, as one optimizer (measured, not kept)",
+        ("src/hfpretrain/training/optim.py",),
+        "best_small with Muon",
+    ),
+)
+
+
+def code_changes(root: Path, out_dir: Path) -> str:
+    """§ 2's list: each change, its files (linked from the document's folder) and its ladder row."""
+    lines = ["| change | files | measured in the ladder row |", "|---|---|---|"]
+    for change, files, row in CODE_CHANGES:
+        links = ", ".join(f"[`{f}`]({_relpath(root / f, out_dir)})" for f in files)
+        lines.append(f"| {change} | {links} | {'every row (the classic recipe too)' if row is None else row} |")
+    return "\n".join(lines)
+
+
 # per section of the document (its number), the files its numbers are cut from (relative to the repository root):
 # a test checks each section's numbers against its own sources, not against every file
 SECTION_SOURCES = {
@@ -182,6 +268,11 @@ def write_homework(
         "## 2. Changes to the training code",
         "",
         cut(best_md, "What the training code does", BEST),
+        "",
+        "The changes, each with the files that make it and the row of the ladder below that measured it (the "
+        "changes in every row are the training code's own: the ladder's first row, the classic recipe, has them too):",
+        "",
+        code_changes(root, out_dir),
         "",
         "Each change measured at the fixed budget, one row per change added to the row above, on the first six "
         f"shards with a six-shard tokenizer ([{LADDER}/README.md]({_relpath(root / LADDER / 'README.md', out_dir)})); "
