@@ -1,5 +1,9 @@
 """Other readings of the MoE compute multiplier at 2.5e16 than the report's (README § Result): the same per-budget
-optima (analysis.json) fitted other ways with the project's own fit code. Run from the repository root:
+optima (analysis.json) fitted other ways with the project's own fit code. Each reading also gives the multiplier at
+every budget and its trend (the slope of a line in ln C through them, as a factor per decade of compute): the trend
+depends on the floor E of the dense fit. Last, the joint least-squares fit of log L over E and each arm's A and α
+(scipy), against the project's fit (a profile over E with A and α from the line through log(L − E): fit.py). Run
+from the repository root:
 
     python results/study_gpu_moe2/sensitivity.py > results/study_gpu_moe2/sensitivity.txt
 """
@@ -8,8 +12,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+from scipy.optimize import least_squares
+
 from hfpretrain.study.analysis import compute_multiplier
-from hfpretrain.study.fit import PowerLawFit, fit_power_law, fit_shared_floor
+from hfpretrain.study.fit import PowerLawFit, fit_power_law, fit_power_law_at, fit_shared_floor
 
 HERE = Path(__file__).parent
 BUDGETS = ("8e+14", "2.5e+15", "8e+15", "2.5e+16")
@@ -40,9 +47,63 @@ vocab2 = json.loads((HERE.parent / "study_gpu_vocab2" / "fits.json").read_text()
 readings["the vocabulary study's fit of the same dense runs (its floor shared with two other arms)"] = PowerLawFit(
     E=vocab2["E"], A=vocab2["A"], alpha=vocab2["alpha"], n=vocab2["n"], r2=vocab2["r2"], rmse=vocab2["rmse"]
 )
+moe_c, moe_l = points("moe")
+
+
+def trend(fit: PowerLawFit, drop: tuple = ()) -> str:
+    """The multiplier at every budget (those of ``drop`` left out) on ``fit`` and its slope per decade."""
+    keep = [i for i, b in enumerate(BUDGETS) if b not in drop]
+    m = [compute_multiplier(fit, moe_l[i], moe_c[i]) for i in keep]
+    per_decade = 10 ** np.polyfit(np.log([moe_c[i] for i in keep]), np.log(m), 1)[0]
+    return f"{' / '.join(f'{x:.2f}' for x in m)} at {', '.join(BUDGETS[i] for i in keep)}: x{per_decade:.2f} per decade"
+
+
 for name, fit in readings.items():
-    print(f"{compute_multiplier(fit, moe_top, c_top):5.2f}  {name} (E = {fit.E:.3f})")
+    drop = ("8e+14",) if "without 8e14" in name else ()
+    print(f"{compute_multiplier(fit, moe_top, c_top):5.2f}  {name} (E = {fit.E:.3f}); {trend(fit, drop)}")
 # a straight line in ln C through the dense optima at 8e15 and 2.5e16, extended to the MoE optimum's loss
 (c1, c2), (l1, l2) = (x[2:] for x in points("dense"))
 slope = (l2 - l1) / math.log(c2 / c1)
 print(f"{math.exp((moe_top - l2) / slope):5.2f}  a straight line in ln C through the dense optima at 8e15 and 2.5e16")
+
+# the trend at other floors: the dense arm's curve refitted (A, α) at each E, the MoE optima read on it
+print("The trend at other floors of the dense fit (A and alpha refitted at each E):")
+for E in (
+    0.869,
+    0.95,
+    1.0,
+    readings["shared floor, as reported"].E,
+    readings["the dense arm's own floor (separate-E fit)"].E,
+):
+    print(f"  E = {E:.3f}: {trend(fit_power_law_at(*points('dense'), E))}")
+
+# the joint least-squares fit of log L (E shared, A and alpha per arm), started from the reported fit
+data = {arm: points(arm) for arm in ("dense", "moe")}
+fits = fit_shared_floor(data)
+c0 = {arm: float(np.exp(np.mean(np.log(c)))) for arm, (c, _) in data.items()}
+
+
+def residual(p):  # p = E, then per arm ln A' and alpha (A' = A * c0^-alpha)
+    out = []
+    for k, (arm, (c, y)) in enumerate(data.items()):
+        pred = p[0] + np.exp(p[1 + 2 * k] - p[2 + 2 * k] * np.log(np.asarray(c) / c0[arm]))
+        out.append(np.log(pred) - np.log(y))
+    return np.concatenate(out)
+
+
+start = [fits["dense"].E]
+for arm in data:
+    start += [math.log(fits[arm].A) - fits[arm].alpha * math.log(c0[arm]), fits[arm].alpha]
+top = min(min(y) for _, y in data.values())
+sol = least_squares(residual, start, bounds=([0] + [-50, 0.0] * 2, [top * (1 - 1e-9)] + [50, 5.0] * 2))
+E, la, alpha = sol.x[0], sol.x[1], sol.x[2]
+joint = PowerLawFit(E=E, A=math.exp(la) * c0["dense"] ** alpha, alpha=alpha, n=4, r2=float("nan"), rmse=float("nan"))
+print("Joint least squares of log L against the project's fit (shared floor):")
+print(
+    f"  sum of squares of log L: project {float(np.sum(residual(start) ** 2)):.3g}, joint {float(np.sum(sol.fun**2)):.3g}"
+)
+print(f"  E: project {fits['dense'].E:.3f}, joint {E:.3f}")
+print(
+    f"  multiplier at 2.5e16: project {compute_multiplier(fits['dense'], moe_top, c_top):.2f}, joint "
+    f"{compute_multiplier(joint, moe_top, c_top):.2f}; joint {trend(joint)}"
+)

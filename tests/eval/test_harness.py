@@ -287,3 +287,15 @@ def test_tasks_all_scores_every_task_the_data_root_has(tiny_checkpoint, data_roo
         tiny_checkpoint, tasks="all", limit=2, dtype="float32", device="cpu", data_root=root, scoring="lm_eval"
     )
     assert res["hfpretrain"]["tasks"] == ["arc_easy", "piqa"] and set(res["results"]) == {"arc_easy", "piqa"}
+
+
+def test_the_summary_names_a_checkpoint_under_the_working_directory_relatively(tmp_path, monkeypatch):
+    """summary.md is committed beside a run's results: its title names the checkpoint relative to the working
+    directory (the repository), not by the machine's absolute path; one outside it keeps its path."""
+    from hfpretrain.eval.harness import summary_markdown
+
+    monkeypatch.chdir(tmp_path)
+    inside = {"hfpretrain": {"checkpoint": str(tmp_path / "runs" / "x" / "final"), "tasks": []}}
+    assert summary_markdown(inside).splitlines()[0] == "# Evaluation: `runs/x/final`"
+    outside = {"hfpretrain": {"checkpoint": "/elsewhere/final", "tasks": []}}
+    assert summary_markdown(outside).splitlines()[0] == "# Evaluation: `/elsewhere/final`"

@@ -392,3 +392,63 @@ def test_the_frontier_recovers_a_planted_law_of_n_and_d(tmp_path):
     assert nd["pairs"]["better vs base"]["target"] < 0 and nd["multiplier"]["better"]["target"] > 1
     text = "\n".join(isoflop_lines(r, None))
     assert "### The frontier: L(N, D)" in text and f"{10 * BUDGETS[-1]:.3g} (extrapolation)" in text
+
+
+def test_the_trend_at_other_floors():
+    """``trend_at_floors`` refits the baseline's curve at each given E: at the planted floor the constant multiplier
+    has no slope; at a floor far below it the same optima read a trend (what a trend claim must be checked
+    against); a floor above the baseline's lowest loss is skipped, not clipped."""
+    from hfpretrain.study.analysis import optima, cells, trend_at_floors
+
+    m = 2.0
+    rows = study({"base": (E, A, ALPHA), "better": (E, A * m ** (-ALPHA), ALPHA)})
+    opt = optima(cells(rows, "val_loss"))
+    ((at_e, at_zero),) = trend_at_floors(opt, ["base", "better"], BUDGETS, [E, 0.0]).values()
+    assert at_e["E"] == E and at_e["trend"] == pytest.approx(0, abs=1e-6)
+    assert at_zero["E"] == 0.0 and abs(at_zero["trend"]) > 0.05
+    assert trend_at_floors(opt, ["base", "better"], BUDGETS, [10.0]) == {"better": []}
+
+
+def test_the_trend_sentence_carries_its_interval_and_floors():
+    """The Discussion's trend of the multiplier comes with its bootstrap interval and the slope at the ends of E's
+    interval and at the baseline's own floor; a direction is claimed only where all of them agree. A study
+    without seeds claims none."""
+    from hfpretrain.study.report import discussion_lines
+
+    def trend_line(r):
+        (line,) = [x for x in discussion_lines(r) if "per decade" in x]
+        return line
+
+    rows = study({"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}, seeds=2, sigma=0.005)
+    r = analyse_isoflop(rows, n_boot=60)
+    line = trend_line(r)
+    lo, hi = (10**v for v in r["intervals"]["trend"]["better"])
+    assert f"[×{lo:.2f}, ×{hi:.2f}]" in line
+    floors = r["trend_floor"]["better"]
+    assert [f["E"] for f in floors] == pytest.approx(r["intervals"]["E"]["base"])
+    for f in floors:
+        assert f"×{10 ** f['trend']:.2f} at E = {f['E']:.3f}" in line
+    sep = r["sensitivity"]["separate"]
+    assert f"×{10 ** sep['trend']['better']:.2f} at E = {sep['fits']['base'].E:.3f}" in line
+    readings = [lo, hi, 10 ** r["trend"]["better"], *(10 ** f["trend"] for f in floors)]
+    readings.append(10 ** sep["trend"]["better"])
+    assert min(readings) <= 1 <= max(readings)  # a constant planted multiplier: no direction to claim
+    if 0.95 <= min(readings) and max(readings) <= 1.05:
+        assert "it stays within ±5% per decade, in the interval and at every floor above" in line
+    else:
+        assert "direction is not established" in line
+    assert "rises" not in line and "falls" not in line
+    # the same study read on a floor the interval leaves out: the sentence names the disagreement
+    r_bad = {**r, "trend_floor": {"better": [*floors, {"E": 0.0, "trend": 0.5}]}}
+    assert "direction is not established" in trend_line(r_bad)
+    r_up = {
+        **r,
+        "trend": {"better": 0.1},
+        "intervals": {**r["intervals"], "trend": {"better": [0.05, 0.2]}},
+        "trend_floor": {"better": [{"E": 1.7, "trend": 0.05}, {"E": 1.9, "trend": 0.2}]},
+        "sensitivity": {"separate": {**sep, "trend": {"better": 0.1}}},
+    }
+    assert "it rises, in the interval and at every floor above" in trend_line(r_up)
+    no_seeds = analyse_isoflop(study({"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}), n_boot=0)
+    line = trend_line(no_seeds)
+    assert "no direction is claimed" in line and "rises" not in line and "falls" not in line

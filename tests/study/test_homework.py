@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hfpretrain.study.homework import ABSOLUTE, SOURCES, write_homework
+from hfpretrain.study.homework import ABSOLUTE, SECTION_SOURCES, SOURCES, write_homework
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "results" / "homework.md"
@@ -62,13 +62,54 @@ def test_no_absolute_path_of_the_machine(doc):
     assert str(REPO) not in doc and "/work/" not in doc and "Pile-format" not in doc
 
 
-def test_every_number_is_in_the_files_it_was_cut_from(doc):
-    """Each number of the document is one of the numbers of its source files (or a section's own number)."""
-    known = {str(i) for i in range(1, 12)}
-    for source in SOURCES:
-        known |= set(NUMBER.findall((REPO / source).read_text()))
-    stray = sorted(set(NUMBER.findall(doc)) - known)
-    assert not stray, stray[:20]
+def _numbers(source: str) -> set[str]:
+    """The numbers of a source file, and of its path (a section names the files it cites); a JSON file's floats
+    also as the document rounds them (to 1-4 decimals)."""
+    text = (REPO / source).read_text()
+    out = set(NUMBER.findall(text)) | set(NUMBER.findall(source))
+    if source.endswith(".json"):
+
+        def floats(v):
+            if isinstance(v, dict):
+                for x in v.values():
+                    yield from floats(x)
+            elif isinstance(v, list):
+                for x in v:
+                    yield from floats(x)
+            elif isinstance(v, float):
+                yield v
+
+        out |= {f"{v:.{k}f}" for v in floats(json.loads(text)) for k in range(1, 5)}
+    return out
+
+
+def stray_numbers(doc: str) -> dict[int, list[str]]:
+    """Per section (its number): the numbers it carries that its own sources (``SECTION_SOURCES``) do not."""
+    parts = re.split(r"^## (\d+)\. ", doc, flags=re.M)
+    out = {}
+    for number, body in zip(parts[1::2], parts[2::2]):
+        n = int(number)
+        known = {str(n)}.union(*(_numbers(s) for s in SECTION_SOURCES[n]))
+        stray = sorted(set(NUMBER.findall(body)) - known)
+        if stray:
+            out[n] = stray[:20]
+    return out
+
+
+def test_every_number_is_in_the_files_its_section_was_cut_from(doc):
+    """Each number of a section is one of the numbers of that section's own source files (or the section's
+    number): a figure copied into the wrong section, or from another file than the one cited, fails, though
+    it may be in some other source."""
+    assert sorted(int(line[3:].split(".")[0]) for line in doc.splitlines() if line.startswith("## ")) == sorted(
+        SECTION_SOURCES
+    )
+    assert set(SOURCES) == {s for sources in SECTION_SOURCES.values() for s in sources}
+    assert not stray_numbers(doc), stray_numbers(doc)
+    # the check is per section: the MoE study's decision multiplier, a number of § 7's sources, is stray in § 6
+    moe = re.search(r"compute multiplier (\d\.\d+) \[", (REPO / "results/study_gpu_moe2/report.md").read_text())[1]
+    assert moe in doc.split("## 7. ")[1] and moe not in doc.split("## 6. ")[1].split("## 7. ")[0]
+    moved = doc.replace("## 7. ", f"Multiplier {moe}.\n\n## 7. ", 1)
+    assert moe in stray_numbers(moved).get(6, [])
 
 
 def test_the_key_figures_match_the_json(doc):
@@ -94,3 +135,33 @@ def test_every_link_points_to_a_committed_file(doc):
     assert any(t.endswith("seed1234/final") for t in targets)
     missing = [t for t in targets if not re.match(r"^[a-z]+://|^#", t) and not (REPO / "results" / t).exists()]
     assert not missing, missing[:5]
+
+
+def test_the_committed_eval_summaries_name_no_absolute_path():
+    """lm-eval's summary.md beside a committed run (linked from the run READMEs the homework cites) names its
+    checkpoint relative to the repository, as the harness now writes it (the GPU machine's /work/main/... before)."""
+    summaries = [*(REPO / "results").rglob("lm_eval/summary.md"), *(REPO / "results").rglob("eval_summary.md")]
+    assert summaries
+    for path in summaries:
+        text = path.read_text()
+        assert not ABSOLUTE.findall(text), (path, ABSOLUTE.findall(text)[:3])
+
+
+def test_the_training_changes_name_their_files_and_ladder_rows(doc):
+    """§ 2 lists each change with the files that make it and the ladder row that measured it: every file exists,
+    every row named is a row of the ladder's table, and every row of the ladder but the classic recipe's (the
+    starting point) has its change in the list."""
+    from hfpretrain.study.homework import CODE_CHANGES, LADDER, _table_rows
+
+    section = doc.split("## 2. ")[1].split("## 3. ")[0]
+    ladder = [r[0] for r in _table_rows((REPO / LADDER / "README.md").read_text(), "| run | bits per byte")[1:]]
+    named = set()
+    for change, files, row in CODE_CHANGES:
+        assert change in section
+        for f in files:
+            assert (REPO / f).is_file(), f
+            assert f"[`{f}`](../{f})" in section, f
+        if row is not None:
+            (match,) = [r for r in ladder if r.startswith(row)]
+            named.add(match)
+    assert named == {r for r in ladder if not r.startswith("classic")}

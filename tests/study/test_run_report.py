@@ -186,3 +186,18 @@ def test_the_data_section_says_how_the_blocks_were_packed_and_the_mixture(mini_b
     text = "\n".join(data_lines(whole, json.loads((whole / "manifest.json").read_text()), {"long": 4, "retrieval": 1}))
     assert "documents kept whole where they fit" in text and "run across" not in text
     assert "long 80%, retrieval 20%." in text
+
+
+def test_the_data_table_gives_the_tokens_training_reads():
+    """The tokens in blocks, not every token tokenized: best_small10's data (55,306 blocks of 1,024 and a 384-token
+    tail packing dropped) was reported as 56,633,728 training tokens, 384 more than the run read. A manifest
+    written before ``block_tokens`` existed gets blocks × seq_len."""
+    from hfpretrain.study.run_report import data_rows
+
+    train = {"documents": 89_772, "tokens": 56_633_728, "blocks": 55_306, "block_tokens": 56_633_344}
+    manifest = {"seq_len": 1024, "train": train, "validation": {"documents": 10, "tokens": 100}}
+    rows = dict(data_rows(manifest))
+    assert rows["train tokens in blocks (what training reads)"] == 56_633_344
+    assert rows["train tokens tokenized"] == 56_633_728 and "train tokens" not in rows
+    del train["block_tokens"]
+    assert dict(data_rows(manifest))["train tokens in blocks (what training reads)"] == 55_306 * 1024

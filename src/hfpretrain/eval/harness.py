@@ -240,8 +240,11 @@ def summary_markdown(results: dict) -> str:
     lm_res = results.get("results", {})
     avg = results.get("avg_logprob", {})
     tasks = info.get("tasks") or sorted(set(lm_res) | set(avg))
+    checkpoint = info.get("checkpoint", "?")
+    if Path(checkpoint).is_absolute() and Path(checkpoint).is_relative_to(Path.cwd()):
+        checkpoint = Path(checkpoint).relative_to(Path.cwd()).as_posix()  # a file to commit names no machine's path
     lines = [
-        f"# Evaluation: `{info.get('checkpoint', '?')}`",
+        f"# Evaluation: `{checkpoint}`",
         "",
         f"lm-eval {info.get('lm_eval_version')}, 0-shot, batch size {info.get('batch_size')}, "
         f"dtype {info.get('dtype')}, device {info.get('device')}, limit {info.get('limit')}, "

@@ -18,7 +18,9 @@
 4. **The arms compared**: per budget the gap L*(arm) − L*(baseline); the *effective compute multiplier*
    of the arm (the compute the baseline needs, on its fit, to reach the arm's loss, divided by C: > 1
    means the change is worth that much more compute); its trend with compute (slope of ln multiplier vs
-   ln C); where the fitted curves cross between the smallest budget and the extrapolation target (never
+   ln C), with its bootstrap interval and its sensitivity to the floor (``trend_floor``: the slope with the
+   baseline's fit held at the ends of E's interval; the separate-E fit gives another): the multipliers read the
+   baseline's curve, whose floor few budgets do not pin down; where the fitted curves cross between the smallest budget and the extrapolation target (never
    below the data); and both arms extrapolated to 10× the largest budget.
 5. **Uncertainty** by a parametric bootstrap: each cell mean gets Gaussian noise of its budget's noise
    floor (σ_b/√seeds), everything is refitted, and 95% intervals are the 2.5/97.5 percentiles. Without
@@ -39,7 +41,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from hfpretrain.study.fit import NDFit, fit_nd, fit_power_law, fit_shared_floor
+from hfpretrain.study.fit import NDFit, fit_nd, fit_power_law, fit_power_law_at, fit_shared_floor
 
 BOOTSTRAP_FIT = dict(grid=40, zooms=10)  # a coarser E search inside the bootstrap loop (hundreds of fits)
 OUTLIER_K = 4.0  # robust σ: a seed replicate further from its siblings is named (and kept: the rule is written first)
@@ -259,6 +261,37 @@ def compute_multiplier(baseline_fit, loss: float, flops: float) -> float:
     return (baseline_fit.A / (loss - baseline_fit.E)) ** (1 / baseline_fit.alpha) / flops
 
 
+def _trend(opt: dict, arm: str, mults: dict) -> float | None:
+    """d ln(multiplier) / d ln C over the budgets with a finite multiplier (None below 2 of them)."""
+    finite = [(opt[arm, b]["flops"], m) for b, m in mults.items() if math.isfinite(m) and m > 0]
+    if len(finite) < 2:
+        return None
+    lc, lm = np.log([c for c, _ in finite]), np.log([m for _, m in finite])
+    return float(np.polyfit(lc, lm, 1)[0])
+
+
+def trend_at_floors(opt: dict, arms: list[str], budgets: list[float], floors: list[float]) -> dict:
+    """arm -> [{"E", "trend"}]: each arm's multiplier trend with the baseline's curve refitted at each of
+    ``floors`` (A and α from ``fit_power_law_at``). A floor the baseline's losses do not allow is skipped."""
+    base, out = arms[0], {}
+    for arm in arms[1:]:
+        out[arm] = []
+        for E in floors:
+            try:
+                fit = fit_power_law_at(*_points(opt, base, budgets), E)
+            except ValueError:
+                continue
+            mults = {
+                b: compute_multiplier(fit, opt[arm, b]["loss_opt"], opt[arm, b]["flops"])
+                for b in budgets
+                if (arm, b) in opt and (base, b) in opt
+            }
+            t = _trend(opt, arm, mults)
+            if t is not None:
+                out[arm].append({"E": float(E), "trend": t})
+    return out
+
+
 def crossovers(fit_a, fit_b, lo: float, hi: float) -> list[float]:
     """Compute values in [lo, hi] where the two fitted curves cross (sign changes on a log grid). Callers pass
     the measured budgets up to the extrapolation target: a crossing below the smallest budget is the two
@@ -293,10 +326,9 @@ def _summaries(
                 gaps[b] = opt[arm, b]["loss_opt"] - opt[base, b]["loss_opt"]
                 mults[b] = compute_multiplier(fits[base], opt[arm, b]["loss_opt"], opt[arm, b]["flops"])
         out["gap"][arm], out["multiplier"][arm] = gaps, mults
-        finite = [(opt[arm, b]["flops"], m) for b, m in mults.items() if math.isfinite(m) and m > 0]
-        if len(finite) >= 2:
-            lc, lm = np.log([c for c, _ in finite]), np.log([m for _, m in finite])
-            out["trend"][arm] = float(np.polyfit(lc, lm, 1)[0])  # d ln(multiplier) / d ln C
+        trend = _trend(opt, arm, mults)  # d ln(multiplier) / d ln C
+        if trend is not None:
+            out["trend"][arm] = trend
         out["crossover"][arm] = crossovers(fits[base], f, min(budgets), extrapolate_to)
     out["pairs"] = {}
     for i, b_arm in enumerate(arms):
@@ -379,6 +411,7 @@ def _bootstrap(
             "multiplier": {},
             "gap_extrapolated": {},
             "backtest_gap": {},
+            "trend": {},
         }
         for arm in arms:
             iv["alpha"][arm] = _interval([d["fits"][arm].alpha for d in ds if d["fits"][arm] is not None])
@@ -390,6 +423,7 @@ def _bootstrap(
             iv["multiplier"][arm] = {
                 b: _interval([d["multiplier"][arm].get(b, float("nan")) for d in ds]) for b in budgets
             }
+            iv["trend"][arm] = _interval([d["trend"].get(arm, float("nan")) for d in ds])
             iv["gap_extrapolated"][arm] = _interval([d["extrapolated"][arm] - d["extrapolated"][arms[0]] for d in ds])
             iv["backtest_gap"][arm] = _interval(
                 [d["backtest"]["gap"].get(arm, {}).get("predicted", float("nan")) for d in ds]
@@ -485,6 +519,10 @@ def analyse_isoflop(
         for model, d in result["sensitivity"].items():
             d["intervals"] = boot[model]
         result["n_boot"] = n_boot
+        e_iv = (result["intervals"].get("E") or {}).get(arms[0])
+        base_fit = result["fits"].get(arms[0])
+        if e_iv is not None and len(arms) > 1 and base_fit is not None and not base_fit.fixed_E:
+            result["trend_floor"] = trend_at_floors(opt, arms, budgets, e_iv)
     return result
 
 

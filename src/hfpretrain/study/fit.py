@@ -3,10 +3,13 @@ shared E (``fit_shared_floor``).
 
 For a fixed irreducible loss E the law is a straight line in log space,
     log(L − E) = log A − α · log C,
-so A and α come from linear least squares. E is found by a 1-D search over [0, min L): a grid,
-then repeated zooms around the best point, minimising the squared error of log L (the predicted
-log loss against the observed log loss, so every point weighs the same whatever its scale).
-With fewer than 3 points E cannot be identified: it is fixed at 0 (a pure power law).
+so A and α come from linear least squares *of log(L − E)*. E is found by a 1-D search over [0, min L) (a grid,
+then repeated zooms around the best point): the E whose curve, with that E's A and α as the line gives them, has
+the smallest squared error of log L (the predicted log loss against the observed one, so every point weighs the
+same whatever its scale). A and α are not refitted on log L: the result is a profile over E of this two-step
+fit, not the least-squares minimum of log L over E, A and α together, which can lie elsewhere (lower sum of
+squares, another E; results/study_gpu_moe2/sensitivity.txt sets the joint fit's multiplier beside the reported
+one). With fewer than 3 points E cannot be identified: it is fixed at 0 (a pure power law).
 
 The compute-efficient frontier: in each compute bucket (``bucket_decades`` wide in log10 C) the
 lowest loss; the classic scaling-law fit is on those points, not on every (size, budget) cell.
@@ -28,7 +31,7 @@ class PowerLawFit:
     n: int  # points fitted
     r2: float  # R² of log L (1 = perfect)
     rmse: float  # root-mean-square error of log L (≈ relative error of L)
-    fixed_E: bool = False  # E held at 0 (too few points)
+    fixed_E: bool = False  # E not fitted: held at 0 (too few points) or given (``fit_power_law_at``)
 
     def predict(self, compute):
         return self.E + self.A * np.asarray(compute, dtype=float) ** (-self.alpha)
@@ -112,13 +115,24 @@ def fit_power_law(compute, loss, grid: int = 200, zooms: int = 30) -> PowerLawFi
     return _result(c, y, E, False)
 
 
+def fit_power_law_at(compute, loss, E: float) -> PowerLawFit:
+    """A and α of E + A·C^(−α) for a given floor E (below every loss): the line through log(L − E) against
+    log C. The floor's sensitivity: a figure read off a fit changes with E, which few budgets do not pin down."""
+    c, y = _points(compute, loss)
+    if not 0 <= E < float(y.min()):
+        raise ValueError(f"the floor E = {E:.4g} must lie in [0, {float(y.min()):.4g}) (the lowest loss)")
+    return _result(c, y, float(E), True)
+
+
 def fit_shared_floor(points: dict, grid: int = 200, zooms: int = 30) -> dict[str, PowerLawFit]:
     """One E for every curve, A and α per curve: L_k(C) = E + A_k·C^(−α_k), ``points`` = {key: (C, L)}.
 
     For losses of the same text in the same unit (bits per byte of one validation set, whatever the tokenizer)
     the irreducible part is a property of the text, not of the model family: sharing it is the main model of
-    an ablation, and it lets curves with few points each pin E together. E minimises the summed squared error of
-    log L over all curves; with fewer than 3 points in all, E is fixed at 0."""
+    an ablation, and it lets curves with few points each pin E together. E is searched as in ``fit_power_law``:
+    each curve's A and α from the line through its log(L − E), E the value whose curves have the smallest summed
+    squared error of log L (not a joint least-squares fit of every parameter); with fewer than 3 points in all, E
+    is fixed at 0."""
     data = {k: _points(c, y) for k, (c, y) in points.items()}
     total = sum(len(c) for c, _ in data.values())
     fixed = total < 3 or total <= len(data) * 2  # 2 parameters per curve + E: identifiable only with more points

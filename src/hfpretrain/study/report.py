@@ -649,6 +649,55 @@ def study_verdicts(
     return rule, decide(result, rule, spec.seeds_for if spec else None, planned)
 
 
+def trend_sentence(result: dict, arm: str, n_budgets: int, bound: list[float]) -> str:
+    """The multiplier's trend with compute, never without what it rests on: its bootstrap interval and the slope
+    at other floors (the ends of E's interval, the baseline's own floor of the separate-E fit). A direction is
+    claimed only when the interval and every floor reading agree on it; otherwise the sentence says it is not
+    established. Without an interval (no seed replicates) no direction is claimed."""
+    base = result["baseline"]
+    per_decade = 10 ** result["trend"][arm]
+    ci = ((result.get("intervals") or {}).get("trend") or {}).get(arm)
+    ci = [10**v for v in ci] if ci else None
+    fit = (result.get("fits") or {}).get(base)
+    floors = [(f["E"], 10 ** f["trend"]) for f in (result.get("trend_floor") or {}).get(arm) or []]
+    sep = (result.get("sensitivity") or {}).get("separate") or {}
+    sep_trend, sep_fit = (sep.get("trend") or {}).get(arm), (sep.get("fits") or {}).get(base)
+    readings = [per_decade, *(v for _, v in floors)]
+    said = []
+    if fit is not None and fit.fixed_E:
+        said.append(f"E is held at {fit.E:.3g} (too few budgets to fit it), so no other floor is tried")
+    elif floors:
+        said.append(
+            " and ".join(f"×{v:.2f} at E = {e:.3f}" for e, v in floors)
+            + f" ({base}'s curve refitted at the ends of E's interval)"
+        )
+    if sep_trend is not None and sep_fit is not None and not sep_fit.fixed_E:
+        readings.append(10**sep_trend)
+        said.append(f"×{10**sep_trend:.2f} at E = {sep_fit.E:.3f} ({base}'s own floor, the separate-E fit)")
+    lo, hi = min(readings + (ci or [])), max(readings + (ci or []))
+    if ci is None:
+        verdict = "no interval (no seed replicates): no direction is claimed"
+    elif lo > 1:
+        verdict = "it rises, in the interval and at every floor above"
+    elif hi < 1:
+        verdict = "it falls, in the interval and at every floor above"
+    elif 0.95 <= lo and hi <= 1.05:
+        verdict = "it stays within ±5% per decade, in the interval and at every floor above"
+    else:
+        verdict = "its direction is not established: the interval or a floor reading is on the other side of ×1"
+    return (
+        f"- Its compute multiplier (shared-E fit on the per-budget optima) at the {n_budgets} measured budgets: "
+        f"{', '.join(f'{m:.2f}' for m in result['multiplier'][arm].values())}"
+        + (f" (at {', '.join(f'{b:.2g}' for b in bound)} a bound)" if bound else "")
+        + f"; a line in ln C through them: ×{per_decade:.2f} per decade"
+        + (f" [×{ci[0]:.2f}, ×{ci[1]:.2f}] (seed noise, E refitted in each draw)" if ci else "")
+        + (". The slope depends on the floor E, which the budgets do not pin down: " + "; ".join(said) if said else "")
+        + f". So {verdict}"
+        + (" (two points: a slope and no check of it)" if n_budgets < 3 else "")
+        + "; other fits of the floor than these are not covered."
+    )
+
+
 def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[str]:
     """The verdicts (the same objects as the Decision's, see ``verdict_sentence``), then what the numbers describe:
     gaps per budget, the multiplier across the measured budgets, and every figure beyond them labelled an
@@ -691,18 +740,8 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
             for b, g in gaps.items()
         ]
         out.append(f"- {arm} − {base}, best loss per budget: " + "; ".join(said) + ".")
-        trend = result["trend"].get(arm)
-        if trend is not None:
-            per_decade = 10**trend
-            direction = "grows" if per_decade > 1.05 else "shrinks" if per_decade < 0.95 else "stays about constant"
-            out.append(
-                f"- Its compute multiplier (shared-E fit on the per-budget optima) {direction} across the "
-                f"{len(gaps)} measured budgets (×{per_decade:.2f} per decade; "
-                f"{', '.join(f'{m:.2f}' for m in result['multiplier'][arm].values())} at the budgets)"
-                + (f"; at {', '.join(f'{b:.2g}' for b in bound)} it rests on a bound" if bound else "")
-                + (": two points, a slope and no check of it" if len(gaps) < 3 else "")
-                + "."
-            )
+        if result["trend"].get(arm) is not None:
+            out.append(trend_sentence(result, arm, len(gaps), bound))
         gap10 = result["extrapolated"][arm] - result["extrapolated"][base]
         if not math.isfinite(gap10):  # an arm with fewer than 2 budgets has no fit: nothing to extrapolate
             out.append(
