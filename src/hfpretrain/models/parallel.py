@@ -28,8 +28,9 @@ in place of all-reduced: the same bytes as the all-reduce's two halves) and ``PA
 rank's weight gradient covers its positions). The final norm's output stays split: the trainer's loss takes each
 rank's positions (training/loss.py ``sequence_parallel_loss``). The rules follow the modules' training mode: in eval
 mode transformers' plan runs unchanged. On two H200s it saved 4-8 GiB and cost 1-2% of the tokens/s
-(results/gpu_2gpu_2026-11-30; not profiled: probably the gathers and scatters along the sequence copy the stream
-as much as the split saves), so the planner takes it only where tp does not fit without it (training/layout.py)."""
+(results/gpu_2gpu_2026-11-30, -30b), so the planner takes it only where tp does not fit without it
+(training/layout.py). ``enable_async_tp`` micro-pipelines its collectives with the matmuls (inductor's pass; on
+two H200s within noise of it, off unless asked)."""
 
 from __future__ import annotations
 
@@ -269,11 +270,15 @@ def enable_async_tp(model) -> str:
     positions) with one fused op that multiplies each rank's chunk while the next arrives, and a matmul followed by
     a reduce-scatter (o and down) likewise; both over symmetric memory, which the group must have before the first
     compile. Sequence parallelism's collectives only (a plain all-reduce is not cut). Returns the group's name."""
+    import warnings
+
     from torch.distributed._symmetric_memory import enable_symm_mem_for_group
 
     group = tp_group_name(model)
     torch._inductor.config._micro_pipeline_tp = True
-    enable_symm_mem_for_group(group)
+    with warnings.catch_warnings():  # torch 2.11 enables it itself and says the call is no longer needed
+        warnings.simplefilter("ignore", FutureWarning)
+        enable_symm_mem_for_group(group)
     return group
 
 
