@@ -25,10 +25,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from hfpretrain.models.parallel import check_tp
+from transformers import __version__ as transformers_version
+
+from hfpretrain.models.parallel import check_tp, fsdp_beside_tp_supported
 from hfpretrain.models.zoo import is_moe
 
-from .arguments import _training_value
 from .config import ParallelSection, RecipeError, parallel_degree
 from .fast_path import MICRO_BATCH_MEMORY_SHARE, planned_gpu_memory
 from .machine import Machine
@@ -312,13 +313,12 @@ def choose_layout(
             f"({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU){'' if needed <= budget else ': DOES NOT FIT'}"
         )
     check_accelerator(tp, cp, machine)
-    if tp > 1 and world > tp * cp and str(_training_value(fields, "save_strategy")) != "no":
-        # tp alone saves and resumes through our Trainer (training/checkpoints.py, tested on CPU); beside FSDP2
-        # accelerate's sharded save takes the weights and its path has not run yet
+    if tp > 1 and world > tp * cp and not machine.planning and not fsdp_beside_tp_supported():
         chosen = "" if written["tp"] else " (the planner's choice)"
         raise RecipeError(
-            f"parallel.tp={tp}{chosen} beside FSDP2: its checkpoints are not resumable yet (tp over every rank "
-            "is): set training.save_strategy=no (final/ is saved whole)"
+            f"parallel.tp={tp}{chosen} beside FSDP2 needs a transformers that shards the other dimension at load "
+            f"(5.24 does; {transformers_version} leaves the data-parallel ranks unsynchronised): upgrade "
+            f"transformers, or set parallel.tp={world // cp} (every rank)"
         )
     dp = world // (tp * cp)
     if (tp > 1 or cp > 1) and zero != 3 and (dp > 1 or cp > 1):

@@ -137,7 +137,8 @@ def refuse_other_optimizer_layout(
 ) -> None:
     """A checkpoint's optimizer states in a form this run cannot read, in one line: DeepSpeed's (its ``global_step*/``
     folder) without DeepSpeed, where the Trainer finds no optimizer.pt and would go on with a fresh optimizer; a
-    tensor-parallel run's (``optimizer_sharded/``, read back at any tp degree or none) under DeepSpeed or FSDP; and
+    tensor-parallel run's (``optimizer_sharded/``, read back at any tp degree or none) under DeepSpeed or FSDP
+    without tp (FSDP2 beside tp reads them: tests/training/test_parallel.py); and
     any other checkpoint's under tensor parallelism (``optimizer.pt`` is keyed by parameter order, whole tensors:
     the Trainer would load it into the shards)."""
     if not resume:
@@ -149,7 +150,7 @@ def refuse_other_optimizer_layout(
             "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)"
         )
     saved_sharded = (Path(resume) / SHARDED_OPTIMIZER_DIR).is_dir()
-    if saved_sharded and sharded_engine:
+    if saved_sharded and sharded_engine and tp == 1:
         raise ValueError(
             f"{resume} was saved under tensor parallelism (optimizer states in {SHARDED_OPTIMIZER_DIR}/): resume it "
             "with parallel.tp, or without DeepSpeed and FSDP"
