@@ -86,7 +86,8 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
     cp2_32k_profile) long_data 32768 && DATA=out/mix1_qwen3_32768 profiled cp2_32k_profile \
           accelerate_configs/2gpu_fsdp2.yaml training.per_device_train_batch_size=1 batch.micro_batch=recipe \
           model.attn_implementation=sdpa model.document_mask=false parallel.cp=2 ;;
-    # FSDP2 x tp needs a transformers that applies FSDP2 at load (5.24; 5.17 refuses it at start: docs/training.md)
+    # NPROC=4 (at 2 tp takes every rank); FSDP2 x tp needs a transformers that applies FSDP2 at load (5.24; 5.17
+    # refuses it at start: docs/training.md)
     fsdp2_tp2) bench fsdp2_tp2 accelerate_configs/2gpu_fsdp2.yaml parallel.tp=2 ;;
     cp2) bench cp2 accelerate_configs/2gpu_fsdp2.yaml parallel.cp=2 model.attn_implementation=sdpa ;;
     one_gpu_32k) CUDA_VISIBLE_DEVICES=0 long one_gpu_32k accelerate_configs/1gpu.yaml 32768 ;;

@@ -109,6 +109,17 @@ def test_written_degrees_are_checked_in_one_line_naming_the_key(mini_blocks, tmp
             ["parallel.tp=2", "parallel.sequence_parallel=true", "parallel.async_tp=true", "model.compile=none"],
             "parallel.async_tp=true is an inductor pass over compiled code",
         ),
+        (
+            2,
+            None,
+            [
+                "parallel.tp=2",
+                "parallel.sequence_parallel=true",
+                "parallel.async_tp=true",
+                "model.compile_backend=eager",
+            ],
+            "with model.compile_backend=inductor (here",
+        ),
     ]
     for world, zero, overrides, message in cases:
         with pytest.raises(RecipeError, match=None) as err:
@@ -289,8 +300,9 @@ def test_tp_beside_fsdp2_needs_a_transformers_that_shards_at_load(tmp_path, monk
     from hfpretrain.training.config import RecipeError
 
     monkeypatch.setattr(layout, "fsdp_beside_tp_supported", lambda: False)
-    overrides = [*ON_CPU, "training.save_strategy=no", f"data.path={tmp_path}/none", "parallel.tp=2"]
-    assert _resolve(RECIPE_1P8B, overrides, launch_of(8, 80)).layout.engine == "fsdp2+tp2"
-    with pytest.raises(RecipeError, match=r"^parallel.tp=2 beside FSDP2 needs a transformers that shards") as err:
-        _resolve(RECIPE_1P8B, overrides, launch_of(8, 80, planning=False))
-    assert "parallel.tp=8 (every rank)" in str(err.value) and "\n" not in str(err.value)
+    base = [*ON_CPU, "training.save_strategy=no", f"data.path={tmp_path}/none"]
+    planned = _resolve(RECIPE_1P8B, [*base, "parallel.tp=2"], launch_of(8, 80)).layout
+    assert planned.engine == "fsdp2+tp2" and "would refuse tp beside other ranks at launch" in planned.reason
+    with pytest.raises(RecipeError, match=r"^parallel.tp=2 on 8 ranks needs a transformers that shards") as err:
+        _resolve(RECIPE_1P8B, [*base, "parallel.tp=2"], launch_of(8, 80, planning=False))
+    assert "set parallel.tp=1 (FSDP2 alone)" in str(err.value) and "\n" not in str(err.value)

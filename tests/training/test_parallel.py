@@ -243,7 +243,7 @@ def test_the_trainer_under_fsdp2_and_tensor_parallelism_resumes_exactly(mini_blo
     if not fsdp_beside_tp_supported():
         proc = grid(saved, {})
         errors = {line for line in proc.stderr.splitlines() if line.startswith("error: ")}
-        assert len(errors) == 1 and "parallel.tp=2 beside FSDP2 needs a transformers" in errors.pop(), proc.stderr
+        assert len(errors) == 1 and "parallel.tp=2 on 4 ranks needs a transformers" in errors.pop(), proc.stderr
         assert proc.returncode != 0 and not saved.exists()
         return
     one = tmp_path / "one"
@@ -271,8 +271,8 @@ def test_the_trainer_under_fsdp2_and_tensor_parallelism_resumes_exactly(mini_blo
 
 
 def test_optimizer_states_of_another_layout_are_refused_in_one_line(tmp_path):
-    """A tensor-parallel checkpoint's states (optimizer_sharded/) under DeepSpeed or FSDP, and a checkpoint saved
-    without tp (optimizer.pt) under tp: refused at start, naming the checkpoint and the key."""
+    """A tensor-parallel checkpoint's states (optimizer_sharded/) under DeepSpeed or FSDP without tp, and a
+    checkpoint saved without tp (optimizer.pt) under tp: refused at start, naming the checkpoint and the key."""
     from hfpretrain.training.checkpoints import SHARDED_OPTIMIZER_DIR
     from hfpretrain.training.resume import refuse_other_optimizer_layout
 
@@ -283,6 +283,7 @@ def test_optimizer_states_of_another_layout_are_refused_in_one_line(tmp_path):
     refuse_other_optimizer_layout(str(tp_ckpt), tp=2, sharded_engine=False)  # the same layout
     refuse_other_optimizer_layout(str(tp_ckpt), tp=1, sharded_engine=False)  # one process or DDP: read whole
     refuse_other_optimizer_layout(str(plain_ckpt), tp=1, sharded_engine=True)
+    refuse_other_optimizer_layout(str(tp_ckpt), tp=2, sharded_engine=True)  # FSDP2 beside tp reads them
     for ckpt, tp, sharded, words in [
         (tp_ckpt, 1, True, "was saved under tensor parallelism"),
         (plain_ckpt, 2, False, "resume it with parallel.tp=1 (this run has parallel.tp=2)"),

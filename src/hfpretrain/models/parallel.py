@@ -287,7 +287,7 @@ def enable_async_tp(model) -> str:
     group = tp_group_name(model)
     torch._inductor.config._micro_pipeline_tp = True
     with warnings.catch_warnings():  # torch 2.11 enables it itself and says the call is no longer needed
-        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", message=".*enable_symm_mem_for_group.*deprecated", category=FutureWarning)
         enable_symm_mem_for_group(group)
     return group
 

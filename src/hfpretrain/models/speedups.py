@@ -54,8 +54,9 @@ class Speedups:
     experts_implementation: str | None = None  # MoE: transformers' experts backend (None: a dense model)
     experts_autocast: bool = True
     experts_gather: bool = True
-    # sequence parallelism: the first decoder layer sees every position, the others 1/tp; dynamo's automatic dynamic
-    # shapes would turn that second shape into one graph with a symbolic sequence length for every later layer
+    # sequence parallelism: the first decoder layer sees every position, the others 1/tp; compiled per layer (one
+    # code object), dynamo's automatic dynamic shapes would give every later layer one graph with a symbolic sequence
+    # length. Compiled whole (decoder, model) the two shapes are in one graph: nothing to do there.
     static_shapes: bool = False
 
 
@@ -71,6 +72,7 @@ class Applied:
     experts_autocast: bool = False
     experts_gather: bool = False
     compiled_modules: int = 0
+    static_shapes: bool = False  # the layers compiled one graph per input shape (Speedups.static_shapes)
 
 
 def apply_speedups(model: nn.Module, speedups: Speedups, seq_len: int) -> Applied:
@@ -111,7 +113,8 @@ def apply_speedups(model: nn.Module, speedups: Speedups, seq_len: int) -> Applie
         model.set_experts_implementation("sonicmoe_autocast_traced")
         done.experts_autocast = True
         logger.info("experts: sonic-moe's kernels on the autocast dtype's copy of their weights (models/sonic.py)")
-    done.compiled_modules = compile_model(model, s.compile, s.compile_backend, s.compile_mode, s.static_shapes)
+    done.static_shapes = s.static_shapes and s.compile == "layers"
+    done.compiled_modules = compile_model(model, s.compile, s.compile_backend, s.compile_mode, done.static_shapes)
     return done
 
 

@@ -507,7 +507,7 @@ class ParallelSection:
             "help": "null (auto) | true | false: with sequence parallelism, inductor's micro-pipelined tensor "
             "parallelism (torchtitan's async TP): each block input's all-gather and each row-wise output's "
             "reduce-scatter cut into steps that overlap the projections' matmuls (symmetric memory, NCCL); needs "
-            "model.compile and a CUDA launch; auto: off (two H200s, the 1.8B shape, tp 2: +0.5% over sequence "
+            "model.compile (inductor) and a CUDA launch; auto: off (two H200s, the 1.8B shape, tp 2: +0.5% over sequence "
             "parallelism alone, below tp without it: within noise)"
         },
     )

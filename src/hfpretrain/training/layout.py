@@ -25,8 +25,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from transformers import __version__ as transformers_version
-
 from hfpretrain.models.parallel import check_tp, fsdp_beside_tp_supported
 from hfpretrain.models.zoo import is_moe
 
@@ -130,7 +128,9 @@ def check_sequence_parallel(setting: bool | None, tp: int, cp: int, seq_len: int
         )
 
 
-def check_async_tp(setting: bool | None, sequence_parallel: bool, compile_scope: str, machine: Machine) -> bool:
+def check_async_tp(
+    setting: bool | None, sequence_parallel: bool, compile_scope: str, machine: Machine, backend: str = "inductor"
+) -> bool:
     """Whether the run micro-pipelines its tensor-parallel collectives (``parallel.async_tp``); one ``RecipeError``
     line where true cannot apply. Inductor fuses an all-gather with the matmuls that read it and a matmul with the
     reduce-scatter of its output: sequence parallelism's collectives (plain tp all-reduces, which it cannot cut),
@@ -141,10 +141,14 @@ def check_async_tp(setting: bool | None, sequence_parallel: bool, compile_scope:
     if not sequence_parallel:
         raise RecipeError(
             f"{key}=true overlaps sequence parallelism's all-gathers and reduce-scatters with the matmuls: it needs "
-            "parallel.sequence_parallel (off in this layout; tp > 1 and cp 1 take it)"
+            "parallel.sequence_parallel (off in this layout; tp > 1 and cp 1 take it): set "
+            "parallel.sequence_parallel=true or parallel.async_tp=false"
         )
-    if compile_scope == "none":
-        raise RecipeError(f"{key}=true is an inductor pass over compiled code: set model.compile (layers) or false")
+    if compile_scope == "none" or backend != "inductor":
+        raise RecipeError(
+            f"{key}=true is an inductor pass over compiled code: set model.compile (layers) with "
+            f"model.compile_backend=inductor (here {compile_scope}, {backend}), or parallel.async_tp=false"
+        )
     if not machine.planning and not machine.cuda:
         raise RecipeError(f"{key}=true needs CUDA GPUs (NCCL's symmetric memory): set it false on this machine")
     return True
@@ -188,6 +192,7 @@ def choose_layout(
     memory,
     document_mask: bool = False,
     target_gpu_memory: int | None = None,
+    compile_backend: str = "inductor",
 ) -> tuple[Layout, dict]:
     """``(layout, the TrainingArguments fields it sets)`` for ``machine``'s launch; ``memory(zero, tp, cp, sp)``: the
     modelled peak bytes per GPU at micro-batch 1, ``sp`` with sequence parallelism (training/plan.py run_memory)."""
@@ -203,7 +208,7 @@ def choose_layout(
                 )
         if parallel.sequence_parallel:
             check_sequence_parallel(parallel.sequence_parallel, 1, 1, seq_len)
-        check_async_tp(parallel.async_tp, False, fast.compile, machine)
+        check_async_tp(parallel.async_tp, False, fast.compile, machine, compile_backend)
         return Layout(1, zero), {}
     for key, value in written.items():
         if value is not None and world % value:
@@ -293,6 +298,8 @@ def choose_layout(
         ):
             if world % (t * c) or seq_len % (2 * c if c > 1 else 1):
                 continue
+            if t > 1 and world > t and not machine.planning and not fsdp_beside_tp_supported():
+                continue  # refused below
             try:
                 check_tp(config, t)
             except ValueError:
@@ -313,13 +320,17 @@ def choose_layout(
             f"({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU){'' if needed <= budget else ': DOES NOT FIT'}"
         )
     check_accelerator(tp, cp, machine)
-    if tp > 1 and world > tp * cp and not machine.planning and not fsdp_beside_tp_supported():
-        chosen = "" if written["tp"] else " (the planner's choice)"
-        raise RecipeError(
-            f"parallel.tp={tp}{chosen} beside FSDP2 needs a transformers that shards the other dimension at load "
-            f"(5.24 does; {transformers_version} leaves the data-parallel ranks unsynchronised): upgrade "
-            f"transformers, or set parallel.tp={world // cp} (every rank)"
-        )
+    if tp > 1 and world > tp and not fsdp_beside_tp_supported():
+        from transformers import __version__ as version
+
+        # transformers loads the model with tp over its group only; beside it (FSDP2, cp) accelerate shards nothing
+        if not machine.planning:
+            raise RecipeError(
+                f"parallel.tp={tp} on {world} ranks needs a transformers that shards the other dimension at load "
+                f"(5.24 does; {version} leaves the other ranks' gradients unsynchronised): upgrade transformers, "
+                "or set parallel.tp=1 (FSDP2 alone)"
+            )
+        reasons.append(f"transformers {version} here would refuse tp beside other ranks at launch (5.24 runs it)")
     dp = world // (tp * cp)
     if (tp > 1 or cp > 1) and zero != 3 and (dp > 1 or cp > 1):
         # accelerate composes tp and cp with FSDP2 only: pure data parallelism beside them is refused
@@ -347,7 +358,7 @@ def choose_layout(
     if sequence_parallel:
         why = "parallel.sequence_parallel" if setting else "tp does not fit without it"
         reasons.append(f"sequence parallel ({why}): each tp rank holds 1/{tp} of the positions between the blocks")
-    async_tp = check_async_tp(parallel.async_tp, sequence_parallel, fast.compile, machine)
+    async_tp = check_async_tp(parallel.async_tp, sequence_parallel, fast.compile, machine, compile_backend)
     if async_tp:
         reasons.append("async tp (parallel.async_tp): the sequence collectives overlap the projections' matmuls")
     layout = Layout(world, zero, tp, cp, dp_shard, "; ".join(reasons), sequence_parallel, async_tp)

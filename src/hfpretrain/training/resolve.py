@@ -285,6 +285,7 @@ def resolve(recipe: Recipe, facts: DataFacts, machine: Machine) -> ResolvedRun:
         fast,
         lambda z, tp, cp, sp: memory_at(z, 1, 1, tp=tp, cp=cp, sequence_parallel=sp),
         document_mask=recipe.model.document_mask,
+        compile_backend=recipe.model.compile_backend,
         target_gpu_memory=card_memory_bytes(recipe.context.gpu) if recipe.context.gpu and not machine.cuda else None,
     )
     fields.update(layout_fields)
