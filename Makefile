@@ -15,6 +15,11 @@ export TRANSFORMERS_OFFLINE ?= 1
 # No WANDB_MODE here: transformers prints "[INFO] Running in WANDB offline mode" on every command when it is
 # offline, report_to none or not; a run that reports to W&B without a login logs offline by itself (training/run.py).
 export TOKENIZERS_PARALLELISM ?= false
+# DeepSpeed JIT-builds its CPU shared-memory collective (deepspeed_shm_comm, 1-3 min on 2 cores) at the first ZeRO
+# launch, into torch's extension cache (~/.cache/torch_extensions unless TORCH_EXTENSIONS_DIR). Its build flags name
+# the venv's paths, so a build from another venv replaced it there and the next run here built it again: one cache
+# per venv. DeepSpeed has no switch to skip the op (TorchBackend builds it whenever it can; only inference uses it).
+export TORCH_EXTENSIONS_DIR ?= $(abspath $(VENV))/torch_extensions
 
 .PHONY: install demo test check-data
 
