@@ -50,7 +50,7 @@ def _torchrun(script: str, *args, nproc: int = 2, timeout: int = 400) -> subproc
     return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def _accelerate_two(
+def _accelerate(
     script: Path, *args, config: str = "cpu_2proc_ddp.yaml", nproc: int = 2, timeout: int = 400
 ) -> subprocess.CompletedProcess:
     """``script`` launched as a user launches it: accelerate, ``nproc`` CPU processes over gloo."""
@@ -173,7 +173,7 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
     one, two = tmp_path / "one", tmp_path / "tp2"
     run_pretrain(mini_blocks, one, extra)
     tp2 = {**extra, "parallel.tp": "2"}
-    proc = _accelerate_two(
+    proc = _accelerate(
         REPO / "tests" / "training" / "tp_trainer.py",
         TINY_RECIPE,
         *make_overrides(
@@ -201,7 +201,7 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
     _check_final_gathered(two / "final", one / "final")
 
     resumed = tmp_path / "resumed"
-    proc = _accelerate_two(
+    proc = _accelerate(
         REPO / "tests" / "training" / "tp_trainer.py",
         TINY_RECIPE,
         *make_overrides(mini_blocks, resumed, {**tp2, "training.resume_from_checkpoint": str(two / "checkpoint-3")}),
@@ -237,7 +237,7 @@ def test_the_trainer_under_fsdp2_and_tensor_parallelism_resumes_exactly(mini_blo
     def grid(out: Path, more: dict) -> subprocess.CompletedProcess:
         overrides = make_overrides(mini_blocks, out, {**extra, "parallel.tp": "2", **more})
         script = REPO / "tests" / "training" / "tp_trainer.py"
-        return _accelerate_two(script, TINY_RECIPE, *overrides, config="cpu_2proc_fsdp2.yaml", nproc=4)
+        return _accelerate(script, TINY_RECIPE, *overrides, config="cpu_2proc_fsdp2.yaml", nproc=4)
 
     saved = tmp_path / "fsdp2_tp2"
     if not fsdp_beside_tp_supported():
@@ -297,7 +297,7 @@ def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp
     """Launched as a user launches it (accelerate, 2 CPU processes): refused at start naming the key and what
     blocks it (accelerate's ParallelismConfig on MULTI_CPU), exit 2, nothing written."""
     out = tmp_path / "run"
-    proc = _accelerate_two(
+    proc = _accelerate(
         REPO / "scripts" / "pretrain.py",
         REPO / "recipes" / "tiny_cpu.yaml",
         f"data.path={mini_blocks}",

@@ -247,6 +247,10 @@ def choose_layout(
 
     setting = parallel.sequence_parallel
 
+    def tp_beside_others_unsupported(t: int) -> bool:
+        """tp on fewer than all ranks, which this transformers loads unsharded beside them (fsdp_beside_tp_supported)."""
+        return 1 < t < world and not fsdp_beside_tp_supported()
+
     def split(z: int, tp: int, cp: int) -> bool:
         """Sequence parallelism at these degrees: as written, else (auto) only where tp does not fit without it:
         on two H200s it saved 4-8 GiB and cost 1-2% of the tokens/s (results/gpu_2gpu_2026-11-30)."""
@@ -298,7 +302,7 @@ def choose_layout(
         ):
             if world % (t * c) or seq_len % (2 * c if c > 1 else 1):
                 continue
-            if t > 1 and world > t and not machine.planning and not fsdp_beside_tp_supported():
+            if not machine.planning and tp_beside_others_unsupported(t):
                 continue  # refused below
             try:
                 check_tp(config, t)
@@ -320,7 +324,7 @@ def choose_layout(
             f"({MICRO_BATCH_MEMORY_SHARE:.0%} of the GPU){'' if needed <= budget else ': DOES NOT FIT'}"
         )
     check_accelerator(tp, cp, machine)
-    if tp > 1 and world > tp and not fsdp_beside_tp_supported():
+    if tp_beside_others_unsupported(tp):
         from transformers import __version__ as version
 
         # transformers loads the model with tp over its group only; beside it (FSDP2, cp) accelerate shards nothing
