@@ -511,6 +511,15 @@ class ParallelSection:
             "parallelism alone, below tp without it: within noise)"
         },
     )
+    tp_overlap: Literal["auto", "off", "reorder", "schedule"] = field(
+        default="auto",
+        metadata={
+            "help": "auto | off | reorder | schedule: with tp > 1 and model.compile (inductor), how the compiled layers "
+            "order their tensor-parallel collectives: off, each waited for where it is issued; reorder, inductor's "
+            "comm/compute passes (raise the all-reduce, sink its wait past the independent weight-gradient "
+            "matmuls); schedule, inductor's ATen overlap scheduler (runtime estimates; CUDA only); auto: off"
+        },
+    )
     timeout_s: float = field(
         default=1800.0,
         metadata={
