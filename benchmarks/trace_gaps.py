@@ -2,7 +2,8 @@
 Chrome trace (training/callbacks.py ProfilerCallback writes one), each classed as *starved* (the next
 kernel was launched by the host only after the GPU had run dry: the host is the bottleneck there),
 *queued* (it was already launched: the gap is the device's own latency) or *unknown* (no launch event
-found), with what the host was doing during the largest starved gaps. Launches are runtime calls
+found), with what the host was doing during the largest starved gaps; and how much of the collectives' (NCCL)
+kernel time ran beside other kernels (hidden) rather than alone on the GPU (exposed). Launches are runtime calls
 (cudaLaunchKernel: aten, cuBLAS) or driver calls (cuLaunchKernel: inductor's Triton kernels).
 
     python benchmarks/trace_gaps.py runs/x/profile/trace-steps20-22.json [--top 15] [--min-us 5]
@@ -60,6 +61,28 @@ def main():
     )
     small = span - busy - sum(by_kind.values())
     print(f"gaps under {a.min_us:g} us: {small / 1e3:.2f} ms in all")
+    comm = [e for e in device if "nccl" in e["name"].lower()]
+    if comm:
+        compute = [(e["ts"], e["ts"] + e["dur"]) for e in device if "nccl" not in e["name"].lower()]
+        merged = []  # the union of the other kernels' intervals, sorted
+        for start, stop in compute:
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], stop)
+            else:
+                merged.append([start, stop])
+        starts = [m[0] for m in merged]
+        total = hidden = 0.0
+        for e in comm:
+            start, stop = e["ts"], e["ts"] + e["dur"]
+            total += stop - start
+            for m in merged[max(0, bisect.bisect_right(starts, start) - 1) :]:
+                if m[0] >= stop:
+                    break
+                hidden += max(0.0, min(stop, m[1]) - max(start, m[0]))
+        print(
+            f"collectives (NCCL kernels): {total / 1e3:.1f} ms, {hidden / 1e3:.1f} ms of it beside other kernels "
+            f"({hidden / total:.0%} hidden), {(total - hidden) / 1e3:.1f} ms exposed"
+        )
     print(f"\nlargest {a.top} gaps:")
     for dur, start, nxt, launch, kind in sorted(gaps, key=lambda g: -g[0])[: a.top]:
         print(f"  {dur / 1e3:8.3f} ms {kind:7s} before {nxt['name'][:70]}")
