@@ -76,12 +76,12 @@ for run in ${RUNS:-one_gpu ddp fsdp2}; do
     # and with inductor's micro-pipelined collectives (parallel.async_tp; models/parallel.py enable_async_tp)
     tp_async|tp_async.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC parallel.sequence_parallel=true \
           parallel.async_tp=true $TP_ROWS_KEY ;;
-    # and with inductor ordering the compiled layers' collectives (parallel.tp_overlap; models/parallel.py
+    # and with inductor reordering the compiled layers' collectives (parallel.tp_overlap; models/parallel.py
     # order_tp_collectives): the backward's all-reduces waited for after the weight-gradient matmuls
-    tp_reorder|tp_schedule) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC parallel.sequence_parallel=false \
-          parallel.tp_overlap=${run#tp_} $TP_ROWS_KEY ;;
+    tp_reorder|tp_reorder.[0-9]) bench $run accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC \
+          parallel.sequence_parallel=false parallel.tp_overlap=true $TP_ROWS_KEY ;;
     tp_reorder_profile) profiled tp_reorder_profile accelerate_configs/2gpu_ddp.yaml parallel.tp=$NPROC \
-          parallel.sequence_parallel=false parallel.tp_overlap=reorder $TP_ROWS_KEY ;;
+          parallel.sequence_parallel=false parallel.tp_overlap=true $TP_ROWS_KEY ;;
     # where tp and cp lose against one GPU (2026-11-29: tp 2 at 78% after the fixes, cp 2 at 32k at 87%): steps
     # 14-16 profiled on every rank (kernels by GPU time, the idle gaps), beside one GPU's; their tokens/s include the
     # profiled steps

@@ -120,9 +120,8 @@ def test_written_degrees_are_checked_in_one_line_naming_the_key(mini_blocks, tmp
             ],
             "with model.compile_backend=inductor (here",
         ),
-        (1, None, ["parallel.tp_overlap=reorder"], "parallel.tp_overlap=reorder orders tensor-parallel"),
-        (2, None, ["parallel.tp=2", "parallel.tp_overlap=reorder", "model.compile=none"], "an inductor pass over"),
-        (2, None, ["parallel.tp_overlap=sideways"], "parallel.tp_overlap='sideways' is not one of"),
+        (1, None, ["parallel.tp_overlap=true"], "parallel.tp_overlap=true orders tensor-parallel collectives"),
+        (2, None, ["parallel.tp=2", "parallel.tp_overlap=true", "model.compile=none"], "an inductor pass over"),
     ]
     for world, zero, overrides, message in cases:
         with pytest.raises(RecipeError, match=None) as err:
@@ -165,7 +164,7 @@ def test_the_layout_is_saved_with_the_run_and_a_bad_one_is_exit_2(mini_blocks, t
         "cp": "auto",
         "sequence_parallel": None,
         "async_tp": None,
-        "tp_overlap": "auto",
+        "tp_overlap": None,
         "timeout_s": 1800.0,
     }
     layout = doc["resolved"]["layout"]

@@ -341,3 +341,39 @@ def test_the_process_group_timeout_is_the_recipe_key(mini_blocks, tmp_path):
     ):
         recipe = load_recipe(TINY_RECIPE, [f"data.path={mini_blocks}", *overrides])
         assert resolve(recipe, read_data_facts(recipe, planning=True), machine).args.ddp_timeout == expected
+
+
+def test_tp_overlap_waits_for_an_all_reduce_after_the_independent_matmul(tmp_path):
+    """``parallel.tp_overlap`` (models/parallel.py ``order_tp_collectives``) on this torch: inductor's passes move
+    an all-reduce's wait past a matmul that does not need its result, where by default it follows the all-reduce.
+    One gloo process (a group of one still issues the collective); the generated code is read, not timed."""
+    import torch._inductor.config as inductor
+    from torch._inductor.utils import run_and_get_code
+
+    from hfpretrain.models.parallel import order_tp_collectives
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    saved = inductor.reorder_for_compute_comm_overlap, list(inductor.reorder_for_compute_comm_overlap_passes)
+    group = torch.distributed.group.WORLD.group_name
+    functional = torch.ops._c10d_functional
+
+    def block(x, w1, w2):  # a block input's gradient all-reduced, a weight gradient that does not need it
+        reduced = functional.all_reduce(x @ w1, "sum", group)
+        independent = x.t() @ w2
+        return functional.wait_tensor(reduced), independent
+
+    def wait_after_matmul() -> bool:
+        torch._dynamo.reset()
+        x, w1, w2 = torch.randn(32, 16), torch.randn(16, 16), torch.randn(32, 8)
+        (_, code) = run_and_get_code(torch.compile(block, backend="inductor"), x, w1, w2)
+        call = code[0][code[0].index("def call(") :]
+        return call.index("wait_tensor") > call.rindex("extern_kernels.mm")
+
+    try:
+        assert not wait_after_matmul()  # inductor's default: the wait follows its collective
+        order_tp_collectives()
+        assert wait_after_matmul()
+    finally:
+        inductor.reorder_for_compute_comm_overlap, inductor.reorder_for_compute_comm_overlap_passes = saved
+        torch._dynamo.reset()
+        torch.distributed.destroy_process_group()

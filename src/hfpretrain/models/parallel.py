@@ -292,22 +292,17 @@ def enable_async_tp(model) -> str:
     return group
 
 
-def order_tp_collectives(mode: str) -> None:
-    """Where inductor puts each compiled layer's tensor-parallel collectives (``mode``: reorder | schedule). By
-    default a collective's wait follows it at once, so the backward's all-reduce of a block input's gradient stalls
-    the stream although the block's weight gradients do not need it. ``reorder``: inductor's comm/compute passes
-    (issue the collective as early, wait as late, as the graph allows, and fill the gap with independent compute);
-    ``schedule``: its ATen overlap scheduler, which places them by estimated runtimes (CUDA). Process-wide inductor
-    settings: set before the first compile."""
+def order_tp_collectives() -> None:
+    """Inductor's comm/compute reordering for the compiled layers' tensor-parallel collectives. By default a
+    collective's wait follows it at once, so the backward's all-reduce of a block input's gradient stalls the stream
+    although the block's weight gradients do not need it; the passes issue each collective as early, and wait for
+    it as late, as the graph allows, with independent compute between. On two H200s (tp 2, the 1.8B shape) they hid
+    45% of the collectives' time and gained nothing: the all-reduces and the matmuls beside them share the SMs and
+    both slowed (results/gpu_2gpu_2026-11-30c). A process-wide inductor setting: set before the first compile."""
     import torch._inductor.config as inductor
 
-    if mode == "reorder":
-        inductor.reorder_for_compute_comm_overlap = True
-        inductor.reorder_for_compute_comm_overlap_passes = ["sink_waits", "raise_comms", "reorder_compute_for_overlap"]
-    elif mode == "schedule":
-        inductor.aten_distributed_optimizations.enable_overlap_scheduling = True
-    else:
-        raise ValueError(f"parallel.tp_overlap={mode!r}: reorder or schedule")
+    inductor.reorder_for_compute_comm_overlap = True
+    inductor.reorder_for_compute_comm_overlap_passes = ["sink_waits", "raise_comms", "reorder_compute_for_overlap"]
 
 
 def check_tp(config: PretrainedConfig, tp: int, key: str = "parallel.tp") -> None:

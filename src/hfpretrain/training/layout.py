@@ -75,7 +75,7 @@ class Layout:
     reason: str = "one process"
     sequence_parallel: bool = False  # tp's groups split the positions between the blocks (models/parallel.py)
     async_tp: bool = False  # their collectives micro-pipelined with the matmuls (models/parallel.py enable_async_tp)
-    tp_overlap: str = "off"  # how inductor orders them in the compiled layers (models/parallel.py order_tp_collectives)
+    tp_overlap: bool = False  # inductor reorders them in the compiled layers (models/parallel.py order_tp_collectives)
 
     @property
     def dp(self) -> int:
@@ -156,22 +156,20 @@ def check_async_tp(
     return True
 
 
-def check_tp_overlap(setting: str, tp: int, compile_scope: str, machine: Machine, backend: str = "inductor") -> str:
-    """How the compiled layers order their tensor-parallel collectives (``parallel.tp_overlap``: off | reorder |
-    schedule); one ``RecipeError`` line where a set value cannot apply. auto: off."""
+def check_tp_overlap(setting: bool | None, tp: int, compile_scope: str, backend: str = "inductor") -> bool:
+    """Whether inductor reorders the compiled layers' tensor-parallel collectives (``parallel.tp_overlap``); one
+    ``RecipeError`` line where true cannot apply."""
     key = "parallel.tp_overlap"
-    if setting in ("auto", "off"):
-        return "off"
+    if not setting:
+        return False
     if tp == 1:
-        raise RecipeError(f"{key}={setting} orders tensor-parallel collectives: it needs parallel.tp > 1 (tp 1 here)")
+        raise RecipeError(f"{key}=true orders tensor-parallel collectives: it needs parallel.tp > 1 (tp 1 here)")
     if compile_scope == "none" or backend != "inductor":
         raise RecipeError(
-            f"{key}={setting} is an inductor pass over compiled code: set model.compile (layers) with "
-            f"model.compile_backend=inductor (here {compile_scope}, {backend}), or {key}=off"
+            f"{key}=true is an inductor pass over compiled code: set model.compile (layers) with "
+            f"model.compile_backend=inductor (here {compile_scope}, {backend}), or {key}=false"
         )
-    if setting == "schedule" and not machine.planning and not machine.cuda:
-        raise RecipeError(f"{key}=schedule estimates runtimes on CUDA GPUs: set {key}=reorder or off on this machine")
-    return setting
+    return True
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -229,7 +227,7 @@ def choose_layout(
         if parallel.sequence_parallel:
             check_sequence_parallel(parallel.sequence_parallel, 1, 1, seq_len)
         check_async_tp(parallel.async_tp, False, fast.compile, machine, compile_backend)
-        check_tp_overlap(parallel.tp_overlap, 1, fast.compile, machine, compile_backend)
+        check_tp_overlap(parallel.tp_overlap, 1, fast.compile, compile_backend)
         return Layout(1, zero), {}
     for key, value in written.items():
         if value is not None and world % value:
@@ -386,9 +384,9 @@ def choose_layout(
     async_tp = check_async_tp(parallel.async_tp, sequence_parallel, fast.compile, machine, compile_backend)
     if async_tp:
         reasons.append("async tp (parallel.async_tp): the sequence collectives overlap the projections' matmuls")
-    tp_overlap = check_tp_overlap(parallel.tp_overlap, tp, fast.compile, machine, compile_backend)
-    if tp_overlap != "off":
-        reasons.append(f"tp overlap {tp_overlap} (parallel.tp_overlap): collectives' waits moved past independent compute")
+    tp_overlap = check_tp_overlap(parallel.tp_overlap, tp, fast.compile, compile_backend)
+    if tp_overlap:
+        reasons.append("tp overlap (parallel.tp_overlap): the collectives' waits moved past independent matmuls")
     layout = Layout(world, zero, tp, cp, dp_shard, "; ".join(reasons), sequence_parallel, async_tp, tp_overlap)
     logger.info(
         "parallel layout: %s (dp_replicate %d x dp_shard %d x tp %d x cp %d): %s",

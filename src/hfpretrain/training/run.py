@@ -345,9 +345,9 @@ def tensor_parallel_model(run: ResolvedRun) -> torch.nn.Module:
     )
     if run.layout.async_tp:  # before the first compile, which runs the pass
         logger.info("async tp over group %s (models/parallel.py enable_async_tp)", enable_async_tp(model))
-    if run.layout.tp_overlap != "off":  # likewise
-        order_tp_collectives(run.layout.tp_overlap)
-        logger.info("tp collectives ordered by inductor: %s (parallel.tp_overlap)", run.layout.tp_overlap)
+    if run.layout.tp_overlap:  # likewise
+        order_tp_collectives()
+        logger.info("tp collectives reordered by inductor (parallel.tp_overlap)")
     state.wait_for_everyone()
     if init is not None and state.is_main_process:
         shutil.rmtree(init, ignore_errors=True)
