@@ -340,7 +340,7 @@ def test_the_new_vocabulary_spec_states_its_decision_rule_and_checks():
     spec = load_spec(REPO / "src" / "hfpretrain" / "study" / "specs" / "gpu_vocab2.yaml")
     assert list(spec.arms) == ["gpt2_50k", "bpe_32k", "bpe_8k"] and spec.budgets == [8e14, 2.5e15, 8e15, 2.5e16]
     assert spec.isoflop.sizes_per_budget == 4 and len(spec.seeds) >= 2 and spec.seed_budgets is None
-    assert spec.rules.over_passes == "flag" and spec.lr_checks["factors"] == [0.5, 2.0]
+    assert spec.rules.over_passes == "flag" and spec.lr_checks[0]["factors"] == [0.5, 2.0]
     assert {(c["arm"], c["baseline"]) for c in spec.decision["comparisons"]} >= {
         ("bpe_32k", "gpt2_50k"),
         ("bpe_8k", "bpe_32k"),

@@ -52,7 +52,11 @@ def _spec(**extra) -> dict:
     [
         ([1e14], "setting_checks:"),  # not a mapping
         ({"budget": 1e14}, "setting_checks:"),  # no settings
-        ({"budget": 1e14, "settings": AUX, "seeds": [0]}, "setting_checks:"),  # an unknown key
+        ({"budget": 1e14, "settings": AUX, "seed": 3}, "setting_checks:"),  # an unknown key
+        ({"budget": 1e14, "settings": AUX, "seeds": [0]}, "setting_checks.seeds"),  # not one of the spec's seeds
+        ({"budget": 1e14, "settings": AUX, "seeds": [3, 3]}, "setting_checks.seeds"),
+        ({"budget": 1e14, "settings": AUX, "seeds": 3}, "setting_checks.seeds"),
+        ([{"budget": 1e14, "settings": AUX}, {"budget": 1e16, "settings": {"aux0.01": {"arms": ["moe"], "overrides": ["moe.aux_loss_coef=0.1"]}}}], "twice"),
         ({"budget": 1e15, "settings": AUX}, "setting_checks.budget"),  # not one of the spec's budgets
         ({"budget": True, "settings": AUX}, "setting_checks.budget"),
         ({"budget": 1e14, "settings": {}}, "setting_checks.settings:"),
@@ -113,7 +117,7 @@ def test_the_cli_refuses_a_bad_setting_check_in_one_line(tmp_path):
 def test_a_spec_with_setting_checks_reads_back_its_own_dump():
     """spec.yaml of a study is the spec's to_dict(): the report re-reads it; YAML 1.1 reads 1.0e15 as a string."""
     spec = load_spec(_spec(setting_checks={"budget": "1.0e14", "settings": AUX}))
-    assert spec.setting_checks == {"budget": 1e14, "settings": AUX}
+    assert spec.setting_checks == [{"budget": 1e14, "settings": AUX}]
     assert load_spec(spec.to_dict()).setting_checks == spec.setting_checks
     assert "setting_checks" not in load_spec(_spec(setting_checks=None)).to_dict()
 
@@ -154,8 +158,40 @@ def test_setting_checks_take_the_lr_checks_central_size_with_the_first_seed(tmp_
     assert setting_overrides(spec, checks[1]) == ["moe.aux_loss_coef=0.01"]
     assert setting_overrides(spec, centre) == []
     # the central size follows the target: at 1e16, D/N of b is 1.7e3 and of c 16.7: c is nearest 20
-    spec.setting_checks["budget"] = 1e16
+    spec.setting_checks[0]["budget"] = 1e16
     assert {r.size for r in setting_check_runs(spec, grid, _plan_of)} == {"c"}
+
+
+def test_checks_at_a_second_budget_take_its_central_size_with_the_seeds_named(tmp_path):
+    """A list of entries: the first budget's checks as before, a second budget's with both seeds (the decision
+    budget's, where one seed is not enough to judge a setting)."""
+    aux = {"arms": ["moe"], "overrides": ["moe.aux_loss_coef=0.01"]}
+    spec = load_spec(
+        _spec(
+            lr_checks=[{"budget": 1e14, "factors": [2]}, {"budget": 1e16, "factors": [0.5], "seeds": [3]}],
+            setting_checks=[
+                {"budget": 1e14, "settings": {"aux0.01": aux}},
+                {"budget": "1.0e16", "settings": {"aux0.01": aux}, "seeds": [3, 5]},
+            ],
+        )
+    )
+    assert load_spec(spec.to_dict()).setting_checks == spec.setting_checks
+    grid = expand(spec, tmp_path)
+    assert [r.name for r in lr_check_runs(spec, grid, _plan_of)] == [
+        "dense/b__c1.00e+14__lr2__seed3",
+        "moe/b__c1.00e+14__lr2__seed3",
+        "dense/c__c1.00e+16__lr0.5__seed3",
+        "moe/c__c1.00e+16__lr0.5__seed3",
+    ]
+    checks = setting_check_runs(spec, grid, _plan_of)
+    assert [r.name for r in checks] == [
+        "moe/b__c1.00e+14__aux0.01__seed3",
+        "moe/c__c1.00e+16__aux0.01__seed3",
+        "moe/c__c1.00e+16__aux0.01__seed5",
+    ]
+    assert all(setting_overrides(spec, r) == ["moe.aux_loss_coef=0.01"] for r in checks)
+    lines = "\n".join(setting_check_lines(spec, [], "val_loss"))
+    assert "aux0.01 on moe at 1e+14; aux0.01 on moe at 1e+16" in lines
 
 
 def test_the_plan_trains_a_setting_check_with_its_overrides_last(tmp_path):
@@ -325,21 +361,21 @@ def test_the_report_puts_each_check_beside_its_grid_run_with_the_budgets_sigma(t
     ]
     text = "\n".join(setting_check_lines(spec, rows + checks[::-1], "val_loss", isoflop))
     table = [line.split(" | ") for line in text.splitlines() if line.startswith("| ") and "---" not in line]
-    assert table[0][:5] == ["| arm", "size", "budget", "setting", "overrides"]
+    assert table[0][:6] == ["| arm", "size", "budget", "seed", "setting", "overrides"]
     # the spec's order: arms, then settings
-    assert [(t[0], t[3]) for t in table[1:]] == [("| dense", "wd0.3"), ("| moe", "aux0.01"), ("| moe", "aux0.0001")]
+    assert [(t[0], t[4]) for t in table[1:]] == [("| dense", "wd0.3"), ("| moe", "aux0.01"), ("| moe", "aux0.0001")]
     dense_row, better, within = table[1:]
-    assert dense_row[4] == "`training.weight_decay=0.3` (grid: –)"  # its grid run has no log here
-    assert better[4] == "`moe.aux_loss_coef=0.01` (grid: 0.002)"  # the grid run's recipe, not the spec's 0.001
-    assert better[5:9] == [
+    assert dense_row[5] == "`training.weight_decay=0.3` (grid: –)"  # its grid run has no log here
+    assert better[5] == "`moe.aux_loss_coef=0.01` (grid: 0.002)"  # the grid run's recipe, not the spec's 0.001
+    assert better[6:10] == [
         f"{moe['val_loss'] - 3 * sigma:.4f}",
         f"{moe['val_loss']:.4f}",
         f"{-3 * sigma:+.4f}",
         f"{sigma:.4f}",
     ]
-    assert better[9:] == ["1.20 / 6.00", "0.0% / 5.0% |"]
-    assert within[9:] == ["– / 6.00", "– / 5.0% |"]
-    assert dense_row[9:] == ["– / –", "– / – |"]
+    assert better[10:] == ["1.20 / 6.00", "0.0% / 5.0% |"]
+    assert within[10:] == ["– / 6.00", "– / 5.0% |"]
+    assert dense_row[10:] == ["– / –", "– / – |"]
     assert "the last logging window of each run's log" in text
     band = 2 * 2**0.5 * sigma  # a difference of two runs' 95% band
     assert f"**aux0.01** (moe x0.8 at 1e+15): better by {3 * sigma:.4f} nats, beyond 2√2·σ = {band:.4f}: " in text
@@ -367,10 +403,10 @@ def test_the_report_puts_each_check_beside_its_grid_run_with_the_budgets_sigma(t
     # in the report, after the run table; none finished yet: a line saying which are planned; no checks: nothing
     report = write_report(spec, rows + checks, {}, tmp_path / "report.md", isoflop=isoflop).read_text()
     assert report.index("| run | seed |") < report.index("## Setting checks") < report.index("## Caveats")
-    assert "None finished yet (spec setting_checks at 1e+15: aux0.01 on moe; aux0.0001 on moe; wd0.3 on dense)" in (
+    assert "None finished yet (spec setting_checks: aux0.01 on moe at 1e+15; aux0.0001 on moe at 1e+15; wd0.3 on dense at 1e+15)" in (
         "\n".join(setting_check_lines(spec, rows, "val_loss"))
     )
-    spec.setting_checks = {}
+    spec.setting_checks = []
     assert setting_check_lines(spec, rows, "val_loss") == []
 
 
@@ -379,14 +415,16 @@ def test_the_moe_studys_checks_take_l3_at_1e15_by_the_committed_runs_plans():
     the committed runs were trained with (a dry run on the real data gives the same figures; without the data it assumes
     another vocabulary and picks another size): L3 (D/N 13.2 dense, 13.1 MoE; L2's is 56)."""
     spec = load_spec(REPO / "src" / "hfpretrain" / "study" / "specs" / "gpu_moe.yaml")
-    assert spec.lr_checks == {"budget": 1e15, "factors": [0.5, 2.0]}
-    assert spec.setting_checks == {
-        "budget": 1e15,
-        "settings": {
-            "aux0.01": {"arms": ["moe"], "overrides": ["moe.aux_loss_coef=0.01"]},
-            "aux0.0001": {"arms": ["moe"], "overrides": ["moe.aux_loss_coef=0.0001"]},
-        },
-    }
+    assert spec.lr_checks == [{"budget": 1e15, "factors": [0.5, 2.0]}]
+    assert spec.setting_checks == [
+        {
+            "budget": 1e15,
+            "settings": {
+                "aux0.01": {"arms": ["moe"], "overrides": ["moe.aux_loss_coef=0.01"]},
+                "aux0.0001": {"arms": ["moe"], "overrides": ["moe.aux_loss_coef=0.0001"]},
+            },
+        }
+    ]
     folder = REPO / "results" / "study_gpu_moe"
     found = folder_runs(spec, folder)
     grid = [r for r in found if not r.setting and r.lr_factor is None]

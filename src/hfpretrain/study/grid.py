@@ -95,13 +95,14 @@ class StudySpec:
     data: str = ""  # what text the runs read (which sets, how much): the report's Data section
     reproduce: list[str] = field(default_factory=list)  # commands, paths relative to the repository or $DATA_ROOT
     decision: dict = field(default_factory=dict)  # the rule the report applies, written before the runs
-    # {budget, factors}: per arm, the budget's central size (D/N nearest the target) again at the rule's LR times
-    # each factor, first seed: is the LR rule near each arm's optimum? Not part of the IsoFLOP cells.
-    lr_checks: dict = field(default_factory=dict)
-    # {budget, settings: {name: {arms, overrides}}}: each named setting (recipe overrides, after the arm's and the
-    # rules') on each of its arms' central size at that budget (the size lr_checks picks), first seed: does the
-    # grid's setting of that arm matter? Not part of the IsoFLOP cells either.
-    setting_checks: dict = field(default_factory=dict)
+    # [{budget, factors, seeds?}]: per arm, the budget's central size (D/N nearest the target) again at the rule's
+    # LR times each factor, with the first seed (or each of seeds): is the LR rule near each arm's optimum? Not part
+    # of the IsoFLOP cells. A spec may write one entry as a mapping.
+    lr_checks: list = field(default_factory=list)
+    # [{budget, settings: {name: {arms, overrides}}, seeds?}]: each named setting (recipe overrides, after the arm's
+    # and the rules') on each of its arms' central size at that budget (the size lr_checks picks), first seed (or
+    # each of seeds): does the grid's setting of that arm matter? Not part of the IsoFLOP cells either.
+    setting_checks: list = field(default_factory=list)
 
     def seeds_for(self, budget: float) -> list[int | None]:
         if not self.seeds:
@@ -345,22 +346,55 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         data=str(d.get("data") or ""),
         reproduce=[str(c) for c in d.get("reproduce") or []],
         decision=_decision(d.get("decision"), arms),
-        lr_checks=_lr_checks(d.get("lr_checks"), budgets),
-        setting_checks=_setting_checks(d.get("setting_checks"), budgets, {str(a) for a in arms}),
+        lr_checks=[_lr_checks(e, budgets, seeds) for e in _entries(d.get("lr_checks"))],
+        setting_checks=_unique_settings(
+            [_setting_checks(e, budgets, {str(a) for a in arms}, seeds) for e in _entries(d.get("setting_checks"))]
+        ),
     )
 
 
-def _lr_checks(d, budgets: list[float]) -> dict:
-    if not d:
+def _entries(d) -> list:
+    """A check key's entries: one mapping, or a list of them (one per budget); none for an empty value."""
+    return [] if not d else [d] if isinstance(d, dict) else list(d) if isinstance(d, list) else [d]
+
+
+def _check_seeds(d: dict, key: str, seeds: list[int]) -> dict:
+    """An entry's optional ``seeds`` (the spec's seeds the checks run with; default: the budget's first)."""
+    if "seeds" not in d:
         return {}
+    chosen = d["seeds"]
+    if not isinstance(chosen, list) or not chosen or any(s not in seeds for s in chosen) or len(set(chosen)) < len(
+        chosen
+    ):
+        raise ValueError(f"{key}.seeds: distinct seeds among the spec's {seeds}, got {chosen!r}")
+    return {"seeds": [int(s) for s in chosen]}
+
+
+def _lr_checks(d, budgets: list[float], seeds: list[int] = ()) -> dict:
+    form = f"lr_checks: {{budget: one of {budgets}, factors: [positive, not 1], seeds: [...] (optional)}}"
     if (
         not isinstance(d, dict)
+        or set(d) - {"budget", "factors", "seeds"}
         or not any(math.isclose(float(d.get("budget", 0)), b, rel_tol=1e-9) for b in budgets)
         or not d.get("factors")
         or any(float(f) <= 0 or float(f) == 1 for f in d["factors"])
     ):
-        raise ValueError(f"lr_checks: {{budget: one of {budgets}, factors: [positive, not 1]}}, got {d}")
-    return {"budget": float(d["budget"]), "factors": [float(f) for f in d["factors"]]}
+        raise ValueError(f"{form}, got {d}")
+    return {
+        "budget": float(d["budget"]),
+        "factors": [float(f) for f in d["factors"]],
+        **_check_seeds(d, "lr_checks", list(seeds)),
+    }
+
+
+def _unique_settings(entries: list[dict]) -> list[dict]:
+    """Setting checks at several budgets: a name means one setting (its folders differ by budget only)."""
+    seen = {}
+    for entry in entries:
+        for name, setting in entry["settings"].items():
+            if seen.setdefault(name, setting) != setting:
+                raise ValueError(f"setting_checks.settings.{name}: defined twice, differently")
+    return entries
 
 
 # A setting's name is a folder token (<size>__<budget>__<name>__seed<seed>): letters, digits, '.', '+', '-' and
@@ -382,13 +416,14 @@ STUDY_KEYS = (
 )
 
 
-def _setting_checks(d, budgets: list[float], arms: set[str]) -> dict:
-    """``setting_checks: {budget, settings: {NAME: {arms: [...], overrides: [section.key=value, ...]}}}``, checked:
-    one line naming the key at fault."""
-    if not d:
-        return {}
-    form = "setting_checks: {budget: B, settings: {NAME: {arms: [ARM, ...], overrides: [section.key=value, ...]}}}"
-    if not isinstance(d, dict) or set(d) != {"budget", "settings"}:
+def _setting_checks(d, budgets: list[float], arms: set[str], seeds: list[int] = ()) -> dict:
+    """One entry of ``setting_checks: {budget, settings: {NAME: {arms: [...], overrides: [section.key=value,
+    ...]}}, seeds: [...] (optional)}``, checked: one line naming the key at fault."""
+    form = (
+        "setting_checks: {budget: B, settings: {NAME: {arms: [ARM, ...], overrides: [section.key=value, ...]}}, "
+        "seeds: [...] (optional)}"
+    )
+    if not isinstance(d, dict) or not {"budget", "settings"} <= set(d) <= {"budget", "settings", "seeds"}:
         raise ValueError(f"{form}, got {d!r}")
     try:
         budget = float(d["budget"])
@@ -429,7 +464,7 @@ def _setting_checks(d, budgets: list[float], arms: set[str]) -> dict:
                 f"resume: {', '.join(STUDY_KEYS)}); a check changes a setting, not the run's budget or pairing"
             )
         settings[name] = {"arms": list(own), "overrides": list(overrides)}
-    return {"budget": budget, "settings": settings}
+    return {"budget": budget, "settings": settings, **_check_seeds(d, "setting_checks", list(seeds))}
 
 
 def _decision(d, arms: dict) -> dict:
@@ -511,10 +546,11 @@ def expand(spec: StudySpec, out: str | Path | None = None, sizes_for=None) -> li
     return runs
 
 
-def central_runs(spec: StudySpec, grid: list[Run], plan_of, budget: float) -> dict[str, Run]:
-    """Per arm, its grid run at ``budget`` with the first seed whose size's D/N is nearest the IsoFLOP target (in
-    log; 20 without ``isoflop``): the size the learning-rate and setting checks train again. ``plan_of(arm, size)``:
-    the size's dry-run plan (FLOPs per token, parameters). An arm without a run at ``budget`` has none."""
+def central_runs(spec: StudySpec, grid: list[Run], plan_of, budget: float, seed: int | None = None) -> dict[str, Run]:
+    """Per arm, its grid run at ``budget`` with ``seed`` (default the first) whose size's D/N is nearest the IsoFLOP
+    target (in log; 20 without ``isoflop``): the size the learning-rate and setting checks train again.
+    ``plan_of(arm, size)``: the size's dry-run plan (FLOPs per token, parameters). An arm without a run at
+    ``budget`` has none."""
     target = spec.isoflop.tokens_per_param if spec.isoflop else 20.0
     out = {}
     for arm in spec.arms:
@@ -524,7 +560,7 @@ def central_runs(spec: StudySpec, grid: list[Run], plan_of, budget: float) -> di
             if r.arm == arm and math.isclose(r.budget, budget, rel_tol=1e-9) and r.lr_factor is None and not r.setting
         ]
         # the first seed by the spec, not by the grid's order: a check pairs with that seed's grid run
-        cell = [r for r in cell if r.seed == spec.seeds_for(budget)[0]]
+        cell = [r for r in cell if r.seed == (spec.seeds_for(budget)[0] if seed is None else seed)]
         if not cell:
             continue
 
@@ -549,33 +585,48 @@ def _check_run(centre: Run, token: str, **fields) -> Run:
     return replace(centre, name=f"{centre.arm}/{name}", out_dir=out_dir, overrides=overrides, **fields)
 
 
+def _entry_centres(spec: StudySpec, grid: list[Run], plan_of, entry: dict) -> list[tuple[str, Run]]:
+    """(arm, central run) of a check entry: per seed it names (default the budget's first), per arm."""
+    return [
+        (arm, centre)
+        for seed in entry.get("seeds") or [None]
+        for arm, centre in central_runs(spec, grid, plan_of, entry["budget"], seed).items()
+    ]
+
+
 def lr_check_runs(spec: StudySpec, grid: list[Run], plan_of) -> list[Run]:
-    """The learning-rate checks: per arm, at ``lr_checks.budget``, the central size (:func:`central_runs`), once
-    per factor with the first seed; folders ``<size>__<budget>__lr<factor>__seed<seed>``."""
-    centres = central_runs(spec, grid, plan_of, spec.lr_checks["budget"])
+    """The learning-rate checks: for each ``lr_checks`` entry, per arm, at its budget, the central size
+    (:func:`central_runs`), once per factor and seed; folders ``<size>__<budget>__lr<factor>__seed<seed>``."""
     return [
         _check_run(centre, f"lr{factor:g}", lr_factor=factor)
-        for centre in centres.values()
-        for factor in spec.lr_checks["factors"]
+        for entry in spec.lr_checks
+        for _, centre in _entry_centres(spec, grid, plan_of, entry)
+        for factor in entry["factors"]
     ]
 
 
 def setting_check_runs(spec: StudySpec, grid: list[Run], plan_of) -> list[Run]:
-    """The setting checks: per arm, at ``setting_checks.budget``, the central size (the one the LR checks take),
-    once per setting that names the arm, with the first seed; folders ``<size>__<budget>__<setting>__seed<seed>``.
-    The setting's overrides are added by :func:`plan_study` (after the rules')."""
-    centres = central_runs(spec, grid, plan_of, spec.setting_checks["budget"])
+    """The setting checks: for each ``setting_checks`` entry, per arm, at its budget, the central size (the one the
+    LR checks take), once per setting that names the arm and per seed; folders
+    ``<size>__<budget>__<setting>__seed<seed>``. The setting's overrides are added by :func:`plan_study` (after the
+    rules')."""
     return [
         _check_run(centre, name, setting=name)
-        for arm, centre in centres.items()
-        for name, setting in spec.setting_checks["settings"].items()
+        for entry in spec.setting_checks
+        for arm, centre in _entry_centres(spec, grid, plan_of, entry)
+        for name, setting in entry["settings"].items()
         if arm in setting["arms"]
     ]
 
 
+def check_settings(spec: StudySpec) -> dict[str, dict]:
+    """Every setting check's name -> {arms, overrides}, over all the entries (a name means one setting)."""
+    return {name: s for entry in spec.setting_checks for name, s in entry["settings"].items()}
+
+
 def setting_overrides(spec: StudySpec, run: Run) -> list[str]:
     """The recipe overrides of ``run``'s setting check ([] for any other run)."""
-    return list(spec.setting_checks["settings"][run.setting]["overrides"]) if run.setting is not None else []
+    return list(check_settings(spec)[run.setting]["overrides"]) if run.setting is not None else []
 
 
 def steps_for(run: Run, plan: dict) -> int:
@@ -1035,6 +1086,16 @@ CELL = re.compile(
 )
 
 
+def _planned_check(spec: StudySpec, budget: float, lr_factor: float | None, setting: str | None) -> bool:
+    """Whether a folder's check (or grid run: neither) is one of the spec's: its budget, factor or setting named."""
+    at = functools.partial(math.isclose, budget, rel_tol=1e-9)
+    if setting is not None:
+        return any(at(e["budget"]) and setting in e["settings"] for e in spec.setting_checks)
+    if lr_factor is not None:
+        return any(at(e["budget"]) and any(math.isclose(lr_factor, f) for f in e["factors"]) for e in spec.lr_checks)
+    return True
+
+
 def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
     """The finished runs under OUT/runs/<arm>/<cell>, read from their folders alone: no dry run, so a study's
     committed results re-analyse on a machine without its tokenized data (``plan_study`` needs the data).
@@ -1048,8 +1109,8 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
             m = CELL.match(folder.name)
             if not m or m["size"] not in sizes or m["label"] not in labels:
                 continue
-            if m["setting"] is not None and m["setting"] not in spec.setting_checks.get("settings", {}):
-                continue
+            if not _planned_check(spec, labels[m["label"]], float(m["lr"]) if m["lr"] else None, m["setting"]):
+                continue  # a check this spec does not plan (another study's, sharing the arm's folder)
             seed = int(m["seed"]) if m["seed"] is not None else None
             run = Run(
                 name=f"{arm}/{folder.name}",

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from hfpretrain.study.analysis import is_check
-from hfpretrain.study.grid import StudySpec, study_folder, trained_by
+from hfpretrain.study.grid import StudySpec, check_settings, study_folder, trained_by
 
 
 def _num(x, digits: int = 4) -> str:
@@ -956,8 +956,8 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
     if not checks:
         return []
     table = []
-    for arm in dict.fromkeys(r["arm"] for r in checks):
-        mine = [r for r in checks if r["arm"] == arm]
+    for arm, budget, seed in dict.fromkeys((r["arm"], r["budget"], r.get("seed")) for r in checks):
+        mine = [r for r in checks if (r["arm"], r["budget"], r.get("seed")) == (arm, budget, seed)]
         ref = grid_run_of(mine[0], rows, y)
         by_factor = {r["lr_factor"]: r for r in mine} | ({1.0: ref} if ref else {})
         best = min(by_factor, key=lambda f: by_factor[f][y])
@@ -965,18 +965,19 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
             [
                 arm,
                 mine[0]["size"],
-                f"{mine[0]['budget']:.3g}",
+                f"{budget:.3g}",
+                "–" if seed is None else str(seed),
                 *[f"×{f:g}: {by_factor[f][y]:.4f} (LR {by_factor[f]['learning_rate']:.3g})" for f in sorted(by_factor)],
                 "the rule's" if best == 1.0 else f"**×{best:g}**",
             ]
         )
     width = max(len(t) for t in table)
-    header = ["arm", "size", "budget", *[f"LR factor {i + 1}" for i in range(width - 4)], "best"]
+    header = ["arm", "size", "budget", "seed", *[f"LR factor {i + 1}" for i in range(width - 5)], "best"]
     return [
         "## Learning-rate checks",
         "",
-        "Each arm's central size at one budget, first seed, at the rule's learning rate times each factor "
-        f"(spec lr_checks); {y}. If the best is not the rule's, that arm's grid ran at a learning rate "
+        "Each arm's central size at a checked budget, with each checked seed, at the rule's learning rate times each "
+        f"factor (spec lr_checks); {y}. If the best is not the rule's, that arm's grid ran at a learning rate "
         "off its optimum and its gap carries that.",
         "",
         _table(header, [t + [""] * (width - len(t)) for t in table]),
@@ -1031,17 +1032,16 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
     from hfpretrain.study.analysis import budget_noise
 
     checks = [r for r in rows if r.get("setting") is not None and r.get(y) is not None]
-    named = (spec.setting_checks or {}).get("settings", {})
+    named = check_settings(spec)
     if not checks:
         if not named:
             return []
-        planned = "; ".join(f"{name} on {', '.join(s['arms'])}" for name, s in named.items())
-        return [
-            "## Setting checks",
-            "",
-            f"None finished yet (spec setting_checks at {spec.setting_checks['budget']:.3g}: {planned}).",
-            "",
-        ]
+        planned = "; ".join(
+            f"{name} on {', '.join(s['arms'])} at {entry['budget']:.3g}"
+            for entry in spec.setting_checks
+            for name, s in entry["settings"].items()
+        )
+        return ["## Setting checks", "", f"None finished yet (spec setting_checks: {planned}).", ""]
     unit = "bits/byte" if y == "val_bpb" else "nats"
     grid_rows = [r for r in rows if not is_check(r)]
     noise = (isoflop or {}).get("budget_noise") or budget_noise(grid_rows, y, (spec.decision or {}).get("noise"))
@@ -1074,6 +1074,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
                 r["arm"],
                 r["size"],
                 f"{r['budget']:.3g}",
+                "–" if r.get("seed") is None else str(r["seed"]),
                 r["setting"],
                 overrides,
                 f"{r[y]:.4f}",
@@ -1084,7 +1085,9 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
                 " / ".join(f"{100 * x['dead']:.1f}%" if x and x.get("dead") is not None else "–" for x in load),
             ]
         )
-        what = f"**{r['setting']}** ({r['arm']} {r['size']} at {r['budget']:.3g})"
+        same = [c for c in checks if (c["setting"], c["arm"], c["budget"]) == (r["setting"], r["arm"], r["budget"])]
+        seed = f", seed {r.get('seed')}" if len(same) > 1 else ""  # a setting checked with several seeds
+        what = f"**{r['setting']}** ({r['arm']} {r['size']} at {r['budget']:.3g}{seed})"
         if diff is None:
             sentences.append(f"- {what}: its grid run (same arm, size, budget and seed) has no result: no comparison.")
         elif sigma is None:
@@ -1115,7 +1118,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
         "## Setting checks",
         "",
         "Each named setting (spec setting_checks: recipe overrides after the arm's and the rules') on its arms' "
-        f"central size at one budget, first seed, against the grid's run of the same arm, size, budget and seed; "
+        f"central size at a checked budget and seed, against the grid's run of the same arm, size, budget and seed; "
         f"{y}. Not part of the cells, the fits or the decision. σ: the budget's noise floor of one run (the "
         "decision's); a difference of two runs carries √2·σ, so a check is judged against 2√2·σ (about 95%).",
         "",
@@ -1124,6 +1127,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
                 "arm",
                 "size",
                 "budget",
+                "seed",
                 "setting",
                 "overrides",
                 f"check ({unit})",
