@@ -56,7 +56,13 @@ def _spec(**extra) -> dict:
         ({"budget": 1e14, "settings": AUX, "seeds": [0]}, "setting_checks.seeds"),  # not one of the spec's seeds
         ({"budget": 1e14, "settings": AUX, "seeds": [3, 3]}, "setting_checks.seeds"),
         ({"budget": 1e14, "settings": AUX, "seeds": 3}, "setting_checks.seeds"),
-        ([{"budget": 1e14, "settings": AUX}, {"budget": 1e16, "settings": {"aux0.01": {"arms": ["moe"], "overrides": ["moe.aux_loss_coef=0.1"]}}}], "twice"),
+        (
+            [
+                {"budget": 1e14, "settings": AUX},
+                {"budget": 1e16, "settings": {"aux0.01": {"arms": ["moe"], "overrides": ["moe.aux_loss_coef=0.1"]}}},
+            ],
+            "twice",
+        ),
         ({"budget": 1e15, "settings": AUX}, "setting_checks.budget"),  # not one of the spec's budgets
         ({"budget": True, "settings": AUX}, "setting_checks.budget"),
         ({"budget": 1e14, "settings": {}}, "setting_checks.settings:"),
@@ -403,8 +409,9 @@ def test_the_report_puts_each_check_beside_its_grid_run_with_the_budgets_sigma(t
     # in the report, after the run table; none finished yet: a line saying which are planned; no checks: nothing
     report = write_report(spec, rows + checks, {}, tmp_path / "report.md", isoflop=isoflop).read_text()
     assert report.index("| run | seed |") < report.index("## Setting checks") < report.index("## Caveats")
-    assert "None finished yet (spec setting_checks: aux0.01 on moe at 1e+15; aux0.0001 on moe at 1e+15; wd0.3 on dense at 1e+15)" in (
-        "\n".join(setting_check_lines(spec, rows, "val_loss"))
+    assert (
+        "None finished yet (spec setting_checks: aux0.01 on moe at 1e+15; aux0.0001 on moe at 1e+15; wd0.3 on dense at 1e+15)"
+        in ("\n".join(setting_check_lines(spec, rows, "val_loss")))
     )
     spec.setting_checks = []
     assert setting_check_lines(spec, rows, "val_loss") == []

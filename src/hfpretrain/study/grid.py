@@ -363,8 +363,11 @@ def _check_seeds(d: dict, key: str, seeds: list[int]) -> dict:
     if "seeds" not in d:
         return {}
     chosen = d["seeds"]
-    if not isinstance(chosen, list) or not chosen or any(s not in seeds for s in chosen) or len(set(chosen)) < len(
-        chosen
+    if (
+        not isinstance(chosen, list)
+        or not chosen
+        or any(s not in seeds for s in chosen)
+        or len(set(chosen)) < len(chosen)
     ):
         raise ValueError(f"{key}.seeds: distinct seeds among the spec's {seeds}, got {chosen!r}")
     return {"seeds": [int(s) for s in chosen]}

@@ -949,9 +949,20 @@ def _other_noise_lines(other_noise: tuple[str, list[dict]] | None, verdicts: lis
     ]
 
 
-def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
+def _budget_sigma(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | None, budget: float) -> float | None:
+    """The noise floor σ of one run at ``budget`` (the decision's), from the analysis or the grid's replicates."""
+    from hfpretrain.study.analysis import budget_noise
+
+    grid_rows = [r for r in rows if not is_check(r)]
+    noise = (isoflop or {}).get("budget_noise") or budget_noise(grid_rows, y, (spec.decision or {}).get("noise"))
+    return next(
+        (v.get("sigma") for b, v in noise["budgets"].items() if math.isclose(float(b), budget, rel_tol=1e-9)), None
+    )
+
+
+def lr_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | None = None) -> list[str]:
     """The learning-rate checks beside the rule's run of the same size, budget and seed: is the rule's LR within
-    the checked factors of each arm's best?"""
+    the checked factors of each arm's best, beyond the budget's noise (2√2·σ, as the setting checks)?"""
     checks = [r for r in rows if r.get("lr_factor") is not None and r.get(y) is not None]
     if not checks:
         return []
@@ -961,6 +972,15 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
         ref = grid_run_of(mine[0], rows, y)
         by_factor = {r["lr_factor"]: r for r in mine} | ({1.0: ref} if ref else {})
         best = min(by_factor, key=lambda f: by_factor[f][y])
+        sigma = _budget_sigma(spec, rows, y, isoflop, budget)
+        if best == 1.0:
+            verdict = "the rule's"
+        elif ref is None or sigma is None:
+            verdict = f"×{best:g} (no grid run or σ to judge it by)"
+        elif ref[y] - by_factor[best][y] > 2 * math.sqrt(2) * sigma:
+            verdict = f"**×{best:g}**, beyond 2√2·σ = {2 * math.sqrt(2) * sigma:.4f}"
+        else:
+            verdict = f"×{best:g} by {ref[y] - by_factor[best][y]:.4f}, within 2√2·σ = {2 * math.sqrt(2) * sigma:.4f}"
         table.append(
             [
                 arm,
@@ -968,7 +988,7 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
                 f"{budget:.3g}",
                 "–" if seed is None else str(seed),
                 *[f"×{f:g}: {by_factor[f][y]:.4f} (LR {by_factor[f]['learning_rate']:.3g})" for f in sorted(by_factor)],
-                "the rule's" if best == 1.0 else f"**×{best:g}**",
+                verdict,
             ]
         )
     width = max(len(t) for t in table)
@@ -977,10 +997,11 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str) -> list[str]:
         "## Learning-rate checks",
         "",
         "Each arm's central size at a checked budget, with each checked seed, at the rule's learning rate times each "
-        f"factor (spec lr_checks); {y}. If the best is not the rule's, that arm's grid ran at a learning rate "
-        "off its optimum and its gap carries that.",
+        f"factor (spec lr_checks); {y}. A factor better than the rule's by more than 2√2·σ (σ: the budget's noise "
+        "floor of one run) means that arm's grid ran at a learning rate off its optimum and its gap carries that; "
+        "within it, a one-seed check cannot tell.",
         "",
-        _table(header, [t + [""] * (width - len(t)) for t in table]),
+        _table(header, [t[:-1] + [""] * (width - len(t)) + t[-1:] for t in table]),
         "",
     ]
 
@@ -1366,7 +1387,7 @@ def write_report(
     lines += ["## Spec", "", "```yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False).strip(), "```", ""]
 
     lines += run_table_lines(rows, spec.rules.max_passes)
-    lines += lr_check_lines(spec, rows, y or measure(rows))
+    lines += lr_check_lines(spec, rows, y or measure(rows), isoflop)
     lines += setting_check_lines(spec, rows, y or measure(rows), isoflop)
     if isoflop and isoflop.get("optima"):
         lines += isoflop_lines(isoflop, isoflop_png, verdicts)
