@@ -1050,8 +1050,6 @@ def _grid_value(ref: dict | None, override: str) -> str:
 def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | None = None) -> list[str]:
     """The setting checks beside the grid's run of the same arm, size, budget and seed: the difference against
     the budget's noise floor σ, the experts' load of both runs where they logged it, and what that says."""
-    from hfpretrain.study.analysis import budget_noise
-
     checks = [r for r in rows if r.get("setting") is not None and r.get(y) is not None]
     named = check_settings(spec)
     if not checks:
@@ -1065,7 +1063,6 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
         return ["## Setting checks", "", f"None finished yet (spec setting_checks: {planned}).", ""]
     unit = "bits/byte" if y == "val_bpb" else "nats"
     grid_rows = [r for r in rows if not is_check(r)]
-    noise = (isoflop or {}).get("budget_noise") or budget_noise(grid_rows, y, (spec.decision or {}).get("noise"))
     arms, order = list(spec.arms), list(named)
     checks.sort(
         key=lambda r: (
@@ -1077,10 +1074,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
     table, sentences, loads = [], [], False
     for r in checks:
         ref = grid_run_of(r, grid_rows, y)
-        sigma = next(
-            (v.get("sigma") for b, v in noise["budgets"].items() if math.isclose(float(b), r["budget"], rel_tol=1e-9)),
-            None,
-        )
+        sigma = _budget_sigma(spec, rows, y, isoflop, r["budget"])
         setting = named.get(r["setting"])
         overrides = (
             ", ".join(f"`{o}` (grid: {_grid_value(ref, o)})" for o in setting["overrides"])
