@@ -370,10 +370,12 @@ def write_homework(
         "What the verdict does not say (the README's Result has the figures): the multiplier at the decision budget "
         "reads the dense arm's fit beyond its data, and other fits of the same optima give values on both sides of "
         "it; the multiplier's rise with compute (the Discussion's trend) holds for floors E near the fitted one, and "
-        "on the vocabulary study's fit of the same dense runs it is flat: no trend is claimed; the data are read more times at the larger budgets, so whether the gain grows with compute or with "
-        "repetition these runs cannot tell apart; the gain is per FLOP, and the MoE shapes train at fewer tokens "
-        "per second than their dense twins; the arm's learning rate and balancing weight were checked at one small "
-        "budget only, and nothing is scored per validation set.",
+        "on the vocabulary study's fit of the same dense runs it is flat: no trend is claimed; the data are read "
+        "more times at the larger budgets, so whether the gain grows with compute or with repetition these runs "
+        "cannot tell apart; the gain is per FLOP, and the MoE shapes train at fewer tokens per second than their "
+        "dense twins; the learning rate (both arms, one seed) and the MoE arm's balancing weight (two seeds at the "
+        "decision budget) were checked at two budgets only, the decision budget one of them, each check within noise "
+        "of the grid's setting or worse (the report's checks), and nothing is scored per validation set.",
         "",
         "## 8. Reproduce: training, evaluation, generation",
         "",
