@@ -373,7 +373,7 @@ def _check_seeds(d: dict, key: str, seeds: list[int]) -> dict:
     return {"seeds": [int(s) for s in chosen]}
 
 
-def _lr_checks(d, budgets: list[float], seeds: list[int] = ()) -> dict:
+def _lr_checks(d, budgets: list[float], seeds: list[int]) -> dict:
     form = f"lr_checks: {{budget: one of {budgets}, factors: [positive, not 1], seeds: [...] (optional)}}"
     if (
         not isinstance(d, dict)
@@ -386,7 +386,7 @@ def _lr_checks(d, budgets: list[float], seeds: list[int] = ()) -> dict:
     return {
         "budget": float(d["budget"]),
         "factors": [float(f) for f in d["factors"]],
-        **_check_seeds(d, "lr_checks", list(seeds)),
+        **_check_seeds(d, "lr_checks", seeds),
     }
 
 
@@ -419,7 +419,7 @@ STUDY_KEYS = (
 )
 
 
-def _setting_checks(d, budgets: list[float], arms: set[str], seeds: list[int] = ()) -> dict:
+def _setting_checks(d, budgets: list[float], arms: set[str], seeds: list[int]) -> dict:
     """One entry of ``setting_checks: {budget, settings: {NAME: {arms: [...], overrides: [section.key=value,
     ...]}}, seeds: [...] (optional)}``, checked: one line naming the key at fault."""
     form = (
@@ -467,7 +467,7 @@ def _setting_checks(d, budgets: list[float], arms: set[str], seeds: list[int] = 
                 f"resume: {', '.join(STUDY_KEYS)}); a check changes a setting, not the run's budget or pairing"
             )
         settings[name] = {"arms": list(own), "overrides": list(overrides)}
-    return {"budget": budget, "settings": settings, **_check_seeds(d, "setting_checks", list(seeds))}
+    return {"budget": budget, "settings": settings, **_check_seeds(d, "setting_checks", seeds)}
 
 
 def _decision(d, arms: dict) -> dict:

@@ -949,15 +949,20 @@ def _other_noise_lines(other_noise: tuple[str, list[dict]] | None, verdicts: lis
     ]
 
 
-def _budget_sigma(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | None, budget: float) -> float | None:
-    """The noise floor σ of one run at ``budget`` (the decision's), from the analysis or the grid's replicates."""
+def _budget_sigmas(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | None):
+    """``sigma(budget)``: the noise floor σ of one run at a budget (the decision's), from the analysis or the grid's
+    replicates (None where there is none); computed once for every check."""
     from hfpretrain.study.analysis import budget_noise
 
     grid_rows = [r for r in rows if not is_check(r)]
     noise = (isoflop or {}).get("budget_noise") or budget_noise(grid_rows, y, (spec.decision or {}).get("noise"))
-    return next(
-        (v.get("sigma") for b, v in noise["budgets"].items() if math.isclose(float(b), budget, rel_tol=1e-9)), None
-    )
+
+    def sigma(budget: float) -> float | None:
+        return next(
+            (v.get("sigma") for b, v in noise["budgets"].items() if math.isclose(float(b), budget, rel_tol=1e-9)), None
+        )
+
+    return sigma
 
 
 def lr_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | None = None) -> list[str]:
@@ -966,13 +971,13 @@ def lr_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | No
     checks = [r for r in rows if r.get("lr_factor") is not None and r.get(y) is not None]
     if not checks:
         return []
-    table = []
+    table, sigma_at = [], _budget_sigmas(spec, rows, y, isoflop)
     for arm, budget, seed in dict.fromkeys((r["arm"], r["budget"], r.get("seed")) for r in checks):
         mine = [r for r in checks if (r["arm"], r["budget"], r.get("seed")) == (arm, budget, seed)]
         ref = grid_run_of(mine[0], rows, y)
         by_factor = {r["lr_factor"]: r for r in mine} | ({1.0: ref} if ref else {})
         best = min(by_factor, key=lambda f: by_factor[f][y])
-        sigma = _budget_sigma(spec, rows, y, isoflop, budget)
+        sigma = sigma_at(budget)
         if best == 1.0:
             verdict = "the rule's"
         elif ref is None or sigma is None:
@@ -1062,7 +1067,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
         )
         return ["## Setting checks", "", f"None finished yet (spec setting_checks: {planned}).", ""]
     unit = "bits/byte" if y == "val_bpb" else "nats"
-    grid_rows = [r for r in rows if not is_check(r)]
+    grid_rows, sigma_at = [r for r in rows if not is_check(r)], _budget_sigmas(spec, rows, y, isoflop)
     arms, order = list(spec.arms), list(named)
     checks.sort(
         key=lambda r: (
@@ -1074,7 +1079,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
     table, sentences, loads = [], [], False
     for r in checks:
         ref = grid_run_of(r, grid_rows, y)
-        sigma = _budget_sigma(spec, rows, y, isoflop, r["budget"])
+        sigma = sigma_at(r["budget"])
         setting = named.get(r["setting"])
         overrides = (
             ", ".join(f"`{o}` (grid: {_grid_value(ref, o)})" for o in setting["overrides"])

@@ -130,6 +130,16 @@ def check_sequence_parallel(setting: bool | None, tp: int, cp: int, seq_len: int
         )
 
 
+def check_inductor_pass(key: str, compile_scope: str, backend: str) -> None:
+    """One ``RecipeError`` line where ``key=true`` (an inductor pass over the compiled layers) has no compiled code
+    or another backend to run in."""
+    if compile_scope == "none" or backend != "inductor":
+        raise RecipeError(
+            f"{key}=true is an inductor pass over compiled code: set model.compile (layers) with "
+            f"model.compile_backend=inductor (here {compile_scope}, {backend}), or {key}=false"
+        )
+
+
 def check_async_tp(
     setting: bool | None, sequence_parallel: bool, compile_scope: str, machine: Machine, backend: str = "inductor"
 ) -> bool:
@@ -146,11 +156,7 @@ def check_async_tp(
             "parallel.sequence_parallel (off in this layout; tp > 1 and cp 1 take it): set "
             "parallel.sequence_parallel=true or parallel.async_tp=false"
         )
-    if compile_scope == "none" or backend != "inductor":
-        raise RecipeError(
-            f"{key}=true is an inductor pass over compiled code: set model.compile (layers) with "
-            f"model.compile_backend=inductor (here {compile_scope}, {backend}), or parallel.async_tp=false"
-        )
+    check_inductor_pass(key, compile_scope, backend)
     if not machine.planning and not machine.cuda:
         raise RecipeError(f"{key}=true needs CUDA GPUs (NCCL's symmetric memory): set it false on this machine")
     return True
@@ -164,11 +170,7 @@ def check_tp_overlap(setting: bool | None, tp: int, compile_scope: str, backend:
         return False
     if tp == 1:
         raise RecipeError(f"{key}=true orders tensor-parallel collectives: it needs parallel.tp > 1 (tp 1 here)")
-    if compile_scope == "none" or backend != "inductor":
-        raise RecipeError(
-            f"{key}=true is an inductor pass over compiled code: set model.compile (layers) with "
-            f"model.compile_backend=inductor (here {compile_scope}, {backend}), or {key}=false"
-        )
+    check_inductor_pass(key, compile_scope, backend)
     return True
 
 
