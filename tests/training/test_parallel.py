@@ -352,7 +352,9 @@ def test_tp_overlap_waits_for_an_all_reduce_after_the_independent_matmul(tmp_pat
 
     from hfpretrain.models.parallel import order_tp_collectives
 
-    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    owned = not torch.distributed.is_initialized()  # a group another test of this worker left is used, not replaced
+    if owned:
+        torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
     saved = inductor.reorder_for_compute_comm_overlap, list(inductor.reorder_for_compute_comm_overlap_passes)
     group = torch.distributed.group.WORLD.group_name
     functional = torch.ops._c10d_functional
@@ -376,4 +378,5 @@ def test_tp_overlap_waits_for_an_all_reduce_after_the_independent_matmul(tmp_pat
     finally:
         inductor.reorder_for_compute_comm_overlap, inductor.reorder_for_compute_comm_overlap_passes = saved
         torch._dynamo.reset()
-        torch.distributed.destroy_process_group()
+        if owned:
+            torch.distributed.destroy_process_group()
