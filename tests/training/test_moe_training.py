@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from hfpretrain.training import RecipeError
 
@@ -185,6 +186,8 @@ def test_moe_settings_the_model_cannot_take(mini_blocks, tmp_path):
         ({**TINY_GLM, "moe.aux_loss_coef": "0.01"}, "no auxiliary loss for glm4_moe"),
         ({**TINY_MOE, "moe.bias_update_rate": "-1"}, "must be >= 0"),
         ({"moe.forced_balance": "true"}, "moe.forced_balance: .* dense model"),
+        ({"moe.aux_loss_scope": "per_layer"}, "moe.aux_loss_scope: .* dense model"),
+        ({**TINY_MOE, "moe.aux_loss_scope": "layer"}, "moe.aux_loss_scope"),
     ]
     for k, (extra, message) in enumerate(cases):
         with pytest.raises(RecipeError, match=message):
@@ -421,6 +424,48 @@ def test_the_aux_loss_from_the_hooks_is_transformers_and_compiles_whole():
     assert load.take_aux_loss() is None  # taken once per forward
     glm = _tiny_glm()
     assert aux_loss_function(glm) is None  # no auxiliary loss in transformers for GLM-4-MoE
+
+
+def test_the_per_layer_aux_loss_is_each_layers_loss_averaged():
+    """moe.aux_loss_scope=per_layer: the mean of transformers' loss taken on each layer alone. Two layers that send
+    every token to two different experts each: pooled, their counts add up to half the experts evenly loaded and the
+    loss reads better balance than either layer has; per layer it reads each layer's collapse."""
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
+
+    from hfpretrain.training.moe import switch_balancing_loss
+
+    torch.manual_seed(0)
+    experts, k, tokens = 8, 2, 64
+
+    def choices(logits):
+        return logits.softmax(-1).topk(k, dim=-1).indices
+
+    logits = [torch.randn(tokens, experts) for _ in range(3)]
+    got = switch_balancing_loss(logits, [choices(x) for x in logits], experts, per_layer=True)
+    want = torch.stack([load_balancing_loss_func((x,), experts, k) for x in logits]).mean()
+    torch.testing.assert_close(got, want)
+    pooled = switch_balancing_loss(logits, [choices(x) for x in logits], experts)
+    torch.testing.assert_close(pooled, load_balancing_loss_func(tuple(logits), experts, k))
+
+    collapsed = [torch.full((tokens, experts), -9.0) for _ in range(2)]
+    collapsed[0][:, :2], collapsed[1][:, 2:4] = 9.0, 9.0  # layer 0 sends all to experts 0-1, layer 1 to 2-3
+    chosen = [choices(x) for x in collapsed]
+    per_layer = switch_balancing_loss(collapsed, chosen, experts, per_layer=True)
+    pooled = switch_balancing_loss(collapsed, chosen, experts)
+    assert per_layer.item() == pytest.approx(experts, rel=1e-3)  # k * experts / k: the worst a layer can do
+    assert pooled.item() == pytest.approx(experts / 2, rel=1e-3)
+
+
+def test_the_per_layer_aux_loss_trains(mini_blocks, tmp_path):
+    """Through the recipe: the key is saved with the run and changes the first step's loss only through the aux
+    term (same seed, same weights, the same cross-entropy)."""
+    base = {**TINY_MOE, "training.max_steps": "1", "training.save_strategy": "no", "moe.aux_loss_coef": "10"}
+    first = {}
+    for scope in ("pooled", "per_layer"):
+        run_pretrain(mini_blocks, tmp_path / scope, {**base, "moe.aux_loss_scope": scope})
+        assert yaml.safe_load((tmp_path / scope / "recipe.yaml").read_text())["moe"]["aux_loss_scope"] == scope
+        first[scope] = next(e["loss"] for e in read_log(tmp_path / scope) if e.get("event") == "log" and "loss" in e)
+    assert first["per_layer"] > first["pooled"]  # each layer's loss >= the pooled one's share (convexity)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])

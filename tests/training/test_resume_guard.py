@@ -266,6 +266,7 @@ def test_schedule_shape_makes_another_run():
         ("training.label_smoothing_factor", 0.0, 0.1),
         ("optimizer.decay_embeddings", False, True),
         ("moe.aux_loss_coef", 0.001, 0.01),
+        ("moe.aux_loss_scope", "pooled", "per_layer"),
         ("moe.bias_update_rate", 0.0, 0.001),
     ],
 )

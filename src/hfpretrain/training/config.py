@@ -400,6 +400,15 @@ class MoeSection:
             "off); null keeps the model config's"
         },
     )
+    aux_loss_scope: Literal["pooled", "per_layer"] = field(
+        default="pooled",
+        metadata={
+            "help": "what the load-balancing loss balances: pooled (transformers' form: one Switch loss over every "
+            "layer's tokens together, so a layer that sends all its tokens to one expert is offset by the others) or "
+            "per_layer (Switch Transformer's, GShard's and Megatron's: each layer's loss, averaged over the layers: "
+            "the same scale, so the same weight)"
+        },
+    )
     bias_update_rate: float = field(
         default=0.0,
         metadata={

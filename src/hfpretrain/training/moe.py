@@ -19,7 +19,9 @@ transformers' auxiliary loss (``router_aux_loss_coef``, Qwen3-MoE) is added by t
 router logits and choices the same hooks keep (:func:`aux_loss_function`): the model is then called with
 ``output_router_logits=False``, because transformers collects those through a ContextVar that torch.compile cannot
 trace, which broke the compiled decoder into a graph per router. The loss is transformers' (Switch Transformer's, as
-the family's ``load_balancing_loss_func`` computes it: the same value, tested), counted without its
+the family's ``load_balancing_loss_func`` computes it: the same value, tested), or with ``moe.aux_loss_scope:
+per_layer`` each layer's own loss averaged over the layers (Switch Transformer's and Megatron-Core's form: the pooled
+one hardly sees a layer that sends all its tokens to one expert), counted without its
 ``torch.bincount``, which waits for the GPU once per layer (transformers 5.17): in a profile of the ~1B MoE shape
 the GPU was idle for 8.7% of the profiled steps (2.6% without those waits). The load counts avoid it too.
 """
@@ -157,23 +159,37 @@ def count_choices(indices: torch.Tensor, bins: int) -> torch.Tensor:
     return torch.zeros(bins, dtype=torch.int64, device=indices.device).index_add_(0, indices, torch.ones_like(indices))
 
 
-def switch_balancing_loss(logits: list[torch.Tensor], chosen: list[torch.Tensor], num_experts: int) -> torch.Tensor:
-    """Switch Transformer's load-balancing loss over all MoE layers, as transformers' ``load_balancing_loss_func``
-    computes it without an attention mask: ``num_experts * sum_e f_e * P_e``, where ``f_e`` is the share of all
-    layers' (token, choice) rows routed to expert e, per token, and ``P_e`` the mean router probability of expert e
-    over all layers' tokens. ``chosen`` are the routers' own top-k choices (for the softmax-top-k routers this loss
-    is for, the top-k of these logits: transformers computes it again)."""
-    probs = torch.cat(logits).float().softmax(dim=-1)
-    rows = probs.shape[0]
-    counts = count_choices(torch.cat([c.reshape(-1) for c in chosen]), num_experts)
-    return num_experts * (counts.float() / rows * probs.mean(dim=0)).sum()
+def switch_balancing_loss(
+    logits: list[torch.Tensor], chosen: list[torch.Tensor], num_experts: int, per_layer: bool = False
+) -> torch.Tensor:
+    """Switch Transformer's load-balancing loss ``num_experts * sum_e f_e * P_e``, where ``f_e`` is the share of
+    (token, choice) rows routed to expert e, per token, and ``P_e`` the mean router probability of expert e.
+    ``chosen`` are the routers' own top-k choices (for the softmax-top-k routers this loss is for, the top-k of these
+    logits: transformers computes it again).
+
+    Pooled (``per_layer`` False, ``moe.aux_loss_scope: pooled``): f and P over all layers' tokens together, as
+    transformers' ``load_balancing_loss_func`` computes it without an attention mask. A layer that sends every token
+    to one expert then moves f_e by only 1/layers, and not at all where another layer avoids that expert.
+    Per layer (``per_layer``): each layer's own loss, averaged over the layers, as Switch Transformer, GShard and
+    Megatron-Core count it; k at perfect balance either way, so one weight means the same in both."""
+    layers = len(logits)
+    probs = torch.stack(logits).float().softmax(dim=-1)  # [layers, tokens, experts]
+    tokens = probs.shape[1]
+    rows = torch.stack([c.reshape(tokens, -1) for c in chosen])  # [layers, tokens, k]
+    if not per_layer:
+        counts = count_choices(rows, num_experts)
+        return num_experts * (counts.float() / (layers * tokens) * probs.mean(dim=(0, 1))).sum()
+    # one count for all layers: layer l's experts are bins l*E .. l*E+E-1
+    offsets = torch.arange(layers, device=rows.device)[:, None, None] * num_experts
+    counts = count_choices(rows + offsets, layers * num_experts).view(layers, num_experts)
+    return num_experts * (counts.float() / tokens * probs.mean(dim=1)).sum(dim=1).mean()
 
 
-def aux_loss_function(model: nn.Module):
-    """``(logits, choices) -> loss``: transformers' load-balancing loss (:func:`switch_balancing_loss`) for a family
-    that has one (its module's ``load_balancing_loss_func``: Qwen3-MoE, Mixtral, OLMoE), when the config asks for it
-    (``output_router_logits``) and the model's forward can be told not to collect the logits itself; None otherwise
-    (transformers' own ``aux_loss`` output is used then)."""
+def aux_loss_function(model: nn.Module, per_layer: bool = False):
+    """``(logits, choices) -> loss``: the load-balancing loss (:func:`switch_balancing_loss`, pooled as transformers'
+    or ``per_layer``) for a family that has one in transformers (its module's ``load_balancing_loss_func``:
+    Qwen3-MoE, Mixtral, OLMoE), when the config asks for it (``output_router_logits``) and the model's forward can be
+    told not to collect the logits itself; None otherwise (transformers' own ``aux_loss`` output is used then)."""
     function = getattr(sys.modules[type(model).__module__], "load_balancing_loss_func", None)
     if (
         function is None
@@ -181,7 +197,7 @@ def aux_loss_function(model: nn.Module):
         or "output_router_logits" not in inspect.signature(model.forward).parameters
     ):
         return None
-    return partial(switch_balancing_loss, num_experts=num_routed_experts(model.config))
+    return partial(switch_balancing_loss, num_experts=num_routed_experts(model.config), per_layer=per_layer)
 
 
 def balancing_term(aux: torch.Tensor, config, labels: torch.Tensor, num_items_in_batch) -> torch.Tensor | float:
@@ -270,6 +286,7 @@ def with_moe_section(moe, config):
         k
         for k, on in (
             ("aux_loss_coef", moe.aux_loss_coef is not None),
+            ("aux_loss_scope", moe.aux_loss_scope != type(moe).aux_loss_scope),
             ("bias_update_rate", moe.bias_update_rate > 0),
             ("forced_balance", moe.forced_balance),
         )
@@ -286,6 +303,12 @@ def with_moe_section(moe, config):
         config = copy.deepcopy(config)
         config.router_aux_loss_coef = float(moe.aux_loss_coef)
         config.output_router_logits = moe.aux_loss_coef > 0
+    if moe.aux_loss_scope == "per_layer" and getattr(config, "output_router_logits", False):
+        if aux_loss_function(meta_model(config)) is None:
+            raise RecipeError(
+                f"moe.aux_loss_scope=per_layer: the trainer cannot compute {config.model_type}'s load-balancing "
+                "loss itself (transformers' forward adds its pooled one): moe.aux_loss_scope=pooled"
+            )
     if moe.bias_update_rate > 0 and not any(correction_bias(r) is not None for r in find_routers(meta_model(config))):
         raise RecipeError(
             f"moe.bias_update_rate={moe.bias_update_rate}: {config.model_type}'s routers have no "

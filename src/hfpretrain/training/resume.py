@@ -118,7 +118,7 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
         if key in TrainingArguments.__dataclass_fields__:  # warmup_ratio: transformers < 5 only
             compare(f"training.{key}", _training_value(old_training, key), _training_value(new_training, key))
     # the experts' balancing (absent: a checkpoint from before the section, whose defaults it ran with)
-    for key in ("aux_loss_coef", "bias_update_rate"):
+    for key in ("aux_loss_coef", "aux_loss_scope", "bias_update_rate"):
         default = getattr(MoeSection, key)
         compare(f"moe.{key}", (old.get("moe") or {}).get(key, default), (new.get("moe") or {}).get(key, default))
     # the optimizer and its settings, decay_embeddings (which matrices decay) among them; a key absent from an older

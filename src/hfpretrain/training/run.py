@@ -395,7 +395,8 @@ def build_trainer(
             "measurement; the model trained ignores its routers)"
         )
     # MoE: the experts' load in the log, and aux-loss-free balancing with moe.bias_update_rate
-    expert_load = ExpertLoad(routers, aux_loss_function(model)) if routers else None
+    per_layer = recipe.moe.aux_loss_scope == "per_layer"
+    expert_load = ExpertLoad(routers, aux_loss_function(model, per_layer)) if routers else None
     mixture_log = MixtureLogCallback(run.schedule, run.seq_len) if run.schedule is not None else None
     wandb = "wandb" in args.report_to and args.process_index == 0
     wandb_lineage = (
