@@ -49,8 +49,10 @@ small_variant() {  # name, recipe, overrides...: a shipped recipe's shape and ba
     training.max_steps=${STEPS:-30} training.warmup_steps=5 training.logging_steps=5 training.eval_strategy=no \
     training.save_strategy=no training.report_to=none training.disable_tqdm=true \
     training.resume_from_checkpoint=none training.output_dir=/tmp/$1 "${@:3}" --out "$OUT/moe_$1.json"
-  local rc=$?; [ -f /tmp/$1/log.jsonl ] && python3 -c "import json, sys; [print(r['step'], r['expert_load_max_mean'])
-for r in map(json.loads, open(sys.argv[1])) if 'expert_load_max_mean' in r]" /tmp/$1/log.jsonl > "$OUT/load_$1.txt"
+  # each window: step, training loss, the worst layer's max/mean load, the dead share
+  local rc=$?; [ -f /tmp/$1/log.jsonl ] && python3 -c "import json, sys; [print(r['step'], r.get('loss'),
+  r['expert_load_max_mean'], r['dead_experts']) for r in map(json.loads, open(sys.argv[1]))
+  if 'expert_load_max_mean' in r]" /tmp/$1/log.jsonl > "$OUT/load_$1.txt"
   return $rc
 }
 profile_outputs() {  # name: the kernel table, the gaps between kernels and dynamo's breaks, under $OUT
@@ -81,6 +83,14 @@ for v in ${VARIANTS:-grouped eager dense}; do
     # the aux-loss weight 0.01 (10x the recipe's; no loss cost at the MoE study's 2.5e16 checks): its load and speed
     # against small_moe's over STEPS steps, each window's worst-layer load kept
     small_aux) small_variant $v recipes/best_small_moe.yaml moe.aux_loss_coef=0.01 ;;
+    # the load-balancing loss per layer (moe.aux_loss_scope): the pooled one (transformers') barely sees a layer
+    # that sends all its tokens to one expert; at the recipe's weight and at 10x, on grouped_mm or sonic
+    small_pl) small_variant $v recipes/best_small_moe.yaml moe.aux_loss_scope=per_layer ;;
+    small_pl_aux) small_variant $v recipes/best_small_moe.yaml moe.aux_loss_scope=per_layer moe.aux_loss_coef=0.01 ;;
+    small_sonic_pl) small_variant $v recipes/best_small_moe.yaml model.experts_implementation=sonicmoe \
+      moe.aux_loss_scope=per_layer ;;
+    small_sonic_pl_aux) small_variant $v recipes/best_small_moe.yaml model.experts_implementation=sonicmoe \
+      moe.aux_loss_scope=per_layer moe.aux_loss_coef=0.01 ;;
     small_dense) small_variant $v recipes/best_small.yaml ;;
     small_sonic) small_variant $v recipes/best_small_moe.yaml model.experts_implementation=sonicmoe ;;
     sonic) variant $v model.config=qwen3_moe_856m_a152m model.experts_implementation=sonicmoe ;;
