@@ -46,13 +46,13 @@ variant() {  # name, overrides...
 small_variant() {  # name, recipe, overrides...: a shipped recipe's shape and batch, STEPS steps from the first
   rm -rf /tmp/$1
   timed $1 python3 benchmarks/benchmark.py ours $2 data.path=$SMALL_DATA training_flops=null \
-    training.max_steps=${STEPS:-30} training.warmup_steps=5 training.logging_steps=5 training.eval_strategy=no \
+    training.max_steps=${STEPS:-30} training.warmup_steps=${WARMUP:-5} training.logging_steps=5 training.eval_strategy=no \
     training.save_strategy=no training.report_to=none training.disable_tqdm=true \
     training.resume_from_checkpoint=none training.output_dir=/tmp/$1 "${@:3}" --out "$OUT/moe_$1.json"
-  # each window: step, training loss, the worst layer's max/mean load, the dead share
+  # each window: step, training loss, tokens/s, and for MoE the worst layer's max/mean load and the dead share
   local rc=$?; [ -f /tmp/$1/log.jsonl ] && python3 -c "import json, sys; [print(r['step'], r.get('loss'),
-  r['expert_load_max_mean'], r['dead_experts']) for r in map(json.loads, open(sys.argv[1]))
-  if 'expert_load_max_mean' in r]" /tmp/$1/log.jsonl > "$OUT/load_$1.txt"
+  r.get('tokens_per_s'), r.get('expert_load_max_mean'), r.get('dead_experts')) for r in map(json.loads,
+  open(sys.argv[1])) if 'tokens_per_s' in r]" /tmp/$1/log.jsonl > "$OUT/load_$1.txt"
   return $rc
 }
 profile_outputs() {  # name: the kernel table, the gaps between kernels and dynamo's breaks, under $OUT
