@@ -66,11 +66,15 @@ for name, fit in readings.items():
 slope = (l2 - l1) / math.log(c2 / c1)
 print(f"{math.exp((moe_top - l2) / slope):5.2f}  a straight line in ln C through the dense optima at 8e15 and 2.5e16")
 
-# the trend at other floors: the dense arm's curve refitted (A, α) at each E, the MoE optima read on it
+# the trend at other floors: the dense arm's curve refitted (A, α) at each E, the MoE optima read on it. E = 0 is
+# the first MoE study's form; 0.666 and 0.947 are the ends of the vocabulary study's interval of its shared floor
 print("The trend at other floors of the dense fit (A and alpha refitted at each E):")
 for E in (
+    0.0,
+    0.6,
+    0.666,
     0.869,
-    0.95,
+    0.947,
     1.0,
     readings["shared floor, as reported"].E,
     readings["the dense arm's own floor (separate-E fit)"].E,

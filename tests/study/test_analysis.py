@@ -411,7 +411,7 @@ def test_the_trend_at_other_floors():
 
 def test_the_trend_sentence_carries_its_interval_and_floors():
     """The Discussion's trend of the multiplier comes with its bootstrap interval and the slope at the ends of E's
-    interval and at the baseline's own floor; a direction is claimed only where all of them agree. A study
+    interval, with no floor and at the baseline's own floor; a direction is claimed only where all of them agree. A study
     without seeds claims none."""
     from hfpretrain.study.report import discussion_lines
 
@@ -425,9 +425,11 @@ def test_the_trend_sentence_carries_its_interval_and_floors():
     lo, hi = (10**v for v in r["intervals"]["trend"]["better"])
     assert f"[×{lo:.2f}, ×{hi:.2f}]" in line
     floors = r["trend_floor"]["better"]
-    assert [f["E"] for f in floors] == pytest.approx(r["intervals"]["E"]["base"])
-    for f in floors:
+    # the ends of E's interval, then no floor at all (a pure power law)
+    assert [f["E"] for f in floors] == pytest.approx([*r["intervals"]["E"]["base"], 0.0])
+    for f in floors[:-1]:
         assert f"×{10 ** f['trend']:.2f} at E = {f['E']:.3f}" in line
+    assert f"×{10 ** floors[-1]['trend']:.2f} with no floor (E = 0" in line
     sep = r["sensitivity"]["separate"]
     assert f"×{10 ** sep['trend']['better']:.2f} at E = {sep['fits']['base'].E:.3f}" in line
     readings = [lo, hi, 10 ** r["trend"]["better"], *(10 ** f["trend"] for f in floors)]
@@ -439,7 +441,7 @@ def test_the_trend_sentence_carries_its_interval_and_floors():
         assert "direction is not established" in line
     assert "rises" not in line and "falls" not in line
     # the same study read on a floor the interval leaves out: the sentence names the disagreement
-    r_bad = {**r, "trend_floor": {"better": [*floors, {"E": 0.0, "trend": 0.5}]}}
+    r_bad = {**r, "trend_floor": {"better": [*floors[:-1], {"E": 0.0, "trend": 0.5}]}}
     assert "direction is not established" in trend_line(r_bad)
     r_up = {
         **r,
@@ -452,3 +454,20 @@ def test_the_trend_sentence_carries_its_interval_and_floors():
     no_seeds = analyse_isoflop(study({"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}), n_boot=0)
     line = trend_line(no_seeds)
     assert "no direction is claimed" in line and "rises" not in line and "falls" not in line
+
+
+def test_the_curve_check_flags_an_optimum_off_its_curve():
+    """The multipliers are read on the shared-E curves: an optimum the curve misses by more than its budget's σ is
+    starred and counted; optima on their curves pass."""
+    from hfpretrain.study.fit import PowerLawFit
+    from hfpretrain.study.report import curve_check_lines
+
+    fit = PowerLawFit(E=E, A=A, alpha=ALPHA, n=3, r2=1.0, rmse=0.0)
+    budgets = (1e15, 1e16, 1e17)
+    on_curve = {("base", b): {"flops": b, "loss_opt": float(fit.predict(b))} for b in budgets}
+    r = {"fits": {"base": fit}, "optima": on_curve, "budget_noise": {"budgets": {b: {"sigma": 0.01} for b in budgets}}}
+    (line, _) = curve_check_lines(r)
+    assert "base +0.000, +0.000, +0.000. Every optimum within its budget's noise" in line
+    off = {**on_curve, ("base", 1e16): {"flops": 1e16, "loss_opt": float(fit.predict(1e16)) + 0.02}}
+    (line, _) = curve_check_lines({**r, "optima": off})
+    assert "base +0.000, +0.020*, +0.000" in line and "1 optima lie further from their curve" in line

@@ -19,7 +19,7 @@
    of the arm (the compute the baseline needs, on its fit, to reach the arm's loss, divided by C: > 1
    means the change is worth that much more compute); its trend with compute (slope of ln multiplier vs
    ln C), with its bootstrap interval and its sensitivity to the floor (``trend_floor``: the slope with the
-   baseline's fit held at the ends of E's interval; the separate-E fit gives another): the multipliers read the
+   baseline's fit held at the ends of E's interval and at E = 0; the separate-E fit gives another): the multipliers read the
    baseline's curve, whose floor few budgets do not pin down; where the fitted curves cross between the smallest budget and the extrapolation target (never
    below the data); and both arms extrapolated to 10× the largest budget.
 5. **Uncertainty** by a parametric bootstrap: each cell mean gets Gaussian noise of its budget's noise
@@ -522,7 +522,8 @@ def analyse_isoflop(
         e_iv = (result["intervals"].get("E") or {}).get(arms[0])
         base_fit = result["fits"].get(arms[0])
         if e_iv is not None and len(arms) > 1 and base_fit is not None and not base_fit.fixed_E:
-            result["trend_floor"] = trend_at_floors(opt, arms, budgets, e_iv)
+            # the ends of E's interval, and no floor at all (a pure power law, as the first studies fitted)
+            result["trend_floor"] = trend_at_floors(opt, arms, budgets, [*e_iv, *([0.0] if 0.0 not in e_iv else [])])
     return result
 
 

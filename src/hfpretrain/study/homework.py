@@ -14,12 +14,17 @@ import json
 import re
 from pathlib import Path
 
+import yaml
+
 BEST = "results/best_small10/seed1234"  # the best model: its run report (curves, lm-eval, generations, reproduce)
 BEST_SEEDS = "results/best_small10"  # its README: both seeds, the benchmarks beside chance, the checkpoint
 LADDER = "results/best_small"  # the changes that made the best recipe, one row each (six shards)
 ABLATION = "results/study_gpu_vocab2"  # the ablation: the vocabulary IsoFLOP study with its decision rule
 MOE = "results/study_gpu_moe2"  # the MoE ablation: ten shards, four budgets (it supersedes study_gpu_moe)
 OTHER_STUDIES = ("results/study_gpu_vocab", "results/study_gpu_moe", MOE)
+# earlier studies whose questions a later one answers again (more data, stricter analysis): their runs are listed as
+# experiments that ran, their conclusions are the later study's
+SUPERSEDED = {"results/study_gpu_vocab": ABLATION, "results/study_gpu_moe": MOE}
 PLACEHOLDER = "<TO FILL IN>"
 
 # § 2: the changes to the training code, each with the files that make it and the ladder row that measured it (a
@@ -248,6 +253,7 @@ def write_homework(
     def cut(md, heading, folder, level=2):
         return relink(scrub(demote(section(md, heading, level), 3 - level)), folder, out_dir, root)
 
+    run_folder = yaml.safe_load((root / BEST / "recipe.yaml").read_text())["training"]["output_dir"]
     tokenizer_cmd = [
         line.strip() for line in seeds_md.splitlines() if line.startswith("python scripts/train_tokenizer.py")
     ]
@@ -289,10 +295,18 @@ def write_homework(
         "",
     ]
     for study in (ABLATION, *OTHER_STUDIES):
-        name = Path(study).name
+        name, later = Path(study).name, SUPERSEDED.get(study)
         lines += [
-            f"### {name}",
+            f"### {name}" + (f" (superseded by {Path(later).name})" if later else ""),
             "",
+            *(
+                [
+                    f"Its conclusions are replaced by {Path(later).name}'s (§ 7); its runs are listed as experiments that ran.",
+                    "",
+                ]
+                if later
+                else []
+            ),
             f"From [{study}/report.md]({_relpath(root / study / 'report.md', out_dir)}) "
             "(its Spec section has every setting; minutes are of a GPU shared by the study's workers):",
             "",
@@ -302,7 +316,9 @@ def write_homework(
     lines += ["## 4. Hardware and time", ""]
     for study in (ABLATION, *OTHER_STUDIES):
         lines += [
-            f"- **{Path(study).name}**: "
+            f"- **{Path(study).name}**"
+            + (f" (superseded by {Path(SUPERSEDED[study]).name})" if study in SUPERSEDED else "")
+            + ": "
             + " ".join(
                 line.lstrip("- ")
                 for line in section(text[f"{study}/report.md"], "Hardware and time").splitlines()
@@ -385,9 +401,11 @@ def write_homework(
         *tokenizer_cmd,
         "```",
         "",
-        "Tokenize, train, evaluate, generate and report (the best run's report):",
+        "Tokenize, train, evaluate, generate and report (the best run's report; its recipe is committed, and it trains "
+        f"into the run folder `{run_folder}` the later commands read):",
         "",
-        cut(best_md, "Reproduce", BEST),
+        # the run report names the recipe in its run folder on the GPU machine; the committed copy is the one here
+        cut(best_md, "Reproduce", BEST).replace(f"{run_folder}/recipe.yaml", f"{BEST}/recipe.yaml"),
         "",
         "Generation from the trained checkpoint with a prompt of your own:",
         "",

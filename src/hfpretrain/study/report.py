@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from hfpretrain.study.analysis import is_check
+from hfpretrain.study.analysis import is_check, pair_key
 from hfpretrain.study.grid import StudySpec, check_settings, study_folder, trained_by
 
 
@@ -233,6 +233,44 @@ def _fit_rows(fits: dict, result: dict, figures: dict, iv: dict) -> list[list[st
     return rows
 
 
+def curve_check_lines(result: dict) -> list[str]:
+    """How far the shared-E curves pass from the optima they are fitted to, per budget, against the budget's σ. The
+    multipliers are read on these curves, so a multiplier at a budget whose optimum the curve misses by more than σ
+    carries that miss; the gap rows read the optima themselves."""
+    budgets = sorted({b for _, b in result["optima"]})
+    parts, flagged = [], 0
+    for arm, fit in result["fits"].items():
+        if fit is None:
+            continue
+        misses = []
+        for b in budgets:
+            o = result["optima"].get((arm, b))
+            if o is None:
+                misses.append("–")
+                continue
+            miss = o["loss_opt"] - float(fit.predict(o["flops"]))
+            sigma = _sigma(result, b)
+            beyond = sigma is not None and abs(miss) > sigma
+            flagged += beyond
+            misses.append(f"{miss:+.3f}{'*' if beyond else ''}")
+        parts.append(f"{arm} {', '.join(misses)}")
+    if not parts:
+        return []
+    where = ", ".join(f"{b:.2g}" for b in budgets)
+    return [
+        f"Curve check (optimum − shared-E curve at {where}; * beyond the budget's σ): "
+        + "; ".join(parts)
+        + "."
+        + (
+            f" {flagged} optima lie further from their curve than the budget's noise: a multiplier read there "
+            "carries the curve's miss (the gaps below are the optima's own)."
+            if flagged
+            else " Every optimum within its budget's noise of its curve."
+        ),
+        "",
+    ]
+
+
 def isoflop_lines(result: dict, plot_png: str | None, verdicts: list[dict] | None = None) -> list[str]:
     """The IsoFLOP analysis: optima per budget, both fit models, the comparison of arms, and a discussion written
     from ``verdicts`` (the Decision's; None: the default rule's)."""
@@ -341,6 +379,7 @@ def isoflop_lines(result: dict, plot_png: str | None, verdicts: list[dict] | Non
         "",
         _table(["arm", "α", "E", "A", "L* at 10×", "back-test error"], _fit_rows(result["fits"], result, result, iv)),
         "",
+        *curve_check_lines(result),
     ]
     if sep:
         lines += [
@@ -651,7 +690,7 @@ def study_verdicts(
 
 def trend_sentence(result: dict, arm: str, n_budgets: int, bound: list[float]) -> str:
     """The multiplier's trend with compute, never without what it rests on: its bootstrap interval and the slope
-    at other floors (the ends of E's interval, the baseline's own floor of the separate-E fit). A direction is
+    at other floors (the ends of E's interval, no floor, the baseline's own floor of the separate-E fit). A direction is
     claimed only when the interval and every floor reading agree on it; otherwise the sentence says it is not
     established. Without an interval (no seed replicates) no direction is claimed."""
     base = result["baseline"]
@@ -667,10 +706,14 @@ def trend_sentence(result: dict, arm: str, n_budgets: int, bound: list[float]) -
     if fit is not None and fit.fixed_E:
         said.append(f"E is held at {fit.E:.3g} (too few budgets to fit it), so no other floor is tried")
     elif floors:
-        said.append(
-            " and ".join(f"×{v:.2f} at E = {e:.3f}" for e, v in floors)
-            + f" ({base}'s curve refitted at the ends of E's interval)"
-        )
+        ends, bare = [(e, v) for e, v in floors if e != 0.0], [v for e, v in floors if e == 0.0]
+        if ends:
+            said.append(
+                " and ".join(f"×{v:.2f} at E = {e:.3f}" for e, v in ends)
+                + f" ({base}'s curve refitted at the ends of E's interval)"
+            )
+        if bare:
+            said.append(f"×{bare[0]:.2f} with no floor (E = 0, a pure power law)")
     if sep_trend is not None and sep_fit is not None and not sep_fit.fixed_E:
         readings.append(10**sep_trend)
         said.append(f"×{10**sep_trend:.2f} at E = {sep_fit.E:.3f} ({base}'s own floor, the separate-E fit)")
@@ -842,10 +885,11 @@ def decision_lines(
     result: dict | None,
     rule: dict | None = None,
     verdicts: list[dict] | None = None,
-    other_noise: tuple[str, list[dict]] | None = None,
+    other_noise: tuple[str, list[dict], dict] | None = None,
 ) -> list[str]:
     """The spec's decision rule, as written before the runs (or the default, said so), and its verdicts; with
-    ``other_noise`` = (rule, verdicts), the verdicts under the other noise rule, labelled a sensitivity."""
+    ``other_noise`` = (rule, verdicts, analysis), the verdicts and gaps under the other noise rule, labelled a
+    sensitivity."""
     if rule is None:
         rule, verdicts = study_verdicts(spec, result)
     if not rule:
@@ -934,18 +978,28 @@ def decision_lines(
     ]
 
 
-def _other_noise_lines(other_noise: tuple[str, list[dict]] | None, verdicts: list[dict], unit: str) -> list[str]:
-    """The verdicts the other noise rule would give: a sensitivity, not the rule (the spec names its rule)."""
+def _other_noise_lines(other_noise: tuple[str, list[dict], dict] | None, verdicts: list[dict], unit: str) -> list[str]:
+    """The verdicts the other noise rule would give, and its gaps' intervals at every budget: a sensitivity, not the
+    rule (the spec names its rule)."""
     if not other_noise:
         return []
-    name, alt = other_noise
+    name, alt, analysis = other_noise
     same = [a["verdict"] == v["verdict"] for a, v in zip(alt, verdicts)]
+    base, iv = analysis.get("baseline"), analysis.get("intervals") or {}
+    compared = {pair_key(arm, base): (g, (iv.get("gap") or {}).get(arm) or {}) for arm, g in analysis["gap"].items()}
+    for key, pair in (analysis.get("pairs") or {}).items():  # the other arms against each other
+        compared.setdefault(key, (pair["gap"], ((iv.get("pairs") or {}).get(key) or {}).get("gap") or {}))
+    gaps = [
+        f"{key}: " + ", ".join(f"{b:.2g} {g:+.4f}{_ci(cis.get(b))}" for b, g in by_budget.items())
+        for key, (by_budget, cis) in compared.items()
+    ]
     return [
         f"Sensitivity, not the rule: the noise floor by `{name}` instead, {NOISE_RULE_TEXT[name]}. The verdicts "
         + ("would be the same:" if all(same) else "would read:"),
         "",
         *[verdict_sentence(a, unit).replace("- **", "- (sensitivity) **", 1) for a in alt],
         "",
+        *([f"Under that noise floor the gaps ({unit}) at every budget: " + "; ".join(gaps) + ".", ""] if gaps else []),
     ]
 
 
@@ -1381,7 +1435,7 @@ def write_report(
     rule, verdicts = study_verdicts(spec, isoflop, rows)
     other = None
     if isoflop_other_noise and verdicts:
-        other = (isoflop_other_noise[0], study_verdicts(spec, isoflop_other_noise[1], rows)[1])
+        other = (isoflop_other_noise[0], study_verdicts(spec, isoflop_other_noise[1], rows)[1], isoflop_other_noise[1])
     lines += decision_lines(spec, isoflop, rule, verdicts, other)
     lines += ["## Spec", "", "```yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False).strip(), "```", ""]
 
