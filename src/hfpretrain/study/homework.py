@@ -385,8 +385,10 @@ def write_homework(
         "",
         "What the verdict does not say (the README's Result has the figures): the multiplier at the decision budget "
         "reads the dense arm's fit beyond its data, and other fits of the same optima give values on both sides of "
-        "it; the multiplier's rise with compute (the Discussion's trend) holds for floors E near the fitted one, and "
-        "on the vocabulary study's fit of the same dense runs it is flat: no trend is claimed; the data are read "
+        "it, each above the rule's minimum only while the dense curve keeps a floor E (a pure power law, E = 0, "
+        "reads below it); the multiplier rises with compute for floors near the fitted one, is flat on the "
+        "vocabulary study's fit of the same dense runs and falls with no floor, so the Discussion states no "
+        "direction and none is claimed; the data are read "
         "more times at the larger budgets, so whether the gain grows with compute or with repetition these runs "
         "cannot tell apart; the gain is per FLOP, and the MoE shapes train at fewer tokens per second than their "
         "dense twins; the learning rate (both arms, one seed) and the MoE arm's balancing weight (two seeds at the "
