@@ -68,6 +68,7 @@ def pytest_configure(config):
 # files to its workers in collection order, and one of these dealt last would run alone after the others finish.
 LONGEST_FILES = (
     "training/test_distributed.py",
+    "training/test_parallel.py",
     "test_faults.py",
     "test_readme.py",
     "study/test_study.py",

@@ -93,6 +93,11 @@ def run_forked(
         code = 1
         try:
             _as_a_fresh_process(out, err)
+            if "torch" in sys.modules and sys.modules["torch"].get_num_threads() > 1:
+                # libgomp is not fork-safe: once this process's OpenMP pool has run (a file run alone, without
+                # xdist's one thread a worker), the child's first parallel matmul waits forever for the pool's
+                # threads, which the fork did not copy. One thread never enters the pool.
+                sys.modules["torch"].set_num_threads(1)
             os.environ.update(ENV)
             for key, value in (env or {}).items():  # None: not in the child's environment
                 if value is None:

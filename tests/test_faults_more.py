@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 from test_faults import REPO, _in_small_filesystem, assert_kept, checkpoint, cli, docs, one_error, snapshot  # noqa: F401 (checkpoint: a fixture)
 
@@ -41,20 +42,20 @@ def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_
     """It was a SafetensorError traceback, exit 1, with config.json and the marker left behind (a partial export
     that a second export took for a whole one). The export is now written beside --out and moved in when whole.
     A bf16 export (3.2 MB of weights) fits under the limit, a float32 one (6.4 MB) does not."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     if limit == "file_size":
         out = tmp_path / "exports" / "model"
 
         def export(*extra, to=out):
-            return subprocess.run(
-                [sys.executable, "-m", "hfpretrain", "export", str(ckpt), "--out", str(to), *extra],
-                cwd=REPO,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-                preexec_fn=_limited(5 << 20),
-            )
+            """``hfpretrain export`` under the limit, forked from this process (tests/forked.py): the tmpfs case
+            below runs it in a fresh interpreter."""
+
+            def main():
+                _limited(5 << 20)()
+                from hfpretrain.cli import main
+
+                return main(["export", str(ckpt), "--out", str(to), *extra])
+
+            return forked.run_forked(main, cwd=REPO)
 
         first = export()
         assert first.returncode == 0, first.stderr[-3000:]

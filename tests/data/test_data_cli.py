@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from forked import script
+
 from hfpretrain.data.show import render_batches
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,10 +51,12 @@ def test_documented_cli_on_mini_corpus(tmp_path, data_root):
     assert m["seq_len"] == 256 and m["train"]["documents"] == 400 and m["validation"]["documents"] == 50
     assert m["train"]["tokens"] == m["train"]["blocks"] * 256 + m["train"]["dropped_tail_tokens"]
     created = m["created"]
-    r = _run(cmd)  # second run reuses the finished output
+    # the commands after the first forked from this process (tests/forked.py): the first ran the script fresh, and
+    # test_scripts.py starts show_batches.py fresh
+    r = script("tokenize_pile.py", *cmd[1:], cwd=REPO)  # second run reuses the finished output
     assert r.returncode == 0 and json.loads((out / "manifest.json").read_text())["created"] == created
 
-    r = _run(["scripts/show_batches.py", str(out), "--batches", "1", "--batch-size", "3"])
+    r = script("show_batches.py", out, "--batches", "1", "--batch-size", "3", cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert "=== batch 0: input_ids shape (3, 256)" in r.stdout and "<|endoftext|>" in r.stdout
     assert "=== summary (train) ===" in r.stdout

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from forked import script
 
 from hfpretrain.eval import evaluate_checkpoint
 from hfpretrain.eval.harness import CheckpointNotFoundError
@@ -238,28 +239,23 @@ def test_script_errors_are_one_line(tiny_checkpoint, data_root, tmp_path):
 
 
 def test_script_runs(tiny_checkpoint, data_root, tmp_path):
-    script = str(REPO / "scripts" / "evaluate.py")
-    p = subprocess.run(
-        [
-            sys.executable,
-            script,
-            str(tiny_checkpoint),
-            "--tasks",
-            "arc_easy",
-            "--limit",
-            "3",
-            "--out",
-            str(tmp_path / "o"),
-            "--device",
-            "cpu",
-            "--dtype",
-            "float32",
-            "--scoring",
-            "both",
-        ],
-        env=_env(data_root),
-        capture_output=True,
-        text=True,
+    """Forked from this process (tests/forked.py); the errors above run the script in a fresh interpreter."""
+    p = script(
+        "evaluate.py",
+        tiny_checkpoint,
+        "--tasks",
+        "arc_easy",
+        "--limit",
+        "3",
+        "--out",
+        tmp_path / "o",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--scoring",
+        "both",
+        env={"DATA_ROOT": data_root},
         timeout=300,
     )
     assert p.returncode == 0, p.stderr[-3000:]

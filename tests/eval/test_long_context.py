@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -179,29 +177,25 @@ def test_cli_on_a_checkpoint_and_the_report_section(tiny_checkpoint, mini_blocks
         )
         == 0
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "long_context.py"),
-            str(ckpt),
-            "--data",
-            str(mini_blocks),
-            "--blocks",
-            "2",
-            "--lengths",
-            "128",
-            "256",
-            "--samples",
-            "2",
-            "--short-data",
-            str(mini_blocks),
-            "--short-blocks",
-            "2",
-            "--retrieval-docs",
-            str(docs),
-        ],
-        capture_output=True,
-        text=True,
+    # forked from this process (tests/forked.py): test_scripts.py starts the script in a fresh interpreter
+    proc = script(
+        "long_context.py",
+        str(ckpt),
+        "--data",
+        str(mini_blocks),
+        "--blocks",
+        "2",
+        "--lengths",
+        "128",
+        "256",
+        "--samples",
+        "2",
+        "--short-data",
+        str(mini_blocks),
+        "--short-blocks",
+        "2",
+        "--retrieval-docs",
+        str(docs),
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

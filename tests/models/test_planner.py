@@ -1,9 +1,8 @@
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked import script
 
 from hfpretrain.models import PlanRequest, chinchilla_optimal, peak_flops, plan
 
@@ -44,24 +43,10 @@ def test_reference_case_gives_the_1p8b_117b_plan():
 
 
 def test_script_prints_the_plan():
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "plan.py"),
-            "--gpu",
-            "B200",
-            "--num-gpus",
-            "8",
-            "--hours",
-            str(REFERENCE_HOURS),
-            "--mfu",
-            "0.4",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "qwen3_1p8b" in out and "117.0B" in out
+    """scripts/plan.py forked from this process (tests/forked.py; test_scripts.py starts every script fresh)."""
+    proc = script("plan.py", "--gpu", "B200", "--num-gpus", "8", "--hours", REFERENCE_HOURS, "--mfu", "0.4", cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "qwen3_1p8b" in proc.stdout and "117.0B" in proc.stdout
 
 
 def test_moe_shapes_are_sized_by_active_parameters():

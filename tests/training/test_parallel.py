@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from forked import run_forked
 
 from train_utils import (
     REPO,
@@ -69,6 +70,16 @@ def _accelerate(
     return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def _tp_steps_main(*args) -> None:
+    """tp_steps.py's main with ``args`` as its command line (in a forked child: its argv and seed stay there)."""
+    import sys
+
+    import tp_steps
+
+    sys.argv = ["tp_steps.py", *map(str, args)]
+    tp_steps.main()
+
+
 def _check_norm_grads(run: Path, one: Path) -> None:
     """The norms' gradients of step 1 (two micro-batches) equal the one-process run's."""
     a, b = (json.loads((d / "norm_grads.json").read_text()) for d in (run, one))
@@ -98,14 +109,9 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     """tiny Qwen3 (4 heads, 2 KV heads) split 2 ways: the same losses step by step as one process, and the
     checkpoint it saves (gathered whole by save_pretrained) loads with from_pretrained as a plain model."""
     one, two = tmp_path / "one", tmp_path / "tp2"
-    proc = subprocess.run(
-        [python(), str(REPO / "tests" / "training" / "tp_steps.py"), str(mini_blocks), str(one), str(STEPS)],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    # the one-process reference is no launch: forked from this process (tests/forked.py), it skips a fresh
+    # interpreter's imports (~10 s of the two cores) and runs the same tp_steps.main
+    proc = run_forked(lambda: _tp_steps_main(mini_blocks, one, STEPS), cwd=REPO, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = _torchrun("tp_steps.py", mini_blocks, two, STEPS)
     assert proc.returncode == 0, proc.stderr[-6000:]
@@ -315,16 +321,18 @@ def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp
 
 def test_a_late_rank_is_named_instead_of_a_hang(tmp_path):
     """Rank 1 sleeps past parallel.timeout_s before a check-in: rank 0 stops with one error line naming rank 1, in
-    seconds, not after the process group's 30 minutes; on time, both pass."""
-    proc = _torchrun("late_rank.py", 2, 8, 1, timeout=120)
+    seconds, not after the process group's 30 minutes; on time, both pass. One launch, as a run checks in: first on
+    time (rank 1 a second late against 30), then at checkpoint-3 past the timeout (8 s against 2)."""
+    proc = _torchrun("late_rank.py", 30, 1, 1, 2, 8, 1, timeout=120)
     assert proc.returncode != 0
+    # counted, not split into lines: the two ranks' prints share one pipe and can interleave
+    passed = proc.stdout.count("passed start of training"), proc.stdout.count("passed")
+    assert passed == (2, 2), (proc.stdout, proc.stderr[-3000:])
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert errors and errors[0] == (
         "error: checkpoint-3: rank 1 of 2 did not arrive within parallel.timeout_s=2 s "
         "(a hung or much slower process: its own log says where it stopped)"
     ), proc.stderr[-3000:]
-    proc = _torchrun("late_rank.py", 30, 1, 1, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.count("passed") == 2, proc.stderr[-3000:]
 
 
 def test_the_process_group_timeout_is_the_recipe_key(mini_blocks, tmp_path):

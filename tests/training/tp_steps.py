@@ -1,6 +1,6 @@
 """A few optimizer steps of the tiny Qwen3 on the mini corpus, on one process or, under ``torchrun`` (gloo), sharded
 by tensor parallelism through ``hfpretrain.models.parallel.load_tensor_parallel`` (transformers' tp_plan): what
-``tests/training/test_tensor_parallel.py`` compares. Every rank of a tensor-parallel group reads the same batch.
+``tests/training/test_parallel.py`` compares. Every rank of a tensor-parallel group reads the same batch.
 
     python tests/training/tp_steps.py DATA OUT [STEPS]
     torchrun --nproc_per_node 2 tests/training/tp_steps.py DATA OUT [STEPS]
