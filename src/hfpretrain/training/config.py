@@ -959,6 +959,8 @@ def _inductor_settings(options) -> dict:
     no-op. A dotted override such as ``model.inductor_options.triton.multi_kernel=1`` arrives nested
     (``{triton: {multi_kernel: 1}}``) and is flattened; a setting whose own value is a mapping
     (``pre_grad_fusion_options``) is kept whole."""
+    if not options:  # importing inductor's config takes seconds of every launch's start: only to check a setting
+        return {}
     import torch._inductor.config as inductor_config
 
     defaults = inductor_config.get_config_copy()
