@@ -390,7 +390,7 @@ def test_choices_are_typed_on_the_fields():
     assert set(choices["model.attn_implementation"]) == {"auto", *KNOWN_IMPLEMENTATIONS}
     assert set(choices["model.fp8_fast_accum"]) == set(FAST_ACCUM)
     assert set(choices["model.residual_dtype"]) == set(RESIDUAL_DTYPES)
-    assert set(choices) == {  # the keys the side table held
+    assert set(choices) == {  # the keys the side table held, and the choices added since
         "model.attn_implementation",
         "model.compile",
         "model.precision",
@@ -407,6 +407,7 @@ def test_choices_are_typed_on_the_fields():
         "optimizer.muon_lr_scale",
         "logging.wandb_artifacts",
         "context.rope",
+        "moe.aux_loss_scope",
     }
     phase = ["context.seq_len=4096", "context.from_seq_len=2048", "model.init_from=x"]
     for key, allowed in choices.items():  # each one accepted
