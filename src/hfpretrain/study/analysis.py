@@ -523,7 +523,7 @@ def analyse_isoflop(
         base_fit = result["fits"].get(arms[0])
         if e_iv is not None and len(arms) > 1 and base_fit is not None and not base_fit.fixed_E:
             # the ends of E's interval, and no floor at all (a pure power law, as the first studies fitted)
-            result["trend_floor"] = trend_at_floors(opt, arms, budgets, [*e_iv, *([0.0] if 0.0 not in e_iv else [])])
+            result["trend_floor"] = trend_at_floors(opt, arms, budgets, list(dict.fromkeys([*e_iv, 0.0])))
     return result
 
 

@@ -112,12 +112,7 @@ class ExpertLoad:
                 logger.warning("%s: the experts' load is not logged", why)
             self.available = False
             return
-        # one bincount for all layers: layer l's experts are bins l*E .. l*E+E-1 (a recomputed forward repeats
-        # the layers in order, so position modulo the layer count is the layer)
-        layers = len(self.routers)
-        offsets = torch.arange(len(chosen), device=chosen[0].device).remainder(layers) * self.num_experts
-        bins = (torch.stack([c.reshape(-1) for c in chosen]) + offsets[:, None]).reshape(-1)
-        step = count_choices(bins, layers * self.num_experts).reshape(layers, self.num_experts)
+        step = layer_counts(chosen, len(self.routers), self.num_experts)
         self.counts = self.counts.to(step.device) + step
 
     def take(self) -> torch.Tensor:
@@ -159,6 +154,15 @@ def count_choices(indices: torch.Tensor, bins: int) -> torch.Tensor:
     return torch.zeros(bins, dtype=torch.int64, device=indices.device).index_add_(0, indices, torch.ones_like(indices))
 
 
+def layer_counts(chosen: list[torch.Tensor], layers: int, num_experts: int) -> torch.Tensor:
+    """[layers, experts] counts of the routers' choices, layer after layer in ``chosen``, in one count: layer l's
+    experts are bins l*E .. l*E+E-1 (a recomputed forward repeats the layers in order, so position modulo the layer
+    count is the layer)."""
+    offsets = torch.arange(len(chosen), device=chosen[0].device).remainder(layers) * num_experts
+    bins = (torch.stack([c.reshape(-1) for c in chosen]) + offsets[:, None]).reshape(-1)
+    return count_choices(bins, layers * num_experts).reshape(layers, num_experts)
+
+
 def switch_balancing_loss(
     logits: list[torch.Tensor], chosen: list[torch.Tensor], num_experts: int, per_layer: bool = False
 ) -> torch.Tensor:
@@ -172,17 +176,11 @@ def switch_balancing_loss(
     to one expert then moves f_e by only 1/layers, and not at all where another layer avoids that expert.
     Per layer (``per_layer``): each layer's own loss, averaged over the layers, as Switch Transformer, GShard and
     Megatron-Core count it; k at perfect balance either way, so one weight means the same in both."""
-    layers = len(logits)
     probs = torch.stack(logits).float().softmax(dim=-1)  # [layers, tokens, experts]
-    tokens = probs.shape[1]
-    rows = torch.stack([c.reshape(tokens, -1) for c in chosen])  # [layers, tokens, k]
-    if not per_layer:
-        counts = count_choices(rows, num_experts)
-        return num_experts * (counts.float() / (layers * tokens) * probs.mean(dim=(0, 1))).sum()
-    # one count for all layers: layer l's experts are bins l*E .. l*E+E-1
-    offsets = torch.arange(layers, device=rows.device)[:, None, None] * num_experts
-    counts = count_choices(rows + offsets, layers * num_experts).view(layers, num_experts)
-    return num_experts * (counts.float() / tokens * probs.mean(dim=1)).sum(dim=1).mean()
+    shares = layer_counts(chosen, len(logits), num_experts).float() / probs.shape[1]  # f per layer
+    if per_layer:
+        return num_experts * (shares * probs.mean(dim=1)).sum(dim=1).mean()
+    return num_experts * (shares.mean(dim=0) * probs.mean(dim=(0, 1))).sum()
 
 
 def aux_loss_function(model: nn.Module, per_layer: bool = False):
