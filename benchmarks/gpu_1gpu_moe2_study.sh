@@ -16,6 +16,9 @@
 #     "RUNS='moe/*__c2.50e+16__seed0' bash benchmarks/gpu_1gpu_moe2_study.sh" 'bash benchmarks/gpu_1gpu_moe2_study.sh' \
 #     && PACK=studies/gpu_moe2 bash benchmarks/gpu_chain.sh wait 540
 #   later calls (within 30 s): PACK=studies/gpu_moe2 bash benchmarks/gpu_chain.sh wait 560   # $OUT/study_runs.tgz
+# The spec's multiplier check (the dense arm at 3e16, six runs, 2026-11-30) on 2 GPUs, three runs a GPU: the same
+# calls with .carry2 holding shards 1-3 and .carry3 shards 4-9 (STASH=1 each), the last one starting the chain
+#   "RUNS='dense/*__c3.00e+16__*' bash benchmarks/gpu_1gpu_moe2_study.sh"
 DATA=out/mix10_bpe8k_1024 CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024
 source benchmarks/gpu_common.sh
 SPEC=src/hfpretrain/study/specs/gpu_moe2.yaml
@@ -29,5 +32,5 @@ cp -r -n results/study_gpu_vocab2/runs/bpe_8k/. "$STUDY/runs/dense/"
 if [ -f .carry/gpu_moe2_runs.tgz ]; then tar -xzf .carry/gpu_moe2_runs.tgz -C "$STUDY"
 elif [ -d results/study_gpu_moe2/runs/moe ]; then cp -r -n results/study_gpu_moe2/runs/moe "$STUDY/runs/"; fi
 python3 scripts/study.py $SPEC --list > "$OUT/list.txt" 2>&1
-echo "== dense runs left: $(grep -c '^todo  dense/' "$OUT/list.txt") (0: the copied arm is the plan's)" | tee -a "$N"
+echo "== dense runs left: $(grep '^todo  dense/' "$OUT/list.txt" | grep -vc '__c3.00e+16__') in the grid (0: the copied arm is the plan's), $(grep -c '^todo  dense/.*__c3.00e+16__' "$OUT/list.txt") of the multiplier check" | tee -a "$N"
 study_call $SPEC "$STUDY" gpu_moe2 ${RUNS:+--runs "$RUNS"}

@@ -50,8 +50,9 @@ DEFAULT_NOISE = "pooled"  # what "the pooled seed noise" of the specs written be
 
 
 def is_check(row: dict) -> bool:
-    """A learning-rate or setting check's row (spec lr_checks, setting_checks): in no cell, fit or decision."""
-    return row.get("lr_factor") is not None or row.get("setting") is not None
+    """A learning-rate, setting or multiplier check's row (spec lr_checks, setting_checks, multiplier_checks): in no
+    cell, fit or decision."""
+    return row.get("lr_factor") is not None or row.get("setting") is not None or bool(row.get("multiplier_check"))
 
 
 def _n(row: dict) -> float:

@@ -30,7 +30,7 @@ import multiprocessing
 import os
 import re
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -103,6 +103,10 @@ class StudySpec:
     # and the rules') on each of its arms' central size at that budget (the size lr_checks picks), first seed (or
     # each of seeds): does the grid's setting of that arm matter? Not part of the IsoFLOP cells either.
     setting_checks: list = field(default_factory=list)
+    # [{arm, budget, sizes, seeds?}]: the arm's cell at a budget beyond the grid (the sizes listed, each of seeds;
+    # default all), measured, not fitted: the baseline at the decision's multiplier threshold (1.2 x 2.5e16) reads
+    # the multiplier from runs where the grid's fits extrapolate. Not part of the cells or fits either.
+    multiplier_checks: list = field(default_factory=list)
 
     def seeds_for(self, budget: float) -> list[int | None]:
         if not self.seeds:
@@ -135,6 +139,7 @@ class Run:
     seed: int | None = None
     lr_factor: float | None = None  # a learning-rate check: the rule's LR times this (not part of the grid)
     setting: str | None = None  # a setting check: the name of its setting_checks setting (not part of the grid)
+    multiplier_check: bool = False  # a run of a multiplier_checks cell (not part of the grid)
 
     @property
     def done(self) -> bool:
@@ -280,6 +285,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         "decision",
         "lr_checks",
         "setting_checks",
+        "multiplier_checks",
         *BUDGET_KINDS,
     }
     if set(d) - known:
@@ -350,6 +356,10 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         setting_checks=_unique_settings(
             [_setting_checks(e, budgets, {str(a) for a in arms}, seeds) for e in _entries(d.get("setting_checks"))]
         ),
+        multiplier_checks=[
+            _multiplier_check(e, budgets, {str(a) for a in arms}, {s.name for s in sizes}, seeds)
+            for e in _entries(d.get("multiplier_checks"))
+        ],
     )
 
 
@@ -388,6 +398,23 @@ def _lr_checks(d, budgets: list[float], seeds: list[int]) -> dict:
         "factors": [float(f) for f in d["factors"]],
         **_check_seeds(d, "lr_checks", seeds),
     }
+
+
+def _multiplier_check(d, budgets: list[float], arms: set[str], sizes: set[str], seeds: list[int]) -> dict:
+    """One entry of ``multiplier_checks: {arm, budget, sizes: [3 or more], seeds?}``: a budget outside the grid's
+    (inside, it would be a cell of its own) and enough sizes to bracket an optimum."""
+    form = "multiplier_checks: {arm: ARM, budget: B (not a grid budget), sizes: [3 or more of the spec's], seeds: [...]}"
+    if not isinstance(d, dict) or not {"arm", "budget", "sizes"} <= set(d) <= {"arm", "budget", "sizes", "seeds"}:
+        raise ValueError(f"{form}, got {d!r}")
+    if d["arm"] not in arms:
+        raise ValueError(f"multiplier_checks.arm: one of the arms {sorted(arms)}, got {d['arm']!r}")
+    budget = _budget_list("multiplier_checks.budget", [d["budget"]])[0]
+    if any(math.isclose(budget, b, rel_tol=1e-9) for b in budgets):
+        raise ValueError(f"multiplier_checks.budget: {budget:g} is a grid budget; a check's budget lies outside {budgets}")
+    names = d["sizes"]
+    if not isinstance(names, list) or len(names) < 3 or len(set(names)) < len(names) or set(names) - sizes:
+        raise ValueError(f"multiplier_checks.sizes: 3 or more distinct sizes among {sorted(sizes)}, got {names!r}")
+    return {"arm": d["arm"], "budget": budget, "sizes": list(names), **_check_seeds(d, "multiplier_checks", seeds)}
 
 
 def _unique_settings(entries: list[dict]) -> list[dict]:
@@ -549,6 +576,23 @@ def expand(spec: StudySpec, out: str | Path | None = None, sizes_for=None) -> li
     return runs
 
 
+def multiplier_check_runs(spec: StudySpec, out: str | Path | None = None) -> list[Run]:
+    """The multiplier checks' runs: grid runs in every respect (folders ``<arm>/<size>__<budget>__seed<seed>``, the
+    rules' steps and learning rate) but at a budget the grid does not have, in no cell of it."""
+    runs = []
+    for entry in spec.multiplier_checks:
+        check = replace(
+            spec, budgets=[entry["budget"]], arms={entry["arm"]: spec.arms[entry["arm"]]}, seed_budgets=None
+        )
+        if "seeds" in entry:
+            check = replace(check, seeds=entry["seeds"])
+        runs += [
+            replace(r, multiplier_check=True)
+            for r in expand(check, out, lambda arm, budget: entry["sizes"])
+        ]
+    return runs
+
+
 def central_runs(spec: StudySpec, grid: list[Run], plan_of, budget: float, seed: int | None = None) -> dict[str, Run]:
     """Per arm, its grid run at ``budget`` with ``seed`` (default the first) whose size's D/N is nearest the IsoFLOP
     target (in log; 20 without ``isoflop``): the size the learning-rate and setting checks train again.
@@ -577,8 +621,6 @@ def central_runs(spec: StudySpec, grid: list[Run], plan_of, budget: float, seed:
 
 def _check_run(centre: Run, token: str, **fields) -> Run:
     """``centre`` again in its own folder ``<size>__<budget>__<token>__seed<seed>`` beside it."""
-    from dataclasses import replace
-
     name = f"{centre.size}__{budget_label(centre.budget_kind, centre.budget)}__{token}"
     name += f"__seed{centre.seed}" if centre.seed is not None else ""
     out_dir = centre.out_dir.parent / name
@@ -682,7 +724,7 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
             window = pick_sizes(sorted(costs, key=lambda c: c[2]), budget, spec.isoflop)
             return window + [n for n in extra_sizes(spec.isoflop, arm, budget) if n not in window]
 
-    grid = expand(spec, out, sizes_for)
+    grid = expand(spec, out, sizes_for) + multiplier_check_runs(spec, out)
     if spec.lr_checks:
         grid += lr_check_runs(spec, grid, lambda arm, size: probe(arm, size)["plan"])
     if spec.setting_checks:
@@ -992,6 +1034,7 @@ def result_row(run: Run) -> dict:
         "lr_factor": run.lr_factor,
         # a setting check's name (only in its rows: the studies without setting checks keep their files' columns)
         **({"setting": run.setting} if run.setting is not None else {}),
+        **({"multiplier_check": True} if run.multiplier_check else {}),  # only in its rows, as "setting"
         "out_dir": str(run.out_dir),
         # per validation set (runs made since the manifest has text_bytes_per_set): only in results.json
         **({"val_bpb_per_set": final["eval_bpb_per_set"]} if final.get("eval_bpb_per_set") else {}),
@@ -1075,6 +1118,7 @@ COLUMNS = [
     "val_bpb",
     "lr_factor",
     "setting",  # only where a row has one (setting checks)
+    "multiplier_check",  # only where a row has one
     "out_dir",
 ]
 
@@ -1106,11 +1150,32 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
     root = Path(out) / "runs"
     sizes = {s.name: i for i, s in enumerate(spec.sizes)}
     labels = {budget_label(spec.budget_kind, b): b for b in spec.budgets}
+    checked = {  # (arm, label) -> the sizes a multiplier check lists there
+        (e["arm"], budget_label(spec.budget_kind, e["budget"])): (e["budget"], e["sizes"]) for e in spec.multiplier_checks
+    }
     runs = []
     for a, arm in enumerate(spec.arms):
         for folder in sorted((root / arm).iterdir()) if (root / arm).is_dir() else []:
             m = CELL.match(folder.name)
-            if not m or m["size"] not in sizes or m["label"] not in labels:
+            if not m or m["size"] not in sizes:
+                continue
+            check = checked.get((arm, m["label"]))
+            if check and not m["lr"] and not m["setting"] and m["size"] in check[1]:
+                run = Run(
+                    name=f"{arm}/{folder.name}",
+                    arm=arm,
+                    size=m["size"],
+                    budget_kind=spec.budget_kind,
+                    budget=check[0],
+                    out_dir=folder,
+                    overrides=(),
+                    seed=int(m["seed"]) if m["seed"] is not None else None,
+                    multiplier_check=True,
+                )
+                if run.done:
+                    runs.append((a, sizes[run.size], run.budget, 1.0, "", run.seed if run.seed is not None else -1, run))
+                continue
+            if m["label"] not in labels:
                 continue
             if not _planned_check(spec, labels[m["label"]], float(m["lr"]) if m["lr"] else None, m["setting"]):
                 continue  # a check this spec does not plan (another study's, sharing the arm's folder)
@@ -1137,7 +1202,8 @@ def write_results(rows: list[dict], out: str | Path) -> tuple[Path, Path]:
     """results.csv and results.json in ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    columns = [c for c in COLUMNS if c != "setting" or any("setting" in r for r in rows)]
+    optional = ("setting", "multiplier_check")
+    columns = [c for c in COLUMNS if c not in optional or any(c in r for r in rows)]
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
