@@ -59,13 +59,13 @@ def _n(row: dict) -> float:
     return float(row.get("ratio_params") or row["params"])
 
 
-def cells(rows: list[dict], y: str = "val_loss") -> dict:
+def cells(rows: list[dict], y: str = "val_loss", skip=is_check) -> dict:
     """(arm, budget) -> {size: {"n": N, "flops": mean C, "losses": [...]}} of the rows with a loss, in a fixed
     order (arm and budget, then N, seeds by seed): the bootstrap draws its noise cell by cell, so the intervals
-    must not depend on the order the run folders were read in."""
+    must not depend on the order the run folders were read in. ``skip``: rows in no cell (default: the checks)."""
     out: dict = defaultdict(dict)
     for r in sorted(rows, key=lambda r: (str(r.get("seed")), str(r.get("run")))):
-        if r.get(y) is None or not math.isfinite(r[y]) or is_check(r):  # LR and setting checks: no cell
+        if r.get(y) is None or not math.isfinite(r[y]) or skip(r):  # LR and setting checks: no cell
             continue
         cell = out[r["arm"], r["budget"]].setdefault(r["size"], {"n": _n(r), "flops": [], "losses": []})
         cell["flops"].append(r["flops"])
@@ -73,11 +73,11 @@ def cells(rows: list[dict], y: str = "val_loss") -> dict:
     return {key: dict(sorted(sizes.items(), key=lambda kv: (kv[1]["n"], kv[0]))) for key, sizes in sorted(out.items())}
 
 
-def _replicates(rows: list[dict], y: str, exclude=()) -> list[tuple[list[str], np.ndarray]]:
-    """(run names, losses) of every cell run with several seeds, without the ``exclude``d runs."""
+def _replicates(rows: list[dict], y: str, exclude=(), skip=is_check) -> list[tuple[list[str], np.ndarray]]:
+    """(run names, losses) of every cell run with several seeds, without the ``exclude``d runs (and the checks)."""
     out: dict = defaultdict(lambda: ([], []))
     for r in rows:
-        if r.get(y) is None or not math.isfinite(r[y]) or r.get("run") in exclude or is_check(r):
+        if r.get(y) is None or not math.isfinite(r[y]) or r.get("run") in exclude or skip(r):
             continue
         names, losses = out[r["arm"], r["budget"], r["size"]]
         names.append(r.get("run") or f"{r['arm']}/{r['size']}@{r['budget']:.3g}/seed{r.get('seed')}")
@@ -85,10 +85,10 @@ def _replicates(rows: list[dict], y: str, exclude=()) -> list[tuple[list[str], n
     return [(names, np.asarray(losses)) for names, losses in out.values() if len(losses) > 1]
 
 
-def noise_floor(rows: list[dict], y: str = "val_loss", exclude=()) -> dict | None:
+def noise_floor(rows: list[dict], y: str = "val_loss", exclude=(), skip=is_check) -> dict | None:
     """Pooled standard deviation of seed replicates: {"sigma", "cells", "runs"}; None without replicates."""
     ss, dof, n_cells = 0.0, 0, 0
-    for _, losses in _replicates(rows, y, exclude):
+    for _, losses in _replicates(rows, y, exclude, skip):
         ss += float(((losses - losses.mean()) ** 2).sum())
         dof += len(losses) - 1
         n_cells += 1
@@ -754,6 +754,82 @@ def to_json(result: dict) -> dict:
             "budgets": {f"{b:.6g}": v for b, v in result["budget_noise"]["budgets"].items()},
         }
     out["sensitivity"] = {model: figures(d) for model, d in result.get("sensitivity", {}).items()}
+    return out
+
+
+def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: int = 300, seed: int = 0) -> list[dict]:
+    """The spec's multiplier checks read against its decision: the compute multiplier at a threshold, from runs.
+
+    A check cell is the baseline arm measured at ``budget`` = k × the decision budget ``at``. For each comparison
+    against that baseline: the gap of the baseline's optimum there over the compared arm's optimum at ``at``
+    (both the bracketed parabola optimum of their cells, :func:`isoflop_optimum`). Above 0 beyond noise, the
+    baseline needs more than k times the compute to reach the arm's loss: the multiplier exceeds k on the runs
+    alone, whatever the fits' floor; below 0, it is under k; else within noise of k. The interval perturbs both
+    cells' means by their budgets' σ over √seeds (the check budget's σ from its own seed pairs under the rule
+    ``per_budget``, else the pooled one; a fixed rule's value where it names the budget) and recomputes both
+    optima. A check cell not bracketed reads nothing (its optimum is a bound)."""
+    y = result["y"]
+    checked = [r for r in rows if r.get("multiplier_check") and r.get(y) is not None and math.isfinite(r[y])]
+    if not checked or not decision or not result.get("optima"):
+        return []
+    at = float(decision.get("at") or max(result["budgets"]))
+    grid = cells(rows, y)
+    sigma_at = ((result.get("budget_noise") or {}).get("budgets") or {}).get(at, {}).get("sigma")
+    rule, pooled = decision.get("noise") or DEFAULT_NOISE, (result.get("noise") or {}).get("sigma")
+    out = []
+    for (base, budget), sizes in cells(checked, y, skip=lambda r: False).items():
+        own = noise_floor([r for r in checked if r["arm"] == base and r["budget"] == budget], y, skip=lambda r: False)
+        if isinstance(rule, dict):
+            sigma = next((v for b, v in rule.items() if math.isclose(float(b), budget, rel_tol=1e-9)), pooled)
+        else:
+            sigma = own["sigma"] if rule == "per_budget" and own else pooled
+        check_cell = {(base, budget): sizes}
+        base_opt = optima(check_cell)[base, budget]
+        for comp in decision.get("comparisons") or []:
+            arm = comp["arm"]
+            if comp["baseline"] != base or (arm, at) not in result["optima"]:
+                continue
+            arm_opt = result["optima"][arm, at]
+            entry = {
+                "name": comp.get("name", arm),
+                "arm": arm,
+                "baseline": base,
+                "at": at,
+                "budget": budget,
+                "factor": budget / at,
+                "sizes": {
+                    name: {"n": c["n"], "losses": c["losses"], "mean": float(np.mean(c["losses"]))}
+                    for name, c in sizes.items()
+                },
+                "baseline_optimum": base_opt,
+                "arm_optimum": arm_opt["loss_opt"],
+                "arm_bracketed": arm_opt["bracketed"],
+                "sigma": sigma,
+                "sigma_source": "seeds of this check" if rule == "per_budget" and own else "pooled",
+                "sigma_at": sigma_at,
+                "gap": base_opt["loss_opt"] - arm_opt["loss_opt"],
+                "interval": None,
+            }
+            if sigma is not None and sigma_at is not None and n_boot > 0:
+                rng = np.random.default_rng(seed)
+                draws = [
+                    optima(check_cell, rng, {budget: sigma})[base, budget]["loss_opt"]
+                    - optima({(arm, at): grid[arm, at]}, rng, {at: sigma_at})[arm, at]["loss_opt"]
+                    for _ in range(n_boot)
+                ]
+                entry["interval"] = _interval(draws)
+            iv, k = entry["interval"], entry["factor"]
+            if not (base_opt["bracketed"] and arm_opt["bracketed"]):
+                entry["reading"] = "incomplete: a cell is not bracketed (its optimum is a bound)"
+            elif iv is None:
+                entry["reading"] = "no interval (no noise floor)"
+            elif iv[0] > 0:
+                entry["reading"] = f"multiplier above {k:.3g}, measured"
+            elif iv[1] < 0:
+                entry["reading"] = f"multiplier below {k:.3g}, measured"
+            else:
+                entry["reading"] = f"within noise of {k:.3g}"
+            out.append(entry)
     return out
 
 

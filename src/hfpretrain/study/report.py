@@ -974,7 +974,68 @@ def decision_lines(
         "",
         *[verdict_sentence(v, unit) for v in verdicts],
         "",
+        *multiplier_check_lines(result, unit),
         *_other_noise_lines(other_noise, verdicts, unit),
+    ]
+
+
+def multiplier_check_lines(result: dict, unit: str) -> list[str]:
+    """The spec's multiplier checks beside the rule: the baseline measured at k × the decision budget, so that
+    the multiplier's threshold is read from runs where the fit extrapolates (``analysis.multiplier_checks``)."""
+    checks = result.get("multiplier_checks") or []
+    if not checks:
+        return []
+    table, sentences = [], []
+    for c in checks:
+        opt = c["baseline_optimum"]
+        means = ", ".join(
+            f"{name} {v['mean']:.4f} ({' / '.join(f'{x:.4f}' for x in v['losses'])})" for name, v in c["sizes"].items()
+        )
+        best = min(c["sizes"], key=lambda name: c["sizes"][name]["mean"])
+        table.append(
+            [
+                f"{c['baseline']} @ {c['budget']:.3g} ({c['factor']:.3g}× {c['at']:.3g})",
+                means,
+                f"{opt['loss_opt']:.4f} ({best}{', bracketed' if opt['bracketed'] else ', not bracketed'})",
+                f"{c['arm']} @ {c['at']:.3g}: {c['arm_optimum']:.4f}",
+                f"{c['gap']:+.4f}{_ci(c['interval'])}",
+                f"{c['sigma']:.4f} ({c['sigma_source']})" if c.get("sigma") is not None else "–",
+                f"**{c['reading']}**",
+            ]
+        )
+        if c["reading"].startswith("multiplier above"):
+            sentences.append(
+                f"- {c['name']}: {c['baseline']} trained on {c['factor']:.3g}× the decision budget ends "
+                f"{c['gap']:.4f} {unit} above {c['arm']}'s optimum at {c['at']:.3g}{_ci(c['interval'])}: "
+                f"{c['baseline']} needs more than {c['factor']:.3g}× the compute to reach it, on the runs alone "
+                "(no fit, no floor)."
+            )
+        elif c["reading"].startswith("multiplier below"):
+            sentences.append(
+                f"- {c['name']}: {c['baseline']} on {c['factor']:.3g}× the decision budget ends {-c['gap']:.4f} "
+                f"{unit} below {c['arm']}'s optimum at {c['at']:.3g}: the multiplier is under {c['factor']:.3g}."
+            )
+    return [
+        "Beside the rule, measured (spec `multiplier_checks`; their runs are in no cell or fit): the baseline's "
+        "cell at a multiple k of the decision budget, against the compared arm's optimum at that budget. Its "
+        "optimum above the arm's beyond noise means the multiplier exceeds k whatever the fits' form; the "
+        "interval perturbs both cells by their budgets' σ over √seeds. The rule's verdict above is unchanged by it.",
+        "",
+        _table(
+            [
+                "check cell",
+                f"size means ({unit}; seeds)",
+                "its optimum (best size)",
+                "compared optimum",
+                f"gap ({unit})",
+                "σ of the check",
+                "reading",
+            ],
+            table,
+        ),
+        "",
+        *sentences,
+        *([""] if sentences else []),
     ]
 
 
@@ -1517,7 +1578,7 @@ def analyse(
     report.md in ``out``. ``best_report``: the best model's run report, linked from the study's."""
     import json
 
-    from hfpretrain.study.analysis import NOISE_RULES, analyse_isoflop, to_json
+    from hfpretrain.study.analysis import NOISE_RULES, analyse_isoflop, multiplier_checks, to_json
     from hfpretrain.study.fit import fit_arms
     from hfpretrain.study.grid import write_results
     from hfpretrain.study.plots import plot_isoflop, plot_study
@@ -1533,6 +1594,8 @@ def analyse(
     isoflop, isoflop_png, extra, other_noise = None, None, None, None
     if spec.budget_kind == "flops" and rows:
         isoflop = analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=(spec.decision or {}).get("noise"))
+        if spec.multiplier_checks:
+            isoflop["multiplier_checks"] = multiplier_checks(rows, isoflop, spec.decision, n_boot)
         (out / "analysis.json").write_text(json.dumps(to_json(isoflop), indent=2, default=str) + "\n")
         applied = (isoflop.get("budget_noise") or {}).get("rule")
         if isoflop.get("optima") and applied in NOISE_RULES and spec.decision:

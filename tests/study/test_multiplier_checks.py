@@ -1,0 +1,255 @@
+"""Multiplier checks (spec ``multiplier_checks``): an arm's cell measured at a budget beyond the grid, so that a
+compute multiplier's threshold is read from runs where the fits extrapolate (the MoE study's dense arm at
+1.2 x 2.5e16): the spec's entries, the runs and their folders, their rows kept out of every cell, fit and
+decision, the reading against the decision, the report's lines, and the committed study's reading."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from hfpretrain.study.analysis import analyse_isoflop, cells, is_check, multiplier_checks, to_json
+from hfpretrain.study.grid import (
+    collect,
+    folder_runs,
+    load_spec,
+    multiplier_check_runs,
+    plan_study,
+    write_results,
+)
+from hfpretrain.study.report import multiplier_check_lines, study_verdicts
+
+from test_analysis import ALPHA, BUDGETS, FACTORS, A, E, study
+from test_study import MICRO
+
+REPO = Path(__file__).resolve().parents[2]
+CHECK = {"arm": "dense", "budget": 3e16, "sizes": ["a", "b", "c"]}
+
+
+def _spec(**extra) -> dict:
+    return {
+        "recipe": "r.yaml",
+        "sizes": ["a", "b", "c", "d"],
+        "flops": [1e15, 2.5e16],
+        "seeds": [3, 5],
+        "isoflop": {"tokens_per_param": 20},
+        "arms": {"dense": [], "moe": ["moe.aux_loss_coef=0.001"]},
+        "multiplier_checks": CHECK,
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    "checks, key",
+    [
+        ([3e16], "multiplier_checks:"),  # not a mapping
+        ({"arm": "dense", "budget": 3e16}, "multiplier_checks:"),  # no sizes
+        ({**CHECK, "seed": 3}, "multiplier_checks:"),  # an unknown key
+        ({**CHECK, "arm": "mlp"}, "multiplier_checks.arm"),
+        ({**CHECK, "budget": 2.5e16}, "multiplier_checks.budget"),  # a grid budget: a cell of its own
+        ({**CHECK, "budget": -1}, "multiplier_checks.budget"),
+        ({**CHECK, "budget": "lots"}, "multiplier_checks.budget"),
+        ({**CHECK, "sizes": ["a", "b"]}, "multiplier_checks.sizes"),  # two sizes bracket nothing
+        ({**CHECK, "sizes": ["a", "b", "z"]}, "multiplier_checks.sizes"),
+        ({**CHECK, "sizes": ["a", "b", "b"]}, "multiplier_checks.sizes"),
+        ({**CHECK, "sizes": "a b c"}, "multiplier_checks.sizes"),
+        ({**CHECK, "seeds": [0]}, "multiplier_checks.seeds"),  # not one of the spec's seeds
+    ],
+)
+def test_a_bad_multiplier_check_is_one_line_naming_its_key(checks, key):
+    with pytest.raises(ValueError) as err:
+        load_spec(_spec(multiplier_checks=checks))
+    assert key in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_spec_with_multiplier_checks_reads_back_its_own_dump():
+    spec = load_spec(_spec(multiplier_checks=[{**CHECK, "budget": "3.0e16", "seeds": [5]}]))
+    assert spec.multiplier_checks == [{**CHECK, "seeds": [5]}]
+    assert load_spec(spec.to_dict()).multiplier_checks == spec.multiplier_checks
+    assert "multiplier_checks" not in load_spec(_spec(multiplier_checks=None)).to_dict()
+
+
+def test_the_check_runs_are_grid_runs_at_their_budget_flagged(tmp_path):
+    spec = load_spec(_spec(multiplier_checks=[{**CHECK, "seeds": [5]}, {**CHECK, "budget": 4e16, "arm": "moe"}]))
+    runs = multiplier_check_runs(spec, tmp_path)
+    assert [r.name for r in runs] == [
+        "dense/a__c3.00e+16__seed5",
+        "dense/b__c3.00e+16__seed5",
+        "dense/c__c3.00e+16__seed5",
+        *[f"moe/{s}__c4.00e+16__seed{seed}" for seed in (3, 5) for s in "abc"],
+    ]
+    assert all(r.multiplier_check and r.lr_factor is None and r.setting is None for r in runs)
+    first = runs[0]
+    assert first.budget == 3e16 and first.seed == 5 and first.out_dir == tmp_path / "runs" / first.name
+    assert "training.seed=5" in first.overrides and "moe.aux_loss_coef=0.001" in runs[-1].overrides
+
+
+def test_the_plan_trains_a_check_as_the_grid_would_at_its_budget(tmp_path):
+    """plan_study from dry runs: the check's runs spend their own budget by the same rules (steps, LR by width)."""
+    sizes = [*MICRO["sizes"], {"name": "h48", "config": "tiny", "fields": {"hidden_size": 48}}]
+    spec = load_spec(
+        {
+            **{k: v for k, v in MICRO.items() if k != "steps"},
+            "sizes": sizes,
+            "flops": [1e13],
+            "isoflop": {"tokens_per_param": 20, "sizes_per_budget": 2},
+            "seeds": [0],
+            "rules": {"lr": 1e-3, "lr_width": 64, "warmup_fraction": 0.1, "min_steps": 1},
+            "multiplier_checks": {"arm": "baseline", "budget": 2e13, "sizes": ["h32", "h48", "h64"]},
+        }
+    )
+    planned = {run.name: (run, p) for run, p in plan_study(spec, tmp_path)}
+    checks = {name: p for name, (run, p) in planned.items() if run.multiplier_check}
+    assert sorted(checks) == [f"baseline/{s}__c2.00e+13__seed0" for s in ("h32", "h48", "h64")]
+    in_grid = [n for n in checks if n.replace("c2.00e+13", "c1.00e+13") in planned]
+    assert in_grid  # the grid's window (two sizes) shares at least one size with the check
+    for name, p in checks.items():
+        grid = planned.get(name.replace("c2.00e+13", "c1.00e+13"))
+        if grid:  # the same size in the grid: twice the budget, twice the steps (±1), the same LR
+            assert abs(p.steps - 2 * grid[1].steps) <= 1
+            assert p.learning_rate == grid[1].learning_rate
+        assert p.flops == pytest.approx(2e13, rel=0.05)
+
+
+def _finished(folder: Path, loss: float) -> None:
+    folder.mkdir(parents=True)
+    plan = {"max_steps": 10, "parameters": {"total": 100, "non_embedding": 80}, "tokens_per_step": 64}
+    summary = {"global_step": 10, "plan": {**plan, "flops_per_token": 600.0}, "final_eval": {"eval_loss": loss}}
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_finished_check_is_read_back_flagged_and_written(tmp_path):
+    spec = load_spec(_spec())
+    out = tmp_path / "study"
+    runs = out / "runs" / "dense"
+    _finished(runs / "b__c2.50e+16__seed3", 3.0)
+    _finished(runs / "b__c3.00e+16__seed3", 2.9)
+    _finished(runs / "d__c3.00e+16__seed3", 2.8)  # a size the check does not list: left out
+    _finished(runs / "b__c4.00e+16__seed3", 2.7)  # a budget of neither the grid nor a check: left out
+    found = folder_runs(spec, out)
+    assert [(r.name, r.budget, r.multiplier_check) for r in found] == [
+        ("dense/b__c2.50e+16__seed3", 2.5e16, False),
+        ("dense/b__c3.00e+16__seed3", 3e16, True),
+    ]
+    planned = {r.name: r for r in multiplier_check_runs(spec, out)}
+    assert planned["dense/b__c3.00e+16__seed3"].done and planned["dense/b__c3.00e+16__seed3"].out_dir == found[1].out_dir
+    rows = collect(found)
+    assert [is_check(r) for r in rows] == [False, True] and "multiplier_check" not in rows[0]
+    write_results(rows, out)
+    assert [t["multiplier_check"] for t in csv.DictReader(open(out / "results.csv"))] == ["", "True"]
+    write_results(rows[:1], out)  # a study without the checks keeps its files' columns
+    assert "multiplier_check" not in open(out / "results.csv").readline()
+
+
+DECISION = {
+    "at": BUDGETS[-1],
+    "criterion": "multiplier",
+    "multiplier_min": 1.2,
+    "noise": "per_budget",
+    "comparisons": [{"name": "m", "arm": "better", "baseline": "base"}],
+}
+
+
+def _check_rows(budget: float, factors=FACTORS, sigma: float = 0.005) -> list[dict]:
+    """The baseline's planted cell at ``budget``, two seeds, as a multiplier check's rows."""
+    rows = [r for r in study({"base": (E, A, ALPHA)}, seeds=2, sigma=sigma, factors=factors, rng_seed=7)]
+    n_scale = math.sqrt(budget / BUDGETS[-1])  # study() puts N* at 0.05·√C
+    l_shift = A * (budget ** (-ALPHA) - BUDGETS[-1] ** (-ALPHA))
+    return [
+        {
+            **r,
+            "budget": budget,
+            "flops": budget,
+            "params": r["params"] * n_scale,
+            "ratio_params": r["ratio_params"] * n_scale,
+            "val_loss": r["val_loss"] + l_shift,
+            "multiplier_check": True,
+        }
+        for r in rows
+        if r["budget"] == BUDGETS[-1]
+    ]
+
+
+def _grid():
+    # "better" reaches at C the loss "base" reaches at 2C: a multiplier of 2 at every budget
+    return study({"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}, seeds=2, sigma=0.005)
+
+
+@pytest.mark.parametrize(
+    "k, factors, reading",
+    [
+        (1.2, FACTORS, "multiplier above 1.2, measured"),
+        (4.0, FACTORS, "multiplier below 4, measured"),
+        (2.0, FACTORS, "within noise of 2"),
+        (1.2, (0.1, 0.25, 0.5), "incomplete: a cell is not bracketed (its optimum is a bound)"),
+    ],
+)
+def test_the_check_reads_the_planted_multiplier(k, factors, reading):
+    grid = _grid()
+    result = analyse_isoflop(grid, n_boot=40, noise_rule="per_budget")
+    (check,) = multiplier_checks(grid + _check_rows(k * BUDGETS[-1], factors), result, DECISION, n_boot=200)
+    assert check["reading"] == reading, check
+    assert (check["baseline"], check["arm"], check["factor"]) == ("base", "better", pytest.approx(k))
+    assert check["sigma_source"] == "seeds of this check" and check["sigma_at"] == pytest.approx(
+        result["budget_noise"]["budgets"][BUDGETS[-1]]["sigma"]
+    )
+    if factors == FACTORS:  # the gap is the planted law's: base at k·C against base at 2·C
+        planted = A * ((k * BUDGETS[-1]) ** (-ALPHA) - (2 * BUDGETS[-1]) ** (-ALPHA))
+        assert check["gap"] == pytest.approx(planted, abs=0.01)
+        assert check["interval"][0] <= check["gap"] <= check["interval"][1]
+
+
+def test_checks_stay_out_of_the_cells_the_fits_and_the_decision():
+    grid = _grid()
+    spec = load_spec(
+        {
+            "recipe": "r.yaml",
+            "sizes": [f"x{f}" for f in FACTORS],
+            "flops": BUDGETS,
+            "seeds": [0, 1],
+            "arms": {"base": [], "better": []},
+            "decision": DECISION,
+        }
+    )
+    with_checks = grid + _check_rows(1.2 * BUDGETS[-1])
+    assert cells(with_checks) == cells(grid)
+    a = analyse_isoflop(grid, n_boot=20, noise_rule="per_budget")
+    b = analyse_isoflop(with_checks, n_boot=20, noise_rule="per_budget")
+    for key in ("optima", "budget_noise", "noise", "gap", "multiplier", "intervals", "fits", "outliers"):
+        assert json.dumps(to_json(a)[key], sort_keys=True) == json.dumps(to_json(b)[key], sort_keys=True), key
+    assert json.dumps(study_verdicts(spec, a), default=str) == json.dumps(study_verdicts(spec, b), default=str)
+    assert multiplier_checks(grid, a, DECISION) == []  # no check rows: nothing to read
+
+
+def test_the_report_gives_the_check_beside_the_rule():
+    grid = _grid()
+    result = analyse_isoflop(grid, n_boot=20, noise_rule="per_budget")
+    result["multiplier_checks"] = multiplier_checks(grid + _check_rows(1.2 * BUDGETS[-1]), result, DECISION, n_boot=60)
+    text = "\n".join(multiplier_check_lines(result, "nats"))
+    (c,) = result["multiplier_checks"]
+    assert f"| base @ {1.2 * BUDGETS[-1]:.3g} (1.2× {BUDGETS[-1]:.3g}) |" in text
+    assert f"{c['gap']:+.4f} [{c['interval'][0]:+.4f}, {c['interval'][1]:+.4f}]" in text
+    assert "**multiplier above 1.2, measured**" in text and "on the runs alone (no fit, no floor)" in text
+    assert multiplier_check_lines({**result, "multiplier_checks": []}, "nats") == []
+
+
+def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
+    """results/study_gpu_moe2: the dense arm at 1.2 x 2.5e16 (six runs in the arm's folder), its reading in
+    analysis.json and report.md against the runs' own results."""
+    study_dir = REPO / "results" / "study_gpu_moe2"
+    rows = [r for r in json.loads((study_dir / "results.json").read_text()) if r.get("multiplier_check")]
+    assert sorted(r["run"] for r in rows) == sorted(
+        f"dense/{s}__c3.00e+16__seed{seed}" for s in ("L5", "L6", "L7") for seed in (0, 1)
+    )
+    (check,) = json.loads((study_dir / "analysis.json").read_text())["multiplier_checks"]
+    for size, v in check["sizes"].items():
+        mine = sorted(r["val_bpb"] for r in rows if r["size"] == size)
+        assert sorted(v["losses"]) == pytest.approx(mine) and v["mean"] == pytest.approx(sum(mine) / 2)
+    assert check["baseline_optimum"]["bracketed"] and check["reading"] == "multiplier above 1.2, measured"
+    assert check["interval"][0] > 0
+    report = (study_dir / "report.md").read_text()
+    assert f"{check['gap']:+.4f} [{check['interval'][0]:+.4f}, {check['interval'][1]:+.4f}]" in report
