@@ -13,14 +13,7 @@ from pathlib import Path
 import pytest
 
 from hfpretrain.study.analysis import analyse_isoflop, cells, is_check, multiplier_checks, to_json
-from hfpretrain.study.grid import (
-    collect,
-    folder_runs,
-    load_spec,
-    multiplier_check_runs,
-    plan_study,
-    write_results,
-)
+from hfpretrain.study.grid import collect, folder_runs, load_spec, multiplier_check_runs, plan_study, write_results
 from hfpretrain.study.report import multiplier_check_lines, study_verdicts
 
 from test_analysis import ALPHA, BUDGETS, FACTORS, A, E, study
@@ -136,7 +129,9 @@ def test_a_finished_check_is_read_back_flagged_and_written(tmp_path):
         ("dense/b__c3.00e+16__seed3", 3e16, True),
     ]
     planned = {r.name: r for r in multiplier_check_runs(spec, out)}
-    assert planned["dense/b__c3.00e+16__seed3"].done and planned["dense/b__c3.00e+16__seed3"].out_dir == found[1].out_dir
+    assert (
+        planned["dense/b__c3.00e+16__seed3"].done and planned["dense/b__c3.00e+16__seed3"].out_dir == found[1].out_dir
+    )
     rows = collect(found)
     assert [is_check(r) for r in rows] == [False, True] and "multiplier_check" not in rows[0]
     write_results(rows, out)

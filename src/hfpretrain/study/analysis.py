@@ -65,7 +65,7 @@ def cells(rows: list[dict], y: str = "val_loss", skip=is_check) -> dict:
     must not depend on the order the run folders were read in. ``skip``: rows in no cell (default: the checks)."""
     out: dict = defaultdict(dict)
     for r in sorted(rows, key=lambda r: (str(r.get("seed")), str(r.get("run")))):
-        if r.get(y) is None or not math.isfinite(r[y]) or skip(r):  # LR and setting checks: no cell
+        if r.get(y) is None or not math.isfinite(r[y]) or skip(r):  # the checks: no cell
             continue
         cell = out[r["arm"], r["budget"]].setdefault(r["size"], {"n": _n(r), "flops": [], "losses": []})
         cell["flops"].append(r["flops"])
@@ -779,10 +779,17 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
     out = []
     for (base, budget), sizes in cells(checked, y, skip=lambda r: False).items():
         own = noise_floor([r for r in checked if r["arm"] == base and r["budget"] == budget], y, skip=lambda r: False)
-        if isinstance(rule, dict):
-            sigma = next((v for b, v in rule.items() if math.isclose(float(b), budget, rel_tol=1e-9)), pooled)
+        fixed = (
+            [v for b, v in rule.items() if math.isclose(float(b), budget, rel_tol=1e-9)]
+            if isinstance(rule, dict)
+            else []
+        )
+        if fixed:
+            sigma, source = fixed[0], "spec"
+        elif rule == "per_budget" and own:
+            sigma, source = own["sigma"], "seeds of this check"
         else:
-            sigma = own["sigma"] if rule == "per_budget" and own else pooled
+            sigma, source = pooled, "pooled"
         check_cell = {(base, budget): sizes}
         base_opt = optima(check_cell)[base, budget]
         for comp in decision.get("comparisons") or []:
@@ -805,7 +812,7 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
                 "arm_optimum": arm_opt["loss_opt"],
                 "arm_bracketed": arm_opt["bracketed"],
                 "sigma": sigma,
-                "sigma_source": "seeds of this check" if rule == "per_budget" and own else "pooled",
+                "sigma_source": source,
                 "sigma_at": sigma_at,
                 "gap": base_opt["loss_opt"] - arm_opt["loss_opt"],
                 "interval": None,

@@ -403,14 +403,14 @@ def _lr_checks(d, budgets: list[float], seeds: list[int]) -> dict:
 def _multiplier_check(d, budgets: list[float], arms: set[str], sizes: set[str], seeds: list[int]) -> dict:
     """One entry of ``multiplier_checks: {arm, budget, sizes: [3 or more], seeds?}``: a budget outside the grid's
     (inside, it would be a cell of its own) and enough sizes to bracket an optimum."""
-    form = "multiplier_checks: {arm: ARM, budget: B (not a grid budget), sizes: [3 or more of the spec's], seeds: [...]}"
+    form = "multiplier_checks: {arm: ARM, budget: B (not a grid budget), sizes: [3+ of the spec's], seeds: [...]}"
     if not isinstance(d, dict) or not {"arm", "budget", "sizes"} <= set(d) <= {"arm", "budget", "sizes", "seeds"}:
         raise ValueError(f"{form}, got {d!r}")
     if d["arm"] not in arms:
         raise ValueError(f"multiplier_checks.arm: one of the arms {sorted(arms)}, got {d['arm']!r}")
     budget = _budget_list("multiplier_checks.budget", [d["budget"]])[0]
     if any(math.isclose(budget, b, rel_tol=1e-9) for b in budgets):
-        raise ValueError(f"multiplier_checks.budget: {budget:g} is a grid budget; a check's budget lies outside {budgets}")
+        raise ValueError(f"multiplier_checks.budget: {budget:g} is a grid budget; a check's lies outside {budgets}")
     names = d["sizes"]
     if not isinstance(names, list) or len(names) < 3 or len(set(names)) < len(names) or set(names) - sizes:
         raise ValueError(f"multiplier_checks.sizes: 3 or more distinct sizes among {sorted(sizes)}, got {names!r}")
@@ -581,15 +581,11 @@ def multiplier_check_runs(spec: StudySpec, out: str | Path | None = None) -> lis
     rules' steps and learning rate) but at a budget the grid does not have, in no cell of it."""
     runs = []
     for entry in spec.multiplier_checks:
+        arms = {entry["arm"]: spec.arms[entry["arm"]]}
         check = replace(
-            spec, budgets=[entry["budget"]], arms={entry["arm"]: spec.arms[entry["arm"]]}, seed_budgets=None
+            spec, budgets=[entry["budget"]], arms=arms, seeds=entry.get("seeds", spec.seeds), seed_budgets=None
         )
-        if "seeds" in entry:
-            check = replace(check, seeds=entry["seeds"])
-        runs += [
-            replace(r, multiplier_check=True)
-            for r in expand(check, out, lambda arm, budget: entry["sizes"])
-        ]
+        runs += [replace(r, multiplier_check=True) for r in expand(check, out, lambda arm, budget: entry["sizes"])]
     return runs
 
 
@@ -1150,8 +1146,9 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
     root = Path(out) / "runs"
     sizes = {s.name: i for i, s in enumerate(spec.sizes)}
     labels = {budget_label(spec.budget_kind, b): b for b in spec.budgets}
-    checked = {  # (arm, label) -> the sizes a multiplier check lists there
-        (e["arm"], budget_label(spec.budget_kind, e["budget"])): (e["budget"], e["sizes"]) for e in spec.multiplier_checks
+    checked = {  # (arm, label) -> (budget, sizes) of a multiplier check
+        (e["arm"], budget_label(spec.budget_kind, e["budget"])): (e["budget"], e["sizes"])
+        for e in spec.multiplier_checks
     }
     runs = []
     for a, arm in enumerate(spec.arms):
@@ -1160,37 +1157,25 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
             if not m or m["size"] not in sizes:
                 continue
             check = checked.get((arm, m["label"]))
-            if check and not m["lr"] and not m["setting"] and m["size"] in check[1]:
-                run = Run(
-                    name=f"{arm}/{folder.name}",
-                    arm=arm,
-                    size=m["size"],
-                    budget_kind=spec.budget_kind,
-                    budget=check[0],
-                    out_dir=folder,
-                    overrides=(),
-                    seed=int(m["seed"]) if m["seed"] is not None else None,
-                    multiplier_check=True,
-                )
-                if run.done:
-                    runs.append((a, sizes[run.size], run.budget, 1.0, "", run.seed if run.seed is not None else -1, run))
-                continue
-            if m["label"] not in labels:
-                continue
-            if not _planned_check(spec, labels[m["label"]], float(m["lr"]) if m["lr"] else None, m["setting"]):
-                continue  # a check this spec does not plan (another study's, sharing the arm's folder)
+            multiplier = bool(check) and not m["lr"] and not m["setting"] and m["size"] in check[1]
+            if not multiplier and (
+                m["label"] not in labels
+                or not _planned_check(spec, labels[m["label"]], float(m["lr"]) if m["lr"] else None, m["setting"])
+            ):
+                continue  # another budget, or a check this spec does not plan (another study's, sharing the folder)
             seed = int(m["seed"]) if m["seed"] is not None else None
             run = Run(
                 name=f"{arm}/{folder.name}",
                 arm=arm,
                 size=m["size"],
                 budget_kind=spec.budget_kind,
-                budget=labels[m["label"]],
+                budget=check[0] if multiplier else labels[m["label"]],
                 out_dir=folder,
                 overrides=(),
                 seed=seed,
                 lr_factor=float(m["lr"]) if m["lr"] else None,
                 setting=m["setting"],
+                multiplier_check=multiplier,
             )
             if run.done:
                 order = (run.lr_factor or 1.0, run.setting or "", seed if seed is not None else -1)
