@@ -1,9 +1,10 @@
 """Other readings of the MoE compute multiplier at 2.5e16 than the report's (README § Result): the same per-budget
 optima (analysis.json) fitted other ways with the project's own fit code. Each reading also gives the multiplier at
 every budget and its trend (the slope of a line in ln C through them, as a factor per decade of compute): the trend
-depends on the floor E of the dense fit. Last, the joint least-squares fit of log L over E and each arm's A and α
-(scipy), against the project's fit (a profile over E with A and α from the line through log(L − E): fit.py). Run
-from the repository root:
+depends on the floor E of the dense fit, and its prediction of the dense loss at 3e16 against the measured optimum
+there (the spec's multiplier check, out of sample: the fits end at 2.5e16). Last, the joint least-squares fit of
+log L over E and each arm's A and α (scipy), against the project's fit (a profile over E with A and α from the line
+through log(L − E): fit.py), and the same for the dense arm alone. Run from the repository root:
 
     python results/study_gpu_moe2/sensitivity.py > results/study_gpu_moe2/sensitivity.txt
 """
@@ -20,7 +21,15 @@ from hfpretrain.study.fit import PowerLawFit, fit_power_law, fit_power_law_at, f
 
 HERE = Path(__file__).parent
 BUDGETS = ("8e+14", "2.5e+15", "8e+15", "2.5e+16")
-optima = json.loads((HERE / "analysis.json").read_text())["optima"]
+analysis = json.loads((HERE / "analysis.json").read_text())
+optima = analysis["optima"]
+check = analysis["multiplier_checks"][0]  # the dense arm at 3e16, measured
+c_check, l_check, s_check = check["baseline_optimum"]["flops"], check["baseline_optimum"]["loss_opt"], check["sigma"]
+
+
+def at_check(predicted: float) -> str:
+    miss = predicted - l_check
+    return f"3e16: {predicted:.4f}, {miss:+.4f}{' (beyond sigma)' if abs(miss) > s_check else ''}"
 
 
 def points(arm: str, measured: tuple = (), drop: tuple = ()) -> tuple[list, list]:
@@ -60,11 +69,18 @@ def trend(fit: PowerLawFit, drop: tuple = ()) -> str:
 
 for name, fit in readings.items():
     drop = ("8e+14",) if "without 8e14" in name else ()
-    print(f"{compute_multiplier(fit, moe_top, c_top):5.2f}  {name} (E = {fit.E:.3f}); {trend(fit, drop)}")
+    print(
+        f"{compute_multiplier(fit, moe_top, c_top):5.2f}  {name} (E = {fit.E:.3f}); {trend(fit, drop)}; "
+        f"{at_check(float(fit.predict(c_check)))}"
+    )
 # a straight line in ln C through the dense optima at 8e15 and 2.5e16, extended to the MoE optimum's loss
 (c1, c2), (l1, l2) = (x[2:] for x in points("dense"))
 slope = (l2 - l1) / math.log(c2 / c1)
-print(f"{math.exp((moe_top - l2) / slope):5.2f}  a straight line in ln C through the dense optima at 8e15 and 2.5e16")
+print(
+    f"{math.exp((moe_top - l2) / slope):5.2f}  a straight line in ln C through the dense optima at 8e15 and 2.5e16; "
+    f"{at_check(l2 + slope * math.log(c_check / c2))}"
+)
+print(f"(3e16: the dense curve's loss there against the measured optimum {l_check:.4f}, sigma {s_check:.4f})")
 
 # the trend at other floors: the dense arm's curve refitted (A, α) at each E, the MoE optima read on it. E = 0 is
 # the first MoE study's form; 0.666 and 0.947 are the ends of the vocabulary study's interval of its shared floor
@@ -110,4 +126,27 @@ print(f"  E: project {fits['dense'].E:.3f}, joint {E:.3f}")
 print(
     f"  multiplier at 2.5e16: project {compute_multiplier(fits['dense'], moe_top, c_top):.2f}, joint "
     f"{compute_multiplier(joint, moe_top, c_top):.2f}; joint {trend(joint)}"
+)
+
+
+# the dense arm alone: the joint least-squares fit of log L over its own E, A and alpha
+dc, dy = data["dense"]
+
+
+def residual_dense(p):  # p = E, ln A', alpha
+    return np.log(p[0] + np.exp(p[1] - p[2] * np.log(np.asarray(dc) / c0["dense"]))) - np.log(dy)
+
+
+own = fit_power_law(dc, dy)
+sol = least_squares(
+    residual_dense,
+    [own.E, math.log(own.A) - own.alpha * math.log(c0["dense"]), own.alpha],
+    bounds=([0, -50, 0.0], [min(dy) * (1 - 1e-9), 50, 5.0]),
+)
+alone = PowerLawFit(
+    E=sol.x[0], A=math.exp(sol.x[1]) * c0["dense"] ** sol.x[2], alpha=sol.x[2], n=4, r2=float("nan"), rmse=float("nan")
+)
+print(
+    f"The dense arm alone, joint least squares: E {alone.E:.3f}, multiplier at 2.5e16 "
+    f"{compute_multiplier(alone, moe_top, c_top):.2f}; {at_check(float(alone.predict(c_check)))}"
 )

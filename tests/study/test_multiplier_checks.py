@@ -189,13 +189,29 @@ def test_the_check_reads_the_planted_multiplier(k, factors, reading):
     (check,) = multiplier_checks(grid + _check_rows(k * BUDGETS[-1], factors), result, DECISION, n_boot=200)
     assert check["reading"] == reading, check
     assert (check["baseline"], check["arm"], check["factor"]) == ("base", "better", pytest.approx(k))
-    assert check["sigma_source"] == "seeds of this check" and check["sigma_at"] == pytest.approx(
-        result["budget_noise"]["budgets"][BUDGETS[-1]]["sigma"]
-    )
+    # the check's σ: its own seed pairs' under per_budget, never below the decision budget's (three pairs)
+    assert check["sigma_at"] == pytest.approx(result["budget_noise"]["budgets"][BUDGETS[-1]]["sigma"])
+    assert check["sigma"] >= check["sigma_at"]
+    assert check["sigma_source"] == "seeds of this check" or check["sigma_source"].startswith("the decision budget's")
     if factors == FACTORS:  # the gap is the planted law's: base at k·C against base at 2·C
         planted = A * ((k * BUDGETS[-1]) ** (-ALPHA) - (2 * BUDGETS[-1]) ** (-ALPHA))
         assert check["gap"] == pytest.approx(planted, abs=0.01)
         assert check["interval"][0] <= check["gap"] <= check["interval"][1]
+
+
+def test_the_check_scores_each_curve_out_of_sample():
+    """On the planted law (a floor E = 1.8) the main model's curve predicts the check's optimum within noise, and
+    the curve forced to no floor, fitted on the same optima, misses it by more."""
+    grid = _grid()
+    result = analyse_isoflop(grid, n_boot=40, noise_rule="per_budget")
+    (check,) = multiplier_checks(grid + _check_rows(1.2 * BUDGETS[-1]), result, DECISION, n_boot=40)
+    curves = {c["fit"]: c for c in check["curves"]}
+    assert list(curves)[:2] == ["shared E (the main model)", "separate E"] and "no floor (E = 0)" in curves
+    main = curves["shared E (the main model)"]
+    assert main["E"] == pytest.approx(result["fits"]["base"].E)
+    assert main["predicted"] == pytest.approx(float(result["fits"]["base"].predict(check["baseline_optimum"]["flops"])))
+    assert main["miss"] == pytest.approx(main["predicted"] - check["baseline_optimum"]["loss_opt"])
+    assert abs(main["miss"]) < 0.01 < abs(curves["no floor (E = 0)"]["miss"])
 
 
 def test_checks_stay_out_of_the_cells_the_fits_and_the_decision():
@@ -229,6 +245,9 @@ def test_the_report_gives_the_check_beside_the_rule():
     assert f"| base @ {1.2 * BUDGETS[-1]:.3g} (1.2× {BUDGETS[-1]:.3g}) |" in text
     assert f"{c['gap']:+.4f} [{c['interval'][0]:+.4f}, {c['interval'][1]:+.4f}]" in text
     assert "**multiplier above 1.2, measured**" in text and "on the runs alone (no fit, no floor)" in text
+    for curve in c["curves"]:  # the out-of-sample table: a row per curve, starred beyond the check's σ
+        star = " *" if abs(curve["miss"]) > c["sigma"] else ""
+        assert f"| {curve['fit']} | {curve['E']:.3f} | {curve['predicted']:.4f} | {curve['miss']:+.4f}{star} |" in text
     assert multiplier_check_lines({**result, "multiplier_checks": []}, "nats") == []
 
 
@@ -246,5 +265,13 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
         assert sorted(v["losses"]) == pytest.approx(mine) and v["mean"] == pytest.approx(sum(mine) / 2)
     assert check["baseline_optimum"]["bracketed"] and check["reading"] == "multiplier above 1.2, measured"
     assert check["interval"][0] > 0
+    assert check["sigma"] == pytest.approx(0.0039, abs=1e-4)  # 2.5e16's: the check's three pairs give less
     report = (study_dir / "report.md").read_text()
     assert f"{check['gap']:+.4f} [{check['interval'][0]:+.4f}, {check['interval'][1]:+.4f}]" in report
+    curves = {c["fit"]: c for c in check["curves"]}
+    # the main model's dense curve passes within σ of the 3e16 runs; the curve with no floor (the 1.09 reading)
+    # runs below them
+    assert abs(curves["shared E (the main model)"]["miss"]) < check["sigma"] < -curves["no floor (E = 0)"]["miss"]
+    for name, curve in curves.items():
+        assert f"| {name} | {curve['E']:.3f} | {curve['predicted']:.4f} | {curve['miss']:+.4f}" in report
+    assert "It is read on dense's curve of the main model (one floor E shared by the arms, E = 1.062)" in report

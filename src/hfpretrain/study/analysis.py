@@ -766,8 +766,11 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
     baseline needs more than k times the compute to reach the arm's loss: the multiplier exceeds k on the runs
     alone, whatever the fits' floor; below 0, it is under k; else within noise of k. The interval perturbs both
     cells' means by their budgets' σ over √seeds (the check budget's σ from its own seed pairs under the rule
-    ``per_budget``, else the pooled one; a fixed rule's value where it names the budget) and recomputes both
-    optima. A check cell not bracketed reads nothing (its optimum is a bound)."""
+    ``per_budget``, but not below the decision budget's: a few seed pairs estimate σ poorly; else the pooled one;
+    a fixed rule's value where it names the budget) and recomputes both optima. A check cell not bracketed reads
+    nothing (its optimum is a bound). ``curves``: the check as an out-of-sample test of the baseline's curves, each
+    one's prediction at the check's compute against its measured optimum (the main model, the separate fit, the
+    ends of E's interval and no floor: the curves the multiplier is read on)."""
     y = result["y"]
     checked = [r for r in rows if r.get("multiplier_check") and r.get(y) is not None and math.isfinite(r[y])]
     if not checked or not decision or not result.get("optima"):
@@ -786,12 +789,16 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
         )
         if fixed:
             sigma, source = fixed[0], "spec"
-        elif rule == "per_budget" and own:
+        elif rule == "per_budget" and own and (sigma_at is None or own["sigma"] >= sigma_at):
             sigma, source = own["sigma"], "seeds of this check"
+        elif rule == "per_budget" and own:
+            pairs = own["runs"] - own["cells"]
+            sigma, source = sigma_at, f"the decision budget's; this check's {pairs} pairs give {own['sigma']:.4f}"
         else:
             sigma, source = pooled, "pooled"
         check_cell = {(base, budget): sizes}
         base_opt = optima(check_cell)[base, budget]
+        curves = _curves_at(result, base, base_opt["flops"])
         for comp in decision.get("comparisons") or []:
             arm = comp["arm"]
             if comp["baseline"] != base or (arm, at) not in result["optima"]:
@@ -816,6 +823,7 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
                 "sigma_at": sigma_at,
                 "gap": base_opt["loss_opt"] - arm_opt["loss_opt"],
                 "interval": None,
+                "curves": [{**c, "miss": c["predicted"] - base_opt["loss_opt"]} for c in curves],
             }
             if sigma is not None and sigma_at is not None and n_boot > 0:
                 rng = np.random.default_rng(seed)
@@ -837,6 +845,24 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
             else:
                 entry["reading"] = f"within noise of {k:.3g}"
             out.append(entry)
+    return out
+
+
+def _curves_at(result: dict, arm: str, flops: float) -> list[dict]:
+    """``arm``'s loss at ``flops`` on each curve the analysis reads multipliers on: [{"fit", "E", "predicted"}]."""
+    out = []
+    named = [("shared E (the main model)", result.get("fits", {}).get(arm))]
+    named.append(("separate E", ((result.get("sensitivity") or {}).get("separate") or {}).get("fits", {}).get(arm)))
+    e_iv = ((result.get("intervals") or {}).get("E") or {}).get(arm) or []
+    budgets = [b for b in result["budgets"] if (arm, b) in result["optima"]]
+    for label, E in [*(("E at its interval's end", e) for e in e_iv), ("no floor (E = 0)", 0.0)]:
+        try:
+            named.append((label, fit_power_law_at(*_points(result["optima"], arm, budgets), E)))
+        except ValueError:  # a floor the arm's losses do not allow
+            continue
+    for label, fit in named:
+        if fit is not None:
+            out.append({"fit": label, "E": float(fit.E), "predicted": float(fit.predict(flops))})
     return out
 
 

@@ -953,6 +953,7 @@ def decision_lines(
         f"Margin: ±{float(rule.get('margin', 0)):g} {unit}."
         if rule.get("criterion", "gap") == "gap"
         else f"Criterion: the compute multiplier, above {float(rule.get('multiplier_min', 1)):g} with its interval above 1."
+        + _multiplier_curve_text(result, verdicts)
     )
     return lines + [
         _table(
@@ -979,6 +980,32 @@ def decision_lines(
     ]
 
 
+def _multiplier_curve_text(result: dict, verdicts: list[dict]) -> str:
+    """Which curve of the baseline a multiplier verdict reads (the main model's), and what its own fit reads."""
+    base_fit = (result.get("fits") or {}).get(result.get("baseline"))
+    if base_fit is None:
+        return ""
+    separate = (result.get("sensitivity") or {}).get("separate") or {}
+    own = (separate.get("fits") or {}).get(result["baseline"])
+    others = []
+    for v in verdicts:
+        m = next(
+            (
+                x
+                for b, x in ((separate.get("multiplier") or {}).get(v["arm"]) or {}).items()
+                if math.isclose(b, v["budget"])
+            ),
+            None,
+        )
+        if v.get("multiplier") is not None and m is not None and own is not None:
+            others.append(f"{v['name']} {m:.3g}")
+    return (
+        f" It is read on {result['baseline']}'s curve of the main model (one floor E shared by the arms, "
+        f"E = {base_fit.E:.3f})"
+        + (f"; on {result['baseline']}'s own fit (E = {own.E:.3f}): {', '.join(others)}." if others else ".")
+    )
+
+
 def multiplier_check_lines(result: dict, unit: str) -> list[str]:
     """The spec's multiplier checks beside the rule: the baseline measured at k × the decision budget, so that
     the multiplier's threshold is read from runs where the fit extrapolates (``analysis.multiplier_checks``)."""
@@ -999,7 +1026,7 @@ def multiplier_check_lines(result: dict, unit: str) -> list[str]:
                 f"{opt['loss_opt']:.4f} ({best}{', bracketed' if opt['bracketed'] else ', not bracketed'})",
                 f"{c['arm']} @ {c['at']:.3g}: {c['arm_optimum']:.4f}",
                 f"{c['gap']:+.4f}{_ci(c['interval'])}",
-                f"{c['sigma']:.4f} ({c['sigma_source']})" if c.get("sigma") is not None else "–",
+                f"{c['sigma']:.4f}: {c['sigma_source']}" if c.get("sigma") is not None else "–",
                 f"**{c['reading']}**",
             ]
         )
@@ -1015,6 +1042,28 @@ def multiplier_check_lines(result: dict, unit: str) -> list[str]:
                 f"- {c['name']}: {c['baseline']} on {c['factor']:.3g}× the decision budget ends {-c['gap']:.4f} "
                 f"{unit} below {c['arm']}'s optimum at {c['at']:.3g}: the multiplier is under {c['factor']:.3g}."
             )
+    curve_lines = []
+    for c in checks:
+        if not c.get("curves") or c.get("sigma") is None:
+            continue
+        rows = [
+            [
+                curve["fit"],
+                f"{curve['E']:.3f}",
+                f"{curve['predicted']:.4f}",
+                f"{curve['miss']:+.4f}" + (" *" if abs(curve["miss"]) > c["sigma"] else ""),
+            ]
+            for curve in c["curves"]
+        ]
+        curve_lines += [
+            f"The same runs test, out of sample, the {c['baseline']} curves the multipliers are read on (the fits end "
+            f"at {c['at']:.3g}): each curve's loss at {c['budget']:.3g} against the measured optimum "
+            f"{c['baseline_optimum']['loss_opt']:.4f} (* beyond the check's σ, {c['sigma']:.4f}). A curve that misses "
+            "it reads the multiplier off a curve the runs do not follow.",
+            "",
+            _table(["curve", "E", f"predicted ({unit})", "predicted − measured"], rows),
+            "",
+        ]
     return [
         "Beside the rule, measured (spec `multiplier_checks`; their runs are in no cell or fit): the baseline's "
         "cell at a multiple k of the decision budget, against the compared arm's optimum at that budget. Its "
@@ -1036,6 +1085,7 @@ def multiplier_check_lines(result: dict, unit: str) -> list[str]:
         "",
         *sentences,
         *([""] if sentences else []),
+        *curve_lines,
     ]
 
 
@@ -1054,6 +1104,11 @@ def _other_noise_lines(other_noise: tuple[str, list[dict], dict] | None, verdict
         f"{key}: " + ", ".join(f"{b:.2g} {g:+.4f}{_ci(cis.get(b))}" for b, g in by_budget.items())
         for key, (by_budget, cis) in compared.items()
     ]
+    checks = [
+        f"{c['baseline']} @ {c['budget']:.3g} against {c['arm']} @ {c['at']:.3g}: {c['gap']:+.4f}{_ci(c['interval'])}, "
+        f"{c['reading']}"
+        for c in analysis.get("multiplier_checks") or []
+    ]
     return [
         f"Sensitivity, not the rule: the noise floor by `{name}` instead, {NOISE_RULE_TEXT[name]}. The verdicts "
         + ("would be the same:" if all(same) else "would read:"),
@@ -1061,6 +1116,7 @@ def _other_noise_lines(other_noise: tuple[str, list[dict], dict] | None, verdict
         *[verdict_sentence(a, unit).replace("- **", "- (sensitivity) **", 1) for a in alt],
         "",
         *([f"Under that noise floor the gaps ({unit}) at every budget: " + "; ".join(gaps) + ".", ""] if gaps else []),
+        *([f"Under it the multiplier check reads: {'; '.join(checks)}.", ""] if checks else []),
     ]
 
 
@@ -1601,6 +1657,9 @@ def analyse(
         if isoflop.get("optima") and applied in NOISE_RULES and spec.decision:
             name = next(r for r in NOISE_RULES if r != applied)
             other_noise = (name, analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=name, frontier=False))
+            if spec.multiplier_checks:
+                other_decision = {**spec.decision, "noise": name}
+                other_noise[1]["multiplier_checks"] = multiplier_checks(rows, other_noise[1], other_decision, n_boot)
         if isoflop.get("optima"):
             isoflop_png = plot_isoflop(rows, isoflop, out / "isoflop.png").name
             fits = fits_for_plot(isoflop)
