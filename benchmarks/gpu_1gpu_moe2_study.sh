@@ -32,5 +32,5 @@ cp -r -n results/study_gpu_vocab2/runs/bpe_8k/. "$STUDY/runs/dense/"
 if [ -f .carry/gpu_moe2_runs.tgz ]; then tar -xzf .carry/gpu_moe2_runs.tgz -C "$STUDY"
 elif [ -d results/study_gpu_moe2/runs/moe ]; then cp -r -n results/study_gpu_moe2/runs/moe "$STUDY/runs/"; fi
 python3 scripts/study.py $SPEC --list > "$OUT/list.txt" 2>&1
-echo "== dense runs left: $(grep '^todo  dense/' "$OUT/list.txt" | grep -vc '__c3.00e+16__') in the grid (0: the copied arm is the plan's), $(grep -c '^todo  dense/.*__c3.00e+16__' "$OUT/list.txt") of the multiplier check" | tee -a "$N"
+echo "== dense grid runs left: $(grep -cE '^todo  dense/L[0-9]+__c(8.00e\+14|2.50e\+15|8.00e\+15|2.50e\+16)__seed' "$OUT/list.txt") (0: the copied arm is the plan's); dense checks left: $(grep -E '^todo  dense/' "$OUT/list.txt" | grep -cE '__lr|__c3.00e\+16__')" | tee -a "$N"
 study_call $SPEC "$STUDY" gpu_moe2 ${RUNS:+--runs "$RUNS"}
