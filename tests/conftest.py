@@ -25,16 +25,22 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_sessionstart(session):
-    """torch, transformers, datasets and accelerate, which nearly every test file imports, frozen out of the garbage
-    collector: every full collection (accelerate's after each Trainer run, a study's after each of its runs, in the
-    tests' processes and the children forked from them) otherwise walks their objects (the IsoFLOP micro study
-    alone: 62.8 s -> 56.9 s)."""
+    """torch, transformers, datasets and accelerate, which nearly every test file imports, and the training code
+    over them, imported once and frozen out of the garbage collector: every full collection (accelerate's after
+    each Trainer run, a study's after each of its runs, in the tests' processes and the children forked from
+    them) otherwise walks their objects (the IsoFLOP micro study alone: 62.8 s -> 56.9 s). Not in xdist's
+    controller, which runs no test: its workers start after this hook, and import them themselves."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") and getattr(session.config.option, "numprocesses", None):
+        return
     import gc
 
     import accelerate  # noqa: F401
     import datasets  # noqa: F401
     import torch  # noqa: F401
     import transformers  # noqa: F401
+
+    import hfpretrain.training.run  # noqa: F401 - the Trainer and model code: in this process once, not in each
+    # child tests/forked.py forks from it (a forked `train`, even one refused at start, imported them again: seconds)
 
     gc.freeze()
 

@@ -57,9 +57,11 @@ def test_train_finds_a_shipped_recipe_outside_the_repository(tmp_path, name):
     """The README's `hfpretrain train recipes/tiny_cpu.yaml` from an installed wheel, where no recipes/ folder is
     beside the user: "recipe recipes/tiny_cpu.yaml does not exist". The shipped recipe of that name is taken, as
     the demo takes it, and one line says so; a name that is neither is one line naming the shipped ones."""
-    out = subprocess.run(
-        [sys.executable, "-m", "hfpretrain", "train", name, "--dry-run"], capture_output=True, text=True, cwd=tmp_path
-    )
+    from forked import cli
+
+    # forked (tests/forked.py): the fresh `python -m hfpretrain train ... --dry-run` is the test above; the lookup is
+    # the working folder's, the child's own
+    out = cli("train", name, "--dry-run", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)["recipe"]["model"]["config"] == "tiny"
     assert "the shipped recipe" in out.stderr and "tiny_cpu.yaml" in out.stderr

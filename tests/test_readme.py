@@ -140,10 +140,11 @@ def test_first_training_command_plans_before_the_data_exists():
     documented = re.search(
         re.escape(cmd.split(" --")[0]) + r" --dry-run[^#\n]*#\s*([\d,]+) tokens/step, ([\d.]+)B tokens", PIPELINE
     )
-    env = {**{k: v for k, v in os.environ.items() if k != "DATA_ROOT"}, "WANDB_MODE": "offline"}
-    out = subprocess.run(
-        [sys.executable, *shlex.split(cmd)[1:]], capture_output=True, text=True, cwd=REPO, timeout=300, env=env
-    )
+    from forked import script
+
+    argv = shlex.split(cmd)[1:]  # forked: test_cli.py runs scripts/pretrain.py --dry-run in a fresh interpreter
+    assert argv[0] == "scripts/pretrain.py", cmd
+    out = script(Path(argv[0]).name, *argv[1:], cwd=REPO, env={"DATA_ROOT": None, "WANDB_MODE": "offline"}, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     plan = json.loads(out.stdout)["plan"]  # stdout is the JSON alone (transformers prints on import: to stderr)
     assert f"{plan['tokens_per_step']:,}" == documented.group(1)

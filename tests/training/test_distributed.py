@@ -6,10 +6,16 @@ recipes/tiny_cpu.yaml ...``).
 seed, same global batch, same data order) step by step: that only holds if the two ranks read
 the two disjoint halves of each step's samples. The data split itself is also checked directly,
 in-process, with the real sampler and accelerate's own batch-sampler sharding.
+
+The checks that share a launch layout share its launch (a module fixture per config): its two processes run
+their runs one after another (tests/training/pretrain_runs.py, each as scripts/pretrain.py runs it), since starting
+a launch costs ~20 s on the CPU machine and a run a few. The ZeRO-1 resume, the refusals and the two launchers
+as two nodes launch ``scripts/pretrain.py`` itself.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -18,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from forked import script
+from pretrain_runs import run_output
 
 from train_utils import (
     launch_of,
@@ -64,6 +71,41 @@ def _launch(
     return proc
 
 
+def _launch_runs(config: Path, mini_blocks, runs: dict, base: Path) -> dict:
+    """The runs of ``runs`` (name -> (output folder, extra overrides, recipe)) one after another in one two-process
+    launch of ``config`` (tests/training/pretrain_runs.py): name -> that run's own output and exit code."""
+    names = list(runs)
+    argv = [[str(recipe), *make_overrides(mini_blocks, out, {**DIST, **extra})] for out, extra, recipe in runs.values()]
+    (base / "runs.json").write_text(json.dumps(argv))
+    cmd = [
+        "accelerate",
+        "launch",
+        "--config_file",
+        str(config),
+        "--main_process_port",
+        str(free_port()),
+        str(REPO / "tests" / "training" / "pretrain_runs.py"),
+        str(base / "runs.json"),
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
+    return {name: run_output(proc, n) for n, name in enumerate(names)}
+
+
+def _has_fp8() -> bool:
+    """torchao's float8 is installed (the [fp8] and [test] extras): the fp8 runs can run."""
+    import importlib.util
+
+    return importlib.util.find_spec("torchao") is not None and importlib.util.find_spec("torchao.float8") is not None
+
+
+def _ran(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """A run of a shared launch finished (exit 0), as _launch asserts of a launch of its own."""
+    if proc.returncode != 0:  # pytest cuts long assertion messages: the launcher's stderr goes to captured stdout
+        print(proc.stdout[-3000:], proc.stderr[-12000:], sep="\n----- stderr -----\n")
+    assert proc.returncode == 0, proc.stderr.strip().splitlines()[-5:]
+    return proc
+
+
 def _check_against_reference(out: Path, reference_run: Path):
     events = read_log(out)
     plan = events[0]["plan"]
@@ -89,20 +131,57 @@ def _ddp_config(tmp_path: Path) -> Path:
     return REPO / "accelerate_configs" / "cpu_2proc_ddp.yaml"
 
 
-def test_ddp_two_processes_match_single_process(reference_run, mini_blocks, tmp_path):
+@pytest.fixture(scope="module")
+def ddp_runs(reference_run, mini_blocks, tmp_path_factory):
+    """One two-process launch of the DDP config: the plain run, then the elastic resume of the reference run's
+    checkpoint-5 (see its test): name -> (output folder, that run's output)."""
+    import shutil
+
+    base = tmp_path_factory.mktemp("ddp")
+    elastic = base / "elastic"
+    shutil.copytree(reference_run / "checkpoint-5", elastic / "checkpoint-5")
+    runs = {
+        "ddp": (base / "ddp", {}, TINY_RECIPE),
+        "elastic": (
+            elastic,
+            {
+                **REFERENCE_RESUMED,
+                "training.per_device_train_batch_size": "4",
+                "training.resume_from_checkpoint": "auto",
+            },
+            TINY_RECIPE,
+        ),
+    }
+    procs = _launch_runs(_ddp_config(base), mini_blocks, runs, base)
+    return {name: (runs[name][0], procs[name]) for name in runs}
+
+
+def test_ddp_two_processes_match_single_process(reference_run, ddp_runs):
     """Also what the DDP config launches: two processes (the plan's world_size, and losses that match only with
     both halves of each step's batch read)."""
-    out = tmp_path / "ddp"
-    _launch(_ddp_config(tmp_path), mini_blocks, out)
+    out, proc = ddp_runs["ddp"]
+    _ran(proc)
     _check_against_reference(out, reference_run)
 
 
-def test_fsdp2_two_processes_match_single_process(reference_run, mini_blocks, tmp_path):
+@pytest.fixture(scope="module")
+def fsdp2_runs(mini_blocks, tmp_path_factory):
+    """One two-process launch of the FSDP2 config: the plain run, the MoE and fp8 (see their tests): name -> (output
+    folder, that run's output)."""
+    base = tmp_path_factory.mktemp("fsdp2")
+    runs = {"plain": (base / "fsdp2", {}, TINY_RECIPE), "moe": (base / "moe", MOE, TINY_RECIPE)}
+    if _has_fp8():  # last: without torchao the fp8 test is skipped, the others still run
+        runs["fp8"] = (base / "fp8", FP8, TINY_RECIPE)
+    procs = _launch_runs(REPO / "accelerate_configs" / "cpu_2proc_fsdp2.yaml", mini_blocks, runs, base)
+    return {name: (runs[name][0], procs[name]) for name in runs}
+
+
+def test_fsdp2_two_processes_match_single_process(reference_run, fsdp2_runs):
     """The FSDP2 config's plan (fully sharded) and run. On a CPU accelerate runs an FSDP config as DDP
     (MULTI_CPU): the sharding itself (DTensor gradient norms, the gathered final export) is checked on GPUs
     (benchmarks/gpu_2gpu_scaling.sh) and by test_a_sharded_fsdp_run_still_exports_whole_weights."""
-    out = tmp_path / "fsdp2"
-    _launch(REPO / "accelerate_configs" / "cpu_2proc_fsdp2.yaml", mini_blocks, out)
+    out, proc = fsdp2_runs["plain"]
+    _ran(proc)
     assert read_log(out)[0]["plan"]["zero_stage"] == 3  # planned (memory) as fully sharded
     _check_against_reference(out, reference_run)
 
@@ -122,16 +201,27 @@ ZERO1 = {
 
 
 @pytest.fixture(scope="module")
-def zero1_run(mini_blocks, tmp_path_factory):
-    """One two-process ZeRO-1 launch, checkpoint at step 3, that the match and the resume tests below both read
-    (each launched its own before: the same run twice): (its recipe, its output folder, the launch's process)."""
+def zero1_runs(mini_blocks, tmp_path_factory):
+    """One two-process ZeRO-1 launch: the run of ZERO1's schedule, checkpoint at step 3, that the match and the
+    resume tests below both read (each launched its own before: the same run twice), then the MoE and fp8 (see their
+    tests): name -> (output folder, that run's output); "zero1" also its recipe."""
     pytest.importorskip("deepspeed")
     base = tmp_path_factory.mktemp("zero1")
     recipe = base / "tiny_min_lr.yaml"
     recipe.write_text(TINY_RECIPE.read_text().replace("{min_lr_rate: 0.1}", "{min_lr: 3.0e-4}"))
-    out = base / "zero1"
     saved = {**ZERO1, "training.save_strategy": "steps", "training.save_steps": "3"}
-    return recipe, out, _launch(_zero1_config(base), mini_blocks, out, saved, recipe)
+    runs = {"zero1": (base / "zero1", saved, recipe), "moe": (base / "moe", MOE, TINY_RECIPE)}
+    if _has_fp8():
+        runs["fp8"] = (base / "fp8", FP8, TINY_RECIPE)
+    procs = _launch_runs(_zero1_config(base), mini_blocks, runs, base)
+    return {name: (runs[name][0], procs[name], runs[name][2]) for name in runs}
+
+
+@pytest.fixture(scope="module")
+def zero1_run(zero1_runs):
+    """The ZeRO-1 run of ``zero1_runs``, finished: (its recipe, its output folder, its output)."""
+    out, proc, recipe = zero1_runs["zero1"]
+    return recipe, out, _ran(proc)
 
 
 def test_zero1_two_processes_match_single_process(reference_run, zero1_run):
@@ -187,20 +277,12 @@ def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run
     assert proc.returncode != 0 and "was saved under DeepSpeed" in proc.stderr, proc.stderr[-2000:]
 
 
-def test_a_one_process_checkpoint_resumes_on_two_at_its_global_batch(reference_run, mini_blocks, tmp_path):
+def test_a_one_process_checkpoint_resumes_on_two_at_its_global_batch(reference_run, ddp_runs):
     """Elastic resume: the reference run's checkpoint-5 (1 process x micro-batch 4) goes on on 2 processes with the
     same recipe (micro-batch 4 each, which would make 8 samples a step): the launch keeps the checkpoint's global
     batch (2 x 2), so steps 6-10 read the same samples and repeat the uninterrupted losses and weights."""
-    import shutil
-
-    out = tmp_path / "elastic"
-    shutil.copytree(reference_run / "checkpoint-5", out / "checkpoint-5")
-    proc = _launch(
-        _ddp_config(tmp_path),
-        mini_blocks,
-        out,
-        {**REFERENCE_RESUMED, "training.per_device_train_batch_size": "4", "training.resume_from_checkpoint": "auto"},
-    )
+    out, proc = ddp_runs["elastic"]
+    _ran(proc)
     assert "samples per step kept as 2 x 1 accumulation per process" in proc.stderr, proc.stderr[-3000:]
     losses, ref = step_losses(out), step_losses(reference_run)
     assert sorted(losses) == list(range(6, 11))
@@ -349,14 +431,14 @@ def fp8_reference(mini_blocks, tmp_path_factory):
 
 
 @pytest.mark.parametrize("config", ["fsdp2", "zero1"])
-def test_fp8_composes_with_sharding(fp8_reference, mini_blocks, tmp_path, config):
+def test_fp8_composes_with_sharding(fp8_reference, request, config):
     """fp8 (torchao's Float8Linear, converted before accelerate wraps the model) under the FSDP2 config (DDP on a
     CPU: see above) and ZeRO-1 follows the one-process fp8 run step by step. Looser than bf16's match: each rank
     scales its own activations (tensorwise amax of its half of the batch), so the float8 rounding differs a little."""
     if config == "zero1":
         pytest.importorskip("deepspeed")
-    out = tmp_path / config
-    _launch(REPO / "accelerate_configs" / f"cpu_2proc_{config}.yaml", mini_blocks, out, FP8)
+    out, proc = request.getfixturevalue(f"{config}_runs")["fp8"][:2]
+    _ran(proc)
     summary = read_log(out)
     assert summary[0]["plan"]["precision"] == "fp8" and summary[0]["plan"]["world_size"] == 2
     dist, ref = step_losses(out), step_losses(fp8_reference)
@@ -396,14 +478,14 @@ def moe_reference(mini_blocks, tmp_path_factory):
 
 
 @pytest.mark.parametrize("config", ["fsdp2", "zero1"])
-def test_moe_with_balancing_composes_with_sharding(moe_reference, mini_blocks, tmp_path, config):
+def test_moe_with_balancing_composes_with_sharding(moe_reference, request, config):
     """An MoE under the FSDP2 config (DDP on a CPU, as above) and ZeRO-1 follows the one-process run step by
     step, and its correction biases end where the one-process run's do: each step's expert counts are summed over
     the two ranks before the update, so both ranks (and the single process) move the same biases."""
     if config == "zero1":
         pytest.importorskip("deepspeed")
-    out = tmp_path / config
-    _launch(REPO / "accelerate_configs" / f"cpu_2proc_{config}.yaml", mini_blocks, out, MOE)
+    out, proc = request.getfixturevalue(f"{config}_runs")["moe"][:2]
+    _ran(proc)
     dist, ref = step_losses(out), step_losses(moe_reference)
     assert sorted(dist) == list(range(1, STEPS + 1))
     for step in dist:
