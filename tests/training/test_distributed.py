@@ -49,26 +49,17 @@ LOSS_TOL = 2e-4
 WEIGHT_TOL = 1e-4
 
 
+def _accelerate(config: Path, *args: str) -> subprocess.CompletedProcess:
+    """``accelerate launch --config_file CONFIG ARGS...`` on a free port, from the repository's root."""
+    cmd = ["accelerate", "launch", "--config_file", str(config), "--main_process_port", str(free_port()), *args]
+    return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
+
+
 def _launch(
     config: Path, mini_blocks, out: Path, extra: dict | None = None, recipe: Path = TINY_RECIPE, launch_args: tuple = ()
 ) -> subprocess.CompletedProcess:
-    cmd = [
-        "accelerate",
-        "launch",
-        "--config_file",
-        str(config),
-        "--main_process_port",
-        str(free_port()),
-        *launch_args,
-        str(PRETRAIN_SCRIPT),
-        str(recipe),
-        *make_overrides(mini_blocks, out, {**DIST, **(extra or {})}),
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
-    if proc.returncode != 0:  # pytest cuts long assertion messages: the launcher's stderr goes to captured stdout
-        print(proc.stdout[-3000:], proc.stderr[-12000:], sep="\n----- stderr -----\n")
-    assert proc.returncode == 0, proc.stderr.strip().splitlines()[-5:]
-    return proc
+    overrides = make_overrides(mini_blocks, out, {**DIST, **(extra or {})})
+    return _ran(_accelerate(config, *launch_args, str(PRETRAIN_SCRIPT), str(recipe), *overrides))
 
 
 def _launch_runs(config: Path, mini_blocks, runs: dict, base: Path) -> dict:
@@ -77,17 +68,7 @@ def _launch_runs(config: Path, mini_blocks, runs: dict, base: Path) -> dict:
     names = list(runs)
     argv = [[str(recipe), *make_overrides(mini_blocks, out, {**DIST, **extra})] for out, extra, recipe in runs.values()]
     (base / "runs.json").write_text(json.dumps(argv))
-    cmd = [
-        "accelerate",
-        "launch",
-        "--config_file",
-        str(config),
-        "--main_process_port",
-        str(free_port()),
-        str(REPO / "tests" / "training" / "pretrain_runs.py"),
-        str(base / "runs.json"),
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=540)
+    proc = _accelerate(config, str(REPO / "tests" / "training" / "pretrain_runs.py"), str(base / "runs.json"))
     return {name: run_output(proc, n) for n, name in enumerate(names)}
 
 
@@ -99,7 +80,7 @@ def _has_fp8() -> bool:
 
 
 def _ran(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    """A run of a shared launch finished (exit 0), as _launch asserts of a launch of its own."""
+    """A launch, or a run of a shared launch, finished (exit 0); else its output's tail, then the failure."""
     if proc.returncode != 0:  # pytest cuts long assertion messages: the launcher's stderr goes to captured stdout
         print(proc.stdout[-3000:], proc.stderr[-12000:], sep="\n----- stderr -----\n")
     assert proc.returncode == 0, proc.stderr.strip().splitlines()[-5:]
