@@ -19,6 +19,8 @@
 # The spec's multiplier check (the dense arm at 3e16, six runs, 2026-11-30) on 2 GPUs, three runs a GPU: the same
 # calls with .carry2 holding shards 1-3 and .carry3 shards 4-9 (STASH=1 each), the last one starting the chain
 #   "RUNS='dense/*__c3.00e+16__*' bash benchmarks/gpu_1gpu_moe2_study.sh"
+# The MoE arm at 3e16 and both arms' L6 at 2.5e16 scored per set (ten runs, 2026-11-30), five a GPU, the same way:
+#   "RUNS='*__c[23].[05]0e+16__*' WORKERS=5 bash benchmarks/gpu_1gpu_moe2_study.sh"   (the rest there is done)
 DATA=out/mix10_bpe8k_1024 CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024
 source benchmarks/gpu_common.sh
 SPEC=src/hfpretrain/study/specs/gpu_moe2.yaml
@@ -33,4 +35,4 @@ if [ -f .carry/gpu_moe2_runs.tgz ]; then tar -xzf .carry/gpu_moe2_runs.tgz -C "$
 elif [ -d results/study_gpu_moe2/runs/moe ]; then cp -r -n results/study_gpu_moe2/runs/moe "$STUDY/runs/"; fi
 python3 scripts/study.py $SPEC --list > "$OUT/list.txt" 2>&1
 echo "== dense grid runs left: $(grep -cE '^todo  dense/L[0-9]+__c(8.00e\+14|2.50e\+15|8.00e\+15|2.50e\+16)__seed' "$OUT/list.txt") (0: the copied arm is the plan's); dense checks left: $(grep -E '^todo  dense/' "$OUT/list.txt" | grep -cE '__lr|__c3.00e\+16__')" | tee -a "$N"
-study_call $SPEC "$STUDY" gpu_moe2 ${RUNS:+--runs "$RUNS"}
+study_call $SPEC "$STUDY" gpu_moe2 ${RUNS:+--runs "$RUNS"} ${WORKERS:+--workers "$WORKERS"}
