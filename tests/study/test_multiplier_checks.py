@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hfpretrain.study.analysis import analyse_isoflop, cells, is_check, multiplier_checks, to_json
+from hfpretrain.study.analysis import analyse_isoflop, cells, check_gaps, is_check, multiplier_checks, to_json
 from hfpretrain.study.grid import collect, folder_runs, load_spec, multiplier_check_runs, plan_study, write_results
-from hfpretrain.study.report import multiplier_check_lines, study_verdicts
+from hfpretrain.study.report import check_gap_lines, multiplier_check_lines, per_set_lines, study_verdicts
 
 from test_analysis import ALPHA, BUDGETS, FACTORS, A, E, study
 from test_study import MICRO
@@ -149,11 +149,11 @@ DECISION = {
 }
 
 
-def _check_rows(budget: float, factors=FACTORS, sigma: float = 0.005) -> list[dict]:
-    """The baseline's planted cell at ``budget``, two seeds, as a multiplier check's rows."""
-    rows = [r for r in study({"base": (E, A, ALPHA)}, seeds=2, sigma=sigma, factors=factors, rng_seed=7)]
+def _check_rows(budget: float, factors=FACTORS, sigma: float = 0.005, arm: str = "base", a: float = A) -> list[dict]:
+    """``arm``'s planted cell (law E + a·C^−α) at ``budget``, two seeds, as a multiplier check's rows."""
+    rows = [r for r in study({arm: (E, a, ALPHA)}, seeds=2, sigma=sigma, factors=factors, rng_seed=7)]
     n_scale = math.sqrt(budget / BUDGETS[-1])  # study() puts N* at 0.05·√C
-    l_shift = A * (budget ** (-ALPHA) - BUDGETS[-1] ** (-ALPHA))
+    l_shift = a * (budget ** (-ALPHA) - BUDGETS[-1] ** (-ALPHA))
     return [
         {
             **r,
@@ -251,14 +251,88 @@ def test_the_report_gives_the_check_beside_the_rule():
     assert multiplier_check_lines({**result, "multiplier_checks": []}, "nats") == []
 
 
+@pytest.mark.parametrize(
+    "factors, reading",
+    [
+        (FACTORS, "better lower, beyond noise"),
+        ((0.1, 0.25, 0.5), "incomplete: a cell is not bracketed (its optimum is a bound)"),
+    ],
+)
+def test_both_arms_at_a_check_budget_read_the_planted_gap(factors, reading):
+    """The compared arm's check cell beside the baseline's at the same budget: the gap of the planted laws (the
+    arm reaches at C what the baseline reaches at 2C), its interval, and the multiplier on the baseline's curve."""
+    grid = _grid()
+    result = analyse_isoflop(grid, n_boot=40, noise_rule="per_budget")
+    k = 1.2 * BUDGETS[-1]
+    better = _check_rows(k, factors, arm="better", a=A * 2.0 ** (-ALPHA))
+    rows = grid + _check_rows(k) + better
+    (gap,) = check_gaps(rows, result, DECISION, n_boot=200)
+    assert gap["reading"] == reading, gap
+    assert (gap["arm"], gap["baseline"], gap["budget"], gap["at"]) == ("better", "base", pytest.approx(k), BUDGETS[-1])
+    assert gap["gap"] == pytest.approx(gap["optimum"]["better"]["loss_opt"] - gap["optimum"]["base"]["loss_opt"])
+    assert gap["sigma"] >= result["budget_noise"]["budgets"][BUDGETS[-1]]["sigma"]  # never below the decision's
+    if factors == FACTORS:
+        planted = A * 2.0 ** (-ALPHA) * k ** (-ALPHA) - A * k ** (-ALPHA)
+        assert gap["gap"] == pytest.approx(planted, abs=0.01) and gap["interval"][0] <= gap["gap"] <= gap["interval"][1]
+        main = next(m for m in gap["multipliers"] if m["fit"] == "shared E (the main model)")
+        assert main["multiplier"] == pytest.approx(2.0, rel=0.25)  # the planted multiplier, on the main curve
+    # the compared arm's check is not read as a threshold check; without the baseline's cell there is no gap
+    assert [c["baseline"] for c in multiplier_checks(rows, result, DECISION, n_boot=0)] == ["base"]
+    assert check_gaps(grid + better, result, DECISION, n_boot=0) == []
+
+
+def test_the_report_gives_both_arms_at_the_check_budget():
+    grid = _grid()
+    result = analyse_isoflop(grid, n_boot=20, noise_rule="per_budget")
+    k = 1.2 * BUDGETS[-1]
+    rows = grid + _check_rows(k) + _check_rows(k, arm="better", a=A * 2.0 ** (-ALPHA))
+    result["check_gaps"] = check_gaps(rows, result, DECISION, n_boot=60)
+    (g,) = result["check_gaps"]
+    text = "\n".join(check_gap_lines(result, "nats"))
+    assert f"Both arms measured at {k:.3g}" in text and "m, better against base." in text
+    assert f"| better @ {k:.3g} |" in text and f"| base @ {k:.3g} |" in text
+    assert f"**{g['gap']:+.4f} [{g['interval'][0]:+.4f}, {g['interval'][1]:+.4f}]** nats, **better lower" in text
+    for m in g["multipliers"]:
+        assert f"{m['fit']} (E = {m['E']:.3f}) {m['multiplier']:.3g}" in text
+    assert check_gap_lines({**result, "check_gaps": []}, "nats") == []
+
+
+def test_per_set_scores_are_set_side_by_side():
+    def row(arm, run, sets, overall):
+        return {
+            "run": run,
+            "arm": arm,
+            "size": "L6",
+            "budget": 2.5e16,
+            "seed": 0,
+            "setting": "per_set",
+            "lr_factor": None,
+            "val_bpb": overall,
+            "val_bpb_per_set": sets,
+        }
+
+    rows = [
+        row("dense", "dense/a", {"Code": 0.70, "Books": 1.50}, 1.20),
+        row("moe", "moe/a", {"Code": 0.69, "Books": 1.52}, 1.19),
+        {"run": "moe/b", "arm": "moe", "size": "L5", "budget": 2.5e16, "val_bpb": 1.3},  # not scored per set
+    ]
+    text = "\n".join(per_set_lines(rows, "val_bpb"))
+    assert "L6 at 2.5e+16, seed 0, setting per_set" in text and "`dense/a`, `moe/a`" in text
+    assert "| Code | 0.7000 | 0.6900 | -0.0100 |" in text and "| Books | 1.5000 | 1.5200 | +0.0200 |" in text
+    assert "| all (overall) | 1.2000 | 1.1900 | -0.0100 |" in text and "moe is lower than dense on 1 of 2 sets." in text
+    assert "moe/b" not in text and per_set_lines(rows[2:], "val_bpb") == []
+
+
 def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
     """results/study_gpu_moe2: the dense arm at 1.2 x 2.5e16 (six runs in the arm's folder), its reading in
     analysis.json and report.md against the runs' own results."""
     study_dir = REPO / "results" / "study_gpu_moe2"
     rows = [r for r in json.loads((study_dir / "results.json").read_text()) if r.get("multiplier_check")]
     assert sorted(r["run"] for r in rows) == sorted(
-        f"dense/{s}__c3.00e+16__seed{seed}" for s in ("L5", "L6", "L7") for seed in (0, 1)
+        [f"dense/{s}__c3.00e+16__seed{seed}" for s in ("L5", "L6", "L7") for seed in (0, 1)]
+        + [f"moe/{s}__c3.00e+16__seed{seed}" for s in ("L5", "L6", "L7", "L8") for seed in (0, 1)]
     )
+    rows = [r for r in rows if r["arm"] == "dense"]
     (check,) = json.loads((study_dir / "analysis.json").read_text())["multiplier_checks"]
     for size, v in check["sizes"].items():
         mine = sorted(r["val_bpb"] for r in rows if r["size"] == size)
@@ -275,3 +349,25 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
     for name, curve in curves.items():
         assert f"| {name} | {curve['E']:.3f} | {curve['predicted']:.4f} | {curve['miss']:+.4f}" in report
     assert "It is read on dense's curve of the main model (one floor E shared by the arms, E = 1.062)" in report
+
+
+def test_the_moe_studys_both_arms_at_3e16_are_read_from_its_committed_runs():
+    """results/study_gpu_moe2: the MoE arm at 3e16 (L5-L8, two seeds) beside the dense arm's check cell: both
+    bracketed, the MoE optimum below the dense one beyond noise, the report's figures from analysis.json."""
+    study_dir = REPO / "results" / "study_gpu_moe2"
+    rows = [r for r in json.loads((study_dir / "results.json").read_text()) if r.get("multiplier_check")]
+    (gap,) = json.loads((study_dir / "analysis.json").read_text())["check_gaps"]
+    for arm in ("moe", "dense"):
+        for size, v in gap["sizes"][arm].items():
+            mine = sorted(r["val_bpb"] for r in rows if r["arm"] == arm and r["size"] == size)
+            assert sorted(v["losses"]) == pytest.approx(mine) and len(mine) == 2
+        assert gap["optimum"][arm]["bracketed"]
+    assert gap["reading"] == "moe lower, beyond noise" and gap["interval"][1] < 0
+    report = (study_dir / "report.md").read_text()
+    assert f"**{gap['gap']:+.4f} [{gap['interval'][0]:+.4f}, {gap['interval'][1]:+.4f}]** bits/byte" in report
+    scored = [r for r in json.loads((study_dir / "results.json").read_text()) if r.get("val_bpb_per_set")]
+    assert sorted(r["run"] for r in scored) == [
+        "dense/L6__c2.50e+16__per_set__seed0",
+        "moe/L6__c2.50e+16__per_set__seed0",
+    ]
+    assert "## Per validation set" in report and "moe is lower than dense on 12 of 12 sets." in report

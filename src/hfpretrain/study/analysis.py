@@ -772,30 +772,17 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
     one's prediction at the check's compute against its measured optimum (the main model, the separate fit, the
     ends of E's interval and no floor: the curves the multiplier is read on)."""
     y = result["y"]
-    checked = [r for r in rows if r.get("multiplier_check") and r.get(y) is not None and math.isfinite(r[y])]
+    checked = _checked_rows(rows, y)
     if not checked or not decision or not result.get("optima"):
         return []
     at = float(decision.get("at") or max(result["budgets"]))
     grid = cells(rows, y)
-    sigma_at = ((result.get("budget_noise") or {}).get("budgets") or {}).get(at, {}).get("sigma")
-    rule, pooled = decision.get("noise") or DEFAULT_NOISE, (result.get("noise") or {}).get("sigma")
+    sigma_at = _sigma_at(result, at)
     out = []
     for (base, budget), sizes in cells(checked, y, skip=lambda r: False).items():
-        own = noise_floor([r for r in checked if r["arm"] == base and r["budget"] == budget], y, skip=lambda r: False)
-        fixed = (
-            [v for b, v in rule.items() if math.isclose(float(b), budget, rel_tol=1e-9)]
-            if isinstance(rule, dict)
-            else []
-        )
-        if fixed:
-            sigma, source = fixed[0], "spec"
-        elif rule == "per_budget" and own and (sigma_at is None or own["sigma"] >= sigma_at):
-            sigma, source = own["sigma"], "seeds of this check"
-        elif rule == "per_budget" and own:
-            pairs = own["runs"] - own["cells"]
-            sigma, source = sigma_at, f"the decision budget's; this check's {pairs} pairs give {own['sigma']:.4f}"
-        else:
-            sigma, source = pooled, "pooled"
+        if not any(c["baseline"] == base for c in decision.get("comparisons") or []):
+            continue  # a compared arm's check cell: read against the baseline's at its budget (check_gaps)
+        sigma, source = _check_sigma(checked, budget, result, decision, y)
         check_cell = {(base, budget): sizes}
         base_opt = optima(check_cell)[base, budget]
         curves = _curves_at(result, base, base_opt["flops"])
@@ -848,9 +835,117 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
     return out
 
 
-def _curves_at(result: dict, arm: str, flops: float) -> list[dict]:
-    """``arm``'s loss at ``flops`` on each curve the analysis reads multipliers on: [{"fit", "E", "predicted"}]."""
+def _checked_rows(rows: list[dict], y: str) -> list[dict]:
+    return [r for r in rows if r.get("multiplier_check") and r.get(y) is not None and math.isfinite(r[y])]
+
+
+def _sigma_at(result: dict, budget: float) -> float | None:
+    return ((result.get("budget_noise") or {}).get("budgets") or {}).get(budget, {}).get("sigma")
+
+
+def _check_sigma(checked: list[dict], budget: float, result: dict, decision: dict, y: str) -> tuple[float, str]:
+    """σ of one run at a check budget, and where it comes from: a fixed rule's value where it names the budget;
+    under ``per_budget`` that budget's seed pairs (every arm's check cells there), but not below the decision
+    budget's (a few seed pairs estimate σ poorly); else the pooled σ."""
+    at = float(decision.get("at") or max(result["budgets"]))
+    sigma_at = _sigma_at(result, at)
+    rule, pooled = decision.get("noise") or DEFAULT_NOISE, (result.get("noise") or {}).get("sigma")
+    own = noise_floor([r for r in checked if r["budget"] == budget], y, skip=lambda r: False)
+    fixed = (
+        [v for b, v in rule.items() if math.isclose(float(b), budget, rel_tol=1e-9)] if isinstance(rule, dict) else []
+    )
+    if fixed:
+        return fixed[0], "spec"
+    if rule == "per_budget" and own and (sigma_at is None or own["sigma"] >= sigma_at):
+        return own["sigma"], "seeds of this check"
+    if rule == "per_budget" and own:
+        pairs = own["runs"] - own["cells"]
+        return sigma_at, f"the decision budget's; this budget's {pairs} check pairs give {own['sigma']:.4f}"
+    return pooled, "pooled"
+
+
+def check_gaps(rows: list[dict], result: dict, decision: dict, n_boot: int = 300, seed: int = 0) -> list[dict]:
+    """Both arms of a comparison measured at one check budget (a ``multiplier_checks`` entry for each): the
+    compared arm's optimum against the baseline's there, measured, beyond the grid and its decision.
+
+    Per comparison and check budget holding both arms' cells: each cell's bracketed parabola optimum, the gap
+    (arm − baseline) with an interval that perturbs both cells by the budget's σ over √seeds (as
+    :func:`multiplier_checks`), the same gap at the decision budget for reference, and the arm's compute
+    multiplier at the check budget on each of the baseline's curves (:func:`_curves_at`'s; the fits end at the
+    grid's top, so the baseline's own check cell says how far each curve holds there). A cell not bracketed reads
+    nothing."""
+    y = result["y"]
+    checked = _checked_rows(rows, y)
+    if not checked or not decision or not result.get("optima"):
+        return []
+    at = float(decision.get("at") or max(result["budgets"]))
+    by_cell = cells(checked, y, skip=lambda r: False)
     out = []
+    for comp in decision.get("comparisons") or []:
+        arm, base = comp["arm"], comp["baseline"]
+        for budget in sorted(b for a, b in by_cell if a == arm and (base, b) in by_cell):
+            sigma, source = _check_sigma(checked, budget, result, decision, y)
+            pair = {(a, budget): by_cell[a, budget] for a in (arm, base)}
+            opt = optima(pair)
+            gap = opt[arm, budget]["loss_opt"] - opt[base, budget]["loss_opt"]
+            at_gap = (
+                result["optima"][arm, at]["loss_opt"] - result["optima"][base, at]["loss_opt"]
+                if (arm, at) in result["optima"] and (base, at) in result["optima"]
+                else None
+            )
+            entry = {
+                "name": comp.get("name", arm),
+                "arm": arm,
+                "baseline": base,
+                "budget": budget,
+                "at": at,
+                "sizes": {
+                    a: {
+                        name: {"n": c["n"], "losses": c["losses"], "mean": float(np.mean(c["losses"]))}
+                        for name, c in by_cell[a, budget].items()
+                    }
+                    for a in (arm, base)
+                },
+                "optimum": {a: opt[a, budget] for a in (arm, base)},
+                "sigma": sigma,
+                "sigma_source": source,
+                "gap": gap,
+                "interval": None,
+                "gap_at": at_gap,
+                "multipliers": [
+                    {
+                        "fit": label,
+                        "E": float(fit.E),
+                        "multiplier": compute_multiplier(fit, opt[arm, budget]["loss_opt"], budget),
+                    }
+                    for label, fit in _baseline_curves(result, base)
+                ],
+            }
+            if sigma is not None and n_boot > 0:
+                rng = np.random.default_rng(seed)
+                draws = []
+                for _ in range(n_boot):
+                    o = optima(pair, rng, {budget: sigma})
+                    draws.append(o[arm, budget]["loss_opt"] - o[base, budget]["loss_opt"])
+                entry["interval"] = _interval(draws)
+            iv = entry["interval"]
+            if not (opt[arm, budget]["bracketed"] and opt[base, budget]["bracketed"]):
+                entry["reading"] = "incomplete: a cell is not bracketed (its optimum is a bound)"
+            elif iv is None:
+                entry["reading"] = "no interval (no noise floor)"
+            elif iv[1] < 0:
+                entry["reading"] = f"{arm} lower, beyond noise"
+            elif iv[0] > 0:
+                entry["reading"] = f"{arm} higher, beyond noise"
+            else:
+                entry["reading"] = "within noise"
+            out.append(entry)
+    return out
+
+
+def _baseline_curves(result: dict, arm: str) -> list[tuple[str, object]]:
+    """The curves of ``arm`` the analysis reads multipliers on, named: the main model's (shared E), the separate
+    fit's, the fits at the ends of E's interval and with no floor (E = 0), each on the arm's optima."""
     named = [("shared E (the main model)", result.get("fits", {}).get(arm))]
     named.append(("separate E", ((result.get("sensitivity") or {}).get("separate") or {}).get("fits", {}).get(arm)))
     e_iv = ((result.get("intervals") or {}).get("E") or {}).get(arm) or []
@@ -860,10 +955,15 @@ def _curves_at(result: dict, arm: str, flops: float) -> list[dict]:
             named.append((label, fit_power_law_at(*_points(result["optima"], arm, budgets), E)))
         except ValueError:  # a floor the arm's losses do not allow
             continue
-    for label, fit in named:
-        if fit is not None:
-            out.append({"fit": label, "E": float(fit.E), "predicted": float(fit.predict(flops))})
-    return out
+    return [(label, fit) for label, fit in named if fit is not None]
+
+
+def _curves_at(result: dict, arm: str, flops: float) -> list[dict]:
+    """``arm``'s loss at ``flops`` on each curve the analysis reads multipliers on: [{"fit", "E", "predicted"}]."""
+    return [
+        {"fit": label, "E": float(fit.E), "predicted": float(fit.predict(flops))}
+        for label, fit in _baseline_curves(result, arm)
+    ]
 
 
 def default_decision(result: dict) -> dict:

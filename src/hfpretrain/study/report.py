@@ -976,6 +976,7 @@ def decision_lines(
         *[verdict_sentence(v, unit) for v in verdicts],
         "",
         *multiplier_check_lines(result, unit),
+        *check_gap_lines(result, unit),
         *_other_noise_lines(other_noise, verdicts, unit),
     ]
 
@@ -1089,6 +1090,94 @@ def multiplier_check_lines(result: dict, unit: str) -> list[str]:
     ]
 
 
+def check_gap_lines(result: dict, unit: str) -> list[str]:
+    """Both arms of a comparison measured at a check budget beyond the grid (``analysis.check_gaps``): their
+    optima there, the gap with its interval, and the arm's multiplier there on each of the baseline's curves."""
+    gaps = result.get("check_gaps") or []
+    if not gaps:
+        return []
+    lines = []
+    for g in gaps:
+        arm, base, b = g["arm"], g["baseline"], g["budget"]
+        rows = []
+        for a in (arm, base):
+            opt, sizes = g["optimum"][a], g["sizes"][a]
+            best = min(sizes, key=lambda name: sizes[name]["mean"])
+            means = ", ".join(
+                f"{name} {v['mean']:.4f} ({' / '.join(f'{x:.4f}' for x in v['losses'])})" for name, v in sizes.items()
+            )
+            rows.append(
+                [
+                    f"{a} @ {b:.3g}",
+                    means,
+                    f"{opt['loss_opt']:.4f} ({best}, {'bracketed' if opt['bracketed'] else 'not bracketed'})",
+                ]
+            )
+        at_gap = f"; at the decision budget {g['at']:.3g}: {g['gap_at']:+.4f}" if g.get("gap_at") is not None else ""
+        mults = "; ".join(f"{m['fit']} (E = {m['E']:.3f}) {m['multiplier']:.3g}" for m in g["multipliers"])
+        sigma = f"σ = {g['sigma']:.4f}: {g['sigma_source']}" if g.get("sigma") is not None else "no σ"
+        lines += [
+            f"Both arms measured at {b:.3g} (spec `multiplier_checks`, beyond the grid; in no cell, fit or verdict): "
+            + (f"{g['name']}, " if g["name"] != arm else "")
+            + f"{arm} against {base}.",
+            "",
+            _table(["check cell", f"size means ({unit}; seeds)", "its optimum (best size)"], rows),
+            "",
+            f"- Gap {arm} − {base} at {b:.3g}: **{g['gap']:+.4f}{_ci(g['interval'])}** {unit}, "
+            f"**{g['reading']}** ({sigma}){at_gap}.",
+            f"- {arm}'s compute multiplier at {b:.3g} on {base}'s curves (fitted up to {max(result['budgets']):.3g}; "
+            f"the baseline's check above scores each one at this budget): {mults}.",
+            "",
+        ]
+    return lines
+
+
+def _fixed(x) -> str:
+    return "–" if x is None else f"{x:.4f}"
+
+
+def per_set_lines(rows: list[dict], y: str) -> list[str]:
+    """Bits per byte per validation set of the runs scored per set (``evaluation.per_set``), the arms side by side
+    where they ran the same size, budget, seed and setting; the difference against the first arm's."""
+    scored = [r for r in rows if r.get("val_bpb_per_set")]
+    if not scored:
+        return []
+    groups: dict = {}
+    for r in scored:
+        groups.setdefault((r["size"], r["budget"], r.get("seed"), r.get("setting"), r.get("lr_factor")), []).append(r)
+    lines = ["## Per validation set", ""]
+    for (size, budget, seed, setting, factor), runs in groups.items():
+        arms = [r["arm"] for r in runs]
+        sets = sorted(
+            {k for r in runs for k in r["val_bpb_per_set"]}, key=lambda k: runs[0]["val_bpb_per_set"].get(k, 0)
+        )
+        header = ["set", *arms, *(f"{a} − {arms[0]}" for a in arms[1:])]
+        table = []
+        for k in sets:
+            v = [r["val_bpb_per_set"].get(k) for r in runs]
+            table.append(
+                [k, *(_fixed(x) for x in v), *(f"{x - v[0]:+.4f}" if None not in (x, v[0]) else "–" for x in v[1:])]
+            )
+        overall = [r.get(y) for r in runs]
+        table.append(
+            [
+                "all (overall)",
+                *(_fixed(x) for x in overall),
+                *(f"{x - overall[0]:+.4f}" if None not in (x, overall[0]) else "–" for x in overall[1:]),
+            ]
+        )
+        what = f"{size} at {budget:.3g}, seed {seed}" + (f", setting {setting}" if setting else "")
+        what += f", learning rate ×{factor:g}" if factor else ""
+        lines += [f"{what} (bits per byte of each set's text; `{'`, `'.join(r['run'] for r in runs)}`):", ""]
+        lines += [_table(header, table), ""]
+        if len(runs) > 1:
+            diffs = [r["val_bpb_per_set"].get(k) for r in runs[1:2] for k in sets]
+            firsts = [runs[0]["val_bpb_per_set"].get(k) for k in sets]
+            lower = sum(1 for d, f in zip(diffs, firsts) if None not in (d, f) and d < f)
+            lines += [f"{runs[1]['arm']} is lower than {runs[0]['arm']} on {lower} of {len(sets)} sets.", ""]
+    return lines
+
+
 def _other_noise_lines(other_noise: tuple[str, list[dict], dict] | None, verdicts: list[dict], unit: str) -> list[str]:
     """The verdicts the other noise rule would give, and its gaps' intervals at every budget: a sensitivity, not the
     rule (the spec names its rule)."""
@@ -1108,6 +1197,10 @@ def _other_noise_lines(other_noise: tuple[str, list[dict], dict] | None, verdict
         f"{c['baseline']} @ {c['budget']:.3g} against {c['arm']} @ {c['at']:.3g}: {c['gap']:+.4f}{_ci(c['interval'])}, "
         f"{c['reading']}"
         for c in analysis.get("multiplier_checks") or []
+    ] + [
+        f"{g['arm']} against {g['baseline']}, both @ {g['budget']:.3g}: {g['gap']:+.4f}{_ci(g['interval'])}, "
+        f"{g['reading']}"
+        for g in analysis.get("check_gaps") or []
     ]
     return [
         f"Sensitivity, not the rule: the noise floor by `{name}` instead, {NOISE_RULE_TEXT[name]}. The verdicts "
@@ -1559,6 +1652,7 @@ def write_report(
     lines += run_table_lines(rows, spec.rules.max_passes)
     lines += lr_check_lines(spec, rows, y or measure(rows), isoflop)
     lines += setting_check_lines(spec, rows, y or measure(rows), isoflop)
+    lines += per_set_lines(rows, y or measure(rows))
     if isoflop and isoflop.get("optima"):
         lines += isoflop_lines(isoflop, isoflop_png, verdicts)
     else:
@@ -1634,7 +1728,7 @@ def analyse(
     report.md in ``out``. ``best_report``: the best model's run report, linked from the study's."""
     import json
 
-    from hfpretrain.study.analysis import NOISE_RULES, analyse_isoflop, multiplier_checks, to_json
+    from hfpretrain.study.analysis import NOISE_RULES, analyse_isoflop, check_gaps, multiplier_checks, to_json
     from hfpretrain.study.fit import fit_arms
     from hfpretrain.study.grid import write_results
     from hfpretrain.study.plots import plot_isoflop, plot_study
@@ -1652,6 +1746,7 @@ def analyse(
         isoflop = analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=(spec.decision or {}).get("noise"))
         if spec.multiplier_checks:
             isoflop["multiplier_checks"] = multiplier_checks(rows, isoflop, spec.decision, n_boot)
+            isoflop["check_gaps"] = check_gaps(rows, isoflop, spec.decision, n_boot)
         (out / "analysis.json").write_text(json.dumps(to_json(isoflop), indent=2, default=str) + "\n")
         applied = (isoflop.get("budget_noise") or {}).get("rule")
         if isoflop.get("optima") and applied in NOISE_RULES and spec.decision:
@@ -1660,6 +1755,7 @@ def analyse(
             if spec.multiplier_checks:
                 other_decision = {**spec.decision, "noise": name}
                 other_noise[1]["multiplier_checks"] = multiplier_checks(rows, other_noise[1], other_decision, n_boot)
+                other_noise[1]["check_gaps"] = check_gaps(rows, other_noise[1], other_decision, n_boot)
         if isoflop.get("optima"):
             isoflop_png = plot_isoflop(rows, isoflop, out / "isoflop.png").name
             fits = fits_for_plot(isoflop)
