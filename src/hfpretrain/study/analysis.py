@@ -765,10 +765,9 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
     (both the bracketed parabola optimum of their cells, :func:`isoflop_optimum`). Above 0 beyond noise, the
     baseline needs more than k times the compute to reach the arm's loss: the multiplier exceeds k on the runs
     alone, whatever the fits' floor; below 0, it is under k; else within noise of k. The interval perturbs both
-    cells' means by their budgets' σ over √seeds (the check budget's σ from its own seed pairs under the rule
-    ``per_budget``, but not below the decision budget's: a few seed pairs estimate σ poorly; else the pooled one;
-    a fixed rule's value where it names the budget) and recomputes both optima. A check cell not bracketed reads
-    nothing (its optimum is a bound). ``curves``: the check as an out-of-sample test of the baseline's curves, each
+    cells' means by their budgets' σ over √seeds (the check budget's from :func:`_check_sigma`) and recomputes
+    both optima. A check cell not bracketed reads nothing (its optimum is a bound). A compared arm's check cell is
+    read against the baseline's at the same budget instead (:func:`check_gaps`). ``curves``: the check as an out-of-sample test of the baseline's curves, each
     one's prediction at the check's compute against its measured optimum (the main model, the separate fit, the
     ends of E's interval and no floor: the curves the multiplier is read on)."""
     y = result["y"]

@@ -1171,9 +1171,8 @@ def per_set_lines(rows: list[dict], y: str) -> list[str]:
         lines += [f"{what} (bits per byte of each set's text; `{'`, `'.join(r['run'] for r in runs)}`):", ""]
         lines += [_table(header, table), ""]
         if len(runs) > 1:
-            diffs = [r["val_bpb_per_set"].get(k) for r in runs[1:2] for k in sets]
-            firsts = [runs[0]["val_bpb_per_set"].get(k) for k in sets]
-            lower = sum(1 for d, f in zip(diffs, firsts) if None not in (d, f) and d < f)
+            first, second = runs[0]["val_bpb_per_set"], runs[1]["val_bpb_per_set"]
+            lower = sum(1 for k in sets if k in first and k in second and second[k] < first[k])
             lines += [f"{runs[1]['arm']} is lower than {runs[0]['arm']} on {lower} of {len(sets)} sets.", ""]
     return lines
 
