@@ -329,7 +329,7 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
     study_dir = REPO / "results" / "study_gpu_moe2"
     rows = [r for r in json.loads((study_dir / "results.json").read_text()) if r.get("multiplier_check")]
     assert sorted(r["run"] for r in rows) == sorted(
-        [f"dense/{s}__c3.00e+16__seed{seed}" for s in ("L5", "L6", "L7") for seed in (0, 1)]
+        [f"dense/{s}__c3.00e+16__seed{seed}" for s in ("L5", "L6", "L7", "L8") for seed in (0, 1)]
         + [f"moe/{s}__c3.00e+16__seed{seed}" for s in ("L5", "L6", "L7", "L8") for seed in (0, 1)]
     )
     rows = [r for r in rows if r["arm"] == "dense"]
@@ -339,7 +339,7 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
         assert sorted(v["losses"]) == pytest.approx(mine) and v["mean"] == pytest.approx(sum(mine) / 2)
     assert check["baseline_optimum"]["bracketed"] and check["reading"] == "multiplier above 1.2, measured"
     assert check["interval"][0] > 0
-    assert check["sigma"] == pytest.approx(0.0039, abs=1e-4)  # 2.5e16's: the check's three pairs give less
+    assert check["sigma"] == pytest.approx(0.0039, abs=1e-4)  # 2.5e16's: the 3e16 cells' pairs give less
     report = (study_dir / "report.md").read_text()
     assert f"{check['gap']:+.4f} [{check['interval'][0]:+.4f}, {check['interval'][1]:+.4f}]" in report
     curves = {c["fit"]: c for c in check["curves"]}
@@ -349,6 +349,10 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
     for name, curve in curves.items():
         assert f"| {name} | {curve['E']:.3f} | {curve['predicted']:.4f} | {curve['miss']:+.4f}" in report
     assert "It is read on dense's curve of the main model (one floor E shared by the arms, E = 1.062)" in report
+    separate = json.loads((study_dir / "analysis.json").read_text())["sensitivity"]["separate"]
+    own, (lo, hi) = separate["multiplier"]["moe"]["2.5e+16"], separate["intervals"]["multiplier"]["moe"]["2.5e+16"]
+    assert f"on dense's own fit (E = {separate['fits']['dense']['E']:.3f}; the same seed-noise bootstrap): " in report
+    assert f"moe {own:.3g} [{lo:.3g}, {hi:.3g}]." in report
 
 
 def test_the_moe_studys_both_arms_at_3e16_are_read_from_its_committed_runs():

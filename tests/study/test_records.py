@@ -196,7 +196,7 @@ def _md_table(text: str, header_start: str) -> list[list[str]]:
 
 @pytest.mark.parametrize(
     "study, n_runs, first_arm",
-    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 118, "bpe_32k"), (MOE, 38, "moe"), (MOE2, 98, "moe")],
+    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 118, "bpe_32k"), (MOE, 38, "moe"), (MOE2, 100, "moe")],
     ids=["vocab", "vocab2", "moe", "moe2"],
 )
 def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, first_arm):
@@ -387,7 +387,7 @@ def test_a_size_added_to_the_decision_cell_holds_the_verdict_until_it_runs():
     spec = load_spec(MOE2 / "spec.yaml")
     # the grid's runs (the checks at 2.5e16 ran after L8 and stay out of every cell)
     rows = [r for r in json.loads((MOE2 / "results.json").read_text()) if not r["run"].startswith("moe/L8__c2.50e")]
-    assert len(rows) == 96 and len([r for r in rows if not is_check(r)]) == 66  # 30 checks: LR, aux, per set, 3e16
+    assert len(rows) == 98 and len([r for r in rows if not is_check(r)]) == 66  # 32 checks: LR, aux, per set, 3e16
     verdict = study_verdicts(spec, analyse_isoflop(rows, y="val_bpb", n_boot=0, noise_rule="per_budget"), rows)[1][0]
     assert verdict["verdict"] == "incomplete"
     assert verdict["why"].endswith("moe/L8 @ 2.5e+16 seed 0, moe/L8 @ 2.5e+16 seed 1")

@@ -248,6 +248,14 @@ def write_homework(
     )
     abl_md = text[f"{ABLATION}/report.md"]
     summary = json.loads((root / BEST / "summary.json").read_text())
+    moe_rows = json.loads((root / MOE / "results.json").read_text())
+    scored = [r for r in moe_rows if r.get("val_bpb_per_set")]
+    per_set_scored = (
+        f"{len(scored)} of its {len(moe_rows)} runs are scored per validation set (one seed each: the report's "
+        "§ Per validation set); the grid is scored overall"
+        if scored
+        else "nothing is scored per validation set"
+    )
     final = summary["final_eval"]
 
     def cut(md, heading, folder, level=2):
@@ -386,7 +394,8 @@ def write_homework(
         "What the verdict does not say (the README's Result has the figures): the multiplier's value at the "
         "decision budget reads the dense arm's fit beyond its data, and other fits of the same optima give values "
         "on both sides of it (a pure power law, E = 0, reads below the rule's minimum); that it exceeds the minimum "
-        "is measured, by the dense arm trained on 1.2 times the decision budget (the check beside the rule, above); "
+        "is measured, by the dense arm trained on 1.2 times the decision budget (the check beside the rule, above; "
+        "the MoE arm there too reads the same gap); "
         "the multiplier rises with compute for floors near the fitted one, is flat on the "
         "vocabulary study's fit of the same dense runs and falls with no floor, so the Discussion states no "
         "direction and none is claimed; the data are read "
@@ -394,7 +403,7 @@ def write_homework(
         "cannot tell apart; the gain is per FLOP, and the MoE shapes train at fewer tokens per second than their "
         "dense twins; the learning rate (both arms, one seed) and the MoE arm's balancing weight (two seeds at the "
         "decision budget) were checked at two budgets only, the decision budget one of them, each check within noise "
-        "of the grid's setting or worse (the report's checks), and nothing is scored per validation set.",
+        f"of the grid's setting or worse (the report's checks), and {per_set_scored}.",
         "",
         "## 8. Reproduce: training, evaluation, generation",
         "",

@@ -989,21 +989,24 @@ def _multiplier_curve_text(result: dict, verdicts: list[dict]) -> str:
     separate = (result.get("sensitivity") or {}).get("separate") or {}
     own = (separate.get("fits") or {}).get(result["baseline"])
     others = []
+
+    def at_budget(by_budget: dict, budget: float):
+        return next((x for b, x in by_budget.items() if math.isclose(b, budget)), None)
+
     for v in verdicts:
-        m = next(
-            (
-                x
-                for b, x in ((separate.get("multiplier") or {}).get(v["arm"]) or {}).items()
-                if math.isclose(b, v["budget"])
-            ),
-            None,
-        )
+        m = at_budget((separate.get("multiplier") or {}).get(v["arm"]) or {}, v["budget"])
+        ci = at_budget(((separate.get("intervals") or {}).get("multiplier") or {}).get(v["arm"]) or {}, v["budget"])
         if v.get("multiplier") is not None and m is not None and own is not None:
-            others.append(f"{v['name']} {m:.3g}")
+            others.append(f"{v['name']} {m:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""))
     return (
         f" It is read on {result['baseline']}'s curve of the main model (one floor E shared by the arms, "
         f"E = {base_fit.E:.3f})"
-        + (f"; on {result['baseline']}'s own fit (E = {own.E:.3f}): {', '.join(others)}." if others else ".")
+        + (
+            f"; on {result['baseline']}'s own fit (E = {own.E:.3f}; the same seed-noise bootstrap): "
+            f"{', '.join(others)}."
+            if others
+            else "."
+        )
     )
 
 
