@@ -391,6 +391,12 @@ def write_homework(
         "",
         cut(text[f"{MOE}/report.md"], "Discussion", MOE),
         "",
+        *(
+            ["#### Per validation set", "", cut(text[f"{MOE}/report.md"], "Per validation set", MOE, level=2)]
+            if "\n## Per validation set\n" in text[f"{MOE}/report.md"]
+            else []
+        ),
+        "",
         "What the verdict does not say (the README's Result has the figures): the multiplier's value at the "
         "decision budget reads the dense arm's fit beyond its data, and other fits of the same optima give values "
         "on both sides of it (a pure power law, E = 0, reads below the rule's minimum); that it exceeds the minimum "
