@@ -315,26 +315,6 @@ def test_optimizer_states_of_another_layout_are_refused_in_one_line(tmp_path):
         assert words in str(err.value) and str(ckpt) in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp_path):
-    """Launched as a user launches it (accelerate, 2 CPU processes): refused at start naming the key and what
-    blocks it (accelerate's ParallelismConfig on MULTI_CPU), exit 2, nothing written."""
-    out = tmp_path / "run"
-    proc = _accelerate(
-        REPO / "scripts" / "pretrain.py",
-        REPO / "recipes" / "tiny_cpu.yaml",
-        f"data.path={mini_blocks}",
-        f"training.output_dir={out}",
-        "parallel.tp=2",
-        timeout=300,
-    )
-    errors = {line for line in proc.stderr.splitlines() if line.startswith("error: ")}
-    assert errors == {
-        "error: parallel.tp=2: accelerate takes a ParallelismConfig (tp_size, cp_size) only on GPU "
-        "launches (MULTI_GPU, FSDP2, DeepSpeed), not on a CPU launch (MULTI_CPU): run it on GPUs"
-    }, proc.stderr[-3000:]
-    assert proc.returncode != 0 and not out.exists()
-
-
 def test_a_late_rank_is_named_instead_of_a_hang(tmp_path):
     """Rank 1 sleeps past parallel.timeout_s before a check-in: rank 0 stops with one error line naming rank 1, in
     seconds, not after the process group's 30 minutes; on time, both pass. One launch, as a run checks in: first on
