@@ -154,23 +154,57 @@ def tokenizer_problem(
 ) -> str | None:
     """The tokenizer files of a folder: one of them present, each JSON one whole, and ``tokenizer.json`` a file the
     tokenizers library reads (a broken one was the library's internal text: ``KeyError: 'added_tokens'``). ``again``:
-    what to do about it."""
+    what to do about it. ``tokenizer.json`` is parsed as JSON only when the library refuses it (a file it reads is
+    whole JSON; Qwen3's 11 MB one took 0.5 s more to parse twice): the same answer, in the same order of files. A
+    folder whose files passed already in this process, unchanged since, passes without reading them again."""
     folder = Path(folder)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return f"{folder} has no tokenizer files (tokenizer.json, tokenizer.model or vocab.json): {again}"
-    for name in TOKENIZER_JSON:
-        if (folder / name).is_file():
-            problem = json_problem(folder / name)
-            if problem:
-                return f"{problem}: a truncated or damaged tokenizer file; {again}"
+    seen = _tokenizer_files_seen(folder)
+    if seen in _WHOLE_TOKENIZERS:
+        return None
+    problem = _tokenizer_files_problem(folder, again)
+    if problem is None:
+        _WHOLE_TOKENIZERS.add(seen)
+    return problem
+
+
+# The tokenizer folders that passed in this process, by their files' identities (path, inode, mode, size, modification
+# and change times in ns): a file written, replaced or chmod-ed since is checked again. Qwen3's tokenizer.json takes
+# ~0.4 s to read, and a process may check the same folder many times (a dry run per case, a study's runs).
+_WHOLE_TOKENIZERS: set = set()
+
+
+def _tokenizer_files_seen(folder: Path) -> tuple:
+    stats = []
+    for name in sorted(set(TOKENIZER_FILES) | set(TOKENIZER_JSON)):
+        try:
+            st = (folder / name).stat()
+        except OSError:
+            stats.append((name, None))
+            continue
+        stats.append((name, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return (str(folder.resolve()), tuple(stats))
+
+
+def _tokenizer_files_problem(folder: Path, again: str) -> str | None:
+    unreadable = None  # the tokenizers library's reason for refusing tokenizer.json, if it does
     if (folder / "tokenizer.json").is_file():
         from tokenizers import Tokenizer
 
         try:
             Tokenizer.from_file(str(folder / "tokenizer.json"))
         except Exception as e:  # noqa: BLE001 - the tokenizers library's own error, whatever it is
-            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            return f"{folder / 'tokenizer.json'} is not a tokenizer the tokenizers library reads ({why}); {again}"
+            unreadable = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    for name in TOKENIZER_JSON:
+        if name == "tokenizer.json" and (folder / name).is_file() and unreadable is None:
+            continue  # the library read it: whole JSON
+        if (folder / name).is_file():
+            problem = json_problem(folder / name)
+            if problem:
+                return f"{problem}: a truncated or damaged tokenizer file; {again}"
+    if unreadable is not None:
+        return f"{folder / 'tokenizer.json'} is not a tokenizer the tokenizers library reads ({unreadable}); {again}"
     return None
 
 

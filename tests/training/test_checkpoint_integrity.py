@@ -152,3 +152,32 @@ def test_a_pickle_payload_makes_the_checkpoint_unusable(reference_run, tmp_path,
     assert f"ignoring {run / 'checkpoint-10'}: marked COMPLETE, but {run / 'checkpoint-10' / name} holds" in caplog.text
     with pytest.raises(NoCompleteCheckpointError, match=rf"resume_from_checkpoint=.*checkpoint-10: .*{name} holds "):
         resolve_resume(str(run / "checkpoint-10"), str(run))
+
+
+def test_a_tokenizer_that_passed_is_read_again_once_changed(gpt2_tokenizer, tmp_path):
+    """integrity.tokenizer_problem passes a folder whose files passed already in this process without reading them
+    again: a file written or made unreadable since is read again, and its problem named, in the same words."""
+    import os
+
+    from hfpretrain.integrity import tokenizer_problem
+
+    folder = tmp_path / "tok"
+    shutil.copytree(gpt2_tokenizer, folder)
+    for f in folder.iterdir():
+        f.chmod(0o644)
+    assert tokenizer_problem(folder) is None and tokenizer_problem(folder) is None
+    config = (folder / "tokenizer_config.json").read_text()
+    (folder / "tokenizer_config.json").write_text(config[:-2])  # cut short
+    assert "tokenizer_config.json is not valid JSON" in tokenizer_problem(folder)
+    (folder / "tokenizer_config.json").write_text(config)
+    assert tokenizer_problem(folder) is None
+    text = (folder / "tokenizer.json").read_text()
+    (folder / "tokenizer.json").write_text(text[:1000])
+    assert "tokenizer.json is not valid JSON" in tokenizer_problem(folder)
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE"}}')
+    assert "is not a tokenizer the tokenizers library reads" in tokenizer_problem(folder)
+    (folder / "tokenizer.json").write_text(text)
+    assert tokenizer_problem(folder) is None
+    if os.geteuid() != 0:  # root reads a file of mode 000
+        (folder / "tokenizer.json").chmod(0)
+        assert tokenizer_problem(folder) is not None

@@ -114,8 +114,9 @@ def _ddp_config(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def ddp_runs(reference_run, mini_blocks, tmp_path_factory):
-    """One two-process launch of the DDP config: the plain run, then the elastic resume of the reference run's
-    checkpoint-5 (see its test): name -> (output folder, that run's output)."""
+    """One two-process launch of the DDP config: the plain run, the elastic resume of the reference run's
+    checkpoint-5, then a run with tensor parallelism, refused at start (see their tests): name -> (output folder, that
+    run's output)."""
     import shutil
 
     base = tmp_path_factory.mktemp("ddp")
@@ -132,6 +133,7 @@ def ddp_runs(reference_run, mini_blocks, tmp_path_factory):
             },
             TINY_RECIPE,
         ),
+        "tp": (base / "tp", {"parallel.tp": "2"}, TINY_RECIPE),  # last: refused, it ends the launch
     }
     procs = _launch_runs(_ddp_config(base), mini_blocks, runs, base)
     return {name: (runs[name][0], procs[name]) for name in runs}
@@ -272,6 +274,20 @@ def test_a_one_process_checkpoint_resumes_on_two_at_its_global_batch(reference_r
     a, b = load_weights(out / "final"), load_weights(reference_run / "checkpoint-10")
     for name in b:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=WEIGHT_TOL, msg=name)
+
+
+def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(ddp_runs):
+    """Launched as a user launches it (accelerate, 2 CPU processes; the last run of the DDP config's shared
+    launch, which had a launch of its own): refused at start naming the key and what blocks it (accelerate's
+    ParallelismConfig on MULTI_CPU), exit 2, nothing written. (test_parallel.py runs tp on CPU processes with
+    this check relaxed.)"""
+    out, proc = ddp_runs["tp"]
+    errors = {line for line in proc.stderr.splitlines() if line.startswith("error: ")}
+    assert errors == {
+        "error: parallel.tp=2: accelerate takes a ParallelismConfig (tp_size, cp_size) only on GPU "
+        "launches (MULTI_GPU, FSDP2, DeepSpeed), not on a CPU launch (MULTI_CPU): run it on GPUs"
+    }, proc.stderr[-3000:]
+    assert proc.returncode == 2 and not out.exists()
 
 
 def test_a_resume_that_cannot_keep_the_global_batch_is_one_line(reference_run, mini_blocks, tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from forked import run_forked
+from pretrain_runs import run_output
 
 from train_utils import (
     REPO,
@@ -71,6 +72,18 @@ def _accelerate(
         *map(str, args),
     ]
     return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _tp_trainer_runs(
+    base: Path, *runs: list[str], config: str = "cpu_2proc_ddp.yaml", nproc: int = 2
+) -> list[subprocess.CompletedProcess]:
+    """tests/training/tp_trainer.py's runs (each the tiny recipe's overrides) one after another in one launch
+    (pretrain_runs.py: a launch's start costs more than a run's few steps): each run's own output and exit code."""
+    (base / "runs.json").write_text(json.dumps([[str(TINY_RECIPE), *argv] for argv in runs]))
+    proc = _accelerate(
+        REPO / "tests" / "training" / "tp_trainer.py", base / "runs.json", config=config, nproc=nproc, timeout=540
+    )
+    return [run_output(proc, n) for n in range(len(runs))]
 
 
 def _tp_steps_main(*args) -> None:
@@ -179,22 +192,20 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
         "evaluation.eval_tokens": "2560",
         "evaluation.final_eval_tokens": "2560",
     }
-    one, two = tmp_path / "one", tmp_path / "tp2"
+    one, two, resumed = tmp_path / "one", tmp_path / "tp2", tmp_path / "resumed"
     run_pretrain(mini_blocks, one, extra)
     tp2 = {**extra, "parallel.tp": "2"}
-    proc = _accelerate(
-        REPO / "tests" / "training" / "tp_trainer.py",
-        TINY_RECIPE,
-        *make_overrides(
-            mini_blocks,
-            two,
-            {
-                **tp2,
-                "parallel.sequence_parallel": "true",
-                "training.save_strategy": "steps",
-                "training.save_steps": "3",
-            },
-        ),
+    saving = {
+        **tp2,
+        "parallel.sequence_parallel": "true",
+        "training.save_strategy": "steps",
+        "training.save_steps": "3",
+    }
+    # the run and its resume one after the other in one launch's two processes (tp_trainer.py RUNS.json)
+    proc, resume = _tp_trainer_runs(
+        tmp_path,
+        make_overrides(mini_blocks, two, saving),
+        make_overrides(mini_blocks, resumed, {**tp2, "training.resume_from_checkpoint": str(two / "checkpoint-3")}),
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
     plan = read_log(two)[0]["plan"]
@@ -209,13 +220,7 @@ def test_the_trainer_under_tensor_parallelism_matches_one_process(mini_blocks, t
 
     _check_final_gathered(two / "final", one / "final")
 
-    resumed = tmp_path / "resumed"
-    proc = _accelerate(
-        REPO / "tests" / "training" / "tp_trainer.py",
-        TINY_RECIPE,
-        *make_overrides(mini_blocks, resumed, {**tp2, "training.resume_from_checkpoint": str(two / "checkpoint-3")}),
-    )
-    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert resume.returncode == 0, resume.stderr[-6000:]
     assert not read_log(resumed)[0]["plan"]["parallel"]["sequence_parallel"]
     again = step_losses(resumed)
     assert sorted(again) == [4, 5]
@@ -243,10 +248,12 @@ def test_the_trainer_under_fsdp2_and_tensor_parallelism_resumes_exactly(mini_blo
 
     extra = {"training.max_steps": str(STEPS), "model.attn_implementation": "sdpa"}
 
+    def overrides(out: Path, more: dict) -> list[str]:
+        return make_overrides(mini_blocks, out, {**extra, "parallel.tp": "2", **more})
+
     def grid(out: Path, more: dict) -> subprocess.CompletedProcess:
-        overrides = make_overrides(mini_blocks, out, {**extra, "parallel.tp": "2", **more})
         script = REPO / "tests" / "training" / "tp_trainer.py"
-        return _accelerate(script, TINY_RECIPE, *overrides, config="cpu_2proc_fsdp2.yaml", nproc=4)
+        return _accelerate(script, TINY_RECIPE, *overrides(out, more), config="cpu_2proc_fsdp2.yaml", nproc=4)
 
     saved = tmp_path / "fsdp2_tp2"
     if not fsdp_beside_tp_supported():
@@ -258,7 +265,16 @@ def test_the_trainer_under_fsdp2_and_tensor_parallelism_resumes_exactly(mini_blo
     one = tmp_path / "one"
     run_pretrain(mini_blocks, one, {**extra, "training.per_device_train_batch_size": "8"})
     ref = step_losses(one)
-    proc = grid(saved, {"training.save_strategy": "steps", "training.save_steps": "3"})
+    checkpoint = {"training.resume_from_checkpoint": str(saved / "checkpoint-3")}
+    resumed, alone = tmp_path / "resumed", tmp_path / "alone"
+    # the run and its resume in the same layout one after the other in one launch's four processes
+    proc, resume = _tp_trainer_runs(
+        tmp_path,
+        overrides(saved, {"training.save_strategy": "steps", "training.save_steps": "3"}),
+        overrides(resumed, checkpoint),
+        config="cpu_2proc_fsdp2.yaml",
+        nproc=4,
+    )
     assert proc.returncode == 0, proc.stderr[-6000:]
     layout = read_log(saved)[0]["plan"]["parallel"]
     assert layout["engine"] == "fsdp2+tp2" and layout["dp_shard"] == 2, layout
@@ -268,10 +284,7 @@ def test_the_trainer_under_fsdp2_and_tensor_parallelism_resumes_exactly(mini_blo
         assert losses[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, losses[step], ref[step])
     _check_final_gathered(saved / "final", one / "final")
 
-    checkpoint = {"training.resume_from_checkpoint": str(saved / "checkpoint-3")}
-    resumed, alone = tmp_path / "resumed", tmp_path / "alone"
-    proc = grid(resumed, checkpoint)
-    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert resume.returncode == 0, resume.stderr[-6000:]
     run_pretrain(mini_blocks, alone, {**extra, **checkpoint, "training.per_device_train_batch_size": "8"})
     for again in (step_losses(resumed), step_losses(alone)):
         assert sorted(again) == [4, 5]
@@ -300,26 +313,6 @@ def test_optimizer_states_of_another_layout_are_refused_in_one_line(tmp_path):
         with pytest.raises(ValueError) as err:
             refuse_other_optimizer_layout(str(ckpt), tp=tp, sharded_engine=sharded)
         assert words in str(err.value) and str(ckpt) in str(err.value) and "\n" not in str(err.value)
-
-
-def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(mini_blocks, tmp_path):
-    """Launched as a user launches it (accelerate, 2 CPU processes): refused at start naming the key and what
-    blocks it (accelerate's ParallelismConfig on MULTI_CPU), exit 2, nothing written."""
-    out = tmp_path / "run"
-    proc = _accelerate(
-        REPO / "scripts" / "pretrain.py",
-        REPO / "recipes" / "tiny_cpu.yaml",
-        f"data.path={mini_blocks}",
-        f"training.output_dir={out}",
-        "parallel.tp=2",
-        timeout=300,
-    )
-    errors = {line for line in proc.stderr.splitlines() if line.startswith("error: ")}
-    assert errors == {
-        "error: parallel.tp=2: accelerate takes a ParallelismConfig (tp_size, cp_size) only on GPU "
-        "launches (MULTI_GPU, FSDP2, DeepSpeed), not on a CPU launch (MULTI_CPU): run it on GPUs"
-    }, proc.stderr[-3000:]
-    assert proc.returncode != 0 and not out.exists()
 
 
 def test_a_late_rank_is_named_instead_of_a_hang(tmp_path):

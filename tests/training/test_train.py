@@ -717,21 +717,13 @@ def test_lm_eval_during_training_is_logged_beside_the_loss(mini_blocks, tmp_path
 def test_a_crash_with_data_loader_workers_ends_the_process(mini_blocks, tmp_path):
     """Workers ignore SIGTERM (a preemption must not kill them mid-save), so the SIGTERM with which
     Python's exit ends daemon children did not end them, and a crashed run waited for them forever
-    (seen on the GPU machine). Here the crash is a real one: a diverging run stopped by nan_policy=stop."""
+    (seen on the GPU machine). Here the crash is a real one: a diverging run stopped by nan_policy=stop (DIVERGE's:
+    non-finite from step 4, where lr 1e4 took more of its 50 steps)."""
     cmd = [
         python(),
         str(PRETRAIN_SCRIPT),
         str(TINY_RECIPE),
-        *make_overrides(
-            mini_blocks,
-            tmp_path / "run",
-            {
-                "training.dataloader_num_workers": "2",
-                "training.learning_rate": "1e4",
-                "training.warmup_steps": "0",
-                "training.max_steps": "50",
-            },
-        ),
+        *make_overrides(mini_blocks, tmp_path / "run", {**DIVERGE, "training.dataloader_num_workers": "2"}),
     ]
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120)

@@ -3,7 +3,11 @@
 work). Past them the Trainer's path under tp (transformers' tp_plan, DTensor over gloo, our loss, evaluation and
 save) runs on CPU processes as on GPUs: what ``test_parallel.py`` compares with one process.
 
-    accelerate launch --config_file accelerate_configs/cpu_2proc_ddp.yaml tests/training/tp_trainer.py RECIPE ..."""
+    accelerate launch --config_file accelerate_configs/cpu_2proc_ddp.yaml tests/training/tp_trainer.py RECIPE ...
+    accelerate launch --config_file accelerate_configs/cpu_2proc_ddp.yaml tests/training/tp_trainer.py RUNS.json
+
+Given a RUNS.json (tests/training/pretrain_runs.py), its runs one after another in the processes of the one launch
+(a run and its resume: a launch's start costs more than its few steps)."""
 
 import sys
 
@@ -17,4 +21,8 @@ accelerate.parallelism_config.ParallelismConfig._validate_accelerator = lambda s
 layout.check_accelerator = lambda tp, cp, machine: None
 
 if __name__ == "__main__":
+    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        import pretrain_runs  # beside this script: on sys.path as the script's folder
+
+        sys.exit(pretrain_runs.main())
     sys.exit(interruptible("train", main))
