@@ -21,6 +21,7 @@
 #   "RUNS='dense/*__c3.00e+16__*' bash benchmarks/gpu_1gpu_moe2_study.sh"
 # The MoE arm at 3e16 and both arms' L6 at 2.5e16 scored per set (ten runs, 2026-11-30), five a GPU, the same way:
 #   "RUNS='*__c[23].[05]0e+16__*' WORKERS=5 bash benchmarks/gpu_1gpu_moe2_study.sh"   (the rest there is done)
+# and the dense arm's L8 at 3e16 (two runs, one a GPU): "RUNS='dense/L8__c3.00e+16__*' WORKERS=1 bash ..."
 DATA=out/mix10_bpe8k_1024 CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024
 source benchmarks/gpu_common.sh
 SPEC=src/hfpretrain/study/specs/gpu_moe2.yaml
