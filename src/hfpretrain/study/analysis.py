@@ -774,7 +774,7 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
     checked = _checked_rows(rows, y)
     if not checked or not decision or not result.get("optima"):
         return []
-    at = float(decision.get("at") or max(result["budgets"]))
+    at = decision_budget(result, decision)
     grid = cells(rows, y)
     sigma_at = _sigma_at(result, at)
     out = []
@@ -797,10 +797,7 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
                 "at": at,
                 "budget": budget,
                 "factor": budget / at,
-                "sizes": {
-                    name: {"n": c["n"], "losses": c["losses"], "mean": float(np.mean(c["losses"]))}
-                    for name, c in sizes.items()
-                },
+                "sizes": _size_summary(sizes),
                 "baseline_optimum": base_opt,
                 "arm_optimum": arm_opt["loss_opt"],
                 "arm_bracketed": arm_opt["bracketed"],
@@ -819,19 +816,42 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
                     for _ in range(n_boot)
                 ]
                 entry["interval"] = _interval(draws)
-            iv, k = entry["interval"], entry["factor"]
-            if not (base_opt["bracketed"] and arm_opt["bracketed"]):
-                entry["reading"] = "incomplete: a cell is not bracketed (its optimum is a bound)"
-            elif iv is None:
-                entry["reading"] = "no interval (no noise floor)"
-            elif iv[0] > 0:
-                entry["reading"] = f"multiplier above {k:.3g}, measured"
-            elif iv[1] < 0:
-                entry["reading"] = f"multiplier below {k:.3g}, measured"
-            else:
-                entry["reading"] = f"within noise of {k:.3g}"
+            k = entry["factor"]
+            entry["reading"] = _check_reading(
+                base_opt["bracketed"] and arm_opt["bracketed"],
+                entry["interval"],
+                f"multiplier above {k:.3g}, measured",
+                f"multiplier below {k:.3g}, measured",
+                f"within noise of {k:.3g}",
+            )
             out.append(entry)
     return out
+
+
+def decision_budget(result: dict, decision: dict) -> float:
+    """The budget a decision reads: its ``at``, else the largest budget."""
+    return float(decision.get("at") or max(result["budgets"]))
+
+
+def _size_summary(sizes: dict) -> dict:
+    """A cell's sizes as a check reports them: name -> {n, losses (one per seed), mean}."""
+    return {
+        name: {"n": c["n"], "losses": c["losses"], "mean": float(np.mean(c["losses"]))} for name, c in sizes.items()
+    }
+
+
+def _check_reading(bracketed: bool, interval, above: str, below: str, within: str) -> str:
+    """A check's reading of a gap's interval: ``above`` 0 beyond noise, ``below`` it, or ``within``; nothing without
+    both cells bracketed (an optimum that is a bound) or without an interval."""
+    if not bracketed:
+        return "incomplete: a cell is not bracketed (its optimum is a bound)"
+    if interval is None:
+        return "no interval (no noise floor)"
+    if interval[0] > 0:
+        return above
+    if interval[1] < 0:
+        return below
+    return within
 
 
 def _checked_rows(rows: list[dict], y: str) -> list[dict]:
@@ -846,7 +866,7 @@ def _check_sigma(checked: list[dict], budget: float, result: dict, decision: dic
     """σ of one run at a check budget, and where it comes from: a fixed rule's value where it names the budget;
     under ``per_budget`` that budget's seed pairs (every arm's check cells there), but not below the decision
     budget's (a few seed pairs estimate σ poorly); else the pooled σ."""
-    at = float(decision.get("at") or max(result["budgets"]))
+    at = decision_budget(result, decision)
     sigma_at = _sigma_at(result, at)
     rule, pooled = decision.get("noise") or DEFAULT_NOISE, (result.get("noise") or {}).get("sigma")
     own = noise_floor([r for r in checked if r["budget"] == budget], y, skip=lambda r: False)
@@ -877,7 +897,7 @@ def check_gaps(rows: list[dict], result: dict, decision: dict, n_boot: int = 300
     checked = _checked_rows(rows, y)
     if not checked or not decision or not result.get("optima"):
         return []
-    at = float(decision.get("at") or max(result["budgets"]))
+    at = decision_budget(result, decision)
     by_cell = cells(checked, y, skip=lambda r: False)
     out = []
     for comp in decision.get("comparisons") or []:
@@ -898,13 +918,7 @@ def check_gaps(rows: list[dict], result: dict, decision: dict, n_boot: int = 300
                 "baseline": base,
                 "budget": budget,
                 "at": at,
-                "sizes": {
-                    a: {
-                        name: {"n": c["n"], "losses": c["losses"], "mean": float(np.mean(c["losses"]))}
-                        for name, c in by_cell[a, budget].items()
-                    }
-                    for a in (arm, base)
-                },
+                "sizes": {a: _size_summary(by_cell[a, budget]) for a in (arm, base)},
                 "optimum": {a: opt[a, budget] for a in (arm, base)},
                 "sigma": sigma,
                 "sigma_source": source,
@@ -927,17 +941,13 @@ def check_gaps(rows: list[dict], result: dict, decision: dict, n_boot: int = 300
                     o = optima(pair, rng, {budget: sigma})
                     draws.append(o[arm, budget]["loss_opt"] - o[base, budget]["loss_opt"])
                 entry["interval"] = _interval(draws)
-            iv = entry["interval"]
-            if not (opt[arm, budget]["bracketed"] and opt[base, budget]["bracketed"]):
-                entry["reading"] = "incomplete: a cell is not bracketed (its optimum is a bound)"
-            elif iv is None:
-                entry["reading"] = "no interval (no noise floor)"
-            elif iv[1] < 0:
-                entry["reading"] = f"{arm} lower, beyond noise"
-            elif iv[0] > 0:
-                entry["reading"] = f"{arm} higher, beyond noise"
-            else:
-                entry["reading"] = "within noise"
+            entry["reading"] = _check_reading(
+                opt[arm, budget]["bracketed"] and opt[base, budget]["bracketed"],
+                entry["interval"],
+                f"{arm} higher, beyond noise",
+                f"{arm} lower, beyond noise",
+                "within noise",
+            )
             out.append(entry)
     return out
 
@@ -1003,7 +1013,7 @@ def decide(result: dict, decision: dict, seeds_for=None, unrun=None) -> list[dic
     Every verdict carries the noise floor σ of ``at`` it was computed with (the rule's ``noise``).
     """
     margin = float(decision.get("margin", 0.0))
-    at = float(decision.get("at") or max(result["budgets"]))
+    at = decision_budget(result, decision)
     iv = result.get("intervals") or {}
     sep = (result.get("sensitivity") or {}).get("separate") or {}
     out = []

@@ -1010,6 +1010,14 @@ def _multiplier_curve_text(result: dict, verdicts: list[dict]) -> str:
     )
 
 
+def _size_means(sizes: dict) -> tuple[str, str]:
+    """A check cell's sizes as ``L5 1.1780 (1.1772 / 1.1787), ...`` (mean, then each seed), and its best size."""
+    means = ", ".join(
+        f"{name} {v['mean']:.4f} ({' / '.join(f'{x:.4f}' for x in v['losses'])})" for name, v in sizes.items()
+    )
+    return means, min(sizes, key=lambda name: sizes[name]["mean"])
+
+
 def multiplier_check_lines(result: dict, unit: str) -> list[str]:
     """The spec's multiplier checks beside the rule: the baseline measured at k × the decision budget, so that
     the multiplier's threshold is read from runs where the fit extrapolates (``analysis.multiplier_checks``)."""
@@ -1019,10 +1027,7 @@ def multiplier_check_lines(result: dict, unit: str) -> list[str]:
     table, sentences = [], []
     for c in checks:
         opt = c["baseline_optimum"]
-        means = ", ".join(
-            f"{name} {v['mean']:.4f} ({' / '.join(f'{x:.4f}' for x in v['losses'])})" for name, v in c["sizes"].items()
-        )
-        best = min(c["sizes"], key=lambda name: c["sizes"][name]["mean"])
+        means, best = _size_means(c["sizes"])
         table.append(
             [
                 f"{c['baseline']} @ {c['budget']:.3g} ({c['factor']:.3g}× {c['at']:.3g})",
@@ -1104,11 +1109,8 @@ def check_gap_lines(result: dict, unit: str) -> list[str]:
         arm, base, b = g["arm"], g["baseline"], g["budget"]
         rows = []
         for a in (arm, base):
-            opt, sizes = g["optimum"][a], g["sizes"][a]
-            best = min(sizes, key=lambda name: sizes[name]["mean"])
-            means = ", ".join(
-                f"{name} {v['mean']:.4f} ({' / '.join(f'{x:.4f}' for x in v['losses'])})" for name, v in sizes.items()
-            )
+            opt = g["optimum"][a]
+            means, best = _size_means(g["sizes"][a])
             rows.append(
                 [
                     f"{a} @ {b:.3g}",
@@ -1155,20 +1157,16 @@ def per_set_lines(rows: list[dict], y: str) -> list[str]:
             {k for r in runs for k in r["val_bpb_per_set"]}, key=lambda k: runs[0]["val_bpb_per_set"].get(k, 0)
         )
         header = ["set", *arms, *(f"{a} − {arms[0]}" for a in arms[1:])]
-        table = []
-        for k in sets:
-            v = [r["val_bpb_per_set"].get(k) for r in runs]
-            table.append(
-                [k, *(_fixed(x) for x in v), *(f"{x - v[0]:+.4f}" if None not in (x, v[0]) else "–" for x in v[1:])]
-            )
-        overall = [r.get(y) for r in runs]
-        table.append(
-            [
-                "all (overall)",
-                *(_fixed(x) for x in overall),
-                *(f"{x - overall[0]:+.4f}" if None not in (x, overall[0]) else "–" for x in overall[1:]),
+
+        def row(label, v):  # each arm's value, then each later arm's difference against the first's
+            return [
+                label,
+                *(_fixed(x) for x in v),
+                *(f"{x - v[0]:+.4f}" if None not in (x, v[0]) else "–" for x in v[1:]),
             ]
-        )
+
+        table = [row(k, [r["val_bpb_per_set"].get(k) for r in runs]) for k in sets]
+        table.append(row("all (overall)", [r.get(y) for r in runs]))
         what = f"{size} at {budget:.3g}, seed {seed}" + (f", setting {setting}" if setting else "")
         what += f", learning rate ×{factor:g}" if factor else ""
         lines += [f"{what} (bits per byte of each set's text; `{'`, `'.join(r['run'] for r in runs)}`):", ""]
