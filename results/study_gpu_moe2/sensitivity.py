@@ -83,19 +83,24 @@ print(
 print(f"(3e16: the dense curve's loss there against the measured optimum {l_check:.4f}, sigma {s_check:.4f})")
 
 # the trend at other floors: the dense arm's curve refitted (A, α) at each E, the MoE optima read on it. E = 0 is
-# the first MoE study's form; 0.666 and 0.947 are the ends of the vocabulary study's interval of its shared floor
+# the first MoE study's form; 0.666 and 0.947 are the ends of the vocabulary study's interval of its shared floor,
+# the last two this study's (the report's trend_floor), each with its curve's loss at 3e16
 print("The trend at other floors of the dense fit (A and alpha refitted at each E):")
-for E in (
-    0.0,
-    0.6,
-    0.666,
-    0.869,
-    0.947,
-    1.0,
-    readings["shared floor, as reported"].E,
-    readings["the dense arm's own floor (separate-E fit)"].E,
+for E in sorted(
+    {
+        0.0,
+        0.6,
+        0.666,
+        0.869,
+        0.947,
+        1.0,
+        readings["shared floor, as reported"].E,
+        readings["the dense arm's own floor (separate-E fit)"].E,
+        *(f["E"] for f in analysis["trend_floor"]["moe"] if f["E"] > 0),
+    }
 ):
-    print(f"  E = {E:.3f}: {trend(fit_power_law_at(*points('dense'), E))}")
+    floor_fit = fit_power_law_at(*points("dense"), E)
+    print(f"  E = {E:.3f}: {trend(floor_fit)}; {at_check(floor_fit.predict(c_check))}")
 
 # the joint least-squares fit of log L (E shared, A and alpha per arm), started from the reported fit
 data = {arm: points(arm) for arm in ("dense", "moe")}

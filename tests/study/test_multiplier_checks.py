@@ -51,6 +51,10 @@ def _spec(**extra) -> dict:
         ({**CHECK, "sizes": ["a", "b", "b"]}, "multiplier_checks.sizes"),
         ({**CHECK, "sizes": "a b c"}, "multiplier_checks.sizes"),
         ({**CHECK, "seeds": [0]}, "multiplier_checks.seeds"),  # not one of the spec's seeds
+        ({**CHECK, "overrides": ["training.learning_rate=1"]}, "multiplier_checks.overrides"),  # trains otherwise
+        ({**CHECK, "overrides": ["evaluation.per_set"]}, "multiplier_checks.overrides"),  # no value
+        ({**CHECK, "overrides": "evaluation.per_set=true"}, "multiplier_checks.overrides"),
+        ([CHECK, {**CHECK, "seeds": [5]}], "share seeds [5]"),  # one run, two entries
     ],
 )
 def test_a_bad_multiplier_check_is_one_line_naming_its_key(checks, key):
@@ -64,6 +68,64 @@ def test_a_spec_with_multiplier_checks_reads_back_its_own_dump():
     assert spec.multiplier_checks == [{**CHECK, "seeds": [5]}]
     assert load_spec(spec.to_dict()).multiplier_checks == spec.multiplier_checks
     assert "multiplier_checks" not in load_spec(_spec(multiplier_checks=None)).to_dict()
+
+
+@pytest.mark.parametrize(
+    "added, key",
+    [
+        ({"budget": 2.5e16}, "added_seeds:"),  # no seeds
+        ({"budget": 2.5e16, "seeds": [7], "lr": 2}, "added_seeds:"),  # an unknown key
+        ({"budget": 3e16, "seeds": [7]}, "added_seeds.budget"),  # not a grid budget
+        ({"budget": 2.5e16, "seeds": [5]}, "added_seeds.seeds"),  # already one of seeds
+        ({"budget": 2.5e16, "seeds": [7, 7]}, "added_seeds.seeds"),
+        ([{"budget": 2.5e16, "seeds": [7]}, {"budget": 2.5e16, "seeds": [7]}], "added_seeds.seeds"),
+        ({"budget": 2.5e16, "seeds": [7], "overrides": ["model.config=x"]}, "added_seeds.overrides"),
+    ],
+)
+def test_a_bad_added_seed_is_one_line_naming_its_key(added, key):
+    with pytest.raises(ValueError) as err:
+        load_spec(_spec(added_seeds=added))
+    assert key in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_added_seeds_run_every_cell_of_their_budget_scored_as_written(tmp_path):
+    """A third seed at one budget: its cells gain it (every arm and size), the other budgets do not; its scoring
+    overrides reach only its runs; a check entry may name it; the spec reads back its own dump."""
+    added = {"budget": 2.5e16, "seeds": [7], "overrides": ["evaluation.per_set=true"]}
+    check = {**CHECK, "seeds": [7], "overrides": ["evaluation.per_set=true"]}
+    spec = load_spec(_spec(added_seeds=added, multiplier_checks=[{**CHECK, "seeds": [3, 5]}, check]))
+    assert spec.seeds_for(2.5e16) == [3, 5, 7] and spec.seeds_for(1e15) == [3, 5]
+    assert load_spec(spec.to_dict()).added_seeds == spec.added_seeds == [added]
+    from hfpretrain.study.grid import expand
+
+    runs = expand(spec, tmp_path)
+    seventh = [r for r in runs if r.seed == 7]
+    assert {(r.arm, r.size, r.budget) for r in seventh} == {(a, s, 2.5e16) for a in spec.arms for s in "abcd"}
+    assert all("evaluation.per_set=true" in r.overrides for r in seventh)
+    assert not any("evaluation.per_set=true" in r.overrides for r in runs if r.seed != 7)
+    checks = multiplier_check_runs(spec, tmp_path)
+    assert [(r.seed, "evaluation.per_set=true" in r.overrides) for r in checks] == [
+        *[(seed, False) for seed in (3, 5) for _ in "abc"],
+        *[(7, True) for _ in "abc"],
+    ]
+
+
+def test_a_folder_of_a_seed_the_spec_does_not_plan_is_not_read(tmp_path):
+    """Two studies share an arm's folder (the MoE study's dense arm is the vocabulary study's 8k arm): the one whose
+    spec added a seed reads that seed's runs, the other does not."""
+    out = tmp_path / "study"
+    for name in ("b__c2.50e+16__seed3", "b__c2.50e+16__seed7", "b__c1.00e+15__seed7", "b__c3.00e+16__seed7"):
+        _finished(out / "runs" / "dense" / name, 3.0)
+    plain = [r.name for r in folder_runs(load_spec(_spec()), out)]
+    assert plain == ["dense/b__c2.50e+16__seed3"]
+    spec = load_spec(
+        _spec(added_seeds={"budget": 2.5e16, "seeds": [7]}, multiplier_checks=[CHECK, {**CHECK, "seeds": [7]}])
+    )
+    assert [r.name for r in folder_runs(spec, out)] == [
+        "dense/b__c2.50e+16__seed3",
+        "dense/b__c2.50e+16__seed7",
+        "dense/b__c3.00e+16__seed7",
+    ]
 
 
 def test_the_check_runs_are_grid_runs_at_their_budget_flagged(tmp_path):
@@ -321,25 +383,42 @@ def test_per_set_scores_are_set_side_by_side():
     assert "| Code | 0.7000 | 0.6900 | -0.0100 |" in text and "| Books | 1.5000 | 1.5200 | +0.0200 |" in text
     assert "| all (overall) | 1.2000 | 1.1900 | -0.0100 |" in text and "moe is lower than dense on 1 of 2 sets." in text
     assert "moe/b" not in text and per_set_lines(rows[2:], "val_bpb") == []
+    # more comparisons: one table of differences, a column each (by budget), the values of the pair where the first
+    # arm is lowest; a run no other arm matches in a table of its own
+    more = [
+        {**row("dense", "dense/c", {"Code": 0.66, "Books": 1.40}, 1.10), "size": "L7", "seed": 2, "setting": None},
+        {**row("moe", "moe/c", {"Code": 0.65, "Books": 1.37}, 1.08), "size": "L7", "seed": 2, "setting": None},
+        {**row("moe", "moe/d", {"Code": 0.7, "Books": 1.4}, 1.2), "size": "L8", "seed": 2, "setting": None},
+    ]
+    text = "\n".join(per_set_lines(rows + more, "val_bpb"))
+    assert "L7 at 2.5e+16, seed 2, the dense arm's lowest of these" in text and "| Books | 1.4000 | 1.3700 |" in text
+    assert "| set | L6 2.5e+16 s0 per_set | L7 2.5e+16 s2 |" in text
+    assert "| Code | -0.0100 | -0.0100 |" in text and "| Books | +0.0200 | -0.0300 |" in text
+    assert "| sets where moe is lower | 1 of 2 | 2 of 2 |" in text
+    assert "moe is lower than dense on 1 to 2 of 2 sets in these 2 comparisons." in text
+    alone = text.split("no other arm's run beside it")[1]
+    assert "| set | `moe/d` |" in alone and "| all (overall) | 1.2000 |" in alone and "moe/c" not in alone
 
 
 def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
-    """results/study_gpu_moe2: the dense arm at 1.2 x 2.5e16 (six runs in the arm's folder), its reading in
-    analysis.json and report.md against the runs' own results."""
+    """results/study_gpu_moe2: the dense arm at 1.2 x 2.5e16 (twelve runs in the arm's folder: four sizes, three
+    seeds), its reading in analysis.json and report.md against the runs' own results."""
     study_dir = REPO / "results" / "study_gpu_moe2"
     rows = [r for r in json.loads((study_dir / "results.json").read_text()) if r.get("multiplier_check")]
     assert sorted(r["run"] for r in rows) == sorted(
-        [f"dense/{s}__c3.00e+16__seed{seed}" for s in ("L5", "L6", "L7", "L8") for seed in (0, 1)]
-        + [f"moe/{s}__c3.00e+16__seed{seed}" for s in ("L5", "L6", "L7", "L8") for seed in (0, 1)]
+        f"{arm}/{s}__c3.00e+16__seed{seed}"
+        for arm in ("dense", "moe")
+        for s in ("L5", "L6", "L7", "L8")
+        for seed in (0, 1, 2)
     )
     rows = [r for r in rows if r["arm"] == "dense"]
     (check,) = json.loads((study_dir / "analysis.json").read_text())["multiplier_checks"]
     for size, v in check["sizes"].items():
         mine = sorted(r["val_bpb"] for r in rows if r["size"] == size)
-        assert sorted(v["losses"]) == pytest.approx(mine) and v["mean"] == pytest.approx(sum(mine) / 2)
+        assert sorted(v["losses"]) == pytest.approx(mine) and v["mean"] == pytest.approx(sum(mine) / 3)
     assert check["baseline_optimum"]["bracketed"] and check["reading"] == "multiplier above 1.2, measured"
     assert check["interval"][0] > 0
-    assert check["sigma"] == pytest.approx(0.0039, abs=1e-4)  # 2.5e16's: the 3e16 cells' pairs give less
+    assert check["sigma"] == pytest.approx(0.0038, abs=1e-4)  # 2.5e16's: the 3e16 cells' replicates give less
     report = (study_dir / "report.md").read_text()
     assert f"{check['gap']:+.4f} [{check['interval'][0]:+.4f}, {check['interval'][1]:+.4f}]" in report
     curves = {c["fit"]: c for c in check["curves"]}
@@ -356,22 +435,29 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
 
 
 def test_the_moe_studys_both_arms_at_3e16_are_read_from_its_committed_runs():
-    """results/study_gpu_moe2: the MoE arm at 3e16 (L5-L8, two seeds) beside the dense arm's check cell: both
-    bracketed, the MoE optimum below the dense one beyond noise, the report's figures from analysis.json."""
+    """results/study_gpu_moe2: the MoE arm at 3e16 (L5-L8, three seeds) beside the dense arm's check cell: both
+    bracketed, the MoE optimum below the dense one beyond noise, the report's figures from analysis.json; every
+    seed-2 run at 2.5e16 and 3e16 scored per validation set, in one table of differences."""
     study_dir = REPO / "results" / "study_gpu_moe2"
     rows = [r for r in json.loads((study_dir / "results.json").read_text()) if r.get("multiplier_check")]
     (gap,) = json.loads((study_dir / "analysis.json").read_text())["check_gaps"]
     for arm in ("moe", "dense"):
         for size, v in gap["sizes"][arm].items():
             mine = sorted(r["val_bpb"] for r in rows if r["arm"] == arm and r["size"] == size)
-            assert sorted(v["losses"]) == pytest.approx(mine) and len(mine) == 2
+            assert sorted(v["losses"]) == pytest.approx(mine) and len(mine) == 3
         assert gap["optimum"][arm]["bracketed"]
     assert gap["reading"] == "moe lower, beyond noise" and gap["interval"][1] < 0
     report = (study_dir / "report.md").read_text()
     assert f"**{gap['gap']:+.4f} [{gap['interval'][0]:+.4f}, {gap['interval'][1]:+.4f}]** bits/byte" in report
     scored = [r for r in json.loads((study_dir / "results.json").read_text()) if r.get("val_bpb_per_set")]
-    assert sorted(r["run"] for r in scored) == [
-        "dense/L6__c2.50e+16__per_set__seed0",
-        "moe/L6__c2.50e+16__per_set__seed0",
-    ]
-    assert "## Per validation set" in report and "moe is lower than dense on 12 of 12 sets." in report
+    assert sorted(r["run"] for r in scored) == sorted(
+        [
+            "dense/L6__c2.50e+16__per_set__seed0",
+            "moe/L6__c2.50e+16__per_set__seed0",
+            *(f"{arm}/L{n}__c2.50e+16__seed2" for arm, sizes in (("dense", "4567"), ("moe", "45678")) for n in sizes),
+            *(f"{arm}/L{n}__c3.00e+16__seed2" for arm in ("dense", "moe") for n in "5678"),
+        ]
+    )
+    section = report.split("## Per validation set")[1].split("\n## ")[0]
+    assert "moe is lower than dense on 8 to 12 of 12 sets in these 9 comparisons." in section
+    assert "`moe/L8__c2.50e+16__seed2`" in section.split("no other arm's run beside it")[1]  # dense has no L8 there

@@ -864,8 +864,8 @@ def _sigma_at(result: dict, budget: float) -> float | None:
 
 def _check_sigma(checked: list[dict], budget: float, result: dict, decision: dict, y: str) -> tuple[float, str]:
     """σ of one run at a check budget, and where it comes from: a fixed rule's value where it names the budget;
-    under ``per_budget`` that budget's seed pairs (every arm's check cells there), but not below the decision
-    budget's (a few seed pairs estimate σ poorly); else the pooled σ."""
+    under ``per_budget`` that budget's seed replicates (every arm's check cells there), but not below the decision
+    budget's (a few replicates estimate σ poorly); else the pooled σ."""
     at = decision_budget(result, decision)
     sigma_at = _sigma_at(result, at)
     rule, pooled = decision.get("noise") or DEFAULT_NOISE, (result.get("noise") or {}).get("sigma")
@@ -878,8 +878,11 @@ def _check_sigma(checked: list[dict], budget: float, result: dict, decision: dic
     if rule == "per_budget" and own and (sigma_at is None or own["sigma"] >= sigma_at):
         return own["sigma"], "seeds of this check"
     if rule == "per_budget" and own:
-        pairs = own["runs"] - own["cells"]
-        return sigma_at, f"the decision budget's; this budget's {pairs} check pairs give {own['sigma']:.4f}"
+        return (
+            sigma_at,
+            f"the decision budget's; this budget's check cells ({own['runs']} runs in {own['cells']}) give "
+            f"{own['sigma']:.4f}",
+        )
     return pooled, "pooled"
 
 

@@ -6,7 +6,8 @@ derived from the budget). Output folders are deterministic, ``OUT/runs/<arm>/<si
 so a study is resumable: a run whose ``summary.json`` exists is read back, never re-trained.
 
 With ``isoflop`` (a compute grid), each budget trains only the sizes nearest a target tokens-per-parameter
-ratio; ``seeds`` repeat cells with other seeds (at ``seed_budgets``); ``rules`` derive batch, learning
+ratio; ``seeds`` repeat cells with other seeds (at ``seed_budgets``; ``added_seeds`` more at some budgets);
+``rules`` derive batch, learning
 rate and warmup per run. See :mod:`hfpretrain.study.design`; ``plan_study`` resolves all of it with dry
 runs (no model is built) and checks the plan before any run starts.
 
@@ -87,6 +88,10 @@ class StudySpec:
     isoflop: IsoFlop | None = None  # flops budgets only: sizes per budget around a tokens/parameter target
     seeds: list[int] = field(default_factory=list)  # [] = the recipe's seed, one run per cell
     seed_budgets: list[float] | None = None  # budgets that run every seed (None: all; others the first)
+    # [{budget, seeds, overrides?}]: seeds beyond ``seeds`` at a grid budget (a third seed where the decision's
+    # noise is read), written after the runs of ``seeds`` and dated in the spec; ``overrides`` (evaluation.* only)
+    # score those runs differently (per validation set, say) without changing their training
+    added_seeds: list = field(default_factory=list)
     rules: Rules = field(default_factory=Rules)
     mfu: dict = field(default_factory=dict)  # size name or "default" -> measured MFU, for the GPU-time estimate
     gpu: str | None = None  # GPU the estimate is for (default: this machine's)
@@ -111,9 +116,19 @@ class StudySpec:
     def seeds_for(self, budget: float) -> list[int | None]:
         if not self.seeds:
             return [None]
+        added = [s for e in self.added_seeds if math.isclose(budget, e["budget"], rel_tol=1e-9) for s in e["seeds"]]
         if self.seed_budgets is None or any(math.isclose(budget, b, rel_tol=1e-9) for b in self.seed_budgets):
-            return list(self.seeds)
-        return self.seeds[:1]
+            return [*self.seeds, *added]
+        return [*self.seeds[:1], *added]
+
+    def added_overrides(self, budget: float, seed: int | None) -> list[str]:
+        """The scoring overrides of an ``added_seeds`` entry, for its seeds at its budget."""
+        return [
+            o
+            for e in self.added_seeds
+            if seed in e["seeds"] and math.isclose(budget, e["budget"], rel_tol=1e-9)
+            for o in e.get("overrides", [])
+        ]
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -275,6 +290,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         "isoflop",
         "seeds",
         "seed_budgets",
+        "added_seeds",
         "rules",
         "mfu",
         "gpu",
@@ -331,6 +347,8 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
     )
     if seed_budgets and not all(any(math.isclose(b, x, rel_tol=1e-9) for x in budgets) for b in seed_budgets):
         raise ValueError(f"seed_budgets {seed_budgets} must be among the budgets {budgets}")
+    added_seeds = _added_seeds(d.get("added_seeds"), budgets, seeds)
+    all_seeds = sorted({*seeds, *(s for e in added_seeds for s in e["seeds"])})
     return StudySpec(
         name=name,
         recipe=str(d["recipe"]),
@@ -344,6 +362,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         isoflop=isoflop,
         seeds=seeds,
         seed_budgets=seed_budgets,
+        added_seeds=added_seeds,
         rules=Rules.from_dict(d.get("rules")),
         mfu=dict(d.get("mfu") or {}),
         gpu=d.get("gpu"),
@@ -356,11 +375,63 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         setting_checks=_unique_settings(
             [_setting_checks(e, budgets, {str(a) for a in arms}, seeds) for e in _entries(d.get("setting_checks"))]
         ),
-        multiplier_checks=[
-            _multiplier_check(e, budgets, {str(a) for a in arms}, {s.name for s in sizes}, seeds)
-            for e in _entries(d.get("multiplier_checks"))
-        ],
+        multiplier_checks=_distinct_check_seeds(
+            [
+                _multiplier_check(e, budgets, {str(a) for a in arms}, {s.name for s in sizes}, all_seeds)
+                for e in _entries(d.get("multiplier_checks"))
+            ],
+            seeds,
+        ),
     )
+
+
+def _added_seeds(d, budgets: list[float], seeds: list[int]) -> list[dict]:
+    """``added_seeds: [{budget, seeds, overrides?}]``: grid budgets, seeds not among ``seeds`` (nor another
+    entry's at that budget), overrides that only change scoring."""
+    out: list[dict] = []
+    for e in _entries(d):
+        form = f"added_seeds: {{budget: one of {budgets}, seeds: [not in {seeds}], overrides: [evaluation.K=V]}}"
+        if (
+            not seeds
+            or not isinstance(e, dict)
+            or not {"budget", "seeds"} <= set(e) <= {"budget", "seeds", "overrides"}
+        ):
+            raise ValueError(f"{form}, got {e!r}")
+        budget = _budget_list("added_seeds.budget", [e["budget"]])[0]
+        if not any(math.isclose(budget, b, rel_tol=1e-9) for b in budgets):
+            raise ValueError(f"added_seeds.budget: {budget:g} is not a grid budget {budgets}")
+        taken = set(seeds) | {s for o in out if math.isclose(o["budget"], budget, rel_tol=1e-9) for s in o["seeds"]}
+        chosen = e["seeds"]
+        if not isinstance(chosen, list) or not chosen or len(set(chosen)) < len(chosen) or set(chosen) & taken:
+            raise ValueError(f"added_seeds.seeds at {budget:g}: distinct seeds not in {sorted(taken)}, got {chosen!r}")
+        out.append({"budget": budget, "seeds": [int(x) for x in chosen], **_scoring("added_seeds", e.get("overrides"))})
+    return out
+
+
+def _scoring(key: str, overrides) -> dict:
+    """A run group's ``overrides`` that change only how it is scored (``evaluation.*``), never its training."""
+    overrides = overrides or []
+    if not isinstance(overrides, list) or any(
+        not str(o).startswith("evaluation.") or "=" not in str(o) for o in overrides
+    ):
+        raise ValueError(f"{key}.overrides: evaluation.KEY=VALUE items only (scoring), got {overrides!r}")
+    return {"overrides": [str(o) for o in overrides]} if overrides else {}
+
+
+def _distinct_check_seeds(entries: list[dict], seeds: list[int]) -> list[dict]:
+    """Two multiplier-check entries of one arm and budget (seeds scored differently, say) share no seed: each
+    run has one entry."""
+    seen: dict = {}
+    for e in entries:
+        key = (e["arm"], e["budget"])
+        mine = set(e.get("seeds", seeds) or [None])  # an entry without seeds runs the spec's
+        if seen.get(key, set()) & mine:
+            raise ValueError(
+                f"multiplier_checks: two entries of {e['arm']} at {e['budget']:g} share seeds "
+                f"{sorted(seen[key] & mine, key=str)}; give each entry its own seeds"
+            )
+        seen[key] = seen.get(key, set()) | mine
+    return entries
 
 
 def _entries(d) -> list:
@@ -401,10 +472,15 @@ def _lr_checks(d, budgets: list[float], seeds: list[int]) -> dict:
 
 
 def _multiplier_check(d, budgets: list[float], arms: set[str], sizes: set[str], seeds: list[int]) -> dict:
-    """One entry of ``multiplier_checks: {arm, budget, sizes: [3 or more], seeds?}``: a budget outside the grid's
-    (inside, it would be a cell of its own) and enough sizes to bracket an optimum."""
-    form = "multiplier_checks: {arm: ARM, budget: B (not a grid budget), sizes: [3+ of the spec's], seeds: [...]}"
-    if not isinstance(d, dict) or not {"arm", "budget", "sizes"} <= set(d) <= {"arm", "budget", "sizes", "seeds"}:
+    """One entry of ``multiplier_checks: {arm, budget, sizes: [3 or more], seeds?, overrides?}``: a budget outside
+    the grid's (inside, it would be a cell of its own) and enough sizes to bracket an optimum. ``overrides`` change
+    how its runs are scored (``evaluation.*`` keys only: a check trains as the grid does)."""
+    form = (
+        "multiplier_checks: {arm: ARM, budget: B (not a grid budget), sizes: [3+ of the spec's], seeds: [...], "
+        "overrides: [evaluation.KEY=VALUE, ...]}"
+    )
+    allowed = {"arm", "budget", "sizes", "seeds", "overrides"}
+    if not isinstance(d, dict) or not {"arm", "budget", "sizes"} <= set(d) <= allowed:
         raise ValueError(f"{form}, got {d!r}")
     if d["arm"] not in arms:
         raise ValueError(f"multiplier_checks.arm: one of the arms {sorted(arms)}, got {d['arm']!r}")
@@ -414,7 +490,13 @@ def _multiplier_check(d, budgets: list[float], arms: set[str], sizes: set[str], 
     names = d["sizes"]
     if not isinstance(names, list) or len(names) < 3 or len(set(names)) < len(names) or set(names) - sizes:
         raise ValueError(f"multiplier_checks.sizes: 3 or more distinct sizes among {sorted(sizes)}, got {names!r}")
-    return {"arm": d["arm"], "budget": budget, "sizes": list(names), **_check_seeds(d, "multiplier_checks", seeds)}
+    return {
+        "arm": d["arm"],
+        "budget": budget,
+        "sizes": list(names),
+        **_check_seeds(d, "multiplier_checks", seeds),
+        **_scoring("multiplier_checks", d.get("overrides")),
+    }
 
 
 def _unique_settings(entries: list[dict]) -> list[dict]:
@@ -559,6 +641,7 @@ def expand(spec: StudySpec, out: str | Path | None = None, sizes_for=None) -> li
                         *size.recipe_overrides(arm),
                         *arm_overrides,
                         *([f"training.seed={seed}"] if seed is not None else []),
+                        *spec.added_overrides(budget, seed),
                         f"training.output_dir={out_dir}",
                     )
                     runs.append(
@@ -583,9 +666,18 @@ def multiplier_check_runs(spec: StudySpec, out: str | Path | None = None) -> lis
     for entry in spec.multiplier_checks:
         arms = {entry["arm"]: spec.arms[entry["arm"]]}
         check = replace(
-            spec, budgets=[entry["budget"]], arms=arms, seeds=entry.get("seeds", spec.seeds), seed_budgets=None
+            spec,
+            budgets=[entry["budget"]],
+            arms=arms,
+            seeds=entry.get("seeds", spec.seeds),
+            seed_budgets=None,
+            added_seeds=[],
         )
-        runs += [replace(r, multiplier_check=True) for r in expand(check, out, lambda arm, budget: entry["sizes"])]
+        scoring = tuple(entry.get("overrides") or ())
+        runs += [
+            replace(r, multiplier_check=True, overrides=r.overrides + scoring)
+            for r in expand(check, out, lambda arm, budget: entry["sizes"])
+        ]
     return runs
 
 
@@ -1146,24 +1238,27 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
     root = Path(out) / "runs"
     sizes = {s.name: i for i, s in enumerate(spec.sizes)}
     labels = {budget_label(spec.budget_kind, b): b for b in spec.budgets}
-    checked = {  # (arm, label) -> (budget, sizes) of a multiplier check
-        (e["arm"], budget_label(spec.budget_kind, e["budget"])): (e["budget"], e["sizes"])
-        for e in spec.multiplier_checks
-    }
+    checked: dict = {}  # (arm, label) -> (budget, {(size, seed)}) of the multiplier checks there
+    for e in spec.multiplier_checks:
+        budget, pairs = checked.setdefault(
+            (e["arm"], budget_label(spec.budget_kind, e["budget"])), (e["budget"], set())
+        )
+        pairs |= {(n, s) for n in e["sizes"] for s in e.get("seeds", spec.seeds) or [None]}
     runs = []
     for a, arm in enumerate(spec.arms):
         for folder in sorted((root / arm).iterdir()) if (root / arm).is_dir() else []:
             m = CELL.match(folder.name)
             if not m or m["size"] not in sizes:
                 continue
+            seed = int(m["seed"]) if m["seed"] is not None else None
             check = checked.get((arm, m["label"]))
-            multiplier = bool(check) and not m["lr"] and not m["setting"] and m["size"] in check[1]
+            multiplier = bool(check) and not m["lr"] and not m["setting"] and (m["size"], seed) in check[1]
             if not multiplier and (
                 m["label"] not in labels
                 or not _planned_check(spec, labels[m["label"]], float(m["lr"]) if m["lr"] else None, m["setting"])
+                or (not m["lr"] and not m["setting"] and seed not in spec.seeds_for(labels[m["label"]]))
             ):
-                continue  # another budget, or a check this spec does not plan (another study's, sharing the folder)
-            seed = int(m["seed"]) if m["seed"] is not None else None
+                continue  # another budget or seed, or a check this spec does not plan (another study's folder)
             run = Run(
                 name=f"{arm}/{folder.name}",
                 arm=arm,

@@ -1142,40 +1142,100 @@ def _fixed(x) -> str:
 
 
 def per_set_lines(rows: list[dict], y: str) -> list[str]:
-    """Bits per byte per validation set of the runs scored per set (``evaluation.per_set``), the arms side by side
-    where they ran the same size, budget, seed and setting; the difference against the first arm's."""
+    """Bits per byte per validation set of the runs scored per set (``evaluation.per_set``). Runs of two or more
+    arms at the same size, budget, seed and setting are compared: the values of the group where the first arm
+    scores lowest side by side, then one table of every group's differences (a column per group, by budget), so
+    that nine comparisons read as one table. Runs no other arm matches share one table of values."""
     scored = [r for r in rows if r.get("val_bpb_per_set")]
     if not scored:
         return []
     groups: dict = {}
     for r in scored:
         groups.setdefault((r["size"], r["budget"], r.get("seed"), r.get("setting"), r.get("lr_factor")), []).append(r)
-    lines = ["## Per validation set", ""]
-    for (size, budget, seed, setting, factor), runs in groups.items():
+
+    def label(key, long=False):
+        size, budget, seed, setting, factor = key
+        if long:
+            what = f"{size} at {budget:.3g}, seed {seed}" + (f", setting {setting}" if setting else "")
+            return what + (f", learning rate ×{factor:g}" if factor else "")
+        return (
+            f"{size} {budget:.2g} s{seed}" + (f" {setting}" if setting else "") + (f" lr×{factor:g}" if factor else "")
+        )
+
+    def value_table(runs):  # each arm's value, then each later arm's difference against the first's
         arms = [r["arm"] for r in runs]
         sets = sorted(
             {k for r in runs for k in r["val_bpb_per_set"]}, key=lambda k: runs[0]["val_bpb_per_set"].get(k, 0)
         )
-        header = ["set", *arms, *(f"{a} − {arms[0]}" for a in arms[1:])]
 
-        def row(label, v):  # each arm's value, then each later arm's difference against the first's
+        def row(name, v):
             return [
-                label,
+                name,
                 *(_fixed(x) for x in v),
                 *(f"{x - v[0]:+.4f}" if None not in (x, v[0]) else "–" for x in v[1:]),
             ]
 
         table = [row(k, [r["val_bpb_per_set"].get(k) for r in runs]) for k in sets]
         table.append(row("all (overall)", [r.get(y) for r in runs]))
-        what = f"{size} at {budget:.3g}, seed {seed}" + (f", setting {setting}" if setting else "")
-        what += f", learning rate ×{factor:g}" if factor else ""
-        lines += [f"{what} (bits per byte of each set's text; `{'`, `'.join(r['run'] for r in runs)}`):", ""]
-        lines += [_table(header, table), ""]
-        if len(runs) > 1:
-            first, second = runs[0]["val_bpb_per_set"], runs[1]["val_bpb_per_set"]
-            lower = sum(1 for k in sets if k in first and k in second and second[k] < first[k])
-            lines += [f"{runs[1]['arm']} is lower than {runs[0]['arm']} on {lower} of {len(sets)} sets.", ""]
+        return _table(["set", *arms, *(f"{a} − {arms[0]}" for a in arms[1:])], table)
+
+    lines = ["## Per validation set", ""]
+    order = {k: i for i, k in enumerate(groups)}
+    compared = sorted((k for k, v in groups.items() if len(v) > 1), key=lambda k: (k[1], order[k]))
+    by_arms: dict = {}  # the groups of the same arms (in order) share one table of differences
+    for key in compared:
+        by_arms.setdefault(tuple(r["arm"] for r in groups[key][:2]), []).append(key)
+    for (base, other), keys in by_arms.items():
+        pairs = {k: {r["arm"]: r for r in groups[k]} for k in keys}
+        shown = min(keys, key=lambda k: pairs[k][base].get(y, math.inf))  # the base arm's best run and its twin
+        lines += [
+            f"{label(shown, True)}, the {base} arm's lowest of these (bits per byte of each set's text; "
+            f"`{'`, `'.join(r['run'] for r in groups[shown])}`):",
+            "",
+            value_table(groups[shown]),
+            "",
+        ]
+        values = pairs[shown][base]["val_bpb_per_set"]
+        sets = sorted(values, key=lambda k: values[k])
+
+        def gap(k, name):
+            a, b = pairs[k][base]["val_bpb_per_set"].get(name), pairs[k][other]["val_bpb_per_set"].get(name)
+            return None if None in (a, b) else b - a
+
+        table = [[name, *(_signed(gap(k, name)) for k in keys)] for name in sets]
+        table.append(["all (overall)", *(_signed(pairs[k][other].get(y) - pairs[k][base].get(y)) for k in keys)])
+        lower = [sum(1 for name in sets if (gap(k, name) or 0) < 0) for k in keys]
+        table.append([f"sets where {other} is lower", *(f"{n} of {len(sets)}" for n in lower)])
+        lines += [
+            f"{other} − {base} per set, every size, budget and seed both ran scored per set "
+            f"(sN: seed N; bits per byte, negative: {other} lower):",
+            "",
+            _table(["set", *(label(k) for k in keys)], table),
+            "",
+            f"{other} is lower than {base} on {min(lower)} to {max(lower)} of {len(sets)} sets "
+            f"in these {len(keys)} comparisons."
+            if len(keys) > 1
+            else f"{other} is lower than {base} on {lower[0]} of {len(sets)} sets.",
+            "",
+        ]
+    alone = [k for k in groups if k not in compared]
+    if alone:  # no other arm ran it: its values, one column per run
+        runs = [groups[k][0] for k in alone]
+        values = runs[0]["val_bpb_per_set"]
+        names = sorted({n for r in runs for n in r["val_bpb_per_set"]}, key=lambda n: values.get(n, 0))
+        table = [[n, *(_fixed(r["val_bpb_per_set"].get(n)) for r in runs)] for n in names]
+        table.append(["all (overall)", *(_fixed(r.get(y)) for r in runs)])
+        lines += [
+            "Scored per set with no other arm's run beside it (bits per byte of each set's text):",
+            "",
+            _table(["set", *(f"`{r['run']}`" for r in runs)], table),
+            "",
+        ]
     return lines
+
+
+def _signed(x) -> str:
+    return "–" if x is None else f"{x:+.4f}"
 
 
 def _other_noise_lines(other_noise: tuple[str, list[dict], dict] | None, verdicts: list[dict], unit: str) -> list[str]:
