@@ -54,6 +54,8 @@ def _spec(**extra) -> dict:
         ({**CHECK, "overrides": ["training.learning_rate=1"]}, "multiplier_checks.overrides"),  # trains otherwise
         ({**CHECK, "overrides": ["evaluation.per_set"]}, "multiplier_checks.overrides"),  # no value
         ({**CHECK, "overrides": "evaluation.per_set=true"}, "multiplier_checks.overrides"),
+        ({**CHECK, "overrides": ["evaluation.final_eval_tokens=1000"]}, "multiplier_checks.overrides"),  # the measure
+        ({**CHECK, "seeds": [5.0]}, "multiplier_checks.seeds"),
         ([CHECK, {**CHECK, "seeds": [5]}], "share seeds [5]"),  # one run, two entries
     ],
 )
@@ -80,12 +82,24 @@ def test_a_spec_with_multiplier_checks_reads_back_its_own_dump():
         ({"budget": 2.5e16, "seeds": [7, 7]}, "added_seeds.seeds"),
         ([{"budget": 2.5e16, "seeds": [7]}, {"budget": 2.5e16, "seeds": [7]}], "added_seeds.seeds"),
         ({"budget": 2.5e16, "seeds": [7], "overrides": ["model.config=x"]}, "added_seeds.overrides"),
+        ({"budget": 2.5e16, "seeds": ["x"]}, "added_seeds.seeds"),
+        ({"budget": 2.5e16, "seeds": [[7]]}, "added_seeds.seeds"),
     ],
 )
 def test_a_bad_added_seed_is_one_line_naming_its_key(added, key):
     with pytest.raises(ValueError) as err:
         load_spec(_spec(added_seeds=added))
     assert key in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_added_seeds_need_the_specs_seeds_and_seeds_are_integers():
+    for spec, key in (
+        (_spec(seeds=None, added_seeds={"budget": 2.5e16, "seeds": [7]}), "needs the spec's seeds"),
+        (_spec(seeds=["x"]), "seeds: distinct integers"),
+        (_spec(seeds=[1, 1]), "seeds: distinct integers"),
+    ):
+        with pytest.raises(ValueError, match=key):
+            load_spec(spec)
 
 
 def test_added_seeds_run_every_cell_of_their_budget_scored_as_written(tmp_path):
@@ -381,7 +395,10 @@ def test_per_set_scores_are_set_side_by_side():
     text = "\n".join(per_set_lines(rows, "val_bpb"))
     assert "L6 at 2.5e+16, seed 0, setting per_set" in text and "`dense/a`, `moe/a`" in text
     assert "| Code | 0.7000 | 0.6900 | -0.0100 |" in text and "| Books | 1.5000 | 1.5200 | +0.0200 |" in text
-    assert "| all (overall) | 1.2000 | 1.1900 | -0.0100 |" in text and "moe is lower than dense on 1 of 2 sets." in text
+    assert (
+        "| all (overall) | 1.2000 | 1.1900 | -0.0100 |" in text
+        and "moe is lower than dense on 1 of 2 sets in 1 of 1 comparison." in text
+    )
     assert "moe/b" not in text and per_set_lines(rows[2:], "val_bpb") == []
     # more comparisons: one table of differences, a column each (by budget), the values of the pair where the first
     # arm is lowest; a run no other arm matches in a table of its own
@@ -395,9 +412,14 @@ def test_per_set_scores_are_set_side_by_side():
     assert "| set | L6 2.5e+16 s0 per_set | L7 2.5e+16 s2 |" in text
     assert "| Code | -0.0100 | -0.0100 |" in text and "| Books | +0.0200 | -0.0300 |" in text
     assert "| sets where moe is lower | 1 of 2 | 2 of 2 |" in text
-    assert "moe is lower than dense on 1 to 2 of 2 sets in these 2 comparisons." in text
+    assert "moe is lower than dense on 2 of 2 sets in 1 of 2, 1 of 2 sets in 1 of 2 comparisons." in text
     alone = text.split("no other arm's run beside it")[1]
     assert "| set | `moe/d` |" in alone and "| all (overall) | 1.2000 |" in alone and "moe/c" not in alone
+    # a third arm beside the pair: every later arm against the first, a table of differences each
+    third = {**row("mlp", "mlp/a", {"Code": 0.72, "Books": 1.47}, 1.21), "arm": "mlp"}
+    text = "\n".join(per_set_lines(rows + [third], "val_bpb"))
+    assert "| set | dense | moe | mlp | moe − dense | mlp − dense |" in text
+    assert "moe − dense per set" in text and "mlp − dense per set" in text and "| Books | -0.0300 |" in text
 
 
 def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
@@ -459,5 +481,6 @@ def test_the_moe_studys_both_arms_at_3e16_are_read_from_its_committed_runs():
         ]
     )
     section = report.split("## Per validation set")[1].split("\n## ")[0]
-    assert "moe is lower than dense on 8 to 12 of 12 sets in these 9 comparisons." in section
+    counts = "12 of 12 sets in 6 of 9, 11 of 12 sets in 2 of 9, 8 of 12 sets in 1 of 9 comparisons."
+    assert f"moe is lower than dense on {counts}" in section and "| L5 3e+16 s2 (check) |" in section
     assert "`moe/L8__c2.50e+16__seed2`" in section.split("no other arm's run beside it")[1]  # dense has no L8 there

@@ -339,9 +339,9 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
                     f"isoflop.extra: {arm} at {budget:g} [{', '.join(names)}]: needs one of the arms "
                     f"{sorted(str(a) for a in arms)}, one of the budgets {budgets} and the spec's sizes"
                 )
-    seeds = [int(x) for x in d.get("seeds") or []]
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct, got {seeds}")
+    seeds = list(d.get("seeds") or [])
+    if seeds and not _int_list(seeds) or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds: distinct integers, got {seeds!r}")
     seed_budgets = (
         None if d.get("seed_budgets") is None else _budget_list("seed_budgets", d["seed_budgets"], empty=True)
     )
@@ -387,34 +387,57 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
 
 def _added_seeds(d, budgets: list[float], seeds: list[int]) -> list[dict]:
     """``added_seeds: [{budget, seeds, overrides?}]``: grid budgets, seeds not among ``seeds`` (nor another
-    entry's at that budget), overrides that only change scoring."""
+    entry's at that budget), overrides that only add scores."""
     out: list[dict] = []
     for e in _entries(d):
+        if not seeds:
+            raise ValueError("added_seeds: needs the spec's seeds (none given): it adds to them")
         form = f"added_seeds: {{budget: one of {budgets}, seeds: [not in {seeds}], overrides: [evaluation.K=V]}}"
-        if (
-            not seeds
-            or not isinstance(e, dict)
-            or not {"budget", "seeds"} <= set(e) <= {"budget", "seeds", "overrides"}
-        ):
+        if not isinstance(e, dict) or not {"budget", "seeds"} <= set(e) <= {"budget", "seeds", "overrides"}:
             raise ValueError(f"{form}, got {e!r}")
         budget = _budget_list("added_seeds.budget", [e["budget"]])[0]
         if not any(math.isclose(budget, b, rel_tol=1e-9) for b in budgets):
             raise ValueError(f"added_seeds.budget: {budget:g} is not a grid budget {budgets}")
         taken = set(seeds) | {s for o in out if math.isclose(o["budget"], budget, rel_tol=1e-9) for s in o["seeds"]}
         chosen = e["seeds"]
-        if not isinstance(chosen, list) or not chosen or len(set(chosen)) < len(chosen) or set(chosen) & taken:
-            raise ValueError(f"added_seeds.seeds at {budget:g}: distinct seeds not in {sorted(taken)}, got {chosen!r}")
-        out.append({"budget": budget, "seeds": [int(x) for x in chosen], **_scoring("added_seeds", e.get("overrides"))})
+        if not _int_list(chosen) or len(set(chosen)) < len(chosen) or set(chosen) & taken:
+            raise ValueError(
+                f"added_seeds.seeds at {budget:g}: distinct integers not in {sorted(taken)}, got {chosen!r}"
+            )
+        out.append({"budget": budget, "seeds": list(chosen), **_scoring("added_seeds", e.get("overrides"))})
     return out
 
 
+def _int_list(values) -> bool:
+    """A non-empty list of integers (not booleans, not floats YAML wrote as 2.0)."""
+    return isinstance(values, list) and bool(values) and all(type(v) is int for v in values)
+
+
+# evaluation keys that only add scores after training: the overall validation measure the cells use is unchanged
+# (final_eval_tokens, eval_tokens and the rest would change it or the run)
+SCORING_KEYS = (
+    "per_set",
+    "lm_eval_task",
+    "lm_eval_limit",
+    "long_context_lengths",
+    "long_context_samples",
+    "long_context_blocks",
+    "long_context_min_document_tokens",
+)
+
+
 def _scoring(key: str, overrides) -> dict:
-    """A run group's ``overrides`` that change only how it is scored (``evaluation.*``), never its training."""
+    """A run group's ``overrides`` that only add scores (``evaluation.<one of SCORING_KEYS>=...``): the runs train
+    and are measured as the grid's are."""
     overrides = overrides or []
     if not isinstance(overrides, list) or any(
-        not str(o).startswith("evaluation.") or "=" not in str(o) for o in overrides
+        str(o).partition("=")[0] not in {f"evaluation.{k}" for k in SCORING_KEYS} or "=" not in str(o)
+        for o in overrides
     ):
-        raise ValueError(f"{key}.overrides: evaluation.KEY=VALUE items only (scoring), got {overrides!r}")
+        raise ValueError(
+            f"{key}.overrides: evaluation.KEY=VALUE with KEY one of {', '.join(SCORING_KEYS)} (scores added, "
+            f"the measure unchanged), got {overrides!r}"
+        )
     return {"overrides": [str(o) for o in overrides]} if overrides else {}
 
 
@@ -444,12 +467,7 @@ def _check_seeds(d: dict, key: str, seeds: list[int]) -> dict:
     if "seeds" not in d:
         return {}
     chosen = d["seeds"]
-    if (
-        not isinstance(chosen, list)
-        or not chosen
-        or any(s not in seeds for s in chosen)
-        or len(set(chosen)) < len(chosen)
-    ):
+    if not _int_list(chosen) or any(s not in seeds for s in chosen) or len(set(chosen)) < len(chosen):
         raise ValueError(f"{key}.seeds: distinct seeds among the spec's {seeds}, got {chosen!r}")
     return {"seeds": [int(s) for s in chosen]}
 

@@ -1143,9 +1143,10 @@ def _fixed(x) -> str:
 
 def per_set_lines(rows: list[dict], y: str) -> list[str]:
     """Bits per byte per validation set of the runs scored per set (``evaluation.per_set``). Runs of two or more
-    arms at the same size, budget, seed and setting are compared: the values of the group where the first arm
-    scores lowest side by side, then one table of every group's differences (a column per group, by budget), so
-    that nine comparisons read as one table. Runs no other arm matches share one table of values."""
+    arms at the same size, budget, seed and setting are compared, each later arm against the first: for each such
+    pair of arms, the values of the group where the first arm scores lowest side by side, then one table of every
+    group's differences (a column per group, by budget; a multiplier check's marked), so that nine comparisons read
+    as one table. Runs no other arm matches share one table of values."""
     scored = [r for r in rows if r.get("val_bpb_per_set")]
     if not scored:
         return []
@@ -1158,8 +1159,12 @@ def per_set_lines(rows: list[dict], y: str) -> list[str]:
         if long:
             what = f"{size} at {budget:.3g}, seed {seed}" + (f", setting {setting}" if setting else "")
             return what + (f", learning rate ×{factor:g}" if factor else "")
+        check = any(r.get("multiplier_check") for r in groups[key])
         return (
-            f"{size} {budget:.2g} s{seed}" + (f" {setting}" if setting else "") + (f" lr×{factor:g}" if factor else "")
+            f"{size} {budget:.3g} s{seed}"
+            + (f" {setting}" if setting else "")
+            + (f" lr×{factor:g}" if factor else "")
+            + (" (check)" if check else "")
         )
 
     def value_table(runs):  # each arm's value, then each later arm's difference against the first's
@@ -1169,11 +1174,7 @@ def per_set_lines(rows: list[dict], y: str) -> list[str]:
         )
 
         def row(name, v):
-            return [
-                name,
-                *(_fixed(x) for x in v),
-                *(f"{x - v[0]:+.4f}" if None not in (x, v[0]) else "–" for x in v[1:]),
-            ]
+            return [name, *(_fixed(x) for x in v), *(_signed(None if None in (x, v[0]) else x - v[0]) for x in v[1:])]
 
         table = [row(k, [r["val_bpb_per_set"].get(k) for r in runs]) for k in sets]
         table.append(row("all (overall)", [r.get(y) for r in runs]))
@@ -1182,12 +1183,13 @@ def per_set_lines(rows: list[dict], y: str) -> list[str]:
     lines = ["## Per validation set", ""]
     order = {k: i for i, k in enumerate(groups)}
     compared = sorted((k for k, v in groups.items() if len(v) > 1), key=lambda k: (k[1], order[k]))
-    by_arms: dict = {}  # the groups of the same arms (in order) share one table of differences
+    by_arms: dict = {}  # (first arm, a later arm) -> the groups where both ran: one table of differences
     for key in compared:
-        by_arms.setdefault(tuple(r["arm"] for r in groups[key][:2]), []).append(key)
+        for other in groups[key][1:]:
+            by_arms.setdefault((groups[key][0]["arm"], other["arm"]), []).append(key)
     for (base, other), keys in by_arms.items():
         pairs = {k: {r["arm"]: r for r in groups[k]} for k in keys}
-        shown = min(keys, key=lambda k: pairs[k][base].get(y, math.inf))  # the base arm's best run and its twin
+        shown = min(keys, key=lambda k: _or_inf(pairs[k][base].get(y)))  # the base arm's best run and its twin
         lines += [
             f"{label(shown, True)}, the {base} arm's lowest of these (bits per byte of each set's text; "
             f"`{'`, `'.join(r['run'] for r in groups[shown])}`):",
@@ -1196,26 +1198,27 @@ def per_set_lines(rows: list[dict], y: str) -> list[str]:
             "",
         ]
         values = pairs[shown][base]["val_bpb_per_set"]
-        sets = sorted(values, key=lambda k: values[k])
+        sets = sorted({n for k in keys for n in pairs[k][base]["val_bpb_per_set"]}, key=lambda n: values.get(n, 0))
 
-        def gap(k, name):
-            a, b = pairs[k][base]["val_bpb_per_set"].get(name), pairs[k][other]["val_bpb_per_set"].get(name)
+        def gap(k, name, key="val_bpb_per_set"):
+            a, b = pairs[k][base], pairs[k][other]
+            a, b = (a.get(name), b.get(name)) if key is None else (a[key].get(name), b[key].get(name))
             return None if None in (a, b) else b - a
 
         table = [[name, *(_signed(gap(k, name)) for k in keys)] for name in sets]
-        table.append(["all (overall)", *(_signed(pairs[k][other].get(y) - pairs[k][base].get(y)) for k in keys)])
+        table.append(["all (overall)", *(_signed(gap(k, y, None)) for k in keys)])
         lower = [sum(1 for name in sets if (gap(k, name) or 0) < 0) for k in keys]
         table.append([f"sets where {other} is lower", *(f"{n} of {len(sets)}" for n in lower)])
+        counts = sorted({n: lower.count(n) for n in lower}.items(), reverse=True)
         lines += [
             f"{other} − {base} per set, every size, budget and seed both ran scored per set "
             f"(sN: seed N; bits per byte, negative: {other} lower):",
             "",
             _table(["set", *(label(k) for k in keys)], table),
             "",
-            f"{other} is lower than {base} on {min(lower)} to {max(lower)} of {len(sets)} sets "
-            f"in these {len(keys)} comparisons."
-            if len(keys) > 1
-            else f"{other} is lower than {base} on {lower[0]} of {len(sets)} sets.",
+            f"{other} is lower than {base} on "
+            + ", ".join(f"{n} of {len(sets)} sets in {c} of {len(keys)}" for n, c in counts)
+            + (" comparisons." if len(keys) > 1 else " comparison."),
             "",
         ]
     alone = [k for k in groups if k not in compared]
@@ -1232,6 +1235,10 @@ def per_set_lines(rows: list[dict], y: str) -> list[str]:
             "",
         ]
     return lines
+
+
+def _or_inf(x) -> float:
+    return math.inf if x is None else x
 
 
 def _signed(x) -> str:
