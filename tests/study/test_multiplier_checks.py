@@ -441,6 +441,10 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
     assert check["baseline_optimum"]["bracketed"] and check["reading"] == "multiplier above 1.2, measured"
     assert check["interval"][0] > 0
     assert check["sigma"] == pytest.approx(0.0038, abs=1e-4)  # 2.5e16's: the 3e16 cells' replicates give less
+    analysis = json.loads(
+        (study_dir / "analysis.json").read_text()
+    )  # the spec's bootstrap: 2000 draws, 300 for L(N, D)
+    assert analysis["n_boot"] == 2000 and analysis["nd"]["intervals"]["n_boot"] == 300
     report = (study_dir / "report.md").read_text()
     assert f"{check['gap']:+.4f} [{check['interval'][0]:+.4f}, {check['interval'][1]:+.4f}]" in report
     curves = {c["fit"]: c for c in check["curves"]}

@@ -107,6 +107,19 @@ def test_spec_errors():
         load_spec({**MICRO, "budget": [1]})
     with pytest.raises(ValueError, match="unique"):
         load_spec({**MICRO, "sizes": ["tiny", "tiny"]})
+    for bad in ({"draws": -1}, {"draws": 2.5}, {"samples": 10}, [2000], {"frontier_draws": True}):
+        with pytest.raises(ValueError, match="bootstrap:"):
+            load_spec({**MICRO, "bootstrap": bad})
+
+
+def test_the_bootstrap_draws_are_the_specs_and_read_back():
+    """Default 300 and 100 draws, left out of the spec's dump (the committed specs read back unchanged); a spec's
+    own are kept in its dump and a partial mapping takes the other default."""
+    plain = load_spec(MICRO)
+    assert plain.bootstrap == {"draws": 300, "frontier_draws": 100} and "bootstrap" not in plain.to_dict()
+    more = load_spec({**MICRO, "bootstrap": {"draws": 2000}})
+    assert more.bootstrap == {"draws": 2000, "frontier_draws": 100}
+    assert load_spec(more.to_dict()).bootstrap == more.bootstrap
 
 
 def test_fit_recovers_exact_power_law():

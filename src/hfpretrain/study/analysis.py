@@ -444,6 +444,9 @@ def _bootstrap(
     return out
 
 
+ND_BOOT = 100  # bootstrap draws of the L(N, D) fits (each refits every arm): fewer than the optima's
+
+
 def analyse_isoflop(
     rows: list[dict],
     y: str = "val_loss",
@@ -452,6 +455,7 @@ def analyse_isoflop(
     extrapolate_factor: float = 10.0,
     noise_rule=None,
     frontier: bool = True,
+    nd_boot: int = ND_BOOT,
 ) -> dict:
     """Everything the report needs (see the module docstring). The first arm is the baseline.
 
@@ -512,7 +516,7 @@ def analyse_isoflop(
     result["intervals"] = None
     sigma = {b: v["sigma"] for b, v in by_budget["budgets"].items()}
     result["nd"] = (
-        analyse_nd(rows, arms, budgets, opt, sigma, target, y, min(n_boot, ND_BOOT), seed) if frontier else None
+        analyse_nd(rows, arms, budgets, opt, sigma, target, y, min(n_boot, nd_boot), seed) if frontier else None
     )
     if all(v is not None for v in sigma.values()) and n_boot > 0:
         boot = _bootstrap(cell_map, arms, budgets, target, sigma, n_boot, seed)
@@ -526,9 +530,6 @@ def analyse_isoflop(
             # the ends of E's interval, and no floor at all (a pure power law, as the first studies fitted)
             result["trend_floor"] = trend_at_floors(opt, arms, budgets, list(dict.fromkeys([*e_iv, 0.0])))
     return result
-
-
-ND_BOOT = 100  # bootstrap draws of the L(N, D) fits (each refits every arm): fewer than the optima's
 
 
 def _nd_rows(rows: list[dict], y: str) -> list[dict]:

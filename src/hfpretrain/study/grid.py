@@ -97,6 +97,9 @@ class StudySpec:
     gpu: str | None = None  # GPU the estimate is for (default: this machine's)
     overhead_s: float = 0.0  # per run, for the estimate: start, compile, final evaluation (measure it once)
     workers: int = 1  # runs trained at a time on each GPU (small models leave a GPU mostly idle)
+    # the report's parametric bootstrap: draws of the optima (every interval of the cells, gaps and multipliers) and
+    # of the L(N, D) fits (each draw refits every arm, so fewer); more draws steady the 2.5%/97.5% ends
+    bootstrap: dict = field(default_factory=lambda: dict(BOOTSTRAP))
     data: str = ""  # what text the runs read (which sets, how much): the report's Data section
     reproduce: list[str] = field(default_factory=list)  # commands, paths relative to the repository or $DATA_ROOT
     decision: dict = field(default_factory=dict)  # the rule the report applies, written before the runs
@@ -139,6 +142,8 @@ class StudySpec:
         d[d.pop("budget_kind")] = d.pop("budgets")
         if "isoflop" in d and not d["isoflop"]["extra"]:
             del d["isoflop"]["extra"]
+        if d.get("bootstrap") == BOOTSTRAP:  # the default: specs written before the key read back unchanged
+            del d["bootstrap"]
         return d
 
 
@@ -296,6 +301,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         "gpu",
         "overhead_s",
         "workers",
+        "bootstrap",
         "data",
         "reproduce",
         "decision",
@@ -368,6 +374,7 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         gpu=d.get("gpu"),
         overhead_s=float(d.get("overhead_s") or 0.0),
         workers=_workers(d.get("workers", 1)),
+        bootstrap=_bootstrap(d.get("bootstrap")),
         data=str(d.get("data") or ""),
         reproduce=[str(c) for c in d.get("reproduce") or []],
         decision=_decision(d.get("decision"), arms),
@@ -623,6 +630,21 @@ def _decision(d, arms: dict) -> dict:
     if fixed:
         out["noise"] = {float(b): float(v) for b, v in noise.items()}
     return out
+
+
+BOOTSTRAP = {"draws": 300, "frontier_draws": 100}
+
+
+def _bootstrap(value) -> dict:
+    """``bootstrap: {draws, frontier_draws}`` (either may be left out: the defaults)."""
+    value = {} if value is None else value
+    if (
+        not isinstance(value, dict)
+        or set(value) - set(BOOTSTRAP)
+        or not all(type(v) is int and v >= 0 for v in value.values())
+    ):
+        raise ValueError(f"bootstrap: {{draws: N, frontier_draws: N}}, whole numbers ≥ 0, got {value!r}")
+    return {**BOOTSTRAP, **value}
 
 
 def _workers(value) -> int:

@@ -250,9 +250,10 @@ def write_homework(
     summary = json.loads((root / BEST / "summary.json").read_text())
     moe_rows = json.loads((root / MOE / "results.json").read_text())
     scored = [r for r in moe_rows if r.get("val_bpb_per_set")]
+    seeds = sorted({r.get("seed") for r in scored}, key=str)
     per_set_scored = (
-        f"{len(scored)} of its {len(moe_rows)} runs are scored per validation set (one seed each: the report's "
-        "§ Per validation set); the grid is scored overall"
+        f"{len(scored)} of its {len(moe_rows)} runs are scored per validation set (seeds "
+        f"{', '.join(map(str, seeds))}: the report's § Per validation set); the others overall"
         if scored
         else "nothing is scored per validation set"
     )
@@ -401,12 +402,13 @@ def write_homework(
         "decision budget reads the dense arm's fit beyond its data, and other fits of the same optima give values "
         "on both sides of it (a pure power law, E = 0, reads below the rule's minimum); that it exceeds the minimum "
         "is measured, by the dense arm trained on 1.2 times the decision budget (the check beside the rule, above; "
-        "the MoE arm there too reads the same gap); "
+        "the MoE arm there too is lower than the dense arm beyond noise, by a gap within noise of the decision "
+        "budget's); "
         "the multiplier rises with compute for floors near the fitted one, is flat on the "
         "vocabulary study's fit of the same dense runs and falls with no floor, so the Discussion states no "
         "direction and none is claimed; the data are read "
-        "more times at the larger budgets, so whether the gain grows with compute or with repetition these runs "
-        "cannot tell apart; the gain is per FLOP, and the MoE shapes train at fewer tokens per second than their "
+        "more times at the larger budgets, so whether any change of the gain comes with compute or with repetition "
+        "these runs cannot tell apart; the gain is per FLOP, and the MoE shapes train at fewer tokens per second than their "
         "dense twins; the learning rate (both arms, one seed) and the MoE arm's balancing weight (two seeds at the "
         "decision budget) were checked at two budgets only, the decision budget one of them, each check within noise "
         f"of the grid's setting or worse (the report's checks), and {per_set_scored}.",

@@ -1582,8 +1582,9 @@ def hardware_lines(spec: StudySpec, rows: list[dict], elsewhere: Counter) -> lis
     return [
         "## Hardware and time",
         "",
-        f"- Devices: {', '.join(devices)}; {spec.workers} run(s) at a time on each GPU"
-        + (" (per-run times are of a shared GPU)" if spec.workers > 1 else "")
+        f"- Devices: {', '.join(devices)}; the spec's `workers`: {spec.workers} run(s) at a time on each GPU, "
+        "unless a call set `--workers` (the study's README says what ran)"
+        + ("; per-run times are of a shared GPU" if spec.workers > 1 else "")
         + "".join(
             f"; {n} run(s) trained by another study ({study}), as many at a time as its spec says"
             for study, n in sorted(elsewhere.items())
@@ -1789,10 +1790,11 @@ def analyse(
     out: str | Path,
     n_planned: int | None = None,
     best_report: str | Path | None = None,
-    n_boot: int = 300,
+    n_boot: int | None = None,
 ) -> dict:
     """Everything after the runs: spec.yaml, results.csv/json, fits.json, analysis.json, the plots and
-    report.md in ``out``. ``best_report``: the best model's run report, linked from the study's."""
+    report.md in ``out``. ``best_report``: the best model's run report, linked from the study's. ``n_boot``: the
+    bootstrap's draws (default: the spec's ``bootstrap``)."""
     import json
 
     from hfpretrain.study.analysis import NOISE_RULES, analyse_isoflop, check_gaps, multiplier_checks, to_json
@@ -1810,7 +1812,14 @@ def analyse(
     fits = fit_arms(grid_rows, y=y)
     isoflop, isoflop_png, extra, other_noise = None, None, None, None
     if spec.budget_kind == "flops" and rows:
-        isoflop = analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=(spec.decision or {}).get("noise"))
+        n_boot = spec.bootstrap["draws"] if n_boot is None else n_boot
+        isoflop = analyse_isoflop(
+            rows,
+            y=y,
+            n_boot=n_boot,
+            noise_rule=(spec.decision or {}).get("noise"),
+            nd_boot=spec.bootstrap["frontier_draws"],
+        )
         if spec.multiplier_checks:
             isoflop["multiplier_checks"] = multiplier_checks(rows, isoflop, spec.decision, n_boot)
             isoflop["check_gaps"] = check_gaps(rows, isoflop, spec.decision, n_boot)
