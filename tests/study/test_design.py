@@ -112,6 +112,19 @@ def test_plan_applies_isoflop_seeds_and_rules(mini_blocks):
         len(extended) == len(planned) + 1
         and load_spec(_spec(mini_blocks, isoflop=iso).to_dict()).isoflop == _spec(mini_blocks, isoflop=iso).isoflop
     )  # spec.yaml reads back the same
+    # an intermediate size outside every window (window: false): the windows stay as they were, and only the cell
+    # whose extra names it trains it
+    sizes = [*ISO["sizes"][:2], {**_size(48), "window": False}, *ISO["sizes"][2:]]
+    iso = {**ISO["isoflop"], "extra": {"tied": {3.3e10: ["h48"]}}}
+    between = _spec(mini_blocks, sizes=sizes, isoflop=iso)
+    with_it = [p for _, p in plan_study(between, "/tmp/unused")]
+    assert cells(with_it) - cells(planned) == {("tied", "h48", 3.3e10)} and len(with_it) == len(planned) + 2
+    assert [s.window for s in load_spec(between.to_dict()).sizes] == [True, True, False, True, True]
+    assert "window" not in str(_spec(mini_blocks).to_dict()["sizes"])  # the default is not written
+    with pytest.raises(ValueError, match="window: false needs an IsoFLOP grid"):
+        load_spec({**{k: v for k, v in ISO.items() if k not in ("isoflop", "seed_budgets")}, "sizes": sizes})
+    with pytest.raises(ValueError, match="window is true or false"):
+        load_spec({**ISO, "sizes": [{**_size(48), "window": "no"}]})
 
 
 def test_plan_errors_stop_the_study_before_training(mini_blocks, tmp_path):

@@ -65,6 +65,9 @@ class Size:
     fields: dict = field(default_factory=dict)  # config fields -> model.overrides.<key>=<value>
     overrides: tuple[str, ...] = ()  # raw recipe overrides, e.g. "training.learning_rate=1e-3"
     arms: dict = field(default_factory=dict)  # arm name -> {config, fields, overrides} for that arm
+    # False: an intermediate size no IsoFLOP window picks (the windows' sizes stay consecutive as before it was
+    # added); only ``isoflop.extra`` trains it, in the cells that name it
+    window: bool = True
 
     def recipe_overrides(self, arm: str | None = None) -> list[str]:
         own = self.arms.get(arm, {})
@@ -137,7 +140,9 @@ class StudySpec:
         d = asdict(self)
         d = {k: v for k, v in d.items() if v not in (None, [], {}, "")}
         d["sizes"] = [
-            {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items() if v} for s in self.sizes
+            {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items() if v and k != "window"}
+            | ({} if s.window else {"window": False})
+            for s in self.sizes
         ]
         d[d.pop("budget_kind")] = d.pop("budgets")
         if "isoflop" in d and not d["isoflop"]["extra"]:
@@ -192,9 +197,11 @@ def _size(entry) -> Size:
     name = entry.pop("name", None) or entry.get("config")
     if not name:
         raise ValueError(f"size {entry} needs a name (or a config)")
-    unknown = set(entry) - {"config", "fields", "overrides", "arms"}
+    unknown = set(entry) - {"config", "fields", "overrides", "arms", "window"}
     if unknown:
-        raise ValueError(f"size {name}: unknown keys {sorted(unknown)} (config, fields, overrides, arms)")
+        raise ValueError(f"size {name}: unknown keys {sorted(unknown)} (config, fields, overrides, arms, window)")
+    if not isinstance(entry.get("window", True), bool):
+        raise ValueError(f"size {name}: window is true or false, got {entry['window']!r}")
     arms = {}
     for arm, own in (entry.get("arms") or {}).items():
         if not isinstance(own, dict) or set(own) - {"config", "fields", "overrides"}:
@@ -210,6 +217,7 @@ def _size(entry) -> Size:
         fields=dict(entry.get("fields") or {}),
         overrides=tuple(entry.get("overrides") or ()),
         arms=arms,
+        window=entry.get("window", True),
     )
 
 
@@ -345,6 +353,9 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
                     f"isoflop.extra: {arm} at {budget:g} [{', '.join(names)}]: needs one of the arms "
                     f"{sorted(str(a) for a in arms)}, one of the budgets {budgets} and the spec's sizes"
                 )
+    outside = [s.name for s in sizes if not s.window]
+    if outside and not isoflop:
+        raise ValueError(f"size {outside[0]}: window: false needs an IsoFLOP grid (isoflop:), whose extra trains it")
     seeds = list(d.get("seeds") or [])
     if seeds and not _int_list(seeds) or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds: distinct integers, got {seeds!r}")
@@ -839,7 +850,7 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
         def sizes_for(arm: str, budget: float) -> list[str]:
             # a size that would read its data more than max_passes times at this budget is no candidate:
             # the window moves up to larger models (data-limited budgets), instead of failing the plan
-            costs, plans = [], {s.name: probe(arm, s.name)["plan"] for s in spec.sizes}
+            costs, plans = [], {s.name: probe(arm, s.name)["plan"] for s in spec.sizes if s.window}
             for name, plan in plans.items():
                 passes = budget / plan["flops_per_token"] / (plan["train_blocks"] * plan["seq_len"])
                 if passes <= spec.rules.max_passes or spec.rules.over_passes != "exclude":
