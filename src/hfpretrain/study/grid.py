@@ -7,9 +7,8 @@ so a study is resumable: a run whose ``summary.json`` exists is read back, never
 
 With ``isoflop`` (a compute grid), each budget trains only the sizes nearest a target tokens-per-parameter
 ratio; ``seeds`` repeat cells with other seeds (at ``seed_budgets``; ``added_seeds`` more at some budgets);
-``rules`` derive batch, learning
-rate and warmup per run. See :mod:`hfpretrain.study.design`; ``plan_study`` resolves all of it with dry
-runs (no model is built) and checks the plan before any run starts.
+``rules`` derive batch, learning rate and warmup per run. See :mod:`hfpretrain.study.design`; ``plan_study``
+resolves all of it with dry runs (no model is built) and checks the plan before any run starts.
 
 Budgets are one of (per spec):
   tokens: [...]   training tokens per run        -> max_steps = round(tokens / tokens_per_step)
@@ -92,8 +91,8 @@ class StudySpec:
     seeds: list[int] = field(default_factory=list)  # [] = the recipe's seed, one run per cell
     seed_budgets: list[float] | None = None  # budgets that run every seed (None: all; others the first)
     # [{budget, seeds, overrides?}]: seeds beyond ``seeds`` at a grid budget (a third seed where the decision's
-    # noise is read), written after the runs of ``seeds`` and dated in the spec; ``overrides`` (evaluation.* only)
-    # score those runs differently (per validation set, say) without changing their training
+    # noise is read), written after the runs of ``seeds`` and dated in the spec; ``overrides`` (SCORING_KEYS only)
+    # add scores to those runs (per validation set, say) without changing their training or measure
     added_seeds: list = field(default_factory=list)
     rules: Rules = field(default_factory=Rules)
     mfu: dict = field(default_factory=dict)  # size name or "default" -> measured MFU, for the GPU-time estimate
@@ -509,8 +508,8 @@ def _lr_checks(d, budgets: list[float], seeds: list[int]) -> dict:
 
 def _multiplier_check(d, budgets: list[float], arms: set[str], sizes: set[str], seeds: list[int]) -> dict:
     """One entry of ``multiplier_checks: {arm, budget, sizes: [3 or more], seeds?, overrides?}``: a budget outside
-    the grid's (inside, it would be a cell of its own) and enough sizes to bracket an optimum. ``overrides`` change
-    how its runs are scored (``evaluation.*`` keys only: a check trains as the grid does)."""
+    the grid's (inside, it would be a cell of its own) and enough sizes to bracket an optimum. ``overrides`` add
+    scores to its runs (SCORING_KEYS only: a check trains and is measured as the grid is)."""
     form = (
         "multiplier_checks: {arm: ARM, budget: B (not a grid budget), sizes: [3+ of the spec's], seeds: [...], "
         "overrides: [evaluation.KEY=VALUE, ...]}"
