@@ -345,7 +345,7 @@ def test_workers_share_the_runs_and_train_each_once(mini_blocks_bpe1k, tmp_path)
     for log in out.glob("runs/*/*/log.jsonl"):
         events = [json.loads(line)["event"] for line in log.read_text().splitlines()]
         assert events.count("config") == 1
-    assert "2 at a time" in (out / "report.md").read_text()
+    assert "at a time on each GPU (the spec's `workers`: 2," in (out / "report.md").read_text()
 
     # a run that reached its last step but was stopped before its final evaluation (SIGTERM then) is not done
     summary_path = next(out.glob("runs/*/*/summary.json"))

@@ -1746,7 +1746,8 @@ def write_report(
         )
     if spec.workers > 1:
         caveats.append(
-            f"- Runs were trained {spec.workers} at a time on each GPU (`workers`"
+            f"- Runs were trained several at a time on each GPU (the spec's `workers`: {spec.workers}, unless a call "
+            "set `--workers`: the study's README says what ran"
             + ("; those another study trained, as many as its spec says" if elsewhere else "")
             + "): the tokens/s and wall times in the run table are those of a shared GPU, not of a run alone."
         )
