@@ -4,7 +4,11 @@
 # each followed by its run report (lm-eval on ARC-Easy, ARC-Challenge, OpenBookQA, HellaSwag, PIQA and LAMBADA
 # beside chance; generations; curves). The ten shards hold 56.6M tokens: the recipe's 175M read them 3.1 times
 # (best_small's six shards 4.7 times). Each run comes back as $OUT/best_small10_seedS.tgz (no weights: over the
-# 16 MiB a returned file may hold).
+# 16 MiB a returned file may hold). KEEP=DIR (outside $OUT) keeps the weights: a bf16 export of final/ (its files
+# but the weights come back in $OUT/export_seedS, its lm-eval scores in $OUT/export_eval_S) and the weights in
+# 16 MB parts in DIR/seedS with their SHA256SUMS, which later calls (within 30 s) copy back four at a time:
+#   mkdir -p $OUT/w && cp DIR/seed1234/SHA256SUMS DIR/seed1234/model.safetensors.part-0[0-3] $OUT/w/   # then 0[4-7]...
+# (2026-11-30: seed 1234 again, KEEP=/root/keep, 14 parts; results/best_small10/README.md § The checkpoint).
 # Two carries, as for benchmarks/gpu_1gpu_moe2_study.sh, the second with the evaluation kit:
 #   TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval && bash benchmarks/pack_extra.sh
 #   cp "$DATA_ROOT"/pretrain/mix/train-00004.jsonl.zst .carry/data/pretrain/mix/      # pack.sh stops at four
@@ -40,5 +44,16 @@ for seed in ${SEEDS:-1234 1235}; do
   echo "== report seed $seed rc $report_rc (${SECONDS}s)" | tee -a "$N"
   tar -czf "$OUT/best_small10_seed$seed.tgz" --exclude='checkpoint-*' --exclude='*.safetensors' --exclude='*.bin' \
     --exclude='*.pt' $run
+  if [ -n "${KEEP:-}" ]; then  # the weights kept: a bf16 export (what a user shares), scored as the report scores
+    # the run, and its weights cut in parts a device call can bring back (16 MB each; `cat` joins them, SHA256SUMS)
+    exp=$OUT/export_seed$seed
+    python3 scripts/export.py $run/final --out $exp > "$OUT/export_$seed.log" 2>&1 \
+      && DATA_ROOT=$STASH_DIR python3 scripts/evaluate.py $exp --out "$OUT/export_eval_$seed" \
+        --tasks arc_easy,arc_challenge,openbookqa,hellaswag,piqa,lambada_openai > "$OUT/export_eval_$seed.log" 2>&1 \
+      && mkdir -p "$KEEP/seed$seed" && (cd $exp && sha256sum model.safetensors > "$KEEP/seed$seed/SHA256SUMS") \
+      && split -b 16000000 -d -a 2 $exp/model.safetensors "$KEEP/seed$seed/model.safetensors.part-"
+    keep_rc=$?; (( keep_rc )) && rc=1
+    echo "== kept seed $seed rc $keep_rc: $(ls "$KEEP/seed$seed" 2>/dev/null | wc -l) files (${SECONDS}s)" | tee -a "$N"
+  fi
 done
 exit $rc

@@ -22,6 +22,9 @@
 # The MoE arm at 3e16 and both arms' L6 at 2.5e16 scored per set (ten runs, 2026-11-30), five a GPU, the same way:
 #   "RUNS='*__c[23].[05]0e+16__*' WORKERS=5 bash benchmarks/gpu_1gpu_moe2_study.sh"   (the rest there is done)
 # and the dense arm's L8 at 3e16 (two runs, one a GPU): "RUNS='dense/L8__c3.00e+16__*' WORKERS=1 bash ..."
+# The 8e14 intermediate size and the MoE arm's checks at 3e16 (seven runs, 2026-11-30), on the second GPU of two
+# beside the best model's run again (benchmarks/gpu_1gpu_best_small10.sh, KEEP), each a chain of its own:
+#   "CUDA_VISIBLE_DEVICES=1 RUNS='*/L3w__* moe/*__c3.00e+16__lr* moe/*__c3.00e+16__aux*' WORKERS=4 bash ..."
 DATA=out/mix10_bpe8k_1024 CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024
 source benchmarks/gpu_common.sh
 SPEC=src/hfpretrain/study/specs/gpu_moe2.yaml
@@ -36,4 +39,5 @@ if [ -f .carry/gpu_moe2_runs.tgz ]; then tar -xzf .carry/gpu_moe2_runs.tgz -C "$
 elif [ -d results/study_gpu_moe2/runs/moe ]; then cp -r -n results/study_gpu_moe2/runs/moe "$STUDY/runs/"; fi
 python3 scripts/study.py $SPEC --list > "$OUT/list.txt" 2>&1
 echo "== dense grid runs left: $(grep -cE '^todo  dense/L[0-9]+__c(8.00e\+14|2.50e\+15|8.00e\+15|2.50e\+16)__seed' "$OUT/list.txt") (0: the copied arm is the plan's); dense checks left: $(grep -E '^todo  dense/' "$OUT/list.txt" | grep -cE '__lr|__c3.00e\+16__')" | tee -a "$N"
-study_call $SPEC "$STUDY" gpu_moe2 ${RUNS:+--runs "$RUNS"} ${WORKERS:+--workers "$WORKERS"}
+set -f; runs=(); for r in ${RUNS:-}; do runs+=(--runs "$r"); done; set +f  # RUNS: patterns, space-separated
+study_call $SPEC "$STUDY" gpu_moe2 "${runs[@]}" ${WORKERS:+--workers "$WORKERS"}

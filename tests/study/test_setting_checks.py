@@ -19,12 +19,13 @@ from hfpretrain.study.grid import (
     folder_runs,
     load_spec,
     lr_check_runs,
+    multiplier_check_runs,
     plan_study,
     setting_check_runs,
     setting_overrides,
     write_results,
 )
-from hfpretrain.study.report import setting_check_lines, write_report
+from hfpretrain.study.report import lr_check_lines, setting_check_lines, write_report
 
 from test_analysis import ALPHA, BUDGETS, A, E, study
 from test_study import MICRO
@@ -198,6 +199,67 @@ def test_checks_at_a_second_budget_take_its_central_size_with_the_seeds_named(tm
     assert all(setting_overrides(spec, r) == ["moe.aux_loss_coef=0.01"] for r in checks)
     lines = "\n".join(setting_check_lines(spec, [], "val_loss"))
     assert "aux0.01 on moe at 1e+14; aux0.01 on moe at 1e+16" in lines
+
+
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        ({"lr_checks": {"budget": 4e17, "factors": [2]}}, "lr_checks:"),  # neither a grid nor a check budget
+        ({"lr_checks": {"budget": 1e17, "factors": [2], "arms": ["mlp"]}}, "lr_checks.arms"),
+        ({"lr_checks": {"budget": 1e17, "factors": [2], "arms": "moe"}}, "lr_checks.arms"),
+        ({"setting_checks": {"budget": 4e17, "settings": AUX}}, "setting_checks.budget"),
+    ],
+)
+def test_a_check_outside_the_grid_and_the_multiplier_checks_is_one_line(extra, key):
+    with pytest.raises(ValueError) as err:
+        load_spec(_spec(multiplier_checks={"arm": "moe", "budget": 1e17, "sizes": ["a", "b", "c"]}, **extra))
+    assert key in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_checks_at_a_multiplier_checks_budget_sit_beside_its_runs(tmp_path):
+    """An LR or setting check at a budget beyond the grid where a multiplier check measured the arm (the MoE study's
+    3e16): its centre is among that check's sizes, it is no run of that check's cell, and the report sets it beside
+    the check's run of its size and seed, judged by the σ that check's reading used."""
+    spec = load_spec(
+        _spec(
+            multiplier_checks={"arm": "moe", "budget": 1e17, "sizes": ["a", "b", "c"]},
+            lr_checks={"budget": 1e17, "factors": [0.5, 2], "arms": ["moe"]},
+            setting_checks={"budget": "1.0e17", "settings": AUX},
+        )
+    )
+    assert (
+        load_spec(spec.to_dict()).lr_checks
+        == spec.lr_checks
+        == [{"budget": 1e17, "factors": [0.5, 2.0], "arms": ["moe"]}]
+    )
+    grid = expand(spec, tmp_path) + multiplier_check_runs(spec, tmp_path)
+    lr, settings = lr_check_runs(spec, grid, _plan_of), setting_check_runs(spec, grid, _plan_of)
+    # D/N at 1e17 FLOPs (6N per token): a 1.7e6, b 1.7e4, c 1.7e2: c is nearest 20
+    assert [r.name for r in lr + settings] == [
+        "moe/c__c1.00e+17__lr0.5__seed3",
+        "moe/c__c1.00e+17__lr2__seed3",
+        "moe/c__c1.00e+17__aux0.01__seed3",
+    ]
+    assert not any(r.multiplier_check for r in lr + settings)
+    # without arms an LR check takes every arm measured there: the dense arm has no run at 1e17
+    spec.lr_checks[0].pop("arms")
+    assert [r.arm for r in lr_check_runs(spec, grid, _plan_of)] == ["moe", "moe"]
+
+    def row(loss, **extra):
+        return {"arm": "moe", "size": "c", "budget": 1e17, "seed": 3, "val_loss": loss, "learning_rate": 1e-3, **extra}
+
+    rows = [
+        row(2.0, multiplier_check=True),
+        row(2.02, lr_factor=0.5),
+        row(1.99, lr_factor=2.0),
+        row(2.05, setting="aux0.01"),
+    ]
+    isoflop = {"budget_noise": {"budgets": {}}, "multiplier_checks": [{"budget": 1e17, "sigma": 0.01}]}
+    text = "\n".join(lr_check_lines(spec, rows, "val_loss", isoflop))
+    assert "×1: 2.0000" in text and "×2 by 0.0100, within 2√2·σ = 0.0283" in text
+    text = "\n".join(setting_check_lines(spec, rows, "val_loss", isoflop))
+    assert "| 2.0500 | 2.0000 | +0.0500 | 0.0100 |" in text
+    assert "worse by 0.0500 bits/byte" not in text and "worse by 0.0500 nats, beyond 2√2·σ = 0.0283" in text
 
 
 def test_the_plan_trains_a_setting_check_with_its_overrides_last(tmp_path):

@@ -105,9 +105,10 @@ class StudySpec:
     data: str = ""  # what text the runs read (which sets, how much): the report's Data section
     reproduce: list[str] = field(default_factory=list)  # commands, paths relative to the repository or $DATA_ROOT
     decision: dict = field(default_factory=dict)  # the rule the report applies, written before the runs
-    # [{budget, factors, seeds?}]: per arm, the budget's central size (D/N nearest the target) again at the rule's
-    # LR times each factor, with the first seed (or each of seeds): is the LR rule near each arm's optimum? Not part
-    # of the IsoFLOP cells. A spec may write one entry as a mapping.
+    # [{budget, factors, arms?, seeds?}]: per arm (default every arm), the budget's central size (D/N nearest the
+    # target) again at the rule's LR times each factor, with the first seed (or each of seeds): is the LR rule near
+    # each arm's optimum? Not part of the IsoFLOP cells. A spec may write one entry as a mapping. The budget: a grid
+    # budget or a multiplier check's (there the central size is among that check's sizes); so for setting_checks.
     lr_checks: list = field(default_factory=list)
     # [{budget, settings: {name: {arms, overrides}}, seeds?}]: each named setting (recipe overrides, after the arm's
     # and the rules') on each of its arms' central size at that budget (the size lr_checks picks), first seed (or
@@ -365,6 +366,16 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         raise ValueError(f"seed_budgets {seed_budgets} must be among the budgets {budgets}")
     added_seeds = _added_seeds(d.get("added_seeds"), budgets, seeds)
     all_seeds = sorted({*seeds, *(s for e in added_seeds for s in e["seeds"])})
+    multiplier_checks = _distinct_check_seeds(
+        [
+            _multiplier_check(e, budgets, {str(a) for a in arms}, {s.name for s in sizes}, all_seeds)
+            for e in _entries(d.get("multiplier_checks"))
+        ],
+        seeds,
+    )
+    # a learning-rate or setting check may sit at a multiplier check's budget too: there the check's runs are the
+    # cell it is set beside
+    check_budgets = sorted({*budgets, *(e["budget"] for e in multiplier_checks)})
     return StudySpec(
         name=name,
         recipe=str(d["recipe"]),
@@ -388,17 +399,14 @@ def load_spec(path_or_dict: str | Path | dict) -> StudySpec:
         data=str(d.get("data") or ""),
         reproduce=[str(c) for c in d.get("reproduce") or []],
         decision=_decision(d.get("decision"), arms),
-        lr_checks=[_lr_checks(e, budgets, seeds) for e in _entries(d.get("lr_checks"))],
+        lr_checks=[_lr_checks(e, check_budgets, {str(a) for a in arms}, seeds) for e in _entries(d.get("lr_checks"))],
         setting_checks=_unique_settings(
-            [_setting_checks(e, budgets, {str(a) for a in arms}, seeds) for e in _entries(d.get("setting_checks"))]
-        ),
-        multiplier_checks=_distinct_check_seeds(
             [
-                _multiplier_check(e, budgets, {str(a) for a in arms}, {s.name for s in sizes}, all_seeds)
-                for e in _entries(d.get("multiplier_checks"))
-            ],
-            seeds,
+                _setting_checks(e, check_budgets, {str(a) for a in arms}, seeds)
+                for e in _entries(d.get("setting_checks"))
+            ]
         ),
+        multiplier_checks=multiplier_checks,
     )
 
 
@@ -489,19 +497,28 @@ def _check_seeds(d: dict, key: str, seeds: list[int]) -> dict:
     return {"seeds": [int(s) for s in chosen]}
 
 
-def _lr_checks(d, budgets: list[float], seeds: list[int]) -> dict:
-    form = f"lr_checks: {{budget: one of {budgets}, factors: [positive, not 1], seeds: [...] (optional)}}"
+def _lr_checks(d, budgets: list[float], arms: set[str], seeds: list[int]) -> dict:
+    form = (
+        f"lr_checks: {{budget: one of {budgets}, factors: [positive, not 1], arms: [...] (optional), "
+        "seeds: [...] (optional)}"
+    )
     if (
         not isinstance(d, dict)
-        or set(d) - {"budget", "factors", "seeds"}
+        or set(d) - {"budget", "factors", "arms", "seeds"}
         or not any(math.isclose(float(d.get("budget", 0)), b, rel_tol=1e-9) for b in budgets)
         or not d.get("factors")
         or any(float(f) <= 0 or float(f) == 1 for f in d["factors"])
     ):
         raise ValueError(f"{form}, got {d}")
+    own = d.get("arms")
+    if own is not None and (
+        not isinstance(own, list) or not own or any(a not in arms for a in own) or len(set(own)) != len(own)
+    ):
+        raise ValueError(f"lr_checks.arms: a list of distinct arms among {sorted(arms)}, got {own!r}")
     return {
         "budget": float(d["budget"]),
         "factors": [float(f) for f in d["factors"]],
+        **({"arms": list(own)} if own is not None else {}),
         **_check_seeds(d, "lr_checks", seeds),
     }
 
@@ -577,7 +594,9 @@ def _setting_checks(d, budgets: list[float], arms: set[str], seeds: list[int]) -
     except (TypeError, ValueError):
         budget = math.nan
     if isinstance(d["budget"], bool) or not any(math.isclose(budget, b, rel_tol=1e-9) for b in budgets):
-        raise ValueError(f"setting_checks.budget: one of the spec's budgets {budgets}, got {d['budget']!r}")
+        raise ValueError(
+            f"setting_checks.budget: one of the spec's budgets or multiplier checks' {budgets}, got {d['budget']!r}"
+        )
     if not isinstance(d["settings"], dict) or not d["settings"]:
         raise ValueError(f"setting_checks.settings: a mapping NAME -> {{arms, overrides}}, got {d['settings']!r}")
     settings = {}
@@ -765,7 +784,10 @@ def _check_run(centre: Run, token: str, **fields) -> Run:
     overrides = tuple(
         o if not o.startswith("training.output_dir=") else f"training.output_dir={out_dir}" for o in centre.overrides
     )
-    return replace(centre, name=f"{centre.arm}/{name}", out_dir=out_dir, overrides=overrides, **fields)
+    # a check beside a multiplier check's run is no run of that check's cell
+    return replace(
+        centre, name=f"{centre.arm}/{name}", out_dir=out_dir, overrides=overrides, multiplier_check=False, **fields
+    )
 
 
 def _entry_centres(spec: StudySpec, grid: list[Run], plan_of, entry: dict) -> list[tuple[str, Run]]:
@@ -783,7 +805,8 @@ def lr_check_runs(spec: StudySpec, grid: list[Run], plan_of) -> list[Run]:
     return [
         _check_run(centre, f"lr{factor:g}", lr_factor=factor)
         for entry in spec.lr_checks
-        for _, centre in _entry_centres(spec, grid, plan_of, entry)
+        for arm, centre in _entry_centres(spec, grid, plan_of, entry)
+        if arm in entry.get("arms", spec.arms)
         for factor in entry["factors"]
     ]
 

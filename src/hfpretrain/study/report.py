@@ -1287,10 +1287,13 @@ def _budget_sigmas(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | No
 
     grid_rows = [r for r in rows if not is_check(r)]
     noise = (isoflop or {}).get("budget_noise") or budget_noise(grid_rows, y, (spec.decision or {}).get("noise"))
+    # at a multiplier check's budget: the σ that check's reading used (analysis._check_sigma)
+    checked = {c["budget"]: c.get("sigma") for c in (isoflop or {}).get("multiplier_checks") or []}
 
     def sigma(budget: float) -> float | None:
         return next(
-            (v.get("sigma") for b, v in noise["budgets"].items() if math.isclose(float(b), budget, rel_tol=1e-9)), None
+            (v.get("sigma") for b, v in noise["budgets"].items() if math.isclose(float(b), budget, rel_tol=1e-9)),
+            next((v for b, v in checked.items() if math.isclose(float(b), budget, rel_tol=1e-9)), None),
         )
 
     return sigma
@@ -1357,12 +1360,14 @@ def expert_load(out_dir) -> dict | None:
 
 
 def grid_run_of(check: dict, rows: list[dict], y: str) -> dict | None:
-    """The grid run a learning-rate or setting check is set beside: same arm, size, budget and seed, with a result."""
+    """The grid run a learning-rate or setting check is set beside: same arm, size, budget and seed, with a result
+    (at a multiplier check's budget, that check's run)."""
     return next(
         (
             g
             for g in rows
-            if not is_check(g)
+            if g.get("lr_factor") is None
+            and g.get("setting") is None
             and (g["arm"], g["size"], g.get("seed")) == (check["arm"], check["size"], check.get("seed"))
             and math.isclose(g["budget"], check["budget"], rel_tol=1e-9)
             and g.get(y) is not None
@@ -1398,7 +1403,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
         )
         return ["## Setting checks", "", f"None finished yet (spec setting_checks: {planned}).", ""]
     unit = "bits/byte" if y == "val_bpb" else "nats"
-    grid_rows, sigma_at = [r for r in rows if not is_check(r)], _budget_sigmas(spec, rows, y, isoflop)
+    sigma_at = _budget_sigmas(spec, rows, y, isoflop)
     arms, order = list(spec.arms), list(named)
     checks.sort(
         key=lambda r: (
@@ -1409,7 +1414,7 @@ def setting_check_lines(spec: StudySpec, rows: list[dict], y: str, isoflop: dict
     )
     table, sentences, loads = [], [], False
     for r in checks:
-        ref = grid_run_of(r, grid_rows, y)
+        ref = grid_run_of(r, rows, y)
         sigma = sigma_at(r["budget"])
         setting = named.get(r["setting"])
         overrides = (
