@@ -6,7 +6,8 @@ its exit code (or the signal that killed it), its working folder and environment
 descriptors 1 and 2 (``print``, logging, warnings, C libraries) come back in a ``subprocess.CompletedProcess``;
 nothing it changes (sys.argv, os.environ, signal handlers, a seed, a monkeypatched function) reaches the tests.
 What a fresh interpreter adds on top, the entry points themselves (``python -m hfpretrain``, ``scripts/*.py``),
-is tested in tests/test_cli.py and tests/test_readme.py.
+is tested in tests/test_cli.py and tests/test_readme.py. ``run_forked_ranks`` forks the ranks of one process
+group as torchrun would start them (tests/training/test_parallel.py's runs by hand).
 """
 
 from __future__ import annotations
@@ -78,12 +79,8 @@ def _as_a_fresh_process(out, err) -> None:
         signal.signal(signum, handler)
 
 
-def run_forked(
-    fn: Callable[[], int | None], *, cwd=None, env: dict | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess:
-    """``fn()`` in a forked child, in ``cwd`` with ``env`` added to the environment (a name given None is removed
-    from it); its return value (or SystemExit code) is the exit code, an exception escaping it a traceback on stderr
-    and exit 1."""
+def _start(fn: Callable[[], int | None], cwd, env: dict | None) -> tuple[int, object, object]:
+    """Fork a child that runs ``fn()`` as :func:`run_forked` describes: (its pid, its stdout file, its stderr file)."""
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         if stream is not None:
@@ -124,6 +121,29 @@ def run_forked(
                 sys.stderr.flush()
             finally:
                 os._exit(code)
+    return pid, out, err
+
+
+def _returncode(status: int) -> int:
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _result(returncode: int, out, err) -> subprocess.CompletedProcess:
+    texts = []
+    for f in (out, err):
+        f.seek(0)
+        texts.append(f.read().decode(errors="replace"))
+        f.close()
+    return subprocess.CompletedProcess(["forked"], returncode, texts[0], texts[1])
+
+
+def run_forked(
+    fn: Callable[[], int | None], *, cwd=None, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``fn()`` in a forked child, in ``cwd`` with ``env`` added to the environment (a name given None is removed
+    from it); its return value (or SystemExit code) is the exit code, an exception escaping it a traceback on stderr
+    and exit 1."""
+    pid, out, err = _start(fn, cwd, env)
     deadline = time.monotonic() + timeout
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -134,13 +154,53 @@ def run_forked(
             os.waitpid(pid, 0)
             raise subprocess.TimeoutExpired(["forked", getattr(fn, "__name__", "fn")], timeout)
         time.sleep(0.02)
-    returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    texts = []
-    for f in (out, err):
-        f.seek(0)
-        texts.append(f.read().decode(errors="replace"))
-        f.close()
-    return subprocess.CompletedProcess(["forked"], returncode, texts[0], texts[1])
+    return _result(_returncode(status), out, err)
+
+
+def run_forked_ranks(
+    fn: Callable[[], int | None], world: int, *, cwd=None, env: dict | None = None, timeout: float = 300
+) -> list[subprocess.CompletedProcess]:
+    """``fn()`` in ``world`` forked children, the ranks of one process group as ``torchrun --nproc_per_node WORLD``
+    starts them: each with the environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE,
+    LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a free port) beside ``env``. As torchrun does, the first rank that
+    fails ends the others (SIGKILL: one waiting in a collective would wait for its timeout). Each rank's result,
+    by rank. What the fork saves is each rank's fresh interpreter and imports (~13 s of CPU for torch, transformers
+    and the package); the launchers themselves are what the tests that start ``accelerate launch`` run."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ranks = {}
+    for rank in range(world):
+        torchrun = {
+            "RANK": rank,
+            "LOCAL_RANK": rank,
+            "GROUP_RANK": 0,
+            "WORLD_SIZE": world,
+            "LOCAL_WORLD_SIZE": world,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+        }
+        ranks[rank] = _start(fn, cwd, {**torchrun, **(env or {})})
+    codes: dict[int, int] = {}
+    deadline = time.monotonic() + timeout
+    while len(codes) < world:
+        for rank, (pid, _, _) in ranks.items():
+            if rank not in codes:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes[rank] = _returncode(status)
+        failed = any(code != 0 for code in codes.values())
+        if failed or time.monotonic() > deadline:
+            for rank, (pid, _, _) in ranks.items():
+                if rank not in codes:
+                    os.kill(pid, signal.SIGKILL)
+                    codes[rank] = _returncode(os.waitpid(pid, 0)[1])
+            if not failed:
+                raise subprocess.TimeoutExpired(["forked", getattr(fn, "__name__", "fn"), f"{world} ranks"], timeout)
+        time.sleep(0.02)
+    return [_result(codes[rank], out, err) for rank, (_, out, err) in sorted(ranks.items())]
 
 
 def cli(*args, cwd=None, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

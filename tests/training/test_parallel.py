@@ -1,10 +1,11 @@
-"""Tensor parallelism through transformers' tp_plan on two CPU processes (gloo), and a late rank named by the
-check-in timeout (training/barrier.py), both launched as a user launches them.
+"""Tensor parallelism through transformers' tp_plan on two and four CPU processes (gloo), and a late rank named by the
+check-in timeout (training/barrier.py).
 
 A user's CPU launch refuses tensor parallelism: accelerate refuses a ParallelismConfig on a MULTI_CPU launch, and the
 Trainer makes one for any model loaded with tp_size > 1 (training/layout.py CPU_REFUSAL, test_layout.py checks that
-refusal). The sharded model's loading (``models.parallel.load_tensor_parallel``) is trained here by hand, and the
-whole Trainer path with those two checks relaxed (tests/training/tp_trainer.py), each against one process."""
+refusal). The sharded model's loading (``models.parallel.load_tensor_parallel``) is trained here by hand (its ranks
+forked from the test's process as torchrun would start them: tests/forked.py), and the whole Trainer path with those
+two checks relaxed (tests/training/tp_trainer.py, launched by accelerate), each against one process."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from forked import run_forked
+from forked import run_forked, run_forked_ranks
 from pretrain_runs import run_output
 
 from train_utils import (
@@ -23,7 +24,6 @@ from train_utils import (
     free_port,
     load_weights,
     make_overrides,
-    python,
     read_log,
     run_pretrain,
     step_losses,
@@ -38,21 +38,6 @@ HAND_STEPS = 3
 # bit on the loss here (transformers 5.24, torch 2.13), the weights within 2e-5 after 5 AdamW steps.
 LOSS_TOL = 1e-5
 WEIGHT_TOL = 1e-4
-
-
-def _torchrun(script: str, *args, nproc: int = 2, timeout: int = 400) -> subprocess.CompletedProcess:
-    cmd = [
-        python(),
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        str(nproc),
-        "--master_port",
-        str(free_port()),
-        str(REPO / "tests" / "training" / script),
-        *map(str, args),
-    ]
-    return subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _accelerate(
@@ -86,14 +71,33 @@ def _tp_trainer_runs(
     return [run_output(proc, n) for n in range(len(runs))]
 
 
-def _tp_steps_main(*args) -> None:
-    """tp_steps.py's main with ``args`` as its command line (in a forked child: its argv and seed stay there)."""
-    import sys
+def _main_of(script: str, *args):
+    """``tests/training/SCRIPT``'s main with ``args`` as its command line (in a forked child: its argv and seed stay
+    there)."""
 
-    import tp_steps
+    def main():
+        import importlib
+        import sys
 
-    sys.argv = ["tp_steps.py", *map(str, args)]
-    tp_steps.main()
+        sys.argv = [script, *map(str, args)]
+        return importlib.import_module(script.removesuffix(".py")).main()
+
+    return main
+
+
+def _torchrun(script: str, *args, nproc: int = 2, timeout: int = 400) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node NPROC tests/training/SCRIPT ARGS``, its ranks forked from this process
+    (tests/forked.py run_forked_ranks: one gloo process group, each rank a process of its own, with torchrun's
+    environment but without a fresh interpreter's imports, ~13 s of CPU a rank): the first failing rank's exit
+    code (torchrun's), every rank's output."""
+    ranks = run_forked_ranks(_main_of(script, *args), nproc, cwd=REPO, timeout=timeout)
+    code = next((r.returncode for r in ranks if r.returncode != 0), 0)
+    return subprocess.CompletedProcess(
+        [script, *map(str, args)],
+        code,
+        "".join(r.stdout for r in ranks),
+        "".join(f"---- rank {n} ----\n{r.stderr}" for n, r in enumerate(ranks)),
+    )
 
 
 def _check_norm_grads(run: Path, one: Path) -> None:
@@ -125,9 +129,9 @@ def test_tensor_parallel_two_processes_match_one(mini_blocks, tmp_path):
     """tiny Qwen3 (4 heads, 2 KV heads) split 2 ways: the same losses step by step as one process, and the
     checkpoint it saves (gathered whole by save_pretrained) loads with from_pretrained as a plain model."""
     one, two = tmp_path / "one", tmp_path / "tp2"
-    # the one-process reference is no launch: forked from this process (tests/forked.py), it skips a fresh
-    # interpreter's imports (~10 s of the two cores) and runs the same tp_steps.main
-    proc = run_forked(lambda: _tp_steps_main(mini_blocks, one, HAND_STEPS), cwd=REPO, timeout=400)
+    # no launch: the one-process reference and each layout's ranks are forked from this process (tests/forked.py),
+    # which skips a fresh interpreter's imports (~13 s of CPU a process) and runs the same tp_steps.main
+    proc = run_forked(_main_of("tp_steps.py", mini_blocks, one, HAND_STEPS), cwd=REPO, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = _torchrun("tp_steps.py", mini_blocks, two, HAND_STEPS)
     assert proc.returncode == 0, proc.stderr[-6000:]
@@ -317,8 +321,9 @@ def test_optimizer_states_of_another_layout_are_refused_in_one_line(tmp_path):
 
 def test_a_late_rank_is_named_instead_of_a_hang(tmp_path):
     """Rank 1 sleeps past parallel.timeout_s before a check-in: rank 0 stops with one error line naming rank 1, in
-    seconds, not after the process group's 30 minutes; on time, both pass. One launch, as a run checks in: first on
-    time (rank 1 a second late against 30), then at checkpoint-3 past the timeout (8 s against 2)."""
+    seconds, not after the process group's 30 minutes; on time, both pass. One group of two ranks (forked as torchrun
+    starts them), as a run checks in: first on time (rank 1 a second late against 30), then at checkpoint-3 past the
+    timeout (8 s against 2)."""
     proc = _torchrun("late_rank.py", 30, 1, 1, 2, 8, 1, timeout=120)
     assert proc.returncode != 0
     # counted, not split into lines: the two ranks' prints share one pipe and can interleave
