@@ -9,8 +9,8 @@ in-process, with the real sampler and accelerate's own batch-sampler sharding.
 
 The checks that share a launch layout share its launch (a module fixture per config): its two processes run
 their runs one after another (tests/training/pretrain_runs.py, each as scripts/pretrain.py runs it), since starting
-a launch costs ~20 s on the CPU machine and a run a few. The ZeRO-1 resume, the refusals and the two launchers
-as two nodes launch ``scripts/pretrain.py`` itself.
+a launch costs ~20 s on the CPU machine and a run a few; a run refused at start is the last of its launch. The
+ZeRO-1 resume and the two launchers as two nodes launch ``scripts/pretrain.py`` itself.
 """
 
 from __future__ import annotations
@@ -186,8 +186,9 @@ ZERO1 = {
 @pytest.fixture(scope="module")
 def zero1_runs(mini_blocks, tmp_path_factory):
     """One two-process ZeRO-1 launch: the run of ZERO1's schedule, checkpoint at step 3, that the match and the
-    resume tests below both read (each launched its own before: the same run twice), then the MoE and fp8 (see their
-    tests): name -> (output folder, that run's output); "zero1" also its recipe."""
+    resume tests below both read (each launched its own before: the same run twice), then the MoE and fp8, then a
+    run with gradient statistics, refused at start (see their tests): name -> (output folder, that run's output);
+    "zero1" also its recipe."""
     pytest.importorskip("deepspeed")
     base = tmp_path_factory.mktemp("zero1")
     recipe = base / "tiny_min_lr.yaml"
@@ -196,6 +197,8 @@ def zero1_runs(mini_blocks, tmp_path_factory):
     runs = {"zero1": (base / "zero1", saved, recipe), "moe": (base / "moe", MOE, TINY_RECIPE)}
     if _has_fp8():
         runs["fp8"] = (base / "fp8", FP8, TINY_RECIPE)
+    # last: refused, it ends the launch
+    runs["grad_stats"] = (base / "grad_stats", ZERO1_REFUSED[0][0], TINY_RECIPE)
     procs = _launch_runs(_zero1_config(base), mini_blocks, runs, base)
     return {name: (runs[name][0], procs[name], runs[name][2]) for name in runs}
 
@@ -370,43 +373,32 @@ def test_ranks_read_disjoint_halves_of_each_step(mini_blocks, start_step):
     assert len(seen) == 4 * (steps - start_step)  # no block twice within an epoch
 
 
-def test_zero1_refuses_what_it_would_silently_skip(mini_blocks, tmp_path):
+# What DeepSpeed would silently skip: (overrides, the refusal's words)
+ZERO1_REFUSED = (
+    ({"logging.grad_stats_interval": "5"}, "grad_stats_interval is not supported under DeepSpeed"),
+    ({"nan_policy": "skip"}, "nan_policy=skip is not supported under DeepSpeed"),
+)
+
+
+def test_zero1_refuses_what_it_would_silently_skip(zero1_runs, mini_blocks, tmp_path):
     """Under DeepSpeed, per-layer gradient statistics would log nothing and nan_policy=skip cannot skip a step
     (the engine steps its own optimizer): each is one error line at start, exit 2, nothing written. The check
-    needs DeepSpeed's engine, not two ranks: the ZeRO-1 config launched as one process. One launch shows the
-    launcher's DeepSpeed reaching the check (the gradient statistics); both refusals are that check
-    (resolve.check_launch) on the machine such a launch detects, asked in this process (each was a launch)."""
-    pytest.importorskip("deepspeed")
+    needs DeepSpeed's engine, not two ranks: the last run of the shared ZeRO-1 launch (which had a one-process
+    launch of its own) shows the launcher's DeepSpeed reaching the check (the gradient statistics); both refusals
+    are that check (resolve.check_launch) on the machine such a launch detects, asked in this process (each was a
+    launch)."""
     from hfpretrain.training.config import RecipeError, load_recipe
     from hfpretrain.training.machine import Machine
     from hfpretrain.training.resolve import read_data_facts, resolve
 
-    cases = (
-        ({"logging.grad_stats_interval": "5"}, "grad_stats_interval is not supported under DeepSpeed"),
-        ({"nan_policy": "skip"}, "nan_policy=skip is not supported under DeepSpeed"),
-    )
-    (extra, expected), out = cases[0], tmp_path / "grad_stats"
-    cmd = [
-        "accelerate",
-        "launch",
-        "--config_file",
-        str(_zero1_config(tmp_path)),
-        "--main_process_port",
-        str(free_port()),
-        "--num_processes",
-        "1",
-        str(PRETRAIN_SCRIPT),
-        str(TINY_RECIPE),
-        *make_overrides(mini_blocks, out, {**DIST, **extra}),
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-3000:]
+    out, proc = zero1_runs["grad_stats"][:2]
+    assert proc.returncode != 0 and ZERO1_REFUSED[0][1] in proc.stderr, proc.stderr[-3000:]
     assert not (out / "final").exists()
     # the machine a one-process launch of the ZeRO-1 config detects (Machine.detect: ACCELERATE_USE_DEEPSPEED)
     launched = Machine(
         world_size=1, engine="deepspeed", zero_stage=None, device="cpu", gpu_memory=None, gpu_count=0, launched=1
     )
-    for extra, expected in cases:
+    for extra, expected in ZERO1_REFUSED:
         recipe = load_recipe(TINY_RECIPE, make_overrides(mini_blocks, tmp_path / "x", {**DIST, **extra}))
         with pytest.raises(RecipeError, match=expected):
             resolve(recipe, read_data_facts(recipe), launched)
