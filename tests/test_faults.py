@@ -598,37 +598,87 @@ def test_a_run_killed_while_saving_resumes_from_its_last_whole_checkpoint(tmp_pa
 # ----------------------------------------------------------------------------------------------- 36.7: disk full
 
 
-def _in_small_filesystem(mib: int, script: str) -> subprocess.CompletedProcess:
-    """``script`` (sh) with a ``mib`` MiB tmpfs mounted on $SMALL, in a user and mount namespace of its own (no root
-    on the host, nothing mounted outside that process: it goes when the process ends)."""
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PY": sys.executable,
-    }
-    small = f"/tmp/hfpretrain-smallfs-{os.getpid()}"
-    os.makedirs(small, exist_ok=True)
+def _enter_small_filesystem(small: Path, mib: int) -> None:
+    """This process (single-threaded: a forked child) into a user and mount namespace of its own, as root there (the
+    caller's uid and gid mapped to 0), with a ``mib`` MiB tmpfs mounted on ``small``: what ``unshare --user
+    --map-root-user --mount`` gives the command it starts (no root on the host, nothing mounted outside this
+    process: the mount goes when the process ends)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    clone_newuser, clone_newns, ms_rec, ms_private = 0x10000000, 0x20000, 0x4000, 0x40000
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
+
+    check(libc.unshare(clone_newuser | clone_newns), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+    check(libc.mount(None, b"/", None, ms_rec | ms_private, None), "mount --make-rprivate /")  # as unshare(1) does
+    check(libc.mount(b"tmpfs", str(small).encode(), b"tmpfs", 0, f"size={mib}m".encode()), "mount tmpfs")
+
+
+def _in_small_filesystem(mib: int, fn) -> subprocess.CompletedProcess:
+    """``fn(small)`` in a process forked from this one (tests/forked.py: no fresh interpreter's imports, ~13 s of CPU
+    a command) with a ``mib`` MiB tmpfs mounted on ``small``, in a user and mount namespace of its own
+    (``_enter_small_filesystem``); ``fn`` runs the command, then prints what the test reads of the filesystem, which
+    only that process sees."""
+    small = Path(f"/tmp/hfpretrain-smallfs-{os.getpid()}")
+    small.mkdir(exist_ok=True)
+
+    def child():
+        _enter_small_filesystem(small, mib)
+        return fn(small)
+
     try:
-        return subprocess.run(
-            [
-                "unshare",
-                "--user",
-                "--map-root-user",
-                "--mount",
-                "sh",
-                "-c",
-                f"mount -t tmpfs -o size={mib}m tmpfs {small} && SMALL={small} && {script}",
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        return forked.run_forked(child, cwd=REPO, timeout=600)
     finally:
-        os.rmdir(small)
+        small.rmdir()
+
+
+def _command(*argv) -> int:
+    """``hfpretrain ARGV``'s exit code, in this process (a forked child)."""
+    from hfpretrain.cli import main
+
+    try:
+        return main([str(a) for a in argv])
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+
+
+def _small_filesystem_or_skip() -> None:
+    probe = _in_small_filesystem(1, lambda small: 0)
+    if probe.returncode != 0:
+        pytest.skip(f"no user+mount namespace for a small filesystem here: {probe.stderr.strip()[-200:]}")
+
+
+def _train_listing(mini_blocks: Path, steps: int, *extra: str, complete: str | None = None):
+    """In the small filesystem: ``hfpretrain train`` (the tiny recipe, ``steps`` steps, a checkpoint a step) into
+    SMALL/run, then ``rc=CODE``, the run folder's names and ``complete``'s COMPLETE marker (if any) on stdout."""
+
+    def run(small: Path) -> int:
+        run_dir = small / "run"
+        code = _command(
+            "train",
+            "recipes/tiny_cpu.yaml",
+            f"data.path={mini_blocks}",
+            f"training.output_dir={run_dir}",
+            f"training.max_steps={steps}",
+            "training.save_steps=1",
+            *extra,
+            *TINY_TRAIN,
+        )
+        print(f"rc={code}")
+        print(*(sorted(os.listdir(run_dir)) if run_dir.is_dir() else ["(no", "run", "folder)"]))
+        if complete is not None:
+            marker = run_dir / complete / "COMPLETE"
+            print(marker.read_text() if marker.is_file() else f"(no {marker})")
+        return 0
+
+    return run
 
 
 @pytest.mark.parametrize("mib", [60, 48])
@@ -636,22 +686,11 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line(mini_blocks, mib):
     """torch's writer raises a RuntimeError ("... unexpected pos ..." / "file write failed") and safetensors its
     own SafetensorError, not an OSError: both were tracebacks. Now one line (exit 1): the disk is full, the folder,
     the previous checkpoint intact. 60 MiB: the second checkpoint's optimizer state fails; 48: its weights."""
-    probe = _in_small_filesystem(1, "true")
-    if probe.returncode != 0:
-        pytest.skip(f"no user+mount namespace for a small filesystem here: {probe.stderr.strip()[:200]}")
-    train = " ".join(
-        [
-            "$PY -m hfpretrain train recipes/tiny_cpu.yaml",
-            f"data.path={mini_blocks}",
-            "training.output_dir=$SMALL/run",
-            "training.max_steps=3",
-            "training.save_steps=1",
-            "training.save_total_limit=1",
-            *TINY_TRAIN,
-        ]
-    )
+    _small_filesystem_or_skip()
     # a checkpoint of the tiny model is ~42 MiB: the first fits in 60 MiB, the second does not
-    r = _in_small_filesystem(mib, f"{train}; echo rc=$?; ls $SMALL/run; cat $SMALL/run/checkpoint-1/COMPLETE")
+    r = _in_small_filesystem(
+        mib, _train_listing(mini_blocks, 3, "training.save_total_limit=1", complete="checkpoint-1")
+    )
     assert "rc=1" in r.stdout, (r.stdout, r.stderr[-3000:])
     line = one_error(r.stderr)
     assert line.startswith("error: the disk is full") and "saving checkpoint-2 in " in line and "/run failed" in line
@@ -663,21 +702,9 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line(mini_blocks, mib):
 def test_a_full_disk_while_saving_final_is_one_line(mini_blocks):
     """final/ was saved outside the checkpoint guard: a full disk there was a traceback. One line (exit 1), its
     partial files removed, the checkpoint before it intact."""
-    probe = _in_small_filesystem(1, "true")
-    if probe.returncode != 0:
-        pytest.skip(f"no user+mount namespace for a small filesystem here: {probe.stderr.strip()[:200]}")
-    train = " ".join(
-        [
-            "$PY -m hfpretrain train recipes/tiny_cpu.yaml",
-            f"data.path={mini_blocks}",
-            "training.output_dir=$SMALL/run",
-            "training.max_steps=1",
-            "training.save_steps=1",
-            *TINY_TRAIN,
-        ]
-    )
+    _small_filesystem_or_skip()
     # checkpoint-1 (weights and optimizer state, ~42 MiB) fits in 48 MiB, final/'s weights beside it do not
-    r = _in_small_filesystem(48, f"{train}; echo rc=$?; ls $SMALL/run")
+    r = _in_small_filesystem(48, _train_listing(mini_blocks, 1))
     assert "rc=1" in r.stdout, (r.stdout, r.stderr[-3000:])
     line = one_error(r.stderr)
     assert line.startswith("error: the disk is full") and "saving final in " in line, line

@@ -17,7 +17,18 @@ from pathlib import Path
 
 import forked
 import pytest
-from test_faults import REPO, _in_small_filesystem, assert_kept, checkpoint, cli, docs, one_error, snapshot  # noqa: F401 (checkpoint: a fixture)
+from test_faults import (  # noqa: F401 (checkpoint: a fixture)
+    REPO,
+    _command,
+    _in_small_filesystem,
+    _small_filesystem_or_skip,
+    assert_kept,
+    checkpoint,
+    cli,
+    docs,
+    one_error,
+    snapshot,
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +57,8 @@ def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_
         out = tmp_path / "exports" / "model"
 
         def export(*extra, to=out):
-            """``hfpretrain export`` under the limit, forked from this process (tests/forked.py): the tmpfs case
-            below runs it in a fresh interpreter."""
+            """``hfpretrain export`` under the limit, forked from this process (tests/forked.py), as the tmpfs case
+            below runs it."""
 
             def main():
                 _limited(5 << 20)()
@@ -71,14 +82,27 @@ def test_a_full_disk_during_export_is_one_line_and_keeps_the_earlier_export(tmp_
         assert fresh.returncode == 1 and "nothing was created" in one_error(fresh.stderr)
         assert not (tmp_path / "new").exists()  # nor the folders made for it
         return
-    if _in_small_filesystem(1, "true").returncode != 0:
-        pytest.skip("no user+mount namespace for a small filesystem here")
-    export = f"$PY -m hfpretrain export {ckpt} --out $SMALL/exp"
-    r = _in_small_filesystem(
-        12,
-        f"{export} && echo BEFORE && sha256sum $SMALL/exp/* && {export} --dtype float32; "
-        "echo RC=$? && ls -a $SMALL && echo AFTER && sha256sum $SMALL/exp/*",
-    )
+    _small_filesystem_or_skip()
+
+    def exports(small: Path) -> int:
+        """In the small filesystem, as the shell line ``export && echo BEFORE && sha256sum exp/* && export --dtype
+        float32; echo RC=$? && ls -a SMALL && echo AFTER && sha256sum exp/*`` prints it."""
+
+        def sums() -> None:
+            for name, digest in _sums(small / "exp").items():
+                print(f"{digest}  {small / 'exp' / name}")
+
+        if _command("export", ckpt, "--out", small / "exp") != 0:
+            return 1
+        print("BEFORE")
+        sums()
+        print(f"RC={_command('export', ckpt, '--out', small / 'exp', '--dtype', 'float32')}")
+        print(".", "..", *sorted(os.listdir(small)))
+        print("AFTER")
+        sums()
+        return 0
+
+    r = _in_small_filesystem(12, exports)
     assert "RC=1" in r.stdout, (r.stdout, r.stderr[-3000:])
     line = one_error(r.stderr)
     assert line.startswith("error: the disk is full: exporting to ") and "is as it was" in line, line
