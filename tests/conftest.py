@@ -21,6 +21,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# glibc hands a freed block of 32 MiB or more back to the system (munmap), and trims the heap's free top past 128 KiB:
+# the next step's logits (the tiny model's 512 x 50,257 floats, 103 MB, and their softmax) were then faulted in again
+# page by page, each page zeroed by the kernel. Kept in the process instead (its peak, not its sum, stays resident;
+# a free top past 1 GiB is still trimmed): tests/training/test_train.py 203 -> 178 CPU-s (system time 33 -> 15 s).
+# glibc reads these at a process's start: in the environment for xdist's workers and every process the tests start,
+# and through mallopt for this one.
+_MALLOC = {"MALLOC_MMAP_MAX_": ("0", -4), "MALLOC_TRIM_THRESHOLD_": (str(1 << 30), -1)}  # value, mallopt's M_ number
+for _name, (_value, _param) in _MALLOC.items():
+    os.environ.setdefault(_name, _value)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(_param, int(os.environ[_name]))
+    except Exception:  # not glibc, or a value that is no C int: its defaults
+        pass
+
 REPO = Path(__file__).resolve().parents[1]
 
 
