@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from forked import script
+from forked import run_forked, script
 
 from hfpretrain.eval import evaluate_checkpoint
 from hfpretrain.eval.harness import CheckpointNotFoundError
@@ -181,10 +181,11 @@ def test_per_token_average_rule(tiny_checkpoint, data_root):
 
 
 def test_lm_eval_cli_offline_with_include_path(tiny_checkpoint, data_root, tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "lm_eval",
+    """``python -m lm_eval`` (its ``__main__`` run as ``-m`` runs it, in a process forked from this one: tests/forked.py,
+    without a fresh interpreter's imports) with our task folder on --include_path, offline."""
+    import runpy
+
+    argv = [
         "--model",
         "hf",
         "--model_args",
@@ -202,7 +203,13 @@ def test_lm_eval_cli_offline_with_include_path(tiny_checkpoint, data_root, tmp_p
         "--output_path",
         str(tmp_path),
     ]
-    p = subprocess.run(cmd, env=_env(data_root), capture_output=True, text=True, timeout=300)
+
+    def lm_eval():
+        sys.argv = ["lm_eval", *argv]
+        runpy.run_module("lm_eval", run_name="__main__", alter_sys=True)
+
+    env = {"DATA_ROOT": str(data_root), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # _env's, in the child
+    p = run_forked(lm_eval, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     files = list(tmp_path.rglob("results_*.json"))
     assert len(files) == 1
