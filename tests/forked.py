@@ -90,10 +90,14 @@ def _start(fn: Callable[[], int | None], cwd, env: dict | None) -> tuple[int, ob
         code = 1
         try:
             _as_a_fresh_process(out, err)
-            if "torch" in sys.modules and sys.modules["torch"].get_num_threads() > 1:
+            if "torch" in sys.modules:
                 # libgomp is not fork-safe: once this process's OpenMP pool has run (a file run alone, without
                 # xdist's one thread a worker), the child's first parallel matmul waits forever for the pool's
-                # threads, which the fork did not copy. One thread never enters the pool.
+                # threads, which the fork did not copy. One thread never enters the pool. Set even when it is one
+                # already: the first set_num_threads after a fork replaces torch's (caffe2) thread pool, which the
+                # fork left corrupt, without a lock; left to the child's first threads (every new thread calls it
+                # once a count was set, transformers loads weights on 4), one of them read the pool while another
+                # replaced it: "Invalid thread pool!", by chance. Here, on the one thread there is yet, it cannot.
                 sys.modules["torch"].set_num_threads(1)
             os.environ.update(ENV)
             for key, value in (env or {}).items():  # None: not in the child's environment
