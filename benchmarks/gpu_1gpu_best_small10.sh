@@ -48,8 +48,8 @@ for seed in ${SEEDS:-1234 1235}; do
     # the run, and its weights cut in parts a device call can bring back (16 MB each; `cat` joins them, SHA256SUMS)
     exp=$OUT/export_seed$seed
     python3 scripts/export.py $run/final --out $exp > "$OUT/export_$seed.log" 2>&1 \
-      && DATA_ROOT=$STASH_DIR python3 scripts/evaluate.py $exp --out "$OUT/export_eval_$seed" \
-        --tasks arc_easy,arc_challenge,openbookqa,hellaswag,piqa,lambada_openai > "$OUT/export_eval_$seed.log" 2>&1 \
+      && { [ "${EXPORT_EVAL:-1}" = 0 ] || DATA_ROOT=$STASH_DIR python3 scripts/evaluate.py $exp --out "$OUT/export_eval_$seed" \
+        --tasks arc_easy,arc_challenge,openbookqa,hellaswag,piqa,lambada_openai > "$OUT/export_eval_$seed.log" 2>&1; } \
       && mkdir -p "$KEEP/seed$seed" && (cd $exp && sha256sum model.safetensors > "$KEEP/seed$seed/SHA256SUMS") \
       && split -b 16000000 -d -a 2 $exp/model.safetensors "$KEEP/seed$seed/model.safetensors.part-"
     keep_rc=$?; (( keep_rc )) && rc=1

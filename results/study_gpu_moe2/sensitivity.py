@@ -84,7 +84,8 @@ print(f"(3e16: the dense curve's loss there against the measured optimum {l_chec
 
 # the trend at other floors: the dense arm's curve refitted (A, α) at each E, the MoE optima read on it. E = 0 is
 # the first MoE study's form; 0.666 and 0.947 are the ends of the vocabulary study's interval of its shared floor,
-# the last two this study's (the report's trend_floor), each with its curve's loss at 3e16
+# the last two this study's (the report's trend_floor; its lower end is 1.000 since the 8e14 intermediate size),
+# each with its curve's loss at 3e16
 print("The trend at other floors of the dense fit (A and alpha refitted at each E):")
 for E in sorted(
     {
@@ -93,7 +94,6 @@ for E in sorted(
         0.666,
         0.869,
         0.947,
-        1.0,
         readings["shared floor, as reported"].E,
         readings["the dense arm's own floor (separate-E fit)"].E,
         *(f["E"] for f in analysis["trend_floor"]["moe"] if f["E"] > 0),

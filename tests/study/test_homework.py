@@ -126,7 +126,34 @@ def test_the_key_figures_match_the_json(doc):
             row = next(line for line in table.splitlines() if line.startswith(f"| {r['run']} |"))
             assert row.rstrip(" |").endswith(f"{r['val_bpb']:.4g}"), row
             seen += 1
-    assert seen == 118 + 48 + 38 + 117
+    assert seen == 118 + 48 + 38 + 124
+
+
+def test_the_checkpoint_section_names_the_kept_weights(doc):
+    """§ 9 names where the best model's weights are kept, their size and hash, from the committed record."""
+    kept = json.loads((REPO / "results/best_small10/seed1234/checkpoint.json").read_text())
+    where = doc.split("## 9. ")[1].split("## 10. ")[0]
+    assert f"`{kept['kept_at']}/`" in where and f"SHA-256 `{kept['weights']['sha256']}`" in where
+    assert f"{kept['weights']['bytes']:,} bytes" in where and "<TO FILL IN>" in where  # the Hub id: the team's
+
+
+def test_the_kept_weights_are_the_recorded_ones():
+    """Where a checkout has the kept checkpoint beside it (the team's machine), its weights are the recorded bytes
+    and load as a model; a clean checkout (CI) has no weights to check."""
+    import hashlib
+
+    kept = json.loads((REPO / "results/best_small10/seed1234/checkpoint.json").read_text())
+    weights = REPO / kept["kept_at"] / kept["weights"]["file"]
+    if not weights.is_file():
+        pytest.skip(f"{kept['kept_at']}: not on this machine (kept by the team, not in git)")
+    digest = hashlib.sha256()
+    with open(weights, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    assert weights.stat().st_size == kept["weights"]["bytes"] and digest.hexdigest() == kept["weights"]["sha256"]
+    from transformers import AutoConfig
+
+    assert str(AutoConfig.from_pretrained(REPO / kept["kept_at"]).dtype).endswith(kept["dtype"])
 
 
 def test_the_per_set_sentence_counts_the_moe_studys_scored_runs(doc):

@@ -196,7 +196,7 @@ def _md_table(text: str, header_start: str) -> list[list[str]]:
 
 @pytest.mark.parametrize(
     "study, n_runs, first_arm",
-    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 118, "bpe_32k"), (MOE, 38, "moe"), (MOE2, 117, "moe")],
+    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 118, "bpe_32k"), (MOE, 38, "moe"), (MOE2, 124, "moe")],
     ids=["vocab", "vocab2", "moe", "moe2"],
 )
 def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, first_arm):
@@ -392,7 +392,9 @@ def test_a_size_added_to_the_decision_cell_holds_the_verdict_until_it_runs():
     rows = [
         r
         for r in json.loads((MOE2 / "results.json").read_text())
-        if not r["run"].startswith("moe/L8__c2.50e") and r.get("seed") != 2
+        if not r["run"].startswith("moe/L8__c2.50e")
+        and r.get("seed") != 2
+        and not any(k in r["run"] for k in ("/L3w__", "__c3.00e+16__lr", "__c3.00e+16__aux"))  # added later still
     ]
     assert len(rows) == 98 and len([r for r in rows if not is_check(r)]) == 66  # 32 checks: LR, aux, per set, 3e16
     verdict = study_verdicts(spec, analyse_isoflop(rows, y="val_bpb", n_boot=0, noise_rule="per_budget"), rows)[1][0]
@@ -407,7 +409,7 @@ def test_the_frontier_check_holds_each_budget_to_its_own_noise():
     named, although the largest σ of the study (0.032 at 2.5e15) would have let it pass."""
     report = (MOE2 / "report.md").read_text()
     line = next(x for x in report.splitlines() if x.startswith("The frontier misses the parabola optimum"))
-    assert "dense @ 8e+15 (+0.0071, σ 0.0050)" in line and "moe @ 8e+15 (+0.0081, σ 0.0050)" in line
+    assert "dense @ 8e+15 (+0.0072, σ 0.0050)" in line and "moe @ 8e+15 (+0.0081, σ 0.0050)" in line
     assert "moe @ 2.5e+16 (+0.0039, σ 0.0038)" in line and "dense @ 2.5e+16" not in line  # within its σ there
 
 

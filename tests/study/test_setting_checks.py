@@ -241,6 +241,17 @@ def test_checks_at_a_multiplier_checks_budget_sit_beside_its_runs(tmp_path):
         "moe/c__c1.00e+17__aux0.01__seed3",
     ]
     assert not any(r.multiplier_check for r in lr + settings)
+    # read back from their folders: the check's own run, the checks the spec plans, not a dense LR check it does not
+    out = tmp_path / "study"
+    for name in ("moe/c__c1.00e+17__seed3", *(r.name for r in lr + settings), "dense/c__c1.00e+17__lr2__seed3"):
+        _finished(out / "runs" / name, 2.0)
+    found = folder_runs(spec, out)
+    assert [(r.name, r.budget, r.multiplier_check, r.lr_factor, r.setting) for r in found] == [
+        ("moe/c__c1.00e+17__lr0.5__seed3", 1e17, False, 0.5, None),
+        ("moe/c__c1.00e+17__seed3", 1e17, True, None, None),
+        ("moe/c__c1.00e+17__aux0.01__seed3", 1e17, False, None, "aux0.01"),
+        ("moe/c__c1.00e+17__lr2__seed3", 1e17, False, 2.0, None),
+    ]
     # without arms an LR check takes every arm measured there: the dense arm has no run at 1e17
     spec.lr_checks[0].pop("arms")
     assert [r.arm for r in lr_check_runs(spec, grid, _plan_of)] == ["moe", "moe"]

@@ -1294,13 +1294,22 @@ CELL = re.compile(
 )
 
 
-def _planned_check(spec: StudySpec, budget: float, lr_factor: float | None, setting: str | None) -> bool:
-    """Whether a folder's check (or grid run: neither) is one of the spec's: its budget, factor or setting named."""
+def _planned_check(spec: StudySpec, arm: str, budget: float, lr_factor: float | None, setting: str | None) -> bool:
+    """Whether a folder's check (or grid run: neither) is one of the spec's: its arm, budget, factor or setting
+    named."""
     at = functools.partial(math.isclose, budget, rel_tol=1e-9)
     if setting is not None:
-        return any(at(e["budget"]) and setting in e["settings"] for e in spec.setting_checks)
+        return any(
+            at(e["budget"]) and setting in e["settings"] and arm in e["settings"][setting]["arms"]
+            for e in spec.setting_checks
+        )
     if lr_factor is not None:
-        return any(at(e["budget"]) and any(math.isclose(lr_factor, f) for f in e["factors"]) for e in spec.lr_checks)
+        return any(
+            at(e["budget"])
+            and arm in e.get("arms", spec.arms)
+            and any(math.isclose(lr_factor, f) for f in e["factors"])
+            for e in spec.lr_checks
+        )
     return True
 
 
@@ -1311,6 +1320,8 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
     root = Path(out) / "runs"
     sizes = {s.name: i for i, s in enumerate(spec.sizes)}
     labels = {budget_label(spec.budget_kind, b): b for b in spec.budgets}
+    # an LR or setting check may sit at a multiplier check's budget too
+    check_labels = labels | {budget_label(spec.budget_kind, e["budget"]): e["budget"] for e in spec.multiplier_checks}
     checked: dict = {}  # (arm, label) -> (budget, {(size, seed)}) of the multiplier checks there
     for e in spec.multiplier_checks:
         budget, pairs = checked.setdefault(
@@ -1326,10 +1337,13 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
             seed = int(m["seed"]) if m["seed"] is not None else None
             check = checked.get((arm, m["label"]))
             multiplier = bool(check) and not m["lr"] and not m["setting"] and (m["size"], seed) in check[1]
+            grid_run = not m["lr"] and not m["setting"]
             if not multiplier and (
-                m["label"] not in labels
-                or not _planned_check(spec, labels[m["label"]], float(m["lr"]) if m["lr"] else None, m["setting"])
-                or (not m["lr"] and not m["setting"] and seed not in spec.seeds_for(labels[m["label"]]))
+                m["label"] not in (labels if grid_run else check_labels)
+                or not _planned_check(
+                    spec, arm, check_labels[m["label"]], float(m["lr"]) if m["lr"] else None, m["setting"]
+                )
+                or (grid_run and seed not in spec.seeds_for(labels[m["label"]]))
             ):
                 continue  # another budget or seed, or a check this spec does not plan (another study's folder)
             run = Run(
@@ -1337,7 +1351,7 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
                 arm=arm,
                 size=m["size"],
                 budget_kind=spec.budget_kind,
-                budget=check[0] if multiplier else labels[m["label"]],
+                budget=check[0] if multiplier else check_labels[m["label"]],
                 out_dir=folder,
                 overrides=(),
                 seed=seed,

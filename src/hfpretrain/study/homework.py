@@ -124,7 +124,7 @@ SECTION_SOURCES = {
     6: (f"{BEST}/report.md",),
     7: (f"{ABLATION}/report.md", f"{MOE}/report.md"),
     8: (f"{BEST}/report.md", f"{BEST_SEEDS}/README.md"),
-    9: (f"{BEST}/report.md",),
+    9: (f"{BEST}/report.md", f"{BEST}/checkpoint.json", f"{BEST_SEEDS}/README.md"),
     10: (),
     11: (f"{BEST}/summary.json",),
 }
@@ -258,6 +258,7 @@ def write_homework(
         else "nothing is scored per validation set"
     )
     final = summary["final_eval"]
+    kept = json.loads((root / BEST / "checkpoint.json").read_text())  # where the team keeps the weights
 
     def cut(md, heading, folder, level=2):
         return relink(scrub(demote(section(md, heading, level), 3 - level)), folder, out_dir, root)
@@ -436,17 +437,21 @@ def write_homework(
         "",
         "## 9. Where the checkpoint and the tokenizer are",
         "",
-        f"- Checkpoint (`final/` of the best run: model, config and tokenizer, `save_pretrained`): {PLACEHOLDER} "
-        "(a path or a Hugging Face Hub id; the weights are not committed to this repository).",
+        f"- Checkpoint (`final/` of the best run exported in {kept['dtype']}: model, config, tokenizer and model card, "
+        f"`save_pretrained`): kept by the team that trained it at `{kept['kept_at']}/` beside the repository "
+        f"(git-ignored: {kept['weights']['bytes']:,} bytes of weights stay out of git; `{kept['weights']['file']}`, "
+        f"SHA-256 `{kept['weights']['sha256']}`, from [{BEST}/checkpoint.json]"
+        f"({_relpath(root / BEST / 'checkpoint.json', out_dir)})); where the team publishes it (a Hugging Face Hub id: "
+        f"`python scripts/export.py ... --push-to-hub user/name`): {PLACEHOLDER}.",
         f"- Tokenizer (the 8,192-token byte-level BPE, `scripts/train_tokenizer.py`; also inside the checkpoint): "
         f"[{BEST}/final/]({_relpath(root / BEST / 'final', out_dir)}) in this repository "
         "(`AutoTokenizer.from_pretrained` loads it), or where the team publishes it: " + PLACEHOLDER + ".",
         "",
-        f"Everything of the best run's `final/` but the weights is in [{BEST}/final/]"
-        f"({_relpath(root / BEST / 'final', out_dir)}) (model card, config, tokenizer, generation config); the weights "
-        f"did not come back from the GPU machine ([{BEST_SEEDS}/README.md]"
-        f"({_relpath(root / BEST_SEEDS / 'README.md', out_dir)}), § The checkpoint): the commands of § 8 train them "
-        "again.",
+        f"Everything of the best run's `final/` but the weights is also in [{BEST}/final/]"
+        f"({_relpath(root / BEST / 'final', out_dir)}) (model card, config, tokenizer, generation config); how the "
+        f"weights came back from the GPU machine and were checked: [{BEST_SEEDS}/README.md]"
+        f"({_relpath(root / BEST_SEEDS / 'README.md', out_dir)}), § The checkpoint. Without them, the commands of § 8 "
+        "train them again (the same seed trained twice: within 0.0018 bits per byte, that README's figures).",
         "",
         "## 10. Team contributions",
         "",
