@@ -1336,8 +1336,8 @@ def folder_runs(spec: StudySpec, out: str | Path) -> list[Run]:
                 continue
             seed = int(m["seed"]) if m["seed"] is not None else None
             check = checked.get((arm, m["label"]))
-            multiplier = bool(check) and not m["lr"] and not m["setting"] and (m["size"], seed) in check[1]
             grid_run = not m["lr"] and not m["setting"]
+            multiplier = bool(check) and grid_run and (m["size"], seed) in check[1]
             if not multiplier and (
                 m["label"] not in (labels if grid_run else check_labels)
                 or not _planned_check(
