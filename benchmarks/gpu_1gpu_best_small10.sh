@@ -5,7 +5,7 @@
 # beside chance; generations; curves). The ten shards hold 56.6M tokens: the recipe's 175M read them 3.1 times
 # (best_small's six shards 4.7 times). Each run comes back as $OUT/best_small10_seedS.tgz (no weights: over the
 # 16 MiB a returned file may hold). KEEP=DIR (outside $OUT) keeps the weights: a bf16 export of final/ (its files
-# but the weights come back in $OUT/export_seedS, its lm-eval scores in $OUT/export_eval_S) and the weights in
+# but the weights come back in $OUT/export_seedS, its lm-eval scores in $OUT/export_eval_S unless EXPORT_EVAL=0) and the weights in
 # 16 MB parts in DIR/seedS with their SHA256SUMS, which later calls (within 30 s) copy back four at a time:
 #   mkdir -p $OUT/w && cp DIR/seed1234/SHA256SUMS DIR/seed1234/model.safetensors.part-0[0-3] $OUT/w/   # then 0[4-7]...
 # (2026-11-30: seed 1234 again, KEEP=/root/keep, 14 parts; results/best_small10/README.md § The checkpoint).

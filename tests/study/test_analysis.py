@@ -6,6 +6,7 @@ size N is L*(C) + κ·(ln N − ln N*(C))², so each budget's three sizes lie on
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -451,6 +452,18 @@ def test_the_trend_sentence_carries_its_interval_and_floors():
         "sensitivity": {"separate": {**sep, "trend": {"better": 0.1}}},
     }
     assert "it rises, in the interval and at every floor above" in trend_line(r_up)
+    # the curves it is read on: on the planted law they pass within 2σ of every optimum; one optimum moved off its
+    # curve by 10σ is named in the same sentence
+    assert "The curves it is read on miss" not in line
+    key = max(k for k in r["optima"] if k[0] == "better")
+    sigma = r["budget_noise"]["budgets"][key[1]]["sigma"]
+    moved = {**r["optima"], key: {**r["optima"][key], "loss_opt": r["optima"][key]["loss_opt"] + 10 * sigma}}
+    n = sum(1 for k in r["optima"] if k[0] in ("base", "better"))
+    said = re.search(
+        r"miss (\d+) of these (\d+) optima by more than twice their budget's σ \(at most ([\d.]+)σ",
+        trend_line({**r, "optima": moved}),
+    )
+    assert said and (int(said[1]), int(said[2])) == (1, n) and 8 < float(said[3]) < 12  # 10σ, less its own miss
     no_seeds = analyse_isoflop(study({"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}), n_boot=0)
     line = trend_line(no_seeds)
     assert "no direction is claimed" in line and "rises" not in line and "falls" not in line

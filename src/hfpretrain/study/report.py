@@ -738,6 +738,30 @@ def trend_sentence(result: dict, arm: str, n_budgets: int, bound: list[float]) -
         + f". So {verdict}"
         + (" (two points: a slope and no check of it)" if n_budgets < 3 else "")
         + "; other fits of the floor than these are not covered."
+        + _curve_caveat(result, (base, arm))
+    )
+
+
+def _curve_caveat(result: dict, arms: tuple[str, ...]) -> str:
+    """The trend is read on the shared-E curves: where they miss the optima of ``arms`` by more than twice the
+    budget's σ (the curve check stars one σ; a slope through 8 optima meets a few of those by chance), the sentence
+    says so, with the largest miss in σ."""
+    total, beyond = 0, []
+    for arm in arms:
+        fit = result["fits"].get(arm)
+        for (a, b), o in result["optima"].items():
+            if a != arm or fit is None:
+                continue
+            total += 1
+            sigma = _sigma(result, b)
+            miss = abs(o["loss_opt"] - float(fit.predict(o["flops"])))
+            if sigma and miss > 2 * sigma:
+                beyond.append(miss / sigma)
+    if not beyond:
+        return ""
+    return (
+        f" The curves it is read on miss {len(beyond)} of these {total} optima by more than twice their budget's σ (at "
+        f"most {max(beyond):.2f}σ; the report's curve check), so the slope carries those misses."
     )
 
 
