@@ -565,7 +565,11 @@ def nd_lines(result: dict, unit: str) -> list[str]:
 
         def m(k):
             c = ci.get(k)
-            return f"{mult[k]:.3g}" + (f" [{c[0]:.3g}, {c[1]:.3g}]" if c else "")
+            # an interval wider than x10 (the baseline's frontier nearly flat there) gives no multiplier to read
+            wide = k == "target" and c and c[0] > 0 and c[1] / c[0] > 10
+            return (
+                f"{mult[k]:.3g}" + (f" [{c[0]:.3g}, {c[1]:.3g}]" if c else "") + (" (not determined)" if wide else "")
+            )
 
         rows.append([f"compute multiplier of {arm} vs {result['baseline']}", *[m(b) for b in budgets], m("target"), ""])
     if rows:
@@ -702,6 +706,7 @@ def trend_sentence(result: dict, arm: str, n_budgets: int, bound: list[float]) -
     sep = (result.get("sensitivity") or {}).get("separate") or {}
     sep_trend, sep_fit = (sep.get("trend") or {}).get(arm), (sep.get("fits") or {}).get(base)
     readings = [per_decade, *(v for _, v in floors)]
+    caveat = _curve_caveat(result, (base, arm))
     said = []
     if fit is not None and fit.fixed_E:
         said.append(f"E is held at {fit.E:.3g} (too few budgets to fit it), so no other floor is tried")
@@ -735,10 +740,10 @@ def trend_sentence(result: dict, arm: str, n_budgets: int, bound: list[float]) -
         + f"; a line in ln C through them: ×{per_decade:.2f} per decade"
         + (f" [×{ci[0]:.2f}, ×{ci[1]:.2f}] (seed noise, E refitted in each draw)" if ci else "")
         + (". The slope depends on the floor E, which the budgets do not pin down: " + "; ".join(said) if said else "")
-        + f". So {verdict}"
+        + (f". {caveat}" if caveat else "")
+        + f". So{' on those curves' if caveat else ''} {verdict}"
         + (" (two points: a slope and no check of it)" if n_budgets < 3 else "")
         + "; other fits of the floor than these are not covered."
-        + _curve_caveat(result, (base, arm))
     )
 
 
@@ -760,8 +765,8 @@ def _curve_caveat(result: dict, arms: tuple[str, ...]) -> str:
     if not beyond:
         return ""
     return (
-        f" The curves it is read on miss {len(beyond)} of these {total} optima by more than twice their budget's σ (at "
-        f"most {max(beyond):.2f}σ; the report's curve check), so the slope carries those misses."
+        f"The curves it is read on miss {len(beyond)} of these {total} optima by more than twice their budget's σ (at "
+        f"most {max(beyond):.2f}σ; the report's curve check)"
     )
 
 
