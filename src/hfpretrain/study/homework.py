@@ -24,6 +24,14 @@ LADDER = "results/best_small"  # the changes that made the best recipe, one row 
 ABLATION = "results/study_gpu_vocab2"  # the ablation: the vocabulary IsoFLOP study with its decision rule
 MOE = "results/study_gpu_moe2"  # the MoE ablation: ten shards, four budgets (it supersedes study_gpu_moe)
 OTHER_STUDIES = ("results/study_gpu_vocab", "results/study_gpu_moe", MOE)
+# the experiments outside the studies that have a README of their own (§ 3 lists them by its title)
+OTHER_EXPERIMENTS = (
+    f"{LADDER}/README.md",
+    "results/curriculum/README.md",
+    "results/long_context_2026-11-27/README.md",
+    "results/moe_2026-11-27b/README.md",
+    "results/gpu_2gpu/README.md",
+)
 # earlier studies whose questions a later one answers again (more data, stricter analysis): their runs are listed as
 # experiments that ran, their conclusions are the later study's
 SUPERSEDED = {"results/study_gpu_vocab": ABLATION, "results/study_gpu_moe": MOE}
@@ -120,7 +128,7 @@ def code_changes(root: Path, out_dir: Path) -> str:
 SECTION_SOURCES = {
     1: (f"{BEST}/report.md",),
     2: (f"{BEST}/report.md", f"{LADDER}/README.md"),
-    3: (f"{BEST}/report.md", *[f"{s}/report.md" for s in (ABLATION, *OTHER_STUDIES)]),
+    3: (f"{BEST}/report.md", *[f"{s}/report.md" for s in (ABLATION, *OTHER_STUDIES)], *OTHER_EXPERIMENTS),
     4: (f"{BEST}/report.md", *[f"{s}/report.md" for s in (ABLATION, *OTHER_STUDIES)]),
     5: (f"{BEST}/report.md", f"{BEST_SEEDS}/README.md"),
     6: (f"{BEST}/report.md",),
@@ -138,6 +146,11 @@ _DATA_PATH = re.compile(
     r'(?<![\w$.])(?<!\$DATA_ROOT")(?<!\{DATA_ROOT\})/(?:[\w.+-]+/)*?(?:data/)?(pretrain/mix/|tokenizers/|eval/)'
 )
 ABSOLUTE = re.compile(r"(?:(?<=[\s`'\"(=])|^)/(?:work|home|root|tmp|mnt|usr|opt|data|scratch|var)\b[^\s`'\")]*")
+
+
+def _title(md: str) -> str:
+    """A markdown file's first heading, without its marks."""
+    return next((line.lstrip("# ").strip() for line in md.splitlines() if line.startswith("# ")), "")
 
 
 def section(md: str, heading: str, level: int = 2) -> str:
@@ -353,13 +366,14 @@ def write_homework(
     lines += [
         "### The other experiments",
         "",
-        "Beside the studies and the best model above, the project measured the recipe's speed-ups one by one (the "
-        "ladder of § 2), fp8 training, the long-context phase, a curriculum on a subset of the sets at the end, the "
-        "Muon optimizer, the MoE twin of the best model and its speed against its dense twin, and the multi-GPU "
-        "layouts. Each is a row of [docs/benchmarks.md]"
-        f"({_relpath(root / 'docs' / 'benchmarks.md', out_dir)}) with its date, commit, GPU, command, hyper-parameters "
-        "(the recipe and overrides it names) and figures, and a link to its raw results; they are not repeated here: "
-        "the assignment asks for the best model and the ablation, above.",
+        "Beside the studies and the best model above, these experiments ran; each README gives its question, "
+        "recipe and overrides, hardware and times (each link's text is that README's title):",
+        "",
+        *[f"- [{_title(text[r])}]({_relpath(root / r, out_dir)})" for r in OTHER_EXPERIMENTS],
+        "",
+        "fp8 training, the speed ladder's other rows and the multi-GPU layouts are rows of [docs/benchmarks.md]"
+        f"({_relpath(root / 'docs' / 'benchmarks.md', out_dir)}), each with its date, commit, GPU, command and a link "
+        "to its raw results.",
         "",
     ]
     lines += ["## 4. Hardware and time", ""]
