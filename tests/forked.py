@@ -148,34 +148,42 @@ def run_forked(
     from it); its return value (or SystemExit code) is the exit code, an exception escaping it a traceback on stderr
     and exit 1."""
     pid, out, err = _start(fn, cwd, env)
+    (code,) = _wait([pid], timeout, ["forked", getattr(fn, "__name__", "fn")])
+    return _result(code, out, err)
+
+
+def _wait(pids: list[int], timeout: float, cmd: list[str]) -> list[int]:
+    """Every child's exit code, by position; the first that fails, or the timeout, ends the others (SIGKILL: one
+    waiting in a collective would wait for its own timeout). Past the timeout with none failed: TimeoutExpired."""
+    codes: dict[int, int] = {}
     deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise subprocess.TimeoutExpired(["forked", getattr(fn, "__name__", "fn")], timeout)
+    while len(codes) < len(pids):
+        for i, pid in enumerate(pids):
+            if i not in codes:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes[i] = _returncode(status)
+        failed = any(code != 0 for code in codes.values())
+        if failed or time.monotonic() > deadline:
+            for i, pid in enumerate(pids):
+                if i not in codes:
+                    os.kill(pid, signal.SIGKILL)
+                    codes[i] = _returncode(os.waitpid(pid, 0)[1])
+            if not failed:
+                raise subprocess.TimeoutExpired(cmd, timeout)
         time.sleep(0.02)
-    return _result(_returncode(status), out, err)
+    return [codes[i] for i in range(len(pids))]
 
 
 def run_forked_ranks(
-    fn: Callable[[], int | None], world: int, *, cwd=None, env: dict | None = None, timeout: float = 300
+    fn: Callable[[], int | None], world: int, *, port: int, cwd=None, env: dict | None = None, timeout: float = 300
 ) -> list[subprocess.CompletedProcess]:
     """``fn()`` in ``world`` forked children, the ranks of one process group as ``torchrun --nproc_per_node WORLD``
     starts them: each with the environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE,
-    LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a free port) beside ``env``. As torchrun does, the first rank that
-    fails ends the others (SIGKILL: one waiting in a collective would wait for its timeout). Each rank's result,
-    by rank. What the fork saves is each rank's fresh interpreter and imports (~13 s of CPU for torch, transformers
+    LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT = ``port``, a free one) beside ``env``. As torchrun does, the first
+    rank that fails ends the others (:func:`_wait`). Each rank's result, by rank. What the fork saves is each rank's fresh interpreter and imports (~13 s of CPU for torch, transformers
     and the package); the launchers themselves are what the tests that start ``accelerate launch`` run."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ranks = {}
+    ranks = []
     for rank in range(world):
         torchrun = {
             "RANK": rank,
@@ -186,25 +194,9 @@ def run_forked_ranks(
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": port,
         }
-        ranks[rank] = _start(fn, cwd, {**torchrun, **(env or {})})
-    codes: dict[int, int] = {}
-    deadline = time.monotonic() + timeout
-    while len(codes) < world:
-        for rank, (pid, _, _) in ranks.items():
-            if rank not in codes:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    codes[rank] = _returncode(status)
-        failed = any(code != 0 for code in codes.values())
-        if failed or time.monotonic() > deadline:
-            for rank, (pid, _, _) in ranks.items():
-                if rank not in codes:
-                    os.kill(pid, signal.SIGKILL)
-                    codes[rank] = _returncode(os.waitpid(pid, 0)[1])
-            if not failed:
-                raise subprocess.TimeoutExpired(["forked", getattr(fn, "__name__", "fn"), f"{world} ranks"], timeout)
-        time.sleep(0.02)
-    return [_result(codes[rank], out, err) for rank, (_, out, err) in sorted(ranks.items())]
+        ranks.append(_start(fn, cwd, {**torchrun, **(env or {})}))
+    codes = _wait([pid for pid, _, _ in ranks], timeout, ["forked", getattr(fn, "__name__", "fn"), f"{world} ranks"])
+    return [_result(code, out, err) for code, (_, out, err) in zip(codes, ranks)]
 
 
 def cli(*args, cwd=None, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -90,7 +90,7 @@ def _torchrun(script: str, *args, nproc: int = 2, timeout: int = 400) -> subproc
     (tests/forked.py run_forked_ranks: one gloo process group, each rank a process of its own, with torchrun's
     environment but without a fresh interpreter's imports, ~13 s of CPU a rank): the first failing rank's exit
     code (torchrun's), every rank's output."""
-    ranks = run_forked_ranks(_main_of(script, *args), nproc, cwd=REPO, timeout=timeout)
+    ranks = run_forked_ranks(_main_of(script, *args), nproc, port=free_port(), cwd=REPO, timeout=timeout)
     code = next((r.returncode for r in ranks if r.returncode != 0), 0)
     return subprocess.CompletedProcess(
         [script, *map(str, args)],

@@ -497,6 +497,13 @@ def _check_seeds(d: dict, key: str, seeds: list[int]) -> dict:
     return {"seeds": [int(s) for s in chosen]}
 
 
+def _arm_list(own, arms: set[str], key: str) -> list[str]:
+    """A check's ``arms``: a non-empty list of distinct arms of the spec, else one line naming ``key``."""
+    if not isinstance(own, list) or not own or any(a not in arms for a in own) or len(set(own)) != len(own):
+        raise ValueError(f"{key}: a list of distinct arms among {sorted(arms)}, got {own!r}")
+    return list(own)
+
+
 def _lr_checks(d, budgets: list[float], arms: set[str], seeds: list[int]) -> dict:
     form = (
         f"lr_checks: {{budget: one of {budgets}, factors: [positive, not 1], arms: [...] (optional), "
@@ -510,15 +517,10 @@ def _lr_checks(d, budgets: list[float], arms: set[str], seeds: list[int]) -> dic
         or any(float(f) <= 0 or float(f) == 1 for f in d["factors"])
     ):
         raise ValueError(f"{form}, got {d}")
-    own = d.get("arms")
-    if own is not None and (
-        not isinstance(own, list) or not own or any(a not in arms for a in own) or len(set(own)) != len(own)
-    ):
-        raise ValueError(f"lr_checks.arms: a list of distinct arms among {sorted(arms)}, got {own!r}")
     return {
         "budget": float(d["budget"]),
         "factors": [float(f) for f in d["factors"]],
-        **({"arms": list(own)} if own is not None else {}),
+        **({"arms": _arm_list(d["arms"], arms, "lr_checks.arms")} if d.get("arms") is not None else {}),
         **_check_seeds(d, "lr_checks", seeds),
     }
 
@@ -613,9 +615,7 @@ def _setting_checks(d, budgets: list[float], arms: set[str], seeds: list[int]) -
             raise ValueError(
                 f"{key}: a mapping {{arms: [ARM, ...], overrides: [section.key=value, ...]}}, got {setting!r}"
             )
-        own = setting["arms"]
-        if not isinstance(own, list) or not own or any(a not in arms for a in own) or len(set(own)) != len(own):
-            raise ValueError(f"{key}.arms: a list of distinct arms among {sorted(arms)}, got {own!r}")
+        own = _arm_list(setting["arms"], arms, f"{key}.arms")
         overrides = setting["overrides"]
         if (
             not isinstance(overrides, list)

@@ -233,23 +233,32 @@ def _fit_rows(fits: dict, result: dict, figures: dict, iv: dict) -> list[list[st
     return rows
 
 
+def _curve_misses(result: dict) -> dict[tuple[str, float], tuple[float, float | None]]:
+    """(arm, budget) -> (optimum − that arm's shared-E curve there, the budget's σ), for every arm with a fit."""
+    out = {}
+    for (arm, b), o in result["optima"].items():
+        fit = result["fits"].get(arm)
+        if fit is not None:
+            out[arm, b] = (o["loss_opt"] - float(fit.predict(o["flops"])), _sigma(result, b))
+    return out
+
+
 def curve_check_lines(result: dict) -> list[str]:
     """How far the shared-E curves pass from the optima they are fitted to, per budget, against the budget's σ. The
     multipliers are read on these curves, so a multiplier at a budget whose optimum the curve misses by more than σ
     carries that miss; the gap rows read the optima themselves."""
     budgets = sorted({b for _, b in result["optima"]})
+    curve = _curve_misses(result)
     parts, flagged = [], 0
     for arm, fit in result["fits"].items():
         if fit is None:
             continue
         misses = []
         for b in budgets:
-            o = result["optima"].get((arm, b))
-            if o is None:
+            if (arm, b) not in curve:
                 misses.append("–")
                 continue
-            miss = o["loss_opt"] - float(fit.predict(o["flops"]))
-            sigma = _sigma(result, b)
+            miss, sigma = curve[arm, b]
             beyond = sigma is not None and abs(miss) > sigma
             flagged += beyond
             misses.append(f"{miss:+.3f}{'*' if beyond else ''}")
@@ -751,17 +760,8 @@ def _curve_caveat(result: dict, arms: tuple[str, ...]) -> str:
     """The trend is read on the shared-E curves: where they miss the optima of ``arms`` by more than twice the
     budget's σ (the curve check stars one σ; a slope through 8 optima meets a few of those by chance), the sentence
     says so, with the largest miss in σ."""
-    total, beyond = 0, []
-    for arm in arms:
-        fit = result["fits"].get(arm)
-        for (a, b), o in result["optima"].items():
-            if a != arm or fit is None:
-                continue
-            total += 1
-            sigma = _sigma(result, b)
-            miss = abs(o["loss_opt"] - float(fit.predict(o["flops"])))
-            if sigma and miss > 2 * sigma:
-                beyond.append(miss / sigma)
+    mine = [(abs(miss), sigma) for (arm, _), (miss, sigma) in _curve_misses(result).items() if arm in arms]
+    total, beyond = len(mine), [miss / sigma for miss, sigma in mine if sigma and miss > 2 * sigma]
     if not beyond:
         return ""
     return (
