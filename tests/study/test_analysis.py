@@ -259,6 +259,25 @@ def test_the_spec_checks_its_noise_rule():
             _decision({"comparisons": comps, "noise": bad}, arms)
 
 
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        ({"fit": "parabola"}, "decision.fit:"),
+        ({"fit": "frontier"}, "decision.fit: read by criterion: multiplier only"),
+        ({"criterion": "multiplier", "fit": "frontier", "amended": ""}, "decision.amended:"),
+        ({"criterion": "multiplier", "fits": "frontier"}, "decision.fits: not a key of the rule"),
+    ],
+)
+def test_the_spec_checks_which_fit_its_rule_reads(extra, key):
+    from hfpretrain.study.grid import _decision
+
+    arms, comps = {"a": [], "b": []}, [{"arm": "a", "baseline": "b"}]
+    rule = {"comparisons": comps, "criterion": "multiplier", "fit": "frontier", "amended": "2026-12-01, before"}
+    assert _decision(rule, arms)["fit"] == "frontier"
+    with pytest.raises(ValueError, match=re.escape(key)):
+        _decision({"comparisons": comps, **extra}, arms)
+
+
 def test_the_decision_rule_gives_its_verdicts():
     from hfpretrain.study.analysis import decide
 
@@ -393,6 +412,63 @@ def test_the_frontier_recovers_a_planted_law_of_n_and_d(tmp_path):
     assert nd["pairs"]["better vs base"]["target"] < 0 and nd["multiplier"]["better"]["target"] > 1
     text = "\n".join(isoflop_lines(r, None))
     assert "### The frontier: L(N, D)" in text and f"{10 * BUDGETS[-1]:.3g} (extrapolation)" in text
+
+
+def test_a_rule_on_the_frontier_reads_the_baseline_fit_at_the_measured_optimum():
+    """``decision.fit: frontier``: the multiplier is the compute on the baseline's L(N, D) frontier that reaches the
+    arm's measured optimum, over C. Planted: the arm's N term at 0.8×, two seeds with σ 0.002; the verdict reads
+    that figure and its interval (the bootstrap redraws the runs, so the arm's optimum moves in each draw too),
+    which hold the frontier-to-frontier multiplier of the planted law."""
+    from hfpretrain.study.analysis import decide
+    from hfpretrain.study.report import decision_lines
+
+    e, a, alpha, b, beta = 1.7, 400.0, 0.34, 410.0, 0.28
+    rng = np.random.default_rng(3)
+    rows = []
+    for arm, scale in (("base", 1.0), ("better", 0.8)):
+        for c in BUDGETS:
+            n_star = (c / 6) ** 0.5 / 8
+            for f in (0.25, 0.5, 1.0, 2.0, 4.0):
+                n, seeds = n_star * f, (0, 1)
+                for s in seeds:
+                    d = c / (6 * n)
+                    loss = e + scale * a * n**-alpha + b * d**-beta + rng.normal(0, 0.002)
+                    rows.append(
+                        {
+                            "arm": arm,
+                            "budget": c,
+                            "size": f"x{f}",
+                            "seed": s,
+                            "params": n,
+                            "ratio_params": n,
+                            "tokens": d,
+                            "flops_per_token": 6 * n,
+                            "flops": c,
+                            "val_loss": loss,
+                        }
+                    )
+    r = analyse_isoflop(rows, n_boot=40, nd_boot=20, noise_rule="per_budget")
+    nd, top = r["nd"], f"{BUDGETS[-1]:.6g}"
+    at_opt = nd["multiplier_at_optimum"]["better"][top]
+    assert at_opt == pytest.approx(nd["multiplier"]["better"][top], rel=0.1) and at_opt > 1.2
+    lo, hi = nd["intervals"]["multiplier_at_optimum"]["better"][top]
+    assert lo < at_opt < hi and lo > 1
+    rule = {
+        "criterion": "multiplier",
+        "multiplier_min": 1.2,
+        "fit": "frontier",
+        "amended": "a test, before the runs",
+        "rule": "recommended above 1.2",
+        "comparisons": [{"name": "m", "arm": "better", "baseline": "base"}],
+    }
+    (v,) = decide(r, rule)
+    assert v["verdict"] == "recommended" and v["fit"] == "frontier"
+    assert v["multiplier"] == at_opt and v["multiplier_interval"] == [lo, hi]
+    (shared,) = decide(r, {**rule, "fit": "optima"})
+    assert shared["multiplier"] == r["multiplier"]["better"][BUDGETS[-1]] != at_opt
+    text = "\n".join(decision_lines(None, r, rule, [v]))
+    assert "It is read on base's L(N, D) fit on its runs" in text and "Amended (`decision.amended`): a test" in text
+    assert "on base's power law on the per-budget optima, one floor E shared by the arms" in text
 
 
 def test_the_trend_at_other_floors():

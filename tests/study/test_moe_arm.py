@@ -75,10 +75,11 @@ def test_second_moe_study_dense_arm_is_the_vocabulary_studys_8k_arm():
     assert [getattr(moe2, k) for k in same] == [getattr(vocab2, k) for k in same]
     iso = ("tokens_per_param", "sizes_per_budget")
     assert [getattr(moe2.isoflop, k) for k in iso] == [getattr(vocab2.isoflop, k) for k in iso]
-    # the same windows: the dense arm's one extra is a size no window picks (L3w at 8e14, 2026-11-30), whose runs
-    # sit in the vocabulary study's folder, which that study's spec does not read (its sizes lack L3w)
-    assert "bpe_8k" not in vocab2.isoflop.extra and moe2.isoflop.extra["dense"] == {8e14: ["L3w"]}
-    assert [s.name for s in moe2.sizes if not s.window] == ["L3w"] and "L3w" not in {s.name for s in vocab2.sizes}
+    # the same windows: the dense arm's extras are sizes no window picks (L3w at 8e14, 2026-11-30; L2w, 2026-12-01),
+    # whose runs sit in the vocabulary study's folder, which that study's spec does not read (its sizes lack them)
+    assert "bpe_8k" not in vocab2.isoflop.extra and moe2.isoflop.extra["dense"] == {8e14: ["L2w", "L3w"]}
+    assert [s.name for s in moe2.sizes if not s.window] == ["L2w", "L3w"]
+    assert not {"L2w", "L3w"} & {s.name for s in vocab2.sizes}
 
     def runs(spec, arm):
         return {
@@ -92,7 +93,7 @@ def test_second_moe_study_dense_arm_is_the_vocabulary_studys_8k_arm():
     # beyond the shared runs only the decision budget's added seed (its runs sit in the vocabulary study's folder,
     # which that study's spec does not read: grid.folder_runs keeps the seeds a spec plans)
     assert set(dense) - set(bpe_8k) == {f"{s.name}__c2.50e+16__seed2" for s in moe2.sizes} | {
-        f"L3w__c{b:.2e}__seed{seed}" for b in moe2.budgets for seed in (0, 1)
+        f"{size}__c{b:.2e}__seed{seed}" for size in ("L2w", "L3w") for b in moe2.budgets for seed in (0, 1)
     }
     for name, overrides in moe.items():
         differ = {o.split("=")[0] for o in set(overrides) ^ set(dense[name])}

@@ -623,6 +623,23 @@ def _nd_figures(fits: dict, fpts: dict, arms: list[str], flops: dict, n_range: d
     return {"frontier": front, "pairs": pairs, "multiplier": mult}
 
 
+def _nd_at_optima(fits: dict, fpts: dict, arms: list[str], opt: dict, n_range: dict) -> dict:
+    """Per arm and budget: the baseline frontier's compute to reach the arm's measured optimum (the parabola's
+    loss, not the arm's own frontier), over the cell's compute: the multiplier a rule reads with ``decision.fit:
+    frontier`` (whether the cell is bracketed is the rule's to check)."""
+    base = arms[0]
+    if fits.get(base) is None:
+        return {}
+    return {
+        arm: {
+            f"{b:.6g}": _nd_multiplier(fits[base], fpts[base], o["loss_opt"], o["flops"], n_range[base])
+            for (a, b), o in sorted(opt.items(), key=lambda kv: kv[0][1])
+            if a == arm
+        }
+        for arm in arms[1:]
+    }
+
+
 def analyse_nd(
     rows: list[dict],
     arms: list[str],
@@ -654,6 +671,7 @@ def analyse_nd(
         "fits": {arm: (f.as_dict() if f else None) for arm, f in fits.items()},
         "flops": flops,
         **_nd_figures(fits, fpts, arms, flops, n_range),
+        "multiplier_at_optimum": _nd_at_optima(fits, fpts, arms, opt, n_range),
     }
     out["check"] = {
         arm: {
@@ -701,7 +719,10 @@ def analyse_nd(
         draws = []
         for _ in range(n_boot):
             noisy = [{**r, y: r[y] + rng.normal(0.0, sigma[r["budget"]])} for r in ordered]
-            draws.append(_nd_figures(_nd_fits(noisy, arms, y, start=fits), fpts, arms, flops, n_range))
+            noisy_fits = _nd_fits(noisy, arms, y, start=fits)
+            draws.append(_nd_figures(noisy_fits, fpts, arms, flops, n_range))
+            # the same draw's optima: the arm's measured best moves with its runs' noise too
+            draws[-1]["at_optimum"] = _nd_at_optima(noisy_fits, fpts, arms, optima(cells(noisy, y)), n_range)
         out["intervals"] = {
             "pairs": {
                 key: {k: _interval([d["pairs"].get(key, {}).get(k, float("nan")) for d in draws]) for k in flops}
@@ -710,6 +731,10 @@ def analyse_nd(
             "multiplier": {
                 arm: {k: _interval([d["multiplier"].get(arm, {}).get(k, float("nan")) for d in draws]) for k in flops}
                 for arm in out["multiplier"]
+            },
+            "multiplier_at_optimum": {
+                arm: {k: _interval([d["at_optimum"].get(arm, {}).get(k, float("nan")) for d in draws]) for k in ms}
+                for arm, ms in out["multiplier_at_optimum"].items()
             },
             "n_boot": n_boot,
         }
@@ -994,6 +1019,24 @@ def default_decision(result: dict) -> dict:
     }
 
 
+def _decision_multiplier(result: dict, decision: dict, arm: str, at: float) -> tuple[float | None, list | None]:
+    """The arm's compute multiplier at ``at`` and its interval on the fit the rule names (``decision.fit``):
+    ``optima`` (default), the baseline's power law on the per-budget optima with the shared floor; ``frontier``, the
+    baseline's L(N, D) fit on its runs, reaching the arm's measured optimum."""
+    if decision.get("fit", "optima") == "frontier":
+        nd = result.get("nd") or {}
+        label = f"{at:.6g}"
+        mult = (nd.get("multiplier_at_optimum") or {}).get(arm, {}).get(label)
+        m_ci = ((nd.get("intervals") or {}).get("multiplier_at_optimum") or {}).get(arm, {}).get(label)
+        return (None if mult is None or not math.isfinite(mult) else mult), m_ci
+    iv = result.get("intervals") or {}
+
+    def at_budget(d: dict):
+        return next((v for b, v in d.items() if math.isclose(b, at, rel_tol=1e-9)), None)
+
+    return at_budget(result["multiplier"].get(arm) or {}), at_budget((iv.get("multiplier") or {}).get(arm) or {})
+
+
 def decide(result: dict, decision: dict, seeds_for=None, unrun=None) -> list[dict]:
     """The spec's ``decision`` rule (written before the runs) applied to the analysis: one verdict per comparison.
 
@@ -1065,18 +1108,8 @@ def decide(result: dict, decision: dict, seeds_for=None, unrun=None) -> list[dic
         gap10_sep = signed((sep.get("pairs") or {}).get(key, {}).get("gap_extrapolated"))
         entry.update(gap=gap, gap_interval=gap_ci, gap_10x=gap10, gap_10x_interval=gap10_ci, gap_10x_separate=gap10_sep)
         if entry["criterion"] == "multiplier":
-            mult = next(
-                (m for b, m in (result["multiplier"].get(arm) or {}).items() if math.isclose(b, at, rel_tol=1e-9)), None
-            )
-            m_ci = next(
-                (
-                    c
-                    for b, c in ((iv.get("multiplier") or {}).get(arm) or {}).items()
-                    if math.isclose(b, at, rel_tol=1e-9)
-                ),
-                None,
-            )
-            entry.update(multiplier=mult, multiplier_interval=m_ci)
+            mult, m_ci = _decision_multiplier(result, decision, arm, at)
+            entry.update(multiplier=mult, multiplier_interval=m_ci, fit=decision.get("fit", "optima"))
             lo = float(decision.get("multiplier_min", 1.0))
             if mult is None or m_ci is None:
                 verdict = "undecided"

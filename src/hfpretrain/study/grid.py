@@ -633,12 +633,30 @@ def _setting_checks(d, budgets: list[float], arms: set[str], seeds: list[int]) -
     return {"budget": budget, "settings": settings, **_check_seeds(d, "setting_checks", seeds)}
 
 
+DECISION_KEYS = (
+    "written",
+    "at",
+    "criterion",
+    "multiplier_min",
+    "margin",
+    "noise",
+    "fit",
+    "amended",
+    "comparisons",
+    "rule",
+)
+DECISION_FITS = ("optima", "frontier")
+
+
 def _decision(d, arms: dict) -> dict:
     """The decision rule, checked at load: every comparison names two of the spec's arms."""
     if not d:
         return {}
     if not isinstance(d, dict) or not isinstance(d.get("comparisons"), list) or not d["comparisons"]:
         raise ValueError("decision: a mapping with a non-empty list of comparisons ({arm, baseline})")
+    unknown = sorted(set(d) - set(DECISION_KEYS))
+    if unknown:
+        raise ValueError(f"decision.{unknown[0]}: not a key of the rule (known: {', '.join(DECISION_KEYS)})")
     for c in d["comparisons"]:
         if not isinstance(c, dict) or c.get("arm") not in arms or c.get("baseline") not in arms:
             raise ValueError(f"decision: comparison {c} must name two of the arms {sorted(arms)} (arm, baseline)")
@@ -655,6 +673,15 @@ def _decision(d, arms: dict) -> dict:
         )
     if d.get("criterion", "gap") not in ("gap", "multiplier"):
         raise ValueError(f"decision.criterion: gap or multiplier, got {d['criterion']!r}")
+    if d.get("fit", "optima") not in DECISION_FITS:
+        raise ValueError(
+            "decision.fit: optima (the baseline's power law on the per-budget optima, shared floor) or frontier "
+            f"(the baseline's L(N, D) fit on its runs), got {d['fit']!r}"
+        )
+    if d.get("fit", "optima") != "optima" and d.get("criterion") != "multiplier":
+        raise ValueError("decision.fit: read by criterion: multiplier only (a gap rule reads the measured optima)")
+    if "amended" in d and not (isinstance(d["amended"], str) and d["amended"].strip()):
+        raise ValueError("decision.amended: a line saying when and before which runs the rule was changed, and why")
     out = dict(d)
     if fixed:
         out["noise"] = {float(b): float(v) for b, v in noise.items()}

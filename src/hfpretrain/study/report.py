@@ -929,6 +929,8 @@ def decision_lines(
         else "**The spec has no decision rule**: the default below, chosen after the runs, is applied:"
     )
     lines = ["## Decision", "", head, "", *[f"> {line}" for line in str(rule.get("rule", "")).strip().splitlines()], ""]
+    if rule.get("amended"):
+        lines += [f"Amended (`decision.amended`): {str(rule['amended']).strip()}", ""]
     if not result or not result.get("optima"):
         return lines + ["No results yet: nothing to decide.", ""]
     unit = "bits/byte" if result["y"] == "val_bpb" else "nats"
@@ -982,7 +984,7 @@ def decision_lines(
         f"Margin: ±{float(rule.get('margin', 0)):g} {unit}."
         if rule.get("criterion", "gap") == "gap"
         else f"Criterion: the compute multiplier, above {float(rule.get('multiplier_min', 1)):g} with its interval above 1."
-        + _multiplier_curve_text(result, verdicts)
+        + _multiplier_curve_text(result, verdicts, rule)
     )
     return lines + [
         _table(
@@ -1010,32 +1012,61 @@ def decision_lines(
     ]
 
 
-def _multiplier_curve_text(result: dict, verdicts: list[dict]) -> str:
-    """Which curve of the baseline a multiplier verdict reads (the main model's), and what its own fit reads."""
-    base_fit = (result.get("fits") or {}).get(result.get("baseline"))
+def _multiplier_curve_text(result: dict, verdicts: list[dict], rule: dict) -> str:
+    """Which fit of the baseline a multiplier verdict reads (the rule's ``fit``), and what the other fits read."""
+    base = result.get("baseline")
+    base_fit = (result.get("fits") or {}).get(base)
     if base_fit is None:
         return ""
     separate = (result.get("sensitivity") or {}).get("separate") or {}
-    own = (separate.get("fits") or {}).get(result["baseline"])
-    others = []
+    own = (separate.get("fits") or {}).get(base)
+    nd = result.get("nd") or {}
+    nd_fit = (nd.get("fits") or {}).get(base)
 
     def at_budget(by_budget: dict, budget: float):
         return next((x for b, x in by_budget.items() if math.isclose(b, budget)), None)
 
+    def reading(v: dict, mults: dict, intervals: dict) -> str | None:
+        m, ci = at_budget(mults.get(v["arm"]) or {}, v["budget"]), at_budget(intervals.get(v["arm"]) or {}, v["budget"])
+        if m is None or not math.isfinite(m):
+            return None
+        return f"{v['name']} {m:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
+
+    readings = {"shared": [], "own": [], "frontier": []}
+    nd_iv = (nd.get("intervals") or {}).get("multiplier_at_optimum") or {}
     for v in verdicts:
-        m = at_budget((separate.get("multiplier") or {}).get(v["arm"]) or {}, v["budget"])
-        ci = at_budget(((separate.get("intervals") or {}).get("multiplier") or {}).get(v["arm"]) or {}, v["budget"])
-        if v.get("multiplier") is not None and m is not None and own is not None:
-            others.append(f"{v['name']} {m:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""))
-    return (
-        f" It is read on {result['baseline']}'s curve of the main model (one floor E shared by the arms, "
-        f"E = {base_fit.E:.3f})"
-        + (
-            f"; on {result['baseline']}'s own fit (E = {own.E:.3f}; the same seed-noise bootstrap): "
-            f"{', '.join(others)}."
-            if others
-            else "."
+        if v.get("multiplier") is None:
+            continue
+        readings["shared"].append(
+            reading(v, result.get("multiplier") or {}, (result.get("intervals") or {}).get("multiplier") or {})
         )
+        if own is not None:
+            readings["own"].append(
+                reading(v, separate.get("multiplier") or {}, (separate.get("intervals") or {}).get("multiplier") or {})
+            )
+        by_budget = {
+            arm: {float(b): x for b, x in d.items()} for arm, d in (nd.get("multiplier_at_optimum") or {}).items()
+        }
+        iv_by_budget = {arm: {float(b): x for b, x in d.items()} for arm, d in nd_iv.items()}
+        readings["frontier"].append(reading(v, by_budget, iv_by_budget))
+    texts = {
+        "shared": f"{base}'s power law on the per-budget optima, one floor E shared by the arms (E = {base_fit.E:.3f})",
+        "own": f"{base}'s own power law on its optima (E = {own.E:.3f})" if own is not None else None,
+        "frontier": f"{base}'s L(N, D) fit on its runs (E = {nd_fit['E']:.3f}), the compute on its frontier that "
+        "reaches the arm's measured optimum"
+        if nd_fit
+        else None,
+    }
+    read = "frontier" if rule.get("fit") == "frontier" else "shared"
+    others = [
+        f"on {texts[k]}: {', '.join(x for x in readings[k] if x)}"
+        for k in ("frontier", "shared", "own")
+        if k != read and texts[k] and any(readings[k])
+    ]
+    return (
+        f" It is read on {texts[read]}"
+        + (" (`decision.fit`)" if read == "frontier" else "")
+        + ("; " + "; ".join(others) + " (the same seed-noise bootstrap)." if others else ".")
     )
 
 
@@ -1862,7 +1893,18 @@ def analyse(
         applied = (isoflop.get("budget_noise") or {}).get("rule")
         if isoflop.get("optima") and applied in NOISE_RULES and spec.decision:
             name = next(r for r in NOISE_RULES if r != applied)
-            other_noise = (name, analyse_isoflop(rows, y=y, n_boot=n_boot, noise_rule=name, frontier=False))
+            frontier = spec.decision.get("fit") == "frontier"  # its verdicts read the L(N, D) fits then
+            other_noise = (
+                name,
+                analyse_isoflop(
+                    rows,
+                    y=y,
+                    n_boot=n_boot,
+                    noise_rule=name,
+                    frontier=frontier,
+                    nd_boot=spec.bootstrap["frontier_draws"],
+                ),
+            )
             if spec.multiplier_checks:
                 other_decision = {**spec.decision, "noise": name}
                 other_noise[1]["multiplier_checks"] = multiplier_checks(rows, other_noise[1], other_decision, n_boot)
