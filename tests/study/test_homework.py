@@ -4,6 +4,7 @@ order, every number in it copied from a committed file, no absolute path of the 
 from __future__ import annotations
 
 import json
+import lzma
 import re
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from hfpretrain.study.homework import ABSOLUTE, SECTION_SOURCES, SOURCES, write_
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "results" / "homework.md"
-NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?")
+# a comma that ends a number is the sentence's ("seed 1234, the ..."), not the figure's
+NUMBER = re.compile(r"\d(?:[\d,]*\d)?(?:\.\d+)?(?:e[+-]?\d+)?")
 ORDER = [
     "Data processing",
     "Changes to the training code",
@@ -65,7 +67,8 @@ def test_no_absolute_path_of_the_machine(doc):
 def _numbers(source: str) -> set[str]:
     """The numbers of a source file, and of its path (a section names the files it cites); a JSON file's floats
     also as the document rounds them (to 1-4 decimals)."""
-    text = (REPO / source).read_text()
+    # a run's log is committed compressed (results/gpu_2gpu's resumed run names its model only there)
+    text = lzma.open(REPO / source, "rt").read() if source.endswith(".xz") else (REPO / source).read_text()
     out = set(NUMBER.findall(text)) | set(NUMBER.findall(source))
     if source.endswith(".json"):
 
@@ -211,3 +214,33 @@ def test_the_training_changes_name_their_files_and_ladder_rows(doc):
             (match,) = [r for r in ladder if r.startswith(row)]
             named.add(match)
     assert named == {r for r in ladder if not r.startswith("classic")}
+
+
+def _row_strays(cells: list[str], sources: tuple[str, ...]) -> list[str]:
+    """The numbers of a table row that none of its own sources carries."""
+    return sorted(set(NUMBER.findall(" | ".join(cells))) - set().union(*(_numbers(s) for s in sources)))
+
+
+def test_the_other_experiments_are_a_table_each_row_from_its_readme(doc):
+    """§ 3 tabulates the experiments outside the studies: one row each, its first cell the README's title linking
+    to it, no empty cell, and every figure of the row in that README or the files beside it that the row names (not
+    merely somewhere in § 3's sources, which hold every study's run table)."""
+    from hfpretrain.study.homework import OTHER_EXPERIMENTS, _title
+
+    section = doc.split("## 3. ")[1].split("## 4. ")[0]
+    other = section.split("### The other experiments\n")[1]
+    table = [line for line in other.splitlines() if line.startswith("|")]
+    assert table[0].startswith("| experiment | question |") and len(table) == 2 + len(OTHER_EXPERIMENTS)
+    assert "- [" not in other and "docs/benchmarks.md" in other  # a table, not a list of links
+    for e, line in zip(OTHER_EXPERIMENTS, table[2:]):
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        assert len(cells) == 6 and all(cells), line
+        link = f"[{_title((REPO / e.readme).read_text())}](../{e.readme})".replace("../results/", "")
+        assert cells[0] == link, (cells[0], link)
+        for f in e.also:
+            assert (REPO / f).is_file() and Path(f).is_relative_to(Path(e.readme).parent), f
+            assert f in SECTION_SOURCES[3], f
+        assert not _row_strays(cells, (e.readme, *e.also)), (e.readme, _row_strays(cells, (e.readme, *e.also)))
+    # the check is per row: the curriculum's result, a figure of its own README, is stray in the ladder's row
+    ladder, curriculum = OTHER_EXPERIMENTS[0], OTHER_EXPERIMENTS[1]
+    assert "1.292" in curriculum.result and "1.292" in _row_strays([ladder.result, "1.292"], (ladder.readme,))
