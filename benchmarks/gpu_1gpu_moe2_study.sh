@@ -25,6 +25,9 @@
 # The 8e14 intermediate size and the MoE arm's checks at 3e16 (seven runs, 2026-11-30), on the second GPU of two
 # beside the best model's run again (benchmarks/gpu_1gpu_best_small10.sh, KEEP), each a chain of its own:
 #   "CUDA_VISIBLE_DEVICES=1 RUNS='*/L3w__* moe/*__c3.00e+16__lr* moe/*__c3.00e+16__aux*' WORKERS=4 bash ..."
+# Part eleven (nine runs, 2026-12-01, one H200, seven at a time): two carries (.carry with shards 0-3 beside the kit,
+# .carry2 with 4-9; STASH=1 each), the second call starting the chain
+#   "RUNS='*/L2w__* moe/*__c3.00e+16__lr*__seed1 moe/*__c3.00e+16__aux*__seed1 */*__c3.00e+16__per_set__*' WORKERS=7 bash ..."
 DATA=out/mix10_bpe8k_1024 CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024
 source benchmarks/gpu_common.sh
 SPEC=src/hfpretrain/study/specs/gpu_moe2.yaml

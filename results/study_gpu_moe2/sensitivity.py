@@ -1,5 +1,8 @@
-"""Other readings of the MoE compute multiplier at 2.5e16 than the report's (README § Result): the same per-budget
-optima (analysis.json) fitted other ways with the project's own fit code. Each reading also gives the multiplier at
+"""Other readings of the MoE compute multiplier at 2.5e16 than the report's (README § Result). First the rule's, since
+its amendment of 2026-12-01 (`decision.fit: frontier`): the dense arm's L(N, D) fit on its runs, reaching the MoE
+arm's measured optimum (analysis.json), and the same fit without the L2w runs trained after the amendment
+(results.json, refitted with the project's code). Then the same per-budget optima fitted other ways with the
+project's own fit code (the first line: the report's reading until the amendment). Each reading also gives the multiplier at
 every budget and its trend (the slope of a line in ln C through them, as a factor per decade of compute): the trend
 depends on the floor E of the dense fit, and its prediction of the dense loss at 3e16 against the measured optimum
 there (the spec's multiplier check, out of sample: the fits end at 2.5e16). Last, the joint least-squares fit of
@@ -16,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from hfpretrain.study.analysis import compute_multiplier
+from hfpretrain.study.analysis import analyse_isoflop, compute_multiplier
 from hfpretrain.study.fit import PowerLawFit, fit_power_law, fit_power_law_at, fit_shared_floor
 
 HERE = Path(__file__).parent
@@ -46,8 +49,21 @@ def shared(measured: tuple = (), drop: tuple = ()) -> PowerLawFit:
 
 
 c_top, moe_top = optima["moe @ 2.5e+16"]["flops"], optima["moe @ 2.5e+16"]["loss_opt"]
+nd = analysis["nd"]
+print(
+    f"{nd['multiplier_at_optimum']['moe']['2.5e+16']:5.2f}  the rule's (decision.fit: frontier): the dense arm's "
+    f"L(N, D) fit (E = {nd['fits']['dense']['E']:.3f}, RMSE {nd['fits']['dense']['rmse']:.4f}) reaching the MoE "
+    f"optimum; frontier to frontier {nd['multiplier']['moe']['2.5e+16']:.2f}"
+)
+rows = json.loads((HERE / "results.json").read_text())
+without = analyse_isoflop([r for r in rows if r["size"] != "L2w"], y="val_bpb", n_boot=0)["nd"]
+print(
+    f"{without['multiplier_at_optimum']['moe']['2.5e+16']:5.2f}  the same without the L2w runs (added after the "
+    f"amendment): E = {without['fits']['dense']['E']:.3f}, RMSE {without['fits']['dense']['rmse']:.4f}; frontier to "
+    f"frontier {without['multiplier']['moe']['2.5e+16']:.2f}"
+)
 readings = {
-    "shared floor, as reported": shared(),
+    "shared floor, the report's until 2026-12-01": shared(),
     "shared floor, the flagged 8e14 optima replaced by the best measured means": shared(measured=("8e+14",)),
     "shared floor, without 8e14": shared(drop=("8e+14",)),
     "the dense arm's own floor (separate-E fit)": fit_power_law(*points("dense")),
@@ -94,7 +110,7 @@ for E in sorted(
         0.666,
         0.869,
         0.947,
-        readings["shared floor, as reported"].E,
+        readings["shared floor, the report's until 2026-12-01"].E,
         readings["the dense arm's own floor (separate-E fit)"].E,
         *(f["E"] for f in analysis["trend_floor"]["moe"] if f["E"] > 0),
     }

@@ -129,7 +129,7 @@ def test_the_key_figures_match_the_json(doc):
             row = next(line for line in table.splitlines() if line.startswith(f"| {r['run']} |"))
             assert row.rstrip(" |").endswith(f"{r['val_bpb']:.4g}"), row
             seen += 1
-    assert seen == 118 + 48 + 38 + 124
+    assert seen == 118 + 48 + 38 + 135
 
 
 def test_the_checkpoint_section_names_the_kept_weights(doc):

@@ -453,11 +453,15 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
     assert abs(curves["shared E (the main model)"]["miss"]) < check["sigma"] < -curves["no floor (E = 0)"]["miss"]
     for name, curve in curves.items():
         assert f"| {name} | {curve['E']:.3f} | {curve['predicted']:.4f} | {curve['miss']:+.4f}" in report
-    assert "It is read on dense's curve of the main model (one floor E shared by the arms, E = 1.062)" in report
-    separate = json.loads((study_dir / "analysis.json").read_text())["sensitivity"]["separate"]
+    # the rule reads the dense arm's L(N, D) frontier (decision.fit, amended 2026-12-01); its check at 3e16 is a row
+    # of the table, and the report names the other readings beside it
+    assert "L(N, D) frontier" in curves and abs(curves["L(N, D) frontier"]["miss"]) > check["sigma"]
+    nd = analysis["nd"]
+    assert f"It is read on dense's L(N, D) fit on its runs (E = {nd['fits']['dense']['E']:.3f})" in report
+    separate = analysis["sensitivity"]["separate"]
     own, (lo, hi) = separate["multiplier"]["moe"]["2.5e+16"], separate["intervals"]["multiplier"]["moe"]["2.5e+16"]
-    assert f"on dense's own fit (E = {separate['fits']['dense']['E']:.3f}; the same seed-noise bootstrap): " in report
-    assert f"moe {own:.3g} [{lo:.3g}, {hi:.3g}]." in report
+    assert f"on dense's own power law on its optima (E = {separate['fits']['dense']['E']:.3f}): " in report
+    assert f"moe {own:.3g} [{lo:.3g}, {hi:.3g}] (the same seed-noise bootstrap)." in report
 
 
 def test_the_moe_studys_both_arms_at_3e16_are_read_from_its_committed_runs():
@@ -480,11 +484,12 @@ def test_the_moe_studys_both_arms_at_3e16_are_read_from_its_committed_runs():
         [
             "dense/L6__c2.50e+16__per_set__seed0",
             "moe/L6__c2.50e+16__per_set__seed0",
+            *(f"{arm}/L6__c3.00e+16__per_set__seed{seed}" for arm in ("dense", "moe") for seed in (0, 1)),
             *(f"{arm}/L{n}__c2.50e+16__seed2" for arm, sizes in (("dense", "4567"), ("moe", "45678")) for n in sizes),
             *(f"{arm}/L{n}__c3.00e+16__seed2" for arm in ("dense", "moe") for n in "5678"),
         ]
     )
     section = report.split("## Per validation set")[1].split("\n## ")[0]
-    counts = "12 of 12 sets in 6 of 9, 11 of 12 sets in 2 of 9, 8 of 12 sets in 1 of 9 comparisons."
+    counts = "12 of 12 sets in 8 of 11, 11 of 12 sets in 2 of 11, 8 of 12 sets in 1 of 11 comparisons."
     assert f"moe is lower than dense on {counts}" in section and "| L5 3e+16 s2 (check) |" in section
     assert "`moe/L8__c2.50e+16__seed2`" in section.split("no other arm's run beside it")[1]  # dense has no L8 there

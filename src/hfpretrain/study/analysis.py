@@ -795,7 +795,7 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
     both optima. A check cell not bracketed reads nothing (its optimum is a bound). A compared arm's check cell is
     read against the baseline's at the same budget instead (:func:`check_gaps`). ``curves``: the check as an out-of-sample test of the baseline's curves, each
     one's prediction at the check's compute against its measured optimum (the main model, the separate fit, the
-    ends of E's interval and no floor: the curves the multiplier is read on)."""
+    ends of E's interval, no floor, and the L(N, D) frontier: the curves a multiplier is read on)."""
     y = result["y"]
     checked = _checked_rows(rows, y)
     if not checked or not decision or not result.get("optima"):
@@ -810,7 +810,7 @@ def multiplier_checks(rows: list[dict], result: dict, decision: dict, n_boot: in
         sigma, source = _check_sigma(checked, budget, result, decision, y)
         check_cell = {(base, budget): sizes}
         base_opt = optima(check_cell)[base, budget]
-        curves = _curves_at(result, base, base_opt["flops"])
+        curves = _curves_at(result, base, base_opt["flops"], rows)
         for comp in decision.get("comparisons") or []:
             arm = comp["arm"]
             if comp["baseline"] != base or (arm, at) not in result["optima"]:
@@ -963,6 +963,10 @@ def check_gaps(rows: list[dict], result: dict, decision: dict, n_boot: int = 300
                     for label, fit in _baseline_curves(result, base)
                 ],
             }
+            nd = _nd_curve(rows, result, base)
+            if nd:
+                m = _nd_multiplier(nd[0], nd[1], opt[arm, budget]["loss_opt"], budget, nd[2])
+                entry["multipliers"].append({"fit": "L(N, D) frontier", "E": float(nd[0].E), "multiplier": m})
             if sigma is not None and n_boot > 0:
                 rng = np.random.default_rng(seed)
                 draws = []
@@ -996,12 +1000,32 @@ def _baseline_curves(result: dict, arm: str) -> list[tuple[str, object]]:
     return [(label, fit) for label, fit in named if fit is not None]
 
 
-def _curves_at(result: dict, arm: str, flops: float) -> list[dict]:
-    """``arm``'s loss at ``flops`` on each curve the analysis reads multipliers on: [{"fit", "E", "predicted"}]."""
-    return [
+def _nd_curve(rows: list[dict], result: dict, arm: str):
+    """``arm``'s L(N, D) fit as the analysis made it (``nd``), for use at other computes: (fit, flops per token,
+    N range), or None without it."""
+    if not result.get("nd"):
+        return None
+    data = [r for r in _nd_rows(rows, result["y"]) if r["arm"] == arm]
+    fit = _nd_fits(data, [arm], result["y"])[arm] if data else None
+    if fit is None:
+        return None
+    n = [_n(r) for r in data]
+    return fit, _flops_per_token(data), (min(n) / 100, max(n) * 100)
+
+
+def _curves_at(result: dict, arm: str, flops: float, rows: list[dict] | None = None) -> list[dict]:
+    """``arm``'s loss at ``flops`` on each curve the analysis reads multipliers on: [{"fit", "E", "predicted"}]; with
+    ``rows``, its L(N, D) frontier too (what ``decision.fit: frontier`` reads)."""
+    out = [
         {"fit": label, "E": float(fit.E), "predicted": float(fit.predict(flops))}
         for label, fit in _baseline_curves(result, arm)
     ]
+    nd = _nd_curve(rows, result, arm) if rows else None
+    if nd:
+        out.append(
+            {"fit": "L(N, D) frontier", "E": float(nd[0].E), "predicted": nd_frontier(*nd[:2], flops, nd[2])["loss"]}
+        )
+    return out
 
 
 def default_decision(result: dict) -> dict:

@@ -375,11 +375,18 @@ def isoflop_lines(result: dict, plot_png: str | None, verdicts: list[dict] | Non
         "are not one unit, so neither this fit nor the gaps below compare like with like** (data manifests "
         "with the validation text's bytes give bits per byte)"
     ).format(unit=unit)
+    on_frontier = any(v.get("fit") == "frontier" for v in verdicts or [])
+    readers = (
+        "the comparisons below read their compute multipliers (the decision rule reads the L(N, D) frontier "
+        "instead, `decision.fit`; these curves are its check)"
+        if on_frontier
+        else "the comparisons below and a decision rule read their compute multipliers"
+    )
     lines += [
         "### Power laws on the per-budget optima (the model of the comparisons' multipliers)",
         "",
         "L*_arm(C) = E + A_arm·C^(−α_arm) on the per-budget optima (a bound where a cell is not bracketed). "
-        "**Main model, on which the comparisons below and a decision rule read their compute multipliers: one E "
+        f"**Main model, on which {readers}: one E "
         f"shared by the arms** ({why}). Sensitivity check: a separate E per arm. Extrapolated to "
         f"C = {result['extrapolate_to']:.3g} (10× the largest budget); back-test error = the model fitted "
         "without the largest budget, minus that budget's optimum.",
@@ -1058,6 +1065,21 @@ def _multiplier_curve_text(result: dict, verdicts: list[dict], rule: dict) -> st
         else None,
     }
     read = "frontier" if rule.get("fit") == "frontier" else "shared"
+    misses = ""
+    if read == "frontier":  # how far the fit read passes from the decision cells' optima: its own check, said here
+        sigmas = (result.get("budget_noise") or {}).get("budgets") or {}
+        for v in verdicts[:1]:
+            label, sigma = f"{v['budget']:.6g}", (sigmas.get(v["budget"]) or {}).get("sigma")
+            diffs = [
+                f"{arm} {c[label]['difference']:+.4f}"
+                for arm in (v["baseline"], v["arm"])
+                if label in (c := (nd.get("check") or {}).get(arm) or {})
+            ]
+            if diffs and sigma is not None:
+                misses = (
+                    f" (its frontier against the parabola optima at {v['budget']:.3g}, optimum − frontier: "
+                    f"{', '.join(diffs)}; σ {sigma:.4f})"
+                )
     others = [
         f"on {texts[k]}: {', '.join(x for x in readings[k] if x)}"
         for k in ("frontier", "shared", "own")
@@ -1065,7 +1087,7 @@ def _multiplier_curve_text(result: dict, verdicts: list[dict], rule: dict) -> st
     ]
     return (
         f" It is read on {texts[read]}"
-        + (" (`decision.fit`)" if read == "frontier" else "")
+        + (" (`decision.fit`)" + misses if read == "frontier" else "")
         + ("; " + "; ".join(others) + " (the same seed-noise bootstrap)." if others else ".")
     )
 
