@@ -579,6 +579,43 @@ def test_plain_data_path_run_records_its_lineage(reference_run, mini_blocks):
     ]
     assert json.loads((reference_run / "checkpoint-5" / "data.json").read_text())["lineage"] == record
     assert (reference_run / "final" / "lineage.json").is_file()
+    # the code that trained it: this checkout's sources, and summary.json says the same
+    from hfpretrain.training.lineage import code_record
+
+    assert record["code"]["source_sha256"] == code_record()["source_sha256"]
+    assert json.loads((reference_run / "summary.json").read_text())["code"] == record["code"]
+
+
+def test_the_code_record_names_the_sources_and_their_commit(tmp_path):
+    """A SHA-256 of the package's sources, name and bytes, with or without git; the commit and whether the files
+    differ from it only where git tracks that folder (a package installed inside another checkout is not its code)."""
+    import subprocess
+
+    from hfpretrain.training.lineage import code_record
+
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("x = 1\n")
+    (pkg / "sub" / "b.py").write_text("y = 2\n")
+    first = code_record(pkg)
+    assert first["git_commit"] is None and first["git_dirty"] is None
+    (pkg / "sub" / "b.py").write_text("y = 3\n")
+    assert code_record(pkg)["source_sha256"] != first["source_sha256"]
+    (pkg / "notes.txt").write_text("not code")
+    assert code_record(pkg)["source_sha256"] == code_record(pkg)["source_sha256"]
+
+    def git(*argv):
+        subprocess.run(["git", "-C", str(pkg), *argv], check=True, capture_output=True)
+
+    git("init", "-q")
+    assert code_record(pkg)["git_commit"] is None  # a repository, but the package's files are not tracked
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "code")
+    head = subprocess.run(["git", "-C", str(pkg), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    clean = code_record(pkg)
+    assert clean["git_commit"] == head and clean["git_dirty"] is False
+    (pkg / "a.py").write_text("x = 4\n")
+    assert code_record(pkg)["git_dirty"] is True
 
 
 # ---- W&B artifacts, offline ---------------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""Lineage: which data a run trained on, recorded where its outputs are.
+"""Lineage: which data a run trained on, and with which code, recorded where its outputs are.
 
 ``lineage(...)`` describes the tokenized outputs (absolute path, manifest fingerprint, sha256 of
-manifest.json, tokenizer hash) and the phases (steps, weights, samples and tokens per source). It is
+manifest.json, tokenizer hash), the phases (steps, weights, samples and tokens per source) and the code
+(``code_record``: the package's version, a SHA-256 of its source, and its git commit where it has one). It is
 written to ``log.jsonl``'s config event, to every checkpoint's ``data.json`` (beside what a resume
-compares), and to ``lineage.json`` in the run folder and in ``final/``.
+compares), to ``lineage.json`` in the run folder and in ``final/``, and the code to ``summary.json``.
 
 With ``report_to`` including wandb (``logging.wandb_artifacts``, default ``reference``), each tokenized
 output is a ``dataset`` artifact that the run uses: its manifest.json uploaded (a new manifest, a new
@@ -16,9 +17,11 @@ wandb refuses ``use_artifact``; the dataset is then logged the way ``use_artifac
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
+import subprocess
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -31,6 +34,38 @@ logger = logging.getLogger("hfpretrain")
 
 FORMAT = "hfpretrain.lineage/1"
 LINEAGE_FILE = "lineage.json"
+
+
+def code_record(root: str | Path | None = None) -> dict:
+    """The code a run trains with: the package's version; a SHA-256 over its Python sources (name and bytes, in
+    order), which names the code with or without git (a GPU machine's copy of the tree has no .git); and, where
+    ``root`` (default: the installed package) is tracked by git, the commit and whether its files differ from it.
+    A study's run then says which commit trained it, and whether a rule's change came before it."""
+    import hfpretrain
+
+    root = Path(root or Path(hfpretrain.__file__).parent)
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    commit = dirty = None
+
+    def git(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True, timeout=20)
+
+    try:  # a package inside someone else's checkout (a venv in a repository) is not that repository's code
+        if git("ls-files", "--error-unmatch", "--", ".").returncode == 0:
+            head = git("rev-parse", "HEAD")
+            if head.returncode == 0:
+                commit = head.stdout.strip()
+                dirty = bool(git("status", "--porcelain", "--", ".").stdout.strip())
+    except (OSError, subprocess.SubprocessError):  # no git on the machine, or it hung
+        pass
+    return {
+        "package_version": hfpretrain.__version__,
+        "source_sha256": digest.hexdigest(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+    }
 
 
 def lineage(
@@ -86,6 +121,7 @@ def lineage(
         "validation": source_record("validation", data_path, manifest),
         "sources": sources,
         "phases": phases,
+        "code": code_record(),
     }
 
 

@@ -210,6 +210,7 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
             "peak_learning_rate": peak_learning_rate(
                 trainer.lr_scheduler, trainer.state.global_step, args.learning_rate
             ),
+            "code": record["code"],  # the code of this launch (lineage.json)
         }
         if logs.mixture:
             summary["data"] = logs.mixture.figures(trainer.state.global_step)
