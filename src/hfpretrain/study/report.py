@@ -708,6 +708,10 @@ def study_verdicts(
     return rule, decide(result, rule, spec.seeds_for if spec else None, planned)
 
 
+def _ci_short(ci) -> str:
+    return f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+
+
 def trend_sentence(result: dict, arm: str, n_budgets: int, bound: list[float]) -> str:
     """The multiplier's trend with compute, never without what it rests on: its bootstrap interval and the slope
     at other floors (the ends of E's interval, no floor, the baseline's own floor of the separate-E fit). A direction is
@@ -819,6 +823,15 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
             for b, g in gaps.items()
         ]
         out.append(f"- {arm} − {base}, best loss per budget: " + "; ".join(said) + ".")
+        if any(v.get("fit") == "frontier" and v["arm"] == arm for v in verdicts):
+            # the rule reads the L(N, D) fit: its multipliers at every budget first, then the power law's trend
+            at_opt = ((result.get("nd") or {}).get("multiplier_at_optimum") or {}).get(arm) or {}
+            nd_iv = (((result.get("nd") or {}).get("intervals") or {}).get("multiplier_at_optimum") or {}).get(arm, {})
+            out.append(
+                f"- Its compute multiplier on {base}'s L(N, D) fit (the rule's), at each budget's measured optimum: "
+                + "; ".join(f"{m:.2f}{_ci_short(nd_iv.get(b))} at {float(b):.2g}" for b, m in at_opt.items())
+                + "."
+            )
         if result["trend"].get(arm) is not None:
             out.append(trend_sentence(result, arm, len(gaps), bound))
         gap10 = result["extrapolated"][arm] - result["extrapolated"][base]
@@ -858,7 +871,11 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
                 f"- Extrapolation, separate E per arm: gap {s10:+.4f}{_ci(s_ci)} {unit}"
                 + (f" (back-test error {s_bt['error']:+.4f})" if s_bt else "")
                 + (
-                    ": the same sign."
+                    (
+                        ": the same sign at its point estimate; its interval holds 0."
+                        if s_ci and s_ci[0] <= 0 <= s_ci[1]
+                        else ": the same sign."
+                    )
                     if agree
                     else ": the opposite sign: beyond the measured budgets the sign depends on the fit's form."
                 )

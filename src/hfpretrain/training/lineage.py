@@ -22,6 +22,7 @@ import json
 import logging
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -41,9 +42,8 @@ def code_record(root: str | Path | None = None) -> dict:
     order), which names the code with or without git (a GPU machine's copy of the tree has no .git); and, where
     ``root`` (default: the installed package) is tracked by git, the commit and whether its files differ from it.
     A study's run then says which commit trained it, and whether a rule's change came before it."""
-    import hfpretrain
-
-    root = Path(root or Path(hfpretrain.__file__).parent)
+    package = Path(__file__).resolve().parents[1]  # this module's package, read without importing it upwards
+    root = Path(root or package)
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
@@ -61,7 +61,7 @@ def code_record(root: str | Path | None = None) -> dict:
     except (OSError, subprocess.SubprocessError):  # no git on the machine, or it hung
         pass
     return {
-        "package_version": hfpretrain.__version__,
+        "package_version": getattr(sys.modules.get(package.name), "__version__", None),
         "source_sha256": digest.hexdigest(),
         "git_commit": commit,
         "git_dirty": dirty,
