@@ -512,3 +512,15 @@ def test_the_moe_readmes_headline_figures_are_its_reports():
     assert _decimals("moved to 1.4321") == ["1.4321"] and not any(
         math.isclose(round(abs(v), 4), 1.4321) for v in values
     )
+
+
+def test_sizes_off_the_ladder_get_a_sensitivity_beside_the_rule():
+    """The MoE study's L2w and L3w (``window: false``) enter the 8e14 cells and every fit; the report's Decision
+    gives the same analysis without them (the 8e14 optima back on the ladder's sizes, the rule's multiplier
+    without them); a study whose sizes are all on the ladder prints no such line."""
+    line = next(
+        x for x in (MOE2 / "report.md").read_text().splitlines() if x.startswith("Sensitivity, not the rule: without")
+    )
+    assert "(L2w, L3w," in line and "moe's multiplier at 2.5e+16 1.69 → 2.25" in line
+    assert "dense @ 8e+14 1.6405 → 1.6406 (N 3.38e+06 → 2.38e+06)" in line and "2.5e+16 1.1" not in line
+    assert "without the sizes in no window" not in (VOCAB2 / "report.md").read_text()

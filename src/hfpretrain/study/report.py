@@ -1778,6 +1778,43 @@ def frontier_lines(spec: StudySpec, rows: list[dict], fits: dict[str, dict], y: 
     return lines
 
 
+def off_ladder_lines(spec: StudySpec, rows: list[dict], result: dict, rule: dict, verdicts: list[dict]) -> list[str]:
+    """Sizes in no IsoFLOP window (``window: false``) enter their cells and fits as every size does, but their
+    shapes are off the ladder's rule, which N-only fits assume: the same analysis without them, as a sensitivity
+    (optima that move, and each multiplier verdict's figure)."""
+    from hfpretrain.study.analysis import _decision_multiplier, analyse_isoflop
+
+    y = result.get("y")
+    off = {s.name for s in spec.sizes if not s.window} & {r.get("size") for r in rows if r.get(y) is not None}
+    if not off or not result.get("optima"):
+        return []
+    rest = [r for r in rows if r.get("size") not in off]
+    sub = analyse_isoflop(
+        rest, y=y, n_boot=0, noise_rule=(spec.decision or {}).get("noise"), frontier=result.get("nd") is not None
+    )
+    moved = [
+        f"{arm} @ {b:.3g} {o['loss_opt']:.4f} → {sub['optima'][arm, b]['loss_opt']:.4f} "
+        f"(N {o['n_opt']:.3g} → {sub['optima'][arm, b]['n_opt']:.3g})"
+        for (arm, b), o in result["optima"].items()
+        if (arm, b) in sub["optima"] and abs(sub["optima"][arm, b]["n_opt"] / o["n_opt"] - 1) > 1e-6
+    ]
+    figures = []
+    for v in verdicts:
+        if v.get("multiplier") is not None:
+            m = _decision_multiplier(sub, rule, v["arm"], v["budget"])[0]
+            figures.append(
+                f"{v['name']}'s multiplier at {v['budget']:.3g} {v['multiplier']:.3g} → " + (f"{m:.3g}" if m else "–")
+            )
+    return [
+        f"Sensitivity, not the rule: without the sizes in no window ({', '.join(sorted(off))}, shapes off the ladder's "
+        "rule that enter their cells and fits as every size does): "
+        + ("; ".join(moved) if moved else "no optimum moves")
+        + (f"; {'; '.join(figures)}" if figures else "")
+        + ".",
+        "",
+    ]
+
+
 def write_report(
     spec: StudySpec,
     rows: list[dict],
@@ -1819,6 +1856,8 @@ def write_report(
     if isoflop_other_noise and verdicts:
         other = (isoflop_other_noise[0], study_verdicts(spec, isoflop_other_noise[1], rows)[1], isoflop_other_noise[1])
     lines += decision_lines(spec, isoflop, rule, verdicts, other)
+    if isoflop and verdicts:
+        lines += off_ladder_lines(spec, rows, isoflop, rule, verdicts)
     lines += ["## Spec", "", "```yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False).strip(), "```", ""]
 
     lines += run_table_lines(rows, spec.rules.max_passes)
