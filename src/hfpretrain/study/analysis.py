@@ -31,7 +31,9 @@
    squares): L(N, D) = E + A·N^(−α) + B·D^(−β), its compute-optimal frontier L*(C) = min over N of
    L(N, C / flops_per_token(N)), flops per token as a power of N fitted on the arm's runs. Per budget the frontier
    is set beside the parabola optimum (the check); beyond the largest budget it is an *extrapolation*, given with
-   the back-test error of the same fit refitted without the largest budget (none with fewer than 3 budgets).
+   the back-test error of the same fit refitted without the largest budget (none with fewer than 3 budgets). A
+   multiplier rule reads it instead of the optima's shared-E law when the spec says ``decision.fit: frontier``
+   (``multiplier_at_optimum``: the baseline frontier's compute that reaches the arm's measured optimum).
 """
 
 from __future__ import annotations
@@ -1043,7 +1045,7 @@ def default_decision(result: dict) -> dict:
     }
 
 
-def _decision_multiplier(result: dict, decision: dict, arm: str, at: float) -> tuple[float | None, list | None]:
+def decision_multiplier(result: dict, decision: dict, arm: str, at: float) -> tuple[float | None, list | None]:
     """The arm's compute multiplier at ``at`` and its interval on the fit the rule names (``decision.fit``):
     ``optima`` (default), the baseline's power law on the per-budget optima with the shared floor; ``frontier``, the
     baseline's L(N, D) fit on its runs, reaching the arm's measured optimum."""
@@ -1079,8 +1081,9 @@ def decide(result: dict, decision: dict, seeds_for=None, unrun=None) -> list[dic
       - ``no practical difference``: the measured interval inside ±margin;
       - ``undecided``: anything else (more seeds, or a larger budget).
     With ``criterion: multiplier`` (the MoE study's rule, for an arm against the analysis' baseline): the arm's
-    compute multiplier at ``at`` with its interval: ``recommended`` above ``multiplier_min`` with the interval's
-    lower end above 1; ``no gain`` when the interval holds 1; ``worse`` when it lies below 1; else ``undecided``.
+    compute multiplier at ``at`` on the fit ``decision.fit`` names (:func:`decision_multiplier`) with its interval:
+    ``recommended`` above ``multiplier_min`` with the interval's lower end above 1; ``no gain`` when the interval
+    holds 1; ``worse`` when it lies below 1; else ``undecided``.
     Every verdict carries the noise floor σ of ``at`` it was computed with (the rule's ``noise``).
     """
     margin = float(decision.get("margin", 0.0))
@@ -1132,7 +1135,7 @@ def decide(result: dict, decision: dict, seeds_for=None, unrun=None) -> list[dic
         gap10_sep = signed((sep.get("pairs") or {}).get(key, {}).get("gap_extrapolated"))
         entry.update(gap=gap, gap_interval=gap_ci, gap_10x=gap10, gap_10x_interval=gap10_ci, gap_10x_separate=gap10_sep)
         if entry["criterion"] == "multiplier":
-            mult, m_ci = _decision_multiplier(result, decision, arm, at)
+            mult, m_ci = decision_multiplier(result, decision, arm, at)
             entry.update(multiplier=mult, multiplier_interval=m_ci, fit=decision.get("fit", "optima"))
             lo = float(decision.get("multiplier_min", 1.0))
             if mult is None or m_ci is None:

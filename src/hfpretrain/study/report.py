@@ -1782,7 +1782,7 @@ def off_ladder_lines(spec: StudySpec, rows: list[dict], result: dict, rule: dict
     """Sizes in no IsoFLOP window (``window: false``) enter their cells and fits as every size does, but their
     shapes are off the ladder's rule, which N-only fits assume: the same analysis without them, as a sensitivity
     (optima that move, and each multiplier verdict's figure)."""
-    from hfpretrain.study.analysis import _decision_multiplier, analyse_isoflop
+    from hfpretrain.study.analysis import analyse_isoflop, decision_multiplier
 
     y = result.get("y")
     off = {s.name for s in spec.sizes if not s.window} & {r.get("size") for r in rows if r.get(y) is not None}
@@ -1801,7 +1801,7 @@ def off_ladder_lines(spec: StudySpec, rows: list[dict], result: dict, rule: dict
     figures = []
     for v in verdicts:
         if v.get("multiplier") is not None:
-            m = _decision_multiplier(sub, rule, v["arm"], v["budget"])[0]
+            m = decision_multiplier(sub, rule, v["arm"], v["budget"])[0]
             figures.append(
                 f"{v['name']}'s multiplier at {v['budget']:.3g} {v['multiplier']:.3g} → " + (f"{m:.3g}" if m else "–")
             )
