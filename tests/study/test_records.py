@@ -524,3 +524,21 @@ def test_sizes_off_the_ladder_get_a_sensitivity_beside_the_rule():
     assert "(L2w, L3w," in line and "moe's multiplier at 2.5e+16 1.69 → 2.25" in line
     assert "dense @ 8e+14 1.6405 → 1.6406 (N 3.38e+06 → 2.38e+06)" in line and "2.5e+16 1.1" not in line
     assert "without the sizes in no window" not in (VOCAB2 / "report.md").read_text()
+
+
+def test_the_verdict_line_carries_the_fit_free_check_and_the_other_floors_flags():
+    """The MoE verdict prints its multiplier as seed noise on the fit the rule reads, beside the multiplier check's
+    fit-free reading (the Decision and the Discussion alike); the pooled-σ sensitivity lists the fit checks it would
+    flag: the dense 2.5e15 cell, which the rule's σ there (inflated by one MoE pair) lets pass."""
+    report = (MOE2 / "report.md").read_text()
+    analysis = json.loads((MOE2 / "analysis.json").read_text())
+    (check,) = analysis["multiplier_checks"]
+    measured = (
+        f"without a fit, dense trained on 1.2× the budget ends {check['gap']:+.4f} [{check['interval'][0]:+.4f}, "
+        f"{check['interval'][1]:+.4f}] against moe's optimum: multiplier above 1.2, measured"
+    )
+    decision, discussion = report.split("## Decision")[1].split("\n## ")[0], report.split("## Discussion")[1]
+    assert measured in decision and measured in discussion and "seed noise only, on the baseline's L(N, D)" in decision
+    flags = next(x for x in decision.splitlines() if x.startswith("Under it the fit check flags:"))
+    assert "dense @ 2.5e+15 (miss 0.0241 > σ 0.0162)" in flags
+    assert not any(f["cell"] == "dense @ 2.5e+15" for f in analysis["flagged"])  # not under the rule's own σ

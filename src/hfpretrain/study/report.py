@@ -658,13 +658,25 @@ VERDICT_MEANING = {
 }
 
 
+FIT_TEXT = {"frontier": "the baseline's L(N, D) frontier", "optima": "the shared-E power law on the optima"}
+
+
 def verdict_sentence(v: dict, unit: str) -> str:
     """One verdict of ``analysis.decide`` in words: the Decision and the Discussion both print this line, so the
     two cannot say different things."""
     figure = ""
     if v.get("multiplier") is not None:
         ci = v.get("multiplier_interval")
-        figure = f" (compute multiplier {v['multiplier']:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "") + ")"
+        figure = (
+            f" (compute multiplier {v['multiplier']:.3g}"
+            + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
+            + (
+                f", seed noise only, on {FIT_TEXT.get(v.get('fit'), 'the fit')}; {v['measured']}"
+                if v.get("measured")
+                else ""
+            )
+            + ")"
+        )
     elif v.get("gap") is not None:
         figure = f" (gap {v['gap']:+.4f}{_ci(v.get('gap_interval'))} {unit})"
     elif v["verdict"] == "incomplete":
@@ -705,7 +717,23 @@ def study_verdicts(
         ]
 
     planned = unrun if spec is not None and spec.isoflop is not None and rows is not None else None
-    return rule, decide(result, rule, spec.seeds_for if spec else None, planned)
+    verdicts = decide(result, rule, spec.seeds_for if spec else None, planned)
+    for v in verdicts:  # a multiplier check of the same comparison answers the threshold without a fit: said with it
+        check = next(
+            (
+                c
+                for c in result.get("multiplier_checks") or []
+                if c["arm"] == v["arm"] and c["baseline"] == v["baseline"] and c.get("interval")
+            ),
+            None,
+        )
+        if v.get("multiplier") is not None and check:
+            v["measured"] = (
+                f"without a fit, {check['baseline']} trained on {check['factor']:.2g}× the budget ends "
+                f"{check['gap']:+.4f} [{check['interval'][0]:+.4f}, {check['interval'][1]:+.4f}] against "
+                f"{v['arm']}'s optimum: {check['reading']}"
+            )
+    return rule, verdicts
 
 
 def _ci_short(ci) -> str:
@@ -1376,7 +1404,15 @@ def _other_noise_lines(other_noise: tuple[str, list[dict], dict] | None, verdict
         "",
         *([f"Under that noise floor the gaps ({unit}) at every budget: " + "; ".join(gaps) + ".", ""] if gaps else []),
         *([f"Under it the multiplier check reads: {'; '.join(checks)}.", ""] if checks else []),
+        *_flag_lines_under(analysis),
     ]
+
+
+def _flag_lines_under(analysis: dict) -> list[str]:
+    """The fit checks under the other noise floor: a σ inflated by one disagreeing pair lets a cell's all-size
+    parabola pass the rule's check that a tighter floor would flag (and the reverse)."""
+    flags = [f"{f['cell']} (miss {f['misfit']:.4f} > σ {f['sigma']:.4f})" for f in analysis.get("flagged") or []]
+    return [f"Under it the fit check flags: {', '.join(flags) if flags else 'no cell'}.", ""]
 
 
 def _budget_sigmas(spec: StudySpec, rows: list[dict], y: str, isoflop: dict | None):
