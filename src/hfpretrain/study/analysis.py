@@ -1133,7 +1133,15 @@ def decide(result: dict, decision: dict, seeds_for=None, unrun=None) -> list[dic
         )
         gap10, gap10_ci = signed(p["gap_extrapolated"]), signed_iv(pi.get("gap_extrapolated"))
         gap10_sep = signed((sep.get("pairs") or {}).get(key, {}).get("gap_extrapolated"))
-        entry.update(gap=gap, gap_interval=gap_ci, gap_10x=gap10, gap_10x_interval=gap10_ci, gap_10x_separate=gap10_sep)
+        sep_pi = (((sep.get("intervals") or {}).get("pairs") or {}).get(key) or {}).get("gap_extrapolated")
+        entry.update(
+            gap=gap,
+            gap_interval=gap_ci,
+            gap_10x=gap10,
+            gap_10x_interval=gap10_ci,
+            gap_10x_separate=gap10_sep,
+            gap_10x_separate_interval=signed_iv(sep_pi),
+        )
         if entry["criterion"] == "multiplier":
             mult, m_ci = decision_multiplier(result, decision, arm, at)
             entry.update(multiplier=mult, multiplier_interval=m_ci, fit=decision.get("fit", "optima"))

@@ -1017,7 +1017,9 @@ def decision_lines(
                 f"{v['gap']:+.4f}{_ci(v['gap_interval'])}",
                 mult,
                 f"{v['gap_10x']:+.4f}{_ci(v['gap_10x_interval'])}",
-                f"{v['gap_10x_separate']:+.4f}" if v["gap_10x_separate"] is not None else "–",
+                f"{v['gap_10x_separate']:+.4f}{_ci(v.get('gap_10x_separate_interval'))}"
+                if v["gap_10x_separate"] is not None
+                else "–",
                 f"**{v['verdict']}**",
             ]
         )
