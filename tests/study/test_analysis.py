@@ -371,13 +371,14 @@ def test_the_report_compares_two_arms_that_are_not_the_baseline():
     assert f"shared E {r['pairs']['best vs mid']['gap_extrapolated']:+.4f}" in section
 
 
-def test_the_frontier_recovers_a_planted_law_of_n_and_d(tmp_path):
-    """Runs drawn from a planted L(N, D) = E + A·N^−α + B·D^−β (6 FLOPs per parameter and token, 5 sizes per budget,
-    4 budgets): the per-arm fit gives E, α and β back; its frontier agrees with the parabola optima (the check);
-    the back-test predicts the held budget; the report labels the 10× figure an extrapolation."""
-    from hfpretrain.study.report import isoflop_lines
+ND_LAW = (1.7, 400.0, 0.34, 410.0, 0.28)  # E, A, α, B, β of the planted L(N, D)
 
-    e, a, alpha, b, beta = 1.7, 400.0, 0.34, 410.0, 0.28
+
+def nd_study(seeds=(0,), sigma: float = 0.0, rng_seed: int = 0) -> list[dict]:
+    """Runs drawn from ND_LAW (6 FLOPs per parameter and token, 5 sizes per budget, 4 budgets); arm "better" has
+    the N term at 0.8×; each run gets Gaussian noise of ``sigma``."""
+    e, a, alpha, b, beta = ND_LAW
+    rng = np.random.default_rng(rng_seed)
     rows = []
     for arm, scale in (("base", 1.0), ("better", 0.8)):
         for c in BUDGETS:
@@ -385,22 +386,33 @@ def test_the_frontier_recovers_a_planted_law_of_n_and_d(tmp_path):
             for f in (0.25, 0.5, 1.0, 2.0, 4.0):
                 n = n_star * f
                 d = c / (6 * n)
-                loss = e + scale * a * n**-alpha + b * d**-beta
-                rows.append(
-                    {
-                        "arm": arm,
-                        "budget": c,
-                        "size": f"x{f}",
-                        "seed": 0,
-                        "params": n,
-                        "ratio_params": n,
-                        "tokens": d,
-                        "flops_per_token": 6 * n,
-                        "flops": c,
-                        "val_loss": loss,
-                    }
-                )
-    r = analyse_isoflop(rows, n_boot=0)
+                for s in seeds:
+                    loss = e + scale * a * n**-alpha + b * d**-beta + (rng.normal(0, sigma) if sigma else 0.0)
+                    rows.append(
+                        {
+                            "arm": arm,
+                            "budget": c,
+                            "size": f"x{f}",
+                            "seed": s,
+                            "params": n,
+                            "ratio_params": n,
+                            "tokens": d,
+                            "flops_per_token": 6 * n,
+                            "flops": c,
+                            "val_loss": loss,
+                        }
+                    )
+    return rows
+
+
+def test_the_frontier_recovers_a_planted_law_of_n_and_d(tmp_path):
+    """Runs drawn from a planted L(N, D) = E + A·N^−α + B·D^−β (6 FLOPs per parameter and token, 5 sizes per budget,
+    4 budgets): the per-arm fit gives E, α and β back; its frontier agrees with the parabola optima (the check);
+    the back-test predicts the held budget; the report labels the 10× figure an extrapolation."""
+    from hfpretrain.study.report import isoflop_lines
+
+    e, alpha, beta = ND_LAW[0], ND_LAW[2], ND_LAW[4]
+    r = analyse_isoflop(nd_study(), n_boot=0)
     nd = r["nd"]
     fit = nd["fits"]["base"]
     assert fit["E"] == pytest.approx(e, abs=0.02) and fit["alpha"] == pytest.approx(alpha, rel=0.05)
@@ -422,31 +434,7 @@ def test_a_rule_on_the_frontier_reads_the_baseline_fit_at_the_measured_optimum()
     from hfpretrain.study.analysis import decide
     from hfpretrain.study.report import decision_lines
 
-    e, a, alpha, b, beta = 1.7, 400.0, 0.34, 410.0, 0.28
-    rng = np.random.default_rng(3)
-    rows = []
-    for arm, scale in (("base", 1.0), ("better", 0.8)):
-        for c in BUDGETS:
-            n_star = (c / 6) ** 0.5 / 8
-            for f in (0.25, 0.5, 1.0, 2.0, 4.0):
-                n, seeds = n_star * f, (0, 1)
-                for s in seeds:
-                    d = c / (6 * n)
-                    loss = e + scale * a * n**-alpha + b * d**-beta + rng.normal(0, 0.002)
-                    rows.append(
-                        {
-                            "arm": arm,
-                            "budget": c,
-                            "size": f"x{f}",
-                            "seed": s,
-                            "params": n,
-                            "ratio_params": n,
-                            "tokens": d,
-                            "flops_per_token": 6 * n,
-                            "flops": c,
-                            "val_loss": loss,
-                        }
-                    )
+    rows = nd_study(seeds=(0, 1), sigma=0.002, rng_seed=3)
     r = analyse_isoflop(rows, n_boot=40, nd_boot=20, noise_rule="per_budget")
     nd, top = r["nd"], f"{BUDGETS[-1]:.6g}"
     at_opt = nd["multiplier_at_optimum"]["better"][top]

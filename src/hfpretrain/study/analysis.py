@@ -1004,15 +1004,13 @@ def _baseline_curves(result: dict, arm: str) -> list[tuple[str, object]]:
 
 def _nd_curve(rows: list[dict], result: dict, arm: str):
     """``arm``'s L(N, D) fit as the analysis made it (``nd``), for use at other computes: (fit, flops per token,
-    N range), or None without it."""
-    if not result.get("nd"):
-        return None
+    N range, as ``analyse_nd`` takes them from the same runs), or None without it."""
+    fit = ((result.get("nd") or {}).get("fits") or {}).get(arm)
     data = [r for r in _nd_rows(rows, result["y"]) if r["arm"] == arm]
-    fit = _nd_fits(data, [arm], result["y"])[arm] if data else None
-    if fit is None:
+    if fit is None or not data:
         return None
     n = [_n(r) for r in data]
-    return fit, _flops_per_token(data), (min(n) / 100, max(n) * 100)
+    return NDFit(**fit), _flops_per_token(data), (min(n) / 100, max(n) * 100)
 
 
 def _curves_at(result: dict, arm: str, flops: float, rows: list[dict] | None = None) -> list[dict]:

@@ -1088,6 +1088,8 @@ def _multiplier_curve_text(result: dict, verdicts: list[dict], rule: dict) -> st
 
     readings = {"shared": [], "own": [], "frontier": []}
     nd_iv = (nd.get("intervals") or {}).get("multiplier_at_optimum") or {}
+    by_budget = {arm: {float(b): x for b, x in d.items()} for arm, d in (nd.get("multiplier_at_optimum") or {}).items()}
+    iv_by_budget = {arm: {float(b): x for b, x in d.items()} for arm, d in nd_iv.items()}
     for v in verdicts:
         if v.get("multiplier") is None:
             continue
@@ -1098,10 +1100,6 @@ def _multiplier_curve_text(result: dict, verdicts: list[dict], rule: dict) -> st
             readings["own"].append(
                 reading(v, separate.get("multiplier") or {}, (separate.get("intervals") or {}).get("multiplier") or {})
             )
-        by_budget = {
-            arm: {float(b): x for b, x in d.items()} for arm, d in (nd.get("multiplier_at_optimum") or {}).items()
-        }
-        iv_by_budget = {arm: {float(b): x for b, x in d.items()} for arm, d in nd_iv.items()}
         readings["frontier"].append(reading(v, by_budget, iv_by_budget))
     texts = {
         "shared": f"{base}'s power law on the per-budget optima, one floor E shared by the arms (E = {base_fit.E:.3f})",
