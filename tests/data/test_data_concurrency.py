@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from hfpretrain.data import DataError, tokenize_corpus
-from hfpretrain.data.guard import BUILD_MARKER
+from hfpretrain.data.guard import BUILD_MARKER, BuildGuard
 
 from helpers import doc, write_jsonl
 
@@ -183,6 +183,30 @@ def test_sigterm_ends_the_workers_and_removes_the_partial_output(tmp_path, gpt2_
     assert proc.returncode == -signal.SIGTERM, stderr[-3000:]  # ended by the signal, as it asked
     assert _gone(workers, timeout=3) == []
     assert not out.exists() and not list(tmp_path.glob("out.tmp-*")) and not (tmp_path / "out.lock").exists()
+
+
+def test_a_child_forked_during_the_build_still_dies_by_sigterm(tmp_path):
+    """pool.terminate() can signal a worker before its after-fork hooks reset the build's handler; raised there,
+    Python only printed the exception, the worker lived on and the build hung in join (CI, filelock 4's fork hook).
+    """
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the guard takes over only the default action
+    guard = BuildGuard(tmp_path / "out").acquire()
+    try:
+        assert signal.getsignal(signal.SIGTERM) == guard._on_sigterm
+        pid = os.fork()
+        if pid == 0:  # the child still runs the build's handler, as a pool worker does right after fork
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(10)
+            except BaseException:
+                os._exit(3)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        guard.release()
+        signal.signal(signal.SIGTERM, previous)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+    assert not guard.terminated  # the parent's build was not stopped
 
 
 def test_sigkill_leaves_no_workers_and_the_next_run_cleans_up(tmp_path, gpt2_tokenizer, big_inputs, caplog):

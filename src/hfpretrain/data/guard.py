@@ -152,6 +152,7 @@ class BuildGuard:
         )
         self._previous = None
         self._armer = None
+        self._pid = os.getpid()
         self.terminated = False
 
     # ---- lock ------------------------------------------------------------------------------
@@ -188,6 +189,13 @@ class BuildGuard:
 
     # ---- signals and workers -------------------------------------------------------------
     def _on_sigterm(self, signum, frame):
+        if os.getpid() != self._pid:
+            # A child forked during the build runs this inherited handler until its after-fork hooks reset it, and
+            # pool.terminate() may signal it in that window; raised there (filelock's at-fork hook runs first)
+            # Python only prints the exception, the child lives on as a worker and the parent's join waits forever.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         self.terminated = True
         _ACTIVE.append(self)
         raise BuildTerminated(f"SIGTERM: building {self.out} stopped")
@@ -195,6 +203,7 @@ class BuildGuard:
     def _install(self) -> None:
         # only over the default action (terminate): a caller's own SIGTERM handler (or SIG_IGN) keeps its meaning
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self._pid = os.getpid()
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
             import multiprocess.util
