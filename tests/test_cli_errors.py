@@ -220,7 +220,7 @@ CASES = {
     "plan-negative-micro-batch": (
         ["plan.py", "--gpu", "H100", "--hours", "1", "--micro-batch", "-3"],
         2,
-        ["micro_batch", "-3"],
+        ["--micro-batch", "-3"],
     ),
     "plan-mfu-above-one": (["plan.py", "--gpu", "H100", "--hours", "1", "--mfu", "2"], 2, ["mfu"]),
     "plan-unknown-layout": (
@@ -236,7 +236,7 @@ CASES = {
     "plan-tp-not-dividing-heads": (
         ["plan.py", "--gpu", "B200", "--num-gpus", "16", "--tp", "16", "--layout", "fsdp2", "--shape", "qwen3_1p8b"],
         2,
-        ["tp: 16 does not divide"],
+        ["tp=16 does not divide"],
     ),
     # study.py
     "study-no-spec": (["study.py", "{d}/nope.yaml", "--plan"], 2, ["study spec {d}/nope.yaml does not exist"]),
@@ -333,3 +333,26 @@ def test_one_error_line(case, d):
         assert needle.format(**d) in errors[0], errors[0]
     assert not out.exists() and not list(Path(d["d"]).glob("o.tmp-*"))  # nothing written where the output goes
     assert not list(Path(d["d"]).glob("*/curves.png"))
+
+
+@pytest.mark.parametrize(
+    "env, code, expected",
+    [
+        ({}, 2, "error: no such key\n"),
+        ({"LOCAL_RANK": "0", "RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "8"}, 2, "error: no such key\n"),
+        ({"LOCAL_RANK": "3", "RANK": "3", "GROUP_RANK": "0", "WORLD_SIZE": "8"}, 2, ""),  # said by local rank 0
+        ({"LOCAL_RANK": "0", "RANK": "4", "GROUP_RANK": "1", "WORLD_SIZE": "8"}, 2, "error: node 1: no such key\n"),
+        ({"LOCAL_RANK": "3", "RANK": "3", "GROUP_RANK": "0", "WORLD_SIZE": "8"}, 130, ""),  # Ctrl-C reaches all
+        ({"LOCAL_RANK": "3", "RANK": "7", "GROUP_RANK": "1", "WORLD_SIZE": "8"}, 1, "error: rank 7: no such key\n"),
+        ({"LOCAL_RANK": "0", "RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "1"}, 1, "error: no such key\n"),
+    ],
+)
+def test_a_launch_says_a_config_error_once_per_node_and_a_failure_per_rank(monkeypatch, capsys, env, code, expected):
+    from hfpretrain.cli import error
+
+    for key in ("LOCAL_RANK", "RANK", "GROUP_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert error("no such key", code) == code
+    assert capsys.readouterr().err == expected

@@ -122,7 +122,12 @@ def test_tensor_and_context_parallel_bytes():
         (dict(gpu="Z100"), "unknown GPU 'Z100'"),
         (dict(layout="zero3"), "layout must be one of ddp, zero1, fsdp2"),
         (dict(num_gpus=8, nodes=3), "nodes: 3 nodes do not divide 8 GPUs"),
-        (dict(num_gpus=16, tp=16), "tp: 16 does not divide qwen3_1p8b's 16 attention heads and 8 KV heads"),
+        (dict(num_gpus=16, tp=16), "tp=16 does not divide the model's 16 attention heads and 8 KV heads"),
+        # as the run refuses them (the same check, or the same words): the plan predicts no layout the run refuses
+        (dict(shape="gpt2_124m", num_gpus=2, layout="fsdp2", tp=2), "tp=2: transformers has no tensor-parallel plan"),
+        (dict(shape="qwen3_moe_856m_a152m", num_gpus=2, layout="fsdp2", tp=2), "no tensor-parallel plan for qwen3_moe"),
+        (dict(num_gpus=2, layout="fsdp2", tp=2, dtype="fp8"), "precision: fp8 with tp 2: torchao's float8"),
+        (dict(num_gpus=2, layout="fsdp2", cp=2, seq_len=1002), "must split into 2 x cp = 4 equal chunks"),
         (dict(num_gpus=8, tp=3), "tp: tp x cp = 3 must divide the 8 GPUs of a node"),
         (dict(num_gpus=4, layout="zero1", tp=2), "tp: ZeRO-1"),
         (dict(gpu="A100", num_gpus=2, layout="ddp", tp=2, intra_node_gb_s=300), "gpu: no HBM bandwidth for A100"),
@@ -169,8 +174,10 @@ def test_plan_prints_predictions_and_errors(capsys):
     for argv, words in [
         (["--nodes", "3"], "error: nodes: 3 nodes do not divide 8 GPUs"),
         (["--layout", "zero3"], "error: layout must be one of"),
-        (["--tp", "16", "--num-gpus", "16"], "error: tp: 16 does not divide"),
+        (["--tp", "16", "--num-gpus", "16"], "error: tp=16 does not divide"),
         (["--gpu", "Z100"], "error: unknown GPU 'Z100'"),
+        (["--micro-batch", "0"], "error: --micro-batch must be an integer >= 1, got 0"),  # was a ZeroDivisionError
+        (["--grad-accum", "0"], "error: --grad-accum must be an integer >= 1, got 0"),  # was taken as the default
     ]:
         base = {"--gpu": "H200", "--num-gpus": "8", "--layout": "fsdp2", "--shape": SHAPE}
         base.update(dict(zip(argv[::2], argv[1::2])))

@@ -282,20 +282,21 @@ def test_a_one_process_checkpoint_resumes_on_two_at_its_global_batch(reference_r
 def test_a_cpu_launch_with_tensor_parallelism_is_one_error_line(ddp_runs):
     """Launched as a user launches it (accelerate, 2 CPU processes; the last run of the DDP config's shared
     launch, which had a launch of its own): refused at start naming the key and what blocks it (accelerate's
-    ParallelismConfig on MULTI_CPU), exit 2, nothing written. (test_parallel.py runs tp on CPU processes with
+    ParallelismConfig on MULTI_CPU), exit 2 on both processes, nothing written; accelerate's launcher then reports the
+    failed children in its own words, exit 1. (test_parallel.py runs tp on CPU processes with
     this check relaxed.)"""
     out, proc = ddp_runs["tp"]
-    errors = {line for line in proc.stderr.splitlines() if line.startswith("error: ")}
-    assert errors == {
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [  # one line for the two processes: the second leaves it to its node's first
         "error: parallel.tp=2: accelerate takes a ParallelismConfig (tp_size, cp_size) only on GPU "
         "launches (MULTI_GPU, FSDP2, DeepSpeed), not on a CPU launch (MULTI_CPU): run it on GPUs"
-    }, proc.stderr[-3000:]
+    ], proc.stderr[-3000:]
     assert proc.returncode == 2 and not out.exists()
 
 
 def test_a_resume_that_cannot_keep_the_global_batch_is_one_line(reference_run, mini_blocks, tmp_path):
     """4 samples a step do not split over 3 processes: refused before any work, naming the checkpoint; on 2 they
-    split as 2 x 1 (planned in this process: resolve() for a launch of 2 or 3)."""
+    split as 2 x 1 (planned in this process: resolve() for a launch of 2 or 3, and `--dry-run --world-size`)."""
     from hfpretrain.training.config import RecipeError, load_recipe
     from hfpretrain.training.resolve import read_data_facts, resolve
     from hfpretrain.training.resume import elastic_batch
@@ -317,6 +318,17 @@ def test_a_resume_that_cannot_keep_the_global_batch_is_one_line(reference_run, m
         r"processes cannot split that global batch evenly",
     ):
         elastic_batch(ckpt, planned(3))
+    # --dry-run plans the resume as the run would: the split it keeps, or the same one line, exit 2
+    dry = [str(TINY_RECIPE), *make_overrides(mini_blocks, tmp_path / "x", REFERENCE)]
+    dry += [f"training.resume_from_checkpoint={ckpt}", "--dry-run"]
+    planned2 = script("pretrain.py", *dry, "--world-size", "2")
+    assert planned2.returncode == 0, planned2.stderr[-2000:]
+    plan = json.loads(planned2.stdout)["plan"]
+    assert (plan["world_size"], plan["micro_batch"], plan["gradient_accumulation_steps"]) == (2, 2, 1), plan
+    refused = script("pretrain.py", *dry, "--world-size", "3")
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error: ")]
+    assert refused.returncode == 2 and len(errors) == 1 and "cannot split that global batch" in errors[0]
+    assert not (tmp_path / "x").exists()
 
 
 # ---- the data split, checked directly ----------------------------------------------------------

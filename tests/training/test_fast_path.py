@@ -292,3 +292,28 @@ def test_auto_experts_take_sonicmoe_only_where_it_was_measured_and_loads():
     glm = load_config("glm4_moe_837m_a177m")
     assert "checked on qwen3_moe experts only" in choose_experts("auto", glm, gpu=True)[1]
     assert choose_experts("grouped_mm", moe, gpu=True) == ("grouped_mm", "set in the recipe")
+
+
+def test_sonicmoe_set_in_the_recipe_is_refused_where_it_would_stop_mid_run():
+    """Its kernels take 16-bit weights and inputs: without bf16 autocast, or without kernels.experts_autocast (the
+    weights' bf16 copy), the run used to raise in the first forward, after its output folder was written. Refused
+    at start in one line, on any machine (a plan too), after a missing kernel; what was not measured is said beside
+    it."""
+    from hfpretrain.models.zoo import load_config
+    from hfpretrain.training.config import RecipeError
+    from hfpretrain.training.fast_path import choose_experts
+
+    moe, glm = load_config("qwen3_moe_109m_a21m"), load_config("glm4_moe_837m_a177m")
+    for kwargs, words in (
+        ({"bf16": False}, "its kernels take 16-bit inputs, and training.bf16 is off"),
+        ({"experts_autocast": False}, "kernels.experts_autocast is off"),
+    ):
+        with pytest.raises(RecipeError, match=rf"^model.experts_implementation=sonicmoe: {words}.*grouped_mm"):
+            choose_experts("sonicmoe", moe, gpu=True, load=False, **kwargs)
+    assert choose_experts("sonicmoe", moe, gpu=True, load=False) == ("sonicmoe", "set in the recipe")
+    assert choose_experts("sonicmoe", glm, gpu=True, load=False, world_size=4) == (
+        "sonicmoe",
+        "set in the recipe; measured on one GPU only; checked on qwen3_moe experts only",
+    )
+    with pytest.raises(RecipeError, match="^model.experts_implementation=sonicmoe: sonic-moe needs a CUDA GPU"):
+        choose_experts("sonicmoe", moe, gpu=True, load=True, bf16=False)  # this CPU machine: that first

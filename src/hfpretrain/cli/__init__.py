@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import os
 import sys
 
 # command -> (module, one line for --help)
@@ -36,7 +37,21 @@ COMMANDS = {
 
 def error(message, code: int = 2) -> int:
     """Print ``error: message`` on stderr and return the exit code: 2 for a usage, config or input error
-    (nothing was done), 1 for a failure while running."""
+    (nothing was done), 1 for a failure while running.
+
+    Under a launch (torchrun and ``accelerate launch`` set ``LOCAL_RANK``, ``RANK`` and ``GROUP_RANK``) every
+    process returns the code, but a config or input error is the same on every process of a node (one recipe, one
+    file system): only the node's first process prints it, a node after the first naming itself, so that eight
+    processes refusing a key make one line, not eight (a Ctrl-C, 130, reaches them all too). A failure while
+    running can be one rank's own: every rank prints it, naming itself."""
+    local, rank, node = (os.environ.get(k) for k in ("LOCAL_RANK", "RANK", "GROUP_RANK"))
+    everywhere = code in (2, 130)
+    if everywhere and local not in (None, "0"):
+        return code
+    if not everywhere and rank is not None and os.environ.get("WORLD_SIZE", "1") != "1":
+        message = f"rank {rank}: {message}"
+    elif everywhere and node not in (None, "0"):
+        message = f"node {node}: {message}"
     print(f"error: {message}", file=sys.stderr)
     return code
 

@@ -67,6 +67,9 @@ def main(argv=None) -> int:
         return error("--hours is required (or --layout and --shape for a step-time prediction)")
     if a.layout and not a.shape:
         return error("--shape is required with --layout (the zoo shape to predict, e.g. qwen3_1p8b)")
+    if a.micro_batch < 1 or (a.grad_accum is not None and a.grad_accum < 1):
+        bad = "--micro-batch" if a.micro_batch < 1 else "--grad-accum"
+        return error(f"{bad} must be an integer >= 1, got {a.micro_batch if a.micro_batch < 1 else a.grad_accum}")
     from hfpretrain.models.planner import PlanRequest, plan  # imports transformers: after parsing (--help)
     from hfpretrain.models.step_time import StepTimeRequest, predict, table
 
@@ -95,7 +98,11 @@ def main(argv=None) -> int:
         predictions = []
         for layout in a.layout.split(",") if a.layout else []:
             dp = a.num_gpus // max(1, a.tp * a.cp) or 1
-            accum = a.grad_accum or max(1, math.ceil(a.global_batch_tokens / (a.micro_batch * a.seq_len * dp)))
+            accum = (
+                a.grad_accum
+                if a.grad_accum is not None
+                else max(1, math.ceil(a.global_batch_tokens / (a.micro_batch * a.seq_len * dp)))
+            )
             predictions.append(
                 predict(
                     StepTimeRequest(

@@ -92,6 +92,7 @@ from functools import lru_cache
 
 from hfpretrain.models.flops import flops_per_token
 from hfpretrain.models.hardware import canonical_gpu, peak_flops
+from hfpretrain.models.parallel import check_tp
 from hfpretrain.models.zoo import load_config
 
 LAYOUTS = ("ddp", "zero1", "fsdp2")
@@ -168,8 +169,16 @@ class StepTimeRequest:
                 f"layout: {self.layout} with {'cp' if self.cp > 1 else 'tp'} > 1: accelerate composes "
                 "tensor and context parallelism with FSDP2 only; use layout fsdp2"
             )
-        if self.seq_len % self.cp:
-            raise ValueError(f"cp: {self.cp} does not divide seq_len {self.seq_len}")
+        if self.cp > 1 and self.seq_len % (2 * self.cp):  # as the run refuses it (training/layout.py)
+            raise ValueError(
+                f"cp: the sequence ({self.seq_len} tokens) must split into 2 x cp = {2 * self.cp} equal chunks "
+                "(torch's ring attention balances the causal work that way)"
+            )
+        if self.tp > 1 and self.dtype == "fp8":  # as the run refuses it (training/resolve.py)
+            raise ValueError(
+                f"precision: fp8 with tp {self.tp}: torchao's float8 linears take no tensor-parallel (DTensor) "
+                "weights; use bf16 or tp 1"
+            )
         if self.one_gpu_mfu is not None and self.one_gpu_tokens_per_s is not None:
             raise ValueError("one_gpu_mfu: give one_gpu_mfu or one_gpu_tokens_per_s, not both")
         if self.one_gpu_mfu is not None and not 0 < self.one_gpu_mfu <= 1:
@@ -251,10 +260,9 @@ def _shape(shape: str, vocab_size: int | None, seq_len: int):
 
 def predict(r: StepTimeRequest) -> StepTime:
     config, fpt, total, root = _shape(r.shape, r.vocab_size, r.seq_len)
+    check_tp(config, r.tp, key="tp")  # the run's own check: a plan for the shape, heads and MLP width it divides
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    if heads % r.tp or kv_heads % r.tp:
-        raise ValueError(f"tp: {r.tp} does not divide {r.shape}'s {heads} attention heads and {kv_heads} KV heads")
     gpu = canonical_gpu(r.gpu)
     peak = peak_flops(gpu, "bf16")
     tokens_1, mfu_1, source = _one_gpu(r, gpu, fpt.total, peak)

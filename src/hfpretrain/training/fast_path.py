@@ -208,9 +208,25 @@ def choose_experts(
                 "routed experts); leave it at auto"
             )
         return None, "dense model: no experts"
-    if requested == "sonicmoe" and load:
-        if missing := sonicmoe_missing():
-            raise RecipeError(f"model.experts_implementation=sonicmoe: {missing}; use grouped_mm (or auto)")
+    if requested == "sonicmoe":
+        # what would stop it mid-run: no kernel here, or (on any machine, a plan too) inputs that are not 16-bit
+        missing = sonicmoe_missing() if load else None
+        for failed, why in (
+            (missing, missing),
+            (not bf16, "its kernels take 16-bit inputs, and training.bf16 is off"),
+            (not experts_autocast, "kernels.experts_autocast is off (the kernels take the weights' bf16 copy)"),
+        ):
+            if failed:
+                raise RecipeError(f"model.experts_implementation=sonicmoe: {why}; use grouped_mm (or auto)")
+        unmeasured = [
+            why
+            for failed, why in (
+                (world_size > 1, "measured on one GPU only"),
+                (config.model_type not in SONIC_MODEL_TYPES, f"checked on {', '.join(SONIC_MODEL_TYPES)} experts only"),
+            )
+            if failed
+        ]
+        return requested, "; ".join(["set in the recipe", *unmeasured])
     if requested != "auto":
         return requested, "set in the recipe"
     if not gpu:

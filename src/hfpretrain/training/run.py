@@ -117,14 +117,17 @@ def pretrain(
     )
     facts = read_data_facts(recipe, planning=dry_run)
     run = resolve(recipe, facts, machine)
-    if dry_run:
-        return run.to_dict()
-    # a checkpoint saved on another number of processes resumes at its global batch (elastic resume)
+    # a checkpoint saved on another number of processes resumes at its global batch (elastic resume), in its
+    # optimizer's layout: a dry run plans that resume too, and refuses what the run would refuse
     resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), run.args.output_dir)
     keep = elastic_batch(resume, run) if resume else []
     if keep:
         recipe = load_recipe(recipe_path, [*(overrides or []), *keep])
         run = resolve(recipe, facts, machine)
+    zero = run.layout.zero_stage
+    refuse_other_optimizer_layout(resume, run.layout.tp, zero in (1, 3), deepspeed=zero == 1)
+    if dry_run:
+        return run.to_dict()
     check_output_dir(run.args.output_dir)  # before the work: a run that cannot save is lost
     lock = hold_run_lock(run.args)
     try:
@@ -152,8 +155,6 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
     run = dataclasses.replace(run, data_info={**run.data_info, "lineage": record})
     # Before anything is written to output_dir: is its checkpoint this run's?
     resume = resolve_resume(recipe.training.get("resume_from_checkpoint"), args.output_dir)
-    sharded_engine = run.layout.zero_stage in (1, 3)
-    refuse_other_optimizer_layout(resume, run.layout.tp, sharded_engine, deepspeed=run.layout.zero_stage == 1)
     if resume:
         check_resume(resume, run)
     else:
@@ -184,6 +185,7 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
         run, model, train_blocks, eval_blocks, train_length, record, applied, extra_callbacks or []
     )
     # again against the engine the Trainer runs
+    sharded_engine = run.layout.zero_stage in (1, 3)
     refuse_other_optimizer_layout(resume, run.layout.tp, sharded_engine, deepspeed=trainer.is_deepspeed_enabled)
     if resume:
         logger.info("resuming from %s", resume)
