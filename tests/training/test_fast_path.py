@@ -317,3 +317,15 @@ def test_sonicmoe_set_in_the_recipe_is_refused_where_it_would_stop_mid_run():
     )
     with pytest.raises(RecipeError, match="^model.experts_implementation=sonicmoe: sonic-moe needs a CUDA GPU"):
         choose_experts("sonicmoe", moe, gpu=True, load=True, bf16=False)  # this CPU machine: that first
+
+
+def test_fp8_on_an_moe_says_its_experts_stay_bf16():
+    """float8 converts nn.Linear layers only: an MoE's routed experts (most of its FLOPs) are 3-D parameters run by
+    grouped matmuls, which stay bf16; the reason says so, where a user reads that the run is fp8."""
+    from hfpretrain.models.zoo import load_config
+    from hfpretrain.training.fast_path import choose_precision
+
+    for name, noted in (("qwen3_moe_587m_a103m", True), ("qwen3_103m", False)):
+        precision, why = choose_precision(ModelSection(precision="fp8"), load_config(name))
+        assert precision == "fp8" and ("experts' grouped matmuls stay bf16" in why) == noted, (name, why)
+    assert "experts" not in choose_precision(ModelSection(precision="bf16"), load_config("qwen3_moe_587m_a103m"))[1]

@@ -316,6 +316,13 @@ def choose_residual_dtype(requested: str, gpu: bool, bf16: bool = True) -> tuple
 
 
 def choose_precision(model_section, config, planning: bool = False) -> tuple[str, str]:
+    precision, why = _choose_precision(model_section, config, planning)
+    if precision.startswith("fp8") and is_moe(config):  # most of an MoE layer's FLOPs are not nn.Linear
+        why += "; the routed experts' grouped matmuls stay bf16 (float8 converts the nn.Linear layers only)"
+    return precision, why
+
+
+def _choose_precision(model_section, config, planning: bool = False) -> tuple[str, str]:
     unsupported = fp8_unsupported(config)
     if model_section.precision != "auto":
         if unsupported and model_section.precision != "bf16":  # refused in the plan too, not only at conversion
