@@ -219,3 +219,24 @@ def test_documented_predictions_are_what_the_commands_print(capsys):
             if line.startswith(("zero1", "fsdp2")):
                 tokens_per_s = line.split()[12]
                 assert f"| {tokens_per_s} |" in section, (cmd, line)
+
+
+def test_the_documented_table_is_what_the_model_predicts():
+    """docs/models.md § Step-time model's table "Against every measurement": one row per point of
+    step_time_points.json, in its order, each figure what the model gives now."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    table_text = doc[doc.index("| point | one GPU | measured tokens/s") :].split("\n\n")[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table_text.splitlines()[2:]]
+    assert len(rows) == len(POINTS)
+    for cells, point in zip(rows, POINTS):
+        st = _predict(point)
+        error = st.tokens_per_s / point["tokens_per_s"] - 1
+        measured_eff = point["tokens_per_s"] / (point["num_gpus"] * point["one_gpu_tokens_per_s"])
+        expected = [
+            f"{point['one_gpu_tokens_per_s']:,}",
+            f"{point['tokens_per_s']:,}",
+            f"{st.tokens_per_s:,.0f}",
+            f"{error:+.1%}".replace("-", "−"),
+            f"{measured_eff:.1%} / {st.efficiency:.1%}",
+        ]
+        assert [c.replace("**", "") for c in cells[1:]] == expected, (point["name"], cells)
