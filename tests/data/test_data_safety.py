@@ -64,7 +64,7 @@ def test_force_on_a_folder_that_is_not_an_output_refuses(tmp_path, src, gpt2_tok
         assert (out / "notes.txt").read_text() == "keep me"
 
 
-def test_force_rebuilds_a_real_previous_output(tmp_path, src, gpt2_tokenizer):
+def test_force_rebuilds_a_real_previous_output(tmp_path, src, gpt2_tokenizer, caplog):
     out = tmp_path / "out"
     tokenize_corpus([src], out, **_kw(gpt2_tokenizer))
     first = json.loads((out / "manifest.json").read_text())
@@ -74,9 +74,16 @@ def test_force_rebuilds_a_real_previous_output(tmp_path, src, gpt2_tokenizer):
     second = json.loads((out / "manifest.json").read_text())
     assert not (out / "train" / "marker-of-old-build").exists()  # really rebuilt, not reused
     assert second["fingerprint"] == first["fingerprint"] and second["train"]["blocks"] == first["train"]["blocks"]
-    # and a different setting (no --force) replaces it too: it is ours
-    tokenize_corpus([src], out, **{**_kw(gpt2_tokenizer), "seq_len": 8})
-    assert json.loads((out / "manifest.json").read_text())["seq_len"] == 8
+    assert "replacing" not in caplog.text  # --force asked for it
+    # and a different setting (no --force) replaces it too: it is ours, and a warning names both fingerprints
+    with caplog.at_level("WARNING"):
+        tokenize_corpus([src], out, **{**_kw(gpt2_tokenizer), "seq_len": 8})
+    third = json.loads((out / "manifest.json").read_text())
+    assert third["seq_len"] == 8
+    assert (
+        f"replacing {out}: it was tokenized from other inputs or settings (fingerprint {second['fingerprint']}, "
+        f"now {third['fingerprint']})" in caplog.text
+    )
 
 
 def test_an_empty_existing_folder_is_written_into(tmp_path, src, gpt2_tokenizer):

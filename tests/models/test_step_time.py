@@ -186,6 +186,9 @@ def test_plan_prints_predictions_and_errors(capsys):
         assert err.startswith(words) and err.count("\n") == 1, err
     assert main(["--gpu", "H200"]) == 2 and "--hours is required" in capsys.readouterr().err
     assert main(["--gpu", "H200", "--layout", "ddp"]) == 2 and "--shape is required" in capsys.readouterr().err
+    # the compute plan picks its own shapes: a --shape without --layout was silently ignored
+    assert main(["--gpu", "H200", "--hours", "1", "--shape", "gpt2_124m"]) == 2
+    assert "--shape is read with --layout only" in capsys.readouterr().err
 
 
 def test_table_marks_predictions():

@@ -305,7 +305,9 @@ def test_mismatched_outputs_are_refused(mini_blocks, tmp_path):
             "data.mixture={mix: 1, other: 1}",
         ],
     )
-    with pytest.raises(FileNotFoundError, match="^data.sources.other=.*nowhere: .* is missing or not JSON"):
+    with pytest.raises(
+        FileNotFoundError, match="^data.sources.other=.*nowhere does not exist: make it with `hfpretrain tokenize"
+    ):
         read_data_facts(recipe)
 
 

@@ -1,4 +1,4 @@
-"""Plan a pretraining run from a compute budget: Chinchilla-optimal size, nearest zoo shapes,
+r"""Plan a pretraining run from a compute budget: Chinchilla-optimal size, nearest zoo shapes,
 memory fit at the micro-batch, steps and wall time.
 
     python scripts/plan.py --gpu B200 --num-gpus 8 --hours 46.6 --mfu 0.4 --seq-len 2048 --micro-batch 8
@@ -19,21 +19,34 @@ import math
 from hfpretrain.cli import error
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description as written, and every option's default in --help (--num-gpus 8 is a choice to see)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False):  # no default to show
+            return action.help
+        return super()._get_help_string(action)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter)
     p.add_argument("--gpu", required=True, help="B200, H200, H100, H100-PCIe, A100, L40S, A6000, V100")
-    p.add_argument("--num-gpus", type=int, default=8)
+    p.add_argument("--num-gpus", type=int, default=8, help="GPUs of the run")
     p.add_argument("--hours", type=float, help="the compute budget (required unless --layout)")
-    p.add_argument("--mfu", type=float, default=0.4)
-    p.add_argument("--seq-len", type=int, default=2048)
-    p.add_argument("--micro-batch", type=int, default=8)
-    p.add_argument("--global-batch-tokens", type=int, default=2**20)
-    p.add_argument("--dtype", default="bf16")
-    p.add_argument("--zero-stage", type=int, default=1)
-    p.add_argument("--grad-checkpointing", action="store_true")
-    p.add_argument("--attn", default="flash_attention_2", choices=["flash_attention_2", "sdpa", "eager"])
-    p.add_argument("--fit", default="hoffmann", choices=["hoffmann", "rule20"])
-    p.add_argument("--nearest", type=int, default=3)
+    p.add_argument("--mfu", type=float, default=0.4, help="the MFU the wall time assumes")
+    p.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence")
+    p.add_argument("--micro-batch", type=int, default=8, help="sequences per GPU per forward")
+    p.add_argument("--global-batch-tokens", type=int, default=2**20, help="tokens per optimizer step")
+    p.add_argument("--dtype", default="bf16", help="the weights' training dtype (memory fit)")
+    p.add_argument("--zero-stage", type=int, default=1, help="0-3: what the memory fit shards")
+    p.add_argument("--grad-checkpointing", action="store_true", help="activation checkpointing (memory fit)")
+    p.add_argument(
+        "--attn", default="flash_attention_2", choices=["flash_attention_2", "sdpa", "eager"], help="attention (memory)"
+    )
+    p.add_argument(
+        "--fit", default="hoffmann", choices=["hoffmann", "rule20"], help="the compute-optimal rule: N and D"
+    )
+    p.add_argument("--nearest", type=int, default=3, help="zoo shapes listed around the optimum")
     p.add_argument("--vocab-size", type=int, default=151669, help="tokenizer length for tokenizer-sized shapes")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     s = p.add_argument_group("step-time model (docs/models.md § Step-time model)")
@@ -67,6 +80,8 @@ def main(argv=None) -> int:
         return error("--hours is required (or --layout and --shape for a step-time prediction)")
     if a.layout and not a.shape:
         return error("--shape is required with --layout (the zoo shape to predict, e.g. qwen3_1p8b)")
+    if a.shape and not a.layout:  # the compute plan chooses its own shapes: a --shape alone would be ignored
+        return error("--shape is read with --layout only (a step-time prediction): add --layout, e.g. fsdp2")
     if a.micro_batch < 1 or (a.grad_accum is not None and a.grad_accum < 1):
         bad = "--micro-batch" if a.micro_batch < 1 else "--grad-accum"
         return error(f"{bad} must be an integer >= 1, got {a.micro_batch if a.micro_batch < 1 else a.grad_accum}")

@@ -141,9 +141,15 @@ def require_manifest(data_path, key: str = "data.path") -> dict:
     ``key``: the setting that named the folder, for the error."""
     manifest = read_manifest(data_path)
     if manifest is None:
+        path = Path(data_path)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{key}={data_path} does not exist: make it with `hfpretrain tokenize --input FILE... "
+                f"--tokenizer TOKENIZER --seq-len N --out {data_path}` (README, A first run by hand)"
+            )
         raise FileNotFoundError(
-            f"{key}={data_path}: {Path(data_path) / MANIFEST} is missing or not JSON: not an "
-            "output folder of scripts/tokenize_pile.py"
+            f"{key}={data_path}: {path / MANIFEST} is missing or not JSON: not an output folder of "
+            "`hfpretrain tokenize`"
         )
     return manifest
 

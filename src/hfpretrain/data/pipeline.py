@@ -200,6 +200,14 @@ def tokenize_corpus(
                 return out
             logger.info("rebuilding %s: made before manifests recorded the text's bytes (bits per byte)", out)
         _refuse_beside(out)
+        if is_output(old) and old.get("fingerprint") != fp and not force:  # a run may have trained on it
+            logger.warning(
+                "replacing %s: it was tokenized from other inputs or settings (fingerprint %s, now %s); the old "
+                "blocks are deleted once the new ones are in place (a run that trained on them says so on resume)",
+                out,
+                old.get("fingerprint"),
+                fp,
+            )
         guard.remove_leftovers()  # the checks passed: dead builds' work folders (with this tool's marker) go
 
         try:

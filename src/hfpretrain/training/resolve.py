@@ -563,7 +563,8 @@ def assumptions(recipe: Recipe, facts: DataFacts, config, seq_len: int, train_bl
     )
     logger.warning(
         "dry run without data: %s; assumed seq_len %d, %s, one pass over the training data "
-        "(%d blocks); tokenize the data (scripts/tokenize_pile.py --out %s) for the real figures",
+        "(%d blocks); for the real figures, tokenize the data: hfpretrain tokenize --input FILE... "
+        "--tokenizer TOKENIZER --seq-len N --out %s",
         facts.missing,
         seq_len,
         vocab_note,
