@@ -277,9 +277,20 @@ def build_run_model(run: ResolvedRun) -> tuple[torch.nn.Module, Applied]:
     """The model (built from its config, or ``init_from``'s weights) with the speed-ups the fast path chose
     (models/speedups.py): ``(model, what each speed-up changed)``."""
     fast = run.fast
-    for what in ("compile", "fused_loss", "precision", "residual_dtype", "experts_implementation"):
+    # each choice under the recipe key that sets it (the plan's JSON keeps the fast path's own names)
+    keys = {
+        "compile": "model.compile",
+        "fused_loss": "loss.implementation",
+        "precision": "model.precision",
+        "residual_dtype": "model.residual_dtype",
+        "experts_implementation": "model.experts_implementation",
+    }
+    for what, key in keys.items():
         if getattr(fast, what) is not None:
-            logger.info("%s: %s (%s)", what, getattr(fast, what), fast.reasons[what])
+            why = fast.reasons[what]
+            if what == "precision" and fast.precision == "bf16" and not run.args.bf16:
+                why += "; training.bf16 is off: the matmuls run in float32"
+            logger.info("%s: %s (%s)", key, getattr(fast, what), why)
     logger.info(
         "micro-batch: %d x %d accumulation (%s)",
         run.args.per_device_train_batch_size,
