@@ -82,6 +82,7 @@ def _checkpoints(root: Path, tokenizer: Path) -> None:
             shutil.copy(f, root / name / f.name)
     weights = root / "trunc" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    shutil.copytree(root / "ckpt", root / "run" / "final")  # a run folder: its model is in final/
 
 
 def _runs(root: Path) -> None:
@@ -254,6 +255,18 @@ CASES = {
         ["{d}/trunc/model.safetensors is truncated"],
     ),
     "generate-top-p": (["generate.py", "--model", "{d}/ckpt", "--prompt", "hi", "--top-p", "0"], 2, ["--top-p"]),
+    # the checkpoint as eval takes it (positional) or as --model, once
+    "generate-positional": (["generate.py", "{d}/ckpt", "--prompt", "hi", "--top-p", "0"], 2, ["--top-p"]),
+    "generate-run-folder": (
+        ["generate.py", "{d}/run", "--prompt", "hi"],
+        2,
+        ["not a checkpoint: {d}/run has no config.json: the run's model is {d}/run/final"],
+    ),
+    "generate-two-checkpoints": (
+        ["generate.py", "{d}/ckpt", "--model", "{d}/ckpt", "--prompt", "hi"],
+        2,
+        ["give the checkpoint once"],
+    ),
     "generate-max-new-tokens": (
         ["generate.py", "--model", "{d}/ckpt", "--prompt", "hi", "--max-new-tokens", "0"],
         2,

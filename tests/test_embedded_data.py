@@ -192,3 +192,18 @@ def test_the_demo_budget_in_steps_and_tokens():
     assert (
         t["max_steps"] // t["eval_steps"]
     ) * recipe.evaluation.eval_tokens + recipe.evaluation.final_eval_tokens <= tokens / 5
+
+
+@pytest.mark.parametrize(
+    "name, hub",
+    [("gpt2", True), ("Qwen/Qwen3-0.6B", True), ("train.jsonl", False), ("a/b/c", False), ("./gpt2", False)],
+)
+def test_a_missing_name_is_a_hub_id_only_where_it_looks_like_one(monkeypatch, tmp_path, name, hub):
+    """`--tokenizer gpt2` offline said "gpt2 does not exist", as if a folder were mistyped: a bare name without a
+    file suffix, or owner/name, is a Hub id, refused offline with what to pass instead."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(MissingDataError) as err:
+        paths.resolve(name)
+    assert ("HF_HUB_OFFLINE=1, so Hub id" in str(err.value)) == hub, str(err.value)
+    assert hub or str(err.value) == f"{name} does not exist"

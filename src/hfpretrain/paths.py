@@ -85,7 +85,8 @@ def resolve(name: str | os.PathLike) -> str:
     path = Path(name).expanduser()
     if path.exists():
         return str(path)
-    looks_local = name.startswith((".", "/", "~")) or name.count("/") != 1
+    # a Hub id is `owner/name`, or a bare name without a file suffix (`gpt2`); `train.jsonl` is a missing file
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1 or ("/" not in name and "." in name)
     if looks_local:
         raise MissingDataError(f"{name} does not exist")
     if os.environ.get("HF_HUB_OFFLINE") == "1":

@@ -28,7 +28,8 @@ def _unescape(s: str) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="Generate text from a checkpoint")
-    p.add_argument("--model", required=True, help="save_pretrained directory (model + tokenizer)")
+    p.add_argument("checkpoint", nargs="?", help="save_pretrained directory (model + tokenizer), as eval takes it")
+    p.add_argument("--model", help="the same, as a flag (give one of the two)")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     p.add_argument("--prompt-file", default=None, help="file with one prompt per line")
     p.add_argument("--unconditional", action="store_true", help="sample from the BOS/end-of-text token")
@@ -42,6 +43,9 @@ def main(argv=None) -> int:
     p.add_argument("--device", default=None)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of text")
     a = p.parse_args(argv)
+    if (a.checkpoint is None) == (a.model is None):
+        return error("give the checkpoint once: hfpretrain generate CHECKPOINT (or --model CHECKPOINT)")
+    a.model = a.model or a.checkpoint
 
     prompts = [_unescape(x) for x in a.prompt]
     if a.prompt_file:

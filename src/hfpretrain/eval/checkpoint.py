@@ -28,7 +28,9 @@ def check_checkpoint(checkpoint, tokenizer: bool = True) -> Path:
     if not path.is_dir():
         raise CheckpointNotFoundError(f"checkpoint not found: {path} (expected a save_pretrained directory)")
     if not (path / "config.json").is_file():
-        raise CheckpointNotFoundError(f"not a checkpoint: {path} has no config.json")
+        # a run folder holds its model in final/ (and checkpoint-N/): name the one a user most likely meant
+        hint = f": the run's model is {path / 'final'}" if (path / "final" / "config.json").is_file() else ""
+        raise CheckpointNotFoundError(f"not a checkpoint: {path} has no config.json{hint}")
     for problem in (
         json_problem(path / "config.json"),
         weights_problem(path),
