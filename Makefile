@@ -6,6 +6,10 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
+# Where no NVIDIA GPU is, torch's CPU build (a 192 MB wheel) from PyTorch's index beside PyPI, as the README's install
+# line does: pip's default Linux wheel is the CUDA build, several GB. Only if that index answers within 5 s (a machine
+# that reaches a PyPI mirror only would otherwise wait out pip's retries); TORCH_INDEX=URL names another, or none.
+TORCH_INDEX ?= $(if $(shell command -v nvidia-smi),,https://download.pytorch.org/whl/cpu)
 STAMP   := $(VENV)/.installed
 # Subprocesses the tests start (accelerate launch, scripts) must find the venv's tools.
 export PATH := $(abspath $(BIN)):$(PATH)
@@ -26,7 +30,9 @@ export TORCH_EXTENSIONS_DIR ?= $(abspath $(VENV))/torch_extensions
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"
+	index="$(TORCH_INDEX)"; if [ -n "$$index" ] && ! $(BIN)/python -c "import sys, urllib.request; \
+		urllib.request.urlopen(sys.argv[1], timeout=5)" "$$index/" 2>/dev/null; then index=; fi; \
+	$(BIN)/python -m pip install -q "$(TORCH)" $${index:+--extra-index-url "$$index"}
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
