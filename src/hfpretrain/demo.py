@@ -77,7 +77,7 @@ def run_demo(
     tasks = available_tasks(DEFAULT_TASKS, root)
     missing = [t for t in DEFAULT_TASKS if t not in tasks]
     print(
-        f"[4/6] evaluate with lm-eval ({', '.join(tasks)}; first {eval_limit} questions each"
+        f"[4/6] evaluate with lm-eval ({', '.join(tasks)}; at most {eval_limit} questions each"
         + (f"; {', '.join(missing)}: not in {root}" if missing else "")
         + ")"
     )

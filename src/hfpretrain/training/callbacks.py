@@ -430,15 +430,17 @@ class LineProgressCallback(TrainerCallback):
     def __init__(self):
         self.t0 = self.step0 = None
 
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.t0, self.step0 = time.time(), state.global_step
-
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        done, eta = state.global_step - (self.step0 or 0), None
-        if self.t0 is not None and done > 0 and "loss" in logs and state.max_steps > state.global_step:
-            eta = (time.time() - self.t0) / done * (state.max_steps - state.global_step)
+        eta = None
+        if "loss" in logs:
+            # timed from the first logged step, not the start: the first steps' compilation and warm-up made a
+            # 2-minute demo's first line say "eta 35m"
+            if self.t0 is None:
+                self.t0, self.step0 = time.time(), state.global_step
+            elif state.global_step > self.step0 and state.max_steps > state.global_step:
+                eta = (time.time() - self.t0) / (state.global_step - self.step0) * (state.max_steps - state.global_step)
         line = progress_line(state, logs, eta)
         if line:
             print(line, flush=True)
