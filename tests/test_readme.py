@@ -41,6 +41,19 @@ def _commands_of(block: str) -> list[str]:
     return lines
 
 
+def _script_argv(cmd: str) -> list[str] | None:
+    """``scripts/MODULE.py ARGS`` of ``python scripts/MODULE.py ARGS`` or ``hfpretrain COMMAND ARGS`` (its alias), else
+    None (``accelerate launch``, ``make``)."""
+    from hfpretrain.cli import COMMANDS
+
+    argv = shlex.split(cmd)
+    if argv[0] == "hfpretrain" and argv[1] in COMMANDS:
+        return [f"scripts/{COMMANDS[argv[1]][0]}.py", *argv[2:]]
+    if argv[0] == "python" and argv[1].startswith("scripts/"):
+        return argv[1:]
+    return None
+
+
 def test_readme_leads_with_demo_and_test_and_ci_runs_the_test_command():
     first = [line.split("#")[0].strip() for line in _code_blocks()[0].splitlines() if not line.lstrip().startswith("#")]
     assert first == ["make demo", "make test"]
@@ -75,13 +88,14 @@ def test_make_demo_and_test_need_no_data_root(tmp_path):
 
 
 def _recipe_commands() -> list[str]:
-    """The commands in the shipped recipes' header comments (``#   python scripts/... \\`` and its continued lines)."""
+    """The commands in the shipped recipes' header comments (``#   python scripts/... \\``, ``#   hfpretrain ...``, and
+    their continued lines)."""
     commands = []
     for path in sorted((REPO / "recipes").glob("*.yaml")):
         block, continued = [], False
         for line in path.read_text().splitlines():
             body = line[1:].strip() if line.startswith("#") else ""
-            if continued or body.startswith(("python scripts/", "accelerate launch")):
+            if continued or body.startswith(("python scripts/", "accelerate launch", "hfpretrain ")):
                 block.append(body)
             continued = body.endswith("\\")
         commands += _commands_of("\n".join(block))
@@ -102,9 +116,14 @@ def _help(script: Path) -> str:
 
 
 def _check_scripts_and_flags(commands: list[str]) -> None:
+    from hfpretrain.cli import COMMANDS
+
     helps: dict[str, set[str]] = {}
     for cmd in commands:
         argv = shlex.split(cmd)
+        if argv[0] == "hfpretrain":  # `hfpretrain COMMAND ARGS` is `python scripts/MODULE.py ARGS`
+            assert argv[1] in COMMANDS, cmd
+            argv = ["python", f"scripts/{COMMANDS[argv[1]][0]}.py", *argv[2:]]
         if argv[0] == "python" and argv[1].startswith("scripts/"):
             script = REPO / argv[1]
             assert script.is_file(), cmd
@@ -122,7 +141,7 @@ def _check_scripts_and_flags(commands: list[str]) -> None:
 
 def test_documented_scripts_exist_and_accept_their_flags():
     commands = _commands()
-    assert sum(c.startswith("python scripts/") for c in commands) >= 8  # the pipeline's blocks were read
+    assert sum(_script_argv(c) is not None for c in commands) >= 8  # the pipeline's blocks were read
     _check_scripts_and_flags(commands)
 
 
@@ -136,14 +155,15 @@ def test_the_recipes_commands_name_scripts_and_flags_that_exist():
 def test_first_training_command_plans_before_the_data_exists():
     """The README's first training command (a dry run of the 1.8B recipe) runs as written on a fresh clone,
     where its data folder does not exist yet, and gives the documented figures with the assumptions stated."""
-    cmd = next(c for c in _commands(PIPELINE) if c.startswith("python scripts/pretrain.py") and "--dry-run" in c)
+    cmd = next(
+        c for c in _commands(PIPELINE) if (_script_argv(c) or [""])[0] == "scripts/pretrain.py" and "--dry-run" in c
+    )
     documented = re.search(
         re.escape(cmd.split(" --")[0]) + r" --dry-run[^#\n]*#\s*([\d,]+) tokens/step, ([\d.]+)B tokens", PIPELINE
     )
     from forked import script
 
-    argv = shlex.split(cmd)[1:]  # forked: test_cli.py runs scripts/pretrain.py --dry-run in a fresh interpreter
-    assert argv[0] == "scripts/pretrain.py", cmd
+    argv = _script_argv(cmd)  # forked: test_cli.py runs scripts/pretrain.py --dry-run in a fresh interpreter
     out = script(Path(argv[0]).name, *argv[1:], cwd=REPO, env={"DATA_ROOT": None, "WANDB_MODE": "offline"}, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     plan = json.loads(out.stdout)["plan"]  # stdout is the JSON alone (transformers prints on import: to stderr)
@@ -157,8 +177,8 @@ def test_first_training_command_plans_before_the_data_exists():
 def test_documented_plan_reproduces_the_reference_case():
     from forked import script
 
-    cmd = next(c for c in _commands(PIPELINE) if c.startswith("python scripts/plan.py"))
-    argv = shlex.split(cmd)[1:]  # forked: test_planner.py runs scripts/plan.py in a fresh interpreter
+    cmd = next(c for c in _commands(PIPELINE) if (_script_argv(c) or [""])[0] == "scripts/plan.py")
+    argv = _script_argv(cmd)  # forked: test_planner.py runs scripts/plan.py in a fresh interpreter
     out = script(Path(argv[0]).name, *argv[1:], cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
     row = next(line for line in out.stdout.splitlines() if line.startswith("qwen3_1p8b"))
