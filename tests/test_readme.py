@@ -309,3 +309,24 @@ def test_links_into_results_resolve():
                 assert (REPO / ref).exists(), f"{path.relative_to(REPO)}: {ref}"
                 checked += 1
     assert checked >= 100
+
+
+def test_the_install_page_names_every_extra_and_what_test_installs():
+    """docs/install.md's table of extras: a row for each extra of setup.cfg (the `eval` row was missing), and the
+    `test` row names each package that extra installs."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    extras = dict(cfg["options.extras_require"])
+    page = (REPO / "docs" / "install.md").read_text()
+    rows = {
+        name: line
+        for line in page.splitlines()
+        if line.startswith("| `")
+        for name in re.findall(r"`([\w-]+)`", line.split(" | ")[0])
+    }
+    assert set(extras) <= set(rows), set(extras) - set(rows)
+    for requirement in extras["test"].split(";"):
+        package = re.match(r"\s*([\w-]+)", requirement).group(1)
+        assert package.lower() in rows["test"].lower(), package
