@@ -32,6 +32,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	index="$(TORCH_INDEX)"; if [ -n "$$index" ] && ! $(BIN)/python -c "import sys, urllib.request; \
 		urllib.request.urlopen(sys.argv[1], timeout=5)" "$$index/" 2>/dev/null; then index=; fi; \
+	echo "installing $(TORCH)$${index:+ with $$index beside the usual indexes}"; \
 	$(BIN)/python -m pip install -q "$(TORCH)" $${index:+--extra-index-url "$$index"}
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $(STAMP)

@@ -349,23 +349,25 @@ def test_one_error_line(case, d):
 
 
 @pytest.mark.parametrize(
-    "env, code, expected",
+    "env, once, expected",
     [
-        ({}, 2, "error: no such key\n"),
-        ({"LOCAL_RANK": "0", "RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "8"}, 2, "error: no such key\n"),
-        ({"LOCAL_RANK": "3", "RANK": "3", "GROUP_RANK": "0", "WORLD_SIZE": "8"}, 2, ""),  # said by local rank 0
-        ({"LOCAL_RANK": "0", "RANK": "4", "GROUP_RANK": "1", "WORLD_SIZE": "8"}, 2, "error: node 1: no such key\n"),
-        ({"LOCAL_RANK": "3", "RANK": "3", "GROUP_RANK": "0", "WORLD_SIZE": "8"}, 130, ""),  # Ctrl-C reaches all
-        ({"LOCAL_RANK": "3", "RANK": "7", "GROUP_RANK": "1", "WORLD_SIZE": "8"}, 1, "error: rank 7: no such key\n"),
-        ({"LOCAL_RANK": "0", "RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "1"}, 1, "error: no such key\n"),
+        ({}, True, "error: no such key\n"),
+        ({"LOCAL_RANK": "0", "RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "8"}, True, "error: no such key\n"),
+        ({"LOCAL_RANK": "3", "RANK": "3", "GROUP_RANK": "0", "WORLD_SIZE": "8"}, True, ""),  # said by local rank 0
+        ({"LOCAL_RANK": "0", "RANK": "4", "GROUP_RANK": "1", "WORLD_SIZE": "8"}, True, "error: node 1: no such key\n"),
+        ({"LOCAL_RANK": "3", "RANK": "7", "GROUP_RANK": "1", "WORLD_SIZE": "8"}, False, "error: rank 7: no such key\n"),
+        ({"LOCAL_RANK": "0", "RANK": "0", "GROUP_RANK": "0", "WORLD_SIZE": "1"}, False, "error: no such key\n"),
+        ({}, False, "error: no such key\n"),
     ],
 )
-def test_a_launch_says_a_config_error_once_per_node_and_a_failure_per_rank(monkeypatch, capsys, env, code, expected):
+def test_a_launch_says_a_shared_error_once_per_node_and_its_own_per_rank(monkeypatch, capsys, env, once, expected):
+    """once_per_node (a recipe or data check before any work, a Ctrl-C): one line per node; anything else (it can
+    be one rank's own, e.g. raised while training) from every rank that has it, naming the rank."""
     from hfpretrain.cli import error
 
     for key in ("LOCAL_RANK", "RANK", "GROUP_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    assert error("no such key", code) == code
+    assert error("no such key", 2, once_per_node=once) == 2
     assert capsys.readouterr().err == expected

@@ -195,15 +195,30 @@ def test_the_demo_budget_in_steps_and_tokens():
 
 
 @pytest.mark.parametrize(
-    "name, hub",
-    [("gpt2", True), ("Qwen/Qwen3-0.6B", True), ("train.jsonl", False), ("a/b/c", False), ("./gpt2", False)],
+    "name, bare_hub_ids, hub",
+    [
+        ("gpt2", True, True),  # a tokenizer's Hub id
+        ("gpt2", False, False),  # a corpus input of one word: a mistyped file
+        ("Qwen/Qwen3-0.6B", False, True),
+        ("pile/train.jsonl", False, False),  # a file that is not there, not a Hub dataset
+        ("tok.json", True, False),
+        ("a/b/c", True, False),
+        ("./gpt2", True, False),
+    ],
 )
-def test_a_missing_name_is_a_hub_id_only_where_it_looks_like_one(monkeypatch, tmp_path, name, hub):
-    """`--tokenizer gpt2` offline said "gpt2 does not exist", as if a folder were mistyped: a bare name without a
-    file suffix, or owner/name, is a Hub id, refused offline with what to pass instead."""
+def test_a_missing_name_is_a_hub_id_only_where_it_looks_like_one(monkeypatch, tmp_path, name, bare_hub_ids, hub):
+    """`--tokenizer gpt2` offline said "gpt2 does not exist", as if a folder were mistyped: for a tokenizer a bare
+    name is a Hub id (refused offline with what to pass instead), as owner/name is anywhere; a name ending like a data
+    file is a missing file. Online, a name taken as a Hub id is returned for the Hub to answer."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(MissingDataError) as err:
-        paths.resolve(name)
+        paths.resolve(name, bare_hub_ids=bare_hub_ids)
     assert ("HF_HUB_OFFLINE=1, so Hub id" in str(err.value)) == hub, str(err.value)
     assert hub or str(err.value) == f"{name} does not exist"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    if hub:
+        assert paths.resolve(name, bare_hub_ids=bare_hub_ids) == name
+    else:
+        with pytest.raises(MissingDataError, match="does not exist"):
+            paths.resolve(name, bare_hub_ids=bare_hub_ids)

@@ -88,7 +88,7 @@ def test_train_console_shows_the_projects_lines_only(tiny_run):
     both = r.stdout + r.stderr
     assert r.returncode == 0, both[-3000:]
     assert not _noise(both), f"{_noise(both)} in:\n{both[-3000:]}"
-    assert "hfpretrain: precision: bf16 (set in the recipe)" in r.stderr  # the project's own log lines
+    assert "hfpretrain: model.precision: bf16 (set in the recipe; training.bf16 is off" in r.stderr  # our own lines
     assert "step 1/1 | done in" in r.stdout
 
 

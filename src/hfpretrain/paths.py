@@ -70,11 +70,17 @@ def using_embedded_data(root: str | os.PathLike | None = None) -> bool:
     return not root or Path(root).expanduser().resolve() == EMBEDDED_DATA_ROOT
 
 
-def resolve(name: str | os.PathLike) -> str:
+# a missing name ending in one of these is a file that is not there, not a Hub id (`pile/train.jsonl`)
+FILE_SUFFIXES = (".jsonl", ".json", ".zst", ".gz", ".txt", ".parquet", ".arrow", ".csv", ".yaml", ".safetensors")
+
+
+def resolve(name: str | os.PathLike, bare_hub_ids: bool = False) -> str:
     """Turn ``name`` into something ``from_pretrained``/``load_dataset`` accept.
 
-    An existing path is returned as is; ``data:foo/bar`` means ``<data root>/foo/bar``; anything
-    else is treated as a Hub id, which fails clearly when the Hub is unreachable (offline mode).
+    An existing path is returned as is; ``data:foo/bar`` means ``<data root>/foo/bar``; a missing ``owner/name``
+    (or, with ``bare_hub_ids``, a bare ``name``: tokenizers and models such as ``gpt2``; a corpus input of one word
+    is a mistyped file more often than a Hub dataset) is treated as a Hub id, which fails clearly when the Hub is
+    unreachable (offline mode); anything else does not exist.
     """
     name = str(name)
     if name.startswith("data:"):
@@ -85,8 +91,12 @@ def resolve(name: str | os.PathLike) -> str:
     path = Path(name).expanduser()
     if path.exists():
         return str(path)
-    # a Hub id is `owner/name`, or a bare name without a file suffix (`gpt2`); `train.jsonl` is a missing file
-    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1 or ("/" not in name and "." in name)
+    looks_local = (
+        name.startswith((".", "/", "~"))
+        or name.count("/") > 1
+        or (name.count("/") == 0 and not bare_hub_ids)
+        or name.lower().endswith(FILE_SUFFIXES)
+    )
     if looks_local:
         raise MissingDataError(f"{name} does not exist")
     if os.environ.get("HF_HUB_OFFLINE") == "1":

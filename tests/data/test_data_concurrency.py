@@ -188,24 +188,33 @@ def test_sigterm_ends_the_workers_and_removes_the_partial_output(tmp_path, gpt2_
 def test_a_child_forked_during_the_build_still_dies_by_sigterm(tmp_path):
     """pool.terminate() can signal a worker before its after-fork hooks reset the build's handler; raised there,
     Python only printed the exception, the worker lived on and the build hung in join (CI, filelock 4's fork hook).
-    """
+    Now SIGTERM is blocked across the fork and the child has the default action back before it is unblocked (one
+    still pending kills it); the handler itself, run in a child, ends that child as SIGTERM means."""
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the guard takes over only the default action
     guard = BuildGuard(tmp_path / "out").acquire()
     try:
         assert signal.getsignal(signal.SIGTERM) == guard._on_sigterm
-        pid = os.fork()
-        if pid == 0:  # the child still runs the build's handler, as a pool worker does right after fork
-            try:
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(10)
-            except BaseException:
-                os._exit(3)
-            os._exit(0)
-        _, status = os.waitpid(pid, 0)
+        for inherited_handler in (False, True):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+                        os._exit(4)  # the at-fork hook did not reset it
+                    if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+                        os._exit(5)  # nor unblock it
+                    if inherited_handler:  # as a child forked where the hook does not run (the handler's own check)
+                        signal.signal(signal.SIGTERM, guard._on_sigterm)
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(10)
+                except BaseException:
+                    os._exit(3)
+                os._exit(0)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, (inherited_handler, status)
+        assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the parent's mask as it was
     finally:
         guard.release()
         signal.signal(signal.SIGTERM, previous)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
     assert not guard.terminated  # the parent's build was not stopped
 
 

@@ -74,7 +74,6 @@ def test_force_rebuilds_a_real_previous_output(tmp_path, src, gpt2_tokenizer, ca
     second = json.loads((out / "manifest.json").read_text())
     assert not (out / "train" / "marker-of-old-build").exists()  # really rebuilt, not reused
     assert second["fingerprint"] == first["fingerprint"] and second["train"]["blocks"] == first["train"]["blocks"]
-    assert "replacing" not in caplog.text  # --force asked for it
     # and a different setting (no --force) replaces it too: it is ours, and a warning names both fingerprints
     with caplog.at_level("WARNING"):
         tokenize_corpus([src], out, **{**_kw(gpt2_tokenizer), "seq_len": 8})
@@ -84,6 +83,10 @@ def test_force_rebuilds_a_real_previous_output(tmp_path, src, gpt2_tokenizer, ca
         f"replacing {out}: it was tokenized from other inputs or settings (fingerprint {second['fingerprint']}, "
         f"now {third['fingerprint']})" in caplog.text
     )
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # --force asks for the replacement: no warning
+        tokenize_corpus([src], out, force=True, **{**_kw(gpt2_tokenizer), "seq_len": 4})
+    assert json.loads((out / "manifest.json").read_text())["seq_len"] == 4 and "replacing" not in caplog.text
 
 
 def test_an_empty_existing_folder_is_written_into(tmp_path, src, gpt2_tokenizer):

@@ -297,8 +297,8 @@ def test_auto_experts_take_sonicmoe_only_where_it_was_measured_and_loads():
 def test_sonicmoe_set_in_the_recipe_is_refused_where_it_would_stop_mid_run():
     """Its kernels take 16-bit weights and inputs: without bf16 autocast, or without kernels.experts_autocast (the
     weights' bf16 copy), the run used to raise in the first forward, after its output folder was written. Refused
-    at start in one line, on any machine (a plan too), after a missing kernel; what was not measured is said beside
-    it."""
+    at start in one line, on any machine (a plan too), before the kernel is loaded; what was not measured is said
+    beside it."""
     from hfpretrain.models.zoo import load_config
     from hfpretrain.training.config import RecipeError
     from hfpretrain.training.fast_path import choose_experts
@@ -308,15 +308,16 @@ def test_sonicmoe_set_in_the_recipe_is_refused_where_it_would_stop_mid_run():
         ({"bf16": False}, "its kernels take 16-bit inputs, and training.bf16 is off"),
         ({"experts_autocast": False}, "kernels.experts_autocast is off"),
     ):
-        with pytest.raises(RecipeError, match=rf"^model.experts_implementation=sonicmoe: {words}.*grouped_mm"):
-            choose_experts("sonicmoe", moe, gpu=True, load=False, **kwargs)
+        for load in (False, True):  # before loading the kernel (which can fetch it from the Hub)
+            with pytest.raises(RecipeError, match=rf"^model.experts_implementation=sonicmoe: {words}.*grouped_mm"):
+                choose_experts("sonicmoe", moe, gpu=True, load=load, **kwargs)
     assert choose_experts("sonicmoe", moe, gpu=True, load=False) == ("sonicmoe", "set in the recipe")
     assert choose_experts("sonicmoe", glm, gpu=True, load=False, world_size=4) == (
         "sonicmoe",
         "set in the recipe; measured on one GPU only; checked on qwen3_moe experts only",
     )
     with pytest.raises(RecipeError, match="^model.experts_implementation=sonicmoe: sonic-moe needs a CUDA GPU"):
-        choose_experts("sonicmoe", moe, gpu=True, load=True, bf16=False)  # this CPU machine: that first
+        choose_experts("sonicmoe", moe, gpu=True, load=True)  # this CPU machine: no kernel
 
 
 def test_fp8_on_an_moe_says_its_experts_stay_bf16():

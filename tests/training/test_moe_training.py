@@ -79,14 +79,13 @@ def test_experts_implementation_checks(mini_blocks, tmp_path):
         run_pretrain(mini_blocks, tmp_path / "dense", {"model.experts_implementation": "grouped_mm"})
     with pytest.raises(RecipeError, match="model.experts_implementation='loop' is not one of"):
         run_pretrain(mini_blocks, tmp_path / "bad", {**TINY_MOE, "model.experts_implementation": "loop"})
-    # transformers' CuTe DSL backend cannot load on a CPU (nor without the kernels package, nor offline): one line
-    # naming what is missing, before anything is written
-    with pytest.raises(
-        RecipeError,
-        match=r"model.experts_implementation=sonicmoe: .*(sonic|kernels|CUDA).*; use "
-        r"grouped_mm",
-    ):
-        run_pretrain(mini_blocks, tmp_path / "sonic", {**TINY_MOE, "model.experts_implementation": "sonicmoe"})
+    # sonic-moe's kernels cannot load on a CPU (nor without the kernels package, nor offline): one line naming what
+    # is missing, before anything is written; and before that, a recipe they would stop in (no bf16 autocast)
+    sonic = {**TINY_MOE, "model.experts_implementation": "sonicmoe"}
+    with pytest.raises(RecipeError, match=r"sonicmoe: its kernels take 16-bit inputs, and training.bf16 is off"):
+        run_pretrain(mini_blocks, tmp_path / "sonic", sonic)
+    with pytest.raises(RecipeError, match=r"model.experts_implementation=sonicmoe: .*CUDA.*; use grouped_mm"):
+        run_pretrain(mini_blocks, tmp_path / "sonic", {**sonic, "training.bf16": "true"})
     assert not any((tmp_path / name).exists() for name in ("dense", "bad", "sonic"))
 
 

@@ -35,23 +35,23 @@ COMMANDS = {
 }
 
 
-def error(message, code: int = 2) -> int:
+def error(message, code: int = 2, once_per_node: bool = False) -> int:
     """Print ``error: message`` on stderr and return the exit code: 2 for a usage, config or input error
     (nothing was done), 1 for a failure while running.
 
     Under a launch (torchrun and ``accelerate launch`` set ``LOCAL_RANK``, ``RANK`` and ``GROUP_RANK``) every
-    process returns the code, but a config or input error is the same on every process of a node (one recipe, one
-    file system): only the node's first process prints it, a node after the first naming itself, so that eight
-    processes refusing a key make one line, not eight (a Ctrl-C, 130, reaches them all too). A failure while
-    running can be one rank's own: every rank prints it, naming itself."""
+    process returns the code. ``once_per_node``: the caller knows the message is the same on every process of a node
+    (a recipe or data check before any work: one recipe, one file system; a Ctrl-C, which reaches them all): only the
+    node's first process prints it, a node after the first naming itself, so that eight processes refusing a key
+    make one line, not eight. Anything else can be one rank's own: every rank prints it, naming itself."""
     local, rank, node = (os.environ.get(k) for k in ("LOCAL_RANK", "RANK", "GROUP_RANK"))
-    everywhere = code in (2, 130)
-    if everywhere and local not in (None, "0"):
-        return code
-    if not everywhere and rank is not None and os.environ.get("WORLD_SIZE", "1") != "1":
+    if once_per_node:
+        if local not in (None, "0"):
+            return code
+        if node not in (None, "0"):
+            message = f"node {node}: {message}"
+    elif rank is not None and os.environ.get("WORLD_SIZE", "1") != "1":
         message = f"rank {rank}: {message}"
-    elif everywhere and node not in (None, "0"):
-        message = f"node {node}: {message}"
     print(f"error: {message}", file=sys.stderr)
     return code
 
@@ -309,4 +309,4 @@ def interruptible(name: str, main) -> int:
     try:
         return main()
     except KeyboardInterrupt:
-        return error(f"{name}: interrupted (Ctrl-C) before it finished", 130)
+        return error(f"{name}: interrupted (Ctrl-C) before it finished", 130, once_per_node=True)

@@ -36,7 +36,7 @@ def main() -> int:
         # outside the repository (an installed wheel) recipes/X.yaml is the shipped recipe X, as in the demo
         recipe = recipe_path(args.recipe)
     except FileNotFoundError as err:
-        return error(err)
+        return error(err, once_per_node=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     # imported after parsing so that --help and usage errors need no torch (seconds)
     from hfpretrain.training import RecipeError, load_recipe
@@ -44,7 +44,7 @@ def main() -> int:
     try:  # the recipe's keys and values, before the Trainer and the model code load (seconds more)
         load_recipe(recipe, args.overrides)
     except (RecipeError, FileNotFoundError, ValueError) as err:
-        return error(err)
+        return error(err, once_per_node=True)
     from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain, shutdown_distributed
     from hfpretrain.training.barrier import LateRankError
@@ -63,7 +63,9 @@ def main() -> int:
             zero_stage=args.zero_stage,
             callbacks=recipe_callbacks,
         )
-    except (RecipeError, FileNotFoundError, ValueError) as err:
+    except (RecipeError, FileNotFoundError) as err:  # the recipe's and the data's checks: the same on every rank
+        return error(err, once_per_node=True)
+    except ValueError as err:  # can be raised while training, on one rank only
         return error(err)
     except (NonFiniteLossError, OSError) as err:  # the run failed: a NaN stop, disk full (its checkpoints stay)
         return error(err, 1)

@@ -18,8 +18,9 @@
   manager process). During the build, SIGTERM to the main process raises :class:`BuildTerminated` there, so
   the pools are terminated and the temporary folder removed on the way out, and then the process ends by
   SIGTERM as it would have. (Only over the default action: a caller's own SIGTERM handler stays in charge.)
-  Every process ``multiprocess`` forks during the build gets the default SIGTERM action back and asks the
-  kernel (Linux ``PR_SET_PDEATHSIG``) for SIGKILL when its parent dies, so that even a SIGKILLed build leaves
+  Every process forked during the build gets the default SIGTERM action back before SIGTERM can reach it
+  (blocked across the fork, so one sent meanwhile stays pending and kills it), and those ``multiprocess`` starts ask
+  the kernel (Linux ``PR_SET_PDEATHSIG``) for SIGKILL when their parent dies, so that even a SIGKILLed build leaves
   no worker behind. The handler's exception can be lost (Python only prints an exception raised inside an
   at-fork callback, and datasets forks often), so the build also calls :func:`raise_if_terminated` between
   its phases and before its output is put in place.
@@ -110,6 +111,34 @@ def pid_alive(pid: int) -> bool:
 
 
 _ACTIVE: list[BuildGuard] = []  # guards that got SIGTERM
+_INSTALLED: list[BuildGuard] = []  # guards whose SIGTERM handler is installed
+
+
+def _block_sigterm_for_fork() -> None:
+    """os.fork's before hook, while a build's handler is installed: a SIGTERM sent to the child before Python's own
+    after-fork work was lost there (the C handler only sets a flag, which the child clears), and the worker lived on;
+    blocked, it stays pending in the kernel until the child has the default action back."""
+    if _INSTALLED:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _unblock_sigterm_in_parent() -> None:
+    if _INSTALLED:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _default_sigterm_in_child() -> None:
+    if _INSTALLED:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the build's handler is the parent's: a pending one kills
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_block_sigterm_for_fork,
+        after_in_parent=_unblock_sigterm_in_parent,
+        after_in_child=_default_sigterm_in_child,
+    )
 
 
 def raise_if_terminated() -> None:
@@ -205,6 +234,7 @@ class BuildGuard:
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             self._pid = os.getpid()
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+            _INSTALLED.append(self)
         try:
             import multiprocess.util
 
@@ -214,6 +244,8 @@ class BuildGuard:
             pass
 
     def _uninstall(self) -> None:
+        if self in _INSTALLED:
+            _INSTALLED.remove(self)
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
         if self in _ACTIVE:

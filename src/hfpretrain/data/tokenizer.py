@@ -34,7 +34,7 @@ def load_tokenizer(name):
     from transformers import AutoTokenizer
 
     try:
-        path = resolve(name)
+        path = resolve(name, bare_hub_ids=True)
     except MissingDataError as e:
         raise DataError(f"tokenizer {name}: {e}") from None
     problem = (

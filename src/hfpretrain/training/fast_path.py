@@ -209,15 +209,16 @@ def choose_experts(
             )
         return None, "dense model: no experts"
     if requested == "sonicmoe":
-        # what would stop it mid-run: no kernel here, or (on any machine, a plan too) inputs that are not 16-bit
-        missing = sonicmoe_missing() if load else None
+        # what would stop it mid-run: inputs that are not 16-bit (on any machine, a plan too), then no kernel here
+        # (checked last: loading it can fetch it from the Hub)
         for failed, why in (
-            (missing, missing),
             (not bf16, "its kernels take 16-bit inputs, and training.bf16 is off"),
             (not experts_autocast, "kernels.experts_autocast is off (the kernels take the weights' bf16 copy)"),
         ):
             if failed:
                 raise RecipeError(f"model.experts_implementation=sonicmoe: {why}; use grouped_mm (or auto)")
+        if load and (missing := sonicmoe_missing()):
+            raise RecipeError(f"model.experts_implementation=sonicmoe: {missing}; use grouped_mm (or auto)")
         unmeasured = [
             why
             for failed, why in (

@@ -144,19 +144,19 @@ def refuse_other_optimizer_layout(
     if not resume:
         return
     if deepspeed_tag(resume) and not deepspeed:
-        raise ValueError(
+        raise RecipeError(
             f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
             "resume it with a DeepSpeed accelerate config (on another GPU count: "
             "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)"
         )
     saved_sharded = (Path(resume) / SHARDED_OPTIMIZER_DIR).is_dir()
     if saved_sharded and sharded_engine and tp == 1:
-        raise ValueError(
+        raise RecipeError(
             f"{resume} was saved under tensor parallelism (optimizer states in {SHARDED_OPTIMIZER_DIR}/): resume it "
             "with parallel.tp, or without DeepSpeed and FSDP"
         )
     if tp > 1 and not saved_sharded:
-        raise ValueError(
+        raise RecipeError(
             f"{resume} was saved without tensor parallelism: resume it with parallel.tp=1 (this run has "
             f"parallel.tp={tp})"
         )
