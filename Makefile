@@ -11,6 +11,7 @@ TORCH   ?= torch==2.13.0
 # that reaches a PyPI mirror only would otherwise wait out pip's retries); TORCH_INDEX=URL names another, or none.
 TORCH_INDEX ?= $(if $(shell command -v nvidia-smi),,https://download.pytorch.org/whl/cpu)
 STAMP   := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 # Subprocesses the tests start (accelerate launch, scripts) must find the venv's tools.
 export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE ?= 1
@@ -27,15 +28,26 @@ export TORCH_EXTENSIONS_DIR ?= $(abspath $(VENV))/torch_extensions
 
 .PHONY: install demo test check-data
 
-$(STAMP): setup.cfg pyproject.toml
+# The venv and torch, then the package with an extra: `eval` for the demo (lm-eval: what it needs), `test` for the
+# suite (the demo's, and pytest, ruff, triton, deepspeed, torchao, the loggers). Each extra has its stamp.
+define VENV_AND_TORCH
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	index="$(TORCH_INDEX)"; if [ -n "$$index" ] && ! $(BIN)/python -c "import sys, urllib.request; \
 		urllib.request.urlopen(sys.argv[1], timeout=5)" "$$index/" 2>/dev/null; then index=; fi; \
 	echo "installing $(TORCH)$${index:+ with $$index beside the usual indexes}"; \
 	$(BIN)/python -m pip install -q "$(TORCH)" $${index:+--extra-index-url "$$index"}
+endef
+
+$(STAMP): setup.cfg pyproject.toml
+	$(VENV_AND_TORCH)
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $(STAMP)
+
+$(DEMO_STAMP): setup.cfg pyproject.toml
+	$(VENV_AND_TORCH)
+	$(BIN)/python -m pip install -q -e ".[eval]"
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
@@ -47,7 +59,7 @@ check-data:
 		test -d "$(DATA_ROOT)/tokenizers" || { echo "error: DATA_ROOT=$(DATA_ROOT) has no tokenizers/ folder"; exit 2; }; \
 	else echo "DATA_ROOT is not set: using the embedded sample data (src/hfpretrain/assets/default_data)"; fi
 
-demo: install check-data
+demo: $(DEMO_STAMP) check-data
 	$(RUN_ENV) $(BIN)/python scripts/demo.py
 
 # One test file per process, one process per core (pytest-xdist): the files' fixtures stay in one process.
