@@ -82,6 +82,9 @@ def main() -> int:
     finally:
         shutdown_distributed()
     if args.dry_run:
+        from hfpretrain.training.plan import plan_summary
+
+        print(plan_summary(result["plan"]), file=sys.stderr)  # stdout stays the JSON document alone
         data = result["plan"].get("data")
         if data:  # a mixture: the phases, as a table (stderr; stdout stays JSON)
             from hfpretrain.data.mixture import phase_lines

@@ -189,6 +189,38 @@ def make_plan(
     return plan
 
 
+def _count(n: float) -> str:
+    """1.83B, 596M, 623K: three significant figures and a suffix."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return f"{n:.3g}"
+
+
+def plan_summary(plan: dict) -> str:
+    """The plan's headline figures in three lines (a dry run prints them on stderr; its JSON has the rest)."""
+    params, memory = plan["parameters"], plan["memory_per_gpu_gib"]
+    active = f", {_count(params['active'])} active" if params.get("active", params["total"]) != params["total"] else ""
+    lines = [
+        f"model: {_count(params['total'])} parameters ({_count(params['non_embedding'])} without the "
+        f"embeddings{active}), {plan['precision']}; layout {plan['parallel']['engine']} on {plan['world_size']} "
+        f"process{'es' if plan['world_size'] > 1 else ''}",
+        f"batch: {plan['world_size']} x micro-batch {plan['micro_batch']} x {plan['gradient_accumulation_steps']} "
+        f"accumulation = {plan['samples_per_step']:,} sequences of {plan['seq_len']:,} tokens "
+        f"({plan['tokens_per_step']:,} tokens) per step",
+        f"run: {plan['max_steps']:,} steps = {_count(plan['total_tokens'])} tokens "
+        f"({plan['passes_over_data']:.2g} pass{'' if plan['passes_over_data'] == 1 else 'es'} over the data), "
+        f"{plan['total_flops']:.2e} FLOPs; "
+        f"{memory['total']:.1f} GiB per GPU (estimate)"
+        + (
+            f"; {plan['expected_hours']:.3g} h at {plan['assumed_mfu']:.0%} MFU"
+            if plan.get("expected_hours") is not None
+            else ""
+        ),
+    ]
+    return "\n".join(lines)
+
+
 def checkpointing_plan(fields: dict) -> str:
     """What activation checkpointing does in this run, in words (the plan's ``activation_checkpointing``)."""
     on, kwargs = activation_checkpointing(fields)
