@@ -371,6 +371,10 @@ def test_a_bad_choice_names_the_nearest_value():
         "model.compile='layer' is not one of ['auto', 'decoder', 'layers', 'model', 'none'] (did you mean 'layers'?)"
     )
     assert _error(["data.path=x", "context.rope=yarm"]).endswith("(did you mean 'yarn'?)")
+    # `yes` is a boolean to YAML: the value reads 'True', and the line says why
+    assert _error(["data.path=x", "model.compile=yes"]).startswith(
+        "model.compile='True' (YAML reads yes/no/on/off/true/false as a boolean) is not one of"
+    )
 
 
 def test_choices_are_typed_on_the_fields():

@@ -675,8 +675,10 @@ def _check_choices(recipe: Recipe) -> None:
         for part in key.split("."):
             value = getattr(value, part)
         if value not in allowed:
+            # YAML 1.1 reads yes/no/on/off as booleans, which reach a string field as 'True'/'False'
+            boolean = " (YAML reads yes/no/on/off/true/false as a boolean)" if value in ("True", "False") else ""
             raise RecipeError(
-                f"{key}={value!r} is not one of {sorted(allowed, key=str)}"
+                f"{key}={value!r}{boolean} is not one of {sorted(allowed, key=str)}"
                 f"{_nearest(str(value), [str(a) for a in allowed])}"
             )
 
