@@ -1,7 +1,8 @@
 """Pretrain a model from a recipe.
 
-accelerate launch [--config_file accelerate_configs/X.yaml] scripts/pretrain.py recipes/X.yaml [section.key=value ...]
-python scripts/pretrain.py recipes/X.yaml --dry-run      # the plan, no training
+hfpretrain train recipes/X.yaml [section.key=value ...]      # one process: a CPU or one GPU
+hfpretrain train recipes/X.yaml --dry-run                    # the plan, no training
+accelerate launch [--config_file accelerate_configs/X.yaml] scripts/pretrain.py recipes/X.yaml [...]   # several GPUs
 """
 
 import argparse
