@@ -10,7 +10,9 @@ in-process, with the real sampler and accelerate's own batch-sampler sharding.
 The checks that share a launch layout share its launch (a module fixture per config): its two processes run
 their runs one after another (tests/training/pretrain_runs.py, each as scripts/pretrain.py runs it), since starting
 a launch costs ~20 s on the CPU machine and a run a few; a run refused at start is the last of its launch. The
-ZeRO-1 resume and the two launchers as two nodes launch ``scripts/pretrain.py`` itself.
+FSDP2 launch runs them through tests/training/fsdp2_cpu.py, which keeps accelerate's FSDP2 on CPU processes (it would
+run them as DDP): the runs are sharded as on GPUs. The ZeRO-1 resume and the two launchers as two nodes launch
+``scripts/pretrain.py`` itself.
 """
 
 from __future__ import annotations
@@ -62,13 +64,14 @@ def _launch(
     return _ran(_accelerate(config, *launch_args, str(PRETRAIN_SCRIPT), str(recipe), *overrides))
 
 
-def _launch_runs(config: Path, mini_blocks, runs: dict, base: Path) -> dict:
+def _launch_runs(config: Path, mini_blocks, runs: dict, base: Path, script: str = "pretrain_runs.py") -> dict:
     """The runs of ``runs`` (name -> (output folder, extra overrides, recipe)) one after another in one two-process
-    launch of ``config`` (tests/training/pretrain_runs.py): name -> that run's own output and exit code."""
+    launch of ``config`` (tests/training/pretrain_runs.py, or ``script`` that runs them so): name -> that run's own
+    output and exit code."""
     names = list(runs)
     argv = [[str(recipe), *make_overrides(mini_blocks, out, {**DIST, **extra})] for out, extra, recipe in runs.values()]
     (base / "runs.json").write_text(json.dumps(argv))
-    proc = _accelerate(config, str(REPO / "tests" / "training" / "pretrain_runs.py"), str(base / "runs.json"))
+    proc = _accelerate(config, str(REPO / "tests" / "training" / script), str(base / "runs.json"))
     return {name: run_output(proc, n) for n, name in enumerate(names)}
 
 
@@ -152,21 +155,52 @@ def fsdp2_runs(mini_blocks, tmp_path_factory):
     """One two-process launch of the FSDP2 config: the plain run, the MoE and fp8 (see their tests): name -> (output
     folder, that run's output)."""
     base = tmp_path_factory.mktemp("fsdp2")
-    runs = {"plain": (base / "fsdp2", {}, TINY_RECIPE), "moe": (base / "moe", MOE, TINY_RECIPE)}
+    saved = {"training.save_strategy": "steps", "training.save_steps": "3"}
+    resume = {"training.resume_from_checkpoint": str(base / "fsdp2" / "checkpoint-3")}
+    runs = {
+        "plain": (base / "fsdp2", saved, TINY_RECIPE),
+        "resumed": (base / "resumed", resume, TINY_RECIPE),  # its checkpoint-3, in the same layout
+        "moe": (base / "moe", MOE, TINY_RECIPE),
+    }
     if _has_fp8():  # last: without torchao the fp8 test is skipped, the others still run
         runs["fp8"] = (base / "fp8", FP8, TINY_RECIPE)
-    procs = _launch_runs(REPO / "accelerate_configs" / "cpu_2proc_fsdp2.yaml", mini_blocks, runs, base)
+    config = REPO / "accelerate_configs" / "cpu_2proc_fsdp2.yaml"
+    procs = _launch_runs(config, mini_blocks, runs, base, script="fsdp2_cpu.py")  # sharded, as on GPUs
     return {name: (runs[name][0], procs[name]) for name in runs}
 
 
 def test_fsdp2_two_processes_match_single_process(reference_run, fsdp2_runs):
-    """The FSDP2 config's plan (fully sharded) and run. On a CPU accelerate runs an FSDP config as DDP
-    (MULTI_CPU): the sharding itself (DTensor gradient norms, the gathered final export) is checked on GPUs
-    (benchmarks/gpu_2gpu_scaling.sh) and by test_a_sharded_fsdp_run_still_exports_whole_weights."""
+    """The FSDP2 config's plan and run, sharded (tests/training/fsdp2_cpu.py keeps accelerate's FSDP2 on CPU
+    processes, which it would run as DDP): the losses and the gathered final/ are the one-process run's, and its
+    checkpoint is FSDP's own (sharded weights and optimizer states, no model.safetensors), which the next
+    resume takes as whole (it was reported damaged, and a resume refused to start, until 2026-12-01)."""
+    from hfpretrain.training.checkpoints import last_complete_checkpoint
+
     out, proc = fsdp2_runs["plain"]
     _ran(proc)
     assert read_log(out)[0]["plan"]["zero_stage"] == 3  # planned (memory) as fully sharded
+    saved = sorted(p.name for p in (out / "checkpoint-3").iterdir())
+    assert {"pytorch_model_fsdp_0", "optimizer_0"} <= set(saved) and "model.safetensors" not in saved, saved
+    assert last_complete_checkpoint(out) == str(out / f"checkpoint-{STEPS}")  # the newest: also sharded, whole
     _check_against_reference(out, reference_run)
+
+
+def test_fsdp2_resumes_exactly_and_refuses_a_resume_without_fsdp(reference_run, fsdp2_runs, mini_blocks, tmp_path):
+    """Resumed from its checkpoint-3 in the same layout, the FSDP2 run's steps 4 and 5 are the one-process run's.
+    On one process (no FSDP) the sharded checkpoint cannot be read: refused at start in one line, nothing written."""
+    from hfpretrain.training.config import RecipeError
+    from train_utils import run_pretrain
+
+    out, proc = fsdp2_runs["resumed"]
+    _ran(proc)
+    resumed, ref = step_losses(out), step_losses(reference_run)
+    assert sorted(resumed) == [4, 5]
+    for step in resumed:
+        assert resumed[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, resumed[step], ref[step])
+    checkpoint = fsdp2_runs["plain"][0] / "checkpoint-3"
+    with pytest.raises(RecipeError, match=r"checkpoint-3 was saved under FSDP with sharded state dicts"):
+        run_pretrain(mini_blocks, tmp_path / "one", {**DIST, "training.resume_from_checkpoint": str(checkpoint)})
+    assert not (tmp_path / "one").exists()
 
 
 def _zero1_config(tmp_path: Path) -> Path:
@@ -433,8 +467,8 @@ def fp8_reference(mini_blocks, tmp_path_factory):
 
 @pytest.mark.parametrize("config", ["fsdp2", "zero1"])
 def test_fp8_composes_with_sharding(fp8_reference, request, config):
-    """fp8 (torchao's Float8Linear, converted before accelerate wraps the model) under the FSDP2 config (DDP on a
-    CPU: see above) and ZeRO-1 follows the one-process fp8 run step by step. Looser than bf16's match: each rank
+    """fp8 (torchao's Float8Linear, converted before accelerate wraps the model) under the FSDP2 config (sharded:
+    tests/training/fsdp2_cpu.py) and ZeRO-1 follows the one-process fp8 run step by step. Looser than bf16's match: each rank
     scales its own activations (tensorwise amax of its half of the batch), so the float8 rounding differs a little."""
     if config == "zero1":
         pytest.importorskip("deepspeed")
@@ -480,8 +514,8 @@ def moe_reference(mini_blocks, tmp_path_factory):
 
 @pytest.mark.parametrize("config", ["fsdp2", "zero1"])
 def test_moe_with_balancing_composes_with_sharding(moe_reference, request, config):
-    """An MoE under the FSDP2 config (DDP on a CPU, as above) and ZeRO-1 follows the one-process run step by
-    step, and its correction biases end where the one-process run's do: each step's expert counts are summed over
+    """An MoE under the FSDP2 config (sharded: tests/training/fsdp2_cpu.py) and ZeRO-1 follows the one-process run
+    step by step, and its correction biases end where the one-process run's do: each step's expert counts are summed over
     the two ranks before the update, so both ranks (and the single process) move the same biases."""
     if config == "zero1":
         pytest.importorskip("deepspeed")

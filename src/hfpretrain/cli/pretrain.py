@@ -49,6 +49,7 @@ def main() -> int:
     from hfpretrain.eval.callback import recipe_callbacks
     from hfpretrain.training import pretrain, shutdown_distributed
     from hfpretrain.training.barrier import LateRankError
+    from hfpretrain.training.checkpoints import NoCompleteCheckpointError
     from hfpretrain.training.trainer import NonFiniteLossError
 
     try:
@@ -64,8 +65,8 @@ def main() -> int:
             zero_stage=args.zero_stage,
             callbacks=recipe_callbacks,
         )
-    except (RecipeError, FileNotFoundError) as err:  # the recipe's and the data's checks: the same on every rank
-        return error(err, once_per_node=True)
+    except (RecipeError, FileNotFoundError, NoCompleteCheckpointError) as err:  # checks before any work: the same
+        return error(err, once_per_node=True)  # on every rank (the recipe, the data, the checkpoint to resume)
     except ValueError as err:  # can be raised while training, on one rank only
         return error(err)
     except (NonFiniteLossError, OSError) as err:  # the run failed: a NaN stop, disk full (its checkpoints stay)

@@ -62,8 +62,13 @@ def checkpoint_problem(path: str | Path) -> str | None:
     tag = deepspeed_tag(path) if (path / "latest").is_file() else None
     sharded = [p for p in path.glob("pytorch_model_fsdp*") if p.is_dir()]
     problem = weights_problem(path)
-    if problem and not ((tag or sharded) and "has no model weights" in problem):
+    if problem and (tag or sharded) and "has no model weights" in problem:
+        problem = None  # DeepSpeed's or FSDP's own weights instead (every FSDP checkpoint was "damaged" before)
+    if problem:
         return problem
+    for folder in sharded:
+        if not any(folder.iterdir()):
+            return f"{folder} (FSDP's sharded weights) is empty"
     if tag:
         if not (path / tag).is_dir() or not any((path / tag).iterdir()):
             return f"{path / tag} (DeepSpeed's optimizer states, named by {path / 'latest'}) is missing or empty"

@@ -133,7 +133,7 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
 
 
 def refuse_other_optimizer_layout(
-    resume: str | None, tp: int = 1, sharded_engine: bool = False, deepspeed: bool = False
+    resume: str | None, tp: int = 1, sharded_engine: bool = False, deepspeed: bool = False, fsdp: bool = False
 ) -> None:
     """A checkpoint's optimizer states in a form this run cannot read, in one line: DeepSpeed's (its ``global_step*/``
     folder) without DeepSpeed, where the Trainer finds no optimizer.pt and would go on with a fresh optimizer; a
@@ -143,6 +143,12 @@ def refuse_other_optimizer_layout(
     the Trainer would load it into the shards)."""
     if not resume:
         return
+    if any(p.is_dir() for p in Path(resume).glob("pytorch_model_fsdp*")) and not fsdp:
+        raise RecipeError(
+            f"{resume} was saved under FSDP with sharded state dicts (pytorch_model_fsdp_0/, optimizer_0/): resume "
+            "it with an FSDP accelerate config (accelerate_configs/*fsdp2*.yaml; torch's distributed checkpoint "
+            "re-splits the shards for another process count)"
+        )
     if deepspeed_tag(resume) and not deepspeed:
         raise RecipeError(
             f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "

@@ -125,7 +125,7 @@ def pretrain(
         recipe = load_recipe(recipe_path, [*(overrides or []), *keep])
         run = resolve(recipe, facts, machine)
     zero = run.layout.zero_stage
-    refuse_other_optimizer_layout(resume, run.layout.tp, zero in (1, 3), deepspeed=zero == 1)
+    refuse_other_optimizer_layout(resume, run.layout.tp, zero in (1, 3), deepspeed=zero == 1, fsdp=zero == 3)
     if dry_run:
         return run.to_dict()
     check_output_dir(run.args.output_dir)  # before the work: a run that cannot save is lost
@@ -186,7 +186,9 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
     )
     # again against the engine the Trainer runs
     sharded_engine = run.layout.zero_stage in (1, 3)
-    refuse_other_optimizer_layout(resume, run.layout.tp, sharded_engine, deepspeed=trainer.is_deepspeed_enabled)
+    refuse_other_optimizer_layout(
+        resume, run.layout.tp, sharded_engine, deepspeed=trainer.is_deepspeed_enabled, fsdp=trainer.is_fsdp_enabled
+    )
     if resume:
         logger.info("resuming from %s", resume)
     if args.dataloader_num_workers > 0:
