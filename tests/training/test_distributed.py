@@ -64,14 +64,16 @@ def _launch(
     return _ran(_accelerate(config, *launch_args, str(PRETRAIN_SCRIPT), str(recipe), *overrides))
 
 
-def _launch_runs(config: Path, mini_blocks, runs: dict, base: Path, script: str = "pretrain_runs.py") -> dict:
+def _launch_runs(
+    config: Path, mini_blocks, runs: dict, base: Path, script: str = "pretrain_runs.py", launch_args: tuple = ()
+) -> dict:
     """The runs of ``runs`` (name -> (output folder, extra overrides, recipe)) one after another in one two-process
-    launch of ``config`` (tests/training/pretrain_runs.py, or ``script`` that runs them so): name -> that run's own
-    output and exit code."""
+    launch of ``config`` (tests/training/pretrain_runs.py, or ``script`` that runs them so; ``launch_args``:
+    accelerate's, e.g. another process count): name -> that run's own output and exit code."""
     names = list(runs)
     argv = [[str(recipe), *make_overrides(mini_blocks, out, {**DIST, **extra})] for out, extra, recipe in runs.values()]
     (base / "runs.json").write_text(json.dumps(argv))
-    proc = _accelerate(config, str(REPO / "tests" / "training" / script), str(base / "runs.json"))
+    proc = _accelerate(config, *launch_args, str(REPO / "tests" / "training" / script), str(base / "runs.json"))
     return {name: run_output(proc, n) for n, name in enumerate(names)}
 
 
@@ -185,9 +187,12 @@ def test_fsdp2_two_processes_match_single_process(reference_run, fsdp2_runs):
     _check_against_reference(out, reference_run)
 
 
-def test_fsdp2_resumes_exactly_and_refuses_a_resume_without_fsdp(reference_run, fsdp2_runs, mini_blocks, tmp_path):
-    """Resumed from its checkpoint-3 in the same layout, the FSDP2 run's steps 4 and 5 are the one-process run's.
-    On one process (no FSDP) the sharded checkpoint cannot be read: refused at start in one line, nothing written."""
+def test_fsdp2_resumes_exactly_on_2_and_4_processes_and_not_without_fsdp(
+    reference_run, fsdp2_runs, mini_blocks, tmp_path
+):
+    """Resumed from its checkpoint-3 in the same layout, and on 4 processes (elastic: 2 -> 4), the FSDP2 run's steps
+    4 and 5 are the one-process run's. On one process (no FSDP) the sharded checkpoint cannot be read: refused at
+    start in one line, nothing written."""
     from hfpretrain.training.config import RecipeError
     from train_utils import run_pretrain
 
@@ -198,6 +203,22 @@ def test_fsdp2_resumes_exactly_and_refuses_a_resume_without_fsdp(reference_run, 
     for step in resumed:
         assert resumed[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, resumed[step], ref[step])
     checkpoint = fsdp2_runs["plain"][0] / "checkpoint-3"
+    # on 4 processes (1 x 1 each: the global batch kept), torch's distributed checkpoint re-splits the shards
+    four = _launch_runs(
+        REPO / "accelerate_configs" / "cpu_2proc_fsdp2.yaml",
+        mini_blocks,
+        {"four": (tmp_path / "four", {"training.resume_from_checkpoint": str(checkpoint)}, TINY_RECIPE)},
+        tmp_path,
+        script="fsdp2_cpu.py",
+        launch_args=("--num_processes", "4"),
+    )["four"]
+    _ran(four)
+    assert "4 samples per step kept as 1 x 1 accumulation per process" in four.stderr
+    assert read_log(tmp_path / "four")[0]["plan"]["world_size"] == 4
+    elastic = step_losses(tmp_path / "four")
+    assert sorted(elastic) == [4, 5]
+    for step in elastic:
+        assert elastic[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, elastic[step], ref[step])
     with pytest.raises(RecipeError, match=r"checkpoint-3 was saved under FSDP with sharded state dicts"):
         run_pretrain(mini_blocks, tmp_path / "one", {**DIST, "training.resume_from_checkpoint": str(checkpoint)})
     assert not (tmp_path / "one").exists()
