@@ -174,7 +174,7 @@ def test_first_training_command_plans_before_the_data_exists():
         f"\nbatch: 8 x micro-batch {plan['micro_batch']} x {plan['gradient_accumulation_steps']} accumulation = "
         f"{plan['samples_per_step']} sequences of 2,048 tokens ({plan['tokens_per_step']:,} tokens) per step\n"
     ) in out.stderr
-    assert "\nmodel: 1.83B parameters (1.21B without the embeddings), bf16; layout zero1 on 8 processes\n" in out.stderr
+    assert "\nmodel: 1.83B parameters (1.21B without the embeddings); layout zero1 on 8 processes\n" in out.stderr
     assert f"\nrun: {plan['max_steps']:,} steps = 117B tokens (1 pass over the data), " in out.stderr
     data = json.loads(out.stdout)["recipe"]["data"]["path"]
     if not (REPO / data / "manifest.json").is_file():

@@ -19,6 +19,8 @@ def _fsdp_on_cpu(self, *args, fsdp_plugin=None, **kwargs):
     _init(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
     if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
         self.distributed_type = DistributedType.FSDP
+        if self._mixed_precision != "no":  # as accelerate's GPU branch does
+            fsdp_plugin.set_mixed_precision(self._mixed_precision)
         self.fsdp_plugin = fsdp_plugin
         # every later AcceleratorState() copies PartialState's fields over its own: there too
         state.PartialState._shared_state["distributed_type"] = DistributedType.FSDP

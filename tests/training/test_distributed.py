@@ -153,7 +153,7 @@ def test_ddp_two_processes_match_single_process(reference_run, ddp_runs):
 
 
 @pytest.fixture(scope="module")
-def fsdp2_runs(mini_blocks, tmp_path_factory):
+def fsdp2_runs(mini_blocks, tmp_path_factory, reference_run):
     """One two-process launch of the FSDP2 config: the plain run, the MoE and fp8 (see their tests): name -> (output
     folder, that run's output)."""
     base = tmp_path_factory.mktemp("fsdp2")
@@ -164,8 +164,14 @@ def fsdp2_runs(mini_blocks, tmp_path_factory):
         "resumed": (base / "resumed", resume, TINY_RECIPE),  # its checkpoint-3, in the same layout
         "moe": (base / "moe", MOE, TINY_RECIPE),
     }
-    if _has_fp8():  # last: without torchao the fp8 test is skipped, the others still run
+    if _has_fp8():  # without torchao the fp8 test is skipped, the others still run
         runs["fp8"] = (base / "fp8", FP8, TINY_RECIPE)
+    # last (refused: it ends the launch): a checkpoint saved without FSDP
+    runs["plain_checkpoint"] = (
+        base / "plain_checkpoint",
+        {"training.resume_from_checkpoint": str(reference_run / "checkpoint-5")},
+        TINY_RECIPE,
+    )
     config = REPO / "accelerate_configs" / "cpu_2proc_fsdp2.yaml"
     procs = _launch_runs(config, mini_blocks, runs, base, script="fsdp2_cpu.py")  # sharded, as on GPUs
     return {name: (runs[name][0], procs[name]) for name in runs}
@@ -192,7 +198,7 @@ def test_fsdp2_resumes_exactly_on_2_and_4_processes_and_not_without_fsdp(
 ):
     """Resumed from its checkpoint-3 in the same layout, and on 4 processes (elastic: 2 -> 4), the FSDP2 run's steps
     4 and 5 are the one-process run's. On one process (no FSDP) the sharded checkpoint cannot be read: refused at
-    start in one line, nothing written."""
+    start in one line, nothing written; a checkpoint without FSDP's shards under FSDP: refused in one line too."""
     from hfpretrain.training.config import RecipeError
     from train_utils import run_pretrain
 
@@ -222,6 +228,14 @@ def test_fsdp2_resumes_exactly_on_2_and_4_processes_and_not_without_fsdp(
     with pytest.raises(RecipeError, match=r"checkpoint-3 was saved under FSDP with sharded state dicts"):
         run_pretrain(mini_blocks, tmp_path / "one", {**DIST, "training.resume_from_checkpoint": str(checkpoint)})
     assert not (tmp_path / "one").exists()
+    # the other way round: a checkpoint without FSDP's shards under FSDP (accelerate's load looked for them and
+    # failed on every rank with a traceback), refused in one line once the Trainer shows FSDP (on a GPU, at start)
+    proc = fsdp2_runs["plain_checkpoint"][1]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 2 and errors == [
+        f"error: {reference_run / 'checkpoint-5'} was saved without FSDP (whole weights, optimizer.pt): resume it "
+        "without the FSDP config (DDP, ZeRO-1 or one process, at the same global batch)"
+    ], proc.stderr[-3000:]
 
 
 def _zero1_config(tmp_path: Path) -> Path:

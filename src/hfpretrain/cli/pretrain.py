@@ -65,9 +65,9 @@ def main() -> int:
             zero_stage=args.zero_stage,
             callbacks=recipe_callbacks,
         )
-    except (RecipeError, FileNotFoundError, NoCompleteCheckpointError) as err:  # checks before any work: the same
-        return error(err, once_per_node=True)  # on every rank (the recipe, the data, the checkpoint to resume)
-    except ValueError as err:  # can be raised while training, on one rank only
+    except (RecipeError, NoCompleteCheckpointError) as err:  # checks before any work: the same on every rank
+        return error(err, once_per_node=True)
+    except (FileNotFoundError, ValueError) as err:  # a missing input, or a file or value gone wrong on one rank only
         return error(err)
     except (NonFiniteLossError, OSError) as err:  # the run failed: a NaN stop, disk full (its checkpoints stay)
         return error(err, 1)

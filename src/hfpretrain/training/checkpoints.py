@@ -66,9 +66,11 @@ def checkpoint_problem(path: str | Path) -> str | None:
         problem = None  # DeepSpeed's or FSDP's own weights instead (every FSDP checkpoint was "damaged" before)
     if problem:
         return problem
-    for folder in sharded:
-        if not any(folder.iterdir()):
-            return f"{folder} (FSDP's sharded weights) is empty"
+    fsdp_optimizer = [p for p in path.glob("optimizer_*") if p.is_dir()]
+    for folder in [*sharded, *fsdp_optimizer]:  # torch's distributed checkpoint writes .metadata last
+        metadata = folder / ".metadata"
+        if not metadata.is_file() or metadata.stat().st_size == 0:
+            return f"{metadata} is missing or empty: {folder.name}/ (FSDP's shards) was not saved whole"
     if tag:
         if not (path / tag).is_dir() or not any((path / tag).iterdir()):
             return f"{path / tag} (DeepSpeed's optimizer states, named by {path / 'latest'}) is missing or empty"

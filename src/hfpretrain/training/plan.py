@@ -201,15 +201,18 @@ def plan_summary(plan: dict) -> str:
     """The plan's headline figures in three lines (a dry run prints them on stderr; its JSON has the rest)."""
     params, memory = plan["parameters"], plan["memory_per_gpu_gib"]
     active = f", {_count(params['active'])} active" if params.get("active", params["total"]) != params["total"] else ""
+    parallel, passes = plan["parallel"], f"{plan['passes_over_data']:.2g}"
+    model_parallel = parallel.get("tp", 1) * parallel.get("cp", 1)  # a tp or cp group reads one micro-batch
+    groups = f" (tp {parallel.get('tp', 1)} x cp {parallel.get('cp', 1)} per group)" if model_parallel > 1 else ""
     lines = [
         f"model: {_count(params['total'])} parameters ({_count(params['non_embedding'])} without the "
-        f"embeddings{active}), {plan['precision']}; layout {plan['parallel']['engine']} on {plan['world_size']} "
-        f"process{'es' if plan['world_size'] > 1 else ''}",
-        f"batch: {plan['world_size']} x micro-batch {plan['micro_batch']} x {plan['gradient_accumulation_steps']} "
-        f"accumulation = {plan['samples_per_step']:,} sequences of {plan['seq_len']:,} tokens "
-        f"({plan['tokens_per_step']:,} tokens) per step",
+        f"embeddings{active}); layout {parallel['engine']} on {plan['world_size']} "
+        f"process{'es' if plan['world_size'] > 1 else ''}{groups}",
+        f"batch: {plan['world_size'] // model_parallel} x micro-batch {plan['micro_batch']} x "
+        f"{plan['gradient_accumulation_steps']} accumulation = {plan['samples_per_step']:,} sequences of "
+        f"{plan['seq_len']:,} tokens ({plan['tokens_per_step']:,} tokens) per step",
         f"run: {plan['max_steps']:,} steps = {_count(plan['total_tokens'])} tokens "
-        f"({plan['passes_over_data']:.2g} pass{'' if plan['passes_over_data'] == 1 else 'es'} over the data), "
+        f"({passes} pass{'' if passes == '1' else 'es'} over the data), "
         f"{plan['total_flops']:.2e} FLOPs; "
         f"{memory['total']:.1f} GiB per GPU (estimate)"
         + (

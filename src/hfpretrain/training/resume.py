@@ -133,21 +133,28 @@ def resume_differences(old: dict, new: dict, old_data: dict | None, new_data: di
 
 
 def refuse_other_optimizer_layout(
-    resume: str | None, tp: int = 1, sharded_engine: bool = False, deepspeed: bool = False, fsdp: bool = False
+    resume: str | None, tp: int = 1, sharded_engine: bool = False, deepspeed: bool = False, fsdp: bool | None = False
 ) -> None:
     """A checkpoint's optimizer states in a form this run cannot read, in one line: DeepSpeed's (its ``global_step*/``
     folder) without DeepSpeed, where the Trainer finds no optimizer.pt and would go on with a fresh optimizer; a
     tensor-parallel run's (``optimizer_sharded/``, read back at any tp degree or none) under DeepSpeed or FSDP
     without tp (FSDP2 beside tp reads them: tests/training/test_parallel.py); and
     any other checkpoint's under tensor parallelism (``optimizer.pt`` is keyed by parameter order, whole tensors:
-    the Trainer would load it into the shards)."""
+    the Trainer would load it into the shards); FSDP's sharded checkpoint without FSDP, and a checkpoint without
+    FSDP's shards under FSDP (``fsdp`` None: not known yet, not checked)."""
     if not resume:
         return
-    if any(p.is_dir() for p in Path(resume).glob("pytorch_model_fsdp*")) and not fsdp:
+    saved_fsdp = any(p.is_dir() for p in Path(resume).glob("pytorch_model_fsdp*"))
+    if saved_fsdp and fsdp is False:
         raise RecipeError(
             f"{resume} was saved under FSDP with sharded state dicts (pytorch_model_fsdp_0/, optimizer_0/): resume "
             "it with an FSDP accelerate config (accelerate_configs/*fsdp2*.yaml; torch's distributed checkpoint "
             "re-splits the shards for another process count)"
+        )
+    if fsdp and not saved_fsdp and tp == 1 and not deepspeed_tag(resume):  # accelerate's FSDP load reads its shards
+        raise RecipeError(
+            f"{resume} was saved without FSDP (whole weights, optimizer.pt): resume it without the FSDP config "
+            "(DDP, ZeRO-1 or one process, at the same global batch)"
         )
     if deepspeed_tag(resume) and not deepspeed:
         raise RecipeError(

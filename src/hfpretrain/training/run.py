@@ -125,7 +125,9 @@ def pretrain(
         recipe = load_recipe(recipe_path, [*(overrides or []), *keep])
         run = resolve(recipe, facts, machine)
     zero = run.layout.zero_stage
-    refuse_other_optimizer_layout(resume, run.layout.tp, zero in (1, 3), deepspeed=zero == 1, fsdp=zero == 3)
+    # FSDP2 planned on a CPU launch is run as DDP by accelerate: there it is known once the Trainer is built
+    fsdp = False if zero != 3 else (True if machine.cuda else None)
+    refuse_other_optimizer_layout(resume, run.layout.tp, zero in (1, 3), deepspeed=zero == 1, fsdp=fsdp)
     if dry_run:
         return run.to_dict()
     check_output_dir(run.args.output_dir)  # before the work: a run that cannot save is lost
