@@ -181,3 +181,24 @@ def test_a_tokenizer_that_passed_is_read_again_once_changed(gpt2_tokenizer, tmp_
     if os.geteuid() != 0:  # root reads a file of mode 000
         (folder / "tokenizer.json").chmod(0)
         assert tokenizer_problem(folder) is not None
+
+
+def test_an_fsdp_checkpoint_is_whole_with_every_shard_folders_metadata(reference_run, tmp_path):
+    """FSDP's sharded checkpoint holds no model.safetensors or optimizer.pt: its folders of shards instead, each with
+    the .metadata torch's distributed checkpoint writes last (every such checkpoint was reported damaged before
+    2026-12-01; tests/training/test_distributed.py resumes a real one). A folder without it was not saved whole."""
+    ckpt = tmp_path / "checkpoint-5"
+    shutil.copytree(reference_run / "checkpoint-5", ckpt)
+    (ckpt / "model.safetensors").unlink()
+    (ckpt / "optimizer.pt").unlink()
+    for folder in ("pytorch_model_fsdp_0", "optimizer_0"):
+        (ckpt / folder).mkdir()
+        (ckpt / folder / "__0_0.distcp").write_bytes(b"shard")
+        (ckpt / folder / ".metadata").write_bytes(b"metadata")
+    assert checkpoint_problem(ckpt) is None
+    (ckpt / "optimizer_0" / ".metadata").write_bytes(b"")
+    assert checkpoint_problem(ckpt) == (
+        f"{ckpt / 'optimizer_0' / '.metadata'} is missing or empty: optimizer_0/ (FSDP's shards) was not saved whole"
+    )
+    (ckpt / "pytorch_model_fsdp_0" / ".metadata").unlink()
+    assert "pytorch_model_fsdp_0/.metadata is missing or empty" in checkpoint_problem(ckpt)

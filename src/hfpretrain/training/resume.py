@@ -144,10 +144,11 @@ def refuse_other_optimizer_layout(
     FSDP's shards under FSDP (``fsdp`` None: not known yet, not checked)."""
     if not resume:
         return
-    saved_fsdp = any(p.is_dir() for p in Path(resume).glob("pytorch_model_fsdp*"))
+    # FSDP's own weights: a folder of shards (SHARDED_STATE_DICT) or pytorch_model_fsdp.bin (FULL_STATE_DICT)
+    saved_fsdp = any(Path(resume).glob("pytorch_model_fsdp*"))
     if saved_fsdp and fsdp is False:
         raise RecipeError(
-            f"{resume} was saved under FSDP with sharded state dicts (pytorch_model_fsdp_0/, optimizer_0/): resume "
+            f"{resume} was saved under FSDP (its weights in pytorch_model_fsdp*): resume "
             "it with an FSDP accelerate config (accelerate_configs/*fsdp2*.yaml; torch's distributed checkpoint "
             "re-splits the shards for another process count)"
         )
