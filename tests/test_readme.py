@@ -121,16 +121,14 @@ def _check_scripts_and_flags(commands: list[str]) -> None:
     helps: dict[str, set[str]] = {}
     for cmd in commands:
         argv = shlex.split(cmd)
-        if argv[0] == "hfpretrain":  # `hfpretrain COMMAND ARGS` is `python scripts/MODULE.py ARGS`
-            assert argv[1] in COMMANDS, cmd
-            argv = ["python", f"scripts/{COMMANDS[argv[1]][0]}.py", *argv[2:]]
-        if argv[0] == "python" and argv[1].startswith("scripts/"):
-            script = REPO / argv[1]
-            assert script.is_file(), cmd
-            if argv[1] not in helps:  # the flags its --help names, whole (--facts is not --max-facts)
-                helps[argv[1]] = set(re.findall(r"--[\w-]+", _help(script)))
-            for flag in [a.split("=")[0] for a in argv[2:] if a.startswith("--")]:
-                assert flag in helps[argv[1]], f"{flag} of `{cmd}` is not in {argv[1]} --help"
+        assert argv[0] != "hfpretrain" or argv[1] in COMMANDS, cmd
+        if script_argv := _script_argv(cmd):  # `hfpretrain COMMAND ARGS` is `python scripts/MODULE.py ARGS`
+            name, args = script_argv[0], script_argv[1:]
+            assert (REPO / name).is_file(), cmd
+            if name not in helps:  # the flags its --help names, whole (--facts is not --max-facts)
+                helps[name] = set(re.findall(r"--[\w-]+", _help(REPO / name)))
+            for flag in [a.split("=")[0] for a in args if a.startswith("--")]:
+                assert flag in helps[name], f"{flag} of `{cmd}` is not in {name} --help"
         if argv[0] == "accelerate":
             config = argv[argv.index("--config_file") + 1]
             assert (REPO / config).is_file(), cmd

@@ -144,6 +144,7 @@ def refuse_other_optimizer_layout(
     FSDP's shards under FSDP (``fsdp`` None: not known yet, not checked)."""
     if not resume:
         return
+    tag = deepspeed_tag(resume)
     # FSDP's own weights: a folder of shards (SHARDED_STATE_DICT) or pytorch_model_fsdp.bin (FULL_STATE_DICT)
     saved_fsdp = any(Path(resume).glob("pytorch_model_fsdp*"))
     if saved_fsdp and fsdp is False:
@@ -152,12 +153,12 @@ def refuse_other_optimizer_layout(
             "it with an FSDP accelerate config (accelerate_configs/*fsdp2*.yaml; torch's distributed checkpoint "
             "re-splits the shards for another process count)"
         )
-    if fsdp and not saved_fsdp and tp == 1 and not deepspeed_tag(resume):  # accelerate's FSDP load reads its shards
+    if fsdp and not saved_fsdp and tp == 1 and not tag:  # accelerate's FSDP load reads its shards
         raise RecipeError(
             f"{resume} was saved without FSDP (whole weights, optimizer.pt): resume it without the FSDP config "
             "(DDP, ZeRO-1 or one process, at the same global batch)"
         )
-    if deepspeed_tag(resume) and not deepspeed:
+    if tag and not deepspeed:
         raise RecipeError(
             f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
             "resume it with a DeepSpeed accelerate config (on another GPU count: "
