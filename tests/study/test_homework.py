@@ -129,7 +129,7 @@ def test_the_key_figures_match_the_json(doc):
             row = next(line for line in table.splitlines() if line.startswith(f"| {r['run']} |"))
             assert row.rstrip(" |").endswith(f"{r['val_bpb']:.4g}"), row
             seen += 1
-    assert seen == 118 + 48 + 38 + 135
+    assert seen == 118 + 48 + 38 + 141
 
 
 def test_the_checkpoint_section_names_the_kept_weights(doc):
@@ -165,6 +165,19 @@ def test_the_per_set_sentence_counts_the_moe_studys_scored_runs(doc):
     scored = [r for r in rows if r.get("val_bpb_per_set")]
     assert scored and f"{len(scored)} of its {len(rows)} runs are scored per validation set" in doc
     assert "nothing is scored per validation set" not in doc
+
+
+def test_the_larger_multiplier_check_is_said_with_its_reading_and_its_runs(doc):
+    """What the MoE verdict does not say names the check beyond the rule's threshold (dense at 2x the decision
+    budget) by its reading in analysis.json and how many of its planned runs have run."""
+    analysis = json.loads((REPO / "results/study_gpu_moe2/analysis.json").read_text())
+    (check,) = [c for c in analysis["multiplier_checks"] if c["factor"] == 2]
+    rows = json.loads((REPO / "results/study_gpu_moe2/results.json").read_text())
+    ran = [r for r in rows if r["budget"] == 5e16 and r["arm"] == "dense" and r.get("multiplier_check")]
+    assert (
+        f"trained on 2 times the decision budget, the dense arm reads {check['reading']} ({len(ran)} of the 12 runs "
+        "planned for that check)"
+    ) in doc
 
 
 def test_every_link_points_to_a_committed_file(doc):

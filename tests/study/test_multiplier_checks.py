@@ -327,6 +327,17 @@ def test_the_report_gives_the_check_beside_the_rule():
     assert multiplier_check_lines({**result, "multiplier_checks": []}, "nats") == []
 
 
+def test_the_report_says_a_check_within_noise_puts_the_multiplier_near_its_factor():
+    grid = _grid()  # a planted multiplier of 2: the check at 2x reads within noise
+    result = analyse_isoflop(grid, n_boot=20, noise_rule="per_budget")
+    result["multiplier_checks"] = multiplier_checks(grid + _check_rows(2.0 * BUDGETS[-1]), result, DECISION, n_boot=60)
+    (c,) = result["multiplier_checks"]
+    assert c["reading"] == "within noise of 2"
+    text = "\n".join(multiplier_check_lines(result, "nats"))
+    assert f"ends {c['gap']:+.4f} nats against better's optimum" in text
+    assert "within noise, so the runs put the multiplier near 2, neither above nor below it." in text
+
+
 @pytest.mark.parametrize(
     "factors, reading",
     [
@@ -426,7 +437,11 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
     """results/study_gpu_moe2: the dense arm at 1.2 x 2.5e16 (twelve runs in the arm's folder: four sizes, three
     seeds), its reading in analysis.json and report.md against the runs' own results."""
     study_dir = REPO / "results" / "study_gpu_moe2"
-    rows = [r for r in json.loads((study_dir / "results.json").read_text()) if r.get("multiplier_check")]
+    rows = [
+        r
+        for r in json.loads((study_dir / "results.json").read_text())
+        if r.get("multiplier_check") and r["budget"] == 3e16
+    ]
     assert sorted(r["run"] for r in rows) == sorted(
         f"{arm}/{s}__c3.00e+16__seed{seed}"
         for arm in ("dense", "moe")
@@ -434,7 +449,7 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
         for seed in (0, 1, 2)
     )
     rows = [r for r in rows if r["arm"] == "dense"]
-    (check,) = json.loads((study_dir / "analysis.json").read_text())["multiplier_checks"]
+    (check,) = [c for c in json.loads((study_dir / "analysis.json").read_text())["multiplier_checks"] if c["factor"] < 2]
     for size, v in check["sizes"].items():
         mine = sorted(r["val_bpb"] for r in rows if r["size"] == size)
         assert sorted(v["losses"]) == pytest.approx(mine) and v["mean"] == pytest.approx(sum(mine) / 3)
@@ -469,7 +484,11 @@ def test_the_moe_studys_both_arms_at_3e16_are_read_from_its_committed_runs():
     bracketed, the MoE optimum below the dense one beyond noise, the report's figures from analysis.json; every
     seed-2 run at 2.5e16 and 3e16 scored per validation set, in one table of differences."""
     study_dir = REPO / "results" / "study_gpu_moe2"
-    rows = [r for r in json.loads((study_dir / "results.json").read_text()) if r.get("multiplier_check")]
+    rows = [
+        r
+        for r in json.loads((study_dir / "results.json").read_text())
+        if r.get("multiplier_check") and r["budget"] == 3e16
+    ]
     (gap,) = json.loads((study_dir / "analysis.json").read_text())["check_gaps"]
     for arm in ("moe", "dense"):
         for size, v in gap["sizes"][arm].items():
@@ -487,9 +506,36 @@ def test_the_moe_studys_both_arms_at_3e16_are_read_from_its_committed_runs():
             *(f"{arm}/L6__c3.00e+16__per_set__seed{seed}" for arm in ("dense", "moe") for seed in (0, 1)),
             *(f"{arm}/L{n}__c2.50e+16__seed2" for arm, sizes in (("dense", "4567"), ("moe", "45678")) for n in sizes),
             *(f"{arm}/L{n}__c3.00e+16__seed2" for arm in ("dense", "moe") for n in "5678"),
+            *FIVE_E16_RUNS,
         ]
     )
     section = report.split("## Per validation set")[1].split("\n## ")[0]
     counts = "12 of 12 sets in 8 of 11, 11 of 12 sets in 2 of 11, 8 of 12 sets in 1 of 11 comparisons."
     assert f"moe is lower than dense on {counts}" in section and "| L5 3e+16 s2 (check) |" in section
     assert "`moe/L8__c2.50e+16__seed2`" in section.split("no other arm's run beside it")[1]  # dense has no L8 there
+
+
+# The dense arm at 2 x 2.5e16, pre-registered 2026-12-01 (L6-L9, three seeds); these six ran that day, the rest not yet
+FIVE_E16_RUNS = [f"dense/L{n}__c5.00e+16__seed0" for n in "6789"] + [f"dense/L{n}__c5.00e+16__seed1" for n in "89"]
+
+
+def test_the_moe_studys_dense_arm_at_5e16_is_read_from_its_committed_runs():
+    """results/study_gpu_moe2: the dense arm at 2 x 2.5e16 against the MoE optimum at 2.5e16: every run it has, its
+    cell bracketed, its gap and reading in the report, and the fits' predictions there (written in the spec before
+    the runs) against the measured optimum."""
+    study_dir = REPO / "results" / "study_gpu_moe2"
+    rows = [r for r in json.loads((study_dir / "results.json").read_text()) if r["budget"] == 5e16]
+    assert sorted(r["run"] for r in rows) == sorted(FIVE_E16_RUNS) and all(r["multiplier_check"] for r in rows)
+    (check,) = [c for c in json.loads((study_dir / "analysis.json").read_text())["multiplier_checks"] if c["factor"] == 2]
+    for size, v in check["sizes"].items():
+        assert sorted(v["losses"]) == pytest.approx(sorted(r["val_bpb"] for r in rows if r["size"] == size))
+    assert check["baseline_optimum"]["bracketed"] and check["arm_optimum"] == pytest.approx(1.1353, abs=1e-4)
+    lo, hi = check["interval"]
+    assert check["reading"] == "within noise of 2" and lo < 0 < hi
+    report = (study_dir / "report.md").read_text()
+    assert f"ends {check['gap']:+.4f} bits/byte against moe's optimum at 2.5e+16 [{lo:+.4f}, {hi:+.4f}]" in report
+    # the spec's comment gave each curve's prediction before the runs; the analysis computes the same ones
+    spec = (REPO / "src/hfpretrain/study/specs/gpu_moe2.yaml").read_text()
+    curves = {c["fit"]: c for c in check["curves"]}
+    for name in ("shared E (the main model)", "separate E", "L(N, D) frontier"):
+        assert f"{curves[name]['predicted']:.4f}" in spec, name

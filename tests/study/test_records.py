@@ -197,7 +197,7 @@ def _md_table(text: str, header_start: str) -> list[list[str]]:
 
 @pytest.mark.parametrize(
     "study, n_runs, first_arm",
-    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 118, "bpe_32k"), (MOE, 38, "moe"), (MOE2, 135, "moe")],
+    [(VOCAB, 48, "bpe_8k"), (VOCAB2, 118, "bpe_32k"), (MOE, 38, "moe"), (MOE2, 141, "moe")],
     ids=["vocab", "vocab2", "moe", "moe2"],
 )
 def test_the_committed_report_states_the_numbers_of_its_files(study, n_runs, first_arm):
@@ -396,7 +396,8 @@ def test_a_size_added_to_the_decision_cell_holds_the_verdict_until_it_runs():
         if not r["run"].startswith("moe/L8__c2.50e")
         and r.get("seed") != 2
         and not any(
-            k in r["run"] for k in ("/L3w__", "/L2w__", "__c3.00e+16__lr", "__c3.00e+16__aux", "__c3.00e+16__per_set")
+            k in r["run"]
+            for k in ("/L3w__", "/L2w__", "__c3.00e+16__lr", "__c3.00e+16__aux", "__c3.00e+16__per_set", "__c5.00e+16")
         )  # added later still
     ]
     assert len(rows) == 98 and len([r for r in rows if not is_check(r)]) == 66  # 32 checks: LR, aux, per set, 3e16
@@ -532,13 +533,16 @@ def test_the_verdict_line_carries_the_fit_free_check_and_the_other_floors_flags(
     flag: the dense 2.5e15 cell, which the rule's σ there (inflated by one MoE pair) lets pass."""
     report = (MOE2 / "report.md").read_text()
     analysis = json.loads((MOE2 / "analysis.json").read_text())
-    (check,) = analysis["multiplier_checks"]
+    check, at_2x = analysis["multiplier_checks"]  # at 1.2x and 2x the decision budget
+    assert (check["factor"], at_2x["factor"]) == (pytest.approx(1.2), pytest.approx(2.0))
     measured = (
         f"without a fit, dense trained on 1.2× the budget ends {check['gap']:+.4f} [{check['interval'][0]:+.4f}, "
         f"{check['interval'][1]:+.4f}] against moe's optimum: multiplier above 1.2, measured"
     )
     decision, discussion = report.split("## Decision")[1].split("\n## ")[0], report.split("## Discussion")[1]
     assert measured in decision and measured in discussion and "seed noise only, on the baseline's L(N, D)" in decision
+    later = f"; dense trained on 2× the budget ends {at_2x['gap']:+.4f} [{at_2x['interval'][0]:+.4f}, "
+    assert f"{measured}{later}" in decision and "against moe's optimum: within noise of 2)" in decision
     flags = next(x for x in decision.splitlines() if x.startswith("Under it the fit check flags:"))
     assert "dense @ 2.5e+15 (miss 0.0241 > σ 0.0162)" in flags
     assert not any(f["cell"] == "dense @ 2.5e+15" for f in analysis["flagged"])  # not under the rule's own σ

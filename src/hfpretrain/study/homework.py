@@ -352,6 +352,27 @@ def experiments(root: Path, study: str) -> str:
     return _table([[r[i] for i in idx] for r in rows])
 
 
+def _larger_checks_said(analysis: dict, rows: list[dict], spec) -> str:
+    """The multiplier checks beyond the rule's threshold (the dense arm at k x the decision budget, k above the
+    rule's minimum), each with its reading and how many of its planned runs it rests on: "" when there is none."""
+    minimum = (spec.decision or {}).get("multiplier_min", 1.0)
+    said = []
+    for c in analysis.get("multiplier_checks") or []:
+        if c["factor"] <= minimum + 1e-9:
+            continue
+        planned = sum(
+            len(m["sizes"]) * len(m["seeds"])
+            for m in spec.multiplier_checks or []
+            if m["arm"] == c["baseline"] and abs(float(m["budget"]) - c["budget"]) < 1e-3 * c["budget"]
+        )
+        ran = sum(1 for r in rows if r.get("multiplier_check") and r["arm"] == c["baseline"] and r["budget"] == c["budget"])
+        said.append(
+            f"; trained on {c['factor']:.2g} times the decision budget, the dense arm reads {c['reading']} "
+            f"({ran} of the {planned} runs planned for that check)"
+        )
+    return "".join(said)
+
+
 def _checks_said(spec) -> str:
     """Where the MoE study checked its learning rate and the MoE arm's balancing (aux-loss) weight, from its spec:
     "the learning rate was checked at 2.5e+15, 2.5e+16 (dense, moe) and 3e+16 (moe) ..." (the report's budget
@@ -402,7 +423,9 @@ def write_homework(
         if scored
         else "nothing is scored per validation set"
     )
-    checked = _checks_said(load_spec(root / MOE / "spec.yaml"))
+    moe_spec = load_spec(root / MOE / "spec.yaml")
+    checked = _checks_said(moe_spec)
+    beyond = _larger_checks_said(json.loads((root / MOE / "analysis.json").read_text()), moe_rows, moe_spec)
     final = summary["final_eval"]
     kept = json.loads((root / BEST / "checkpoint.json").read_text())  # where the team keeps the weights
 
@@ -563,7 +586,7 @@ def write_homework(
         "on both sides of it (a pure power law, E = 0, reads below the rule's minimum); that it exceeds the minimum "
         "is measured, by the dense arm trained on 1.2 times the decision budget (the check beside the rule, above; "
         "the MoE arm there too is lower than the dense arm beyond noise, by a gap within noise of the decision "
-        "budget's); "
+        f"budget's){beyond}; "
         "the multiplier rises with compute for floors near the fitted one, is flat on the "
         "vocabulary study's fit of the same dense runs and falls with no floor, so the Discussion states no "
         "direction and none is claimed; the data are read "

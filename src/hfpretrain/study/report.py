@@ -718,20 +718,20 @@ def study_verdicts(
 
     planned = unrun if spec is not None and spec.isoflop is not None and rows is not None else None
     verdicts = decide(result, rule, spec.seeds_for if spec else None, planned)
-    for v in verdicts:  # a multiplier check of the same comparison answers the threshold without a fit: said with it
-        check = next(
+    for v in verdicts:  # the multiplier checks of the same comparison answer thresholds without a fit: said with it
+        checks = sorted(
             (
                 c
                 for c in result.get("multiplier_checks") or []
                 if c["arm"] == v["arm"] and c["baseline"] == v["baseline"] and c.get("interval")
             ),
-            None,
+            key=lambda c: c["factor"],
         )
-        if v.get("multiplier") is not None and check:
-            v["measured"] = (
-                f"without a fit, {check['baseline']} trained on {check['factor']:.2g}× the budget ends "
-                f"{check['gap']:+.4f} [{check['interval'][0]:+.4f}, {check['interval'][1]:+.4f}] against "
-                f"{v['arm']}'s optimum: {check['reading']}"
+        if v.get("multiplier") is not None and checks:
+            v["measured"] = "without a fit, " + "; ".join(
+                f"{c['baseline']} trained on {c['factor']:.2g}× the budget ends {c['gap']:+.4f} "
+                f"[{c['interval'][0]:+.4f}, {c['interval'][1]:+.4f}] against {v['arm']}'s optimum: {c['reading']}"
+                for c in checks
             )
     return rule, verdicts
 
@@ -1177,6 +1177,12 @@ def multiplier_check_lines(result: dict, unit: str) -> list[str]:
             sentences.append(
                 f"- {c['name']}: {c['baseline']} on {c['factor']:.3g}× the decision budget ends {-c['gap']:.4f} "
                 f"{unit} below {c['arm']}'s optimum at {c['at']:.3g}: the multiplier is under {c['factor']:.3g}."
+            )
+        elif c["reading"].startswith("within noise"):
+            sentences.append(
+                f"- {c['name']}: {c['baseline']} on {c['factor']:.3g}× the decision budget ends {c['gap']:+.4f} "
+                f"{unit} against {c['arm']}'s optimum at {c['at']:.3g}{_ci(c['interval'])}: within noise, so the "
+                f"runs put the multiplier near {c['factor']:.3g}, neither above nor below it."
             )
     curve_lines = []
     for c in checks:
