@@ -1,12 +1,14 @@
 #!/usr/bin/env python
-"""Convert a DeepSpeed ZeRO checkpoint-N to DeepSpeed's universal format, so that the run can resume
-on another number of GPUs (DeepSpeed refuses optimizer shards saved at another data-parallel size).
+"""Convert a DeepSpeed ZeRO checkpoint-N to DeepSpeed's universal format ahead of a resume on another number of
+GPUs (DeepSpeed refuses optimizer shards saved at another data-parallel size). A resume at another GPU count does
+this by itself, once, holding every process of the launch until it ends; converting first (on a CPU node, say)
+spares that wait, and the resume reuses the copy:
 
     python scripts/zero_to_universal.py runs/qwen3_1p8b/checkpoint-1000
-    accelerate launch --config_file accelerate_configs/zero1_universal.yaml --num_processes NEW_GPU_COUNT \\
+    accelerate launch --config_file accelerate_configs/8gpu_zero1.yaml --num_processes NEW_GPU_COUNT \\
         scripts/pretrain.py RECIPE training.resume_from_checkpoint=runs/qwen3_1p8b/checkpoint-1000
 
-Keep the global batch (micro-batch x GPUs x accumulation) when changing the GPU count.
+The resume keeps the checkpoint's global batch (micro-batch x GPUs x accumulation) on the new GPU count.
 """
 
 import argparse
@@ -24,7 +26,7 @@ def main() -> int:
         tag = convert_to_universal(args.checkpoint, args.workers)
     except (FileNotFoundError, RuntimeError) as e:
         sys.exit(f"error: {e}")
-    print(f"wrote {args.checkpoint}/{tag} (universal); resume with accelerate_configs/zero1_universal.yaml")
+    print(f"wrote {args.checkpoint}/{tag} (universal): a ZeRO-1 resume on any GPU count reads it")
     return 0
 
 

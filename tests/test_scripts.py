@@ -41,3 +41,17 @@ def test_long_context_runbook_names_its_stages(tmp_path):
     assert proc.returncode == 2
     assert "got 'bogus'" in proc.stderr and "small, largedata" in proc.stderr
     assert not (tmp_path / "notes.txt").exists()  # refused before any work
+
+
+def test_zero_to_universal_refuses_a_checkpoint_not_saved_under_deepspeed(tmp_path):
+    """One line naming the folder (the conversion's own test is the resume's: tests/training/test_distributed.py)."""
+    (tmp_path / "checkpoint-3").mkdir()
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "zero_to_universal.py"), str(tmp_path / "checkpoint-3")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'checkpoint-3'}: no DeepSpeed 'latest' file (not a checkpoint saved under DeepSpeed?)"
+    ], proc.stderr

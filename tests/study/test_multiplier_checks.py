@@ -449,7 +449,9 @@ def test_the_moe_studys_dense_arm_at_3e16_is_read_from_its_committed_runs():
         for seed in (0, 1, 2)
     )
     rows = [r for r in rows if r["arm"] == "dense"]
-    (check,) = [c for c in json.loads((study_dir / "analysis.json").read_text())["multiplier_checks"] if c["factor"] < 2]
+    (check,) = [
+        c for c in json.loads((study_dir / "analysis.json").read_text())["multiplier_checks"] if c["factor"] < 2
+    ]
     for size, v in check["sizes"].items():
         mine = sorted(r["val_bpb"] for r in rows if r["size"] == size)
         assert sorted(v["losses"]) == pytest.approx(mine) and v["mean"] == pytest.approx(sum(mine) / 3)
@@ -526,7 +528,9 @@ def test_the_moe_studys_dense_arm_at_5e16_is_read_from_its_committed_runs():
     study_dir = REPO / "results" / "study_gpu_moe2"
     rows = [r for r in json.loads((study_dir / "results.json").read_text()) if r["budget"] == 5e16]
     assert sorted(r["run"] for r in rows) == sorted(FIVE_E16_RUNS) and all(r["multiplier_check"] for r in rows)
-    (check,) = [c for c in json.loads((study_dir / "analysis.json").read_text())["multiplier_checks"] if c["factor"] == 2]
+    (check,) = [
+        c for c in json.loads((study_dir / "analysis.json").read_text())["multiplier_checks"] if c["factor"] == 2
+    ]
     for size, v in check["sizes"].items():
         assert sorted(v["losses"]) == pytest.approx(sorted(r["val_bpb"] for r in rows if r["size"] == size))
     assert check["baseline_optimum"]["bracketed"] and check["arm_optimum"] == pytest.approx(1.1353, abs=1e-4)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -288,34 +287,26 @@ def test_zero1_two_processes_match_single_process(reference_run, zero1_run):
 
 
 def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run, zero1_run, mini_blocks, tmp_path):
-    """DeepSpeed refuses ZeRO optimizer shards saved at another data-parallel size; its universal
-    checkpoint format converts them (scripts/zero_to_universal.py), and the run goes on, exactly, through
-    the shipped accelerate_configs/zero1_universal.yaml. Fused AdamW, as on GPUs: there DeepSpeed's
-    universal loader left its step counters on the wrong device (optim.steps_beside_params)."""
+    """DeepSpeed refuses ZeRO optimizer shards saved at another data-parallel size: the resume converts them once
+    to its universal format (zero.load_universal_if_resized) and goes on, exactly, with the same ZeRO-1 config on
+    one process. Fused AdamW, as on GPUs: there DeepSpeed's universal loader left its step counters on the wrong
+    device (optim.steps_beside_params)."""
+    from hfpretrain.training.zero import zero_ranks
+
     recipe, out, _ = zero1_run
     ckpt = out / "checkpoint-3"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "zero_to_universal.py"), str(ckpt)],
-        cwd=REPO,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (ckpt / "latest_universal").read_text().strip() == "global_step3_universal"
-
-    universal = tmp_path / "zero1_universal_cpu.yaml"  # the shipped config, on CPU (--cpu would drop DeepSpeed)
-    universal.write_text((REPO / "accelerate_configs" / "zero1_universal.yaml").read_text() + "use_cpu: true\n")
-    resumed = tmp_path / "resumed"  # 1 process, same global batch (micro-batch 4)
-    _launch(
-        universal,
+    assert zero_ranks(ckpt) == 2 and not (ckpt / "latest_universal").exists()
+    resumed = tmp_path / "resumed"  # 1 process, same global batch (micro-batch 4, set by the elastic resume)
+    proc = _launch(
+        _zero1_config(tmp_path),
         mini_blocks,
         resumed,
-        {**ZERO1, "training.per_device_train_batch_size": "4", "training.resume_from_checkpoint": str(ckpt)},
+        {**ZERO1, "training.resume_from_checkpoint": str(ckpt)},
         recipe,
         launch_args=("--num_processes", "1"),
     )
+    assert "ZeRO optimizer states of 2 ranks, resumed on 1: converting them" in proc.stderr, proc.stderr[-3000:]
+    assert (ckpt / "latest_universal").read_text().strip() == "global_step3_universal"
     losses, ref = step_losses(resumed), step_losses(reference_run)
     assert sorted(losses) == [4, 5]
     for step in losses:

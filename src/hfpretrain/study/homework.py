@@ -365,7 +365,9 @@ def _larger_checks_said(analysis: dict, rows: list[dict], spec) -> str:
             for m in spec.multiplier_checks or []
             if m["arm"] == c["baseline"] and abs(float(m["budget"]) - c["budget"]) < 1e-3 * c["budget"]
         )
-        ran = sum(1 for r in rows if r.get("multiplier_check") and r["arm"] == c["baseline"] and r["budget"] == c["budget"])
+        ran = sum(
+            1 for r in rows if r.get("multiplier_check") and r["arm"] == c["baseline"] and r["budget"] == c["budget"]
+        )
         said.append(
             f"; trained on {c['factor']:.2g} times the decision budget, the dense arm reads {c['reading']} "
             f"({ran} of the {planned} runs planned for that check)"

@@ -161,8 +161,7 @@ def refuse_other_optimizer_layout(
     if tag and not deepspeed:
         raise RecipeError(
             f"{resume} was saved under DeepSpeed (optimizer states in its global_step*/ folder): "
-            "resume it with a DeepSpeed accelerate config (on another GPU count: "
-            "scripts/zero_to_universal.py, then accelerate_configs/zero1_universal.yaml)"
+            "resume it with a DeepSpeed accelerate config (on any GPU count)"
         )
     saved_sharded = (Path(resume) / SHARDED_OPTIMIZER_DIR).is_dir()
     if saved_sharded and sharded_engine and tp == 1:

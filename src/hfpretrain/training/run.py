@@ -75,6 +75,7 @@ from .per_set import per_set_bits_per_byte, per_set_losses
 from .resolve import RESOLVED_FILE, ResolvedRun, read_data_facts, resolve, resolved_yaml
 from .resume import check_resume, elastic_batch, refuse_other_optimizer_layout, resolve_resume
 from .trainer import PretrainTrainer
+from .zero import load_universal_if_resized
 
 logger = logging.getLogger("hfpretrain")
 
@@ -191,6 +192,7 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
     refuse_other_optimizer_layout(
         resume, run.layout.tp, sharded_engine, deepspeed=trainer.is_deepspeed_enabled, fsdp=trainer.is_fsdp_enabled
     )
+    load_universal_if_resized(resume, trainer)  # ZeRO shards of another GPU count: DeepSpeed's universal copy
     if resume:
         logger.info("resuming from %s", resume)
     if args.dataloader_num_workers > 0:

@@ -3,15 +3,21 @@
 ZeRO-1 saves each rank's slice of the optimizer states (``global_stepN/zero_pp_rank_R_*``), and
 DeepSpeed refuses to load them at another data-parallel size. Its *universal* format stores every
 parameter's fp32 weight and Adam moments whole; DeepSpeed's own ``ds_to_universal`` writes it, and
-``"checkpoint": {"load_universal": true}`` (``ds_configs/zero1_universal.json``) loads it at any size.
+``"checkpoint": {"load_universal": true}`` loads it at any size. A resume at another size does both by itself
+(:func:`load_universal_if_resized`); ``scripts/zero_to_universal.py`` converts ahead of time.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from .config import RecipeError
+
+logger = logging.getLogger("hfpretrain")
 
 
 def deepspeed_tag(checkpoint: str | Path) -> str | None:
@@ -55,3 +61,52 @@ def convert_to_universal(checkpoint: str | Path, workers: int | None = None) -> 
         raise RuntimeError(f"{ckpt}: ds_to_universal failed: {last}")
     (ckpt / "latest_universal").write_text(universal)
     return universal
+
+
+def zero_ranks(checkpoint: str | Path) -> int | None:
+    """How many data-parallel ranks a DeepSpeed ZeRO checkpoint's optimizer states are split over (one
+    ``*zero_pp_rank_R_*optim_states.pt`` file each); None for a checkpoint without them."""
+    tag = deepspeed_tag(checkpoint)
+    shards = list((Path(checkpoint) / tag).glob("*zero_pp_rank_*optim_states.pt")) if tag else []
+    return len(shards) or None
+
+
+def _converted(checkpoint: str | Path) -> bool:
+    """Whether ``checkpoint`` holds the universal copy of its latest tag (``latest_universal`` is written last)."""
+    marker = Path(checkpoint) / "latest_universal"
+    return marker.is_file() and marker.read_text().strip() == f"{deepspeed_tag(checkpoint)}_universal"
+
+
+def load_universal_if_resized(checkpoint: str | None, trainer) -> None:
+    """A ZeRO checkpoint resumed at another data-parallel size (or under ``load_universal`` already): converted
+    once to DeepSpeed's universal format beside its shards, by the main process (the others wait for its outcome:
+    a failure is the same one line on every process), and this run's DeepSpeed set to load that copy. Set before
+    ``train()`` builds the engine, which reads ``checkpoint.load_universal`` when it is built."""
+    if not checkpoint or not trainer.is_deepspeed_enabled:
+        return
+    from accelerate.utils import broadcast_object_list
+
+    saved = zero_ranks(checkpoint)
+    state = trainer.accelerator.state
+    config = state.deepspeed_plugin.deepspeed_config
+    asked = bool((config.get("checkpoint") or {}).get("load_universal"))
+    if saved is None or (saved == state.num_processes and not asked):
+        return
+    problem = None
+    if state.is_main_process and not _converted(checkpoint):
+        logger.info(
+            "%s: ZeRO optimizer states of %d ranks, resumed on %d: converting them to DeepSpeed's universal "
+            "format once (beside them, %s_universal)",
+            checkpoint,
+            saved,
+            state.num_processes,
+            deepspeed_tag(checkpoint),
+        )
+        try:
+            convert_to_universal(checkpoint)
+        except (FileNotFoundError, RuntimeError) as e:
+            problem = str(e)
+    (problem,) = broadcast_object_list([problem])
+    if problem:
+        raise RecipeError(problem)
+    config.setdefault("checkpoint", {})["load_universal"] = True
