@@ -192,13 +192,12 @@ def test_fsdp2_two_processes_match_single_process(reference_run, fsdp2_runs):
     _check_against_reference(out, reference_run)
 
 
-def test_fsdp2_resumes_exactly_on_2_and_4_processes_and_not_without_fsdp(
-    reference_run, fsdp2_runs, mini_blocks, tmp_path
-):
-    """Resumed from its checkpoint-3 in the same layout, and on 4 processes (elastic: 2 -> 4), the FSDP2 run's steps
-    4 and 5 are the one-process run's. On one process (no FSDP) the sharded checkpoint cannot be read: refused at
-    start in one line, nothing written; a checkpoint without FSDP's shards under FSDP: refused in one line too."""
+def test_fsdp2_resumes_exactly_on_2_and_4_processes_and_without_fsdp(reference_run, fsdp2_runs, mini_blocks, tmp_path):
+    """Resumed from its checkpoint-3 in the same layout, on 4 processes (elastic: 2 -> 4), and without FSDP on 2 (DDP)
+    and 1 process (its sharded state dicts read whole once, into the Trainer's own files), the FSDP2 run's steps 4
+    and 5 are the one-process run's; a checkpoint without FSDP's shards under FSDP: refused in one line."""
     from hfpretrain.training.config import RecipeError
+    from hfpretrain.training.resume import refuse_other_optimizer_layout
     from train_utils import run_pretrain
 
     out, proc = fsdp2_runs["resumed"]
@@ -224,9 +223,23 @@ def test_fsdp2_resumes_exactly_on_2_and_4_processes_and_not_without_fsdp(
     assert sorted(elastic) == [4, 5]
     for step in elastic:
         assert elastic[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, elastic[step], ref[step])
-    with pytest.raises(RecipeError, match=r"checkpoint-3 was saved under FSDP \(its weights in pytorch_model_fsdp"):
-        run_pretrain(mini_blocks, tmp_path / "one", {**DIST, "training.resume_from_checkpoint": str(checkpoint)})
-    assert not (tmp_path / "one").exists()
+    # without FSDP: DDP on 2 processes (rank 0 writes the whole copy while rank 1 waits), then 1 process (reuses it)
+    assert not (checkpoint / "whole").exists()
+    ddp = _launch(
+        _ddp_config(tmp_path), mini_blocks, tmp_path / "ddp", {"training.resume_from_checkpoint": str(checkpoint)}
+    )
+    assert "resumed without FSDP: reading them whole once into" in ddp.stderr
+    whole = {p.name for p in (checkpoint / "whole").iterdir()}
+    assert {"model.safetensors", "optimizer.pt", "trainer_state.json", "scheduler.pt", "COMPLETE"} <= whole, whole
+    run_pretrain(mini_blocks, tmp_path / "one", {**DIST, "training.resume_from_checkpoint": str(checkpoint)})
+    for plain in (tmp_path / "ddp", tmp_path / "one"):
+        losses = step_losses(plain)
+        assert sorted(losses) == [4, 5], plain
+        for step in losses:
+            assert losses[step] == pytest.approx(ref[step], abs=LOSS_TOL), (plain, step, losses[step], ref[step])
+    # not into DeepSpeed's engine: refused at start, in one line naming the way that works
+    with pytest.raises(RecipeError, match=r"checkpoint-3 was saved under FSDP .* or without DeepSpeed"):
+        refuse_other_optimizer_layout(str(checkpoint), sharded_engine=True, deepspeed=True)
     # the other way round: a checkpoint without FSDP's shards under FSDP (accelerate's load looked for them and
     # failed on every rank with a traceback), refused in one line once the Trainer shows FSDP (on a GPU, at start)
     proc = fsdp2_runs["plain_checkpoint"][1]

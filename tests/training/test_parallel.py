@@ -393,9 +393,9 @@ def test_tp_overlap_waits_for_an_all_reduce_after_the_independent_matmul(tmp_pat
 
 @pytest.mark.parametrize("saved", ["pytorch_model_fsdp_0", "pytorch_model_fsdp.bin"])
 def test_fsdp_checkpoints_and_plain_ones_stay_in_their_layout(tmp_path, saved):
-    """FSDP's own weights (a folder of shards, SHARDED_STATE_DICT; one file, FULL_STATE_DICT) need FSDP to load, and
-    under FSDP accelerate loads only those: the other way round is refused too; not known yet (a CPU launch that
-    accelerate may run as DDP), not checked."""
+    """FSDP's own weights: a folder of shards (SHARDED_STATE_DICT, with its optimizer's) resumes without FSDP (read
+    whole) but not under DeepSpeed; one file (FULL_STATE_DICT) needs FSDP. Under FSDP accelerate loads only those:
+    the other way round is refused too; not known yet (a CPU launch that accelerate may run as DDP), not checked."""
     from hfpretrain.training.config import RecipeError
     from hfpretrain.training.resume import refuse_other_optimizer_layout
 
@@ -406,7 +406,13 @@ def test_fsdp_checkpoints_and_plain_ones_stay_in_their_layout(tmp_path, saved):
     (plain_ckpt / "optimizer.pt").write_bytes(b"")
     for ckpt, fsdp in ((fsdp_ckpt, True), (plain_ckpt, False), (fsdp_ckpt, None), (plain_ckpt, None)):
         refuse_other_optimizer_layout(str(ckpt), sharded_engine=bool(fsdp), fsdp=fsdp)  # their own layout, or unknown
-    with pytest.raises(RecipeError, match=r"checkpoint-3 was saved under FSDP \(its weights in pytorch_model_fsdp"):
+    if saved == "pytorch_model_fsdp_0":  # sharded state dicts: read whole without FSDP, unless under DeepSpeed
+        (fsdp_ckpt / "optimizer_0").mkdir()
         refuse_other_optimizer_layout(str(fsdp_ckpt), fsdp=False)
+        with pytest.raises(RecipeError, match=r"checkpoint-3 was saved under FSDP .*, or without DeepSpeed"):
+            refuse_other_optimizer_layout(str(fsdp_ckpt), sharded_engine=True, deepspeed=True, fsdp=False)
+    else:  # FULL_STATE_DICT's one file: FSDP's own format
+        with pytest.raises(RecipeError, match=r"checkpoint-3 was saved under FSDP \(its weights in pytorch_model_fsdp"):
+            refuse_other_optimizer_layout(str(fsdp_ckpt), fsdp=False)
     with pytest.raises(RecipeError, match=r"checkpoint-3 was saved without FSDP .*resume it without the FSDP config"):
         refuse_other_optimizer_layout(str(plain_ckpt), sharded_engine=True, fsdp=True)

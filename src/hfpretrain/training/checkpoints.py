@@ -505,3 +505,83 @@ def sharded_state_dicts(trainer) -> bool:
     """FSDP saving sharded state dicts (``fsdp_state_dict_type: SHARDED_STATE_DICT``): an export must gather the
     whole model itself (gathering it at every checkpoint would cost time and disk)."""
     return "FULL_STATE_DICT" not in str(trainer.accelerator.state.fsdp_plugin.state_dict_type)
+
+
+# FSDP's sharded state dicts (SHARDED_STATE_DICT), as accelerate saves them (torch.distributed.checkpoint folders)
+FSDP_WEIGHTS_DIR, FSDP_OPTIMIZER_DIR = "pytorch_model_fsdp_0", "optimizer_0"
+
+
+def fsdp_sharded(checkpoint: str | Path) -> bool:
+    folder = Path(checkpoint)
+    return (folder / FSDP_WEIGHTS_DIR).is_dir() and (folder / FSDP_OPTIMIZER_DIR).is_dir()
+
+
+WHOLE_COPY_DIR = "whole"  # inside an FSDP checkpoint: its plain copy (the Trainer refuses FSDP's files beside)
+
+
+def write_whole_copy(checkpoint: str | Path) -> Path:
+    """``checkpoint/whole/``: an FSDP checkpoint's sharded state dicts read whole on one process into the Trainer's
+    own files (``model.safetensors``, ``optimizer.pt``) beside a copy of its other files, so that a resume without
+    FSDP (one process, DDP) reads it as any checkpoint; the Trainer refuses a folder holding FSDP's files without
+    FSDP. FSDP's optimizer states are keyed by parameter name (``get_optimizer_state_dict``); torch's optimizers
+    key them by position in their groups, which the same recipe builds in the same order. Written in a temporary
+    folder renamed at the end: ``whole/`` is complete or absent."""
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    folder = Path(checkpoint)
+    out, tmp = folder / WHOLE_COPY_DIR, folder / f"{WHOLE_COPY_DIR}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    whole = tmp / "dcp.pt"
+    try:
+        dcp_to_torch_save(folder / FSDP_WEIGHTS_DIR, whole)
+        weights = torch.load(whole, mmap=True, weights_only=True)["model"]
+        # a tied head is the embedding: its own copy here (safetensors refuses shared storage), loaded as the same
+        save_file({k: v.contiguous().clone() for k, v in weights.items()}, tmp / "model.safetensors", {"format": "pt"})
+        del weights
+        dcp_to_torch_save(folder / FSDP_OPTIMIZER_DIR, whole)
+        saved = torch.load(whole, mmap=True, weights_only=True)["optimizer"]
+        position: dict[str, int] = {}
+        groups = [
+            {**g, "params": [position.setdefault(name, len(position)) for name in g["params"]]}
+            for g in saved["param_groups"]
+        ]
+        state = {position[name]: s for name, s in saved["state"].items()}
+        torch.save({"state": state, "param_groups": groups}, tmp / "optimizer.pt")
+        del saved, state
+        whole.unlink()
+        for f in folder.iterdir():  # trainer_state.json, scheduler.pt, rng states, the run's records, COMPLETE
+            if f.is_file():
+                shutil.copy2(f, tmp / f.name)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def whole_copy_if_fsdp(checkpoint: str | None, trainer) -> str | None:
+    """The checkpoint a resume reads: an FSDP checkpoint (sharded state dicts) resumed without FSDP (one process,
+    DDP) is read from its whole copy, written once by the main process (:func:`write_whole_copy`; the others wait
+    for its outcome, a failure being the same one line on every process); any other, itself."""
+    if not checkpoint or trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled or not fsdp_sharded(checkpoint):
+        return checkpoint
+    from accelerate.utils import broadcast_object_list
+
+    problem, out = None, Path(checkpoint) / WHOLE_COPY_DIR
+    if trainer.accelerator.is_main_process and not out.is_dir():
+        logger.info(
+            "%s: FSDP's sharded weights and optimizer states, resumed without FSDP: reading them whole once into "
+            "%s/ (model.safetensors, optimizer.pt)",
+            checkpoint,
+            out,
+        )
+        try:
+            write_whole_copy(checkpoint)
+        except (OSError, RuntimeError, ValueError, KeyError) as e:
+            cause = write_failure(e) or (str(e).strip().splitlines() or [type(e).__name__])[0]
+            problem = f"{checkpoint}: its FSDP shards could not be copied whole for a resume without FSDP ({cause})"
+    (problem,) = broadcast_object_list([problem])
+    if problem:
+        raise RecipeError(problem)
+    return str(out)

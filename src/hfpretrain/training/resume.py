@@ -14,7 +14,13 @@ from omegaconf import OmegaConf
 from transformers import TrainingArguments
 
 from .arguments import _training_value
-from .checkpoints import SHARDED_OPTIMIZER_DIR, NoCompleteCheckpointError, checkpoint_problem, last_complete_checkpoint
+from .checkpoints import (
+    SHARDED_OPTIMIZER_DIR,
+    NoCompleteCheckpointError,
+    checkpoint_problem,
+    fsdp_sharded,
+    last_complete_checkpoint,
+)
 from .config import MoeSection, OptimizerSection, Recipe, RecipeError, migrate_recipe_dict, recipe_to_dict
 from .resolve import RESOLVED_FILE, ResolvedRun
 from .zero import deepspeed_tag
@@ -140,18 +146,22 @@ def refuse_other_optimizer_layout(
     tensor-parallel run's (``optimizer_sharded/``, read back at any tp degree or none) under DeepSpeed or FSDP
     without tp (FSDP2 beside tp reads them: tests/training/test_parallel.py); and
     any other checkpoint's under tensor parallelism (``optimizer.pt`` is keyed by parameter order, whole tensors:
-    the Trainer would load it into the shards); FSDP's sharded checkpoint without FSDP, and a checkpoint without
-    FSDP's shards under FSDP (``fsdp`` None: not known yet, not checked)."""
+    the Trainer would load it into the shards); an FSDP checkpoint under DeepSpeed, or without FSDP when it is not
+    sharded state dicts (those are read whole), and a checkpoint without FSDP's shards under FSDP (``fsdp`` None:
+    not known yet, not checked)."""
     if not resume:
         return
     tag = deepspeed_tag(resume)
     # FSDP's own weights: a folder of shards (SHARDED_STATE_DICT) or pytorch_model_fsdp.bin (FULL_STATE_DICT)
     saved_fsdp = any(Path(resume).glob("pytorch_model_fsdp*"))
-    if saved_fsdp and fsdp is False:
+    # sharded state dicts resume without FSDP too, read whole once (checkpoints.whole_copy_if_fsdp), but not into
+    # DeepSpeed's engine, and FULL_STATE_DICT's files (another format) not at all
+    if saved_fsdp and fsdp is False and (deepspeed or not fsdp_sharded(resume)):
         raise RecipeError(
             f"{resume} was saved under FSDP (its weights in pytorch_model_fsdp*): resume "
             "it with an FSDP accelerate config (accelerate_configs/*fsdp2*.yaml; torch's distributed checkpoint "
             "re-splits the shards for another process count)"
+            + (", or without DeepSpeed (its sharded state dicts are then read whole)" if fsdp_sharded(resume) else "")
         )
     if fsdp and not saved_fsdp and tp == 1 and not tag:  # accelerate's FSDP load reads its shards
         raise RecipeError(

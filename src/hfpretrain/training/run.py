@@ -61,6 +61,7 @@ from .checkpoints import (
     check_output_dir,
     checkpoint_write_error,
     hold_run_lock,
+    whole_copy_if_fsdp,
     prepare_fresh_output_dir,
     write_failure,
 )
@@ -193,6 +194,7 @@ def train_run(run: ResolvedRun, extra_callbacks: list | None = None) -> dict:
         resume, run.layout.tp, sharded_engine, deepspeed=trainer.is_deepspeed_enabled, fsdp=trainer.is_fsdp_enabled
     )
     load_universal_if_resized(resume, trainer)  # ZeRO shards of another GPU count: DeepSpeed's universal copy
+    resume = whole_copy_if_fsdp(resume, trainer)  # FSDP's shards without FSDP: read whole, once
     if resume:
         logger.info("resuming from %s", resume)
     if args.dataloader_num_workers > 0:
