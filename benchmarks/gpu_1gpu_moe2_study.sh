@@ -28,6 +28,10 @@
 # Part eleven (nine runs, 2026-12-01, one H200, seven at a time): two carries (.carry with shards 0-3 beside the kit,
 # .carry2 with 4-9; STASH=1 each), the second call starting the chain
 #   "RUNS='*/L2w__* moe/*__c3.00e+16__lr*__seed1 moe/*__c3.00e+16__aux*__seed1 */*__c3.00e+16__per_set__*' WORKERS=7 bash ..."
+# Part twelve (the dense arm at 5e16, pre-registered 2026-12-01; one H200, same two carries): seed 0, then seed 1's L8
+# and L9 ran that day as two chain steps, "RUNS='dense/*__c5.00e+16__seed0' WORKERS=4 bash ..." and
+# "RUNS='dense/L[89]__c5.00e+16__seed1' WORKERS=2 bash ..." (14.8 and 8.4 min); the six left, in one step:
+#   "RUNS='dense/L[67]__c5.00e+16__seed1 dense/*__c5.00e+16__seed2' WORKERS=6 bash benchmarks/gpu_1gpu_moe2_study.sh"
 DATA=out/mix10_bpe8k_1024 CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024
 source benchmarks/gpu_common.sh
 SPEC=src/hfpretrain/study/specs/gpu_moe2.yaml

@@ -394,8 +394,9 @@ def test_tp_overlap_waits_for_an_all_reduce_after_the_independent_matmul(tmp_pat
 @pytest.mark.parametrize("saved", ["pytorch_model_fsdp_0", "pytorch_model_fsdp.bin"])
 def test_fsdp_checkpoints_and_plain_ones_stay_in_their_layout(tmp_path, saved):
     """FSDP's own weights: a folder of shards (SHARDED_STATE_DICT, with its optimizer's) resumes without FSDP (read
-    whole) but not under DeepSpeed; one file (FULL_STATE_DICT) needs FSDP. Under FSDP accelerate loads only those:
-    the other way round is refused too; not known yet (a CPU launch that accelerate may run as DDP), not checked."""
+    whole) but not under DeepSpeed; one file (FULL_STATE_DICT) needs FSDP. A checkpoint without FSDP resumes under it
+    from its optimizer.pt (sharded in place), refused without one; not known yet (a CPU launch that accelerate may
+    run as DDP), not checked."""
     from hfpretrain.training.config import RecipeError
     from hfpretrain.training.resume import refuse_other_optimizer_layout
 
@@ -414,5 +415,7 @@ def test_fsdp_checkpoints_and_plain_ones_stay_in_their_layout(tmp_path, saved):
     else:  # FULL_STATE_DICT's one file: FSDP's own format
         with pytest.raises(RecipeError, match=r"checkpoint-3 was saved under FSDP \(its weights in pytorch_model_fsdp"):
             refuse_other_optimizer_layout(str(fsdp_ckpt), fsdp=False)
-    with pytest.raises(RecipeError, match=r"checkpoint-3 was saved without FSDP .*resume it without the FSDP config"):
+    # a checkpoint without FSDP under FSDP: its optimizer.pt read whole and sharded in place; without it, refused
+    (plain_ckpt / "optimizer.pt").unlink()
+    with pytest.raises(RecipeError, match=r"checkpoint-3 holds no optimizer states FSDP can read"):
         refuse_other_optimizer_layout(str(plain_ckpt), sharded_engine=True, fsdp=True)

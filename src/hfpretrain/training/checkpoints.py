@@ -501,6 +501,47 @@ def load_whole_weights_into_shards(model, checkpoint: str | Path) -> None:
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
 
 
+def whole_into_fsdp(trainer, checkpoint: str | Path | None) -> bool:
+    """A checkpoint of a run without FSDP (whole weights, ``optimizer.pt``) resumed under FSDP: read whole and
+    sharded in place (:func:`load_whole_weights_into_shards`, :func:`load_whole_optimizer_into_shards`); accelerate's
+    FSDP load reads only FSDP's own files."""
+    folder = Path(checkpoint) if checkpoint else None
+    return (
+        folder is not None
+        and trainer.is_fsdp_enabled
+        and not any(folder.glob("pytorch_model_fsdp*"))
+        and (folder / "optimizer.pt").is_file()
+        and ((folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file())
+    )
+
+
+def load_whole_optimizer_into_shards(model, optimizer, checkpoint: str | Path) -> None:
+    """``optimizer.pt`` of a run without FSDP (torch's states by position in the optimizer's groups) into an FSDP
+    run's optimizer: each position named by this optimizer's own order (the same recipe builds its groups in the
+    same order; ``get_optimizer_state_dict`` gives the names), then set whole (``full_state_dict``): each rank
+    keeps its slices."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    path = Path(checkpoint) / "optimizer.pt"
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    names = [name for group in get_optimizer_state_dict(model, optimizer)["param_groups"] for name in group["params"]]
+    positions = sorted(i for group in saved["param_groups"] for i in group["params"])
+    if positions != list(range(len(names))):
+        raise ValueError(
+            f"{path} holds the states of {len(positions)} parameters and this run's optimizer has {len(names)}: "
+            "resume it with the recipe it was saved with"
+        )
+    whole = {
+        "state": {names[i]: state for i, state in saved["state"].items()},
+        "param_groups": [{**group, "params": [names[i] for i in group["params"]]} for group in saved["param_groups"]],
+    }
+    set_optimizer_state_dict(model, optimizer, whole, options=StateDictOptions(full_state_dict=True))
+
+
 def sharded_state_dicts(trainer) -> bool:
     """FSDP saving sharded state dicts (``fsdp_state_dict_type: SHARDED_STATE_DICT``): an export must gather the
     whole model itself (gathering it at every checkpoint would cost time and disk)."""

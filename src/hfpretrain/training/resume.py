@@ -147,8 +147,8 @@ def refuse_other_optimizer_layout(
     without tp (FSDP2 beside tp reads them: tests/training/test_parallel.py); and
     any other checkpoint's under tensor parallelism (``optimizer.pt`` is keyed by parameter order, whole tensors:
     the Trainer would load it into the shards); an FSDP checkpoint under DeepSpeed, or without FSDP when it is not
-    sharded state dicts (those are read whole), and a checkpoint without FSDP's shards under FSDP (``fsdp`` None:
-    not known yet, not checked)."""
+    sharded state dicts (those are read whole), and a checkpoint under FSDP with neither FSDP's shards nor
+    ``optimizer.pt`` (read whole and sharded in place) (``fsdp`` None: not known yet, not checked)."""
     if not resume:
         return
     tag = deepspeed_tag(resume)
@@ -163,10 +163,11 @@ def refuse_other_optimizer_layout(
             "re-splits the shards for another process count)"
             + (", or without DeepSpeed (its sharded state dicts are then read whole)" if fsdp_sharded(resume) else "")
         )
-    if fsdp and not saved_fsdp and tp == 1 and not tag:  # accelerate's FSDP load reads its shards
+    whole = (Path(resume) / "optimizer.pt").is_file()  # read whole and sharded in place (PretrainTrainer's load)
+    if fsdp and not saved_fsdp and tp == 1 and not tag and not whole:  # accelerate's FSDP load reads its shards
         raise RecipeError(
-            f"{resume} was saved without FSDP (whole weights, optimizer.pt): resume it without the FSDP config "
-            "(DDP, ZeRO-1 or one process, at the same global batch)"
+            f"{resume} holds no optimizer states FSDP can read (neither FSDP's shards nor optimizer.pt): resume it "
+            "without the FSDP config, in the layout it was saved in"
         )
     if tag and not deepspeed:
         raise RecipeError(

@@ -40,6 +40,7 @@ from .checkpoints import (
     check_loaded_weights,
     load_scheduler_state,
     load_sharded_optimizer,
+    load_whole_optimizer_into_shards,
     load_whole_weights_into_shards,
     no_progress_bars,
     rotate_checkpoints,
@@ -48,6 +49,7 @@ from .checkpoints import (
     saved_as_from_the_hub,
     sharded_at_load,
     sharded_state_dicts,
+    whole_into_fsdp,
     write_complete_marker,
     write_recipe_and_data,
     writing_checkpoint,
@@ -424,17 +426,23 @@ class PretrainTrainer(Trainer):
         if self.args.should_save:
             torch.save(self.lr_scheduler.state_dict(), Path(output_dir) / SCHEDULER_NAME)
 
+    # and a checkpoint without FSDP resumed under FSDP: its whole weights and optimizer states sharded in place
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        if not sharded_at_load(self):
+        if not sharded_at_load(self) and not whole_into_fsdp(self, resume_from_checkpoint):
             return super()._load_from_checkpoint(resume_from_checkpoint, model)
         load_whole_weights_into_shards(model if model is not None else self.model, resume_from_checkpoint)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        # a tensor-parallel checkpoint's states, read back at this run's tp degree or without tp (run.py refused the
-        # other layouts at start)
-        if checkpoint is None or not (Path(checkpoint) / SHARDED_OPTIMIZER_DIR).is_dir():
+        # a tensor-parallel checkpoint's states, read back at this run's tp degree or without tp, or one without
+        # FSDP under FSDP (run.py refused the other layouts at start)
+        if whole_into_fsdp(self, checkpoint):
+            load_whole_optimizer_into_shards(self.model_wrapped, torch_optimizer(self.optimizer), checkpoint)
+        elif checkpoint is None or not (Path(checkpoint) / SHARDED_OPTIMIZER_DIR).is_dir():
             return super()._load_optimizer_and_scheduler(checkpoint)
-        load_sharded_optimizer(self.accelerator.unwrap_model(self.model), torch_optimizer(self.optimizer), checkpoint)
+        else:
+            load_sharded_optimizer(
+                self.accelerator.unwrap_model(self.model), torch_optimizer(self.optimizer), checkpoint
+            )
         load_scheduler_state(self.lr_scheduler, Path(checkpoint) / SCHEDULER_NAME)
 
     def _save_checkpoint(self, model, trial):
