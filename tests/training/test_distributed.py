@@ -199,7 +199,7 @@ def test_fsdp2_resumes_exactly_on_2_and_4_processes_without_fsdp_and_back(
     and 1 process (its sharded state dicts read whole once, into the Trainer's own files), the FSDP2 run's steps 4
     and 5 are the one-process run's; and the one-process run's checkpoint goes on under FSDP on 2 (1 -> 2)."""
     from hfpretrain.training.config import RecipeError
-    from hfpretrain.training.resume import refuse_other_optimizer_layout
+    from hfpretrain.training.resume import refuse_other_optimizer_layout, resume_reading
     from train_utils import run_pretrain
 
     out, proc = fsdp2_runs["resumed"]
@@ -227,6 +227,7 @@ def test_fsdp2_resumes_exactly_on_2_and_4_processes_without_fsdp_and_back(
         assert elastic[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, elastic[step], ref[step])
     # without FSDP: DDP on 2 processes (rank 0 writes the whole copy while rank 1 waits), then 1 process (reuses it)
     assert not (checkpoint / "whole").exists()
+    assert resume_reading(str(checkpoint), 1, 0, False).startswith("FSDP's sharded state dicts read whole once")
     ddp = _launch(
         _ddp_config(tmp_path), mini_blocks, tmp_path / "ddp", {"training.resume_from_checkpoint": str(checkpoint)}
     )
@@ -306,11 +307,14 @@ def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run
     to its universal format (zero.load_universal_if_resized) and goes on, exactly, with the same ZeRO-1 config on
     one process. Fused AdamW, as on GPUs: there DeepSpeed's universal loader left its step counters on the wrong
     device (optim.steps_beside_params)."""
+    from hfpretrain.training.resume import resume_reading
     from hfpretrain.training.zero import zero_ranks
 
     recipe, out, _ = zero1_run
     ckpt = out / "checkpoint-3"
     assert zero_ranks(ckpt) == 2 and not (ckpt / "latest_universal").exists()
+    assert resume_reading(str(ckpt), 1, 1, False).startswith("ZeRO optimizer states of 2 ranks on 1: converted once")
+    assert resume_reading(str(ckpt), 2, 1, False) == "in the layout it was saved in"
     resumed = tmp_path / "resumed"  # 1 process, same global batch (micro-batch 4, set by the elastic resume)
     proc = _launch(
         _zero1_config(tmp_path),
@@ -400,6 +404,11 @@ def test_a_resume_that_cannot_keep_the_global_batch_is_one_line(reference_run, m
     assert planned2.returncode == 0, planned2.stderr[-2000:]
     plan = json.loads(planned2.stdout)["plan"]
     assert (plan["world_size"], plan["micro_batch"], plan["gradient_accumulation_steps"]) == (2, 2, 1), plan
+    assert plan["resume"] == {"from": ckpt, "reading": "in the layout it was saved in"}
+    assert f"resume: {ckpt}, in the layout it was saved in" in planned2.stderr
+    # under FSDP (planned: --zero-stage 3) the one-process checkpoint's states are sharded in place
+    fsdp = json.loads(script("pretrain.py", *dry, "--world-size", "2", "--zero-stage", "3").stdout)["plan"]
+    assert fsdp["resume"]["reading"] == "whole weights and optimizer.pt, sharded in place under FSDP"
     refused = script("pretrain.py", *dry, "--world-size", "3")
     errors = [line for line in refused.stderr.splitlines() if line.startswith("error: ")]
     assert refused.returncode == 2 and len(errors) == 1 and "cannot split that global batch" in errors[0]

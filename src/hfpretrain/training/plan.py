@@ -198,7 +198,8 @@ def _count(n: float) -> str:
 
 
 def plan_summary(plan: dict) -> str:
-    """The plan's headline figures in three lines (a dry run prints them on stderr; its JSON has the rest)."""
+    """The plan's headline figures in three lines, and a resume's reading (a dry run prints them on stderr; its
+    JSON has the rest)."""
     params, memory = plan["parameters"], plan["memory_per_gpu_gib"]
     active = f", {_count(params['active'])} active" if params.get("active", params["total"]) != params["total"] else ""
     parallel, passes = plan["parallel"], f"{plan['passes_over_data']:.2g}"
@@ -221,6 +222,8 @@ def plan_summary(plan: dict) -> str:
             else ""
         ),
     ]
+    if plan.get("resume"):
+        lines.append(f"resume: {plan['resume']['from']}, {plan['resume']['reading']}")
     return "\n".join(lines)
 
 

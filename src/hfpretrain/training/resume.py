@@ -16,6 +16,7 @@ from transformers import TrainingArguments
 from .arguments import _training_value
 from .checkpoints import (
     SHARDED_OPTIMIZER_DIR,
+    WHOLE_COPY_DIR,
     NoCompleteCheckpointError,
     checkpoint_problem,
     fsdp_sharded,
@@ -23,7 +24,7 @@ from .checkpoints import (
 )
 from .config import MoeSection, OptimizerSection, Recipe, RecipeError, migrate_recipe_dict, recipe_to_dict
 from .resolve import RESOLVED_FILE, ResolvedRun
-from .zero import deepspeed_tag
+from .zero import deepspeed_tag, zero_ranks
 
 logger = logging.getLogger("hfpretrain")
 
@@ -185,6 +186,23 @@ def refuse_other_optimizer_layout(
             f"{resume} was saved without tensor parallelism: resume it with parallel.tp=1 (this run has "
             f"parallel.tp={tp})"
         )
+
+
+def resume_reading(resume: str, world_size: int, zero_stage: int, fsdp: bool) -> str:
+    """How a launch will read ``resume`` (``--dry-run`` says it; refused layouts were refused before): its own
+    layout, or the conversion it takes on the way (DeepSpeed's universal format for ZeRO shards of another GPU
+    count, FSDP's shards read whole, whole states sharded in place under FSDP)."""
+    ranks = zero_ranks(resume)
+    if zero_stage == 1 and ranks is not None and ranks != world_size:
+        return (
+            f"ZeRO optimizer states of {ranks} ranks on {world_size}: converted once at start to DeepSpeed's "
+            "universal format beside them (scripts/zero_to_universal.py converts ahead of time)"
+        )
+    if not fsdp and fsdp_sharded(resume):
+        return f"FSDP's sharded state dicts read whole once at start into {Path(resume) / WHOLE_COPY_DIR}/"
+    if fsdp and not any(Path(resume).glob("pytorch_model_fsdp*")):
+        return "whole weights and optimizer.pt, sharded in place under FSDP"
+    return "in the layout it was saved in"
 
 
 # what a model config records that does not make it another model

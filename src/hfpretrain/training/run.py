@@ -74,7 +74,7 @@ from .moe import ExpertBalanceCallback, ExpertLoad, aux_loss_function, find_rout
 from .nonfinite import NonFinitePolicy
 from .per_set import per_set_bits_per_byte, per_set_losses
 from .resolve import RESOLVED_FILE, ResolvedRun, read_data_facts, resolve, resolved_yaml
-from .resume import check_resume, elastic_batch, refuse_other_optimizer_layout, resolve_resume
+from .resume import check_resume, elastic_batch, refuse_other_optimizer_layout, resolve_resume, resume_reading
 from .trainer import PretrainTrainer
 from .zero import load_universal_if_resized
 
@@ -131,7 +131,11 @@ def pretrain(
     fsdp = False if zero != 3 else (True if machine.cuda else None)
     refuse_other_optimizer_layout(resume, run.layout.tp, zero in (1, 3), deepspeed=zero == 1, fsdp=fsdp)
     if dry_run:
-        return run.to_dict()
+        planned = run.to_dict()
+        if resume:  # what the launch will read, and how (a dry run plans on one process: FSDP as the layout says)
+            how = resume_reading(resume, run.layout.world_size, zero, fsdp is not False)
+            planned["plan"]["resume"] = {"from": resume, "reading": how}
+        return planned
     check_output_dir(run.args.output_dir)  # before the work: a run that cannot save is lost
     lock = hold_run_lock(run.args)
     try:
