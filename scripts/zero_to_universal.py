@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Convert a DeepSpeed ZeRO checkpoint-N to DeepSpeed's universal format ahead of a resume on another number of
 GPUs (DeepSpeed refuses optimizer shards saved at another data-parallel size). A resume at another GPU count does
-this by itself, once, holding every process of the launch until it ends; converting first (on a CPU node, say)
+this by itself, once, while every other process of the launch waits; converting first (on a CPU node, say)
 spares that wait, and the resume reuses the copy:
 
     python scripts/zero_to_universal.py runs/qwen3_1p8b/checkpoint-1000

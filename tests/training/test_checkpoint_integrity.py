@@ -202,3 +202,73 @@ def test_an_fsdp_checkpoint_is_whole_with_every_shard_folders_metadata(reference
     )
     (ckpt / "pytorch_model_fsdp_0" / ".metadata").unlink()
     assert "pytorch_model_fsdp_0/.metadata is missing or empty" in checkpoint_problem(ckpt)
+
+
+def test_the_main_process_work_reaches_every_process_as_one_line():
+    """main_process_does on one process: the work runs; what it raises is a RecipeError of one line naming what was
+    done (a RecipeError as it is); a Ctrl-C is raised again as itself."""
+    from hfpretrain.training.barrier import main_process_does
+    from hfpretrain.training.config import RecipeError
+
+    done = []
+    main_process_does(lambda: done.append(1), "work")
+    assert done == [1]
+
+    def fails(err):
+        def work():
+            raise err
+
+        return work
+
+    with pytest.raises(RecipeError) as caught:
+        main_process_does(fails(RuntimeError("shard missing\nsecond line")), "ckpt: converting")
+    assert str(caught.value) == "ckpt: converting: shard missing"
+    with pytest.raises(RecipeError, match=r"^ckpt: converting: KeyError$"):
+        main_process_does(fails(KeyError()), "ckpt: converting")
+    with pytest.raises(RecipeError, match=r"^as it is$"):
+        main_process_does(fails(RecipeError("as it is")), "ckpt: converting")
+    with pytest.raises(KeyboardInterrupt):
+        main_process_does(fails(KeyboardInterrupt()), "ckpt: converting")
+
+
+def test_a_checkpoint_saved_again_drops_the_copies_made_for_a_resume(tmp_path):
+    """A checkpoint-N saved over (after a rollback) must not be resumed from the older states' copies: its whole copy
+    and DeepSpeed's universal one go; its own files stay."""
+    from hfpretrain.training.checkpoints import drop_derived_copies
+
+    folder = tmp_path / "checkpoint-3"
+    for sub in ("whole", "global_step3_universal/zero", "global_step3"):
+        (folder / sub).mkdir(parents=True)
+    (folder / "latest_universal").write_text("global_step3_universal")
+    (folder / "latest").write_text("global_step3")
+    drop_derived_copies(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["global_step3", "latest"]
+
+
+def test_optimizer_states_that_fit_no_parameter_are_refused_in_one_line(tmp_path):
+    """optimizer.pt read into FSDP's layout by position: a state whose shape is not its parameter's (another recipe's
+    checkpoint) is one line naming the file and the parameter, not a silent mix-up (a real AdamW's states)."""
+    import torch
+
+    from hfpretrain.training.checkpoints import load_whole_optimizer_into_shards
+
+    def adamw(model):
+        optimizer = torch.optim.AdamW(model.parameters())
+        model(torch.ones(1, 4)).sum().backward()
+        optimizer.step()
+        return optimizer
+
+    saved = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    torch.save(adamw(saved).state_dict(), tmp_path / "optimizer.pt")
+    other = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Linear(2, 3))  # the same count, other shapes
+    with pytest.raises(ValueError, match=r"optimizer.pt: the state at position 0 has the shape \(3, 4\), this run's "):
+        load_whole_optimizer_into_shards(other, adamw(other), tmp_path)
+    fewer = torch.nn.Sequential(torch.nn.Linear(4, 2))
+    with pytest.raises(ValueError, match=r"holds the states of 4 parameters and this run's optimizer has 2"):
+        load_whole_optimizer_into_shards(fewer, adamw(fewer), tmp_path)
+    same = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    optimizer = adamw(same)
+    load_whole_optimizer_into_shards(same, optimizer, tmp_path)  # one process: no shards, the states set whole
+    torch.testing.assert_close(
+        optimizer.state_dict()["state"][0]["exp_avg"], torch.load(tmp_path / "optimizer.pt")["state"][0]["exp_avg"]
+    )

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from .callbacks import CONTROL
+from .config import RecipeError
 
 logger = logging.getLogger("hfpretrain")
 
@@ -63,6 +64,37 @@ def wait_for_ranks(where: str, timeout_s: float) -> None:
             f"{where}: rank {rank} of {world} got no answer from rank 0 within parallel.timeout_s="
             f"{timeout_s:g} s (rank 0's log names the late ranks)"
         ) from None
+
+
+# How long the other processes wait for the main process's one-off work (a checkpoint converted for a resume): far
+# beyond parallel.timeout_s, which the work may outlast on a large model; a main process that dies ends the launch
+# (the launcher stops the others), so the wait never outlives it
+MAIN_WORK_TIMEOUT = timedelta(hours=12)
+
+
+def main_process_does(work, what: str) -> None:
+    """``work()`` on the launch's main process while the others wait for its outcome, on a gloo group of its own
+    (made first, by every process: making it is a collective) with :data:`MAIN_WORK_TIMEOUT`. Whatever ``work``
+    raises reaches every process as one line, ``what: ...``: a RecipeError everywhere (the main process's
+    KeyboardInterrupt or SystemExit is raised again there, once the others have the line)."""
+    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    group = dist.new_group(backend="gloo", timeout=MAIN_WORK_TIMEOUT) if distributed else None
+    problem, raised = None, None
+    if not distributed or dist.get_rank() == 0:
+        try:
+            work()
+        except BaseException as err:  # noqa: BLE001 - every process must hear the outcome, whatever it is
+            raised = err
+            first = (str(err).strip().splitlines() or [""])[0]
+            problem = first if isinstance(err, RecipeError) else f"{what}: {first or type(err).__name__}"
+    if distributed:
+        box = [problem]
+        dist.broadcast_object_list(box, src=0, group=group)
+        problem = box[0]
+    if isinstance(raised, (KeyboardInterrupt, SystemExit)):
+        raise raised
+    if problem:
+        raise RecipeError(problem) from raised
 
 
 class RankCheckCallback(TrainerCallback):

@@ -18,6 +18,7 @@ from transformers import TrainingArguments
 from hfpretrain.integrity import json_problem, weights_problem, zip_problem
 from hfpretrain.outdir import OutputBusyError, OutputLock, listing, output_problem
 
+from .barrier import main_process_does
 from .config import RecipeError
 from .lineage import FORMAT as LINEAGE_FORMAT
 from .lineage import LINEAGE_FILE
@@ -26,6 +27,7 @@ from .zero import deepspeed_tag
 logger = logging.getLogger("hfpretrain")
 
 COMPLETE_MARKER = "COMPLETE"
+WHOLE_COPY_DIR = "whole"  # inside an FSDP checkpoint: its plain copy (the Trainer refuses FSDP's files beside)
 
 
 class NoCompleteCheckpointError(ValueError):
@@ -231,6 +233,15 @@ def writing_checkpoint(folder: Path, writes_here: bool):
         if cause is None or not writes_here:
             raise
         raise checkpoint_write_error(folder, cause) from None
+
+
+def drop_derived_copies(folder: Path) -> None:
+    """What a resume derived from a checkpoint (its whole copy, DeepSpeed's universal one): gone when the
+    checkpoint is saved again over the same folder, so that no later resume reads the older states."""
+    shutil.rmtree(folder / WHOLE_COPY_DIR, ignore_errors=True)
+    (folder / "latest_universal").unlink(missing_ok=True)
+    for universal in folder.glob("global_step*_universal"):
+        shutil.rmtree(universal, ignore_errors=True)
 
 
 def write_recipe_and_data(folder: Path, run_files: dict, data_info: dict | None) -> None:
@@ -535,6 +546,13 @@ def load_whole_optimizer_into_shards(model, optimizer, checkpoint: str | Path) -
             f"{path} holds the states of {len(positions)} parameters and this run's optimizer has {len(names)}: "
             "resume it with the recipe it was saved with"
         )
+    params = [p for group in optimizer.param_groups for p in group["params"]]  # names[i] is params[i]'s
+    for i, moments in saved["state"].items():
+        if "exp_avg" in moments and tuple(moments["exp_avg"].shape) != tuple(params[i].shape):
+            raise ValueError(
+                f"{path}: the state at position {i} has the shape {tuple(moments['exp_avg'].shape)}, this run's "
+                f"{names[i]} {tuple(params[i].shape)}: resume it with the recipe it was saved with"
+            )
     whole = {
         "state": {names[i]: state for i, state in saved["state"].items()},
         "param_groups": [{**group, "params": [names[i] for i in group["params"]]} for group in saved["param_groups"]],
@@ -557,9 +575,6 @@ def fsdp_sharded(checkpoint: str | Path) -> bool:
     return (folder / FSDP_WEIGHTS_DIR).is_dir() and (folder / FSDP_OPTIMIZER_DIR).is_dir()
 
 
-WHOLE_COPY_DIR = "whole"  # inside an FSDP checkpoint: its plain copy (the Trainer refuses FSDP's files beside)
-
-
 def write_whole_copy(checkpoint: str | Path) -> Path:
     """``checkpoint/whole/``: an FSDP checkpoint's sharded state dicts read whole on one process into the Trainer's
     own files (``model.safetensors``, ``optimizer.pt``) beside a copy of its other files, so that a resume without
@@ -578,6 +593,7 @@ def write_whole_copy(checkpoint: str | Path) -> Path:
     try:
         dcp_to_torch_save(folder / FSDP_WEIGHTS_DIR, whole)
         weights = torch.load(whole, mmap=True, weights_only=True)["model"]
+        shapes = {name: tuple(w.shape) for name, w in weights.items()}
         # a tied head is the embedding: its own copy here (safetensors refuses shared storage), loaded as the same
         save_file({k: v.contiguous().clone() for k, v in weights.items()}, tmp / "model.safetensors", {"format": "pt"})
         del weights
@@ -588,6 +604,9 @@ def write_whole_copy(checkpoint: str | Path) -> Path:
             {**g, "params": [position.setdefault(name, len(position)) for name in g["params"]]}
             for g in saved["param_groups"]
         ]
+        for name, moments in saved["state"].items():  # a state under a name the weights lack, or of another shape
+            if tuple(moments.get("exp_avg", torch.empty(shapes.get(name, ()))).shape) != shapes.get(name):
+                raise ValueError(f"{folder / FSDP_OPTIMIZER_DIR}: the optimizer's state of {name} fits no weight")
         state = {position[name]: s for name, s in saved["state"].items()}
         torch.save({"state": state, "param_groups": groups}, tmp / "optimizer.pt")
         del saved, state
@@ -607,10 +626,11 @@ def whole_copy_if_fsdp(checkpoint: str | None, trainer) -> str | None:
     for its outcome, a failure being the same one line on every process); any other, itself."""
     if not checkpoint or trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled or not fsdp_sharded(checkpoint):
         return checkpoint
-    from accelerate.utils import broadcast_object_list
+    out = Path(checkpoint) / WHOLE_COPY_DIR
 
-    problem, out = None, Path(checkpoint) / WHOLE_COPY_DIR
-    if trainer.accelerator.is_main_process and not out.is_dir():
+    def copy() -> None:
+        if out.is_dir():
+            return
         logger.info(
             "%s: FSDP's sharded weights and optimizer states, resumed without FSDP: reading them whole once into "
             "%s/ (model.safetensors, optimizer.pt)",
@@ -619,10 +639,11 @@ def whole_copy_if_fsdp(checkpoint: str | None, trainer) -> str | None:
         )
         try:
             write_whole_copy(checkpoint)
-        except (OSError, RuntimeError, ValueError, KeyError) as e:
-            cause = write_failure(e) or (str(e).strip().splitlines() or [type(e).__name__])[0]
-            problem = f"{checkpoint}: its FSDP shards could not be copied whole for a resume without FSDP ({cause})"
-    (problem,) = broadcast_object_list([problem])
-    if problem:
-        raise RecipeError(problem)
+        except Exception as e:  # noqa: BLE001 - a full disk in one line; anything else as what it says
+            cause = write_failure(e)
+            if cause is None:
+                raise
+            raise OSError(cause) from e
+
+    main_process_does(copy, f"{checkpoint}: its FSDP shards could not be copied whole for a resume without FSDP")
     return str(out)

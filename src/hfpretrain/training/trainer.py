@@ -38,6 +38,7 @@ from .checkpoints import (
     COMPLETE_MARKER,
     SHARDED_OPTIMIZER_DIR,
     check_loaded_weights,
+    drop_derived_copies,
     load_scheduler_state,
     load_sharded_optimizer,
     load_whole_optimizer_into_shards,
@@ -452,6 +453,7 @@ class PretrainTrainer(Trainer):
         folder = run_dir / f"checkpoint-{self.state.global_step}"
         if self.args.should_save and (folder / COMPLETE_MARKER).exists():  # saving over an older one (e.g. a
             (folder / COMPLETE_MARKER).unlink()  # damaged one resume skipped): its marker must not vouch for it
+            drop_derived_copies(folder)  # nor its copies made for a resume
         with writing_checkpoint(folder, self.args.should_save):
             super()._save_checkpoint(model, trial)
             if self.args.should_save:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from .config import RecipeError
+from .barrier import main_process_does
 
 logger = logging.getLogger("hfpretrain")
 
@@ -41,6 +42,8 @@ def convert_to_universal(checkpoint: str | Path, workers: int | None = None) -> 
             "converting a ZeRO checkpoint needs the deepspeed package: pip install 'hfpretrain[deepspeed]'"
         )
     universal = f"{tag}_universal"
+    (ckpt / "latest_universal").unlink(missing_ok=True)  # written last: absent until this conversion is whole
+    shutil.rmtree(ckpt / universal, ignore_errors=True)  # a conversion cut short before: its files are not reused
     cmd = [
         sys.executable,
         "-m",
@@ -57,8 +60,8 @@ def convert_to_universal(checkpoint: str | Path, workers: int | None = None) -> 
     ]  # HF Trainer checkpoints lack Megatron's universal_checkpoint_info
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"{ckpt}: ds_to_universal failed: {last}")
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][-300:]
+        raise RuntimeError(f"{ckpt}: ds_to_universal failed (exit status {proc.returncode}): {last}")
     (ckpt / "latest_universal").write_text(universal)
     return universal
 
@@ -84,16 +87,16 @@ def load_universal_if_resized(checkpoint: str | None, trainer) -> None:
     ``train()`` builds the engine, which reads ``checkpoint.load_universal`` when it is built."""
     if not checkpoint or not trainer.is_deepspeed_enabled:
         return
-    from accelerate.utils import broadcast_object_list
-
     saved = zero_ranks(checkpoint)
     state = trainer.accelerator.state
     config = state.deepspeed_plugin.deepspeed_config
     asked = bool((config.get("checkpoint") or {}).get("load_universal"))
     if saved is None or (saved == state.num_processes and not asked):
         return
-    problem = None
-    if state.is_main_process and not _converted(checkpoint):
+
+    def convert() -> None:
+        if _converted(checkpoint):
+            return
         logger.info(
             "%s: ZeRO optimizer states of %d ranks, resumed on %d: converting them to DeepSpeed's universal "
             "format once (beside them, %s_universal)",
@@ -102,11 +105,7 @@ def load_universal_if_resized(checkpoint: str | None, trainer) -> None:
             state.num_processes,
             deepspeed_tag(checkpoint),
         )
-        try:
-            convert_to_universal(checkpoint)
-        except (FileNotFoundError, RuntimeError) as e:
-            problem = str(e)
-    (problem,) = broadcast_object_list([problem])
-    if problem:
-        raise RecipeError(problem)
+        convert_to_universal(checkpoint)
+
+    main_process_does(convert, f"{checkpoint}: converting its ZeRO shards to DeepSpeed's universal format")
     config.setdefault("checkpoint", {})["load_universal"] = True
