@@ -605,7 +605,8 @@ def write_whole_copy(checkpoint: str | Path) -> Path:
             for g in saved["param_groups"]
         ]
         for name, moments in saved["state"].items():  # a state under a name the weights lack, or of another shape
-            if tuple(moments.get("exp_avg", torch.empty(shapes.get(name, ()))).shape) != shapes.get(name):
+            moment = moments.get("exp_avg")
+            if name not in shapes or (moment is not None and tuple(moment.shape) != shapes[name]):
                 raise ValueError(f"{folder / FSDP_OPTIMIZER_DIR}: the optimizer's state of {name} fits no weight")
         state = {position[name]: s for name, s in saved["state"].items()}
         torch.save({"state": state, "param_groups": groups}, tmp / "optimizer.pt")

@@ -61,8 +61,8 @@ from .checkpoints import (
     check_output_dir,
     checkpoint_write_error,
     hold_run_lock,
-    whole_copy_if_fsdp,
     prepare_fresh_output_dir,
+    whole_copy_if_fsdp,
     write_failure,
 )
 from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_dict, recipe_to_yaml
