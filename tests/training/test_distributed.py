@@ -302,10 +302,10 @@ def test_zero1_two_processes_match_single_process(reference_run, zero1_run):
     _check_against_reference(out, reference_run)
 
 
-def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run, zero1_run, mini_blocks, tmp_path):
+def test_zero1_resumes_on_one_process_and_back_on_two(reference_run, zero1_run, mini_blocks, tmp_path):
     """DeepSpeed refuses ZeRO optimizer shards saved at another data-parallel size: the resume converts them once
     to its universal format (zero.load_universal_if_resized) and goes on, exactly, with the same ZeRO-1 config on
-    one process. Fused AdamW, as on GPUs: there DeepSpeed's universal loader left its step counters on the wrong
+    one process, and from there back on two (2 -> 1 -> 2). Fused AdamW, as on GPUs: there DeepSpeed's universal loader left its step counters on the wrong
     device (optim.steps_beside_params)."""
     from hfpretrain.training.resume import resume_reading
     from hfpretrain.training.zero import zero_ranks
@@ -320,7 +320,7 @@ def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run
         _zero1_config(tmp_path),
         mini_blocks,
         resumed,
-        {**ZERO1, "training.resume_from_checkpoint": str(ckpt)},
+        {**ZERO1, "training.save_strategy": "steps", "training.resume_from_checkpoint": str(ckpt)},  # at the end
         recipe,
         launch_args=("--num_processes", "1"),
     )
@@ -330,6 +330,18 @@ def test_zero1_resume_on_one_process_from_a_two_process_checkpoint(reference_run
     assert sorted(losses) == [4, 5]
     for step in losses:
         assert losses[step] == pytest.approx(ref[step], abs=LOSS_TOL), (step, losses[step], ref[step])
+    # and back: its checkpoint-5 (one rank's shards) on 2 processes, converted the same way, one step further (the
+    # schedule is constant after warmup: step 6 is the reference's)
+    back = tmp_path / "back"
+    proc = _launch(
+        _zero1_config(tmp_path),
+        mini_blocks,
+        back,
+        {**ZERO1, "training.max_steps": "6", "training.resume_from_checkpoint": str(resumed / "checkpoint-5")},
+        recipe,
+    )
+    assert "ZeRO optimizer states of 1 ranks, resumed on 2: converting them" in proc.stderr, proc.stderr[-3000:]
+    assert step_losses(back) == pytest.approx({6: ref[6]}, abs=LOSS_TOL)
 
     # Without DeepSpeed the optimizer states in global_step3/ would be skipped silently: refused instead.
     proc = script(
