@@ -4,8 +4,8 @@ arm's measured optimum (analysis.json), and the same fit without the L2w runs tr
 (results.json, refitted with the project's code). Then the same per-budget optima fitted other ways with the
 project's own fit code (the first line: the report's reading until the amendment). Each reading also gives the multiplier at
 every budget and its trend (the slope of a line in ln C through them, as a factor per decade of compute): the trend
-depends on the floor E of the dense fit, and its prediction of the dense loss at 3e16 against the measured optimum
-there (the spec's multiplier check, out of sample: the fits end at 2.5e16). Last, the joint least-squares fit of
+depends on the floor E of the dense fit, and its prediction of the dense loss at 3e16 and 5e16 against the measured
+optima there (the spec's multiplier checks, out of sample: the fits end at 2.5e16; the 5e16 cell interim). Last, the joint least-squares fit of
 log L over E and each arm's A and α (scipy), against the project's fit (a profile over E with A and α from the line
 through log(L − E): fit.py), and the same for the dense arm alone. Run from the repository root:
 
@@ -26,13 +26,22 @@ HERE = Path(__file__).parent
 BUDGETS = ("8e+14", "2.5e+15", "8e+15", "2.5e+16")
 analysis = json.loads((HERE / "analysis.json").read_text())
 optima = analysis["optima"]
-check = analysis["multiplier_checks"][0]  # the dense arm at 3e16, measured
-c_check, l_check, s_check = check["baseline_optimum"]["flops"], check["baseline_optimum"]["loss_opt"], check["sigma"]
+# the dense arm measured at 3e16 and (interim, 2026-12-01) at 5e16: each curve is scored at both
+CHECKS = [
+    (c["baseline_optimum"]["flops"], c["baseline_optimum"]["loss_opt"], c["sigma"])
+    for c in analysis["multiplier_checks"]
+]
+c_check, l_check, s_check = CHECKS[0]
 
 
-def at_check(predicted: float) -> str:
-    miss = predicted - l_check
-    return f"3e16: {predicted:.4f}, {miss:+.4f}{' (beyond sigma)' if abs(miss) > s_check else ''}"
+def at_check(curve) -> str:
+    """``curve(C)`` -> loss, scored against the measured dense optimum at each check budget."""
+    said = []
+    for c, measured, sigma in CHECKS:
+        predicted = float(curve(c))
+        miss = predicted - measured
+        said.append(f"{c:.2g}: {predicted:.4f}, {miss:+.4f}{' (beyond sigma)' if abs(miss) > sigma else ''}")
+    return "; ".join(said)
 
 
 def points(arm: str, measured: tuple = (), drop: tuple = ()) -> tuple[list, list]:
@@ -131,16 +140,20 @@ for name, fit in readings.items():
     drop = ("8e+14",) if "without 8e14" in name else ()
     print(
         f"{compute_multiplier(fit, moe_top, c_top):5.2f}  {name} (E = {fit.E:.3f}); {trend(fit, drop)}; "
-        f"{at_check(float(fit.predict(c_check)))}"
+        f"{at_check(fit.predict)}"
     )
 # a straight line in ln C through the dense optima at 8e15 and 2.5e16, extended to the MoE optimum's loss
 (c1, c2), (l1, l2) = (x[2:] for x in points("dense"))
 slope = (l2 - l1) / math.log(c2 / c1)
 print(
     f"{math.exp((moe_top - l2) / slope):5.2f}  a straight line in ln C through the dense optima at 8e15 and 2.5e16; "
-    f"{at_check(l2 + slope * math.log(c_check / c2))}"
+    f"{at_check(lambda c: l2 + slope * math.log(c / c2))}"
 )
-print(f"(3e16: the dense curve's loss there against the measured optimum {l_check:.4f}, sigma {s_check:.4f})")
+print(
+    "(each check budget: the dense curve's loss there against the measured optimum "
+    + ", ".join(f"{c:.2g}: {m:.4f}, sigma {sg:.4f}" for c, m, sg in CHECKS)
+    + "; the 5e16 cell is interim, 6 of its 12 runs)"
+)
 
 # the trend at other floors: the dense arm's curve refitted (A, α) at each E, the MoE optima read on it. E = 0 is
 # the first MoE study's form; 0.666 and 0.947 are the ends of the vocabulary study's interval of its shared floor,
@@ -160,7 +173,7 @@ for E in sorted(
     }
 ):
     floor_fit = fit_power_law_at(*points("dense"), E)
-    print(f"  E = {E:.3f}: {trend(floor_fit)}; {at_check(floor_fit.predict(c_check))}")
+    print(f"  E = {E:.3f}: {trend(floor_fit)}; {at_check(floor_fit.predict)}")
 
 # the joint least-squares fit of log L (E shared, A and alpha per arm), started from the reported fit
 data = {arm: points(arm) for arm in ("dense", "moe")}
@@ -213,5 +226,18 @@ alone = PowerLawFit(
 )
 print(
     f"The dense arm alone, joint least squares: E {alone.E:.3f}, multiplier at 2.5e16 "
-    f"{compute_multiplier(alone, moe_top, c_top):.2f}; {at_check(float(alone.predict(c_check)))}"
+    f"{compute_multiplier(alone, moe_top, c_top):.2f}; {at_check(alone.predict)}"
+)
+
+# No fit beyond the runs: the dense optima measured at 2.5e16 (the grid's cell) and at the check budgets, a straight
+# line in ln C through them, read at the MoE optimum's loss; the 5e16 check's interval mapped through the same line
+measured = [(c_top, optima["dense @ 2.5e+16"]["loss_opt"])] + [(c, m) for c, m, _ in CHECKS]
+slope, intercept = np.polyfit([math.log(c) for c, _ in measured], [m for _, m in measured], 1)
+reach = math.exp((moe_top - intercept) / slope)
+last = analysis["multiplier_checks"][-1]
+ends = [math.exp(math.log(last["budget"]) - g / slope) / c_top for g in last["interval"]]
+print(
+    f"The measured dense optima ({', '.join(f'{c:.2g}: {m:.4f}' for c, m in measured)}) on a line in ln C "
+    f"({slope:+.4f} per e-fold): the MoE optimum {moe_top:.4f} at {reach / c_top:.2f}x 2.5e16; the {last['budget']:.2g} "
+    f"check's interval [{last['interval'][0]:+.4f}, {last['interval'][1]:+.4f}] maps to [{min(ends):.2f}, {max(ends):.2f}]"
 )

@@ -335,7 +335,32 @@ def test_the_report_says_a_check_within_noise_puts_the_multiplier_near_its_facto
     assert c["reading"] == "within noise of 2"
     text = "\n".join(multiplier_check_lines(result, "nats"))
     assert f"ends {c['gap']:+.4f} nats against better's optimum" in text
-    assert "within noise, so the runs put the multiplier near 2, neither above nor below it." in text
+    assert "within noise, so these runs cannot tell whether the multiplier is above or below 2." in text
+    assert "interim" not in text  # the synthetic check has no planned runs to fall short of
+
+
+def test_a_check_read_before_its_planned_runs_is_said_to_be_interim():
+    """with_planned_runs counts the spec's planned runs of each check beside those read: fewer, and the table, the
+    sentence and the verdict line all say "interim"."""
+    from types import SimpleNamespace
+
+    from hfpretrain.study.report import interim, with_planned_runs
+
+    grid = _grid()
+    result = analyse_isoflop(grid, n_boot=20, noise_rule="per_budget")
+    rows = _check_rows(2.0 * BUDGETS[-1])
+    spec = SimpleNamespace(
+        multiplier_checks=[
+            {"arm": "base", "budget": 2.0 * BUDGETS[-1], "sizes": [1] * len(FACTORS), "seeds": [0, 1, 2]}
+        ]
+    )
+    (c,) = with_planned_runs(multiplier_checks(grid + rows, result, DECISION, n_boot=60), spec)
+    assert (c["ran"], c["planned"]) == (len(rows), 3 * len(FACTORS)) and c["ran"] < c["planned"]
+    said = f" (interim: {len(rows)} of the {3 * len(FACTORS)} runs planned for it)"
+    assert interim(c) == said
+    text = "\n".join(multiplier_check_lines({**result, "multiplier_checks": [c]}, "nats"))
+    assert f"**within noise of 2**{said} |" in text and f"- {c['name']}{said}: base on 2× the decision budget" in text
+    assert interim({**c, "ran": c["planned"]}) == ""
 
 
 @pytest.mark.parametrize(

@@ -369,8 +369,8 @@ def _larger_checks_said(analysis: dict, rows: list[dict], spec) -> str:
             1 for r in rows if r.get("multiplier_check") and r["arm"] == c["baseline"] and r["budget"] == c["budget"]
         )
         said.append(
-            f"; trained on {c['factor']:.2g} times the decision budget, the dense arm reads {c['reading']} "
-            f"({ran} of the {planned} runs planned for that check)"
+            f"; trained on {c['factor']:.2g} times the decision budget, the dense arm reads {c['reading']} so far "
+            f"({ran} of the {planned} runs planned for that check{': interim' if ran < planned else ''})"
         )
     return "".join(said)
 
@@ -386,14 +386,17 @@ def _checks_said(spec) -> str:
 
     lr: dict = {}
     for e in spec.lr_checks:
-        lr.setdefault(e["budget"], set()).update(e.get("arms", spec.arms))
+        n = len(e.get("seeds") or [None])
+        lr.setdefault(e["budget"], set()).update(
+            f"{arm}, {n} seeds" if n > 1 else arm for arm in e.get("arms", spec.arms)
+        )
     aux: dict = {}
     for e in spec.setting_checks:
         for setting in e["settings"].values():
             if any(o.startswith("moe.aux_loss_coef=") for o in setting["overrides"]):
                 n = len(e.get("seeds") or [None])
                 aux.setdefault(e["budget"], set()).add(f"{n} seed{'s' if n > 1 else ''}")
-    said = [f"the learning rate was checked at {where(lr)}, one seed a check"] if lr else []
+    said = [f"the learning rate was checked at {where(lr)}, one seed a check unless said"] if lr else []
     if aux:
         said.append(f"the MoE arm's balancing weight at {where(aux)}")
     return "; ".join(said) if said else "no setting was checked"

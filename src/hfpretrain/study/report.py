@@ -731,6 +731,7 @@ def study_verdicts(
             v["measured"] = "without a fit, " + "; ".join(
                 f"{c['baseline']} trained on {c['factor']:.2g}× the budget ends {c['gap']:+.4f} "
                 f"[{c['interval'][0]:+.4f}, {c['interval'][1]:+.4f}] against {v['arm']}'s optimum: {c['reading']}"
+                f"{interim(c)}"
                 for c in checks
             )
     return rule, verdicts
@@ -1145,6 +1146,29 @@ def _size_means(sizes: dict) -> tuple[str, str]:
     return means, min(sizes, key=lambda name: sizes[name]["mean"])
 
 
+def with_planned_runs(checks: list[dict], spec) -> list[dict]:
+    """Each check with the runs its spec entries plan (``planned``) beside those it read (``ran``): a cell read
+    before all of them ran is *interim*, which every place that prints its reading says."""
+    for c in checks:
+        c["planned"] = sum(
+            len(entry["sizes"]) * len(entry["seeds"])
+            for entry in spec.multiplier_checks
+            if entry["arm"] == c["baseline"] and math.isclose(float(entry["budget"]), c["budget"], rel_tol=1e-6)
+        )
+        c["ran"] = sum(len(size["losses"]) for size in c["sizes"].values())
+    return checks
+
+
+def interim(check: dict) -> str:
+    """ " (interim: R of the P runs planned for it)" for a check read before all its runs ran; "" otherwise."""
+    planned, ran = check.get("planned"), check.get("ran")
+    return (
+        f" (interim: {ran} of the {planned} runs planned for it)"
+        if planned and ran is not None and ran < planned
+        else ""
+    )
+
+
 def multiplier_check_lines(result: dict, unit: str) -> list[str]:
     """The spec's multiplier checks beside the rule: the baseline measured at k × the decision budget, so that
     the multiplier's threshold is read from runs where the fit extrapolates (``analysis.multiplier_checks``)."""
@@ -1163,7 +1187,7 @@ def multiplier_check_lines(result: dict, unit: str) -> list[str]:
                 f"{c['arm']} @ {c['at']:.3g}: {c['arm_optimum']:.4f}",
                 f"{c['gap']:+.4f}{_ci(c['interval'])}",
                 f"{c['sigma']:.4f}: {c['sigma_source']}" if c.get("sigma") is not None else "–",
-                f"**{c['reading']}**",
+                f"**{c['reading']}**{interim(c)}",
             ]
         )
         if c["reading"].startswith("multiplier above"):
@@ -1180,9 +1204,9 @@ def multiplier_check_lines(result: dict, unit: str) -> list[str]:
             )
         elif c["reading"].startswith("within noise"):
             sentences.append(
-                f"- {c['name']}: {c['baseline']} on {c['factor']:.3g}× the decision budget ends {c['gap']:+.4f} "
-                f"{unit} against {c['arm']}'s optimum at {c['at']:.3g}{_ci(c['interval'])}: within noise, so the "
-                f"runs put the multiplier near {c['factor']:.3g}, neither above nor below it."
+                f"- {c['name']}{interim(c)}: {c['baseline']} on {c['factor']:.3g}× the decision budget ends "
+                f"{c['gap']:+.4f} {unit} against {c['arm']}'s optimum at {c['at']:.3g}{_ci(c['interval'])}: within "
+                f"noise, so these runs cannot tell whether the multiplier is above or below {c['factor']:.3g}."
             )
     curve_lines = []
     for c in checks:
@@ -1395,7 +1419,7 @@ def _other_noise_lines(other_noise: tuple[str, list[dict], dict] | None, verdict
     ]
     checks = [
         f"{c['baseline']} @ {c['budget']:.3g} against {c['arm']} @ {c['at']:.3g}: {c['gap']:+.4f}{_ci(c['interval'])}, "
-        f"{c['reading']}"
+        f"{c['reading']}{interim(c)}"
         for c in analysis.get("multiplier_checks") or []
     ] + [
         f"{g['arm']} against {g['baseline']}, both @ {g['budget']:.3g}: {g['gap']:+.4f}{_ci(g['interval'])}, "
@@ -2007,7 +2031,9 @@ def analyse(
             nd_boot=spec.bootstrap["frontier_draws"],
         )
         if spec.multiplier_checks:
-            isoflop["multiplier_checks"] = multiplier_checks(rows, isoflop, spec.decision, n_boot)
+            isoflop["multiplier_checks"] = with_planned_runs(
+                multiplier_checks(rows, isoflop, spec.decision, n_boot), spec
+            )
             isoflop["check_gaps"] = check_gaps(rows, isoflop, spec.decision, n_boot)
         (out / "analysis.json").write_text(json.dumps(to_json(isoflop), indent=2, default=str) + "\n")
         applied = (isoflop.get("budget_noise") or {}).get("rule")
@@ -2027,7 +2053,9 @@ def analyse(
             )
             if spec.multiplier_checks:
                 other_decision = {**spec.decision, "noise": name}
-                other_noise[1]["multiplier_checks"] = multiplier_checks(rows, other_noise[1], other_decision, n_boot)
+                other_noise[1]["multiplier_checks"] = with_planned_runs(
+                    multiplier_checks(rows, other_noise[1], other_decision, n_boot), spec
+                )
                 other_noise[1]["check_gaps"] = check_gaps(rows, other_noise[1], other_decision, n_boot)
         if isoflop.get("optima"):
             isoflop_png = plot_isoflop(rows, isoflop, out / "isoflop.png").name
