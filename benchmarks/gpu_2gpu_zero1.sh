@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Two GPUs (nvidia-h200-x2), DeepSpeed ZeRO-1: the Qwen3 1.8B shape as in gpu_2gpu_scaling.sh, checkpointing at
 # step STEPS/2 (save time is not counted in tokens/s), then that checkpoint resumed (optimizer shards, scheduler,
-# data position) on the same 2 GPUs and, converted to DeepSpeed's universal format (scripts/zero_to_universal.py),
-# on 1 GPU with the same global batch (20 x 2 accumulation). The resumed windows must repeat the first run's
-# losses. RESUME_ON="1" skips the 2-GPU resume. Time-boxed; $OUT gets notes.txt (scaling and loss tables),
-# runs.log and zero1.json.
+# data position) on the same 2 GPUs and on 1 GPU with the same ZeRO-1 config: the resume converts the shards to
+# DeepSpeed's universal format itself (training/zero.py; until 2026-12-01 scripts/zero_to_universal.py and
+# accelerate_configs/zero1_universal.yaml did, by hand) and keeps the global batch (20 x 2 accumulation). The
+# resumed windows must repeat the first run's losses. RESUME_ON="1" skips the 2-GPU resume. Time-boxed; $OUT gets
+# notes.txt (scaling and loss tables), runs.log and zero1.json.
 #   source .carry/setup.sh && bash benchmarks/gpu_2gpu_zero1.sh
 source benchmarks/gpu_common.sh
 tokenize_corpus
@@ -22,10 +23,10 @@ if [[ " ${RESUME_ON:-2 1} " == *" 2 "* ]]; then
     training.gradient_accumulation_steps=1 training.output_dir=/tmp/zero1 training.save_strategy=no \
     training.resume_from_checkpoint=auto
 fi
-timed convert python3 scripts/zero_to_universal.py /tmp/zero1/checkpoint-$HALF && \
-  CUDA_VISIBLE_DEVICES=0 timed resume_1gpu accelerate launch --config_file accelerate_configs/zero1_universal.yaml \
-    --num_processes 1 scripts/pretrain.py $COMMON training.gradient_accumulation_steps=2 training.output_dir=/tmp/resume_1gpu \
-    training.save_strategy=no training.resume_from_checkpoint=/tmp/zero1/checkpoint-$HALF
+CUDA_VISIBLE_DEVICES=0 timed resume_1gpu accelerate launch --config_file accelerate_configs/2gpu_zero1.yaml \
+  --num_processes 1 scripts/pretrain.py $COMMON training.gradient_accumulation_steps=1 training.output_dir=/tmp/resume_1gpu \
+  training.save_strategy=no training.resume_from_checkpoint=/tmp/zero1/checkpoint-$HALF
+grep -h "converting them to DeepSpeed's universal\|samples per step kept" /tmp/resume_1gpu.log 2>/dev/null | cut -c1-240 | tee -a "$N"
 python3 - <<'PY' | tee -a "$N"
 import json, os
 def launches(path):  # the log's events, one list per launch (each starts with a config event)
