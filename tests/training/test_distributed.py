@@ -18,6 +18,7 @@ run them as DDP): the runs are sharded as on GPUs. The ZeRO-1 resume and the two
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -193,7 +194,7 @@ def test_fsdp2_two_processes_match_single_process(reference_run, fsdp2_runs):
 
 
 def test_fsdp2_resumes_exactly_on_2_and_4_processes_without_fsdp_and_back(
-    reference_run, fsdp2_runs, mini_blocks, tmp_path
+    reference_run, fsdp2_runs, mini_blocks, tmp_path, caplog
 ):
     """Resumed from its checkpoint-3 in the same layout, on 4 processes (elastic: 2 -> 4), and without FSDP on 2 (DDP)
     and 1 process (its sharded state dicts read whole once, into the Trainer's own files), the FSDP2 run's steps 4
@@ -234,7 +235,9 @@ def test_fsdp2_resumes_exactly_on_2_and_4_processes_without_fsdp_and_back(
     assert "resumed without FSDP: reading them whole once into" in ddp.stderr
     whole = {p.name for p in (checkpoint / "whole").iterdir()}
     assert {"model.safetensors", "optimizer.pt", "trainer_state.json", "scheduler.pt", "COMPLETE"} <= whole, whole
-    run_pretrain(mini_blocks, tmp_path / "one", {**DIST, "training.resume_from_checkpoint": str(checkpoint)})
+    with caplog.at_level(logging.INFO, logger="hfpretrain"):
+        run_pretrain(mini_blocks, tmp_path / "one", {**DIST, "training.resume_from_checkpoint": str(checkpoint)})
+    assert f"resumed without FSDP, from its whole copy {checkpoint / 'whole'}/" in caplog.text
     for plain in (tmp_path / "ddp", tmp_path / "one"):
         losses = step_losses(plain)
         assert sorted(losses) == [4, 5], plain

@@ -631,6 +631,7 @@ def whole_copy_if_fsdp(checkpoint: str | None, trainer) -> str | None:
 
     def copy() -> None:
         if out.is_dir():
+            logger.info("%s: resumed without FSDP, from its whole copy %s/", checkpoint, out)
             return
         logger.info(
             "%s: FSDP's sharded weights and optimizer states, resumed without FSDP: reading them whole once into "

@@ -96,6 +96,7 @@ def load_universal_if_resized(checkpoint: str | None, trainer) -> None:
 
     def convert() -> None:
         if _converted(checkpoint):
+            logger.info("%s: reading its universal copy (%s_universal)", checkpoint, deepspeed_tag(checkpoint))
             return
         logger.info(
             "%s: ZeRO optimizer states of %d ranks, resumed on %d: converting them to DeepSpeed's universal "
