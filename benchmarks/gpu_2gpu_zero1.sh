@@ -2,7 +2,7 @@
 # Two GPUs (nvidia-h200-x2), DeepSpeed ZeRO-1: the Qwen3 1.8B shape as in gpu_2gpu_scaling.sh, checkpointing at
 # step STEPS/2 (save time is not counted in tokens/s), then that checkpoint resumed (optimizer shards, scheduler,
 # data position) on the same 2 GPUs and on 1 GPU with the same ZeRO-1 config: the resume converts the shards to
-# DeepSpeed's universal format itself (training/zero.py; until 2026-12-01 scripts/zero_to_universal.py and
+# DeepSpeed's universal format itself (training/reshard.py; until 2026-12-01 scripts/zero_to_universal.py and
 # accelerate_configs/zero1_universal.yaml did, by hand) and keeps the global batch (20 x 2 accumulation). The
 # resumed windows must repeat the first run's losses. RESUME_ON="1" skips the 2-GPU resume. Time-boxed; $OUT gets
 # notes.txt (scaling and loss tables), runs.log and zero1.json. ENGINE=fsdp2: the same with FSDP2 (sharded state

@@ -14,7 +14,7 @@ The resume keeps the checkpoint's global batch (micro-batch x GPUs x accumulatio
 import argparse
 import sys
 
-from hfpretrain.training.zero import convert_to_universal
+from hfpretrain.training.reshard import convert_to_universal
 
 
 def main() -> int:

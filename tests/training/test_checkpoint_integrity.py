@@ -234,7 +234,7 @@ def test_the_main_process_work_reaches_every_process_as_one_line():
 def test_a_checkpoint_saved_again_drops_the_copies_made_for_a_resume(tmp_path):
     """A checkpoint-N saved over (after a rollback) must not be resumed from the older states' copies: its whole copy
     and DeepSpeed's universal one go; its own files stay."""
-    from hfpretrain.training.checkpoints import drop_derived_copies
+    from hfpretrain.training.reshard import drop_derived_copies
 
     folder = tmp_path / "checkpoint-3"
     for sub in ("whole", "global_step3_universal/zero", "global_step3"):
@@ -250,7 +250,7 @@ def test_optimizer_states_that_fit_no_parameter_are_refused_in_one_line(tmp_path
     checkpoint) is one line naming the file and the parameter, not a silent mix-up (a real AdamW's states)."""
     import torch
 
-    from hfpretrain.training.checkpoints import load_whole_optimizer_into_shards
+    from hfpretrain.training.reshard import load_whole_optimizer_into_shards
 
     def adamw(model):
         optimizer = torch.optim.AdamW(model.parameters())

@@ -311,7 +311,7 @@ def test_zero1_resumes_on_one_process_and_back_on_two(reference_run, zero1_run, 
     one process, and from there back on two (2 -> 1 -> 2). Fused AdamW, as on GPUs: there DeepSpeed's universal loader left its step counters on the wrong
     device (optim.steps_beside_params)."""
     from hfpretrain.training.resume import resume_reading
-    from hfpretrain.training.zero import zero_ranks
+    from hfpretrain.training.reshard import zero_ranks
 
     recipe, out, _ = zero1_run
     ckpt = out / "checkpoint-3"

@@ -18,20 +18,23 @@ from transformers import TrainingArguments
 from hfpretrain.integrity import json_problem, weights_problem, zip_problem
 from hfpretrain.outdir import OutputBusyError, OutputLock, listing, output_problem
 
-from .barrier import main_process_does
 from .config import RecipeError
 from .lineage import FORMAT as LINEAGE_FORMAT
 from .lineage import LINEAGE_FILE
-from .zero import deepspeed_tag
 
 logger = logging.getLogger("hfpretrain")
 
 COMPLETE_MARKER = "COMPLETE"
-WHOLE_COPY_DIR = "whole"  # inside an FSDP checkpoint: its plain copy (the Trainer refuses FSDP's files beside)
 
 
 class NoCompleteCheckpointError(ValueError):
     pass
+
+
+def deepspeed_tag(checkpoint: str | Path) -> str | None:
+    """The tag (``global_stepN``) of a checkpoint saved under DeepSpeed; None for any other checkpoint."""
+    latest = Path(checkpoint) / "latest"
+    return latest.read_text().strip() if latest.is_file() else None
 
 
 def _checkpoint_step(path: Path) -> int | None:
@@ -233,15 +236,6 @@ def writing_checkpoint(folder: Path, writes_here: bool):
         if cause is None or not writes_here:
             raise
         raise checkpoint_write_error(folder, cause) from None
-
-
-def drop_derived_copies(folder: Path) -> None:
-    """What a resume derived from a checkpoint (its whole copy, DeepSpeed's universal one): gone when the
-    checkpoint is saved again over the same folder, so that no later resume reads the older states."""
-    shutil.rmtree(folder / WHOLE_COPY_DIR, ignore_errors=True)
-    (folder / "latest_universal").unlink(missing_ok=True)
-    for universal in folder.glob("global_step*_universal"):
-        shutil.rmtree(universal, ignore_errors=True)
 
 
 def write_recipe_and_data(folder: Path, run_files: dict, data_info: dict | None) -> None:
@@ -475,177 +469,7 @@ def load_sharded_optimizer(model, optimizer, checkpoint: str | Path) -> None:
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
 
 
-def load_scheduler_state(scheduler, path: str | Path) -> None:
-    """An LR scheduler's state saved with another number of param groups (a tensor-parallel run groups its
-    parameters by device mesh: training/optim.py, one more group than without tp). Its per-group lists are resized
-    when they hold one value for every group, which the Trainer's schedules do; otherwise one line."""
-    state = torch.load(path, weights_only=True)
-    groups = len(scheduler.optimizer.param_groups)
-    saved = len(state.get("base_lrs", [])) or groups
-    if saved != groups:
-        for key, value in state.items():
-            if isinstance(value, list) and len(value) == saved:
-                if any(v != value[0] for v in value):
-                    raise ValueError(
-                        f"{path}: the schedule's {key} differs between its {saved} parameter groups, and this run "
-                        f"has {groups}: resume it at the checkpoint's tensor-parallel degree"
-                    )
-                state[key] = value[:1] * groups
-    scheduler.load_state_dict(state)
-
-
-def load_whole_weights_into_shards(model, checkpoint: str | Path) -> None:
-    """A checkpoint's whole weights (save_pretrained gathered them) into a model sharded at load: each rank keeps its
-    slices (``set_model_state_dict(full_state_dict=True)``). The Trainer's plain ``load_state_dict`` cannot copy a
-    whole tensor into a DTensor. A tied head is the embedding, absent from the file."""
-    from safetensors.torch import load_file
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    folder = Path(checkpoint)
-    index = folder / "model.safetensors.index.json"
-    files = (
-        sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
-    )
-    state = {}
-    for name in files:
-        state.update(load_file(folder / name))
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
-
-
-def whole_into_fsdp(trainer, checkpoint: str | Path | None) -> bool:
-    """A checkpoint of a run without FSDP (whole weights, ``optimizer.pt``) resumed under FSDP: read whole and
-    sharded in place (:func:`load_whole_weights_into_shards`, :func:`load_whole_optimizer_into_shards`); accelerate's
-    FSDP load reads only FSDP's own files."""
-    folder = Path(checkpoint) if checkpoint else None
-    return (
-        folder is not None
-        and trainer.is_fsdp_enabled
-        and not any(folder.glob("pytorch_model_fsdp*"))
-        and (folder / "optimizer.pt").is_file()
-        and ((folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file())
-    )
-
-
-def load_whole_optimizer_into_shards(model, optimizer, checkpoint: str | Path) -> None:
-    """``optimizer.pt`` of a run without FSDP (torch's states by position in the optimizer's groups) into an FSDP
-    run's optimizer: each position named by this optimizer's own order (the same recipe builds its groups in the
-    same order; ``get_optimizer_state_dict`` gives the names), then set whole (``full_state_dict``): each rank
-    keeps its slices."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_optimizer_state_dict,
-        set_optimizer_state_dict,
-    )
-
-    path = Path(checkpoint) / "optimizer.pt"
-    saved = torch.load(path, map_location="cpu", weights_only=True)
-    names = [name for group in get_optimizer_state_dict(model, optimizer)["param_groups"] for name in group["params"]]
-    positions = sorted(i for group in saved["param_groups"] for i in group["params"])
-    if positions != list(range(len(names))):
-        raise ValueError(
-            f"{path} holds the states of {len(positions)} parameters and this run's optimizer has {len(names)}: "
-            "resume it with the recipe it was saved with"
-        )
-    params = [p for group in optimizer.param_groups for p in group["params"]]  # names[i] is params[i]'s
-    for i, moments in saved["state"].items():
-        if "exp_avg" in moments and tuple(moments["exp_avg"].shape) != tuple(params[i].shape):
-            raise ValueError(
-                f"{path}: the state at position {i} has the shape {tuple(moments['exp_avg'].shape)}, this run's "
-                f"{names[i]} {tuple(params[i].shape)}: resume it with the recipe it was saved with"
-            )
-    whole = {
-        "state": {names[i]: state for i, state in saved["state"].items()},
-        "param_groups": [{**group, "params": [names[i] for i in group["params"]]} for group in saved["param_groups"]],
-    }
-    set_optimizer_state_dict(model, optimizer, whole, options=StateDictOptions(full_state_dict=True))
-
-
 def sharded_state_dicts(trainer) -> bool:
     """FSDP saving sharded state dicts (``fsdp_state_dict_type: SHARDED_STATE_DICT``): an export must gather the
     whole model itself (gathering it at every checkpoint would cost time and disk)."""
     return "FULL_STATE_DICT" not in str(trainer.accelerator.state.fsdp_plugin.state_dict_type)
-
-
-# FSDP's sharded state dicts (SHARDED_STATE_DICT), as accelerate saves them (torch.distributed.checkpoint folders)
-FSDP_WEIGHTS_DIR, FSDP_OPTIMIZER_DIR = "pytorch_model_fsdp_0", "optimizer_0"
-
-
-def fsdp_sharded(checkpoint: str | Path) -> bool:
-    folder = Path(checkpoint)
-    return (folder / FSDP_WEIGHTS_DIR).is_dir() and (folder / FSDP_OPTIMIZER_DIR).is_dir()
-
-
-def write_whole_copy(checkpoint: str | Path) -> Path:
-    """``checkpoint/whole/``: an FSDP checkpoint's sharded state dicts read whole on one process into the Trainer's
-    own files (``model.safetensors``, ``optimizer.pt``) beside a copy of its other files, so that a resume without
-    FSDP (one process, DDP) reads it as any checkpoint; the Trainer refuses a folder holding FSDP's files without
-    FSDP. FSDP's optimizer states are keyed by parameter name (``get_optimizer_state_dict``); torch's optimizers
-    key them by position in their groups, which the same recipe builds in the same order. Written in a temporary
-    folder renamed at the end: ``whole/`` is complete or absent."""
-    from safetensors.torch import save_file
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    folder = Path(checkpoint)
-    out, tmp = folder / WHOLE_COPY_DIR, folder / f"{WHOLE_COPY_DIR}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    whole = tmp / "dcp.pt"
-    try:
-        dcp_to_torch_save(folder / FSDP_WEIGHTS_DIR, whole)
-        weights = torch.load(whole, mmap=True, weights_only=True)["model"]
-        shapes = {name: tuple(w.shape) for name, w in weights.items()}
-        # a tied head is the embedding: its own copy here (safetensors refuses shared storage), loaded as the same
-        save_file({k: v.contiguous().clone() for k, v in weights.items()}, tmp / "model.safetensors", {"format": "pt"})
-        del weights
-        dcp_to_torch_save(folder / FSDP_OPTIMIZER_DIR, whole)
-        saved = torch.load(whole, mmap=True, weights_only=True)["optimizer"]
-        position: dict[str, int] = {}
-        groups = [
-            {**g, "params": [position.setdefault(name, len(position)) for name in g["params"]]}
-            for g in saved["param_groups"]
-        ]
-        for name, moments in saved["state"].items():  # a state under a name the weights lack, or of another shape
-            moment = moments.get("exp_avg")
-            if name not in shapes or (moment is not None and tuple(moment.shape) != shapes[name]):
-                raise ValueError(f"{folder / FSDP_OPTIMIZER_DIR}: the optimizer's state of {name} fits no weight")
-        state = {position[name]: s for name, s in saved["state"].items()}
-        torch.save({"state": state, "param_groups": groups}, tmp / "optimizer.pt")
-        del saved, state
-        whole.unlink()
-        for f in folder.iterdir():  # trainer_state.json, scheduler.pt, rng states, the run's records, COMPLETE
-            if f.is_file():
-                shutil.copy2(f, tmp / f.name)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
-def whole_copy_if_fsdp(checkpoint: str | None, trainer) -> str | None:
-    """The checkpoint a resume reads: an FSDP checkpoint (sharded state dicts) resumed without FSDP (one process,
-    DDP) is read from its whole copy, written once by the main process (:func:`write_whole_copy`; the others wait
-    for its outcome, a failure being the same one line on every process); any other, itself."""
-    if not checkpoint or trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled or not fsdp_sharded(checkpoint):
-        return checkpoint
-    out = Path(checkpoint) / WHOLE_COPY_DIR
-
-    def copy() -> None:
-        if out.is_dir():
-            logger.info("%s: resumed without FSDP, from its whole copy %s/", checkpoint, out)
-            return
-        logger.info(
-            "%s: FSDP's sharded weights and optimizer states, resumed without FSDP: reading them whole once into "
-            "%s/ (model.safetensors, optimizer.pt)",
-            checkpoint,
-            out,
-        )
-        try:
-            write_whole_copy(checkpoint)
-        except Exception as e:  # noqa: BLE001 - a full disk in one line; anything else as what it says
-            cause = write_failure(e)
-            if cause is None:
-                raise
-            raise OSError(cause) from e
-
-    main_process_does(copy, f"{checkpoint}: its FSDP shards could not be copied whole for a resume without FSDP")
-    return str(out)

@@ -16,15 +16,14 @@ from transformers import TrainingArguments
 from .arguments import _training_value
 from .checkpoints import (
     SHARDED_OPTIMIZER_DIR,
-    WHOLE_COPY_DIR,
     NoCompleteCheckpointError,
     checkpoint_problem,
-    fsdp_sharded,
+    deepspeed_tag,
     last_complete_checkpoint,
 )
 from .config import MoeSection, OptimizerSection, Recipe, RecipeError, migrate_recipe_dict, recipe_to_dict
 from .resolve import RESOLVED_FILE, ResolvedRun
-from .zero import deepspeed_tag, zero_ranks
+from .reshard import WHOLE_COPY_DIR, fsdp_sharded, zero_ranks
 
 logger = logging.getLogger("hfpretrain")
 
@@ -155,7 +154,7 @@ def refuse_other_optimizer_layout(
     tag = deepspeed_tag(resume)
     # FSDP's own weights: a folder of shards (SHARDED_STATE_DICT) or pytorch_model_fsdp.bin (FULL_STATE_DICT)
     saved_fsdp = any(Path(resume).glob("pytorch_model_fsdp*"))
-    # sharded state dicts resume without FSDP too, read whole once (checkpoints.whole_copy_if_fsdp), but not into
+    # sharded state dicts resume without FSDP too, read whole once (reshard.whole_copy_if_fsdp), but not into
     # DeepSpeed's engine, and FULL_STATE_DICT's files (another format) not at all
     if saved_fsdp and fsdp is False and (deepspeed or not fsdp_sharded(resume)):
         raise RecipeError(

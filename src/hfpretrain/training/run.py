@@ -62,7 +62,6 @@ from .checkpoints import (
     checkpoint_write_error,
     hold_run_lock,
     prepare_fresh_output_dir,
-    whole_copy_if_fsdp,
     write_failure,
 )
 from .config import SDPA_BACKENDS, Recipe, RecipeError, load_recipe, recipe_to_dict, recipe_to_yaml
@@ -76,7 +75,7 @@ from .per_set import per_set_bits_per_byte, per_set_losses
 from .resolve import RESOLVED_FILE, ResolvedRun, read_data_facts, resolve, resolved_yaml
 from .resume import check_resume, elastic_batch, refuse_other_optimizer_layout, resolve_resume, resume_reading
 from .trainer import PretrainTrainer
-from .zero import load_universal_if_resized
+from .reshard import load_universal_if_resized, whole_copy_if_fsdp
 
 logger = logging.getLogger("hfpretrain")
 

@@ -38,11 +38,7 @@ from .checkpoints import (
     COMPLETE_MARKER,
     SHARDED_OPTIMIZER_DIR,
     check_loaded_weights,
-    drop_derived_copies,
-    load_scheduler_state,
     load_sharded_optimizer,
-    load_whole_optimizer_into_shards,
-    load_whole_weights_into_shards,
     no_progress_bars,
     rotate_checkpoints,
     save_in_model_layout,
@@ -50,10 +46,16 @@ from .checkpoints import (
     saved_as_from_the_hub,
     sharded_at_load,
     sharded_state_dicts,
-    whole_into_fsdp,
     write_complete_marker,
     write_recipe_and_data,
     writing_checkpoint,
+)
+from .reshard import (
+    drop_derived_copies,
+    load_scheduler_state,
+    load_whole_optimizer_into_shards,
+    load_whole_weights_into_shards,
+    whole_into_fsdp,
 )
 from .loss import CausalLMLoss, HiddenStateTap, LossSpec, sequence_parallel_loss, tensor_parallel_loss
 from .moe import balancing_term
