@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -35,6 +36,17 @@ logger = logging.getLogger("hfpretrain")
 WHOLE_COPY_DIR = "whole"  # inside an FSDP checkpoint: its plain copy (the Trainer refuses FSDP's files beside)
 # FSDP's sharded state dicts (SHARDED_STATE_DICT), as accelerate saves them (torch.distributed.checkpoint folders)
 FSDP_WEIGHTS_DIR, FSDP_OPTIMIZER_DIR = "pytorch_model_fsdp_0", "optimizer_0"
+CONVERT_LOCK = ".reshard.lock"  # held while a copy is written into the checkpoint's folder (converting())
+
+
+@contextmanager
+def converting(checkpoint: str | Path):
+    """One conversion of a checkpoint at a time, across the runs that resume it (a lock file in its folder): a
+    second run waits, then finds the copy made."""
+    from filelock import FileLock
+
+    with FileLock(str(Path(checkpoint) / CONVERT_LOCK)):
+        yield
 
 
 def convert_to_universal(checkpoint: str | Path, workers: int | None = None) -> str:
@@ -105,18 +117,19 @@ def load_universal_if_resized(checkpoint: str | None, trainer) -> None:
         return
 
     def convert() -> None:
-        if _converted(checkpoint):
-            logger.info("%s: reading its universal copy (%s_universal)", checkpoint, deepspeed_tag(checkpoint))
-            return
-        logger.info(
-            "%s: ZeRO optimizer states of %d ranks, resumed on %d: converting them to DeepSpeed's universal "
-            "format once (beside them, %s_universal)",
-            checkpoint,
-            saved,
-            state.num_processes,
-            deepspeed_tag(checkpoint),
-        )
-        convert_to_universal(checkpoint)
+        with converting(checkpoint):
+            if _converted(checkpoint):
+                logger.info("%s: reading its universal copy (%s_universal)", checkpoint, deepspeed_tag(checkpoint))
+                return
+            logger.info(
+                "%s: ZeRO optimizer states of %d ranks, resumed on %d: converting them to DeepSpeed's universal "
+                "format once (beside them, %s_universal)",
+                checkpoint,
+                saved,
+                state.num_processes,
+                deepspeed_tag(checkpoint),
+            )
+            convert_to_universal(checkpoint)
 
     main_process_does(convert, f"{checkpoint}: converting its ZeRO shards to DeepSpeed's universal format")
     config.setdefault("checkpoint", {})["load_universal"] = True
@@ -165,7 +178,7 @@ def write_whole_copy(checkpoint: str | Path) -> Path:
         del saved, state
         whole.unlink()
         for f in folder.iterdir():  # trainer_state.json, scheduler.pt, rng states, the run's records, COMPLETE
-            if f.is_file():
+            if f.is_file() and f.name != CONVERT_LOCK:
                 shutil.copy2(f, tmp / f.name)
         os.replace(tmp, out)
     finally:
@@ -182,22 +195,23 @@ def whole_copy_if_fsdp(checkpoint: str | None, trainer) -> str | None:
     out = Path(checkpoint) / WHOLE_COPY_DIR
 
     def copy() -> None:
-        if out.is_dir():
-            logger.info("%s: resumed without FSDP, from its whole copy %s/", checkpoint, out)
-            return
-        logger.info(
-            "%s: FSDP's sharded weights and optimizer states, resumed without FSDP: reading them whole once into "
-            "%s/ (model.safetensors, optimizer.pt)",
-            checkpoint,
-            out,
-        )
-        try:
-            write_whole_copy(checkpoint)
-        except Exception as e:  # noqa: BLE001 - a full disk in one line; anything else as what it says
-            cause = write_failure(e)
-            if cause is None:
-                raise
-            raise OSError(cause) from e
+        with converting(checkpoint):
+            if out.is_dir():
+                logger.info("%s: resumed without FSDP, from its whole copy %s/", checkpoint, out)
+                return
+            logger.info(
+                "%s: FSDP's sharded weights and optimizer states, resumed without FSDP: reading them whole once "
+                "into %s/ (model.safetensors, optimizer.pt)",
+                checkpoint,
+                out,
+            )
+            try:
+                write_whole_copy(checkpoint)
+            except Exception as e:  # noqa: BLE001 - a full disk in one line; anything else as what it says
+                cause = write_failure(e)
+                if cause is None:
+                    raise
+                raise OSError(cause) from e
 
     main_process_does(copy, f"{checkpoint}: its FSDP shards could not be copied whole for a resume without FSDP")
     return str(out)
