@@ -352,27 +352,16 @@ def experiments(root: Path, study: str) -> str:
     return _table([[r[i] for i in idx] for r in rows])
 
 
-def _larger_checks_said(analysis: dict, rows: list[dict], spec) -> str:
+def _larger_checks_said(analysis: dict, minimum: float) -> str:
     """The multiplier checks beyond the rule's threshold (the dense arm at k x the decision budget, k above the
-    rule's minimum), each with its reading and how many of its planned runs it rests on: "" when there is none."""
-    minimum = (spec.decision or {}).get("multiplier_min", 1.0)
-    said = []
-    for c in analysis.get("multiplier_checks") or []:
-        if c["factor"] <= minimum + 1e-9:
-            continue
-        planned = sum(
-            len(m["sizes"]) * len(m["seeds"])
-            for m in spec.multiplier_checks or []
-            if m["arm"] == c["baseline"] and abs(float(m["budget"]) - c["budget"]) < 1e-3 * c["budget"]
-        )
-        ran = sum(
-            1 for r in rows if r.get("multiplier_check") and r["arm"] == c["baseline"] and r["budget"] == c["budget"]
-        )
-        said.append(
-            f"; trained on {c['factor']:.2g} times the decision budget, the dense arm reads {c['reading']} so far "
-            f"({ran} of the {planned} runs planned for that check{': interim' if ran < planned else ''})"
-        )
-    return "".join(said)
+    rule's minimum), each with its reading and the runs it rests on of those planned (analysis.json records both):
+    "" when there is none."""
+    return "".join(
+        f"; trained on {c['factor']:.2g} times the decision budget, the dense arm reads {c['reading']} so far "
+        f"({c['ran']} of the {c['planned']} runs planned for that check{': interim' if c['ran'] < c['planned'] else ''})"
+        for c in analysis.get("multiplier_checks") or []
+        if c["factor"] > minimum + 1e-9
+    )
 
 
 def _checks_said(spec) -> str:
@@ -430,7 +419,9 @@ def write_homework(
     )
     moe_spec = load_spec(root / MOE / "spec.yaml")
     checked = _checks_said(moe_spec)
-    beyond = _larger_checks_said(json.loads((root / MOE / "analysis.json").read_text()), moe_rows, moe_spec)
+    beyond = _larger_checks_said(
+        json.loads((root / MOE / "analysis.json").read_text()), (moe_spec.decision or {}).get("multiplier_min", 1.0)
+    )
     final = summary["final_eval"]
     kept = json.loads((root / BEST / "checkpoint.json").read_text())  # where the team keeps the weights
 

@@ -42,6 +42,12 @@ def _checkpoint_step(path: Path) -> int | None:
     return int(tail) if path.name.startswith("checkpoint-") and tail.isdigit() else None
 
 
+def saved_under_fsdp(checkpoint: str | Path) -> bool:
+    """FSDP's own weights in the checkpoint: a folder of shards (SHARDED_STATE_DICT) or pytorch_model_fsdp.bin
+    (FULL_STATE_DICT)."""
+    return any(Path(checkpoint).glob("pytorch_model_fsdp*"))
+
+
 def checkpoint_problem(path: str | Path) -> str | None:
     """The first damaged file of a checkpoint (one line naming it), or None when it looks resumable.
 

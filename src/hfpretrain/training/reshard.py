@@ -29,13 +29,14 @@ from pathlib import Path
 import torch
 
 from .barrier import main_process_does
-from .checkpoints import deepspeed_tag, write_failure
+from .checkpoints import deepspeed_tag, saved_under_fsdp, write_failure
 
 logger = logging.getLogger("hfpretrain")
 
 WHOLE_COPY_DIR = "whole"  # inside an FSDP checkpoint: its plain copy (the Trainer refuses FSDP's files beside)
 # FSDP's sharded state dicts (SHARDED_STATE_DICT), as accelerate saves them (torch.distributed.checkpoint folders)
 FSDP_WEIGHTS_DIR, FSDP_OPTIMIZER_DIR = "pytorch_model_fsdp_0", "optimizer_0"
+UNIVERSAL_MARKER = "latest_universal"  # DeepSpeed's file naming the universal tag: written last by a conversion
 CONVERT_LOCK = ".reshard.lock"  # held while a copy is written into the checkpoint's folder (converting())
 
 
@@ -64,7 +65,7 @@ def convert_to_universal(checkpoint: str | Path, workers: int | None = None) -> 
             "converting a ZeRO checkpoint needs the deepspeed package: pip install 'hfpretrain[deepspeed]'"
         )
     universal = f"{tag}_universal"
-    (ckpt / "latest_universal").unlink(missing_ok=True)  # written last: absent until this conversion is whole
+    (ckpt / UNIVERSAL_MARKER).unlink(missing_ok=True)  # written last: absent until this conversion is whole
     shutil.rmtree(ckpt / universal, ignore_errors=True)  # a conversion cut short before: its files are not reused
     cmd = [
         sys.executable,
@@ -84,7 +85,7 @@ def convert_to_universal(checkpoint: str | Path, workers: int | None = None) -> 
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][-300:]
         raise RuntimeError(f"{ckpt}: ds_to_universal failed (exit status {proc.returncode}): {last}")
-    (ckpt / "latest_universal").write_text(universal)
+    (ckpt / UNIVERSAL_MARKER).write_text(universal)
     return universal
 
 
@@ -98,7 +99,7 @@ def zero_ranks(checkpoint: str | Path) -> int | None:
 
 def _converted(checkpoint: str | Path) -> bool:
     """Whether ``checkpoint`` holds the universal copy of its latest tag (``latest_universal`` is written last)."""
-    marker = Path(checkpoint) / "latest_universal"
+    marker = Path(checkpoint) / UNIVERSAL_MARKER
     return marker.is_file() and marker.read_text().strip() == f"{deepspeed_tag(checkpoint)}_universal"
 
 
@@ -225,7 +226,7 @@ def whole_into_fsdp(trainer, checkpoint: str | Path | None) -> bool:
     return (
         folder is not None
         and trainer.is_fsdp_enabled
-        and not any(folder.glob("pytorch_model_fsdp*"))
+        and not saved_under_fsdp(folder)
         and (folder / "optimizer.pt").is_file()
         and ((folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file())
     )
@@ -306,6 +307,6 @@ def drop_derived_copies(folder: Path) -> None:
     """What a resume derived from a checkpoint (its whole copy, DeepSpeed's universal one): gone when the
     checkpoint is saved again over the same folder, so that no later resume reads the older states."""
     shutil.rmtree(folder / WHOLE_COPY_DIR, ignore_errors=True)
-    (folder / "latest_universal").unlink(missing_ok=True)
+    (folder / UNIVERSAL_MARKER).unlink(missing_ok=True)
     for universal in folder.glob("global_step*_universal"):
         shutil.rmtree(universal, ignore_errors=True)

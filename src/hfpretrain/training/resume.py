@@ -20,6 +20,7 @@ from .checkpoints import (
     checkpoint_problem,
     deepspeed_tag,
     last_complete_checkpoint,
+    saved_under_fsdp,
 )
 from .config import MoeSection, OptimizerSection, Recipe, RecipeError, migrate_recipe_dict, recipe_to_dict
 from .resolve import RESOLVED_FILE, ResolvedRun
@@ -152,8 +153,7 @@ def refuse_other_optimizer_layout(
     if not resume:
         return
     tag = deepspeed_tag(resume)
-    # FSDP's own weights: a folder of shards (SHARDED_STATE_DICT) or pytorch_model_fsdp.bin (FULL_STATE_DICT)
-    saved_fsdp = any(Path(resume).glob("pytorch_model_fsdp*"))
+    saved_fsdp = saved_under_fsdp(resume)
     # sharded state dicts resume without FSDP too, read whole once (reshard.whole_copy_if_fsdp), but not into
     # DeepSpeed's engine, and FULL_STATE_DICT's files (another format) not at all
     if saved_fsdp and fsdp is False and (deepspeed or not fsdp_sharded(resume)):
@@ -199,7 +199,7 @@ def resume_reading(resume: str, world_size: int, zero_stage: int, fsdp: bool) ->
         )
     if not fsdp and fsdp_sharded(resume):
         return f"FSDP's sharded state dicts read whole once at start into {Path(resume) / WHOLE_COPY_DIR}/"
-    if fsdp and not any(Path(resume).glob("pytorch_model_fsdp*")):
+    if fsdp and not saved_under_fsdp(resume):
         return "whole weights and optimizer.pt, sharded in place under FSDP"
     return "in the layout it was saved in"
 
