@@ -35,6 +35,10 @@ def d(tmp_path_factory, gpt2_tokenizer, data_root):
     (root / "bad.yaml").write_text("model:\n  config: tiny\n  overrides: [1, 2\n")
     (root / "list.yaml").write_text("- model\n- data\n")
     (root / "spec_empty.yaml").write_text("")
+    (root / "spec_untokenized.yaml").write_text(
+        f"recipe: {REPO / 'recipes' / 'tiny_cpu.yaml'}\nsizes: [tiny]\nsteps: [2]\n"
+        f"overrides: [data.path={root / 'not_tokenized'}]\n"
+    )
     (root / "blend_epochs.json").write_text(json.dumps({"sources": [{"paths": ["small.jsonl"], "epochs": "two"}]}))
     (root / "blend_items.json").write_text(json.dumps({"sources": ["small.jsonl"]}))
     (root / "blend_paths.json").write_text(json.dumps({"sources": [{"paths": 5}]}))
@@ -243,6 +247,17 @@ CASES = {
     "study-no-spec": (["study.py", "{d}/nope.yaml", "--plan"], 2, ["study spec {d}/nope.yaml does not exist"]),
     "study-yaml-syntax": (["study.py", "{d}/bad.yaml", "--list"], 2, ["{d}/bad.yaml:4", "YAML syntax error"]),
     "study-empty-spec": (["study.py", "{d}/spec_empty.yaml", "--list"], 2, ["{d}/spec_empty.yaml", "empty file"]),
+    # a plan on assumed figures names other runs: a report on it left finished runs out without a word
+    "study-untokenized-report": (
+        ["study.py", "{d}/spec_untokenized.yaml", "--out", "{d}/o", "--report-only"],
+        2,
+        ["data.path {d}/not_tokenized has no manifest.json", "need it tokenized first"],
+    ),
+    "study-untokenized-train": (
+        ["study.py", "{d}/spec_untokenized.yaml", "--out", "{d}/o"],
+        2,
+        ["data.path {d}/not_tokenized has no manifest.json", "--plan shows a plan on assumed figures"],
+    ),
     # generate.py, evaluate.py: inputs and the output folder checked before any work
     "generate-no-tokenizer": (
         ["generate.py", "--model", "{d}/notok", "--prompt", "hi"],

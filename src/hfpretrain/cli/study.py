@@ -73,6 +73,14 @@ def main() -> int:
         spec.overrides += args.overrides
         out = Path(args.out or spec.out)
         planned = plan_study(spec, out)
+        untokenized = next((p.assumed for _, p in planned if p.assumed), None)
+        if untokenized and not args.plan:
+            # the sizes of an isoflop window and every run's steps follow from the data's size and vocabulary: a
+            # plan on assumed figures names other runs, and a report on it would leave finished ones out
+            raise ValueError(
+                f"{untokenized}: the study's runs follow from its data's size and vocabulary, so --list, "
+                "--report-only and training need it tokenized first (--plan shows a plan on assumed figures)"
+            )
         runs = [run for run, _ in planned]
         chosen = planned
         if args.runs:

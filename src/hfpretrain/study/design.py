@@ -146,6 +146,7 @@ class PlannedRun:
     flops: float
     gpu_hours: float | None
     overrides: list[str] = field(default_factory=list)
+    assumed: str | None = None  # why its dry run had no data (its figures, and the sizes chosen, are guesses)
 
     @property
     def tokens_per_param(self) -> float:

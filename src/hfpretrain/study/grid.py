@@ -966,6 +966,7 @@ def plan_study(spec: StudySpec, out: str | Path | None = None) -> list[tuple[Run
                     flops=flops,
                     gpu_hours=(flops / (peak * mfu * plan["world_size"]) + spec.overhead_s) / 3600 if peak else None,
                     overrides=overrides,
+                    assumed=(plan.get("assumed") or {}).get("why"),
                 ),
             )
         )
