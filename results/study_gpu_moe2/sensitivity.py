@@ -5,7 +5,7 @@ arm's measured optimum (analysis.json), and the same fit without the L2w runs tr
 project's own fit code (the first line: the report's reading until the amendment). Each reading also gives the multiplier at
 every budget and its trend (the slope of a line in ln C through them, as a factor per decade of compute): the trend
 depends on the floor E of the dense fit, and its prediction of the dense loss at 3e16 and 5e16 against the measured
-optima there (the spec's multiplier checks, out of sample: the fits end at 2.5e16; the 5e16 cell interim). Last, the joint least-squares fit of
+optima there (the spec's multiplier checks, out of sample: the fits end at 2.5e16). Last, the joint least-squares fit of
 log L over E and each arm's A and α (scipy), against the project's fit (a profile over E with A and α from the line
 through log(L − E): fit.py), and the same for the dense arm alone. Run from the repository root:
 
@@ -26,7 +26,7 @@ HERE = Path(__file__).parent
 BUDGETS = ("8e+14", "2.5e+15", "8e+15", "2.5e+16")
 analysis = json.loads((HERE / "analysis.json").read_text())
 optima = analysis["optima"]
-# the dense arm measured at 3e16 and (interim, 2026-12-01) at 5e16: each curve is scored at both
+# the dense arm measured at 3e16 and at 5e16 (three seeds each): each curve is scored at both
 CHECKS = [
     (c["baseline_optimum"]["flops"], c["baseline_optimum"]["loss_opt"], c["sigma"])
     for c in analysis["multiplier_checks"]
@@ -152,7 +152,7 @@ print(
 print(
     "(each check budget: the dense curve's loss there against the measured optimum "
     + ", ".join(f"{c:.2g}: {m:.4f}, sigma {sg:.4f}" for c, m, sg in CHECKS)
-    + "; the 5e16 cell is interim, 6 of its 12 runs)"
+    + ")"
 )
 
 # the trend at other floors: the dense arm's curve refitted (A, α) at each E, the MoE optima read on it. E = 0 is

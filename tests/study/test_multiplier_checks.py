@@ -542,8 +542,8 @@ def test_the_moe_studys_both_arms_at_3e16_are_read_from_its_committed_runs():
     assert "`moe/L8__c2.50e+16__seed2`" in section.split("no other arm's run beside it")[1]  # dense has no L8 there
 
 
-# The dense arm at 2 x 2.5e16, pre-registered 2026-12-01 (L6-L9, three seeds); these six ran that day, the rest not yet
-FIVE_E16_RUNS = [f"dense/L{n}__c5.00e+16__seed0" for n in "6789"] + [f"dense/L{n}__c5.00e+16__seed1" for n in "89"]
+# The dense arm at 2 x 2.5e16, pre-registered 2026-12-01 (L6-L9, three seeds), all twelve run that day
+FIVE_E16_RUNS = [f"dense/L{n}__c5.00e+16__seed{seed}" for n in "6789" for seed in (0, 1, 2)]
 
 
 def test_the_moe_studys_dense_arm_at_5e16_is_read_from_its_committed_runs():

@@ -357,8 +357,12 @@ def _larger_checks_said(analysis: dict, minimum: float) -> str:
     rule's minimum), each with its reading and the runs it rests on of those planned (analysis.json records both):
     "" when there is none."""
     return "".join(
-        f"; trained on {c['factor']:.2g} times the decision budget, the dense arm reads {c['reading']} so far "
-        f"({c['ran']} of the {c['planned']} runs planned for that check{': interim' if c['ran'] < c['planned'] else ''})"
+        f"; trained on {c['factor']:.2g} times the decision budget, the dense arm reads {c['reading']}"
+        + (
+            f" so far ({c['ran']} of the {c['planned']} runs planned for that check: interim)"
+            if c["ran"] < c["planned"]
+            else f" (its {c['ran']} planned runs)"
+        )
         for c in analysis.get("multiplier_checks") or []
         if c["factor"] > minimum + 1e-9
     )
