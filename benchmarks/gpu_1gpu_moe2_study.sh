@@ -6,10 +6,12 @@
 # the machine stays warm), restores the dense arm from results/study_gpu_vocab2/runs/bpe_8k and the MoE arm's
 # finished runs (.carry/gpu_moe2_runs.tgz, else results/study_gpu_moe2/runs), and trains RUNS (a --runs pattern;
 # default all) until BUDGET_S. The MoE arm's ~34 GPU-minutes do not fit one session: the decision budget first.
-#   TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval    # shards 0-3 (+ out/tok10_bpe8k in carry)
-#   cp $DATA_ROOT/pretrain/mix/train-00004.jsonl.zst .carry/data/pretrain/mix/   # pack.sh rounds shards up: 4 fit
+#   TOKENIZERS="gpt2" NO_DEEPSPEED=1 ../shared/gpu/pack.sh 28 --no-eval && bash benchmarks/pack_extra.sh
+#     # shards 0-3 and OmegaConf: 42 MiB, + the tree (~18) + out/tok10_bpe8k (carried too): under 64 MiB
 #   call 1: source .carry/setup.sh && STASH=1 bash benchmarks/gpu_1gpu_moe2_study.sh
-#   mkdir -p .carry2/data/pretrain/mix && cp $DATA_ROOT/pretrain/mix/train-0000[5-9].jsonl.zst .carry2/data/pretrain/mix/
+#   mkdir -p .carry2/data/pretrain/mix && cp $DATA_ROOT/pretrain/mix/train-0000[4-9].jsonl.zst .carry2/data/pretrain/mix/
+#   (out/tok10_bpe8k on a fresh clone: scripts/train_tokenizer.py on the ten shards, --vocab-size 8192, is the
+#   committed one byte for byte: results/best_small10/seed1234/final/tokenizer.json)
 #   call 2 (within 30 s; carry .carry2, not .carry: the kit stays installed on the warm machine):
 #     source .carry/setup.sh && DATA_ROOT=$PWD/.carry2/data STASH=1 bash benchmarks/gpu_1gpu_moe2_study.sh \
 #     && bash benchmarks/gpu_chain.sh start \
@@ -30,7 +32,8 @@
 #   "RUNS='*/L2w__* moe/*__c3.00e+16__lr*__seed1 moe/*__c3.00e+16__aux*__seed1 */*__c3.00e+16__per_set__*' WORKERS=7 bash ..."
 # Part twelve (the dense arm at 5e16, pre-registered 2026-12-01; one H200, same two carries): seed 0, then seed 1's L8
 # and L9 ran that day as two chain steps, "RUNS='dense/*__c5.00e+16__seed0' WORKERS=4 bash ..." and
-# "RUNS='dense/L[89]__c5.00e+16__seed1' WORKERS=2 bash ..." (14.8 and 8.4 min); the six left, in one step:
+# "RUNS='dense/L[89]__c5.00e+16__seed1' WORKERS=2 bash ..." (14.8 and 8.4 min), and the six left in a later
+# session, in one step (19.5 min):
 #   "RUNS='dense/L[67]__c5.00e+16__seed1 dense/*__c5.00e+16__seed2' WORKERS=6 bash benchmarks/gpu_1gpu_moe2_study.sh"
 DATA=out/mix10_bpe8k_1024 CORPUS_TOK=out/tok10_bpe8k CORPUS_SEQ_LEN=1024
 source benchmarks/gpu_common.sh

@@ -528,6 +528,8 @@ def test_the_trend_sentence_carries_its_interval_and_floors():
         trend_line({**r, "optima": moved}),
     )
     assert said and (int(said[1]), int(said[2])) == (1, n) and 8 < float(said[3]) < 12  # 10σ, less its own miss
+    # a direction read on such curves is not claimed as the runs': the planted rise, with the optimum moved
+    assert "So its direction is not established: on those curves it rises" in trend_line({**r_up, "optima": moved})
     no_seeds = analyse_isoflop(study({"base": (E, A, ALPHA), "better": (E, A * 2.0 ** (-ALPHA), ALPHA)}), n_boot=0)
     line = trend_line(no_seeds)
     assert "no direction is claimed" in line and "rises" not in line and "falls" not in line

@@ -547,3 +547,36 @@ def test_the_verdict_line_carries_the_fit_free_check_and_the_other_floors_flags(
     flags = next(x for x in decision.splitlines() if x.startswith("Under it the fit check flags:"))
     assert "dense @ 2.5e+15 (miss 0.0241 > σ 0.0162)" in flags
     assert not any(f["cell"] == "dense @ 2.5e+15" for f in analysis["flagged"])  # not under the rule's own σ
+
+
+def test_every_figure_read_at_a_flagged_budget_says_so():
+    """A cell whose all-size parabola fails the fit check is flagged beside every figure read at its budget (the gap
+    table, the Discussion's gaps and multipliers, the trend's list), not only in the optima table; and the verdict
+    line says how far the curve its multiplier is read on passes from each multiplier check's measured optimum."""
+    report = (MOE2 / "report.md").read_text()
+    analysis = json.loads((MOE2 / "analysis.json").read_text())
+    flagged = {f["budget"] for f in analysis["flagged"]}
+    assert flagged == {8e14, 8e15}
+    table = report.split("### moe vs dense")[1].split("\n\n")[2].splitlines()[2:]
+    for row in table:
+        budget = float(row.split(" | ")[0].strip("| "))
+        assert row.endswith("| **flagged**: dense, moe |" if budget in flagged else "| passes |"), row
+    discussion = report.split("## Discussion")[1].split("\n## ")[0]
+    gaps = next(x for x in discussion.splitlines() if x.startswith("- moe − dense, best loss per budget:"))
+    nd = next(x for x in discussion.splitlines() if x.startswith("- Its compute multiplier on dense's L(N, D) fit"))
+    for line in (gaps, nd):
+        for said in line.split(": ", 1)[1].split("; "):
+            at = float(said.split(" at ")[-1].split(" ")[0].rstrip("."))
+            assert ("(fit check flagged: dense, moe)" in said) == (at in flagged), said
+    assert "at the 4 measured budgets: 1.40, 1.61, 1.58, 2.26 (at 8e+14, 8e+15 through optima the fit check flags)" in (
+        discussion
+    )
+    misses = ", ".join(
+        f"{m['miss'] / c['sigma']:+.1f}σ at {c['budget']:.3g}"
+        for c in analysis["multiplier_checks"]
+        for m in c["curves"]
+        if m["fit"] == "L(N, D) frontier"
+    )
+    assert misses == "-2.4σ at 3e+16, -2.5σ at 5e+16"
+    decision = report.split("## Decision")[1].split("\n## ")[0]
+    assert f"on the baseline's L(N, D) frontier (its curve against the checks' measured optima: {misses});" in decision

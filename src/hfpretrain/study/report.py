@@ -243,6 +243,26 @@ def _curve_misses(result: dict) -> dict[tuple[str, float], tuple[float, float | 
     return out
 
 
+def flagged_arms(result: dict, arms, budget) -> list[str]:
+    """The arms among ``arms`` whose optimum at ``budget`` fails the fit check (``result["flagged"]``): every figure
+    read at that budget says so, not only the optima table."""
+    return [
+        f["arm"]
+        for f in result.get("flagged") or []
+        if f["arm"] in arms and math.isclose(f["budget"], float(budget), rel_tol=1e-9)
+    ]
+
+
+def _flag_note(result: dict, arms, budget) -> str:
+    flagged = flagged_arms(result, arms, budget)
+    return f" (fit check flagged: {', '.join(flagged)})" if flagged else ""
+
+
+def _fit_check_cell(result: dict, arms, budget) -> str:
+    flagged = flagged_arms(result, arms, budget)
+    return f"**flagged**: {', '.join(flagged)}" if flagged else "passes"
+
+
 def curve_check_lines(result: dict) -> list[str]:
     """How far the shared-E curves pass from the optima they are fitted to, per budget, against the budget's σ. The
     multipliers are read on these curves, so a multiplier at a budget whose optimum the curve misses by more than σ
@@ -420,6 +440,7 @@ def isoflop_lines(result: dict, plot_png: str | None, verdicts: list[dict] | Non
             )
             for b, gap in result["gap"][arm].items()
         ]
+        rows_ = [row + [_fit_check_cell(result, (arm, base), b)] for row, b in zip(rows_, result["gap"][arm])]
         lines += [
             f"### {arm} vs {base}",
             "",
@@ -427,7 +448,7 @@ def isoflop_lines(result: dict, plot_png: str | None, verdicts: list[dict] | Non
             "the budget's noise floor σ (beside it); compute multiplier (shared-E fit) = the compute "
             f"{base} needs to reach {arm}'s loss, ÷ C (> 1: {arm} is worth that much more compute).",
             "",
-            _table(["budget (FLOPs)", "gap", "σ of the budget", "compute multiplier"], rows_),
+            _table(["budget (FLOPs)", "gap", "σ of the budget", "compute multiplier", "fit check"], rows_),
             "",
         ]
         brow = []
@@ -620,7 +641,10 @@ def _pair_lines(result: dict, iv: dict, sep: dict | None) -> list[str]:
             continue
         pair_iv = (iv.get("pairs") or {}).get(key) or {}
         gap_ci = pair_iv.get("gap") or {}
-        rows_ = [_gap_cells(b, g, gap_ci.get(b), _sigma(result, b)) for b, g in p["gap"].items()]
+        rows_ = [
+            _gap_cells(b, g, gap_ci.get(b), _sigma(result, b)) + [_fit_check_cell(result, (arm, other), b)]
+            for b, g in p["gap"].items()
+        ]
         tenx = []
         for label, fig, ci in (
             ("shared E", p, pair_iv.get("gap_extrapolated")),
@@ -635,7 +659,7 @@ def _pair_lines(result: dict, iv: dict, sep: dict | None) -> list[str]:
             f"Gap = best loss of {arm} − best loss of {other} (negative: {arm} is better), with its interval "
             "from the budget's noise floor σ (beside it).",
             "",
-            _table(["budget (FLOPs)", "gap", "σ of the budget"], rows_),
+            _table(["budget (FLOPs)", "gap", "σ of the budget", "fit check"], rows_),
             "",
             f"Gap at 10× the largest budget: {'; '.join(tenx) or '– (no fit)'}; the shared-E curves cross at: {cross}.",
             "",
@@ -659,6 +683,8 @@ VERDICT_MEANING = {
 
 
 FIT_TEXT = {"frontier": "the baseline's L(N, D) frontier", "optima": "the shared-E power law on the optima"}
+# the multiplier checks' name of the curve each fit reads (analysis.multiplier_checks' ``curves``)
+CHECK_CURVE = {"frontier": "L(N, D) frontier", "optima": "shared E (the main model)"}
 
 
 def verdict_sentence(v: dict, unit: str) -> str:
@@ -671,7 +697,9 @@ def verdict_sentence(v: dict, unit: str) -> str:
             f" (compute multiplier {v['multiplier']:.3g}"
             + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else "")
             + (
-                f", seed noise only, on {FIT_TEXT.get(v.get('fit'), 'the fit')}; {v['measured']}"
+                f", seed noise only, on {FIT_TEXT.get(v.get('fit'), 'the fit')}"
+                + (f" ({v['curve_misses']})" if v.get("curve_misses") else "")
+                + f"; {v['measured']}"
                 if v.get("measured")
                 else ""
             )
@@ -734,6 +762,17 @@ def study_verdicts(
                 f"{interim(c)}"
                 for c in checks
             )
+            # the curve the figure is read on, against the checks' measured optima (out of sample)
+            misses = [
+                (c["budget"], m["miss"] / c["sigma"])
+                for c in checks
+                for m in c.get("curves") or []
+                if m["fit"] == CHECK_CURVE.get(v.get("fit")) and c.get("sigma")
+            ]
+            if misses:
+                v["curve_misses"] = "its curve against the checks' measured optima: " + ", ".join(
+                    f"{z:+.1f}σ at {b:.3g}" for b, z in misses
+                )
     return rule, verdicts
 
 
@@ -782,15 +821,26 @@ def trend_sentence(result: dict, arm: str, n_budgets: int, bound: list[float]) -
         verdict = "it stays within ±5% per decade, in the interval and at every floor above"
     else:
         verdict = "its direction is not established: the interval or a floor reading is on the other side of ×1"
+    flagged = [b for b in result["multiplier"][arm] if flagged_arms(result, (arm, base), b)]
+    if caveat and not verdict.startswith(("its direction", "no interval")):
+        # a direction read on curves that miss their own optima beyond noise is the curves', not the runs'
+        verdict = f"its direction is not established: on those curves {verdict}, but they miss their optima"
+    elif caveat:
+        verdict = f"on those curves {verdict}"
     return (
         f"- Its compute multiplier (shared-E fit on the per-budget optima) at the {n_budgets} measured budgets: "
         f"{', '.join(f'{m:.2f}' for m in result['multiplier'][arm].values())}"
         + (f" (at {', '.join(f'{b:.2g}' for b in bound)} a bound)" if bound else "")
+        + (
+            f" (at {', '.join(f'{float(b):.2g}' for b in flagged)} through optima the fit check flags)"
+            if flagged
+            else ""
+        )
         + f"; a line in ln C through them: ×{per_decade:.2f} per decade"
         + (f" [×{ci[0]:.2f}, ×{ci[1]:.2f}] (seed noise, E refitted in each draw)" if ci else "")
         + (". The slope depends on the floor E, which the budgets do not pin down: " + "; ".join(said) if said else "")
         + (f". {caveat}" if caveat else "")
-        + f". So{' on those curves' if caveat else ''} {verdict}"
+        + f". So {verdict}"
         + (" (two points: a slope and no check of it)" if n_budgets < 3 else "")
         + "; other fits of the floor than these are not covered."
     )
@@ -848,7 +898,9 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
         gaps, cis = result["gap"][arm], ((iv.get("gap") or {}).get(arm) or {})
         bound = [b for b in gaps if f"{arm} @ {b:.3g}" in edge or f"{base} @ {b:.3g}" in edge]
         said = [
-            f"{word(g, cis.get(b))} at {b:.2g}" + (" (a bound: not bracketed)" if b in bound else "")
+            f"{word(g, cis.get(b))} at {b:.2g}"
+            + (" (a bound: not bracketed)" if b in bound else "")
+            + _flag_note(result, (arm, base), b)
             for b, g in gaps.items()
         ]
         out.append(f"- {arm} − {base}, best loss per budget: " + "; ".join(said) + ".")
@@ -858,7 +910,10 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
             nd_iv = (((result.get("nd") or {}).get("intervals") or {}).get("multiplier_at_optimum") or {}).get(arm, {})
             out.append(
                 f"- Its compute multiplier on {base}'s L(N, D) fit (the rule's), at each budget's measured optimum: "
-                + "; ".join(f"{m:.2f}{_ci_short(nd_iv.get(b))} at {float(b):.2g}" for b, m in at_opt.items())
+                + "; ".join(
+                    f"{m:.2f}{_ci_short(nd_iv.get(b))} at {float(b):.2g}{_flag_note(result, (arm, base), b)}"
+                    for b, m in at_opt.items()
+                )
                 + "."
             )
         if result["trend"].get(arm) is not None:
@@ -916,7 +971,9 @@ def discussion_lines(result: dict, verdicts: list[dict] | None = None) -> list[s
         if other == base:
             continue
         cis = ((iv.get("pairs") or {}).get(key) or {}).get("gap") or {}
-        said = [f"{word(g, cis.get(b))} at {float(b):.2g}" for b, g in p["gap"].items()]
+        said = [
+            f"{word(g, cis.get(b))} at {float(b):.2g}{_flag_note(result, (arm, other), b)}" for b, g in p["gap"].items()
+        ]
         cross = p.get("crossover") or []
         out.append(
             f"- {arm} − {other}, best loss per budget: "
