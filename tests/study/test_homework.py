@@ -133,10 +133,12 @@ def test_the_key_figures_match_the_json(doc):
 
 
 def test_the_checkpoint_section_names_the_kept_weights(doc):
-    """§ 9 names where the best model's weights are kept, their size and hash, from the committed record."""
+    """§ 9 says plainly that the best model's weights are not in the repository, where the export was made, their size
+    and hash, from the committed record."""
     kept = json.loads((REPO / "results/best_small10/seed1234/checkpoint.json").read_text())
     where = doc.split("## 9. ")[1].split("## 10. ")[0]
-    assert f"`{kept['kept_at']}/`" in where and f"SHA-256 `{kept['weights']['sha256']}`" in where
+    assert "**its weights are not in this repository, and not published until the team names a Hub id below**" in where
+    assert f"`{kept['kept_at']}/`" in where and f"SHA-256, `{kept['weights']['sha256']}`" in where
     assert f"{kept['weights']['bytes']:,} bytes" in where and "<TO FILL IN>" in where  # the Hub id: the team's
 
 

@@ -619,11 +619,13 @@ def write_homework(
         "## 9. Where the checkpoint and the tokenizer are",
         "",
         f"- Checkpoint (`final/` of the best run exported in {kept['dtype']}: model, config, tokenizer and model card, "
-        f"`save_pretrained`): kept by the team that trained it at `{kept['kept_at']}/` beside the repository "
-        f"(git-ignored: {kept['weights']['bytes']:,} bytes of weights stay out of git; `{kept['weights']['file']}`, "
-        f"SHA-256 `{kept['weights']['sha256']}`, from [{BEST}/checkpoint.json]"
-        f"({_relpath(root / BEST / 'checkpoint.json', out_dir)})); where the team publishes it (a Hugging Face Hub id: "
-        f"`python scripts/export.py ... --push-to-hub user/name`): {PLACEHOLDER}.",
+        f"`save_pretrained`): **its weights are not in this repository, and not published until the team names a "
+        f"Hub id below**. The export was made at `{kept['kept_at']}/` on the machine that trained it (git-ignored: "
+        f"{kept['weights']['bytes']:,} bytes of weights stay out of git); what the repository keeps is its "
+        f"`{kept['weights']['file']}`'s SHA-256, `{kept['weights']['sha256']}` ([{BEST}/checkpoint.json]"
+        f"({_relpath(root / BEST / 'checkpoint.json', out_dir)})), against which a copy can be checked. Where the "
+        f"team publishes it (a Hugging Face Hub id: `python scripts/export.py ... --push-to-hub user/name`): "
+        f"{PLACEHOLDER}.",
         f"- Tokenizer (the 8,192-token byte-level BPE, `scripts/train_tokenizer.py`; also inside the checkpoint): "
         f"[{BEST}/final/]({_relpath(root / BEST / 'final', out_dir)}) in this repository "
         "(`AutoTokenizer.from_pretrained` loads it), or where the team publishes it: " + PLACEHOLDER + ".",

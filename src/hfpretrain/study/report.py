@@ -1226,6 +1226,13 @@ def interim(check: dict) -> str:
     )
 
 
+def _check_fit(opt: dict, sigma: float | None) -> str:
+    """A check cell's fit check, as the grid's cells get theirs: its all-size parabola's largest miss against σ."""
+    if opt.get("misfit") is None or sigma is None:
+        return ""
+    return f"; fit check {'**flagged**' if opt['misfit'] > sigma else 'passes'}: miss {opt['misfit']:.4f}"
+
+
 def multiplier_check_lines(result: dict, unit: str) -> list[str]:
     """The spec's multiplier checks beside the rule: the baseline measured at k × the decision budget, so that
     the multiplier's threshold is read from runs where the fit extrapolates (``analysis.multiplier_checks``)."""
@@ -1240,7 +1247,9 @@ def multiplier_check_lines(result: dict, unit: str) -> list[str]:
             [
                 f"{c['baseline']} @ {c['budget']:.3g} ({c['factor']:.3g}× {c['at']:.3g})",
                 means,
-                f"{opt['loss_opt']:.4f} ({best}{', bracketed' if opt['bracketed'] else ', not bracketed'})",
+                f"{opt['loss_opt']:.4f} ({best}{', bracketed' if opt['bracketed'] else ', not bracketed'}"
+                + _check_fit(opt, c.get("sigma"))
+                + ")",
                 f"{c['arm']} @ {c['at']:.3g}: {c['arm_optimum']:.4f}",
                 f"{c['gap']:+.4f}{_ci(c['interval'])}",
                 f"{c['sigma']:.4f}: {c['sigma_source']}" if c.get("sigma") is not None else "–",
@@ -1329,7 +1338,9 @@ def check_gap_lines(result: dict, unit: str) -> list[str]:
                 [
                     f"{a} @ {b:.3g}",
                     means,
-                    f"{opt['loss_opt']:.4f} ({best}, {'bracketed' if opt['bracketed'] else 'not bracketed'})",
+                    f"{opt['loss_opt']:.4f} ({best}, {'bracketed' if opt['bracketed'] else 'not bracketed'}"
+                    + _check_fit(opt, g.get("sigma"))
+                    + ")",
                 ]
             )
         at_gap = f"; at the decision budget {g['at']:.3g}: {g['gap_at']:+.4f}" if g.get("gap_at") is not None else ""
