@@ -7,7 +7,9 @@ every budget and its trend (the slope of a line in ln C through them, as a facto
 depends on the floor E of the dense fit, and its prediction of the dense loss at 3e16 and 5e16 against the measured
 optima there (the spec's multiplier checks, out of sample: the fits end at 2.5e16). Last, the joint least-squares fit of
 log L over E and each arm's A and α (scipy), against the project's fit (a profile over E with A and α from the line
-through log(L − E): fit.py), and the same for the dense arm alone. Run from the repository root:
+through log(L − E): fit.py), and the same for the dense arm alone; then the measured dense optima on a line in ln C,
+read at the MoE optimum, with the 5e16 check's interval at the rule's pooled σ and at each arm's own. Run from the
+repository root:
 
     python results/study_gpu_moe2/sensitivity.py > results/study_gpu_moe2/sensitivity.txt
 """
@@ -19,7 +21,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from hfpretrain.study.analysis import analyse_isoflop, compute_multiplier
+from hfpretrain.study.analysis import analyse_isoflop, cells, compute_multiplier, is_check, noise_floor
+from hfpretrain.study.analysis import optima as cell_optima
 from hfpretrain.study.fit import PowerLawFit, fit_power_law, fit_power_law_at, fit_shared_floor
 
 HERE = Path(__file__).parent
@@ -240,4 +243,33 @@ print(
     f"The measured dense optima ({', '.join(f'{c:.2g}: {m:.4f}' for c, m in measured)}) on a line in ln C "
     f"({slope:+.4f} per e-fold): the MoE optimum {moe_top:.4f} at {reach / c_top:.2f}x 2.5e16; the {last['budget']:.2g} "
     f"check's interval [{last['interval'][0]:+.4f}, {last['interval'][1]:+.4f}] maps to [{min(ends):.2f}, {max(ends):.2f}]"
+)
+
+# The same mapping with each arm's own σ at 2.5e16 (the rule pools both arms' replicates there; the MoE arm's seeds
+# spread about three times the dense arm's): the check cell drawn at the dense arm's σ, the MoE cell at its own
+
+grid_rows = [r for r in rows if r.get("val_bpb") is not None]
+DECISION = 2.5e16  # the decision budget (c_top is its MoE optimum's measured FLOPs, not the budget)
+own_sigma = {
+    arm: noise_floor([r for r in grid_rows if r["arm"] == arm and r["budget"] == DECISION], "val_bpb")["sigma"]
+    for arm in ("dense", "moe")
+}
+check_cell = cells(
+    [r for r in grid_rows if is_check(r) and r["budget"] == last["budget"] and r["arm"] == "dense"],
+    "val_bpb",
+    skip=lambda r: False,
+)
+moe_cell = {k: v for k, v in cells(grid_rows, "val_bpb").items() if k == ("moe", DECISION)}
+rng = np.random.default_rng(0)
+draws = [
+    cell_optima(check_cell, rng, {last["budget"]: own_sigma["dense"]})[("dense", last["budget"])]["loss_opt"]
+    - cell_optima(moe_cell, rng, {DECISION: own_sigma["moe"]})[("moe", DECISION)]["loss_opt"]
+    for _ in range(2000)
+]
+lo_hi = np.percentile(draws, [2.5, 97.5])
+ends = [math.exp(math.log(last["budget"]) - g / slope) / c_top for g in lo_hi]
+print(
+    f"With each arm's own sigma at 2.5e16 (dense {own_sigma['dense']:.4f}, moe {own_sigma['moe']:.4f}; the rule "
+    f"pools them: {last['sigma']:.4f}): the {last['budget']:.2g} check's interval [{lo_hi[0]:+.4f}, {lo_hi[1]:+.4f}] "
+    f"maps to [{min(ends):.2f}, {max(ends):.2f}]"
 )
