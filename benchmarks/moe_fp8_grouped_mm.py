@@ -15,6 +15,7 @@ import json
 import sys
 
 import torch
+from cuda_timing import cuda_ms  # benchmarks/ (the script's folder)
 
 # name: (routed rows of one step = tokens x top-k, hidden, expert width, experts)
 SHAPES = {"best_small_moe": (128 * 1024 * 4, 1024, 704, 32), "qwen3_moe_856m_a152m": (16 * 2048 * 4, 1024, 512, 32)}
@@ -35,19 +36,6 @@ def layer(grouped_mm, a, w_up, w_down, offs):
     inter = h.shape[1] // 2
     g = torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]
     return grouped_mm(g, w_down.transpose(-2, -1), offs)
-
-
-def timed(fn, iters: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def main() -> int:
@@ -83,7 +71,7 @@ def main() -> int:
                 a.grad = w_up.grad = w_down.grad = None
                 layer(mm, a, w_up, w_down, offs).backward(dy)
 
-            figures[label] = timed(step, args.iters)
+            figures[label] = cuda_ms(step, args.iters)
             step()
             outputs[label] = (layer(mm, a, w_up, w_down, offs).detach().float(), w_up.grad.float().clone())
         # fwd + bwd of the two matmuls: 3 x 2 x rows x d x (2I + I)
